@@ -1,0 +1,227 @@
+"""Settings: every tunable of pacer, read from ``PACER_*`` environment variables.
+
+Nested sections use ``__``: ``PACER_CONTROLLER__KP=0.4`` sets ``Settings().controller.kp``.
+Sizes accept bytes or a unit (``PACER_MEMORY__BUDGET_BYTES=700GiB``). Building a Settings object
+reads the environment and nothing else: no logging set-up, no files written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Self
+
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "PACER_"
+ENV_NESTED_DELIMITER = "__"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ControllerSettings(_Section):
+    """Gains, setpoint and limits of the PI dispatch controller."""
+
+    target_ready: float = Field(
+        8.0, gt=0, description="Setpoint: partitions synthesized and waiting for a GPU (partitions)"
+    )
+    kp: float = Field(0.5, ge=0, description="Proportional gain on the normalized error (1)")
+    ki: float = Field(0.01, ge=0, description="Integral gain on the normalized error (1/s)")
+    integral_min: float = Field(-60.0, le=0, description="Lower clamp of the error integral (s)")
+    integral_max: float = Field(60.0, ge=0, description="Upper clamp of the error integral (s)")
+    multiplier_min: float = Field(
+        0.25, gt=0, le=1, description="Lowest dispatch-rate multiplier 1+u (1)"
+    )
+    multiplier_max: float = Field(4.0, ge=1, description="Highest dispatch-rate multiplier 1+u (1)")
+    interval_min_s: float = Field(
+        0.05, gt=0, description="Shortest interval between two dispatches (s)"
+    )
+    interval_max_s: float = Field(
+        60.0, gt=0, description="Longest interval between two dispatches while pacing (s)"
+    )
+    gpu_ema_alpha: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="Smoothing weight of each new GPU service-time sample (1)",
+    )
+    synthesis_ema_alpha: float = Field(
+        0.02,
+        gt=0,
+        le=1,
+        description="Smoothing weight of each new synthesis-duration sample (1)",
+    )
+    bootstrap_depth: int = Field(
+        16,
+        ge=1,
+        description="Partitions dispatched on a cold start, before any duration is known "
+        "(partitions)",
+    )
+    rebootstrap_hold_s: float = Field(
+        1.0,
+        ge=0,
+        description="How long the pipeline must stay drained with work waiting before a "
+        "re-bootstrap (s)",
+    )
+
+    @model_validator(mode="after")
+    def _limits_ordered(self) -> Self:
+        if self.interval_min_s >= self.interval_max_s:
+            raise ValueError(
+                f"interval_min_s ({self.interval_min_s}) must be less than "
+                f"interval_max_s ({self.interval_max_s})"
+            )
+        return self
+
+
+class SynthesisSettings(_Section):
+    """What the host can give to CPU synthesis."""
+
+    cores: int = Field(
+        default_factory=lambda: os.cpu_count() or 1,
+        ge=1,
+        description="CPU cores available to synthesis (cores; default: all of this host)",
+    )
+    threads_per_synthesis: int = Field(
+        4, ge=1, description="Threads one synthesis keeps busy (threads)"
+    )
+    max_concurrent: int = Field(
+        256,
+        ge=1,
+        description="Most syntheses running at once, whatever the cores allow (partitions)",
+    )
+
+
+class MemorySettings(_Section):
+    """The host-memory budget every in-flight partition is counted against."""
+
+    budget_bytes: ByteSize = Field(
+        ByteSize(64 * 2**30),
+        gt=0,
+        description="Host memory for partitions from dispatch until their GPU copy ends (bytes; "
+        "units such as 700GiB accepted)",
+    )
+    partition_bytes: ByteSize = Field(
+        ByteSize(512 * 2**20),
+        gt=0,
+        description="Host memory one partition holds: its a, b and c buffers (bytes; units "
+        "accepted)",
+    )
+
+    @model_validator(mode="after")
+    def _partition_fits(self) -> Self:
+        if self.partition_bytes > self.budget_bytes:
+            raise ValueError(
+                f"partition_bytes ({int(self.partition_bytes)}) must not exceed "
+                f"budget_bytes ({int(self.budget_bytes)})"
+            )
+        return self
+
+
+class Settings(BaseSettings):
+    """All of pacer's settings. Environment variables override the defaults."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTED_DELIMITER,
+        extra="forbid",
+        validate_assignment=True,
+    )
+
+    controller: ControllerSettings = Field(default_factory=ControllerSettings)
+    synthesis: SynthesisSettings = Field(default_factory=SynthesisSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
+
+
+class SettingsError(Exception):
+    """Settings could not be built; ``problems`` holds one line per bad variable."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def env_name(loc: tuple[int | str, ...]) -> str:
+    """The environment variable of a field path: ``("controller", "kp")`` → ``PACER_CONTROLLER__KP``."""
+    return ENV_PREFIX + ENV_NESTED_DELIMITER.join(str(part).upper() for part in loc)
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable of the schema: its name, default and description."""
+
+    name: str
+    default: str
+    description: str
+
+
+def variables() -> Iterator[Variable]:
+    """Every environment variable the Settings schema reads, in declaration order."""
+    for section_name, section in Settings.model_fields.items():
+        model = section.annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        for field_name, field in model.model_fields.items():
+            if field.default_factory is not None:
+                default = "(host-dependent)"
+            else:
+                default = _render(field.default)
+            yield Variable(env_name((section_name, field_name)), default, field.description or "")
+
+
+def load_settings() -> Settings:
+    """Build Settings from the environment.
+
+    Raises SettingsError naming each offending variable and the rule it breaks, including
+    ``PACER_*`` variables that match no setting (a typo would otherwise be ignored silently).
+    """
+    known = {v.name for v in variables()} | {env_name((name,)) for name in Settings.model_fields}
+    unknown = sorted(key for key in os.environ if key.startswith(ENV_PREFIX) and key not in known)
+    if unknown:
+        raise SettingsError([f"{key}: not a pacer setting (see `pacer config`)" for key in unknown])
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise SettingsError([_describe(err) for err in exc.errors()]) from None
+
+
+def _describe(err: Any) -> str:
+    loc = tuple(err["loc"])
+    value = err.get("input")
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if isinstance(value, dict):
+        # A rule across fields of one section: name each field by its variable.
+        section = Settings.model_fields[str(loc[0])].annotation
+        assert isinstance(section, type) and issubclass(section, BaseModel)
+        for field in sorted(section.model_fields, key=len, reverse=True):
+            message = re.sub(rf"\b{re.escape(field)}\b", env_name((*loc, field)), message)
+        return message
+    return f"{env_name(loc)}: {message} (got {value!r})"
+
+
+def _render(value: object) -> str:
+    if isinstance(value, ByteSize):
+        return str(int(value))
+    return str(value)
+
+
+def effective(settings: Settings) -> list[tuple[Variable, str]]:
+    """Each variable with the value ``settings`` holds for it."""
+    dumped = settings.model_dump()
+    out = []
+    for var in variables():
+        section, field = var.name.removeprefix(ENV_PREFIX).lower().split(ENV_NESTED_DELIMITER)
+        out.append((var, _render(dumped[section][field])))
+    return out
+
+
+def markdown_table() -> str:
+    """The README table of environment variables, generated from the schema."""
+    lines = ["| Variable | Default | Meaning (unit) |", "|---|---|---|"]
+    for var in variables():
+        lines.append(f"| `{var.name}` | `{var.default}` | {var.description} |")
+    return "\n".join(lines)

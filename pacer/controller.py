@@ -1,0 +1,506 @@
+"""The PI dispatch controller: when to start the next synthesis.
+
+Pure and synchronous: a function of observations and an injected clock, so the simulator and
+the service drive the very same object. No asyncio, no metrics library.
+
+Process variable: the *projected* ready depth ``q̂ = q + s − λ̂·T̂syn`` (ready, plus in
+synthesis, minus what the GPUs consume during one synthesis lead time, ``λ̂ = W ÷ T̂gpu``). A
+dispatch shows in ``q̂`` at once, whereas the plain ready depth sees it one synthesis later.
+
+Output: the interval between dispatches, ``base ÷ clamp(1 + u)`` where the feed-forward
+``base = T̂gpu ÷ W`` dispatches at the rate the GPUs consume and ``u = kp·e + ki·∫e dt`` on
+the normalized error ``e = (q* − q̂) ÷ q*``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pacer.config import ControllerSettings, Settings
+
+
+class Mode(StrEnum):
+    """What the controller is doing: the ``pacer_controller_mode`` states."""
+
+    BOOTSTRAP = "bootstrap"  # cold start or refill after a drain: filling at once
+    PACING = "pacing"  # PI on the projected ready depth
+    DRAINED = "drained"  # nothing in flight and nothing to do
+    MANUAL = "manual"  # an operator fixed the interval
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The pipeline as the dispatcher sees it at one instant (counts of partitions)."""
+
+    ready: int  # synthesized, waiting for a GPU worker
+    synthesizing: int  # dispatched, synthesis running
+    gpu_busy: int  # on a GPU worker
+    gpu_workers: int  # GPU workers in total
+    backlog: int  # accepted, not yet dispatched
+    pool_free: int | None = None  # pinned slots free now; None when no pool limits dispatch
+
+    @property
+    def inflight(self) -> int:
+        """Partitions holding memory: dispatched and not yet through their GPU work."""
+        return self.ready + self.synthesizing + self.gpu_busy
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Dispatch ``dispatch`` partitions now; ask again at ``next_at`` (clock seconds) at the
+    latest, or on the next pipeline event when ``next_at`` is None."""
+
+    dispatch: int
+    next_at: float | None
+
+
+@dataclass(frozen=True)
+class Caps:
+    """Synthesis-throughput caps, fixed by the host rather than learned.
+
+    ``synthesis_concurrency`` bounds syntheses running at once (cores ÷ threads per synthesis,
+    and a configured maximum); ``inflight_partitions`` bounds partitions holding memory
+    (budget ÷ partition bytes).
+    """
+
+    synthesis_concurrency: int
+    inflight_partitions: int
+
+    def __post_init__(self) -> None:
+        for name in ("synthesis_concurrency", "inflight_partitions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+    @classmethod
+    def from_host(
+        cls,
+        *,
+        cores: int,
+        threads_per_synthesis: int,
+        max_concurrent: int,
+        budget_bytes: int,
+        partition_bytes: int,
+    ) -> Caps:
+        """Caps of a host: ``Caps.from_host(cores=192, threads_per_synthesis=4, ...)``."""
+        return cls(
+            synthesis_concurrency=max(1, min(cores // threads_per_synthesis, max_concurrent)),
+            inflight_partitions=max(1, budget_bytes // partition_bytes),
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Caps:
+        return cls.from_host(
+            cores=settings.synthesis.cores,
+            threads_per_synthesis=settings.synthesis.threads_per_synthesis,
+            max_concurrent=settings.synthesis.max_concurrent,
+            budget_bytes=int(settings.memory.budget_bytes),
+            partition_bytes=int(settings.memory.partition_bytes),
+        )
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """Smoothed durations (s); None until the first sample. Saved so a restart starts warm."""
+
+    gpu_service_s: float | None = None
+    synthesis_s: float | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.gpu_service_s is not None and self.synthesis_s is not None
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The controller's last computation, for metrics, status and plots."""
+
+    mode: Mode
+    projected_ready: float  # q̂ (partitions)
+    setpoint: float  # q* (partitions)
+    error: float  # e = (q* − q̂) ÷ q*
+    p_term: float  # kp·e
+    i_term: float  # ki·∫e dt
+    ff_interval_s: float  # feed-forward interval T̂gpu ÷ W (s)
+    multiplier: float  # clamp(1 + u)
+    interval_s: float  # interval between dispatches after all clamps (s)
+    rate_cap_per_s: float  # synthesis rate cap (partitions/s); inf until T̂syn is known
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    return min(max(value, low), high)
+
+
+class DispatchPolicy(Protocol):
+    """What the simulator and the dispatch loop drive: the PI controller or a baseline."""
+
+    @property
+    def bootstraps(self) -> int: ...
+
+    @property
+    def rebootstraps(self) -> int: ...
+
+    def observe_gpu_service(self, seconds: float) -> None: ...
+
+    def observe_synthesis(self, seconds: float) -> None: ...
+
+    def decide(self, obs: Observation) -> Decision: ...
+
+    def interval_s(self) -> float: ...
+
+
+class ColdCohort:
+    """The syntheses of a cold start, for a censored estimate of their mean duration.
+
+    All were dispatched before any duration was known; the first to finish are the fastest.
+    While some still run, ``(Σ finished + Σ age of those running) ÷ N`` bounds the cohort's
+    mean from below, and rises toward it as the cohort completes. Completions are matched to
+    dispatches in order (the oldest running are taken to be the ones still out).
+    """
+
+    def __init__(self) -> None:
+        self._dispatch_times: list[float] = []
+        self._finished: list[float] = []
+
+    def dispatched(self, at: float, count: int) -> None:
+        self._dispatch_times.extend([at] * count)
+
+    def completed(self, seconds: float) -> float | None:
+        """Record one finished duration; the cohort mean once all are in, else None."""
+        self._finished.append(seconds)
+        if len(self._finished) < len(self._dispatch_times):
+            return None
+        return sum(self._finished) / len(self._finished)
+
+    def lower_bound(self, now: float) -> float:
+        n = len(self._dispatch_times)
+        if n == 0:
+            return 0.0
+        running = self._dispatch_times[len(self._finished) :]
+        return (sum(self._finished) + sum(now - t for t in running)) / n
+
+
+class PIController:
+    """PI pacing with feed-forward, a synthesis-throughput cap and (re-)bootstrap.
+
+    >>> c = PIController(ControllerSettings(), Caps(48, 50), clock=lambda: 0.0)
+    >>> c.decide(Observation(ready=0, synthesizing=0, gpu_busy=0, gpu_workers=2, backlog=100))
+    Decision(dispatch=16, next_at=None)
+    """
+
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        caps: Caps,
+        clock: Callable[[], float] = time.monotonic,
+        estimates: Estimates | None = None,
+    ) -> None:
+        self._settings = settings
+        self._caps = caps
+        self._clock = clock
+        self._estimates = estimates or Estimates()
+        self._integral = 0.0
+        self._last_update: float | None = None
+        self._last_dispatch = -math.inf
+        self._manual_interval_s: float | None = None
+        self._bootstraps = 0
+        self._rebootstraps = 0
+        self._booted = False  # a cold bootstrap has been started
+        self._cohort: ColdCohort | None = None if self._estimates.known else ColdCohort()
+        self._refill_left = 0  # partitions a bootstrap still has to dispatch
+        # Hysteresis for re-bootstrap: the pipeline must have been empty this long, and a
+        # refill must have reached a GPU before the next one can fire.
+        self._empty_since: float | None = -math.inf
+        self._rearmed = True
+        # Token bucket of the synthesis rate cap (burst: the concurrency cap).
+        self._tokens = float(caps.synthesis_concurrency)
+        self._last_obs: Observation | None = None
+        self._terms = self._compute(None, 1)
+
+    # -- observations ------------------------------------------------------------------
+
+    @property
+    def estimates(self) -> Estimates:
+        return self._estimates
+
+    @property
+    def bootstraps(self) -> int:
+        return self._bootstraps
+
+    @property
+    def rebootstraps(self) -> int:
+        return self._rebootstraps
+
+    @property
+    def integral(self) -> float:
+        return self._integral
+
+    @property
+    def terms(self) -> Terms:
+        return self._terms
+
+    @property
+    def settings(self) -> ControllerSettings:
+        return self._settings
+
+    def interval_s(self) -> float:
+        return self._terms.interval_s
+
+    def observe_gpu_service(self, seconds: float) -> None:
+        """One partition's GPU service time (s), start of H2D to end of its last kernel."""
+        self._estimates = replace(
+            self._estimates,
+            gpu_service_s=self._smooth(
+                self._estimates.gpu_service_s, seconds, self._settings.gpu_ema_alpha
+            ),
+        )
+
+    def observe_synthesis(self, seconds: float) -> None:
+        """One partition's synthesis duration (s), dispatch to ready."""
+        smoothed = self._smooth(
+            self._estimates.synthesis_s, seconds, self._settings.synthesis_ema_alpha
+        )
+        if self._cohort is not None:
+            cohort_mean = self._cohort.completed(seconds)
+            if cohort_mean is not None:
+                # The whole cold-start cohort is in: its mean is unbiased, unlike an average
+                # of its first (fastest) finishers.
+                smoothed = cohort_mean
+                self._cohort = None
+        self._estimates = replace(self._estimates, synthesis_s=smoothed)
+
+    @staticmethod
+    def _smooth(old: float | None, sample: float, alpha: float) -> float:
+        if not math.isfinite(sample) or sample < 0:
+            raise ValueError(f"a duration must be a finite number of seconds >= 0, got {sample}")
+        if old is None:
+            return sample
+        return old + alpha * (sample - old)
+
+    # -- the decision ------------------------------------------------------------------
+
+    def decide(self, obs: Observation) -> Decision:
+        """Partitions to dispatch now, and when to ask again at the latest."""
+        now = self._clock()
+        self._last_obs = obs
+        dt = 0.0 if self._last_update is None else max(0.0, now - self._last_update)
+        self._last_update = now
+        self._refill_tokens(dt)
+        self._track_emptiness(obs, now)
+        room = self._room(obs)
+
+        if not self._estimates.known:
+            return self._cold_bootstrap(obs, room)
+        if self._manual_interval_s is not None:
+            self._terms = self._compute(obs, max(1, obs.gpu_workers))
+            return self._paced(now, room, self._manual_interval_s, may_dispatch=True)
+        if self._refill_left > 0 and obs.backlog > 0:
+            return self._refill(obs, room)
+        self._refill_left = 0
+        if obs.backlog == 0:
+            self._terms = replace(
+                self._compute(obs, max(1, obs.gpu_workers)),
+                mode=Mode.DRAINED if obs.inflight == 0 else Mode.PACING,
+            )
+            return Decision(0, None)
+        if self._drained_for_rebootstrap(obs, now):
+            return self._rebootstrap(obs, room)
+
+        terms = self._compute(obs, max(1, obs.gpu_workers))
+        skipping = terms.projected_ready >= terms.setpoint + 1
+        blocked = room <= 0 or self._tokens < 1
+        self._integrate(terms, dt, blocked=blocked)
+        self._terms = terms = self._compute(obs, max(1, obs.gpu_workers))
+        return self._paced(now, room, terms.interval_s, may_dispatch=not skipping)
+
+    def _paced(self, now: float, room: int, interval: float, *, may_dispatch: bool) -> Decision:
+        due = self._last_dispatch + interval
+        if may_dispatch and room > 0 and self._tokens >= 1 and now >= due:
+            self._dispatched(now, 1)
+            return Decision(1, now + interval)
+        if may_dispatch and room > 0 and self._tokens < 1:
+            wait = (1 - self._tokens) / self._terms.rate_cap_per_s
+            return Decision(0, max(due, now + wait))
+        return Decision(0, max(due, now + interval) if now >= due else due)
+
+    def _room(self, obs: Observation) -> int:
+        room = min(
+            self._caps.synthesis_concurrency - obs.synthesizing,
+            self._caps.inflight_partitions - obs.inflight,
+            obs.backlog,
+        )
+        if obs.pool_free is not None:
+            room = min(room, obs.pool_free)
+        return max(0, room)
+
+    def _dispatched(self, now: float, count: int) -> None:
+        self._last_dispatch = now
+        self._tokens -= count
+
+    def _refill_tokens(self, dt: float) -> None:
+        rate = self._rate_cap_per_s()
+        burst = float(self._caps.synthesis_concurrency)
+        self._tokens = burst if math.isinf(rate) else min(burst, self._tokens + rate * dt)
+
+    def _rate_cap_per_s(self) -> float:
+        # From the per-item synthesis duration, never from the completion rate: a cap from
+        # completions tightens when dispatch slows, which slows dispatch further (collapse).
+        syn = self._estimates.synthesis_s
+        if syn is None or syn <= 0:
+            return math.inf
+        return self._caps.synthesis_concurrency / syn
+
+    # -- bootstrap and re-bootstrap -------------------------------------------------------
+
+    def _cold_bootstrap(self, obs: Observation, room: int) -> Decision:
+        self._terms = replace(self._terms, mode=Mode.BOOTSTRAP)
+        if obs.backlog == 0:
+            return Decision(0, None)
+        if not self._booted:
+            self._booted = True
+            self._bootstraps += 1
+        count = min(room, self._settings.bootstrap_depth - obs.inflight)
+        if count <= 0:
+            return Decision(0, None)
+        self._dispatched(self._clock(), count)
+        if self._cohort is not None:
+            self._cohort.dispatched(self._clock(), count)
+        return Decision(count, None)
+
+    def _track_emptiness(self, obs: Observation, now: float) -> None:
+        if obs.inflight > 0:
+            self._empty_since = None
+        elif self._empty_since is None:
+            self._empty_since = now
+        if obs.gpu_busy > 0:
+            self._rearmed = True
+
+    def _drained_for_rebootstrap(self, obs: Observation, now: float) -> bool:
+        return (
+            obs.inflight == 0
+            and self._rearmed
+            and self._empty_since is not None
+            and now - self._empty_since >= self._settings.rebootstrap_hold_s
+        )
+
+    def lead_s(self) -> float:
+        """T̂syn, the synthesis lead time (s) the projection looks ahead.
+
+        While the cold-start cohort is still running, at least the cohort's censored mean:
+        its first finishers are its fastest, so their average alone runs low and would starve
+        the GPUs one synthesis later.
+        """
+        syn = self._estimates.synthesis_s or 0.0
+        if self._cohort is not None:
+            syn = max(syn, self._cohort.lower_bound(self._clock()))
+        return syn
+
+    def little_depth(self, gpu_workers: int) -> int:
+        """Partitions in flight that keep ``gpu_workers`` busy with ``q*`` waiting:
+        ceil(T̂syn ÷ base interval) + q*."""
+        est = self._estimates
+        assert est.gpu_service_s is not None and est.synthesis_s is not None
+        base = max(est.gpu_service_s / max(1, gpu_workers), 1e-9)
+        return math.ceil(est.synthesis_s / base) + math.ceil(self._settings.target_ready)
+
+    def _rebootstrap(self, obs: Observation, room: int) -> Decision:
+        self._rebootstraps += 1
+        self._rearmed = False
+        self._integral = 0.0  # bumpless restart: the old integral belongs to another regime
+        self._refill_left = self.little_depth(obs.gpu_workers)
+        return self._refill(obs, room)
+
+    def _refill(self, obs: Observation, room: int) -> Decision:
+        """Dispatch the rest of a refill at once, as fast as caps and the pool allow."""
+        self._terms = replace(self._compute(obs, max(1, obs.gpu_workers)), mode=Mode.BOOTSTRAP)
+        count = min(room, self._refill_left, int(self._tokens))
+        if count <= 0:
+            return Decision(0, self._clock() + self._settings.interval_min_s)
+        self._refill_left -= count
+        self._dispatched(self._clock(), count)
+        return Decision(count, None if self._refill_left == 0 else self._clock())
+
+    # -- PI ------------------------------------------------------------------------------
+
+    def _compute(self, obs: Observation | None, workers: int) -> Terms:
+        s = self._settings
+        est = self._estimates
+        rate_cap = self._rate_cap_per_s()
+        if not est.known or obs is None:
+            mode = Mode.BOOTSTRAP if not est.known else Mode.DRAINED
+            return Terms(mode, 0.0, s.target_ready, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, rate_cap)
+        assert est.gpu_service_s is not None
+        base = max(est.gpu_service_s / workers, 1e-9)
+        projected = obs.ready + obs.synthesizing - self.lead_s() / base
+        error = (s.target_ready - projected) / s.target_ready
+        p_term = s.kp * error
+        i_term = s.ki * self._integral
+        multiplier = _clamp(1 + p_term + i_term, s.multiplier_min, s.multiplier_max)
+        interval = _clamp(base / multiplier, s.interval_min_s, s.interval_max_s)
+        mode = Mode.MANUAL if self._manual_interval_s is not None else Mode.PACING
+        if mode is Mode.MANUAL:
+            interval = self._manual_interval_s or interval
+        return Terms(
+            mode, projected, s.target_ready, error, p_term, i_term, base, multiplier, interval,
+            rate_cap,
+        )  # fmt: skip
+
+    def _integrate(self, terms: Terms, dt: float, *, blocked: bool) -> None:
+        """Anti-windup: no integration while the output is saturated in the error's direction
+        (clamped multiplier or interval, or a cap blocking dispatch)."""
+        s = self._settings
+        u = 1 + terms.p_term + terms.i_term
+        saturated_up = blocked or u >= s.multiplier_max or terms.interval_s <= s.interval_min_s
+        saturated_down = u <= s.multiplier_min or terms.interval_s >= s.interval_max_s
+        if (terms.error > 0 and saturated_up) or (terms.error < 0 and saturated_down):
+            return
+        self._integral = _clamp(self._integral + terms.error * dt, s.integral_min, s.integral_max)
+
+    # -- run-time changes -----------------------------------------------------------------
+
+    def retune(self, **changes: Any) -> ControllerSettings:
+        """Change gains, setpoint or limits without a jump in the output.
+
+        The integral is re-seeded so that ``kp·e + ki·∫e`` keeps its value under the new gains
+        and setpoint (where ``ki > 0``). Unknown names or invalid values raise ValueError naming
+        the field and the rule; nothing changes then.
+        """
+        unknown = sorted(set(changes) - set(ControllerSettings.model_fields))
+        if unknown:
+            raise ValueError(f"unknown controller setting(s): {', '.join(unknown)}")
+        new = ControllerSettings.model_validate({**self._settings.model_dump(), **changes})
+        old_u = self._terms.p_term + self._terms.i_term
+        projected = self._terms.projected_ready
+        self._settings = new
+        if self._terms.mode in (Mode.PACING, Mode.MANUAL) and new.ki > 0:
+            error = (new.target_ready - projected) / new.target_ready
+            seeded = (old_u - new.kp * error) / new.ki
+            self._integral = _clamp(seeded, new.integral_min, new.integral_max)
+        else:
+            self._integral = _clamp(self._integral, new.integral_min, new.integral_max)
+        self._refresh_terms()
+        return new
+
+    def set_manual(self, interval_s: float | None) -> None:
+        """Fix the dispatch interval (s), or hand control back to PI with None (bumpless:
+        the integral is seeded so the PI output starts at the manual interval)."""
+        if interval_s is not None and not (math.isfinite(interval_s) and interval_s > 0):
+            raise ValueError(f"interval_s must be a finite number > 0, got {interval_s}")
+        if interval_s is None and self._manual_interval_s is not None and self._settings.ki > 0:
+            t = self._terms
+            wanted_u = t.ff_interval_s / self._manual_interval_s - 1
+            self._integral = _clamp(
+                (wanted_u - t.p_term) / self._settings.ki,
+                self._settings.integral_min,
+                self._settings.integral_max,
+            )
+        self._manual_interval_s = interval_s
+        self._refresh_terms()
+
+    def _refresh_terms(self) -> None:
+        if self._terms.mode in (Mode.PACING, Mode.MANUAL) and self._last_obs is not None:
+            self._terms = self._compute(self._last_obs, max(1, self._last_obs.gpu_workers))
