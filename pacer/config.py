@@ -147,7 +147,7 @@ class SettingsError(Exception):
 
 
 def env_name(loc: tuple[int | str, ...]) -> str:
-    """The environment variable of a field path: ``("controller", "kp")`` → ``PACER_CONTROLLER__KP``."""
+    """The variable of a field path: ``("controller", "kp")`` → ``PACER_CONTROLLER__KP``."""
     return ENV_PREFIX + ENV_NESTED_DELIMITER.join(str(part).upper() for part in loc)
 
 
@@ -160,12 +160,17 @@ class Variable:
     description: str
 
 
+def _section_model(name: str) -> type[BaseModel]:
+    model = Settings.model_fields[name].annotation
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise TypeError(f"Settings.{name} is not a section")
+    return model
+
+
 def variables() -> Iterator[Variable]:
     """Every environment variable the Settings schema reads, in declaration order."""
-    for section_name, section in Settings.model_fields.items():
-        model = section.annotation
-        assert isinstance(model, type) and issubclass(model, BaseModel)
-        for field_name, field in model.model_fields.items():
+    for section_name in Settings.model_fields:
+        for field_name, field in _section_model(section_name).model_fields.items():
             if field.default_factory is not None:
                 default = "(host-dependent)"
             else:
@@ -195,9 +200,8 @@ def _describe(err: Any) -> str:
     message = str(err["msg"]).removeprefix("Value error, ")
     if isinstance(value, dict):
         # A rule across fields of one section: name each field by its variable.
-        section = Settings.model_fields[str(loc[0])].annotation
-        assert isinstance(section, type) and issubclass(section, BaseModel)
-        for field in sorted(section.model_fields, key=len, reverse=True):
+        fields = _section_model(str(loc[0])).model_fields
+        for field in sorted(fields, key=len, reverse=True):
             message = re.sub(rf"\b{re.escape(field)}\b", env_name((*loc, field)), message)
         return message
     return f"{env_name(loc)}: {message} (got {value!r})"

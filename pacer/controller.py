@@ -402,10 +402,11 @@ class PIController:
     def little_depth(self, gpu_workers: int) -> int:
         """Partitions in flight that keep ``gpu_workers`` busy with ``q*`` waiting:
         ceil(T̂syn ÷ base interval) + q*."""
-        est = self._estimates
-        assert est.gpu_service_s is not None and est.synthesis_s is not None
-        base = max(est.gpu_service_s / max(1, gpu_workers), 1e-9)
-        return math.ceil(est.synthesis_s / base) + math.ceil(self._settings.target_ready)
+        gpu = self._estimates.gpu_service_s
+        if gpu is None:
+            raise ValueError("little_depth needs a GPU service-time estimate")
+        base = max(gpu / max(1, gpu_workers), 1e-9)
+        return math.ceil(self.lead_s() / base) + math.ceil(self._settings.target_ready)
 
     def _rebootstrap(self, obs: Observation, room: int) -> Decision:
         self._rebootstraps += 1

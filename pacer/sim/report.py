@@ -6,6 +6,7 @@ idle periods of a bursty workload count neither for nor against a policy.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass
 
@@ -23,6 +24,7 @@ class Report:
 
     scenario: str
     policy: str
+    backlog: bool  # all jobs waiting at the start (else: Poisson arrivals)
     gpu_busy_ratio: float
     steady_gpu_busy_ratio: float
     throughput_partitions_per_s: float
@@ -53,7 +55,7 @@ class _Cumulative:
         self.cum = np.concatenate(([0.0], np.cumsum(values[:-1] * np.diff(t))))
 
     def __call__(self, at: np.ndarray | float) -> np.ndarray:
-        return np.interp(at, self.t, self.cum)
+        return np.asarray(np.interp(at, self.t, self.cum), dtype=float)
 
 
 def summarize(run: RawRun) -> Report:
@@ -77,6 +79,7 @@ def summarize(run: RawRun) -> Report:
     return Report(
         scenario=sc.name,
         policy=run.policy,
+        backlog=sc.jobs.arrival.kind == "backlog",
         gpu_busy_ratio=busy_ratio(0.0),
         steady_gpu_busy_ratio=busy_ratio(steady_from),
         throughput_partitions_per_s=run.completed / avail_total if avail_total > 0 else 0.0,
@@ -111,7 +114,7 @@ def bound_throughput(sc: Scenario, avail: _Cumulative) -> tuple[float, str]:
     total = float(avail(avail.t[-1]))
     edges = [0.0, *(p.at_s for p in sc.gpu.phases), math.inf]
     gpu_capacity = 0.0
-    for start, stop in zip(edges, edges[1:], strict=False):
+    for start, stop in itertools.pairwise(edges):
         share = float(avail(min(stop, avail.t[-1])) - avail(start))
         gpu_capacity += share * sc.gpu.workers / (gpu_mean * sc.gpu.scale_at(start))
     gpu_bound = gpu_capacity / total if total > 0 else sc.gpu.workers / gpu_mean

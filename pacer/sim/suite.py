@@ -1,0 +1,134 @@
+"""Running scenarios under policies, and the targets pacer's controller must meet."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pacer.config import Settings
+from pacer.sim.engine import RawRun, Simulation
+from pacer.sim.policies import POLICIES, policy_factory
+from pacer.sim.report import Report, summarize
+from pacer.sim.scenario import Scenario, load_scenario, shipped_scenarios
+
+# Targets (README "Simulator targets").
+THROUGHPUT_VS_BOUND = 0.97
+STEADY_BUSY_GPU_BOUND = 0.995
+PEAK_LITTLE_FACTOR = 1.15
+
+
+def run_policy(
+    scenario: Scenario, policy: str, settings: Settings, concurrency: int | None = None
+) -> tuple[RawRun, Report]:
+    """Simulate one policy on one scenario."""
+    raw = Simulation(
+        scenario, policy, policy_factory(policy, scenario, settings, concurrency)
+    ).run()
+    return raw, summarize(raw)
+
+
+def run_suite(
+    settings: Settings,
+    paths: Iterable[Path] | None = None,
+    policies: Sequence[str] = POLICIES,
+    progress: Callable[[int, int, Report], None] | None = None,
+) -> list[Report]:
+    """Every scenario (default: the shipped suite) under every policy, in order."""
+    scenarios = [load_scenario(p) for p in (shipped_scenarios() if paths is None else paths)]
+    total = len(scenarios) * len(policies)
+    reports = []
+    for scenario in scenarios:
+        for policy in policies:
+            _, report = run_policy(scenario, policy, settings)
+            reports.append(report)
+            if progress is not None:
+                progress(len(reports), total, report)
+    return reports
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One target checked on one scenario."""
+
+    scenario: str
+    target: str
+    passed: bool
+    detail: str
+
+
+def check_targets(reports: Sequence[Report], settings: Settings) -> list[Finding]:
+    """Check the ``pi`` policy of each scenario against its targets (and against ``cuzk``)."""
+    by_key = {(r.scenario, r.policy): r for r in reports}
+    findings = []
+    for (name, policy), pi in by_key.items():
+        if policy != "pi":
+            continue
+        scenario_findings = _scenario_targets(pi, settings.controller.target_ready)
+        cuzk = by_key.get((name, "cuzk"))
+        if cuzk is not None:
+            scenario_findings += _versus_cuzk(pi, cuzk)
+        findings += scenario_findings
+    return findings
+
+
+def _scenario_targets(pi: Report, target_ready: float) -> list[Finding]:
+    out = []
+
+    def add(target: str, passed: bool, detail: str) -> None:
+        out.append(Finding(pi.scenario, target, passed, detail))
+
+    add("no budget violations", pi.budget_violations == 0, f"{pi.budget_violations} violations")
+    if pi.backlog:
+        ratio = pi.throughput_partitions_per_s / pi.bound_throughput_partitions_per_s
+        add(
+            f"throughput >= {THROUGHPUT_VS_BOUND} x bound",
+            ratio >= THROUGHPUT_VS_BOUND,
+            f"{ratio:.4f} of the {pi.bottleneck} bound",
+        )
+        add("no re-bootstrap in a backlog", pi.rebootstraps == 0, f"{pi.rebootstraps}")
+    if pi.backlog and pi.bottleneck == "gpu":
+        add(
+            f"steady GPU busy >= {STEADY_BUSY_GPU_BOUND}",
+            pi.steady_gpu_busy_ratio >= STEADY_BUSY_GPU_BOUND,
+            f"{pi.steady_gpu_busy_ratio:.4f}",
+        )
+        limit = PEAK_LITTLE_FACTOR * pi.little_min_inflight + target_ready
+        add(
+            f"peak in flight <= {PEAK_LITTLE_FACTOR} x Little + target",
+            pi.peak_inflight_partitions <= limit,
+            f"{pi.peak_inflight_partitions} <= {limit:.1f}",
+        )
+    return out
+
+
+def _versus_cuzk(pi: Report, cuzk: Report) -> list[Finding]:
+    out = [
+        Finding(
+            pi.scenario,
+            "busy ratio >= cuzk",
+            pi.gpu_busy_ratio >= cuzk.gpu_busy_ratio,
+            f"{pi.gpu_busy_ratio:.4f} vs {cuzk.gpu_busy_ratio:.4f}",
+        ),
+        Finding(
+            pi.scenario,
+            "peak in flight <= cuzk",
+            pi.peak_inflight_partitions <= cuzk.peak_inflight_partitions,
+            f"{pi.peak_inflight_partitions} vs {cuzk.peak_inflight_partitions}",
+        ),
+    ]
+    if cuzk.time_to_steady_s is not None:
+        ok = pi.time_to_steady_s is not None and pi.time_to_steady_s <= cuzk.time_to_steady_s
+        out.append(
+            Finding(
+                pi.scenario,
+                "steady no later than cuzk",
+                ok,
+                f"{_seconds(pi.time_to_steady_s)} vs {_seconds(cuzk.time_to_steady_s)}",
+            )
+        )
+    return out
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} s"

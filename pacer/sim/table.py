@@ -1,0 +1,78 @@
+"""The tables `pacer simulate` prints."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pacer.sim.report import Report
+from pacer.sim.suite import Finding
+from pacer.table import render
+
+
+def _opt(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def single(report: Report) -> str:
+    """One run as a two-column table of metric, value."""
+    r = report
+    rows: list[tuple[str, str]] = [
+        ("scenario", r.scenario),
+        ("policy", r.policy),
+        ("simulated", f"{r.simulated_s:.0f} s"),
+        ("partitions completed", str(r.partitions_completed)),
+        ("GPU busy ratio", f"{r.gpu_busy_ratio:.4f}"),
+        ("steady GPU busy ratio", f"{r.steady_gpu_busy_ratio:.4f}"),
+        ("throughput", f"{r.throughput_partitions_per_s:.4f} partitions/s"),
+        (
+            "bound",
+            f"{r.bound_throughput_partitions_per_s:.4f} partitions/s ({r.bottleneck}); "
+            f"{r.throughput_partitions_per_s / r.bound_throughput_partitions_per_s:.3f} of it",
+        ),
+        (
+            "peak in flight",
+            f"{r.peak_inflight_partitions} partitions, {r.peak_inflight_bytes / 2**30:.0f} GiB",
+        ),
+        ("Little's-law minimum in flight", f"{r.little_min_inflight:.1f} partitions"),
+        ("peak ready", f"{r.peak_ready} partitions"),
+        ("time to first GPU work", _opt(r.time_to_first_gpu_s, ".1f") + " s"),
+        ("time to steady (busy >= 0.95)", _opt(r.time_to_steady_s, ".1f") + " s"),
+        ("idle gap p99", f"{r.idle_gap_p99_s:.2f} s"),
+        ("bootstraps / re-bootstraps", f"{r.bootstraps} / {r.rebootstraps}"),
+        ("budget violations", str(r.budget_violations)),
+    ]
+    return render(["metric", "value"], rows)
+
+
+SUITE_HEADERS = (
+    "scenario", "policy", "bound by", "busy", "steady busy", "thr/bound", "peak inflight",
+    "Little min", "peak ready", "t steady s", "gap p99 s", "reboots", "violations",
+)  # fmt: skip
+
+
+def suite(reports: Sequence[Report], markdown: bool = False) -> str:
+    """All runs side by side, one row per scenario and policy."""
+    rows = [
+        (
+            r.scenario,
+            r.policy,
+            r.bottleneck,
+            f"{r.gpu_busy_ratio:.4f}",
+            f"{r.steady_gpu_busy_ratio:.4f}",
+            f"{r.throughput_partitions_per_s / r.bound_throughput_partitions_per_s:.3f}",
+            r.peak_inflight_partitions,
+            f"{r.little_min_inflight:.1f}",
+            r.peak_ready,
+            _opt(r.time_to_steady_s, ".0f"),
+            f"{r.idle_gap_p99_s:.2f}",
+            r.rebootstraps,
+            r.budget_violations,
+        )
+        for r in reports
+    ]
+    return render(SUITE_HEADERS, rows, markdown=markdown)
+
+
+def findings(items: Sequence[Finding], markdown: bool = False) -> str:
+    rows = [(f.scenario, f.target, "pass" if f.passed else "FAIL", f.detail) for f in items]
+    return render(("scenario", "target", "result", "measured"), rows, markdown=markdown)
