@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pacer.__main__ import main
+from pacer.sim.scenario import shipped_scenarios
+
+SMALL = """\
+name = "small"
+duration_s = 900
+seed = 5
+[gpu]
+workers = 2
+service_s = { dist = "lognormal", median = 1.8, sigma = 0.1 }
+[synthesis]
+duration_s = { dist = "lognormal", median = 30.0, sigma = 0.2 }
+threads_per_synthesis = 4
+cores = 192
+[partition]
+bytes = 15032385536
+[memory]
+budget_bytes = 751619276800
+[jobs]
+partitions_per_job = 10
+arrival = { kind = "backlog", jobs = 60 }
+"""
+
+JSON_KEYS = {
+    "gpu_busy_ratio", "steady_gpu_busy_ratio", "throughput_partitions_per_s",
+    "bound_throughput_partitions_per_s", "peak_inflight_partitions", "peak_inflight_bytes",
+    "little_min_inflight", "peak_ready", "time_to_first_gpu_s", "time_to_steady_s",
+    "idle_gap_p99_s", "bootstraps", "rebootstraps", "budget_violations", "partitions_completed",
+}  # fmt: skip
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Path:
+    path = tmp_path / "small.toml"
+    path.write_text(SMALL)
+    return path
+
+
+def test_simulate_prints_a_table(small: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(small)]) == 0
+    out = capsys.readouterr().out
+    assert "GPU busy ratio" in out
+    assert "partitions completed            600" in out
+
+
+@pytest.mark.parametrize("policy", ["pi", "cuzk", "unpaced", "fixed"])
+def test_simulate_json(small: Path, policy: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(small), "--policy", policy, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) >= JSON_KEYS
+    assert report["policy"] == policy
+    assert report["partitions_completed"] == 600
+    assert 0 < report["gpu_busy_ratio"] <= 1
+
+
+def test_fixed_concurrency_flag(small: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(small), "--policy", "fixed", "--concurrency", "7", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["peak_inflight_partitions"] == 7
+    assert main(["simulate", str(small), "--concurrency", "7"]) == 2
+    assert "--concurrency takes a number >= 1 and needs --policy fixed" in capsys.readouterr().err
+
+
+def test_simulate_plot_writes_a_png(small: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run.png"
+    assert main(["simulate", str(small), "--plot", str(out)]) == 0
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 20_000
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("median = 1.8", "median = -1.8"), "gpu.service_s.median: Input should be greater than 0"),
+        (("workers = 2\n", ""), "gpu.workers: required key is missing"),
+        (("cores = 192", "cores = 192\nthreads = 3"), "synthesis.threads: unknown key"),
+        (
+            ('dist = "lognormal", median = 30.0, sigma = 0.2', 'dist = "gamma"'),
+            "synthesis.duration_s: Input tag 'gamma' found using 'dist' does not match",
+        ),
+        (
+            ("budget_bytes = 751619276800", "budget_bytes = 1"),
+            "partition.bytes (15032385536) must not exceed memory.budget_bytes (1)",
+        ),
+        (("[gpu]", "[gpu"), "not valid TOML"),
+    ],
+    ids=["negative", "missing", "unknown", "bad-dist", "cross-field", "toml-syntax"],
+)
+def test_bad_scenario_names_the_key(
+    small: Path, edit: tuple[str, str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    small.write_text(SMALL.replace(*edit))
+    assert main(["simulate", str(small)]) == 2
+    err = capsys.readouterr().err
+    assert f"{small}: " in err
+    assert message in err
+
+
+def test_missing_scenario_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(tmp_path / "nope.toml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_suite_on_one_scenario_checks_targets(
+    small: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 600 partitions are too few to amortize the first synthesis (~30 s of an ~9 min run):
+    # the throughput target fails, and the exit status says so.
+    assert main(["simulate", "--suite", str(small)]) == 1
+    captured = capsys.readouterr()
+    for policy in ("pi", "cuzk", "unpaced", "fixed"):
+        assert f"small     {policy}" in captured.out
+    assert "throughput >= 0.97 x bound                FAIL" in captured.out
+    assert "steady GPU busy >= 0.995                  pass" in captured.out
+    assert "[4/4] small / fixed" in captured.err
+
+
+def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["simulate", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "cuzk" in out
+    assert "--concurrency" in out
+    assert "examples:" in out
+
+
+def test_shipped_scenarios_are_packaged() -> None:
+    assert len(shipped_scenarios()) >= 7

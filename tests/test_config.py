@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pacer.config import SettingsError, effective, load_settings, markdown_table, variables
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_load() -> None:
+    settings = load_settings()
+    assert settings.controller.target_ready == 8.0
+    assert settings.synthesis.cores == (os.cpu_count() or 1)
+
+
+def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PACER_CONTROLLER__KP", "0.4")
+    monkeypatch.setenv("PACER_MEMORY__BUDGET_BYTES", "700GiB")
+    settings = load_settings()
+    assert settings.controller.kp == 0.4
+    assert settings.memory.budget_bytes == 700 * 2**30
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"PACER_CONTROLLER__KP": "-1"}, "PACER_CONTROLLER__KP: Input should be greater than or"),
+        ({"PACER_CONTROLLER__KP": "fast"}, "PACER_CONTROLLER__KP: Input should be a valid number"),
+        ({"PACER_SYNTHESIS__CORES": "0"}, "PACER_SYNTHESIS__CORES: Input should be greater than"),
+        (
+            {"PACER_CONTROLLER__INTERVAL_MIN_S": "90"},
+            "PACER_CONTROLLER__INTERVAL_MIN_S (90.0) must be less than "
+            "PACER_CONTROLLER__INTERVAL_MAX_S (60.0)",
+        ),
+        (
+            {"PACER_MEMORY__PARTITION_BYTES": "2TiB"},
+            "PACER_MEMORY__PARTITION_BYTES (2199023255552) must not exceed "
+            "PACER_MEMORY__BUDGET_BYTES",
+        ),
+        ({"PACER_CONTROLLER__KPP": "1"}, "PACER_CONTROLLER__KPP: not a pacer setting"),
+        ({"PACER_MEMORY__BUDGET_BYTES": "lots"}, "PACER_MEMORY__BUDGET_BYTES: could not parse"),
+    ],
+    ids=[
+        "negative",
+        "not-a-number",
+        "zero-cores",
+        "limits-order",
+        "partition-too-big",
+        "typo",
+        "bad-size",
+    ],
+)
+def test_invalid_value_names_variable_and_rule(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+
+
+def test_cli_invalid_setting_exits_nonzero_without_traceback() -> None:
+    env = {**os.environ, "PACER_CONTROLLER__TARGET_READY": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pacer", "config"], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert "PACER_CONTROLLER__TARGET_READY: Input should be greater than 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_config_prints_every_variable_with_effective_value(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pacer.__main__ import main
+
+    monkeypatch.setenv("PACER_CONTROLLER__KI", "0.02")
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    assert "PACER_CONTROLLER__KI=0.02\n" in out
+    names = re.findall(r"^(PACER_\w+)=", out, flags=re.M)
+    assert names == [v.name for v in variables()]
+    assert [name for name, _ in ((v.name, x) for v, x in effective(load_settings()))] == names
+
+
+def test_every_variable_has_a_description_with_unit() -> None:
+    for var in variables():
+        assert re.search(r"\(.+\)\s*$", var.description), var.name
+
+
+def test_readme_table_is_current() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    begin, end = "<!-- settings-table:begin -->", "<!-- settings-table:end -->"
+    assert begin in readme
+    assert end in readme
+    current = readme.split(begin, 1)[1].split(end, 1)[0].strip()
+    assert current == markdown_table(), (
+        "README's settings table is stale: regenerate it with `pacer config --markdown`"
+    )
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```sh\n(.+?)\n```", readme, flags=re.S)
+    test_command = blocks[1]
+    assert "pytest" in test_command
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()
+    assert ci[-1] == test_command

@@ -1,0 +1,350 @@
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from pacer.config import ControllerSettings
+from pacer.controller import Caps, ColdCohort, Estimates, Mode, Observation, PIController
+from tests.conftest import FakeClock
+
+WARM = Estimates(gpu_service_s=2.0, synthesis_s=30.0)  # 2 workers: base interval 1 s, λT = 30
+ROOMY = Caps(synthesis_concurrency=48, inflight_partitions=200)
+
+
+def make(
+    clock: FakeClock,
+    estimates: Estimates | None = WARM,
+    caps: Caps = ROOMY,
+    **settings: Any,
+) -> PIController:
+    return PIController(ControllerSettings(**settings), caps, clock, estimates)
+
+
+def obs(
+    ready: int = 0, synth: int = 0, busy: int = 2, backlog: int = 1000, **kw: Any
+) -> Observation:
+    return Observation(ready=ready, synthesizing=synth, gpu_busy=busy, gpu_workers=2,
+                       backlog=backlog, **kw)  # fmt: skip
+
+
+def pace(
+    c: PIController, clock: FakeClock, o: Observation, seconds: float, step: float = 0.1
+) -> int:
+    """Call decide every ``step`` seconds for ``seconds``; return partitions dispatched."""
+    sent = 0
+    for _ in range(round(seconds / step)):
+        clock.advance(step)
+        sent += c.decide(o).dispatch
+    return sent
+
+
+# -- bootstrap ---------------------------------------------------------------------------
+
+
+def test_cold_start_fills_to_bootstrap_depth(clock: FakeClock) -> None:
+    c = make(clock, estimates=None)
+    d = c.decide(obs(busy=0))
+    assert (d.dispatch, c.terms.mode, c.bootstraps) == (16, Mode.BOOTSTRAP, 1)
+    assert c.decide(obs(synth=16, busy=0)).dispatch == 0
+    assert c.decide(obs(synth=10, busy=0)).dispatch == 6
+    assert c.bootstraps == 1
+
+
+def test_cold_start_respects_caps_and_backlog(clock: FakeClock) -> None:
+    c = make(clock, estimates=None, caps=Caps(synthesis_concurrency=4, inflight_partitions=50))
+    assert c.decide(obs(busy=0)).dispatch == 4
+    c = make(clock, estimates=None)
+    assert c.decide(obs(busy=0, backlog=3)).dispatch == 3
+
+
+def test_cold_start_without_demand_dispatches_nothing(clock: FakeClock) -> None:
+    c = make(clock, estimates=None)
+    assert c.decide(obs(busy=0, backlog=0)).dispatch == 0
+    assert c.bootstraps == 0
+
+
+def test_cohort_bound_corrects_fast_first_finishers(clock: FakeClock) -> None:
+    c = make(clock, estimates=None)
+    c.decide(obs(busy=0))  # 16 dispatched at t=0
+    clock.advance(20)
+    c.observe_synthesis(20.0)
+    clock.advance(5)
+    # 1 finished after 20 s; 15 still running, each 25 s old.
+    assert c.lead_s() == pytest.approx((20 + 15 * 25) / 16)
+    for duration in range(26, 41):
+        clock.now = duration
+        c.observe_synthesis(float(duration))
+    assert c.estimates.synthesis_s == pytest.approx((20 + sum(range(26, 41))) / 16)
+    assert c.lead_s() == c.estimates.synthesis_s
+
+
+def test_cohort_lower_bound_matches_completions_in_dispatch_order() -> None:
+    cohort = ColdCohort()
+    cohort.dispatched(0.0, 2)
+    cohort.dispatched(10.0, 2)
+    assert cohort.lower_bound(12.0) == pytest.approx((12 + 12 + 2 + 2) / 4)
+    assert cohort.completed(11.0) is None
+    assert cohort.lower_bound(12.0) == pytest.approx((11 + 12 + 2 + 2) / 4)
+
+
+# -- PI -----------------------------------------------------------------------------------
+
+
+def test_at_setpoint_interval_is_the_feed_forward(clock: FakeClock) -> None:
+    c = make(clock)
+    c.decide(obs(ready=8, synth=30))  # q̂ = 8 + 30 − 30 = 8 = q*
+    t = c.terms
+    assert (t.mode, t.projected_ready, t.error, t.p_term) == (Mode.PACING, 8.0, 0.0, 0.0)
+    assert t.ff_interval_s == pytest.approx(1.0)
+    assert t.interval_s == pytest.approx(1.0)
+
+
+def test_proportional_step(clock: FakeClock) -> None:
+    c = make(clock, kp=0.5, ki=0.0)
+    c.decide(obs(ready=4, synth=30))  # q̂ = 4: e = 0.5, u = 0.25
+    assert c.terms.error == pytest.approx(0.5)
+    assert c.terms.p_term == pytest.approx(0.25)
+    assert c.terms.interval_s == pytest.approx(1 / 1.25)
+
+
+@pytest.mark.parametrize(
+    ("ready", "settings", "interval"),
+    [
+        (0, {"kp": 5.0, "multiplier_max": 4.0}, 1 / 4),  # multiplier clamped high
+        (0, {"kp": 5.0, "interval_min_s": 0.5}, 0.5),  # interval clamped low
+        (20, {"kp": 5.0, "multiplier_min": 0.25}, 4.0),  # multiplier clamped low
+        (20, {"kp": 5.0, "interval_max_s": 2.0}, 2.0),  # interval clamped high
+    ],
+    ids=["multiplier-max", "interval-min", "multiplier-min", "interval-max"],
+)
+def test_output_clamps(
+    clock: FakeClock, ready: int, settings: dict[str, Any], interval: float
+) -> None:
+    c = make(clock, **settings)
+    c.decide(obs(ready=ready, synth=30))
+    assert c.terms.interval_s == pytest.approx(interval)
+
+
+def test_skips_dispatch_while_projected_depth_above_setpoint(clock: FakeClock) -> None:
+    c = make(clock)
+    assert pace(c, clock, obs(ready=9, synth=30), 10) == 0  # q̂ = 9 ≥ q* + 1
+    assert pace(c, clock, obs(ready=7, synth=30), 10) > 0
+
+
+def test_dispatches_are_spaced_by_the_interval(clock: FakeClock) -> None:
+    c = make(clock, ki=0.0)
+    o = obs(ready=8, synth=30)
+    first = c.decide(o)
+    assert first.dispatch == 1
+    assert first.next_at == pytest.approx(clock.now + 1.0)
+    clock.advance(0.5)
+    assert c.decide(o).dispatch == 0
+    clock.advance(0.5)
+    assert c.decide(o).dispatch == 1
+
+
+def test_integral_accumulates_and_stays_clamped(clock: FakeClock) -> None:
+    c = make(clock, kp=0.0, ki=0.001, integral_max=5.0)
+    pace(c, clock, obs(ready=4, synth=30), 2.0, step=1.0)  # e = 0.5 for 2 s
+    assert c.integral == pytest.approx(0.5)  # first call has no dt
+    pace(c, clock, obs(ready=4, synth=30), 100.0, step=1.0)
+    assert c.integral == 5.0
+
+
+def test_no_integration_while_saturated_in_the_error_direction(clock: FakeClock) -> None:
+    c = make(clock, kp=10.0, ki=0.01)  # u = 10·e saturates the multiplier at once
+    pace(c, clock, obs(ready=0, synth=30), 60.0)
+    assert c.integral == 0.0
+    pace(c, clock, obs(ready=20, synth=30), 60.0)
+    assert c.integral == 0.0
+
+
+def test_no_integration_while_a_cap_blocks_dispatch(clock: FakeClock) -> None:
+    c = make(clock, caps=Caps(synthesis_concurrency=30, inflight_partitions=200), kp=0.1)
+    pace(c, clock, obs(ready=0, synth=30), 60.0)  # e > 0, but the synthesis cap is full
+    assert c.integral == 0.0
+
+
+def test_no_integration_without_demand(clock: FakeClock) -> None:
+    c = make(clock)
+    c.decide(obs(ready=0, synth=30, backlog=0))
+    pace(c, clock, obs(ready=0, synth=0, busy=0, backlog=0), 600.0, step=10.0)
+    assert c.integral == 0.0
+    assert c.terms.mode is Mode.DRAINED
+
+
+# -- retune and manual --------------------------------------------------------------------
+
+
+def _settled(clock: FakeClock) -> PIController:
+    c = make(clock, kp=0.5, ki=0.02)
+    pace(c, clock, obs(ready=6, synth=30), 30.0)  # integral winds to a nonzero value
+    assert c.integral != 0.0
+    return c
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"kp": 1.5}, {"ki": 0.005}, {"target_ready": 12.0}, {"kp": 0.1, "target_ready": 5.0}],
+    ids=["kp", "ki", "setpoint", "kp-and-setpoint"],
+)
+def test_retune_is_bumpless(clock: FakeClock, changes: dict[str, float]) -> None:
+    c = _settled(clock)
+    before = c.terms.interval_s
+    c.retune(**changes)
+    assert c.terms.interval_s == pytest.approx(before)
+    c.decide(obs(ready=6, synth=30))  # same observation, same instant: same output
+    assert c.terms.interval_s == pytest.approx(before)
+    for key, value in changes.items():
+        assert getattr(c.settings, key) == value
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"kp": -1.0}, "kp"),
+        ({"interval_min_s": 100.0}, "interval_min_s (100.0) must be less than interval_max_s"),
+        ({"gain": 1.0}, "unknown controller setting(s): gain"),
+    ],
+    ids=["negative-kp", "limits-order", "unknown"],
+)
+def test_retune_rejects_bad_values_and_changes_nothing(
+    clock: FakeClock, changes: dict[str, float], message: str
+) -> None:
+    c = _settled(clock)
+    settings, integral = c.settings, c.integral
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        c.retune(**changes)
+    assert (c.settings, c.integral) == (settings, integral)
+
+
+def test_manual_interval_and_bumpless_return(clock: FakeClock) -> None:
+    c = _settled(clock)
+    c.set_manual(2.0)
+    c.decide(obs(ready=6, synth=30))
+    assert (c.terms.mode, c.terms.interval_s) == (Mode.MANUAL, 2.0)
+    c.set_manual(None)
+    assert c.terms.mode is Mode.PACING
+    assert c.terms.interval_s == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="interval_s must be a finite number > 0"):
+        c.set_manual(0.0)
+
+
+# -- caps ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("o", "caps"),
+    [
+        (obs(synth=10), Caps(synthesis_concurrency=10, inflight_partitions=200)),
+        (obs(ready=5, synth=10, busy=5), Caps(synthesis_concurrency=48, inflight_partitions=20)),
+        (obs(synth=10, pool_free=0), Caps(synthesis_concurrency=48, inflight_partitions=200)),
+    ],
+    ids=["synthesis-concurrency", "memory-budget", "pinned-pool"],
+)
+def test_caps_block_dispatch(clock: FakeClock, o: Observation, caps: Caps) -> None:
+    c = make(clock, caps=caps)
+    assert pace(c, clock, o, 30.0) == 0
+
+
+def test_caps_from_host() -> None:
+    caps = Caps.from_host(cores=192, threads_per_synthesis=4, max_concurrent=256,
+                          budget_bytes=700 * 2**30, partition_bytes=14 * 2**30)  # fmt: skip
+    assert caps == Caps(synthesis_concurrency=48, inflight_partitions=50)
+    with pytest.raises(ValueError, match="inflight_partitions must be at least 1, got 0"):
+        Caps(synthesis_concurrency=1, inflight_partitions=0)
+
+
+def test_rate_cap_comes_from_synthesis_duration(clock: FakeClock) -> None:
+    c = make(clock, caps=Caps(synthesis_concurrency=12, inflight_partitions=200))
+    c.decide(obs(ready=0, synth=0))
+    assert c.terms.rate_cap_per_s == pytest.approx(12 / 30.0)
+
+
+def test_rate_cap_limits_a_burst_to_the_synthesis_rate(clock: FakeClock) -> None:
+    # Few syntheses of 60 s: synthesis absorbs 4 ÷ 60 partitions/s, far below the GPU rate.
+    est = Estimates(gpu_service_s=0.2, synthesis_s=60.0)
+    c = make(clock, estimates=est, caps=Caps(synthesis_concurrency=4, inflight_partitions=500))
+    sent = pace(c, clock, obs(ready=0, synth=0), 600.0)
+    assert sent <= 4 + 600 * 4 / 60.0 + 1
+
+
+def test_cap_never_ratchets_down_at_a_low_dispatch_rate(clock: FakeClock) -> None:
+    """The collapse loop: a cap from the completion rate tightens as dispatch slows. Ours is
+    from the per-item duration, so a slow start leaves it where it was."""
+    c = make(clock, caps=Caps(synthesis_concurrency=8, inflight_partitions=200))
+    c.set_manual(30.0)  # one dispatch every 30 s: one completion every 30 s
+    caps_seen = []
+    for _ in range(40):
+        pace(c, clock, obs(ready=0, synth=1), 30.0, step=1.0)
+        c.observe_synthesis(30.0)
+        caps_seen.append(c.terms.rate_cap_per_s)
+    completion_rate = 1 / 30.0
+    assert min(caps_seen) == pytest.approx(8 / 30.0)
+    assert min(caps_seen) > 7 * completion_rate
+    c.set_manual(None)
+    # Back on PI with a starved pipeline, dispatch reaches the cap's rate, far above the
+    # completion rate seen so far (which would have allowed 2 in this minute).
+    assert pace(c, clock, obs(ready=0, synth=1), 60.0) >= 60 * 8 / 30.0
+
+
+# -- re-bootstrap --------------------------------------------------------------------------
+
+
+def test_rebootstrap_refills_to_littles_law_depth_on_a_true_drain(clock: FakeClock) -> None:
+    c = make(clock, ki=0.02)
+    pace(c, clock, obs(ready=6, synth=30), 30.0)
+    pace(c, clock, obs(ready=0, synth=0, busy=0, backlog=0), 60.0)  # drained, idle
+    d = c.decide(obs(ready=0, synth=0, busy=0, backlog=500))  # a job arrives
+    assert d.dispatch == math.ceil(30 / 1.0) + 8
+    assert (c.rebootstraps, c.integral, c.terms.mode) == (1, 0.0, Mode.BOOTSTRAP)
+    assert c.estimates == WARM
+
+
+def test_rebootstrap_refill_continues_as_caps_allow(clock: FakeClock) -> None:
+    c = make(clock, caps=Caps(synthesis_concurrency=10, inflight_partitions=200))
+    assert c.decide(obs(ready=0, synth=0, busy=0)).dispatch == 10
+    assert c.decide(obs(ready=0, synth=10, busy=0)).dispatch == 0
+    clock.advance(30)
+    assert c.decide(obs(ready=0, synth=0, busy=0)).dispatch == 10
+    assert c.rebootstraps == 1
+
+
+def test_no_rebootstrap_on_a_momentary_empty_pipeline(clock: FakeClock) -> None:
+    c = make(clock)
+    pace(c, clock, obs(ready=6, synth=30), 10.0)
+    clock.advance(0.1)
+    c.decide(obs(ready=0, synth=0, busy=0))  # empty for a moment, work waiting
+    clock.advance(0.2)  # shorter than rebootstrap_hold_s
+    d = c.decide(obs(ready=0, synth=0, busy=0))
+    assert c.rebootstraps == 0
+    assert d.dispatch <= 1
+
+
+def test_no_second_rebootstrap_before_the_refill_reaches_a_gpu(clock: FakeClock) -> None:
+    c = make(clock)
+    c.decide(obs(ready=0, synth=0, busy=0))
+    assert c.rebootstraps == 1
+    pace(c, clock, obs(ready=0, synth=0, busy=0, backlog=0), 10.0)  # refill was cancelled
+    c.decide(obs(ready=0, synth=0, busy=0))
+    assert c.rebootstraps == 1
+    c.decide(obs(ready=0, synth=5, busy=1))  # work reached a GPU: armed again
+    pace(c, clock, obs(ready=0, synth=0, busy=0, backlog=0), 10.0)
+    c.decide(obs(ready=0, synth=0, busy=0))
+    assert c.rebootstraps == 2
+
+
+def test_warm_start_refills_without_a_cold_bootstrap(clock: FakeClock) -> None:
+    c = make(clock)
+    assert c.decide(obs(busy=0)).dispatch == 38
+    assert (c.bootstraps, c.rebootstraps) == (0, 1)
+
+
+def test_observation_rejects_a_bad_duration(clock: FakeClock) -> None:
+    c = make(clock)
+    with pytest.raises(ValueError, match="a duration must be a finite number of seconds >= 0"):
+        c.observe_gpu_service(-1.0)
+    with pytest.raises(ValueError, match="got nan"):
+        c.observe_synthesis(float("nan"))
