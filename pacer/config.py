@@ -57,10 +57,16 @@ class ControllerSettings(_Section):
         description="Smoothing weight of each new synthesis-duration sample (1)",
     )
     bootstrap_depth: int = Field(
-        16,
-        ge=1,
-        description="Partitions dispatched on a cold start, before any duration is known "
-        "(partitions)",
+        0,
+        ge=0,
+        description="Partitions dispatched on a cold start, before any duration is known; 0: "
+        "half the smaller of the synthesis-concurrency and memory caps (partitions)",
+    )
+    spread_sigmas: float = Field(
+        3.0,
+        ge=0,
+        description="Raise the setpoint to this many standard deviations of the ready "
+        "queue's wander, estimated from the spread of synthesis times; 0: off (1)",
     )
     rebootstrap_hold_s: float = Field(
         1.0,

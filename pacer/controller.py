@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from pacer.config import ControllerSettings, Settings
+from pacer.estimates import Estimates, Estimator
 
 
 class Mode(StrEnum):
@@ -104,24 +105,12 @@ class Caps:
 
 
 @dataclass(frozen=True)
-class Estimates:
-    """Smoothed durations (s); None until the first sample. Saved so a restart starts warm."""
-
-    gpu_service_s: float | None = None
-    synthesis_s: float | None = None
-
-    @property
-    def known(self) -> bool:
-        return self.gpu_service_s is not None and self.synthesis_s is not None
-
-
-@dataclass(frozen=True)
 class Terms:
     """The controller's last computation, for metrics, status and plots."""
 
     mode: Mode
     projected_ready: float  # q̂ (partitions)
-    setpoint: float  # q* (partitions)
+    setpoint: float  # effective q*: target_ready, raised to cover the ready queue's spread
     error: float  # e = (q* − q̂) ÷ q*
     p_term: float  # kp·e
     i_term: float  # ki·∫e dt
@@ -153,43 +142,12 @@ class DispatchPolicy(Protocol):
     def interval_s(self) -> float: ...
 
 
-class ColdCohort:
-    """The syntheses of a cold start, for a censored estimate of their mean duration.
-
-    All were dispatched before any duration was known; the first to finish are the fastest.
-    While some still run, ``(Σ finished + Σ age of those running) ÷ N`` bounds the cohort's
-    mean from below, and rises toward it as the cohort completes. Completions are matched to
-    dispatches in order (the oldest running are taken to be the ones still out).
-    """
-
-    def __init__(self) -> None:
-        self._dispatch_times: list[float] = []
-        self._finished: list[float] = []
-
-    def dispatched(self, at: float, count: int) -> None:
-        self._dispatch_times.extend([at] * count)
-
-    def completed(self, seconds: float) -> float | None:
-        """Record one finished duration; the cohort mean once all are in, else None."""
-        self._finished.append(seconds)
-        if len(self._finished) < len(self._dispatch_times):
-            return None
-        return sum(self._finished) / len(self._finished)
-
-    def lower_bound(self, now: float) -> float:
-        n = len(self._dispatch_times)
-        if n == 0:
-            return 0.0
-        running = self._dispatch_times[len(self._finished) :]
-        return (sum(self._finished) + sum(now - t for t in running)) / n
-
-
 class PIController:
     """PI pacing with feed-forward, a synthesis-throughput cap and (re-)bootstrap.
 
     >>> c = PIController(ControllerSettings(), Caps(48, 50), clock=lambda: 0.0)
     >>> c.decide(Observation(ready=0, synthesizing=0, gpu_busy=0, gpu_workers=2, backlog=100))
-    Decision(dispatch=16, next_at=None)
+    Decision(dispatch=24, next_at=None)
     """
 
     def __init__(
@@ -202,7 +160,9 @@ class PIController:
         self._settings = settings
         self._caps = caps
         self._clock = clock
-        self._estimates = estimates or Estimates()
+        self._est = Estimator(
+            settings.gpu_ema_alpha, settings.synthesis_ema_alpha, estimates or Estimates()
+        )
         self._integral = 0.0
         self._last_update: float | None = None
         self._last_dispatch = -math.inf
@@ -210,7 +170,7 @@ class PIController:
         self._bootstraps = 0
         self._rebootstraps = 0
         self._booted = False  # a cold bootstrap has been started
-        self._cohort: ColdCohort | None = None if self._estimates.known else ColdCohort()
+        self._cold_refill_due = False  # refill once the cold start has its first estimates
         self._refill_left = 0  # partitions a bootstrap still has to dispatch
         # Hysteresis for re-bootstrap: the pipeline must have been empty this long, and a
         # refill must have reached a GPU before the next one can fire.
@@ -225,7 +185,7 @@ class PIController:
 
     @property
     def estimates(self) -> Estimates:
-        return self._estimates
+        return self._est.estimates
 
     @property
     def bootstraps(self) -> int:
@@ -252,34 +212,11 @@ class PIController:
 
     def observe_gpu_service(self, seconds: float) -> None:
         """One partition's GPU service time (s), start of H2D to end of its last kernel."""
-        self._estimates = replace(
-            self._estimates,
-            gpu_service_s=self._smooth(
-                self._estimates.gpu_service_s, seconds, self._settings.gpu_ema_alpha
-            ),
-        )
+        self._est.observe_gpu_service(seconds)
 
     def observe_synthesis(self, seconds: float) -> None:
         """One partition's synthesis duration (s), dispatch to ready."""
-        smoothed = self._smooth(
-            self._estimates.synthesis_s, seconds, self._settings.synthesis_ema_alpha
-        )
-        if self._cohort is not None:
-            cohort_mean = self._cohort.completed(seconds)
-            if cohort_mean is not None:
-                # The whole cold-start cohort is in: its mean is unbiased, unlike an average
-                # of its first (fastest) finishers.
-                smoothed = cohort_mean
-                self._cohort = None
-        self._estimates = replace(self._estimates, synthesis_s=smoothed)
-
-    @staticmethod
-    def _smooth(old: float | None, sample: float, alpha: float) -> float:
-        if not math.isfinite(sample) or sample < 0:
-            raise ValueError(f"a duration must be a finite number of seconds >= 0, got {sample}")
-        if old is None:
-            return sample
-        return old + alpha * (sample - old)
+        self._est.observe_synthesis(seconds, self._clock())
 
     # -- the decision ------------------------------------------------------------------
 
@@ -293,8 +230,12 @@ class PIController:
         self._track_emptiness(obs, now)
         room = self._room(obs)
 
-        if not self._estimates.known:
+        if not self._est.known:
             return self._cold_bootstrap(obs, room)
+        if self._cold_refill_due:
+            # Rates just became known: top the cold start up to the Little's-law depth at once.
+            self._cold_refill_due = False
+            self._refill_left = max(0, self.little_depth(obs.gpu_workers) - obs.inflight)
         if self._manual_interval_s is not None:
             self._terms = self._compute(obs, max(1, obs.gpu_workers))
             return self._paced(now, room, self._manual_interval_s, may_dispatch=True)
@@ -315,6 +256,14 @@ class PIController:
         blocked = room <= 0 or self._tokens < 1
         self._integrate(terms, dt, blocked=blocked)
         self._terms = terms = self._compute(obs, max(1, obs.gpu_workers))
+        if self._est.cold_cohort_open:
+            # Until the cold start's first syntheses are all in, their lead time is known only
+            # from below; hold in flight at least at the bootstrap depth meanwhile, so the GPUs
+            # are fed through the first synthesis lead time whatever the estimate says.
+            count = min(room, self.bootstrap_depth - obs.inflight, int(self._tokens))
+            if count > 0:
+                self._dispatched(now, count)
+                return Decision(count, now + terms.interval_s)
         return self._paced(now, room, terms.interval_s, may_dispatch=not skipping)
 
     def _paced(self, now: float, room: int, interval: float, *, may_dispatch: bool) -> Decision:
@@ -349,7 +298,7 @@ class PIController:
     def _rate_cap_per_s(self) -> float:
         # From the per-item synthesis duration, never from the completion rate: a cap from
         # completions tightens when dispatch slows, which slows dispatch further (collapse).
-        syn = self._estimates.synthesis_s
+        syn = self._est.estimates.synthesis_s
         if syn is None or syn <= 0:
             return math.inf
         return self._caps.synthesis_concurrency / syn
@@ -362,13 +311,13 @@ class PIController:
             return Decision(0, None)
         if not self._booted:
             self._booted = True
+            self._cold_refill_due = True
             self._bootstraps += 1
-        count = min(room, self._settings.bootstrap_depth - obs.inflight)
+        count = min(room, self.bootstrap_depth - obs.inflight)
         if count <= 0:
             return Decision(0, None)
         self._dispatched(self._clock(), count)
-        if self._cohort is not None:
-            self._cohort.dispatched(self._clock(), count)
+        self._est.cold_dispatched(self._clock(), count)
         return Decision(count, None)
 
     def _track_emptiness(self, obs: Observation, now: float) -> None:
@@ -387,26 +336,27 @@ class PIController:
             and now - self._empty_since >= self._settings.rebootstrap_hold_s
         )
 
-    def lead_s(self) -> float:
-        """T̂syn, the synthesis lead time (s) the projection looks ahead.
+    @property
+    def bootstrap_depth(self) -> int:
+        """Partitions a cold start dispatches at once and holds in flight until its first
+        syntheses are all in: the setting, or (0) half the smaller of the two caps."""
+        if self._settings.bootstrap_depth > 0:
+            return self._settings.bootstrap_depth
+        smaller = min(self._caps.synthesis_concurrency, self._caps.inflight_partitions)
+        return max(1, smaller // 2)
 
-        While the cold-start cohort is still running, at least the cohort's censored mean:
-        its first finishers are its fastest, so their average alone runs low and would starve
-        the GPUs one synthesis later.
-        """
-        syn = self._estimates.synthesis_s or 0.0
-        if self._cohort is not None:
-            syn = max(syn, self._cohort.lower_bound(self._clock()))
-        return syn
+    def lead_s(self) -> float:
+        """T̂syn, the synthesis lead time (s) the projection looks ahead."""
+        return self._est.lead_s(self._clock())
 
     def little_depth(self, gpu_workers: int) -> int:
         """Partitions in flight that keep ``gpu_workers`` busy with ``q*`` waiting:
-        ceil(T̂syn ÷ base interval) + q*."""
-        gpu = self._estimates.gpu_service_s
+        ceil(T̂syn ÷ base interval + q*)."""
+        gpu = self._est.estimates.gpu_service_s
         if gpu is None:
             raise ValueError("little_depth needs a GPU service-time estimate")
         base = max(gpu / max(1, gpu_workers), 1e-9)
-        return math.ceil(self.lead_s() / base) + math.ceil(self._settings.target_ready)
+        return math.ceil(self.lead_s() / base + self._setpoint(base))
 
     def _rebootstrap(self, obs: Observation, room: int) -> Decision:
         self._rebootstraps += 1
@@ -429,26 +379,36 @@ class PIController:
 
     def _compute(self, obs: Observation | None, workers: int) -> Terms:
         s = self._settings
-        est = self._estimates
+        gpu = self._est.estimates.gpu_service_s
         rate_cap = self._rate_cap_per_s()
-        if not est.known or obs is None:
-            mode = Mode.BOOTSTRAP if not est.known else Mode.DRAINED
+        if gpu is None or not self._est.known or obs is None:
+            mode = Mode.BOOTSTRAP if not self._est.known else Mode.DRAINED
             return Terms(mode, 0.0, s.target_ready, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, rate_cap)
-        assert est.gpu_service_s is not None
-        base = max(est.gpu_service_s / workers, 1e-9)
+        base = max(gpu / workers, 1e-9)
         projected = obs.ready + obs.synthesizing - self.lead_s() / base
-        error = (s.target_ready - projected) / s.target_ready
+        setpoint = self._setpoint(base)
+        error = (setpoint - projected) / setpoint
         p_term = s.kp * error
         i_term = s.ki * self._integral
         multiplier = _clamp(1 + p_term + i_term, s.multiplier_min, s.multiplier_max)
         interval = _clamp(base / multiplier, s.interval_min_s, s.interval_max_s)
-        mode = Mode.MANUAL if self._manual_interval_s is not None else Mode.PACING
+        mode = Mode.PACING
+        if self._manual_interval_s is not None:
+            mode = Mode.MANUAL
+        elif self._est.cold_cohort_open:
+            mode = Mode.BOOTSTRAP
         if mode is Mode.MANUAL:
             interval = self._manual_interval_s or interval
         return Terms(
-            mode, projected, s.target_ready, error, p_term, i_term, base, multiplier, interval,
+            mode, projected, setpoint, error, p_term, i_term, base, multiplier, interval,
             rate_cap,
         )  # fmt: skip
+
+    def _setpoint(self, base_interval_s: float) -> float:
+        """The effective setpoint: target_ready, or more where the spread of synthesis times
+        makes the ready queue wander further than that (``spread_sigmas`` of it)."""
+        spread = self._est.in_synthesis_sd(1 / base_interval_s)
+        return max(self._settings.target_ready, self._settings.spread_sigmas * spread)
 
     def _integrate(self, terms: Terms, dt: float, *, blocked: bool) -> None:
         """Anti-windup: no integration while the output is saturated in the error's direction
@@ -477,8 +437,9 @@ class PIController:
         old_u = self._terms.p_term + self._terms.i_term
         projected = self._terms.projected_ready
         self._settings = new
-        if self._terms.mode in (Mode.PACING, Mode.MANUAL) and new.ki > 0:
-            error = (new.target_ready - projected) / new.target_ready
+        if self._terms.mode is not Mode.DRAINED and self._est.known and new.ki > 0:
+            setpoint = self._setpoint(self._terms.ff_interval_s)
+            error = (setpoint - projected) / setpoint
             seeded = (old_u - new.kp * error) / new.ki
             self._integral = _clamp(seeded, new.integral_min, new.integral_max)
         else:
@@ -503,5 +464,5 @@ class PIController:
         self._refresh_terms()
 
     def _refresh_terms(self) -> None:
-        if self._terms.mode in (Mode.PACING, Mode.MANUAL) and self._last_obs is not None:
+        if self._terms.mode is not Mode.DRAINED and self._est.known and self._last_obs:
             self._terms = self._compute(self._last_obs, max(1, self._last_obs.gpu_workers))

@@ -6,7 +6,8 @@ from typing import Any
 import pytest
 
 from pacer.config import ControllerSettings
-from pacer.controller import Caps, ColdCohort, Estimates, Mode, Observation, PIController
+from pacer.controller import Caps, Mode, Observation, PIController
+from pacer.estimates import ColdCohort, Estimates
 from tests.conftest import FakeClock
 
 WARM = Estimates(gpu_service_s=2.0, synthesis_s=30.0)  # 2 workers: base interval 1 s, λT = 30
@@ -44,7 +45,7 @@ def pace(
 
 
 def test_cold_start_fills_to_bootstrap_depth(clock: FakeClock) -> None:
-    c = make(clock, estimates=None)
+    c = make(clock, estimates=None, bootstrap_depth=16)
     d = c.decide(obs(busy=0))
     assert (d.dispatch, c.terms.mode, c.bootstraps) == (16, Mode.BOOTSTRAP, 1)
     assert c.decide(obs(synth=16, busy=0)).dispatch == 0
@@ -52,8 +53,22 @@ def test_cold_start_fills_to_bootstrap_depth(clock: FakeClock) -> None:
     assert c.bootstraps == 1
 
 
+@pytest.mark.parametrize(
+    ("caps", "depth"),
+    [(Caps(48, 50), 24), (Caps(160, 160), 80), (Caps(6, 50), 3), (Caps(1, 1), 1)],
+    ids=["cores-bound", "large-host", "few-cores", "tiny"],
+)
+def test_automatic_bootstrap_depth_is_half_the_smaller_cap(
+    clock: FakeClock, caps: Caps, depth: int
+) -> None:
+    c = make(clock, estimates=None, caps=caps)
+    assert c.bootstrap_depth == depth
+    assert c.decide(obs(busy=0)).dispatch == depth
+
+
 def test_cold_start_respects_caps_and_backlog(clock: FakeClock) -> None:
-    c = make(clock, estimates=None, caps=Caps(synthesis_concurrency=4, inflight_partitions=50))
+    c = make(clock, estimates=None, caps=Caps(synthesis_concurrency=4, inflight_partitions=50),
+             bootstrap_depth=16)  # fmt: skip
     assert c.decide(obs(busy=0)).dispatch == 4
     c = make(clock, estimates=None)
     assert c.decide(obs(busy=0, backlog=3)).dispatch == 3
@@ -65,8 +80,35 @@ def test_cold_start_without_demand_dispatches_nothing(clock: FakeClock) -> None:
     assert c.bootstraps == 0
 
 
+def test_cold_start_tops_up_to_littles_law_depth_once_rates_are_known(clock: FakeClock) -> None:
+    c = make(clock, estimates=None, bootstrap_depth=10, spread_sigmas=0.0)
+    c.decide(obs(busy=0))  # 10 dispatched at t=0
+    clock.advance(30)
+    for _ in range(10):
+        c.observe_synthesis(30.0)  # the whole cohort is in: T̂syn = 30 s
+    c.observe_gpu_service(2.0)  # 2 workers: base interval 1 s
+    d = c.decide(obs(ready=8, synth=0, busy=2))
+    # Little's-law depth ceil(30 ÷ 1 + 8) = 38, less the 10 in flight.
+    assert d.dispatch == 28
+    assert (c.bootstraps, c.rebootstraps) == (1, 0)
+
+
+def test_cold_start_holds_bootstrap_depth_while_the_cohort_runs(clock: FakeClock) -> None:
+    c = make(clock, estimates=None, bootstrap_depth=20, spread_sigmas=0.0)
+    c.decide(obs(busy=0))
+    clock.advance(10)
+    c.observe_synthesis(10.0)  # one fast finisher: 19 still running
+    c.observe_gpu_service(20.0)  # slow GPUs: the projection alone would stop dispatch
+    c.decide(obs(ready=0, synth=19, busy=1))
+    clock.advance(1)
+    # The GPUs took 5 more; the cohort is still out, so in flight is topped back up to 20.
+    d = c.decide(obs(ready=0, synth=14, busy=1))
+    assert d.dispatch == 5
+    assert c.terms.mode is Mode.BOOTSTRAP
+
+
 def test_cohort_bound_corrects_fast_first_finishers(clock: FakeClock) -> None:
-    c = make(clock, estimates=None)
+    c = make(clock, estimates=None, bootstrap_depth=16)
     c.decide(obs(busy=0))  # 16 dispatched at t=0
     clock.advance(20)
     c.observe_synthesis(20.0)
@@ -80,13 +122,36 @@ def test_cohort_bound_corrects_fast_first_finishers(clock: FakeClock) -> None:
     assert c.lead_s() == c.estimates.synthesis_s
 
 
-def test_cohort_lower_bound_matches_completions_in_dispatch_order() -> None:
+def test_cohort_ignores_later_partitions_that_overtake_it() -> None:
     cohort = ColdCohort()
     cohort.dispatched(0.0, 2)
     cohort.dispatched(10.0, 2)
     assert cohort.lower_bound(12.0) == pytest.approx((12 + 12 + 2 + 2) / 4)
-    assert cohort.completed(11.0) is None
+    assert cohort.completed(now=11.0, seconds=11.0) is None  # dispatched at 0: a member
     assert cohort.lower_bound(12.0) == pytest.approx((11 + 12 + 2 + 2) / 4)
+    assert cohort.completed(now=12.0, seconds=1.0) is None  # dispatched at 11: not a member
+    assert cohort.lower_bound(12.0) == pytest.approx((11 + 12 + 2 + 2) / 4)
+    assert cohort.completed(now=13.0, seconds=13.0) is None
+    assert cohort.completed(now=14.0, seconds=4.0) is None
+    assert cohort.completed(now=15.0, seconds=5.0) == pytest.approx((11 + 13 + 4 + 5) / 4)
+
+
+def test_estimates_start_as_a_running_mean(clock: FakeClock) -> None:
+    c = make(clock, estimates=None, gpu_ema_alpha=0.05)
+    for sample in (1.0, 2.0, 3.0):
+        c.observe_gpu_service(sample)
+    assert c.estimates.gpu_service_s == pytest.approx(2.0)  # not dominated by the first
+
+
+def test_spread_of_synthesis_times_raises_the_setpoint(clock: FakeClock) -> None:
+    wide = Estimates(gpu_service_s=0.5, synthesis_s=45.0, synthesis_sd_s=12.0)
+    c = make(clock, estimates=wide, target_ready=8.0, spread_sigmas=3.0)
+    c.decide(obs(ready=8, synth=180, busy=2))
+    # 4 partitions/s: the number in synthesis wanders by sqrt(4 × 12 ÷ √π) ≈ 5.2.
+    assert c.terms.setpoint == pytest.approx(3 * (4 * 12 / math.sqrt(math.pi)) ** 0.5)
+    narrow = make(clock, estimates=WARM, target_ready=8.0)
+    narrow.decide(obs(ready=8, synth=30))
+    assert narrow.terms.setpoint == 8.0
 
 
 # -- PI -----------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pacer.config import ControllerSettings
-from pacer.controller import Caps, Estimates, Observation, PIController
+from pacer.controller import Caps, Observation, PIController
+from pacer.estimates import Estimates
 from tests.conftest import FakeClock
 
 observations = st.builds(
