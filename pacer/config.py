@@ -63,7 +63,7 @@ class ControllerSettings(_Section):
         "half the smaller of the synthesis-concurrency and memory caps (partitions)",
     )
     spread_sigmas: float = Field(
-        3.0,
+        2.5,
         ge=0,
         description="Raise the setpoint to this many standard deviations of the ready "
         "queue's wander, estimated from the spread of synthesis times; 0: off (1)",

@@ -33,9 +33,16 @@ def run_suite(
     paths: Iterable[Path] | None = None,
     policies: Sequence[str] = POLICIES,
     progress: Callable[[int, int, Report], None] | None = None,
+    reseed: int = 0,
 ) -> list[Report]:
-    """Every scenario (default: the shipped suite) under every policy, in order."""
+    """Every scenario (default: the shipped suite) under every policy, in order.
+
+    ``reseed`` k > 0 replaces each scenario's seed by seed + 101·k: the same workload with
+    other random draws, to see whether a result holds beyond one sample.
+    """
     scenarios = [load_scenario(p) for p in (shipped_scenarios() if paths is None else paths)]
+    if reseed:
+        scenarios = [sc.model_copy(update={"seed": sc.seed + 101 * reseed}) for sc in scenarios]
     total = len(scenarios) * len(policies)
     reports = []
     for scenario in scenarios:
