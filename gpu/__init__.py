@@ -1,0 +1,1 @@
+"""Device-side workloads and their NumPy (CPU) references; never imports pacer."""

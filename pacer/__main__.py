@@ -65,6 +65,39 @@ def _parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--markdown", action="store_true", help="with --suite: print Markdown tables")
 
+    srv = sub.add_parser(
+        "serve",
+        help="run the service: HTTP API, journal, paced pipeline (Ctrl-C or SIGTERM drains)",
+        description="Run pacer on uvloop: accept jobs over HTTP, journal them, pace their "
+        "partitions through synthesis and proving, export metrics. The first SIGTERM/SIGINT "
+        "drains in-flight work (PACER_SHUTDOWN__DRAIN_S) and exits 0; a second exits at once.",
+    )
+    srv.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+
+    sbm = sub.add_parser(
+        "submit",
+        help="submit jobs to a running service through its HTTP API",
+        description="Submit jobs through the HTTP API; with --wait, follow them to the end.",
+    )
+    sbm.add_argument("--jobs", type=int, default=1, metavar="N", help="jobs to submit (1)")
+    sbm.add_argument(
+        "--partitions", type=int, default=8, metavar="K", help="partitions per job (8)"
+    )
+    sbm.add_argument("--priority", type=int, default=0, help="higher runs first (0)")
+    sbm.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=INT",
+        help="workload parameter, e.g. --param log_n=18 (repeatable)",
+    )
+    sbm.add_argument("--wait", action="store_true", help="wait until the jobs end, with progress")
+    _client_args(sbm)
+
+    sts = sub.add_parser("status", help="print a running service's state")
+    sts.add_argument("--json", action="store_true", help="print the raw JSON")
+    _client_args(sts)
+
     cfg = sub.add_parser(
         "config",
         help="print the effective settings as PACER_* variables",
@@ -75,6 +108,15 @@ def _parser() -> argparse.ArgumentParser:
         "--markdown", action="store_true", help="print the README table of variables instead"
     )
     return parser
+
+
+def _client_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url", help="service address (default: from PACER_API__HOST and PACER_API__PORT)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for the service (30)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,7 +135,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         for var, value in config.effective(settings):
             print(f"# {var.description}\n{var.name}={value}")
         return 0
+    if args.command == "serve":
+        return _serve(args, settings)
+    if args.command in ("submit", "status"):
+        from pacer import cli_client
+
+        return cli_client.run(args, settings)
     return _simulate(args, settings)
+
+
+def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
+    import sqlite3
+
+    from pacer import logs, service
+    from pacer.journal import NewerSchemaError
+    from pacer.workload import WorkloadError
+
+    logs.setup(args.log_level)
+    try:
+        return service.run(settings)
+    except (service.ConfigurationError, WorkloadError, NewerSchemaError) as exc:
+        print(f"pacer: {exc}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as exc:
+        print(f"pacer: journal {settings.journal.path}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"pacer: cannot serve: {exc}", file=sys.stderr)
+        return 2
 
 
 def _simulate(args: argparse.Namespace, settings: config.Settings) -> int:

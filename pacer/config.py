@@ -11,9 +11,19 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Self
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "PACER_"
@@ -113,10 +123,10 @@ class MemorySettings(_Section):
         "units such as 700GiB accepted)",
     )
     partition_bytes: ByteSize = Field(
-        ByteSize(512 * 2**20),
-        gt=0,
-        description="Host memory one partition holds: its a, b and c buffers (bytes; units "
-        "accepted)",
+        ByteSize(0),
+        ge=0,
+        description="Host memory one partition holds, its a, b and c buffers; 0: the size the "
+        "workload reports (bytes; units accepted)",
     )
 
     @model_validator(mode="after")
@@ -129,6 +139,77 @@ class MemorySettings(_Section):
         return self
 
 
+class ApiSettings(_Section):
+    """The HTTP API: jobs, status, controller, metrics and health."""
+
+    host: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        description="Address to listen on; a non-loopback one needs a token or allow_public "
+        "(address)",
+    )
+    port: int = Field(9470, ge=0, le=65535, description="TCP port; 0 picks a free one (port)")
+    token: SecretStr | None = Field(
+        None,
+        description="Bearer token required by the endpoints that change state; unset: none "
+        "(secret)",
+    )
+    allow_public: bool = Field(
+        False,
+        description="Allow a non-loopback address without a token (true/false)",
+    )
+    max_body_bytes: int = Field(
+        65536, ge=1024, le=16 * 2**20, description="Largest request body accepted (bytes)"
+    )
+
+
+class JournalSettings(_Section):
+    """The SQLite journal that makes accepted jobs survive a restart."""
+
+    path: Path = Field(
+        Path("pacer-journal.sqlite"), description="SQLite file of the job journal (path)"
+    )
+    retention_s: float = Field(
+        7 * 86400.0, gt=0, description="How long finished jobs and their results are kept (s)"
+    )
+    commit_interval_s: float = Field(
+        0.05,
+        gt=0,
+        le=5,
+        description="Partition results are committed in batches at most this far apart; a "
+        "crash redoes at most that much work (s)",
+    )
+
+
+class ShutdownSettings(_Section):
+    """SIGTERM handling."""
+
+    drain_s: float = Field(
+        60.0,
+        ge=0,
+        description="On SIGTERM, how long in-flight work may finish before the rest is left "
+        "to the journal (s)",
+    )
+
+
+class GpuSettings(_Section):
+    """The proving workers."""
+
+    workers: int = Field(1, ge=1, le=256, description="Proving workers in total (workers)")
+
+
+class NttSettings(_Section):
+    """The built-in workload: the Groth16 H computation over the BabyBear field."""
+
+    log_n: int = Field(
+        16,
+        ge=4,
+        le=24,
+        description="Partition size as log2 of the NTT domain; jobs may override it with "
+        "params.log_n (log2 of elements)",
+    )
+
+
 class Settings(BaseSettings):
     """All of pacer's settings. Environment variables override the defaults."""
 
@@ -139,9 +220,31 @@ class Settings(BaseSettings):
         validate_assignment=True,
     )
 
+    workload: str = Field(
+        "ntt",
+        description="What a partition's work is: ntt (built-in), noop (pipeline benchmarks) or "
+        "module:factory of your own (name)",
+    )
+    verify_every: int = Field(
+        1,
+        ge=0,
+        description="Verify every n-th proved partition on the CPU; 0: never (partitions)",
+    )
     controller: ControllerSettings = Field(default_factory=ControllerSettings)
     synthesis: SynthesisSettings = Field(default_factory=SynthesisSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    journal: JournalSettings = Field(default_factory=JournalSettings)
+    shutdown: ShutdownSettings = Field(default_factory=ShutdownSettings)
+    gpu: GpuSettings = Field(default_factory=GpuSettings)
+    ntt: NttSettings = Field(default_factory=NttSettings)
+
+    @field_validator("workload")
+    @classmethod
+    def _workload_name(cls, value: str) -> str:
+        if value in ("ntt", "noop") or re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
+            return value
+        raise ValueError("must be ntt, noop or module:factory (e.g. mypkg.prover:make)")
 
 
 class SettingsError(Exception):
@@ -166,22 +269,26 @@ class Variable:
     description: str
 
 
-def _section_model(name: str) -> type[BaseModel]:
+def _section_model(name: str) -> type[BaseModel] | None:
     model = Settings.model_fields[name].annotation
-    if not (isinstance(model, type) and issubclass(model, BaseModel)):
-        raise TypeError(f"Settings.{name} is not a section")
-    return model
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return model
+    return None
 
 
 def variables() -> Iterator[Variable]:
     """Every environment variable the Settings schema reads, in declaration order."""
-    for section_name in Settings.model_fields:
-        for field_name, field in _section_model(section_name).model_fields.items():
+    for name, top in Settings.model_fields.items():
+        section = _section_model(name)
+        fields = [((name,), top)] if section is None else [
+            ((name, field_name), field) for field_name, field in section.model_fields.items()
+        ]  # fmt: skip
+        for loc, field in fields:
             if field.default_factory is not None:
                 default = "(host-dependent)"
             else:
                 default = _render(field.default)
-            yield Variable(env_name((section_name, field_name)), default, field.description or "")
+            yield Variable(env_name(loc), default, field.description or "")
 
 
 def load_settings() -> Settings:
@@ -206,7 +313,8 @@ def _describe(err: Any) -> str:
     message = str(err["msg"]).removeprefix("Value error, ")
     if isinstance(value, dict):
         # A rule across fields of one section: name each field by its variable.
-        fields = _section_model(str(loc[0])).model_fields
+        section = _section_model(str(loc[0]))
+        fields = section.model_fields if section is not None else {}
         for field in sorted(fields, key=len, reverse=True):
             message = re.sub(rf"\b{re.escape(field)}\b", env_name((*loc, field)), message)
         return message
@@ -216,16 +324,23 @@ def _describe(err: Any) -> str:
 def _render(value: object) -> str:
     if isinstance(value, ByteSize):
         return str(int(value))
+    if isinstance(value, SecretStr):
+        return "**********"
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
     return str(value)
 
 
 def effective(settings: Settings) -> list[tuple[Variable, str]]:
-    """Each variable with the value ``settings`` holds for it."""
-    dumped = settings.model_dump()
+    """Each variable with the value ``settings`` holds for it (secrets masked)."""
     out = []
     for var in variables():
-        section, field = var.name.removeprefix(ENV_PREFIX).lower().split(ENV_NESTED_DELIMITER)
-        out.append((var, _render(dumped[section][field])))
+        value: object = settings
+        for part in var.name.removeprefix(ENV_PREFIX).lower().split(ENV_NESTED_DELIMITER):
+            value = getattr(value, part)
+        out.append((var, _render(value)))
     return out
 
 

@@ -230,15 +230,15 @@ class PIController:
         self._track_emptiness(obs, now)
         room = self._room(obs)
 
+        if self._manual_interval_s is not None:
+            self._terms = self._compute(obs, max(1, obs.gpu_workers))
+            return self._paced(now, room, self._manual_interval_s, may_dispatch=True)
         if not self._est.known:
             return self._cold_bootstrap(obs, room)
         if self._cold_refill_due:
             # Rates just became known: top the cold start up to the Little's-law depth at once.
             self._cold_refill_due = False
             self._refill_left = max(0, self.little_depth(obs.gpu_workers) - obs.inflight)
-        if self._manual_interval_s is not None:
-            self._terms = self._compute(obs, max(1, obs.gpu_workers))
-            return self._paced(now, room, self._manual_interval_s, may_dispatch=True)
         if self._refill_left > 0 and obs.backlog > 0:
             return self._refill(obs, room)
         self._refill_left = 0
@@ -383,7 +383,10 @@ class PIController:
         rate_cap = self._rate_cap_per_s()
         if gpu is None or not self._est.known or obs is None:
             mode = Mode.BOOTSTRAP if not self._est.known else Mode.DRAINED
-            return Terms(mode, 0.0, s.target_ready, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, rate_cap)
+            interval = 0.0
+            if self._manual_interval_s is not None:
+                mode, interval = Mode.MANUAL, self._manual_interval_s
+            return Terms(mode, 0.0, s.target_ready, 0.0, 0.0, 0.0, 0.0, 1.0, interval, rate_cap)
         base = max(gpu / workers, 1e-9)
         projected = obs.ready + obs.synthesizing - self.lead_s() / base
         setpoint = self._setpoint(base)
@@ -464,5 +467,8 @@ class PIController:
         self._refresh_terms()
 
     def _refresh_terms(self) -> None:
-        if self._terms.mode is not Mode.DRAINED and self._est.known and self._last_obs:
-            self._terms = self._compute(self._last_obs, max(1, self._last_obs.gpu_workers))
+        obs = self._last_obs
+        if self._manual_interval_s is not None or (
+            self._terms.mode is not Mode.DRAINED and self._est.known and obs is not None
+        ):
+            self._terms = self._compute(obs, max(1, obs.gpu_workers if obs else 1))

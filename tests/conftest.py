@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -30,3 +32,25 @@ def _clean_pacer_env(monkeypatch: pytest.MonkeyPatch) -> None:
         if key.startswith("PACER_"):
             monkeypatch.delenv(key)
     return
+
+
+def ensure_debian_package(command: str, package: str) -> str | None:
+    """Path of ``command``, installing Debian's ``package`` first when it is missing (the test
+    machines are Debian and run as root). None where that cannot be done."""
+    found = shutil.which(command)
+    if found or shutil.which("apt-get") is None or os.geteuid() != 0:
+        return found
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", package]
+    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
+        subprocess.run(install, env=env, capture_output=True)
+    return shutil.which(command)
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    path = ensure_debian_package("promtool", "prometheus")
+    if path is None:
+        pytest.skip("promtool missing and Debian's prometheus package cannot be installed here")
+    return path

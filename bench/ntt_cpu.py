@@ -1,0 +1,64 @@
+"""Time the NumPy NTT workload: one compute_h and one forward NTT per size.
+
+    .venv/bin/python -m bench.ntt_cpu [--markdown] [--repeats N]
+
+Prints, per log_n, the median wall time over N repeats (default 3) of `gpu.ntt.compute_h` on
+one synthesized partition and of one `gpu.ntt.ntt` of the same length. A warm-up call first
+builds the cached twiddle tables, so the times are of the steady state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+
+from gpu.ntt import compute_h, ntt, synthesize
+from pacer.table import render
+
+SIZES_LOG_N = (14, 16, 18, 20)
+
+
+def median_ms(run: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``run()`` in milliseconds, after one untimed warm-up call."""
+    run()
+    times_s = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        times_s.append(time.perf_counter() - started)
+    return statistics.median(times_s) * 1e3
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="Markdown table")
+    parser.add_argument(
+        "--repeats", type=int, default=3, metavar="N", help="timed runs per size (default 3)"
+    )
+    args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    rows = []
+    for log_n in SIZES_LOG_N:
+        a, b, c = synthesize(seed=0, index=0, log_n=log_n)
+        h_ms = median_ms(partial(compute_h, a, b, c), args.repeats)
+        ntt_ms = median_ms(partial(ntt, a), args.repeats)
+        rows.append((log_n, 1 << log_n, f"{h_ms:.1f}", f"{ntt_ms:.2f}"))
+    print(render(("log_n", "n", "compute_h ms", "ntt ms"), rows, markdown=args.markdown))
+    print()
+    print(
+        f"median of {args.repeats} after a warm-up; numpy {np.__version__}, "
+        f"{platform.python_implementation()} {platform.python_version()}, {platform.machine()}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+"""The number-theoretic transform over BabyBear and the Groth16 prover's H computation, in NumPy.
+
+This is the CPU reference a GPU port must match bit for bit (compare `digest` values).
+
+Layout of one transform of n = 2^k points: the input is gathered once into bit-reversed order,
+stored as a (cols, rows) matrix, cols·rows = n, rows ≥ cols ≈ √n. Radix-2 stages whose
+butterflies span fewer than ``cols`` points run on that matrix, the later stages on its
+transpose, so every numpy call sweeps contiguous runs of at least √n elements rather than short
+strided ones. Each stage is a handful of whole-array numpy calls; Python loops only over the
+log2(n) stages. Twiddle tables are built once per size and cached.
+
+>>> values = field.to_field([1, 2, 3, 4])
+>>> field.to_ints(intt(ntt(values)))
+[1, 2, 3, 4]
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from gpu import field
+from gpu.field import GENERATOR, TWO_ADICITY, FieldArray
+
+__all__ = [
+    "HSteps",
+    "compute_h",
+    "coset_intt",
+    "coset_ntt",
+    "digest",
+    "intt",
+    "ntt",
+    "synthesize",
+    "verify",
+]
+
+_P = np.uint64(field.P)
+_CACHED_SIZES = 8
+_Array = TypeVar("_Array", bound=npt.NDArray[Any])
+
+
+def ntt(values: npt.ArrayLike) -> FieldArray:
+    """Evaluations of the polynomial with coefficients ``values`` on the domain <ω>.
+
+    Output k is Σ_j values[j]·ω^(jk), ω = `field.root_of_unity`(log2 n); n must be a power of two
+    up to 2^27 and every value an element in [0, p).
+    """
+    array, log_n = _check_vector("values", values)
+    return _transform(array, log_n, inverse=False)
+
+
+def intt(values: npt.ArrayLike) -> FieldArray:
+    """The coefficients of the polynomial whose evaluations on <ω> are ``values``; undoes `ntt`."""
+    array, log_n = _check_vector("values", values)
+    return _intt(array, log_n)
+
+
+def coset_ntt(coeffs: npt.ArrayLike, shift: int = GENERATOR) -> FieldArray:
+    """Evaluations of the polynomial ``coeffs`` on the coset shift·<ω>: output k at shift·ω^k."""
+    array, log_n = _check_vector("coeffs", coeffs)
+    _check_shift(shift)
+    return _coset_ntt(array, log_n, shift)
+
+
+def coset_intt(evals: npt.ArrayLike, shift: int = GENERATOR) -> FieldArray:
+    """The coefficients of the polynomial whose evaluations on shift·<ω> are ``evals``."""
+    array, log_n = _check_vector("evals", evals)
+    _check_shift(shift)
+    return _coset_intt(array, log_n, shift)
+
+
+def synthesize(seed: int, index: int, log_n: int) -> tuple[FieldArray, FieldArray, FieldArray]:
+    """A partition's witness vectors (a, b, c = a∘b) of length 2^log_n, a function of (seed, index).
+
+    a and b are uniform in the field; c makes A·B − C vanish on <ω>, as in a satisfied circuit.
+
+    >>> a, b, c = synthesize(seed=7, index=0, log_n=3)
+    >>> bool((field.mul(a, b) == c).all())
+    True
+    """
+    for name, number in (("seed", seed), ("index", index)):
+        if number < 0:
+            raise ValueError(f"{name} must be non-negative, got {number}")
+    if not 0 <= log_n <= TWO_ADICITY:
+        raise ValueError(f"log_n must be between 0 and {TWO_ADICITY}, got {log_n}")
+    rng = np.random.default_rng([seed, index])
+    a = rng.integers(0, field.P, 1 << log_n, dtype=np.uint64)
+    b = rng.integers(0, field.P, 1 << log_n, dtype=np.uint64)
+    return a, b, field.mul(a, b)
+
+
+class HSteps:
+    """`compute_h` for one size, as its four phases, so a port can time each the same way.
+
+    Each step takes the previous step's output; `run` chains them. Tables are built up front.
+
+    >>> steps = HSteps(log_n=3)
+    >>> a, b, c = synthesize(seed=1, index=0, log_n=3)
+    >>> evals = steps.pointwise(*steps.coset_ntt(*steps.intt(a, b, c)))
+    >>> bool((steps.coset_intt(evals) == compute_h(a, b, c)).all())
+    True
+    """
+
+    def __init__(self, log_n: int) -> None:
+        if not 0 <= log_n <= TWO_ADICITY:
+            raise ValueError(f"log_n must be between 0 and {TWO_ADICITY}, got {log_n}")
+        self.log_n = log_n
+        self.n = 1 << log_n
+        # Z(x) = x^n − 1 takes this one value on the whole coset GENERATOR·<ω>.
+        self.z_on_coset = (field.pow(GENERATOR, self.n) - 1) % field.P
+        self._z_inverse = np.uint64(field.inverse(self.z_on_coset))
+        _plan(log_n)
+        _coset_scales(log_n, GENERATOR)
+
+    def intt(
+        self, a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike
+    ) -> tuple[FieldArray, FieldArray, FieldArray]:
+        """Checks a, b, c (evaluations on <ω>, length n) and returns their coefficients."""
+        a_, b_, c_ = (self._check(name, v) for name, v in (("a", a), ("b", b), ("c", c)))
+        return _intt(a_, self.log_n), _intt(b_, self.log_n), _intt(c_, self.log_n)
+
+    def coset_ntt(
+        self, a: FieldArray, b: FieldArray, c: FieldArray
+    ) -> tuple[FieldArray, FieldArray, FieldArray]:
+        """Evaluates the three coefficient vectors on the coset GENERATOR·<ω>."""
+        log_n = self.log_n
+        return (
+            _coset_ntt(a, log_n, GENERATOR),
+            _coset_ntt(b, log_n, GENERATOR),
+            _coset_ntt(c, log_n, GENERATOR),
+        )
+
+    def pointwise(self, a: FieldArray, b: FieldArray, c: FieldArray) -> FieldArray:
+        """H on the coset: (a·b − c) / Z, with Z = GENERATOR^n − 1 there."""
+        return field.mul(field.sub(field.mul(a, b), c), self._z_inverse)
+
+    def coset_intt(self, h_evals: FieldArray) -> FieldArray:
+        """H's n coefficients from its evaluations on the coset; the last one is 0."""
+        return _coset_intt(h_evals, self.log_n, GENERATOR)
+
+    def run(self, a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike) -> FieldArray:
+        """All four phases: the coefficients of H = (A·B − C) / Z."""
+        return self.coset_intt(self.pointwise(*self.coset_ntt(*self.intt(a, b, c))))
+
+    def _check(self, name: str, values: npt.ArrayLike) -> FieldArray:
+        array, log_n = _check_vector(name, values)
+        if log_n != self.log_n:
+            raise ValueError(f"{name} must have length n = {self.n}, got {array.size}")
+        return array
+
+
+def compute_h(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike) -> FieldArray:
+    """The coefficients of H = (A·B − C) / Z, Z(x) = x^n − 1, as a Groth16 prover computes them.
+
+    a, b, c are evaluations on <ω> of equal power-of-two length n with A·B − C vanishing there
+    (as `synthesize` makes them). Returns n coefficients, lowest first; H has degree ≤ n − 2, so
+    the last is 0. For the phases one at a time, use `HSteps`.
+    """
+    return HSteps(_check_vector("a", a)[1]).run(a, b, c)
+
+
+def verify(
+    a: npt.ArrayLike,
+    b: npt.ArrayLike,
+    c: npt.ArrayLike,
+    h: npt.ArrayLike,
+    r: int | None = None,
+    *,
+    rng: np.random.Generator | None = None,
+) -> bool:
+    """Whether H(r)·Z(r) = A(r)·B(r) − C(r) at a point r outside <ω>.
+
+    r is drawn from ``rng`` (a fresh, unseeded generator by default) unless given. Vectors that
+    do not satisfy the identity pass only if r is a root of the nonzero polynomial
+    H·Z − (A·B − C), of degree < 2n: probability < 2n / p for a random r.
+    """
+    a_, log_n = _check_vector("a", a)
+    n = 1 << log_n
+    vectors = [a_]
+    for name, values in (("b", b), ("c", c), ("h", h)):
+        array = _check_vector(name, values)[0]
+        if array.size != n:
+            raise ValueError(f"{name} must have the length of a ({n}), got {array.size}")
+        vectors.append(array)
+    if r is None:
+        r = _point_off_domain(n, rng if rng is not None else np.random.default_rng())
+    elif not 0 <= r < field.P or field.pow(r, n) == 1:
+        raise ValueError(f"r must be a field element outside the domain (r^n ≠ 1), got {r}")
+    r_powers = field.powers(r, n)
+
+    def at_r(coeffs: FieldArray) -> int:
+        return int(field.mul(coeffs, r_powers).sum(dtype=np.uint64)) % field.P
+
+    a_r, b_r, c_r = (at_r(_intt(v, log_n)) for v in vectors[:3])
+    h_r = at_r(vectors[3])
+    z_r = field.pow(r, n) - 1
+    return (h_r * z_r - (a_r * b_r - c_r)) % field.P == 0
+
+
+def digest(h: npt.ArrayLike) -> str:
+    """Hex SHA-256 of h's canonical bytes (`field.to_le_bytes`): compare CPU and GPU results."""
+    return hashlib.sha256(field.to_le_bytes(h)).hexdigest()
+
+
+def _check_vector(name: str, values: npt.ArrayLike) -> tuple[FieldArray, int]:
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
+    size = array.size
+    if size == 0 or size & (size - 1):
+        raise ValueError(f"{name} length must be a power of two, got {size}")
+    log_n = size.bit_length() - 1
+    if log_n > TWO_ADICITY:
+        raise ValueError(
+            f"{name} length must be at most 2^{TWO_ADICITY} (the field's two-adicity), "
+            f"got 2^{log_n}"
+        )
+    return field.to_field(array), log_n
+
+
+def _check_shift(shift: int) -> None:
+    if not 0 < shift < field.P:
+        raise ValueError(f"shift must be a nonzero field element in [1, {field.P}), got {shift}")
+
+
+def _point_off_domain(n: int, rng: np.random.Generator) -> int:
+    while True:
+        r = int(rng.integers(0, field.P))
+        if field.pow(r, n) != 1:
+            return r
+
+
+def _intt(values: FieldArray, log_n: int) -> FieldArray:
+    return field.mul(_transform(values, log_n, inverse=True), _plan(log_n).n_inverse)
+
+
+def _coset_ntt(coeffs: FieldArray, log_n: int, shift: int) -> FieldArray:
+    return _transform(field.mul(coeffs, _coset_scales(log_n, shift)[0]), log_n, inverse=False)
+
+
+def _coset_intt(evals: FieldArray, log_n: int, shift: int) -> FieldArray:
+    return field.mul(_transform(evals, log_n, inverse=True), _coset_scales(log_n, shift)[1])
+
+
+class _Plan:
+    """Everything a transform of 2^log_n points needs but its input."""
+
+    def __init__(self, log_n: int) -> None:
+        n = 1 << log_n
+        self.cols = 1 << (log_n // 2)
+        self.rows = n // self.cols
+        reversed_index = _bit_reversal(log_n)
+        # Gathering through this reads the input in bit-reversed order straight into the
+        # transposed (cols, rows) layout the early stages run on.
+        self.gather = _frozen(
+            reversed_index.reshape(self.rows, self.cols).T.reshape(n).astype(np.intp)
+        )
+        self.n_inverse = np.uint64(field.inverse(n % field.P))
+        self.forward = _stage_twiddles(log_n, field.root_of_unity(log_n))
+        self.backward = _stage_twiddles(log_n, field.inverse(field.root_of_unity(log_n)))
+
+
+@functools.lru_cache(maxsize=_CACHED_SIZES)
+def _plan(log_n: int) -> _Plan:
+    return _Plan(log_n)
+
+
+@functools.lru_cache(maxsize=_CACHED_SIZES)
+def _coset_scales(log_n: int, shift: int) -> tuple[FieldArray, FieldArray]:
+    """shift^i, to scale coefficients before `ntt`, and n⁻¹·shift^−i, to scale after the inverse."""
+    n = 1 << log_n
+    up = field.powers(shift, n)
+    down = field.mul(field.powers(field.inverse(shift), n), _plan(log_n).n_inverse)
+    return _frozen(up), _frozen(down)
+
+
+def _stage_twiddles(log_n: int, root: int) -> tuple[FieldArray, ...]:
+    """Per stage s = 0 .. log_n − 1, with half-span m = 2^s: root^(j·n/2m) for j < m."""
+    half = field.powers(root, (1 << log_n) // 2)
+    return tuple(_frozen(np.ascontiguousarray(half[:: half.size >> s])) for s in range(log_n))
+
+
+def _bit_reversal(log_n: int) -> npt.NDArray[np.int64]:
+    index = np.zeros(1, dtype=np.int64)
+    for _ in range(log_n):
+        index = np.concatenate([2 * index, 2 * index + 1])
+    return index
+
+
+def _frozen(array: _Array) -> _Array:
+    """``array``, made read-only: cached tables are shared by every caller."""
+    array.flags.writeable = False
+    return array
+
+
+def _transform(values: FieldArray, log_n: int, *, inverse: bool) -> FieldArray:
+    """Iterative radix-2 decimation-in-time NTT, natural order in and out, on a copy."""
+    plan = _plan(log_n)
+    twiddles = plan.backward if inverse else plan.forward
+    cols, rows = plan.cols, plan.rows
+    matrix = values[plan.gather].reshape(cols, rows)
+    # Reused by every stage: fresh megabyte-sized temporaries cost page faults on each use.
+    product = np.empty(matrix.size // 2, dtype=np.uint64)
+    scratch = np.empty_like(product)
+    stage = 0
+    while (m := 1 << stage) < cols:
+        blocks = matrix.reshape(cols // (2 * m), 2, m, rows)
+        _butterflies(blocks[:, 0], blocks[:, 1], twiddles[stage].reshape(m, 1), product, scratch)
+        stage += 1
+    matrix = np.ascontiguousarray(matrix.T)
+    while stage < log_n:
+        k = (1 << stage) // cols
+        blocks = matrix.reshape(rows // (2 * k), 2, k, cols)
+        _butterflies(blocks[:, 0], blocks[:, 1], twiddles[stage].reshape(k, cols), product, scratch)
+        stage += 1
+    return matrix.reshape(1 << log_n)
+
+
+def _butterflies(
+    low: FieldArray,
+    high: FieldArray,
+    twiddle: FieldArray,
+    product_buffer: FieldArray,
+    scratch_buffer: FieldArray,
+) -> None:
+    """In place: (low, high) ← (low + w·high, low − w·high) mod p; the buffers hold low.size."""
+    product = product_buffer.reshape(low.shape)
+    scratch = scratch_buffer.reshape(low.shape)
+    np.multiply(high, twiddle, out=product)
+    np.floor_divide(product, _P, out=scratch)
+    np.multiply(scratch, _P, out=scratch)
+    np.subtract(product, scratch, out=product)
+    # The same reductions as field.mul, field.sub and field.add, written into the buffers.
+    np.subtract(low, product, out=high)
+    np.add(high, _P, out=scratch)
+    np.minimum(high, scratch, out=high)
+    np.add(low, product, out=low)
+    np.subtract(low, _P, out=scratch)
+    np.minimum(low, scratch, out=low)

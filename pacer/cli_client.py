@@ -1,0 +1,99 @@
+"""`pacer submit` and `pacer status`: the command line's side of the HTTP API."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from pacer.client import ApiError, Client
+from pacer.config import Settings
+from pacer.table import render
+
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    url = args.url or f"http://{settings.api.host}:{settings.api.port}"
+    token = settings.api.token.get_secret_value() if settings.api.token else None
+    client = Client(url, token)
+    try:
+        client.wait_ready(args.timeout)
+        if args.command == "submit":
+            return _submit(client, args)
+        return _status(client, args)
+    except ApiError as exc:
+        print(f"pacer: {exc}", file=sys.stderr)
+        return 1
+
+
+def _params(pairs: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ApiError(f"--param takes NAME=INT, got {pair!r}")
+        try:
+            params[name] = int(value)
+        except ValueError:
+            raise ApiError(f"--param {name}: {value!r} is not an integer") from None
+    return params
+
+
+def _submit(client: Client, args: argparse.Namespace) -> int:
+    params = _params(args.param)
+    ids = [client.submit(args.partitions, params, args.priority) for _ in range(args.jobs)]
+    for job_id in ids:
+        print(job_id)
+    if not args.wait:
+        return 0
+    started = time.monotonic()
+    total = args.jobs * args.partitions
+    last = ""
+    while True:
+        jobs = [client.job(job_id) for job_id in ids]
+        done = sum(j["partitions_done"] for j in jobs)
+        ended = [j for j in jobs if j["state"] in TERMINAL]
+        line = (f"{done}/{total} partitions, {len(ended)}/{len(jobs)} jobs ended, "
+                f"{time.monotonic() - started:.0f} s")  # fmt: skip
+        if line != last:
+            print(line, file=sys.stderr, flush=True)
+            last = line
+        if len(ended) == len(jobs):
+            break
+        time.sleep(0.5)
+    rows = [(j["id"], j["state"], j["partitions"], (j["result_digest"] or j["error"] or "")[:40])
+            for j in jobs]  # fmt: skip
+    print(render(("job", "state", "partitions", "result digest / error"), rows))
+    return 0 if all(j["state"] == "completed" for j in jobs) else 1
+
+
+def _status(client: Client, args: argparse.Namespace) -> int:
+    status = client.status()
+    if args.json:
+        import json
+
+        print(json.dumps(status, indent=2))
+        return 0
+    c = status["controller"]
+    t = c["terms"]
+    q = status["queues"]
+    m = status["memory"]
+    rows: list[tuple[str, str]] = [
+        ("state", "draining" if status["draining"] else "ready" if status["ready"] else "starting"),
+        ("workload", status["workload"]),
+        ("controller", f"{t['mode']}: interval {t['interval_s']:.3f} s, projected ready "
+                       f"{t['projected_ready']:.1f} / setpoint {t['setpoint']:.1f}"),
+        ("terms", f"P {t['p_term']:+.3f}  I {t['i_term']:+.3f}  feed-forward "
+                  f"{t['ff_interval_s']:.3f} s"),
+        ("bootstraps", f"{c['bootstraps']} cold, {c['rebootstraps']} re-bootstraps"),
+        ("queues", f"backlog {q['backlog']}, synthesizing {q['synthesizing']}, ready "
+                   f"{q['ready']}, proving {q['proving']}"),
+        ("memory", f"{m['inflight_bytes'] / 2**20:.1f} / {m['budget_bytes'] / 2**30:.1f} GiB "
+                   "in flight"),
+        ("workers", ", ".join(f"{g['gpu']}: {g['busy_ratio']:.0%} busy" for g in status["gpus"])),
+        ("jobs", ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
+    ]  # fmt: skip
+    print(render(("", ""), rows))
+    return 0

@@ -1,0 +1,67 @@
+"""A small HTTP client of the API, for `pacer submit` and `pacer status` (standard library)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+class ApiError(Exception):
+    """The service answered with an error, or could not be reached."""
+
+
+class Client:
+    """Talks to a pacer service at ``base_url`` (``http://127.0.0.1:9470``)."""
+
+    def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            try:
+                detail = json.loads(exc.read()).get("error", exc.reason)
+            except (ValueError, AttributeError):
+                detail = exc.reason
+            raise ApiError(f"{method} {path}: {exc.code} {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise ApiError(f"cannot reach pacer at {self.base_url}: {exc}") from None
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Poll /readyz until the service is ready (it may still be starting)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.request("GET", "/readyz")
+                return
+            except ApiError as exc:
+                if time.monotonic() >= deadline:
+                    raise ApiError(f"not ready after {timeout_s:.0f} s: {exc}") from None
+                time.sleep(0.2)
+
+    def submit(
+        self, partitions: int, params: dict[str, Any] | None = None, priority: int = 0
+    ) -> str:
+        """Submit a job; its id."""
+        body = {"partitions": partitions, "params": params or {}, "priority": priority}
+        return str(self.request("POST", "/v1/jobs", body)["id"])
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", f"/v1/jobs/{job_id}")
+        return result
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", "/v1/status")
+        return result

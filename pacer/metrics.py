@@ -1,0 +1,197 @@
+"""Prometheus metrics, on a registry the caller provides (nothing registers at import).
+
+State (controller terms, queue depths, memory, pool, busy ratios) is read when Prometheus
+scrapes; durations are observed into histograms once per partition as they happen.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    StateSetMetricFamily,
+)
+from prometheus_client.registry import Collector
+
+from pacer import __version__
+from pacer.controller import Mode, PIController
+from pacer.pipeline import Outcome, Pipeline
+
+IDLE_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+SYNTHESIS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 120, 300)
+
+
+class PoolView(Protocol):
+    """What the metrics read of a pinned host-memory pool."""
+
+    @property
+    def total_bytes(self) -> int: ...
+
+    @property
+    def in_use_bytes(self) -> int: ...
+
+    @property
+    def waits(self) -> int: ...
+
+    @property
+    def fallbacks(self) -> int: ...
+
+
+class NoPool:
+    """The pool of a workload that pins nothing (the CPU workloads): all zero."""
+
+    total_bytes = 0
+    in_use_bytes = 0
+    waits = 0
+    fallbacks = 0
+
+
+class _StateCollector(Collector):
+    def __init__(self, controller: PIController, pipeline: Pipeline, pool: PoolView) -> None:
+        self._controller = controller
+        self._pipeline = pipeline
+        self._pool = pool
+
+    def collect(self) -> Iterator[Metric]:
+        t = self._controller.terms
+        gauges = [
+            ("pacer_controller_error", "Normalized error (setpoint - projected) / setpoint",
+             t.error),
+            ("pacer_controller_p_term", "Proportional term kp*e", t.p_term),
+            ("pacer_controller_i_term", "Integral term ki*integral(e)", t.i_term),
+            ("pacer_controller_ff_term", "Feed-forward dispatch interval, GPU time / workers (s)",
+             t.ff_interval_s),
+            ("pacer_controller_interval_seconds", "Interval between dispatches after clamps (s)",
+             t.interval_s),
+            ("pacer_controller_setpoint", "Effective setpoint of the projected ready depth",
+             t.setpoint),
+            ("pacer_controller_projected_ready", "Projected ready depth (partitions)",
+             t.projected_ready),
+        ]  # fmt: skip
+        for name, doc, value in gauges:
+            yield GaugeMetricFamily(name, doc, value=value)
+        mode = StateSetMetricFamily("pacer_controller_mode", "What the controller is doing")
+        mode.add_metric([], {m.value: t.mode is m for m in Mode})
+        yield mode
+        yield CounterMetricFamily(
+            "pacer_controller_bootstraps", "Cold bootstraps", value=self._controller.bootstraps
+        )
+        yield CounterMetricFamily(
+            "pacer_controller_rebootstraps",
+            "Re-bootstraps after a true drain",
+            value=self._controller.rebootstraps,
+        )
+        p = self._pipeline
+        for name, doc, value in [
+            ("pacer_backlog_partitions", "Accepted partitions not yet dispatched", p.backlog),
+            ("pacer_synthesis_inflight", "Partitions in synthesis", p.synthesizing),
+            ("pacer_ready_partitions", "Synthesized partitions waiting for a GPU", p.ready),
+            ("pacer_memory_budget_bytes", "Memory budget for in-flight partitions (bytes)",
+             p.budget_bytes),
+            ("pacer_memory_inflight_bytes", "Memory held by in-flight partitions (bytes)",
+             p.inflight_bytes),
+            ("pacer_pinned_pool_total_bytes", "Pinned host memory in the pool (bytes)",
+             self._pool.total_bytes),
+            ("pacer_pinned_pool_in_use_bytes", "Pinned pool memory checked out (bytes)",
+             self._pool.in_use_bytes),
+        ]:  # fmt: skip
+            yield GaugeMetricFamily(name, doc, value=value)
+        yield CounterMetricFamily(
+            "pacer_pinned_pool_waits", "Checkouts that waited for a slot", value=self._pool.waits
+        )
+        yield CounterMetricFamily(
+            "pacer_pinned_pool_fallbacks",
+            "Checkouts served from pageable memory",
+            value=self._pool.fallbacks,
+        )
+        busy = GaugeMetricFamily(
+            "pacer_gpu_busy_ratio", "Fraction of the last 60 s spent proving", labels=["gpu"]
+        )
+        busy_s = CounterMetricFamily(
+            "pacer_gpu_busy_seconds", "Time spent proving (s)", labels=["gpu"]
+        )
+        for worker in range(p.workers):
+            busy.add_metric([str(worker)], p.busy_ratio(worker))
+            busy_s.add_metric([str(worker)], p.busy_seconds(worker))
+        yield busy
+        yield busy_s
+
+
+class Metrics:
+    """All of pacer's metrics on ``registry``; pass it to the pipeline as its observer."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        controller: PIController,
+        pipeline: Pipeline,
+        pool: PoolView | None = None,
+    ) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        self.registry = registry
+        registry.register(_StateCollector(controller, pipeline, pool or NoPool()))
+        self.idle_gaps = Histogram(
+            "pacer_gpu_idle_gap_seconds",
+            "Time a GPU worker waited between one partition's end and the next one's start (s)",
+            ["gpu"],
+            buckets=IDLE_GAP_BUCKETS,
+            registry=registry,
+        )
+        self.phases = Histogram(
+            "pacer_gpu_phase_seconds",
+            "Time of each proving phase (s)",
+            ["gpu", "phase"],
+            buckets=PHASE_BUCKETS,
+            registry=registry,
+        )
+        self.synthesis = Histogram(
+            "pacer_synthesis_seconds",
+            "Synthesis duration of a partition, dispatch to ready (s)",
+            buckets=SYNTHESIS_BUCKETS,
+            registry=registry,
+        )
+        self.partitions = Counter(
+            "pacer_partitions", "Partitions that left the pipeline", ["outcome"], registry=registry
+        )
+        self.jobs = Counter("pacer_jobs", "Jobs that ended", ["outcome"], registry=registry)
+        for outcome in ("completed", "failed"):
+            self.partitions.labels(outcome)
+        for outcome in ("completed", "failed", "cancelled"):
+            self.jobs.labels(outcome)
+        for worker in range(pipeline.workers):
+            self.idle_gaps.labels(str(worker))
+        build = GaugeMetricFamily("pacer_build_info", "pacer build", labels=["version", "python"])
+        build.add_metric([__version__, platform.python_version()], 1.0)
+        registry.register(_Constant(build))
+
+    # Observer
+    def synthesized(self, seconds: float) -> None:
+        self.synthesis.observe(seconds)
+
+    def proved(self, worker: int, gpu_s: float, phases_s: dict[str, float]) -> None:
+        for phase, seconds in phases_s.items():
+            self.phases.labels(str(worker), phase).observe(seconds)
+
+    def idle_gap(self, worker: int, seconds: float) -> None:
+        self.idle_gaps.labels(str(worker)).observe(seconds)
+
+    def finished(self, outcome: Outcome) -> None:
+        self.partitions.labels("failed" if outcome.error else "completed").inc()
+
+    def job_ended(self, outcome: str) -> None:
+        self.jobs.labels(outcome).inc()
+
+
+class _Constant(Collector):
+    def __init__(self, metric: Metric) -> None:
+        self._metric = metric
+
+    def collect(self) -> Iterator[Metric]:
+        yield self._metric

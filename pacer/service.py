@@ -1,0 +1,394 @@
+"""The service's lifecycle: start-up, serving, SIGTERM drain, shutdown.
+
+start: open the journal, restore the controller's estimates, load the workload, resume the jobs
+the journal holds unfinished (completed partitions are not redone), start the pipeline and the
+HTTP API, then report ready (``READY=1`` to systemd when ``NOTIFY_SOCKET`` is set).
+
+The first SIGTERM or SIGINT drains: ``/readyz`` fails and new jobs get 503, dispatch stops,
+in-flight partitions may finish within ``PACER_SHUTDOWN__DRAIN_S``, results and estimates are
+committed, and the process exits 0; what did not finish stays in the journal for the next
+start. A second signal exits at once (status 1); the journal loses nothing it had committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from types import EllipsisType
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from pacer.api import build_app
+from pacer.config import Settings
+from pacer.controller import Caps, PIController
+from pacer.estimates import Estimates
+from pacer.journal import JobRecord, JobState, Journal, PartitionResult, UnknownJob
+from pacer.metrics import Metrics
+from pacer.pipeline import Outcome, Pipeline
+from pacer.workload import Workload, job_seed, load_workload
+
+log = logging.getLogger("pacer.service")
+
+
+class ConfigurationError(Exception):
+    """The settings describe a service that cannot start; the message says why."""
+
+
+def check_bind(settings: Settings) -> None:
+    """Refuse a non-loopback address without a token, unless explicitly allowed."""
+    host = settings.api.host
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback and settings.api.token is None and not settings.api.allow_public:
+        raise ConfigurationError(
+            f"PACER_API__HOST={host} is not a loopback address: set PACER_API__TOKEN, or "
+            "PACER_API__ALLOW_PUBLIC=true to serve it without authentication"
+        )
+
+
+def sd_notify(message: str) -> bool:
+    """Send ``message`` to systemd's notify socket, if there is one (sd_notify protocol)."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(address)
+            sock.sendall(message.encode())
+        except OSError as exc:
+            log.warning("sd_notify failed: %s", exc)
+            return False
+    return True
+
+
+class Service:
+    """One pacer instance: journal, controller, pipeline, metrics and API."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        check_bind(settings)
+        self.settings = settings
+        self.registry = registry or CollectorRegistry()
+        self.ready = False
+        self.draining = False
+        self.port: int | None = None
+        self._clock = clock
+        self._pending: list[PartitionResult] = []
+        self._runner: web.AppRunner | None = None
+        self._committer: asyncio.Task[None] | None = None
+        self._order = 0
+        self._started_jobs: set[str] = set()
+        self.workload: Workload = load_workload(settings)
+        self.journal = Journal(settings.journal.path)
+        estimates = _estimates(self.journal.load_estimates())
+        self.partition_bytes = int(settings.memory.partition_bytes) or max(
+            1, self.workload.partition_bytes({})
+        )
+        budget = int(settings.memory.budget_bytes)
+        if self.partition_bytes > budget:
+            raise ConfigurationError(
+                f"one partition takes {self.partition_bytes} bytes, more than "
+                f"PACER_MEMORY__BUDGET_BYTES={budget}"
+            )
+        self.caps = Caps.from_host(
+            cores=settings.synthesis.cores,
+            threads_per_synthesis=settings.synthesis.threads_per_synthesis,
+            max_concurrent=settings.synthesis.max_concurrent,
+            budget_bytes=budget,
+            partition_bytes=self.partition_bytes,
+        )
+        self.controller = PIController(settings.controller, self.caps, clock, estimates)
+        self.pipeline = Pipeline(
+            self.controller,
+            self.workload,
+            self.caps,
+            workers=settings.gpu.workers,
+            budget_bytes=budget,
+            on_outcome=self._on_outcome,
+            verify_every=settings.verify_every,
+            clock=clock,
+        )
+        self.metrics = Metrics(self.registry, self.controller, self.pipeline)
+        self.pipeline.observer = self.metrics
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        resumed = self._resume()
+        self.pipeline.start()
+        self._committer = asyncio.create_task(self._commit_loop(), name="pacer-journal")
+        self._runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.api.host, self.settings.api.port)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        self.ready = True
+        log.info(
+            "pacer ready on http://%s:%d (workload %s, %d workers, %d jobs resumed)",
+            self.settings.api.host, self.port, self.workload.name, self.pipeline.workers, resumed,
+        )  # fmt: skip
+        sd_notify(f"READY=1\nSTATUS=serving on port {self.port}, {resumed} jobs resumed")
+
+    async def shutdown(self) -> bool:
+        """Drain and stop. True if all in-flight work finished within the drain budget."""
+        self.draining = True
+        sd_notify("STOPPING=1\nSTATUS=draining")
+        drain_s = self.settings.shutdown.drain_s
+        log.info("draining: dispatch stopped, %.0f s for in-flight work", drain_s)
+        finished = await self.pipeline.drain(drain_s)
+        if not finished:
+            log.warning(
+                "drain budget of %.0f s spent; %d partitions left to the journal",
+                drain_s, self.pipeline.inflight,
+            )  # fmt: skip
+        if self._committer is not None:
+            self._committer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._committer
+        self._flush()
+        self.journal.save_estimates(asdict(self.controller.estimates))
+        await self.pipeline.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self.journal.close()
+        log.info("stopped")
+        return finished
+
+    def _resume(self) -> int:
+        jobs = self.journal.incomplete()
+        for job, pending in jobs:
+            self._enqueue(job, pending)
+        return len(jobs)
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def submit(self, partitions: int, params: dict[str, Any], priority: int) -> JobRecord:
+        """Journal a job (durable on return), then queue its partitions."""
+        job = self.journal.add_job(partitions, self.workload.name, params, priority)
+        self._enqueue(job, list(range(partitions)))
+        log.info("job accepted: %d partitions", partitions, extra={"job": job.id})
+        return job
+
+    def _enqueue(self, job: JobRecord, indices: list[int]) -> None:
+        self._order += 1
+        seed = job_seed(job.id, job.params)
+        self.pipeline.enqueue(
+            job.id, seed, job.params, indices, priority=job.priority, order=self._order
+        )
+
+    def cancel(self, job_id: str) -> dict[str, Any] | None:
+        """Cancel a queued or running job; a finished one is returned as it is."""
+        before = self.journal.get_job(job_id)
+        if before is None:
+            return None
+        job = self.journal.cancel(job_id) or before
+        if before.state in (JobState.QUEUED, JobState.RUNNING):
+            dropped = self.pipeline.cancel(job_id)
+            self._started_jobs.discard(job_id)
+            self.metrics.job_ended("cancelled")
+            log.info("job cancelled, %d partitions dropped", dropped, extra={"job": job_id})
+        return _job_json(job)
+
+    def _on_outcome(self, outcome: Outcome) -> None:
+        if outcome.job_id not in self._started_jobs:
+            self._started_jobs.add(outcome.job_id)
+            with contextlib.suppress(KeyError):
+                self.journal.mark_running(outcome.job_id)
+        if outcome.error is not None or outcome.proof is None:
+            before = self.journal.get_job(outcome.job_id)
+            if before is None or before.state not in (JobState.QUEUED, JobState.RUNNING):
+                return
+            error = outcome.error or "proving returned no proof"
+            job = self.journal.fail_partition(outcome.job_id, outcome.index, error)
+            self.pipeline.cancel(outcome.job_id)
+            self.metrics.job_ended("failed")
+            context = {"job": job.id, "partition": outcome.index, "gpu": outcome.worker}
+            log.error("job failed: %s", job.error, extra=context)
+            return
+        self._pending.append(
+            PartitionResult(
+                job_id=outcome.job_id,
+                index=outcome.index,
+                digest=outcome.proof.digest,
+                synthesis_s=outcome.synthesis_s,
+                gpu_s=outcome.gpu_s,
+                phases=outcome.proof.phases_s,
+                gpu=outcome.worker,
+            )
+        )
+
+    async def _commit_loop(self) -> None:
+        interval = self.settings.journal.commit_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        try:
+            ended = self.journal.complete_partitions(batch)
+        except (UnknownJob, ValueError) as exc:
+            # One bad result must not lose the others: commit them one by one.
+            log.error("journal refused a batch (%s); committing one by one", exc)
+            ended = []
+            for item in batch:
+                try:
+                    ended += self.journal.complete_partitions([item])
+                except (UnknownJob, ValueError) as one:
+                    context = {"job": item.job_id, "partition": item.index}
+                    log.error("result dropped: %s", one, extra=context)
+        for job in ended:
+            self._started_jobs.discard(job.id)
+            if job.state is JobState.COMPLETED:
+                self.metrics.job_ended("completed")
+                log.info("job completed: %s", job.result_digest, extra={"job": job.id})
+
+    # -- views ----------------------------------------------------------------------------------
+
+    def list_jobs(self, state: str | None, limit: int) -> list[dict[str, Any]]:
+        if state is not None and state not in {s.value for s in JobState}:
+            raise ValueError(f"state must be one of {', '.join(s.value for s in JobState)}")
+        jobs = self.journal.list_jobs(JobState(state) if state else None, limit)
+        return [_job_json(job) for job in jobs]
+
+    def job_detail(self, job_id: str) -> dict[str, Any] | None:
+        job = self.journal.get_job(job_id)
+        if job is None:
+            return None
+        out = _job_json(job)
+        out["partition_results"] = [
+            {k: v for k, v in asdict(p).items() if k != "job_id"}
+            for p in self.journal.partitions(job_id)
+        ]
+        return out
+
+    def controller_state(self) -> dict[str, Any]:
+        terms = asdict(self.controller.terms)
+        return {
+            "settings": self.controller.settings.model_dump(),
+            "terms": terms,
+            "estimates": asdict(self.controller.estimates),
+            "bootstraps": self.controller.bootstraps,
+            "rebootstraps": self.controller.rebootstraps,
+        }
+
+    def retune(self, changes: dict[str, Any], manual: float | EllipsisType | None) -> None:
+        """Apply new gains/limits (bumpless) and, unless ``manual`` is ``...``, set or clear a
+        manual interval."""
+        if changes:
+            self.controller.retune(**changes)
+        if not isinstance(manual, EllipsisType):
+            self.controller.set_manual(manual)
+            changes = {**changes, "manual_interval_s": manual}
+        log.info("controller retuned: %s", changes)
+
+    def status(self) -> dict[str, Any]:
+        p = self.pipeline
+        return {
+            "ready": self.ready,
+            "draining": self.draining,
+            "workload": self.workload.name,
+            "controller": self.controller_state(),
+            "queues": {
+                "backlog": p.backlog,
+                "synthesizing": p.synthesizing,
+                "ready": p.ready,
+                "proving": p.gpu_busy,
+                "verifying": p.verifying,
+            },
+            "memory": {
+                "budget_bytes": p.budget_bytes,
+                "inflight_bytes": p.inflight_bytes,
+                "partition_bytes": self.partition_bytes,
+                "caps": asdict(self.caps),
+            },
+            "pool": {"total_bytes": 0, "in_use_bytes": 0},
+            "gpus": [
+                {
+                    "gpu": w,
+                    "busy_ratio": round(p.busy_ratio(w), 4),
+                    "busy_seconds": round(p.busy_seconds(w), 3),
+                }
+                for w in range(p.workers)
+            ],
+            "jobs": {state.value: n for state, n in self.journal.counts().items()},
+        }
+
+
+def _estimates(saved: dict[str, float | None] | None) -> Estimates | None:
+    """The controller's estimates as the journal saved them (a restart starts warm)."""
+    if not saved or saved.get("gpu_service_s") is None or saved.get("synthesis_s") is None:
+        return None
+    return Estimates(
+        saved["gpu_service_s"], saved["synthesis_s"], saved.get("synthesis_sd_s") or 0.0
+    )
+
+
+def _job_json(job: JobRecord) -> dict[str, Any]:
+    out = asdict(job)
+    out["state"] = job.state.value
+    return out
+
+
+class _Signals:
+    """First SIGTERM/SIGINT: set ``stop``. Second: exit at once. Restores the old handlers."""
+
+    def __init__(self) -> None:
+        self.stop = asyncio.Event()
+        self.received: list[int] = []
+
+    def _handle(self, signum: int) -> None:
+        self.received.append(signum)
+        if len(self.received) > 1:
+            log.warning("second signal: exiting now")
+            os._exit(1)
+        log.info("signal %s: draining", signal.Signals(signum).name)
+        self.stop.set()
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[_Signals]:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._handle, signum)
+        try:
+            yield self
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+
+
+async def serve(settings: Settings) -> int:
+    """Run the service until SIGTERM/SIGINT; the process exit status."""
+    service = Service(settings)
+    with _Signals().installed() as signals:
+        await service.start()
+        await signals.stop.wait()
+        await service.shutdown()
+    return 0
+
+
+def run(settings: Settings) -> int:
+    """``pacer serve``: the service on uvloop."""
+    import uvloop
+
+    return uvloop.run(serve(settings))

@@ -1,0 +1,201 @@
+"""What a partition's work is: the Workload protocol and the built-in workloads.
+
+The pipeline calls ``synthesize`` on a CPU executor thread, ``prove`` on a proving worker's
+thread, and ``verify`` on the CPU. It reaches the GPU only through a workload.
+
+- ``ntt`` (default): the Groth16 "H" computation over the BabyBear field (``gpu.ntt``): synthesis
+  draws a, b and c = a∘b on a domain of 2^log_n; proving interpolates, evaluates on a coset,
+  divides by the vanishing polynomial and interpolates back; verification checks
+  H(r)·Z(r) = A(r)·B(r) − C(r) at a random point.
+- ``noop``: as little work as a partition can be, for measuring the pipeline itself.
+- ``module:factory``: your own; ``factory(settings)`` returns an object with the methods below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from pacer.config import Settings
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """One partition to synthesize: the job's seed and parameters, and its index."""
+
+    job_id: str
+    index: int
+    seed: int
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Proof:
+    """What proving one partition produced: a digest of the result and phase timings (s)."""
+
+    digest: str
+    phases_s: dict[str, float] = field(default_factory=dict)
+    output: Any = None  # kept for verify; not stored
+
+
+@runtime_checkable
+class Workload(Protocol):
+    """The work of one partition. Methods run off the event loop, so they may block."""
+
+    name: str
+
+    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Validated job parameters; ValueError naming the parameter and the rule."""
+        ...
+
+    def partition_bytes(self, params: Mapping[str, Any]) -> int:
+        """Host memory one partition's buffers hold (bytes)."""
+        ...
+
+    def synthesize(self, spec: PartitionSpec) -> Any:
+        """The partition's buffers, deterministic from the spec."""
+        ...
+
+    def prove(self, buffers: Any, worker: int) -> Proof:
+        """Prove one partition on proving worker ``worker``."""
+        ...
+
+    def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
+        """Whether ``proof`` is right for these buffers."""
+        ...
+
+
+class WorkloadError(Exception):
+    """A workload could not be loaded; the message says which and why."""
+
+
+def job_seed(job_id: str, params: Mapping[str, Any]) -> int:
+    """The seed a job's partitions derive from: ``params.seed``, else one from the job id."""
+    seed = params.get("seed")
+    if isinstance(seed, int):
+        return seed
+    return int.from_bytes(hashlib.sha256(job_id.encode()).digest()[:8], "little")
+
+
+def _int_param(params: Mapping[str, Any], name: str, low: int, high: int, default: int) -> int:
+    value = params.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"params.{name}: must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"params.{name}: must be between {low} and {high}, got {value}")
+    return value
+
+
+def _check_seed(params: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "seed" in params:
+        out["seed"] = _int_param(params, "seed", 0, 2**63 - 1, 0)
+    return out
+
+
+class NttWorkload:
+    """The BabyBear H computation on the CPU (NumPy); ``log_n`` sets the partition size."""
+
+    name = "ntt"
+    PHASES = ("intt", "coset_ntt", "pointwise", "coset_intt")
+
+    def __init__(self, log_n: int) -> None:
+        self.log_n = log_n
+
+    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(params) - {"log_n", "seed"})
+        if unknown:
+            raise ValueError(f"params.{unknown[0]}: unknown parameter (known: log_n, seed)")
+        out = _check_seed(params)
+        if "log_n" in params:
+            out["log_n"] = _int_param(params, "log_n", 4, 24, self.log_n)
+        return out
+
+    def _log_n(self, params: Mapping[str, Any]) -> int:
+        return int(params.get("log_n", self.log_n))
+
+    def partition_bytes(self, params: Mapping[str, Any]) -> int:
+        return 3 * 8 * (1 << self._log_n(params))  # a, b, c as uint64
+
+    def synthesize(self, spec: PartitionSpec) -> Any:
+        import gpu.ntt as ntt
+
+        return ntt.synthesize(spec.seed, spec.index, self._log_n(spec.params))
+
+    def prove(self, buffers: Any, worker: int) -> Proof:
+        import gpu.ntt as ntt
+
+        a, b, c = buffers
+        phases: dict[str, float] = {}
+        steps = ntt.HSteps(len(a).bit_length() - 1)
+        started = time.perf_counter()
+        coeffs = steps.intt(a, b, c)
+        phases["intt"] = time.perf_counter() - started
+        started = time.perf_counter()
+        evals = steps.coset_ntt(*coeffs)
+        phases["coset_ntt"] = time.perf_counter() - started
+        started = time.perf_counter()
+        quotient = steps.pointwise(*evals)
+        phases["pointwise"] = time.perf_counter() - started
+        started = time.perf_counter()
+        h = steps.coset_intt(quotient)
+        phases["coset_intt"] = time.perf_counter() - started
+        return Proof(ntt.digest(h), phases, h)
+
+    def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
+        import gpu.ntt as ntt
+
+        a, b, c = buffers
+        return bool(ntt.verify(a, b, c, proof.output)) and ntt.digest(proof.output) == proof.digest
+
+
+class NoopWorkload:
+    """A partition of a few bytes whose proof is their hash: measures the pipeline alone."""
+
+    name = "noop"
+
+    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(params) - {"seed"})
+        if unknown:
+            raise ValueError(f"params.{unknown[0]}: unknown parameter (known: seed)")
+        return _check_seed(params)
+
+    def partition_bytes(self, params: Mapping[str, Any]) -> int:
+        return 64
+
+    def synthesize(self, spec: PartitionSpec) -> Any:
+        return f"{spec.seed}:{spec.index}".encode()
+
+    def prove(self, buffers: Any, worker: int) -> Proof:
+        return Proof(hashlib.sha256(buffers).hexdigest())
+
+    def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
+        return proof.digest == hashlib.sha256(buffers).hexdigest()
+
+
+def load_workload(settings: Settings) -> Workload:
+    """The workload ``PACER_WORKLOAD`` names."""
+    name = settings.workload
+    if name == "ntt":
+        return NttWorkload(settings.ntt.log_n)
+    if name == "noop":
+        return NoopWorkload()
+    module_name, _, factory_name = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise WorkloadError(f"PACER_WORKLOAD={name}: cannot import {module_name}: {exc}") from None
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise WorkloadError(f"PACER_WORKLOAD={name}: {module_name} has no callable {factory_name}")
+    workload = factory(settings)
+    if not isinstance(workload, Workload):
+        raise WorkloadError(
+            f"PACER_WORKLOAD={name}: the factory returned {type(workload).__name__}, which lacks "
+            "name, check_params, partition_bytes, synthesize, prove or verify"
+        )
+    return workload

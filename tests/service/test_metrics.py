@@ -1,0 +1,68 @@
+"""Metrics on a fresh registry, read with get_sample_value, and the exposition's format."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+
+import pytest
+from prometheus_client import generate_latest
+
+from pacer.service import Service
+
+pytestmark = pytest.mark.asyncio
+
+REQUIRED = [
+    "pacer_controller_error", "pacer_controller_p_term", "pacer_controller_i_term",
+    "pacer_controller_ff_term", "pacer_controller_interval_seconds", "pacer_controller_setpoint",
+    "pacer_controller_mode", "pacer_controller_bootstraps_total",
+    "pacer_controller_rebootstraps_total", "pacer_backlog_partitions", "pacer_synthesis_inflight",
+    "pacer_ready_partitions", "pacer_memory_budget_bytes", "pacer_memory_inflight_bytes",
+    "pacer_pinned_pool_total_bytes", "pacer_pinned_pool_in_use_bytes",
+    "pacer_pinned_pool_waits_total", "pacer_pinned_pool_fallbacks_total",
+    "pacer_gpu_busy_ratio", "pacer_gpu_idle_gap_seconds", "pacer_gpu_phase_seconds",
+    "pacer_synthesis_seconds", "pacer_partitions_total", "pacer_jobs_total", "pacer_build_info",
+]  # fmt: skip
+
+
+async def run_job(service: Service, partitions: int) -> None:
+    job = service.submit(partitions, {}, 0)
+    for _ in range(1000):
+        record = service.journal.get_job(job.id)
+        if record is not None and record.state == "completed":
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("job did not complete")
+
+
+async def test_metrics_follow_the_work(service: Service) -> None:
+    await run_job(service, 6)
+    value = service.registry.get_sample_value
+    assert value("pacer_jobs_total", {"outcome": "completed"}) == 1
+    assert value("pacer_partitions_total", {"outcome": "completed"}) == 6
+    assert value("pacer_synthesis_seconds_count") == 6
+    assert value("pacer_gpu_phase_seconds_count", {"gpu": "0", "phase": "coset_ntt"}) == 6
+    assert value("pacer_gpu_idle_gap_seconds_count", {"gpu": "0"}) == 5  # between 6 partitions
+    assert value("pacer_controller_bootstraps_total") == 1
+    assert value("pacer_memory_budget_bytes") == 64 * 2**30
+    assert value("pacer_memory_inflight_bytes") == 0
+    assert 0 < (value("pacer_gpu_busy_ratio", {"gpu": "0"}) or 0) <= 1
+    assert value("pacer_controller_mode", {"pacer_controller_mode": "drained"}) in (0, 1)
+    modes = [value("pacer_controller_mode", {"pacer_controller_mode": m}) or 0.0
+             for m in ("bootstrap", "pacing", "drained", "manual")]  # fmt: skip
+    assert sorted(modes) == [0, 0, 0, 1]
+
+
+async def test_exposition_has_every_metric_and_no_created_series(service: Service) -> None:
+    await run_job(service, 2)
+    text = generate_latest(service.registry).decode()
+    for name in REQUIRED:
+        assert f"\n# TYPE {name} " in "\n" + text, name
+    assert "_created" not in text
+
+
+async def test_exposition_passes_promtool(service: Service, promtool: str) -> None:
+    await run_job(service, 2)
+    text = generate_latest(service.registry)
+    proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
+    assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()

@@ -1,0 +1,146 @@
+"""The asyncio pipeline with a hand-written workload: order, budget, failures, cancel, drain."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from pacer.config import ControllerSettings
+from pacer.controller import Caps, PIController
+from pacer.estimates import Estimates
+from pacer.pipeline import Outcome, Pipeline
+from pacer.workload import PartitionSpec, Proof
+
+pytestmark = pytest.mark.asyncio
+
+
+class Recording:
+    """Records what it is asked to do; fails where told; 100 bytes a partition."""
+
+    name = "recording"
+
+    def __init__(self, fail_synthesis: int | None = None, fail_prove: int | None = None) -> None:
+        self.synthesized: list[tuple[str, int]] = []
+        self.inflight_seen: list[int] = []
+        self.fail_synthesis = fail_synthesis
+        self.fail_prove = fail_prove
+        self.pipeline: Pipeline | None = None
+        self.lock = threading.Lock()
+
+    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(params)
+
+    def partition_bytes(self, params: Mapping[str, Any]) -> int:
+        return 100
+
+    def synthesize(self, spec: PartitionSpec) -> Any:
+        with self.lock:
+            self.synthesized.append((spec.job_id, spec.index))
+            if self.pipeline is not None:
+                self.inflight_seen.append(self.pipeline.inflight_bytes)
+        if spec.index == self.fail_synthesis:
+            raise RuntimeError("no witness")
+        return spec.index
+
+    def prove(self, buffers: Any, worker: int) -> Proof:
+        if buffers == self.fail_prove:
+            raise RuntimeError("device lost")
+        return Proof(f"d{buffers}", {"work": 0.0})
+
+    def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
+        return proof.digest == f"d{buffers}"
+
+
+def build(workload: Recording, budget: int = 10_000, workers: int = 1, synth: int = 1,
+          verify_every: int = 0) -> tuple[Pipeline, list[Outcome]]:  # fmt: skip
+    outcomes: list[Outcome] = []
+    caps = Caps(synthesis_concurrency=synth, inflight_partitions=budget // 100)
+    controller = PIController(ControllerSettings(), caps, estimates=Estimates(0.01, 0.01))
+    pipeline = Pipeline(controller, workload, caps, workers=workers, budget_bytes=budget,
+                        on_outcome=outcomes.append, verify_every=verify_every)  # fmt: skip
+    workload.pipeline = pipeline
+    return pipeline, outcomes
+
+
+async def run_until_idle(pipeline: Pipeline, expected: int, outcomes: list[Outcome]) -> None:
+    pipeline.start()
+    for _ in range(2000):
+        if len(outcomes) >= expected and pipeline.idle:
+            break
+        await asyncio.sleep(0.005)
+    await pipeline.close()
+
+
+async def test_backlog_runs_in_priority_then_arrival_then_index_order() -> None:
+    workload = Recording()
+    pipeline, outcomes = build(workload)
+    pipeline.enqueue("old", 1, {}, [2, 0, 1], priority=0, order=1)
+    pipeline.enqueue("new", 1, {}, [0, 1], priority=0, order=2)
+    pipeline.enqueue("urgent", 1, {}, [1, 0], priority=5, order=3)
+    await run_until_idle(pipeline, 7, outcomes)
+    assert workload.synthesized == [
+        ("urgent", 0), ("urgent", 1), ("old", 0), ("old", 1), ("old", 2), ("new", 0), ("new", 1),
+    ]  # fmt: skip
+    assert all(o.error is None and o.proof is not None for o in outcomes)
+
+
+async def test_memory_budget_bounds_bytes_in_flight() -> None:
+    workload = Recording()
+    pipeline, outcomes = build(workload, budget=250, workers=2, synth=4)
+    pipeline.enqueue("j", 1, {}, list(range(30)))
+    await run_until_idle(pipeline, 30, outcomes)
+    assert len(outcomes) == 30
+    assert max(workload.inflight_seen) <= 250  # counted from dispatch, this one included
+    assert pipeline.inflight_bytes == 0
+
+
+@pytest.mark.parametrize(("where", "message"), [("synthesis", "synthesis failed"),
+                                                ("prove", "proving failed")])  # fmt: skip
+async def test_a_failure_is_reported_and_releases_memory(where: str, message: str) -> None:
+    workload = Recording(**{f"fail_{where}": 2})
+    pipeline, outcomes = build(workload)
+    pipeline.enqueue("j", 1, {}, list(range(4)))
+    await run_until_idle(pipeline, 4, outcomes)
+    failed = [o for o in outcomes if o.error]
+    assert [o.index for o in failed] == [2]
+    assert message in (failed[0].error or "")
+    assert pipeline.inflight_bytes == 0
+    assert pipeline.inflight == 0
+
+
+async def test_verification_runs_on_every_nth_partition() -> None:
+    workload = Recording()
+    pipeline, outcomes = build(workload, verify_every=2)
+    pipeline.enqueue("j", 1, {}, list(range(6)))
+    await run_until_idle(pipeline, 6, outcomes)
+    assert len(outcomes) == 6
+    assert all(o.error is None for o in outcomes)
+
+
+async def test_cancel_drops_the_backlog_and_silences_the_job() -> None:
+    workload = Recording()
+    pipeline, outcomes = build(workload)
+    pipeline.enqueue("keep", 1, {}, [0, 1], order=2)
+    pipeline.enqueue("drop", 1, {}, list(range(50)), priority=1, order=1)
+    assert pipeline.cancel("drop") == 50
+    assert pipeline.backlog == 2
+    await run_until_idle(pipeline, 2, outcomes)
+    assert {o.job_id for o in outcomes} == {"keep"}
+
+
+async def test_drain_stops_dispatch_and_waits_for_in_flight_work() -> None:
+    workload = Recording()
+    pipeline, outcomes = build(workload)
+    pipeline.enqueue("j", 1, {}, list(range(1000)))
+    pipeline.start()
+    while not outcomes:
+        await asyncio.sleep(0.001)
+    assert await pipeline.drain(10.0)
+    done = len(outcomes)
+    assert pipeline.idle
+    assert pipeline.backlog == 1000 - done  # the rest stays for the journal
+    await pipeline.close()

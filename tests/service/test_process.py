@@ -1,0 +1,129 @@
+"""`pacer serve` as a real process: results, kill -9 and resume, SIGTERM drain, sd_notify."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import gpu.ntt as ntt
+from pacer.client import ApiError
+from pacer.workload import job_seed
+from tests.service.conftest import ServerFactory, wait_for
+
+
+def job_states(journal: Path) -> dict[str, str]:
+    with sqlite3.connect(journal) as db:
+        return dict(db.execute("SELECT id, state FROM jobs").fetchall())
+
+
+def completions_in(log: str) -> Counter[str]:
+    return Counter(re.findall(r"job completed: \w+ \[job=(\w+)\]", log))
+
+
+def test_jobs_complete_with_verifiable_results(server_factory: ServerFactory) -> None:
+    server = server_factory(PACER_GPU__WORKERS="2").start()
+    ids = [server.client.submit(5, {"log_n": 9}) for _ in range(3)]
+    wait_for(lambda: all(server.client.job(i)["state"] == "completed" for i in ids),
+             what="jobs to complete")  # fmt: skip
+    for job_id in ids:
+        job = server.client.job(job_id)
+        seed = job_seed(job_id, {})
+        for part in job["partition_results"]:
+            a, b, c = ntt.synthesize(seed, part["index"], 9)
+            h = ntt.compute_h(a, b, c)
+            assert ntt.verify(a, b, c, h)
+            assert part["digest"] == ntt.digest(h)  # the service proved what we recompute
+    server.signal(signal.SIGTERM)
+    assert server.wait() == 0
+
+
+def test_kill9_mid_run_then_restart_completes_every_job_exactly_once(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    slow = {"PACER_NTT__LOG_N": "13", "PACER_JOURNAL__COMMIT_INTERVAL_S": "0.02"}
+    first = server_factory(**slow).start()
+    ids = [first.client.submit(6) for _ in range(6)]
+    journal = tmp_path / "journal.sqlite"
+
+    def some_done() -> bool:
+        return sum(int(first.client.job(i)["partitions_done"]) for i in ids) >= 8
+
+    wait_for(some_done, what="some partitions to complete")
+    first.signal(signal.SIGKILL)
+    first.wait()
+    states = job_states(journal)
+    assert sorted(states) == sorted(ids)  # every accepted job survived the kill
+    assert any(s != "completed" for s in states.values()), "the kill came too late to test"
+
+    second = server_factory(**slow).start()
+    assert "jobs resumed" in second.log
+    wait_for(lambda: all(s == "completed" for s in job_states(journal).values()),
+             what="resumed jobs to complete")  # fmt: skip
+    completions = completions_in(first.log) + completions_in(second.log)
+    assert completions == Counter({i: 1 for i in ids})  # each job completed exactly once
+    for job_id in ids:
+        parts = second.client.job(job_id)["partition_results"]
+        assert [p["state"] for p in parts] == ["completed"] * 6
+    second.signal(signal.SIGTERM)
+    assert second.wait() == 0
+
+
+def test_sigterm_drains_then_exits_zero(server_factory: ServerFactory, tmp_path: Path) -> None:
+    server = server_factory(PACER_NTT__LOG_N="14", PACER_SHUTDOWN__DRAIN_S="20").start()
+    job_id = server.client.submit(40)
+    wait_for(lambda: server.client.job(job_id)["partitions_done"] >= 2, what="progress")
+    server.signal(signal.SIGTERM)
+
+    def refusing() -> bool:  # draining: not ready, no new jobs
+        try:
+            server.client.request("GET", "/readyz")
+        except ApiError as exc:
+            return "503" in str(exc)
+        return False
+
+    wait_for(refusing, what="/readyz to fail")
+    with pytest.raises(ApiError, match="503 draining: not accepting new jobs"):
+        server.client.submit(1)
+    assert server.wait(30) == 0
+    log = server.log
+    assert "draining: dispatch stopped" in log
+    assert "stopped" in log
+    state = job_states(tmp_path / "journal.sqlite")[job_id]
+    assert state in ("running", "completed")  # what did not finish waits for the next start
+
+
+def test_second_signal_forces_exit(server_factory: ServerFactory) -> None:
+    server = server_factory(PACER_NTT__LOG_N="16", PACER_SHUTDOWN__DRAIN_S="60").start()
+    server.client.submit(200)
+    wait_for(lambda: server.client.status()["queues"]["synthesizing"] > 0, what="work")
+    server.signal(signal.SIGTERM)
+    wait_for(lambda: "draining" in server.log, what="drain")
+    server.signal(signal.SIGTERM)
+    assert server.wait(10) == 1
+    assert "second signal: exiting now" in server.log
+
+
+def test_sd_notify_ready_and_stopping(server_factory: ServerFactory, tmp_path: Path) -> None:
+    path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        sock.settimeout(20)
+        server = server_factory(NOTIFY_SOCKET=str(path)).start()
+        ready = sock.recv(4096).decode()
+        assert ready.startswith("READY=1\nSTATUS=serving on port")
+        server.signal(signal.SIGTERM)
+        assert sock.recv(4096).decode().startswith("STOPPING=1")
+        assert server.wait() == 0
+
+
+def test_bad_settings_exit_with_a_message(server_factory: ServerFactory) -> None:
+    server = server_factory(PACER_API__HOST="0.0.0.0").launch()
+    assert server.wait() == 2
+    assert "set PACER_API__TOKEN" in server.log
+    assert "Traceback" not in server.log
