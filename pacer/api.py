@@ -117,7 +117,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def status(request: web.Request) -> web.Response:
-    return web.json_response(request.app[SERVICE].status())
+    return web.json_response(await request.app[SERVICE].status())
 
 
 async def submit_job(request: web.Request) -> web.Response:
@@ -148,7 +148,7 @@ async def submit_job(request: web.Request) -> web.Response:
     except ValueError as exc:
         field = str(exc).split(":", 1)[0] if str(exc).startswith("params.") else "params"
         raise BadInputError(field, str(exc)) from None
-    job = service.submit(partitions, params, priority)
+    job = await service.submit(partitions, params, priority)
     return web.json_response({"id": job.id, "state": job.state}, status=202)
 
 
@@ -162,21 +162,21 @@ async def list_jobs(request: web.Request) -> web.Response:
     if not 1 <= limit <= 10_000:
         raise BadInputError("limit", f"limit must be between 1 and 10000, got {limit}", 400)
     try:
-        jobs = service.list_jobs(state, limit)
+        jobs = await service.list_jobs(state, limit)
     except ValueError as exc:
         raise BadInputError("state", str(exc), 400) from None
     return web.json_response({"jobs": jobs})
 
 
 async def get_job(request: web.Request) -> web.Response:
-    job = request.app[SERVICE].job_detail(request.match_info["id"])
+    job = await request.app[SERVICE].job_detail(request.match_info["id"])
     if job is None:
         return error(404, f"no job {request.match_info['id']!r}", "id")
     return web.json_response(job)
 
 
 async def cancel_job(request: web.Request) -> web.Response:
-    job = request.app[SERVICE].cancel(request.match_info["id"])
+    job = await request.app[SERVICE].cancel(request.match_info["id"])
     if job is None:
         return error(404, f"no job {request.match_info['id']!r}", "id")
     return web.json_response(job)

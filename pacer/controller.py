@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from pacer.config import ControllerSettings, Settings
 from pacer.estimates import Estimates, Estimator
@@ -51,8 +51,7 @@ class Observation:
         return self.ready + self.synthesizing + self.gpu_busy
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     """Dispatch ``dispatch`` partitions now; ask again at ``next_at`` (clock seconds) at the
     latest, or on the next pipeline event when ``next_at`` is None."""
 
@@ -104,8 +103,7 @@ class Caps:
         )
 
 
-@dataclass(frozen=True)
-class Terms:
+class Terms(NamedTuple):
     """The controller's last computation, for metrics, status and plots."""
 
     mode: Mode
@@ -179,6 +177,8 @@ class PIController:
         # Token bucket of the synthesis rate cap (burst: the concurrency cap).
         self._tokens = float(caps.synthesis_concurrency)
         self._last_obs: Observation | None = None
+        self._model_key: tuple[int, int, int] | None = None
+        self._model_cache = (1.0, 0.0, settings.target_ready)
         self._terms = self._compute(None, 1)
 
     # -- observations ------------------------------------------------------------------
@@ -232,7 +232,7 @@ class PIController:
 
         if self._manual_interval_s is not None:
             self._terms = self._compute(obs, max(1, obs.gpu_workers))
-            return self._paced(now, room, self._manual_interval_s, may_dispatch=True)
+            return self._paced(now, room, self._manual_interval_s, headroom=room)
         if not self._est.known:
             return self._cold_bootstrap(obs, room)
         if self._cold_refill_due:
@@ -243,19 +243,14 @@ class PIController:
             return self._refill(obs, room)
         self._refill_left = 0
         if obs.backlog == 0:
-            self._terms = replace(
-                self._compute(obs, max(1, obs.gpu_workers)),
-                mode=Mode.DRAINED if obs.inflight == 0 else Mode.PACING,
+            self._terms = self._compute(obs, max(1, obs.gpu_workers))._replace(
+                mode=Mode.DRAINED if obs.inflight == 0 else Mode.PACING
             )
             return Decision(0, None)
         if self._drained_for_rebootstrap(obs, now):
             return self._rebootstrap(obs, room)
 
-        terms = self._compute(obs, max(1, obs.gpu_workers))
-        skipping = terms.projected_ready >= terms.setpoint + 1
-        blocked = room <= 0 or self._tokens < 1
-        self._integrate(terms, dt, blocked=blocked)
-        self._terms = terms = self._compute(obs, max(1, obs.gpu_workers))
+        self._terms = terms = self._pace(obs, dt, blocked=room <= 0 or self._tokens < 1)
         if self._est.cold_cohort_open:
             # Until the cold start's first syntheses are all in, their lead time is known only
             # from below; hold in flight at least at the bootstrap depth meanwhile, so the GPUs
@@ -264,13 +259,19 @@ class PIController:
             if count > 0:
                 self._dispatched(now, count)
                 return Decision(count, now + terms.interval_s)
-        return self._paced(now, room, terms.interval_s, may_dispatch=not skipping)
+        headroom = math.ceil(terms.setpoint + 1 - terms.projected_ready)
+        return self._paced(now, room, terms.interval_s, headroom=headroom)
 
-    def _paced(self, now: float, room: int, interval: float, *, may_dispatch: bool) -> Decision:
+    def _paced(self, now: float, room: int, interval: float, *, headroom: int) -> Decision:
+        """Dispatch what is due: one per interval since the last dispatch (a late wake-up
+        catches up), within the caps and the ``headroom`` left below the skip threshold."""
         due = self._last_dispatch + interval
+        may_dispatch = headroom > 0
         if may_dispatch and room > 0 and self._tokens >= 1 and now >= due:
-            self._dispatched(now, 1)
-            return Decision(1, now + interval)
+            overdue = 1 + int(min((now - due) / interval, float(room)))
+            count = min(room, int(self._tokens), overdue, headroom)
+            self._dispatched(now, count)
+            return Decision(count, now + interval)
         if may_dispatch and room > 0 and self._tokens < 1:
             wait = (1 - self._tokens) / self._terms.rate_cap_per_s
             return Decision(0, max(due, now + wait))
@@ -291,6 +292,8 @@ class PIController:
         self._tokens -= count
 
     def _refill_tokens(self, dt: float) -> None:
+        if dt == 0.0 and self._tokens >= 1:
+            return
         rate = self._rate_cap_per_s()
         burst = float(self._caps.synthesis_concurrency)
         self._tokens = burst if math.isinf(rate) else min(burst, self._tokens + rate * dt)
@@ -298,15 +301,15 @@ class PIController:
     def _rate_cap_per_s(self) -> float:
         # From the per-item synthesis duration, never from the completion rate: a cap from
         # completions tightens when dispatch slows, which slows dispatch further (collapse).
-        syn = self._est.estimates.synthesis_s
-        if syn is None or syn <= 0:
+        syn = self._est.synthesis_s
+        if not syn or syn <= 0:
             return math.inf
         return self._caps.synthesis_concurrency / syn
 
     # -- bootstrap and re-bootstrap -------------------------------------------------------
 
     def _cold_bootstrap(self, obs: Observation, room: int) -> Decision:
-        self._terms = replace(self._terms, mode=Mode.BOOTSTRAP)
+        self._terms = self._terms._replace(mode=Mode.BOOTSTRAP)
         if obs.backlog == 0:
             return Decision(0, None)
         if not self._booted:
@@ -352,7 +355,7 @@ class PIController:
     def little_depth(self, gpu_workers: int) -> int:
         """Partitions in flight that keep ``gpu_workers`` busy with ``q*`` waiting:
         ceil(T̂syn ÷ base interval + q*)."""
-        gpu = self._est.estimates.gpu_service_s
+        gpu = self._est.gpu_service_s
         if gpu is None:
             raise ValueError("little_depth needs a GPU service-time estimate")
         base = max(gpu / max(1, gpu_workers), 1e-9)
@@ -367,7 +370,7 @@ class PIController:
 
     def _refill(self, obs: Observation, room: int) -> Decision:
         """Dispatch the rest of a refill at once, as fast as caps and the pool allow."""
-        self._terms = replace(self._compute(obs, max(1, obs.gpu_workers)), mode=Mode.BOOTSTRAP)
+        self._terms = self._compute(obs, max(1, obs.gpu_workers))._replace(mode=Mode.BOOTSTRAP)
         count = min(room, self._refill_left, int(self._tokens))
         if count <= 0:
             return Decision(0, self._clock() + self._settings.interval_min_s)
@@ -379,7 +382,7 @@ class PIController:
 
     def _compute(self, obs: Observation | None, workers: int) -> Terms:
         s = self._settings
-        gpu = self._est.estimates.gpu_service_s
+        gpu = self._est.gpu_service_s
         rate_cap = self._rate_cap_per_s()
         if gpu is None or not self._est.known or obs is None:
             mode = Mode.BOOTSTRAP if not self._est.known else Mode.DRAINED
@@ -387,14 +390,13 @@ class PIController:
             if self._manual_interval_s is not None:
                 mode, interval = Mode.MANUAL, self._manual_interval_s
             return Terms(mode, 0.0, s.target_ready, 0.0, 0.0, 0.0, 0.0, 1.0, interval, rate_cap)
-        base = max(gpu / workers, 1e-9)
-        projected = obs.ready + obs.synthesizing - self.lead_s() / base
-        setpoint = self._setpoint(base)
+        base, lead, setpoint = self._model(workers)
+        projected = obs.ready + obs.synthesizing - lead / base
         error = (setpoint - projected) / setpoint
         p_term = s.kp * error
         i_term = s.ki * self._integral
-        multiplier = _clamp(1 + p_term + i_term, s.multiplier_min, s.multiplier_max)
-        interval = _clamp(base / multiplier, s.interval_min_s, s.interval_max_s)
+        multiplier = min(max(1 + p_term + i_term, s.multiplier_min), s.multiplier_max)
+        interval = min(max(base / multiplier, s.interval_min_s), s.interval_max_s)
         mode = Mode.PACING
         if self._manual_interval_s is not None:
             mode = Mode.MANUAL
@@ -407,22 +409,47 @@ class PIController:
             rate_cap,
         )  # fmt: skip
 
+    def _model(self, workers: int) -> tuple[float, float, float]:
+        """(base interval, lead time, setpoint) for ``workers``: recomputed only when an
+        estimate or the worker count changed, or while the cold cohort's bound is moving."""
+        key = (self._est.version, workers, id(self._settings))
+        if key != self._model_key or self._est.cold_cohort_open:
+            gpu = self._est.gpu_service_s or 0.0
+            base = max(gpu / workers, 1e-9)
+            self._model_cache = (base, self.lead_s(), self._setpoint(base))
+            self._model_key = key
+        return self._model_cache
+
     def _setpoint(self, base_interval_s: float) -> float:
         """The effective setpoint: target_ready, or more where the spread of synthesis times
         makes the ready queue wander further than that (``spread_sigmas`` of it)."""
         spread = self._est.in_synthesis_sd(1 / base_interval_s)
         return max(self._settings.target_ready, self._settings.spread_sigmas * spread)
 
-    def _integrate(self, terms: Terms, dt: float, *, blocked: bool) -> None:
-        """Anti-windup: no integration while the output is saturated in the error's direction
-        (clamped multiplier or interval, or a cap blocking dispatch)."""
+    def _pace(self, obs: Observation, dt: float, *, blocked: bool) -> Terms:
+        """The PI step: error of the projected depth, integral over ``dt``, output interval.
+
+        Anti-windup: no integration while the output is saturated in the error's direction
+        (clamped multiplier or interval, or a cap blocking dispatch).
+        """
         s = self._settings
-        u = 1 + terms.p_term + terms.i_term
-        saturated_up = blocked or u >= s.multiplier_max or terms.interval_s <= s.interval_min_s
-        saturated_down = u <= s.multiplier_min or terms.interval_s >= s.interval_max_s
-        if (terms.error > 0 and saturated_up) or (terms.error < 0 and saturated_down):
-            return
-        self._integral = _clamp(self._integral + terms.error * dt, s.integral_min, s.integral_max)
+        base, lead, setpoint = self._model(max(1, obs.gpu_workers))
+        projected = obs.ready + obs.synthesizing - lead / base
+        error = (setpoint - projected) / setpoint
+        p_term = s.kp * error
+        u = 1 + p_term + s.ki * self._integral
+        interval = base / u if u > 0 else math.inf
+        saturated_up = blocked or u >= s.multiplier_max or interval <= s.interval_min_s
+        saturated_down = u <= s.multiplier_min or interval >= s.interval_max_s
+        if not ((error > 0 and saturated_up) or (error < 0 and saturated_down)):
+            integral = self._integral + error * dt
+            self._integral = min(max(integral, s.integral_min), s.integral_max)
+        i_term = s.ki * self._integral
+        multiplier = min(max(1 + p_term + i_term, s.multiplier_min), s.multiplier_max)
+        interval = min(max(base / multiplier, s.interval_min_s), s.interval_max_s)
+        mode = Mode.BOOTSTRAP if self._est.cold_cohort_open else Mode.PACING
+        return Terms(mode, projected, setpoint, error, p_term, i_term, base, multiplier, interval,
+                     self._rate_cap_per_s())  # fmt: skip
 
     # -- run-time changes -----------------------------------------------------------------
 

@@ -88,10 +88,19 @@ class Estimator:
         self._syn = saved.synthesis_s
         self._syn_var = saved.synthesis_sd_s**2
         self._cohort: ColdCohort | None = None if saved.known else ColdCohort()
+        self.version = 0  # bumped by every observation, so derived values can be cached
         # Samples seen; a saved estimate counts as settled.
         settled = 1_000_000
         self._gpu_n = 0 if saved.gpu_service_s is None else settled
         self._syn_n = 0 if saved.synthesis_s is None else settled
+
+    @property
+    def gpu_service_s(self) -> float | None:
+        return self._gpu
+
+    @property
+    def synthesis_s(self) -> float | None:
+        return self._syn
 
     @property
     def estimates(self) -> Estimates:
@@ -108,6 +117,7 @@ class Estimator:
 
     def observe_gpu_service(self, seconds: float) -> None:
         _check(seconds)
+        self.version += 1
         self._gpu_n += 1
         old = self._gpu
         weight = max(self.gpu_alpha, 1 / self._gpu_n)
@@ -116,6 +126,7 @@ class Estimator:
     def observe_synthesis(self, seconds: float, now: float) -> None:
         """A synthesis that took ``seconds`` finished at ``now`` (clock seconds)."""
         _check(seconds)
+        self.version += 1
         self._syn_n += 1
         if self._syn is None:
             self._syn = seconds

@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import queue
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +26,7 @@ from pacer.controller import Caps, Observation, PIController
 from pacer.workload import PartitionSpec, Proof, Workload
 
 log = logging.getLogger("pacer.pipeline")
+MIN_WAIT_S = 0.001
 
 
 @dataclass
@@ -63,60 +66,64 @@ class Observer(Protocol):
 
 
 class BusyMeter:
-    """Fraction of the trailing ``window_s`` a worker spent proving, from 1-s snapshots."""
+    """Time a worker spent proving: in total, and as a fraction of the trailing ``window_s``.
 
-    def __init__(self, clock: Callable[[], float], window_s: float = 60.0) -> None:
+    Busy intervals are added when they end, into per-second buckets (constant work and memory
+    per partition); an interval still running is passed in by the reader.
+    """
+
+    def __init__(self, clock: Callable[[], float], window_s: int = 60) -> None:
         self._clock = clock
         self._window_s = window_s
         self._started = clock()
-        self._busy_total = 0.0
-        self._busy_since: float | None = None
-        self._snapshots: deque[tuple[float, float]] = deque([(self._started, 0.0)])
+        self._buckets: dict[int, float] = {}  # whole second → busy seconds within it
+        self.total_s = 0.0
 
-    def start(self, now: float) -> None:
-        self._snapshot(now)
-        self._busy_since = now
+    def add(self, start: float, end: float) -> None:
+        self.total_s += end - start
+        t = start
+        while t < end:
+            second = int(t)
+            edge = min(end, second + 1.0)
+            self._buckets[second] = self._buckets.get(second, 0.0) + edge - t
+            t = edge
+        if len(self._buckets) > self._window_s + 2:
+            horizon = int(end) - self._window_s - 1
+            for second in [k for k in self._buckets if k < horizon]:
+                del self._buckets[second]
 
-    def stop(self, now: float) -> None:
-        if self._busy_since is not None:
-            self._busy_total += now - self._busy_since
-            self._busy_since = None
-        self._snapshot(now)
+    def busy_seconds(self, busy_since: float | None) -> float:
+        ongoing = 0.0 if busy_since is None else max(0.0, self._clock() - busy_since)
+        return self.total_s + ongoing
 
-    def busy_seconds(self, now: float) -> float:
-        extra = 0.0 if self._busy_since is None else now - self._busy_since
-        return self._busy_total + extra
-
-    def ratio(self) -> float:
+    def ratio(self, busy_since: float | None) -> float:
         now = self._clock()
-        self._snapshot(now)
         since = max(self._started, now - self._window_s)
-        then = self._busy_at(since)
-        span = now - since
-        return 0.0 if span <= 0 else min(1.0, (self.busy_seconds(now) - then) / span)
+        if now <= since:
+            return 0.0
+        busy = sum(v for second, v in self._buckets.items() if second >= int(since))
+        if busy_since is not None:
+            busy += now - max(busy_since, since)
+        return min(1.0, busy / (now - since))
 
-    def _snapshot(self, now: float) -> None:
-        if now - self._snapshots[-1][0] >= 1.0:
-            self._snapshots.append((now, self.busy_seconds(now)))
-            while len(self._snapshots) > 2 and self._snapshots[1][0] <= now - self._window_s:
-                self._snapshots.popleft()
 
-    def _busy_at(self, t: float) -> float:
-        best = self._snapshots[0]
-        for snap in self._snapshots:
-            if snap[0] <= t:
-                best = snap
-        return best[1]
+@dataclass
+class _JobQueue:
+    seed: int
+    params: dict[str, Any]
+    indices: deque[int]
 
 
 @dataclass
 class _Worker:
+    """A proving worker. ``takes`` and ``busy_since`` are written by its thread only."""
+
     index: int
     meter: BusyMeter
-    thread: ThreadPoolExecutor
+    thread: threading.Thread | None = field(default=None, repr=False)
     last_end: float | None = None
-    busy: bool = False
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
+    takes: int = 0
+    busy_since: float | None = None
 
 
 class Pipeline:
@@ -146,14 +153,17 @@ class Pipeline:
         self.observer = observer
         self._verify_every = verify_every
         self._clock = clock
-        self._backlog: list[tuple[int, int, int, PartitionSpec, int]] = []
-        self._backlog_per_job: dict[str, int] = {}
-        self._ready: asyncio.Queue[Work | None] = asyncio.Queue()
+        # The backlog is a heap of jobs, each with its pending partition indices in order: a
+        # job of 100,000 partitions costs one heap entry and a deque of ints.
+        self._job_heap: list[tuple[int, int, str]] = []
+        self._job_queues: dict[str, _JobQueue] = {}
+        self._backlog_count = 0
+        # Thread-safe: each proving worker is a thread that takes the next ready partition
+        # itself, so a partition costs the event loop two callbacks, not a task and a future.
+        self._ready: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
+        self._ready_puts = 0
         self._synth_pool = ThreadPoolExecutor(caps.synthesis_concurrency, "pacer-synth")
-        self._workers = [
-            _Worker(i, BusyMeter(clock), ThreadPoolExecutor(1, f"pacer-prove-{i}"))
-            for i in range(workers)
-        ]
+        self._workers = [_Worker(i, BusyMeter(clock)) for i in range(workers)]
         self._wake = asyncio.Event()
         self._dispatching = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -169,25 +179,27 @@ class Pipeline:
 
     @property
     def backlog(self) -> int:
-        return sum(self._backlog_per_job.values())
+        return self._backlog_count
 
     @property
     def ready(self) -> int:
-        return self._ready.qsize()
+        return self._ready_puts - sum(w.takes for w in self._workers)
 
     @property
     def gpu_busy(self) -> int:
-        return sum(w.busy for w in self._workers)
+        return sum(w.busy_since is not None for w in self._workers)
 
     @property
     def workers(self) -> int:
         return len(self._workers)
 
     def busy_ratio(self, worker: int) -> float:
-        return self._workers[worker].meter.ratio()
+        w = self._workers[worker]
+        return w.meter.ratio(w.busy_since)
 
     def busy_seconds(self, worker: int) -> float:
-        return self._workers[worker].meter.busy_seconds(self._clock())
+        w = self._workers[worker]
+        return w.meter.busy_seconds(w.busy_since)
 
     def observation(self) -> Observation:
         return Observation(
@@ -212,17 +224,24 @@ class Pipeline:
         """Add partitions of a job to the backlog: higher ``priority`` first, then lower
         ``order`` (the job's arrival), then lower partition index."""
         self._cancelled.discard(job_id)
-        for index in indices:
-            spec = PartitionSpec(job_id, index, seed, params)
-            heapq.heappush(self._backlog, (-priority, order, index, spec, 0))
-        self._backlog_per_job[job_id] = self._backlog_per_job.get(job_id, 0) + len(indices)
+        queued = self._job_queues.get(job_id)
+        if queued is None:
+            self._job_queues[job_id] = _JobQueue(seed, params, deque(sorted(set(indices))))
+            heapq.heappush(self._job_heap, (-priority, order, job_id))
+            self._backlog_count += len(self._job_queues[job_id].indices)
+        else:
+            before = len(queued.indices)
+            queued.indices = deque(sorted({*queued.indices, *indices}))
+            self._backlog_count += len(queued.indices) - before
         self._wake.set()
 
     def cancel(self, job_id: str) -> int:
         """Drop a job's partitions from the backlog (in-flight ones finish, unreported).
         Returns how many were dropped."""
         self._cancelled.add(job_id)
-        dropped = self._backlog_per_job.pop(job_id, 0)
+        queued = self._job_queues.pop(job_id, None)
+        dropped = 0 if queued is None else len(queued.indices)
+        self._backlog_count -= dropped
         self._wake.set()
         return dropped
 
@@ -230,10 +249,15 @@ class Pipeline:
 
     def start(self) -> None:
         """Start the dispatch loop and the proving workers on the running loop."""
+        loop = asyncio.get_running_loop()
         self._dispatching = True
         self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="pacer-dispatch")
         for worker in self._workers:
-            worker.task = asyncio.create_task(self._work(worker), name=f"pacer-w{worker.index}")
+            worker.thread = threading.Thread(
+                target=self._prove_loop, args=(worker, loop), name=f"pacer-prove-{worker.index}",
+                daemon=True,
+            )  # fmt: skip
+            worker.thread.start()
 
     def stop_dispatching(self) -> None:
         self._dispatching = False
@@ -261,13 +285,9 @@ class Pipeline:
         self.stop_dispatching()
         if self._dispatcher is not None:
             await self._dispatcher
-        for worker in self._workers:
-            if worker.task is not None:
-                worker.task.cancel()
-        await asyncio.gather(*(w.task for w in self._workers if w.task), return_exceptions=True)
+        for _ in self._workers:
+            self._ready.put(None)
         self._synth_pool.shutdown(wait=False, cancel_futures=True)
-        for worker in self._workers:
-            worker.thread.shutdown(wait=False, cancel_futures=True)
 
     async def _dispatch_loop(self) -> None:
         while self._dispatching:
@@ -276,10 +296,11 @@ class Pipeline:
                 if not self._dispatch_one():
                     break
             self._wake.clear()
-            timeout = None if decision.next_at is None else decision.next_at - self._clock()
-            if timeout is not None and timeout <= 0:
-                await asyncio.sleep(0)
-                continue
+            timeout = None
+            if decision.next_at is not None:
+                # Timers are good to about a millisecond; the controller catches up on what
+                # fell due meanwhile, so waking more often would only spin.
+                timeout = max(decision.next_at - self._clock(), MIN_WAIT_S)
             try:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
@@ -287,23 +308,26 @@ class Pipeline:
                 pass
 
     def _dispatch_one(self) -> bool:
-        while self._backlog:
-            _, _, _, spec, _ = self._backlog[0]
-            if spec.job_id in self._cancelled:
-                heapq.heappop(self._backlog)
+        while self._job_heap:
+            job_id = self._job_heap[0][2]
+            queued = self._job_queues.get(job_id)
+            if queued is None:  # cancelled
+                heapq.heappop(self._job_heap)
                 continue
-            nbytes = self.workload.partition_bytes(spec.params)
+            nbytes = self.workload.partition_bytes(queued.params)
             if self.inflight_bytes + nbytes > self.budget_bytes and self.inflight > 0:
                 return False  # exact byte budget: wait for memory to come back
-            heapq.heappop(self._backlog)
-            self._backlog_per_job[spec.job_id] -= 1
-            if self._backlog_per_job[spec.job_id] == 0:
-                del self._backlog_per_job[spec.job_id]
+            index = queued.indices.popleft()
+            if not queued.indices:
+                heapq.heappop(self._job_heap)
+                del self._job_queues[job_id]
+            self._backlog_count -= 1
+            spec = PartitionSpec(job_id, index, queued.seed, queued.params)
             work = Work(spec, nbytes, dispatched_at=self._clock())
             self.inflight += 1
             self.inflight_bytes += nbytes
             self.synthesizing += 1
-            self._spawn(self._synthesize(work))
+            self._start_synthesis(work)
             return True
         return False
 
@@ -312,65 +336,78 @@ class Pipeline:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _synthesize(self, work: Work) -> None:
+    def _start_synthesis(self, work: Work) -> None:
+        # A bare future and a callback rather than a task per partition: cheaper on the loop.
         loop = asyncio.get_running_loop()
-        try:
-            work.buffers = await loop.run_in_executor(
-                self._synth_pool, self.workload.synthesize, work.spec
-            )
-        except Exception as exc:
-            self.synthesizing -= 1
-            log.exception("synthesis failed", extra=self._context(work))
+        future = self._synth_pool.submit(self.workload.synthesize, work.spec)
+        future.add_done_callback(
+            lambda done: loop.call_soon_threadsafe(self._synthesized, work, done)
+        )
+
+    def _synthesized(self, work: Work, done: Future[Any]) -> None:
+        self.synthesizing -= 1
+        exc: BaseException | None = CancelledError() if done.cancelled() else done.exception()
+        if exc is not None:
+            log.error("synthesis failed: %r", exc, exc_info=exc, extra=self._context(work))
             self._release(work)
             self._report(Outcome(work.spec.job_id, work.spec.index, None, 0.0, 0.0,
                                  error=f"synthesis failed: {exc!r}"))  # fmt: skip
             return
+        work.buffers = done.result()
         work.synthesis_s = self._clock() - work.dispatched_at
-        self.synthesizing -= 1
         self.controller.observe_synthesis(work.synthesis_s)
         if self.observer is not None:
             self.observer.synthesized(work.synthesis_s)
-        self._ready.put_nowait(work)
+        self._ready_puts += 1
+        self._ready.put(work)
         self._wake.set()
 
-    async def _work(self, worker: _Worker) -> None:
-        loop = asyncio.get_running_loop()
+    def _prove_loop(self, worker: _Worker, loop: asyncio.AbstractEventLoop) -> None:
+        """A proving worker's thread: take the next ready partition, prove it, report.
+
+        The thread marks itself busy in its own fields (read by the loop for observations),
+        so a partition costs the loop one callback.
+        """
         while True:
-            work = await self._ready.get()
+            work = self._ready.get()
             if work is None:
                 return
             start = self._clock()
-            if worker.last_end is not None and self.observer is not None:
-                self.observer.idle_gap(worker.index, start - worker.last_end)
-            worker.busy = True
-            worker.meter.start(start)
-            self._wake.set()
+            worker.busy_since = start
+            worker.takes += 1
             proof: Proof | None = None
             error: str | None = None
             try:
-                proof = await loop.run_in_executor(
-                    worker.thread, self.workload.prove, work.buffers, worker.index
-                )
+                proof = self.workload.prove(work.buffers, worker.index)
             except Exception as exc:
                 error = f"proving failed: {exc!r}"
                 log.exception("proving failed", extra=self._context(work, worker.index))
             end = self._clock()
-            worker.busy, worker.last_end = False, end
-            worker.meter.stop(end)
-            spec = work.spec
-            outcome = Outcome(spec.job_id, spec.index, worker.index, work.synthesis_s,
-                              end - start, proof, error)  # fmt: skip
-            if proof is not None:
-                self.proved += 1
-                self.controller.observe_gpu_service(end - start)
-                if self.observer is not None:
-                    self.observer.proved(worker.index, end - start, proof.phases_s)
-                if self._verify_every and self.proved % self._verify_every == 0:
-                    self.verifying += 1
-                    self._spawn(self._verify(work, outcome))
-                    continue
-            self._release(work)
-            self._report(outcome)
+            loop.call_soon_threadsafe(self._proved, worker, work, start, end, proof, error)
+            worker.busy_since = None
+
+    def _proved(
+        self, worker: _Worker, work: Work, start: float, end: float, proof: Proof | None,
+        error: str | None,
+    ) -> None:  # fmt: skip
+        if worker.last_end is not None and self.observer is not None:
+            self.observer.idle_gap(worker.index, start - worker.last_end)
+        worker.last_end = end
+        worker.meter.add(start, end)
+        spec = work.spec
+        outcome = Outcome(spec.job_id, spec.index, worker.index, work.synthesis_s, end - start,
+                          proof, error)  # fmt: skip
+        if proof is not None:
+            self.proved += 1
+            self.controller.observe_gpu_service(end - start)
+            if self.observer is not None:
+                self.observer.proved(worker.index, end - start, proof.phases_s)
+            if self._verify_every and self.proved % self._verify_every == 0:
+                self.verifying += 1
+                self._spawn(self._verify(work, outcome))
+                return
+        self._release(work)
+        self._report(outcome)
 
     @staticmethod
     def _context(work: Work, worker: int | None = None) -> dict[str, object]:

@@ -107,7 +107,7 @@ async def test_bad_job_is_refused_and_nothing_is_journaled(
     assert got == status
     assert message in body["error"]
     assert body.get("field") == field
-    assert service.journal.list_jobs() == []
+    assert await service.db(service.journal.list_jobs) == []
     assert service.pipeline.backlog == 0
 
 
@@ -119,7 +119,7 @@ async def test_oversized_body_is_refused(tmp_path: Path) -> None:
         status, body = await call(svc, "POST", "/v1/jobs", raw=big)
         assert status == 413
         assert "over the limit of 1024 bytes" in body["error"]
-        assert svc.journal.list_jobs() == []
+        assert await svc.db(svc.journal.list_jobs) == []
     finally:
         await svc.shutdown()
 
@@ -158,7 +158,7 @@ async def test_non_loopback_needs_a_token(
 ) -> None:
     settings = settings_for(tmp_path, **env)
     if allowed:
-        Service(settings, CollectorRegistry()).journal.close()
+        await Service(settings, CollectorRegistry()).shutdown()
     else:
         with pytest.raises(ConfigurationError, match="set PACER_API__TOKEN"):
             Service(settings, CollectorRegistry())

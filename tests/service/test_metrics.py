@@ -26,9 +26,9 @@ REQUIRED = [
 
 
 async def run_job(service: Service, partitions: int) -> None:
-    job = service.submit(partitions, {}, 0)
+    job = await service.submit(partitions, {}, 0)
     for _ in range(1000):
-        record = service.journal.get_job(job.id)
+        record = await service.db(service.journal.get_job, job.id)
         if record is not None and record.state == "completed":
             return
         await asyncio.sleep(0.01)
