@@ -95,5 +95,5 @@ def _status(client: Client, args: argparse.Namespace) -> int:
         ("workers", ", ".join(f"{g['gpu']}: {g['busy_ratio']:.0%} busy" for g in status["gpus"])),
         ("jobs", ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
     ]  # fmt: skip
-    print(render(("", ""), rows))
+    print(render(("pacer", client.base_url), rows))
     return 0

@@ -202,7 +202,7 @@ class NttSettings(_Section):
     """The built-in workload: the Groth16 H computation over the BabyBear field."""
 
     log_n: int = Field(
-        16,
+        18,
         ge=4,
         le=24,
         description="Partition size as log2 of the NTT domain; jobs may override it with "

@@ -17,6 +17,7 @@ import contextlib
 import gc
 import ipaddress
 import logging
+import math
 import os
 import signal
 import socket
@@ -44,6 +45,7 @@ log = logging.getLogger("pacer.service")
 T = TypeVar("T")
 SWITCH_INTERVAL_S = 0.001
 GC_YOUNG_THRESHOLD = 50_000
+UPKEEP_S = 60.0
 
 
 class ConfigurationError(Exception):
@@ -276,10 +278,22 @@ class Service:
         task.add_done_callback(self._tasks.discard)
 
     async def _commit_loop(self) -> None:
+        """Commit results in batches; now and then save the estimates and prune old jobs."""
         interval = self.settings.journal.commit_interval_s
+        last_upkeep = -math.inf
         while True:
             await asyncio.sleep(interval)
             await self._flush()
+            if self._clock() - last_upkeep >= UPKEEP_S:
+                last_upkeep = self._clock()
+                await self._upkeep()
+
+    async def _upkeep(self) -> None:
+        # Estimates saved as we go, so that even a killed service restarts warm.
+        await self.db(self.journal.save_estimates, asdict(self.controller.estimates))
+        pruned = await self.db(self.journal.prune, self.settings.journal.retention_s)
+        if pruned:
+            log.info("pruned %d finished jobs older than the retention", pruned)
 
     async def _flush(self) -> None:
         if not self._pending:
