@@ -33,8 +33,8 @@ import uvloop
 from prometheus_client import CollectorRegistry
 
 from pacer.config import Settings
-from pacer.controller import Decision, Observation
 from pacer.journal import JobState
+from pacer.policy import Decision, Observation
 from pacer.service import Service
 from pacer.table import render
 

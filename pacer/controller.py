@@ -17,132 +17,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
-from pacer.config import ControllerSettings, Settings
+from pacer.config import ControllerSettings
 from pacer.estimates import Estimates, Estimator
-
-
-class Mode(StrEnum):
-    """What the controller is doing: the ``pacer_controller_mode`` states."""
-
-    BOOTSTRAP = "bootstrap"  # cold start or refill after a drain: filling at once
-    PACING = "pacing"  # PI on the projected ready depth
-    DRAINED = "drained"  # nothing in flight and nothing to do
-    MANUAL = "manual"  # an operator fixed the interval
-
-
-@dataclass(frozen=True)
-class Observation:
-    """The pipeline as the dispatcher sees it at one instant (counts of partitions)."""
-
-    ready: int  # synthesized, waiting for a GPU worker
-    synthesizing: int  # dispatched, synthesis running
-    gpu_busy: int  # on a GPU worker
-    gpu_workers: int  # GPU workers in total
-    backlog: int  # accepted, not yet dispatched
-    pool_free: int | None = None  # pinned slots free now; None when no pool limits dispatch
-
-    @property
-    def inflight(self) -> int:
-        """Partitions holding memory: dispatched and not yet through their GPU work."""
-        return self.ready + self.synthesizing + self.gpu_busy
-
-
-class Decision(NamedTuple):
-    """Dispatch ``dispatch`` partitions now; ask again at ``next_at`` (clock seconds) at the
-    latest, or on the next pipeline event when ``next_at`` is None."""
-
-    dispatch: int
-    next_at: float | None
-
-
-@dataclass(frozen=True)
-class Caps:
-    """Synthesis-throughput caps, fixed by the host rather than learned.
-
-    ``synthesis_concurrency`` bounds syntheses running at once (cores ÷ threads per synthesis,
-    and a configured maximum); ``inflight_partitions`` bounds partitions holding memory
-    (budget ÷ partition bytes).
-    """
-
-    synthesis_concurrency: int
-    inflight_partitions: int
-
-    def __post_init__(self) -> None:
-        for name in ("synthesis_concurrency", "inflight_partitions"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-
-    @classmethod
-    def from_host(
-        cls,
-        *,
-        cores: int,
-        threads_per_synthesis: int,
-        max_concurrent: int,
-        budget_bytes: int,
-        partition_bytes: int,
-    ) -> Caps:
-        """Caps of a host: ``Caps.from_host(cores=192, threads_per_synthesis=4, ...)``."""
-        return cls(
-            synthesis_concurrency=max(1, min(cores // threads_per_synthesis, max_concurrent)),
-            inflight_partitions=max(1, budget_bytes // partition_bytes),
-        )
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Caps:
-        return cls.from_host(
-            cores=settings.synthesis.cores,
-            threads_per_synthesis=settings.synthesis.threads_per_synthesis,
-            max_concurrent=settings.synthesis.max_concurrent,
-            budget_bytes=int(settings.memory.budget_bytes),
-            partition_bytes=int(settings.memory.partition_bytes),
-        )
-
-
-class Terms(NamedTuple):
-    """The controller's last computation, for metrics, status and plots."""
-
-    mode: Mode
-    projected_ready: float  # q̂ (partitions)
-    setpoint: float  # effective q*: target_ready, raised to cover the ready queue's spread
-    error: float  # e = (q* − q̂) ÷ q*
-    p_term: float  # kp·e
-    i_term: float  # ki·∫e dt
-    ff_interval_s: float  # feed-forward interval T̂gpu ÷ W (s)
-    multiplier: float  # clamp(1 + u)
-    interval_s: float  # interval between dispatches after all clamps (s)
-    rate_cap_per_s: float  # synthesis rate cap (partitions/s); inf until T̂syn is known
+from pacer.policy import Caps, Decision, Mode, Observation, Terms
 
 
 def _clamp(value: float, low: float, high: float) -> float:
     return min(max(value, low), high)
 
 
-class DispatchPolicy(Protocol):
-    """What the simulator and the dispatch loop drive: the PI controller or a baseline."""
-
-    @property
-    def bootstraps(self) -> int: ...
-
-    @property
-    def rebootstraps(self) -> int: ...
-
-    def observe_gpu_service(self, seconds: float) -> None: ...
-
-    def observe_synthesis(self, seconds: float) -> None: ...
-
-    def decide(self, obs: Observation) -> Decision: ...
-
-    def interval_s(self) -> float: ...
-
-
 class PIController:
     """PI pacing with feed-forward, a synthesis-throughput cap and (re-)bootstrap.
 
+    >>> from pacer.policy import Caps, Observation
     >>> c = PIController(ControllerSettings(), Caps(48, 50), clock=lambda: 0.0)
     >>> c.decide(Observation(ready=0, synthesizing=0, gpu_busy=0, gpu_workers=2, backlog=100))
     Decision(dispatch=24, next_at=None)

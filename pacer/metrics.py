@@ -20,8 +20,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from pacer import __version__
-from pacer.controller import Mode, PIController
+from pacer.controller import PIController
 from pacer.pipeline import Outcome, Pipeline
+from pacer.policy import Mode
 
 IDLE_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)

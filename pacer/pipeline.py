@@ -22,7 +22,8 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pacer.controller import Caps, Observation, PIController
+from pacer.controller import PIController
+from pacer.policy import Caps, Observation
 from pacer.workload import PartitionSpec, Proof, Workload
 
 log = logging.getLogger("pacer.pipeline")

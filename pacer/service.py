@@ -34,11 +34,12 @@ from prometheus_client import CollectorRegistry
 
 from pacer.api import build_app
 from pacer.config import Settings
-from pacer.controller import Caps, PIController
+from pacer.controller import PIController
 from pacer.estimates import Estimates
 from pacer.journal import JobRecord, JobState, Journal, PartitionResult, UnknownJob
 from pacer.metrics import Metrics
 from pacer.pipeline import Outcome, Pipeline
+from pacer.policy import Caps
 from pacer.workload import Workload, job_seed, load_workload
 
 log = logging.getLogger("pacer.service")

@@ -6,8 +6,9 @@ from typing import Any
 import pytest
 
 from pacer.config import ControllerSettings
-from pacer.controller import Caps, Mode, Observation, PIController
+from pacer.controller import PIController
 from pacer.estimates import ColdCohort, Estimates
+from pacer.policy import Caps, Mode, Observation
 from tests.conftest import FakeClock
 
 WARM = Estimates(gpu_service_s=2.0, synthesis_s=30.0)  # 2 workers: base interval 1 s, λT = 30

@@ -6,8 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pacer.config import ControllerSettings
-from pacer.controller import Caps, Observation, PIController
+from pacer.controller import PIController
 from pacer.estimates import Estimates
+from pacer.policy import Caps, Observation
 from tests.conftest import FakeClock
 
 observations = st.builds(

@@ -22,7 +22,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from pacer.controller import DispatchPolicy, Observation
+from pacer.policy import DispatchPolicy, Observation
 from pacer.sim.scenario import Scenario
 
 

@@ -14,7 +14,8 @@ import math
 from collections.abc import Callable
 
 from pacer.config import Settings
-from pacer.controller import Caps, Decision, Observation, PIController
+from pacer.controller import PIController
+from pacer.policy import Caps, Decision, Observation
 from pacer.sim.engine import PolicyFactory
 from pacer.sim.scenario import Scenario
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from pacer.config import ControllerSettings
-from pacer.controller import Caps, PIController
+from pacer.controller import PIController
 from pacer.estimates import Estimates
 from pacer.pipeline import Outcome, Pipeline
+from pacer.policy import Caps
 from pacer.workload import PartitionSpec, Proof
 
 pytestmark = pytest.mark.asyncio

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from pacer.config import Settings
-from pacer.controller import Decision, Observation
+from pacer.policy import Decision, Observation
 from pacer.sim.engine import Simulation, VirtualClock
 from pacer.sim.policies import FixedConcurrency, Unpaced
 from pacer.sim.scenario import Scenario

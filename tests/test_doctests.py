@@ -1,0 +1,17 @@
+"""The examples in docstrings run as written."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["pacer.controller", "pacer.table", "gpu.field", "gpu.ntt"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name: str) -> None:
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.attempted > 0, f"{name} has no examples"
+    assert result.failed == 0
