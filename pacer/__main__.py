@@ -98,6 +98,13 @@ def _parser() -> argparse.ArgumentParser:
     sts.add_argument("--json", action="store_true", help="print the raw JSON")
     _client_args(sts)
 
+    from pacer import settle
+
+    stl = sub.add_parser(
+        "settle", help=settle.HELP, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    settle.add_arguments(stl)
+
     cfg = sub.add_parser(
         "config",
         help="print the effective settings as PACER_* variables",
@@ -121,6 +128,10 @@ def _client_args(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "settle":
+        from pacer import settle
+
+        return settle.main(args)
     if args.command == "config" and args.markdown:
         print(config.markdown_table())
         return 0

@@ -49,7 +49,7 @@ class ControllerSettings(_Section):
     )
     multiplier_max: float = Field(4.0, ge=1, description="Highest dispatch-rate multiplier 1+u (1)")
     interval_min_s: float = Field(
-        0.05, gt=0, description="Shortest interval between two dispatches (s)"
+        0.001, gt=0, description="Shortest interval between two dispatches (s)"
     )
     interval_max_s: float = Field(
         60.0, gt=0, description="Longest interval between two dispatches while pacing (s)"

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["pacer.controller", "pacer.table", "gpu.field", "gpu.ntt"]
+MODULES = ["pacer.controller", "pacer.table", "pacer.settle.detector", "gpu.field", "gpu.ntt"]
 
 
 @pytest.mark.parametrize("name", MODULES)

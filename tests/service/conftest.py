@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -85,6 +86,11 @@ class ServerProcess:
     def wait(self, timeout: float = 30) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout)
+
+    def metrics_text(self) -> str:
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return str(response.read().decode())
 
     @property
     def log(self) -> str:

@@ -1,0 +1,326 @@
+"""`pacer settle` on the command line: options, the state file, the summary line."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pacer.settle.detector import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_PROCESS_NAME,
+    DEFAULT_STATE_FILE,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_TOLERANCE,
+    DEFAULT_WINDOW_S,
+    PROGRESS_EVERY_S,
+    Trend,
+    gib,
+    parse_size,
+)
+from pacer.settle.loop import Result, SettleOptions, replay, run
+from pacer.settle.sources import (
+    MeminfoSampler,
+    NvmlMemory,
+    ProcessScanner,
+    ReplayError,
+    SamplingError,
+    no_processes,
+    read_replay,
+)
+
+
+def default_state_file(environ: Mapping[str, str] = os.environ) -> Path:
+    """``$STATE_DIRECTORY/settle.json`` under systemd's ``StateDirectory=`` (the first where
+    it lists several), else /var/lib/pacer/settle.json."""
+    state_dir = environ.get("STATE_DIRECTORY", "").split(":")[0]
+    return Path(state_dir) / "settle.json" if state_dir else DEFAULT_STATE_FILE
+
+
+def load_state(path: Path) -> tuple[int | None, int | None]:
+    """The remembered (host, GPU) baselines; (None, None) when nothing was recorded yet.
+    Raises ValueError saying why a file that is there cannot be used."""
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(str(exc)) from None
+    if not isinstance(state, dict):
+        raise ValueError("not a JSON object")
+    found = [state.get("baseline_bytes"), state.get("gpu_baseline_bytes")]
+    for key, value in zip(("baseline_bytes", "gpu_baseline_bytes"), found, strict=True):
+        if value is not None and (type(value) is not int or value < 0):
+            raise ValueError(f"{key} must be a whole number of bytes >= 0, got {value!r}")
+    return found[0], found[1]
+
+
+def record_state(path: Path, result: Result) -> None:
+    """Remember the used level ``result`` settled at as the next baseline (atomically)."""
+    last = result.samples[-1]
+    state: dict[str, object] = {"baseline_bytes": last.used_bytes}
+    if last.gpu_used_bytes is not None:
+        state["gpu_baseline_bytes"] = last.gpu_used_bytes
+    state |= {"reason": result.reason, "recorded_at": datetime.now(UTC).isoformat()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.replace(path)
+
+
+# --- messages -------------------------------------------------------------------------------
+
+
+def summary(result: Result, options: SettleOptions, replay_ended: bool = False) -> str:
+    """The one line printed at the end of a run."""
+    base = options.baseline_bytes
+    if result.settled:
+        used = result.samples[-1].used_bytes
+        head = f"settled after {result.settled_at_s:.1f} s: used {gib(used)}"
+        if result.reason == "baseline":
+            assert base is not None
+            if used < base:
+                return f"{head}, below the {gib(base)} baseline"
+            tol = gib(options.tolerance_bytes)
+            return f"{head}, within {tol} of the {gib(base)} baseline"
+        assert result.trend is not None
+        line = f"{head}, stable: changed {gib(result.trend.spread_bytes)} over the last "
+        line += f"{result.trend.span_s:.3g} s"
+        if base is not None and used > base:
+            line += f" ({gib(used - base)} above the {gib(base)} baseline)"
+        return line
+    ended = result.samples[-1].t_s if result.samples else 0.0
+    when = f"{ended:g} s (end of the replay)" if replay_ended else f"{options.timeout_s:g} s"
+    problems = []
+    if not result.host_settled:
+        problems.append(_unsettled("used memory", result.trend, options, base))
+    if not result.gpu_settled:
+        gpu_base = options.gpu_baseline_bytes
+        problems.append(_unsettled("GPU memory", result.gpu_trend, options, gpu_base))
+    problems += [f"{p} still present" for p in result.blockers]
+    return f"not settled after {when}: {'; '.join(problems)}"
+
+
+def _unsettled(what: str, trend: Trend | None, options: SettleOptions, base: int | None) -> str:
+    if trend is None:
+        return f"{what} not sampled"
+    tol = options.tolerance_bytes
+    if not trend.covered:
+        text = f"{what} {trend.words()}, short of the {options.window_s:g} s window"
+    elif abs(trend.change_bytes) >= tol:
+        text = f"{what} still {trend.words()}"
+    else:
+        text = f"{what} varying by {gib(trend.spread_bytes)} over the last {trend.span_s:.3g} s"
+    return text if base is None else f"{text}, above the {gib(base)} baseline + {gib(tol)}"
+
+
+# --- command line ---------------------------------------------------------------------------
+
+HELP = "wait until host memory has settled after a previous pacer died (systemd ExecStartPre=)"
+DESCRIPTION = """\
+Wait until host memory has settled after a previous instance died, then exit 0; exit 1 at
+--timeout. Used memory is MemTotal - MemAvailable from /proc/meminfo (`free`'s "used", with
+reclaimable caches left out). Settled means both:
+  - used <= baseline + tolerance, or used memory changed by less than the tolerance over the
+    last --window seconds (max - min of the samples, over a whole window);
+  - no process named --process-name is left, alive or zombie.
+With NVML (pip install nvidia-ml-py) and a GPU, GPU used memory is sampled too and must
+settle by the same rules, against the GPU level remembered in the state file.
+On a settled exit the used level is remembered in the state file as the next baseline."""
+EPILOG = """\
+exit status: 0 settled, 1 not settled at --timeout, 2 bad options or replay file.
+
+examples:
+  pacer settle --baseline 230GiB             # until back at 230 GiB (+2 GiB), or stable
+  pacer settle --timeout 0 --baseline 230GiB # check once, now
+  pacer settle --json > drain.json           # keep every sample for later
+  pacer settle --replay drain.csv            # judge a recorded series (t_s,used_bytes)
+
+  in the unit file (TimeoutStartSec= also bounds ExecStartPre=, and is 90 s by default):
+    StateDirectory=pacer
+    ExecStartPre=/usr/bin/pacer settle --timeout 900
+    TimeoutStartSec=960
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``pacer settle`` options to ``parser`` (and its description and examples
+    where it has none)."""
+    parser.description = parser.description or DESCRIPTION
+    parser.epilog = parser.epilog or EPILOG
+    if parser.formatter_class is argparse.HelpFormatter:
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument(
+        "--baseline",
+        metavar="SIZE",
+        help="used memory of this host at rest, as `free` shows it, e.g. 230GiB (default: the "
+        "level remembered at the last settled start; none the first time: stability only)",
+    )
+    parser.add_argument(
+        "--tolerance",
+        metavar="SIZE",
+        default=DEFAULT_TOLERANCE,
+        help="how close to the baseline counts as back, and how little change over the window "
+        "counts as stable; above the host's background wander, far below the drain rate "
+        f"(default: {DEFAULT_TOLERANCE})",
+    )
+    parser.add_argument(
+        "--window",
+        metavar="SECONDS",
+        default=str(DEFAULT_WINDOW_S),
+        help="how long used memory must stay within the tolerance to count as stable; long "
+        f"enough to bridge pauses in the drain (default: {DEFAULT_WINDOW_S:g})",
+    )
+    parser.add_argument(
+        "--interval",
+        metavar="SECONDS",
+        default=str(DEFAULT_INTERVAL_S),
+        help=f"time between two samples (default: {DEFAULT_INTERVAL_S:g})",
+    )
+    parser.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        default=str(DEFAULT_TIMEOUT_S),
+        help="give up and exit 1 after this long; 0 checks once; keep systemd's "
+        f"TimeoutStartSec= above it (default: {DEFAULT_TIMEOUT_S:g}, 15 minutes)",
+    )
+    parser.add_argument(
+        "--process-name",
+        metavar="NAME",
+        default=DEFAULT_PROCESS_NAME,
+        help="wait while a process of this kernel name (as `ps -o comm` shows it, first 15 "
+        "characters) is alive or a zombie; this command and its ancestors excepted; '' skips "
+        f"the check (default: {DEFAULT_PROCESS_NAME})",
+    )
+    parser.add_argument(
+        "--state-file",
+        metavar="PATH",
+        type=Path,
+        help="where the baseline is remembered (default: $STATE_DIRECTORY/settle.json under "
+        f"systemd's StateDirectory=, else {DEFAULT_STATE_FILE}; with --replay: none)",
+    )
+    parser.add_argument(
+        "--no-record",
+        action="store_true",
+        help="do not remember the settled level as the next baseline",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object instead: settled, settled_at_s, reason, samples",
+    )
+    parser.add_argument(
+        "--replay",
+        metavar="FILE.csv",
+        type=Path,
+        help="judge a recorded series (header row with columns t_s and used_bytes) on its own "
+        "timing, instead of sampling this host; no process check, --interval unused",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help=f"print used memory and its trend every {PROGRESS_EVERY_S:g} s to stderr (the "
+        "default when stderr is a terminal; never with --json)",
+    )
+
+
+def _seconds(text: str, option: str, allow_zero: bool = False) -> float:
+    rule = ">= 0" if allow_zero else "> 0"
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and (value > 0 or (allow_zero and value == 0))):
+        raise ValueError(f"{option}: {text!r} is not a number of seconds {rule}")
+    return value
+
+
+def _options(args: argparse.Namespace) -> SettleOptions:
+    tolerance = _size(args.tolerance, "--tolerance")
+    if tolerance <= 0:
+        raise ValueError(f"--tolerance: must be more than 0 bytes, got {args.tolerance!r}")
+    return SettleOptions(
+        tolerance_bytes=tolerance,
+        window_s=_seconds(args.window, "--window"),
+        interval_s=_seconds(args.interval, "--interval"),
+        timeout_s=_seconds(args.timeout, "--timeout", allow_zero=True),
+        baseline_bytes=None if args.baseline is None else _size(args.baseline, "--baseline"),
+    )
+
+
+def _size(text: str, option: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise ValueError(f"{option}: {exc}") from None
+
+
+def _warn(message: str) -> None:
+    print(f"pacer settle: {message}", file=sys.stderr, flush=True)
+
+
+def _run_host(
+    options: SettleOptions, process_name: str, progress: Callable[[str], None] | None
+) -> Result:
+    processes = ProcessScanner(process_name) if process_name else no_processes
+    gpu = NvmlMemory.open()
+    try:
+        sampler = MeminfoSampler(gpu=gpu)
+        return run(options, time.monotonic, time.sleep, sampler, processes, progress)
+    finally:
+        if gpu is not None:
+            gpu.close()
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``pacer settle`` with parsed ``args``; prints, and returns the exit status."""
+    try:
+        options = _options(args)
+    except ValueError as exc:
+        _warn(str(exc))
+        return 2
+    # A replay judges another time, maybe another host: the host's state only when asked.
+    state_file: Path | None = args.state_file
+    if state_file is None and args.replay is None:
+        state_file = default_state_file()
+    if state_file is not None:
+        try:
+            baseline, gpu_baseline = load_state(state_file)
+        except ValueError as exc:
+            _warn(f"ignoring state file {state_file}: {exc}")
+            baseline, gpu_baseline = None, None
+        if options.baseline_bytes is not None:
+            baseline = options.baseline_bytes
+        options = dataclasses.replace(
+            options, baseline_bytes=baseline, gpu_baseline_bytes=gpu_baseline
+        )
+    progress = _warn if not args.json and (args.verbose or sys.stderr.isatty()) else None
+    replay_ended = False
+    try:
+        if args.replay is not None:
+            series = read_replay(args.replay)
+            replay_ended = series[-1].t_s < options.timeout_s
+            result = replay(series, options, progress)
+        else:
+            result = _run_host(options, args.process_name, progress)
+    except (ReplayError, SamplingError) as exc:
+        _warn(str(exc))
+        return 2
+    if args.json:
+        print(json.dumps(result.as_json()))
+    else:
+        print(summary(result, options, replay_ended))
+    if result.settled and state_file is not None and not args.no_record:
+        try:
+            record_state(state_file, result)
+        except OSError as exc:
+            _warn(f"cannot remember the baseline in {state_file}: {exc}")
+    return 0 if result.settled else 1

@@ -1,0 +1,158 @@
+"""The settle loop over a timed series: options, result, live sampling and replay."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from pacer.settle.detector import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_WINDOW_S,
+    GIB,
+    PROGRESS_EVERY_S,
+    Reason,
+    SettleDetector,
+    Trend,
+    gib,
+)
+from pacer.settle.sources import (
+    ProcessCheck,
+    ProcessInfo,
+    Sampler,
+    TimedSample,
+    no_processes,
+)
+
+
+@dataclass(frozen=True)
+class SettleOptions:
+    """How to judge: sizes in bytes, times in seconds; ``timeout_s`` 0 checks once."""
+
+    tolerance_bytes: int = 2 * GIB
+    window_s: float = DEFAULT_WINDOW_S
+    interval_s: float = DEFAULT_INTERVAL_S
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    baseline_bytes: int | None = None
+    gpu_baseline_bytes: int | None = None  # only ever remembered, never given
+
+    def __post_init__(self) -> None:
+        if not self.interval_s > 0:
+            raise ValueError(f"interval_s must be > 0, got {self.interval_s}")
+        if not self.timeout_s >= 0:
+            raise ValueError(f"timeout_s must be >= 0, got {self.timeout_s}")
+        SettleDetector(self.baseline_bytes, self.tolerance_bytes, self.window_s)  # validates
+
+
+@dataclass(frozen=True)
+class Result:
+    """How a settle run ended; the flags, trends and blockers are those of the last sample."""
+
+    settled: bool
+    reason: Reason
+    settled_at_s: float | None
+    samples: list[TimedSample]
+    host_settled: bool = False
+    gpu_settled: bool = True  # also when GPU memory is not sampled
+    trend: Trend | None = None
+    gpu_trend: Trend | None = None
+    blockers: list[ProcessInfo] = dataclasses.field(default_factory=list)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "settled": self.settled,
+            "settled_at_s": None if self.settled_at_s is None else round(self.settled_at_s, 3),
+            "reason": self.reason,
+            "samples": [s.as_dict() for s in self.samples],
+        }
+
+
+def settle(
+    series: Iterable[TimedSample],
+    options: SettleOptions,
+    processes: ProcessCheck = no_processes,
+    progress: Callable[[str], None] | None = None,
+) -> Result:
+    """Judge ``series`` until memory and processes have settled or the series ends.
+
+    GPU memory, where sampled, must settle by the same rules as host memory (against the
+    remembered GPU baseline); a sample without it is judged on host memory alone. The reason
+    given is host memory's.
+    """
+    host = SettleDetector(options.baseline_bytes, options.tolerance_bytes, options.window_s)
+    gpu = SettleDetector(options.gpu_baseline_bytes, options.tolerance_bytes, options.window_s)
+    taken: list[TimedSample] = []
+    verdict, gpu_settled, gpu_seen, blockers = None, True, False, []
+    next_progress_s = 0.0
+    for sample in series:
+        if taken and sample.t_s <= taken[-1].t_s:
+            continue
+        taken.append(sample)
+        verdict = host.add(sample.t_s, sample.used_bytes)
+        gpu_settled = True
+        if sample.gpu_used_bytes is not None:
+            gpu_seen = True
+            gpu_settled = gpu.add(sample.t_s, sample.gpu_used_bytes) is not None
+        blockers = processes()
+        if verdict is not None and gpu_settled and not blockers:
+            break
+        if progress is not None and sample.t_s >= next_progress_s:
+            next_progress_s = (sample.t_s // PROGRESS_EVERY_S + 1) * PROGRESS_EVERY_S
+            line = f"{sample.t_s:.0f} s: used {gib(sample.used_bytes)}, {host.trend().words()}"
+            if sample.gpu_used_bytes is not None:
+                line += f"; GPU used {gib(sample.gpu_used_bytes)}, {gpu.trend().words()}"
+            progress(line + "".join(f"; waiting for {p}" for p in blockers))
+    settled = verdict is not None and gpu_settled and not blockers
+    return Result(
+        settled=settled,
+        reason=verdict.reason if settled and verdict is not None else "timeout",
+        settled_at_s=taken[-1].t_s if settled else None,
+        samples=taken,
+        host_settled=verdict is not None,
+        gpu_settled=gpu_settled,
+        trend=host.trend() if taken else None,
+        gpu_trend=gpu.trend() if gpu_seen else None,
+        blockers=blockers,
+    )
+
+
+def _sample_every(
+    options: SettleOptions,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    sampler: Sampler,
+) -> Iterator[TimedSample]:
+    """Samples at 0, interval, 2·interval … and a last one at the timeout; ticks missed while
+    sampling are skipped rather than caught up."""
+    start = clock()
+    while True:
+        t_s = clock() - start
+        sample = sampler.sample()
+        yield TimedSample(t_s, sample.used_bytes, sample.gpu_used_bytes)
+        if t_s >= options.timeout_s:
+            return
+        next_s = min(
+            (math.floor(t_s / options.interval_s) + 1) * options.interval_s, options.timeout_s
+        )
+        sleep(max(0.0, next_s - (clock() - start)))
+
+
+def run(
+    options: SettleOptions,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    sampler: Sampler,
+    processes: ProcessCheck = no_processes,
+    progress: Callable[[str], None] | None = None,
+) -> Result:
+    """Sample every ``options.interval_s`` until settled or ``options.timeout_s`` is reached."""
+    return settle(_sample_every(options, clock, sleep, sampler), options, processes, progress)
+
+
+def replay(
+    series: list[TimedSample], options: SettleOptions, progress: Callable[[str], None] | None = None
+) -> Result:
+    """Judge a recorded series on its own timing, up to the timeout, without process checks."""
+    return settle((s for s in series if s.t_s <= options.timeout_s), options, progress=progress)

@@ -1,0 +1,229 @@
+"""Where memory samples come from: /proc/meminfo, NVML, recorded CSV; and old processes."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pacer.settle.detector import COMM_LEN
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Used memory now: host bytes, and GPU bytes (all devices) where NVML is there."""
+
+    used_bytes: int
+    gpu_used_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class TimedSample:
+    """A sample ``t_s`` seconds after the first one."""
+
+    t_s: float
+    used_bytes: int
+    gpu_used_bytes: int | None = None
+
+    def as_dict(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {"t_s": round(self.t_s, 3), "used_bytes": self.used_bytes}
+        if self.gpu_used_bytes is not None:
+            out["gpu_used_bytes"] = self.gpu_used_bytes
+        return out
+
+
+class Sampler(Protocol):
+    def sample(self) -> Sample: ...
+
+
+class SamplingError(Exception):
+    """Used memory could not be read."""
+
+
+def used_bytes_from_meminfo(text: str) -> int:
+    """MemTotal − MemAvailable from the text of /proc/meminfo, in bytes."""
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            fields[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    missing = [name for name in ("MemTotal", "MemAvailable") if name not in fields]
+    if missing:
+        raise ValueError(f"no {' or '.join(missing)} line")
+    return fields["MemTotal"] - fields["MemAvailable"]
+
+
+class NvmlMemory:
+    """Memory used on all GPUs, read through NVML (``pynvml``, from nvidia-ml-py)."""
+
+    def __init__(self, nvml: Any, handles: list[Any]) -> None:
+        self._nvml = nvml
+        self._handles = handles
+
+    @classmethod
+    def open(cls) -> NvmlMemory | None:
+        """None, silently, when pynvml is not installed, NVML does not load or no GPU is there."""
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+        except Exception:
+            return None
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        except pynvml.NVMLError:
+            handles = []
+        if not handles:
+            pynvml.nvmlShutdown()
+            return None
+        return cls(pynvml, handles)
+
+    def used_bytes(self) -> int | None:
+        """None when a device cannot be read this time."""
+        try:
+            return sum(int(self._nvml.nvmlDeviceGetMemoryInfo(h).used) for h in self._handles)
+        except self._nvml.NVMLError:
+            return None
+
+    def close(self) -> None:
+        self._nvml.nvmlShutdown()
+
+
+class MeminfoSampler:
+    """Host used memory from /proc/meminfo, plus GPU used memory when ``gpu`` is given."""
+
+    def __init__(self, path: Path = Path("/proc/meminfo"), gpu: NvmlMemory | None = None) -> None:
+        self.path = path
+        self.gpu = gpu
+
+    def sample(self) -> Sample:
+        try:
+            used = used_bytes_from_meminfo(self.path.read_text())
+        except (OSError, ValueError) as exc:
+            raise SamplingError(f"cannot read used memory from {self.path}: {exc}") from exc
+        return Sample(used, None if self.gpu is None else self.gpu.used_bytes())
+
+
+# --- processes ------------------------------------------------------------------------------
+
+STATES = {"R": "running", "S": "sleeping", "D": "disk sleep", "Z": "zombie", "T": "stopped"}
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A process that blocks settling; ``state`` is the letter of /proc/PID/stat."""
+
+    pid: int
+    name: str
+    state: str
+
+    def __str__(self) -> str:
+        return f"process {self.name} (pid {self.pid}, {STATES.get(self.state, self.state)})"
+
+
+ProcessCheck = Callable[[], list[ProcessInfo]]
+
+
+def no_processes() -> list[ProcessInfo]:
+    return []
+
+
+def _read_stat(path: Path) -> tuple[str, str, int] | None:
+    """(name, state, ppid) from a /proc/PID/stat file; None once the process is gone."""
+    try:
+        text = path.read_text(errors="replace")
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        state, ppid = text[text.rindex(")") + 2 :].split()[:2]
+        return name, state, int(ppid)
+    except (OSError, ValueError):
+        return None
+
+
+class ProcessScanner:
+    """Processes whose kernel name (``comm``: /proc/PID/stat, what ``ps -o comm`` shows) is
+    ``name``, alive or zombie. Zombies have no command line left, hence the kernel name. Both
+    sides are cut to 15 characters as the kernel cuts them. This process and its ancestors are
+    left out, so that ``pacer settle`` does not wait for itself.
+    """
+
+    def __init__(self, name: str, proc: Path = Path("/proc")) -> None:
+        if not name:
+            raise ValueError("process name must not be empty")
+        self.name = name[:COMM_LEN]
+        self.proc = proc
+
+    def __call__(self) -> list[ProcessInfo]:
+        skip = self._self_and_ancestors()
+        found = []
+        for entry in self.proc.iterdir():
+            if not entry.name.isdigit() or int(entry.name) in skip:
+                continue
+            stat = _read_stat(entry / "stat")
+            if stat is not None and stat[0] == self.name:
+                found.append(ProcessInfo(int(entry.name), stat[0], stat[1]))
+        return sorted(found, key=lambda p: p.pid)
+
+    def _self_and_ancestors(self) -> set[int]:
+        pids: set[int] = set()
+        pid = os.getpid()
+        while pid > 0 and pid not in pids:
+            pids.add(pid)
+            stat = _read_stat(self.proc / str(pid) / "stat")
+            pid = 0 if stat is None else stat[2]
+        return pids
+
+
+class ReplayError(Exception):
+    """A replay file that cannot be read; the message names the file and line."""
+
+
+def read_replay(path: Path) -> list[TimedSample]:
+    """Rows of a CSV with a header naming ``t_s`` and ``used_bytes`` (other columns ignored);
+    times become seconds after the first row and must increase."""
+    try:
+        with path.open(newline="") as file:
+            return _parse_replay(csv.reader(file), path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReplayError(f"cannot read {path}: {exc}") from None
+
+
+def _parse_replay(reader: Any, path: Path) -> list[TimedSample]:
+    def fail(problem: str) -> ReplayError:
+        return ReplayError(f"{path} line {max(reader.line_num, 1)}: {problem}")
+
+    header = [name.strip() for name in next(reader, [])]
+    missing = [name for name in ("t_s", "used_bytes") if name not in header]
+    if missing:
+        raise fail(f"the header must name columns t_s and used_bytes; missing {', '.join(missing)}")
+    t_col, used_col = header.index("t_s"), header.index("used_bytes")
+    rows: list[TimedSample] = []
+    first_t_s = 0.0
+    for row in reader:
+        if not row:
+            continue
+        if len(row) <= max(t_col, used_col):
+            raise fail(f"{len(row)} fields, the header has {len(header)}")
+        try:
+            t_s = float(row[t_col])
+        except ValueError:
+            raise fail(f"t_s {row[t_col]!r} is not a number of seconds") from None
+        if not math.isfinite(t_s):
+            raise fail(f"t_s {row[t_col]!r} is not a finite number")
+        text = row[used_col].strip()
+        if not text.isdigit():
+            raise fail(f"used_bytes {row[used_col]!r} is not a whole number of bytes >= 0")
+        if not rows:
+            first_t_s = t_s
+        t_s -= first_t_s
+        if rows and t_s <= rows[-1].t_s:
+            raise fail("t_s must increase from one row to the next")
+        rows.append(TimedSample(t_s, int(text)))
+    if not rows:
+        raise fail("no samples after the header")
+    return rows

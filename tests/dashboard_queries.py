@@ -1,0 +1,95 @@
+"""The PromQL of the Grafana dashboard, ready to evaluate against a real Prometheus.
+
+Grafana fills in the dashboard's variables before it sends a query; :func:`panel_queries` does
+the same with fixed values, so a test can run every panel's expression through Prometheus and
+compare the metric names it uses (:func:`metric_names`) with a live ``/metrics`` exposition.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+DASHBOARD = Path(__file__).resolve().parents[1] / "dashboards" / "pacer.json"
+
+SUBSTITUTIONS: dict[str, str] = {
+    "gpu": ".*",
+    "instance": ".*",
+    "__rate_interval": "1m",
+    "__interval": "30s",
+    "__range": "5m",
+}
+"""What each dashboard variable becomes: "All" for the selections (their ``allValue``), and
+windows that hold several samples at a scrape interval of up to 15 s."""
+
+# $name, ${name} and ${name:format}
+_VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
+# Strings first (a regex may hold braces), then label matchers and grouping and matching
+# clauses: what is left names metrics, not labels.
+_STRING = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`""")
+_LABELS = re.compile(r"\{[^}]*\}|\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_METRIC = re.compile(r"(?<![\w:])pacer_\w+")
+
+
+def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel of ``dashboard`` that is not a row, including those inside collapsed rows."""
+    for panel in dashboard.get("panels", []):
+        if panel.get("type") == "row":
+            yield from panel.get("panels", [])
+        else:
+            yield panel
+
+
+def load(path: Path | None = None) -> dict[str, Any]:
+    """The dashboard JSON model at ``path`` (default: ``dashboards/pacer.json``)."""
+    model = json.loads((path or DASHBOARD).read_text(encoding="utf-8"))
+    if not isinstance(model, dict):
+        raise ValueError(f"{path or DASHBOARD}: a dashboard is a JSON object, got {type(model)}")
+    return model
+
+
+def substitute(expr: str) -> str:
+    """``expr`` with the dashboard variables replaced by :data:`SUBSTITUTIONS`.
+
+    >>> substitute('rate(pacer_jobs_total{gpu=~"$gpu"}[$__rate_interval])')
+    'rate(pacer_jobs_total{gpu=~".*"}[1m])'
+    """
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name not in SUBSTITUTIONS:
+            raise ValueError(f"dashboard variable ${name} has no value for evaluation: {expr}")
+        return SUBSTITUTIONS[name]
+
+    return _VARIABLE.sub(value, expr)
+
+
+def panel_queries(path: Path | None = None) -> list[tuple[str, str]]:
+    """(panel title, PromQL expression) for every target of every panel, variables substituted.
+
+    In dashboard order; a panel with several targets gives several pairs with the same title.
+    Raises ValueError for a variable that :data:`SUBSTITUTIONS` does not know.
+    """
+    return [
+        (str(panel.get("title", "")), substitute(str(target.get("expr", ""))))
+        for panel in panels(load(path))
+        for target in panel.get("targets", [])
+    ]
+
+
+def metric_names(expr: str) -> set[str]:
+    """The ``pacer_*`` series names that ``expr`` selects, exactly as written.
+
+    These are sample names of the exposition, not metric family names: a histogram appears as
+    ``pacer_x_seconds_bucket`` (or ``_sum``, ``_count``), a counter as ``pacer_x_total``, a
+    gauge and a state set by their own name. Compare them with the names of the exposition's
+    sample lines (the text before ``{`` or the first space), not with its ``# TYPE`` lines.
+    Label names (in ``{...}``, ``by (...)``, ``without (...)``, ``on (...)``) are not returned.
+
+    >>> sorted(metric_names('sum by (le) (rate(pacer_synthesis_seconds_bucket{gpu="0"}[1m]))'))
+    ['pacer_synthesis_seconds_bucket']
+    """
+    return set(_METRIC.findall(_LABELS.sub(" ", _STRING.sub(" ", expr))))

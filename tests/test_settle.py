@@ -1,0 +1,532 @@
+"""``pacer settle``: the detector on replayed and random series, the CLI, the state file, and
+real processes (a named child alive and as a zombie; a child holding 2 GiB, then killed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pacer import settle
+from pacer.settle import (
+    GIB,
+    ProcessScanner,
+    Sample,
+    SettleDetector,
+    SettleOptions,
+    parse_size,
+)
+from tests.conftest import FakeClock
+
+MIB = 2**20
+
+
+def cli(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Exit status, stdout and stderr of ``pacer settle ARGV``."""
+    parser = argparse.ArgumentParser(prog="pacer settle")
+    settle.add_arguments(parser)
+    status = settle.main(parser.parse_args(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def write_series(path: Path, gib_at: Sequence[tuple[float, float]]) -> Path:
+    """A replay CSV with an extra column, used memory given in GiB."""
+    rows = ["t_s,used_bytes,note"] + [f"{t},{round(g * GIB)},x" for t, g in gib_at]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def falling_then_flat() -> list[tuple[float, float]]:
+    """300 GiB falling 5 GiB/s to 250 GiB at t=10, then flat with ±0.3 GiB wobble to t=60."""
+    wobble = [0.3, -0.2, 0.1, -0.3, 0.0, 0.2]
+    return [(t, 300 - 5 * t if t <= 10 else 250 + wobble[t % 6]) for t in range(61)]
+
+
+# --- replayed series ------------------------------------------------------------------------
+
+
+def test_falling_series_that_flattens_settles_stable_a_full_window_later(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = write_series(tmp_path / "drain.csv", falling_then_flat())
+    status, out, _ = cli(["--replay", str(csv), "--json"], capsys)
+    report = json.loads(out)
+    assert status == 0
+    # At t=39 the window still holds t=9 (255 GiB); from t=40 it holds only the flat part.
+    assert (report["reason"], report["settled_at_s"]) == ("stable", 40.0)
+    assert report["samples"][-1]["t_s"] == 40.0
+
+
+def test_stable_summary_names_the_change_and_the_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = write_series(tmp_path / "drain.csv", falling_then_flat())
+    status, out, _ = cli(["--replay", str(csv), "--baseline", "230GiB"], capsys)
+    assert status == 0
+    assert out == (
+        "settled after 40.0 s: used 250.0 GiB, stable: changed 0.6 GiB over the last 30 s "
+        "(20.0 GiB above the 230.0 GiB baseline)\n"
+    )
+
+
+def test_series_reaching_the_baseline_settles_at_the_baseline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = write_series(tmp_path / "drain.csv", [(t, 300 - 10 * t) for t in range(10)])
+    status, out, _ = cli(["--replay", str(csv), "--baseline", "230GiB"], capsys)
+    assert status == 0
+    # 232 GiB is not yet reached at t=6 (240 GiB); at t=7 used is 230 GiB.
+    assert out == "settled after 7.0 s: used 230.0 GiB, within 2.0 GiB of the 230.0 GiB baseline\n"
+
+
+def test_falling_just_faster_than_the_tolerance_per_window_never_settles(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rate_gib_s = 2.1 / 30  # 2.1 GiB per 30 s window, the tolerance is 2 GiB
+    csv = write_series(tmp_path / "drain.csv", [(t, 400 - rate_gib_s * t) for t in range(601)])
+    argv = ["--replay", str(csv), "--baseline", "230GiB", "--timeout", "600"]
+    status, out, _ = cli(argv, capsys)
+    assert status == 1
+    assert out.startswith("not settled after 600 s: used memory still falling 2.1 GiB over the")
+    status, out, _ = cli([*argv, "--json"], capsys)
+    report = json.loads(out)
+    assert (status, report["settled"], report["reason"]) == (1, False, "timeout")
+    assert report["settled_at_s"] is None
+
+
+def test_noise_within_the_tolerance_is_stable_after_one_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    noise = [0.9, -0.9, 0.5, 0.0, -0.4, 0.8, -0.7]
+    csv = write_series(tmp_path / "noisy.csv", [(t, 240 + noise[t % 7]) for t in range(100)])
+    status, out, _ = cli(["--replay", str(csv), "--json"], capsys)
+    report = json.loads(out)
+    assert (status, report["reason"], report["settled_at_s"]) == (0, "stable", 30.0)
+
+
+def test_replay_times_count_from_the_first_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = write_series(tmp_path / "epoch.csv", [(1.7e9 + t, 240) for t in range(0, 40, 5)])
+    status, out, _ = cli(["--replay", str(csv), "--json"], capsys)
+    assert (status, json.loads(out)["settled_at_s"]) == (0, 30.0)
+
+
+def test_replay_that_ends_before_settling_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = write_series(tmp_path / "short.csv", [(t, 240) for t in range(10)])
+    status, out, _ = cli(["--replay", str(csv), "--baseline", "200GiB"], capsys)
+    assert status == 1
+    assert out.startswith(
+        "not settled after 9 s (end of the replay): used memory flat over the last 9 s"
+    )
+    assert "short of the 30 s window" in out
+
+
+def test_json_prints_one_object_of_the_documented_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = write_series(tmp_path / "drain.csv", [(t * 0.5, 300 - t) for t in range(40)])
+    status, out, err = cli(["--replay", str(csv), "--baseline", "270GiB", "--json"], capsys)
+    assert (status, err) == (0, "")
+    report = json.loads(out)
+    assert out.count("\n") == 1
+    assert set(report) == {"settled", "settled_at_s", "reason", "samples"}
+    assert (report["settled"], report["reason"], report["settled_at_s"]) == (True, "baseline", 14.0)
+    assert report["samples"][:2] == [
+        {"t_s": 0.0, "used_bytes": 300 * GIB},
+        {"t_s": 0.5, "used_bytes": 299 * GIB},
+    ]
+    assert len(report["samples"]) == 29
+
+
+def test_verbose_prints_progress_every_10_s_to_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = write_series(tmp_path / "drain.csv", falling_then_flat())
+    status, _, err = cli(["--replay", str(csv), "--verbose"], capsys)
+    lines = err.splitlines()
+    assert status == 0
+    assert [line.split(" s:")[0] for line in lines] == [
+        f"pacer settle: {t}" for t in (0, 10, 20, 30)
+    ]
+    assert lines[1] == "pacer settle: 10 s: used 250.0 GiB, falling 50.0 GiB over the last 10 s"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "line 1: the header must name columns t_s and used_bytes; missing t_s, used_bytes"),
+        ("time,used\n0,1\n", "line 1: the header must name columns t_s and used_bytes"),
+        ("t_s,used_bytes\n", "line 1: no samples after the header"),
+        ("t_s,used_bytes\n0,1\nsoon,2\n", "line 3: t_s 'soon' is not a number of seconds"),
+        ("t_s,used_bytes\n0,1\nnan,2\n", "line 3: t_s 'nan' is not a finite number"),
+        ("t_s,used_bytes\n0,1\n1,-2\n", "line 3: used_bytes '-2' is not a whole number of bytes"),
+        ("t_s,used_bytes\n0,1\n1,2.5\n", "line 3: used_bytes '2.5' is not a whole number"),
+        ("t_s,used_bytes\n0,1\n1,2\n1,3\n", "line 4: t_s must increase from one row to the next"),
+        ("t_s,used_bytes\n0,1\n1\n", "line 3: 1 fields, the header has 2"),
+    ],
+    ids=[
+        "empty",
+        "no-header",
+        "no-rows",
+        "word-time",
+        "nan-time",
+        "negative-bytes",
+        "fractional-bytes",
+        "repeated-time",
+        "short-row",
+    ],
+)
+def test_bad_replay_file_exits_2_naming_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, problem: str
+) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    status, out, err = cli(["--replay", str(path)], capsys)
+    assert (status, out) == (2, "")
+    assert err.startswith(f"pacer settle: {path} {problem}")
+
+
+def test_missing_replay_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = cli(["--replay", str(tmp_path / "nope.csv")], capsys)
+    assert status == 2
+    assert "cannot read" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--baseline", "23OGiB"], "--baseline: '23OGiB' is not a size: give bytes or a number"),
+        (["--tolerance", "2XB"], "--tolerance: '2XB' is not a size"),
+        (["--tolerance=-1GiB"], "--tolerance: '-1GiB' is not a size"),
+        (["--tolerance", "0"], "--tolerance: must be more than 0 bytes, got '0'"),
+        (["--window", "0"], "--window: '0' is not a number of seconds > 0"),
+        (["--interval", "fast"], "--interval: 'fast' is not a number of seconds > 0"),
+        (["--timeout", "-1"], "--timeout: '-1' is not a number of seconds >= 0"),
+        (["--timeout", "inf"], "--timeout: 'inf' is not a number of seconds >= 0"),
+    ],
+    ids=[
+        "baseline-typo",
+        "unknown-unit",
+        "negative-size",
+        "zero-tolerance",
+        "zero-window",
+        "word-interval",
+        "negative-timeout",
+        "infinite-timeout",
+    ],
+)
+def test_bad_option_exits_2_naming_the_option_and_the_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    csv = write_series(tmp_path / "ok.csv", [(0, 1)])
+    status, out, err = cli([*argv, "--replay", str(csv)], capsys)
+    assert (status, out) == (2, "")
+    assert err.startswith(f"pacer settle: {message}")
+
+
+def test_help_documents_defaults_and_examples() -> None:
+    parser = argparse.ArgumentParser(prog="pacer settle")
+    settle.add_arguments(parser)
+    text = " ".join(parser.format_help().split())
+    for fragment in [
+        "(default: 2GiB)",
+        "(default: 30)",
+        "(default: 1)",
+        "(default: 900",
+        "examples:",
+    ]:
+        assert fragment in text
+    assert "ExecStartPre=/usr/bin/pacer settle --timeout 900" in parser.format_help()
+
+
+# --- the detector ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("4096", 4096),
+        ("0", 0),
+        ("2GiB", 2 * GIB),
+        ("512MiB", 512 * MIB),
+        ("230GiB", 230 * GIB),
+        ("1.5TiB", 3 * 2**39),
+        ("2 GiB", 2 * GIB),
+        (" 2gib ", 2 * GIB),
+        ("2G", 2 * 10**9),
+        ("2GB", 2 * 10**9),
+        ("100k", 100_000),
+    ],
+    ids=[
+        "bytes",
+        "zero",
+        "gib",
+        "mib",
+        "operators-baseline",
+        "fractional-tib",
+        "space",
+        "case-and-blanks",
+        "g-is-decimal",
+        "gb-is-decimal",
+        "k-is-decimal",
+    ],
+)
+def test_parse_size(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "-2GiB", "2 XiB", "1e9", "two"])
+def test_parse_size_rejects_with_the_rule(text: str) -> None:
+    with pytest.raises(ValueError, match=r"is not a size: give bytes or a number with a unit"):
+        parse_size(text)
+
+
+def test_detector_rejects_bad_settings_and_out_of_order_samples() -> None:
+    with pytest.raises(ValueError, match="tolerance_bytes must be > 0, got 0"):
+        SettleDetector(None, 0, 1.0)
+    with pytest.raises(ValueError, match="window_s must be > 0, got 0"):
+        SettleDetector(None, 1, 0.0)
+    detector = SettleDetector(None, 1, 1.0)
+    detector.add(1.0, 5)
+    with pytest.raises(ValueError, match="samples must come in time order"):
+        detector.add(1.0, 5)
+
+
+series_steps = st.lists(
+    st.tuples(st.floats(0.01, 5.0), st.integers(0, 2_000)), min_size=1, max_size=80
+)
+
+
+@given(
+    steps=series_steps,
+    tolerance=st.integers(1, 1_000),
+    window_s=st.floats(0.5, 20.0),
+    baseline=st.one_of(st.none(), st.integers(0, 2_000)),
+)
+def test_settled_only_on_a_full_quiet_window_or_at_the_baseline(
+    steps: list[tuple[float, int]], tolerance: int, window_s: float, baseline: int | None
+) -> None:
+    detector = SettleDetector(baseline, tolerance, window_s)
+    seen: list[tuple[float, int]] = []
+    t = 0.0
+    for dt, used in steps:
+        t += dt
+        seen.append((t, used))
+        verdict = detector.add(t, used)
+        if verdict is None:
+            continue
+        assert (verdict.t_s, verdict.used_bytes) == (t, used)
+        if verdict.reason == "baseline":
+            assert baseline is not None
+            assert used <= baseline + tolerance
+        else:
+            assert any(ts <= t - window_s for ts, _ in seen), "window not covered"
+            in_window = [u for ts, u in seen if t - window_s <= ts <= t]
+            assert max(in_window) - min(in_window) < tolerance
+
+
+class ListSampler:
+    """Hands out the given samples in turn, then repeats the last."""
+
+    def __init__(self, samples: Sequence[Sample]) -> None:
+        self.samples = list(samples)
+
+    def sample(self) -> Sample:
+        return self.samples.pop(0) if len(self.samples) > 1 else self.samples[0]
+
+
+def fake_run(
+    options: SettleOptions, samples: Sequence[Sample], clock: FakeClock
+) -> tuple[settle.Result, list[float]]:
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock.advance(seconds)
+
+    return settle.run(options, clock, sleep, ListSampler(samples)), sleeps
+
+
+def test_run_samples_on_the_interval_and_once_more_at_the_timeout(clock: FakeClock) -> None:
+    options = SettleOptions(interval_s=1.0, timeout_s=2.5)
+    result, sleeps = fake_run(options, [Sample(100 * GIB - k * GIB) for k in range(10)], clock)
+    assert [s.t_s for s in result.samples] == [0.0, 1.0, 2.0, 2.5]
+    assert sleeps == [1.0, 1.0, 0.5]
+    assert (result.settled, result.reason) == (False, "timeout")
+
+
+def test_timeout_zero_checks_once_without_sleeping(clock: FakeClock) -> None:
+    options = SettleOptions(timeout_s=0, baseline_bytes=100 * GIB)
+    result, sleeps = fake_run(options, [Sample(101 * GIB)], clock)
+    assert (result.settled, result.reason, result.settled_at_s, sleeps) == (
+        True,
+        "baseline",
+        0.0,
+        [],
+    )
+    result, sleeps = fake_run(options, [Sample(103 * GIB)], clock)
+    assert (result.settled, len(result.samples), sleeps) == (False, 1, [])
+
+
+def test_gpu_memory_must_settle_too(clock: FakeClock) -> None:
+    options = SettleOptions(window_s=5.0, timeout_s=60.0, baseline_bytes=100 * GIB)
+    draining_gpu = [Sample(100 * GIB, max(0, 40 - 4 * k) * GIB) for k in range(20)]
+    result, _ = fake_run(options, draining_gpu, clock)
+    # Host is at its baseline from the start; GPU memory reaches 0 at t=10, flat from then.
+    assert (result.settled, result.reason, result.settled_at_s) == (True, "baseline", 15.0)
+    assert result.samples[-1].as_dict() == {
+        "t_s": 15.0,
+        "used_bytes": 100 * GIB,
+        "gpu_used_bytes": 0,
+    }
+
+
+def test_summary_blames_gpu_memory_when_only_it_has_not_settled(clock: FakeClock) -> None:
+    options = SettleOptions(window_s=5.0, timeout_s=3.0, baseline_bytes=100 * GIB)
+    draining_gpu = [Sample(100 * GIB, (40 - 4 * k) * GIB) for k in range(10)]
+    result, _ = fake_run(options, draining_gpu, clock)
+    assert (result.settled, result.host_settled, result.gpu_settled) == (False, True, False)
+    assert settle.summary(result, options) == (
+        "not settled after 3 s: GPU memory falling 12.0 GiB over the last 3 s, "
+        "short of the 5 s window"
+    )
+
+
+# --- state file -----------------------------------------------------------------------------
+
+
+def test_settled_level_is_remembered_and_used_as_the_next_baseline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = ["--state-file", str(tmp_path / "state" / "settle.json")]
+    flat = write_series(tmp_path / "flat.csv", [(t, 240) for t in range(40)])
+    assert cli(["--replay", str(flat), *state], capsys)[0] == 0
+    assert json.loads((tmp_path / "state" / "settle.json").read_text())["baseline_bytes"] == (
+        240 * GIB
+    )
+    falling = write_series(tmp_path / "falling.csv", [(t, 300 - 10 * t) for t in range(10)])
+    status, out, _ = cli(["--replay", str(falling), *state], capsys)
+    assert status == 0
+    assert out == "settled after 6.0 s: used 240.0 GiB, within 2.0 GiB of the 240.0 GiB baseline\n"
+
+
+def test_no_record_leaves_the_state_file_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "settle.json"
+    flat = write_series(tmp_path / "flat.csv", [(t, 240) for t in range(40)])
+    assert cli(["--replay", str(flat), "--state-file", str(state), "--no-record"], capsys)[0] == 0
+    assert not state.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("{not json", "Expecting property name"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"baseline_bytes": "lots"}', "baseline_bytes must be a whole number of bytes >= 0"),
+        ('{"baseline_bytes": -1}', "baseline_bytes must be a whole number of bytes >= 0"),
+    ],
+    ids=["not-json", "not-an-object", "not-a-number", "negative"],
+)
+def test_corrupt_state_file_is_ignored_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, why: str
+) -> None:
+    state = tmp_path / "settle.json"
+    state.write_text(content)
+    flat = write_series(tmp_path / "flat.csv", [(t, 240) for t in range(40)])
+    status, out, err = cli(["--replay", str(flat), "--state-file", str(state)], capsys)
+    assert (status, out.split(":")[0]) == (0, "settled after 30.0 s")
+    assert err.startswith(f"pacer settle: ignoring state file {state}: {why}")
+    assert json.loads(state.read_text())["baseline_bytes"] == 240 * GIB
+
+
+def test_default_state_file_follows_systemds_state_directory() -> None:
+    assert settle.default_state_file({}) == Path("/var/lib/pacer/settle.json")
+    environ = {"STATE_DIRECTORY": "/var/lib/pacer-a:/var/lib/pacer-b"}
+    assert settle.default_state_file(environ) == Path("/var/lib/pacer-a/settle.json")
+
+
+# --- real processes -------------------------------------------------------------------------
+
+
+def test_named_process_blocks_settling_while_alive_and_as_a_zombie(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    # The kernel names a process after the file it executes, cut to 15 characters: running
+    # the interpreter through a link called pacer-settle-test gives comm "pacer-settle-te".
+    exe = tmp_path / "pacer-settle-test"
+    exe.symlink_to(sys.executable)
+    check_once = SettleOptions(timeout_s=0, baseline_bytes=100 * GIB)
+    at_baseline = [Sample(100 * GIB)]
+    scanner = ProcessScanner("pacer-settle-test")
+    code = "import sys; print('ready', flush=True); sys.stdin.read()"
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+    with subprocess.Popen([str(exe), "-c", code], **pipes) as child:  # type: ignore[call-overload]
+        assert child.stdout.readline() == "ready\n"
+        result = settle.run(check_once, clock, clock.advance, ListSampler(at_baseline), scanner)
+        assert not result.settled
+        assert [(p.pid, p.name) for p in result.blockers] == [(child.pid, "pacer-settle-te")]
+
+        child.kill()
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
+        result = settle.run(check_once, clock, clock.advance, ListSampler(at_baseline), scanner)
+        assert not result.settled
+        assert [p.state for p in result.blockers] == ["Z"]
+        assert settle.summary(result, check_once) == (
+            f"not settled after 0 s: process pacer-settle-te (pid {child.pid}, zombie) "
+            "still present"
+        )
+
+        child.wait()
+        result = settle.run(check_once, clock, clock.advance, ListSampler(at_baseline), scanner)
+        assert (result.settled, result.reason, result.blockers) == (True, "baseline", [])
+
+
+def test_process_scanner_leaves_out_this_process_and_its_ancestors() -> None:
+    own_name = Path("/proc/self/comm").read_text().strip()
+    assert os.getpid() not in [p.pid for p in ProcessScanner(own_name)()]
+
+
+def test_settles_for_real_after_a_child_holding_2gib_is_killed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = (
+        "import sys\nimport numpy as np\n"
+        "held = np.ones(2**28)  # 2 GiB, every page written\n"
+        "print('ready', flush=True)\nsys.stdin.read()\n"
+    )
+    before = settle.MeminfoSampler().sample().used_bytes
+    argv = [
+        "--baseline", str(before), "--tolerance", "256MiB", "--window", "1", "--interval", "0.1",
+        "--process-name", "", "--state-file", str(tmp_path / "settle.json"), "--no-record",
+        "--json",
+    ]  # fmt: skip
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+    with subprocess.Popen([sys.executable, "-c", code], **pipes) as child:  # type: ignore[call-overload]
+        assert child.stdout.readline() == "ready\n"
+        status, out, _ = cli([*argv, "--timeout", "0"], capsys)
+        held = json.loads(out)
+        assert (status, held["settled"], held["reason"]) == (1, False, "timeout")
+        assert held["samples"][0]["used_bytes"] - before > 1.5 * GIB
+
+        child.kill()
+        started = time.monotonic()
+        status, out, _ = cli([*argv, "--timeout", "30"], capsys)
+        report = json.loads(out)
+        assert (status, report["settled"]) == (0, True)
+        assert report["reason"] in ("baseline", "stable")
+        assert time.monotonic() - started < 10
