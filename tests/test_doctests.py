@@ -7,7 +7,15 @@ import importlib
 
 import pytest
 
-MODULES = ["pacer.controller", "pacer.table", "pacer.settle.detector", "gpu.field", "gpu.ntt"]
+MODULES = [
+    "pacer.controller",
+    "pacer.table",
+    "pacer.settle.detector",
+    "gpu.field",
+    "gpu.ntt",
+    "gpu.pool",
+    "gpu.ntt_cuda",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

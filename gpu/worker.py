@@ -1,0 +1,81 @@
+"""Proving one partition on a GPU: H2D from (pinned) host buffers, the H kernels, D2H.
+
+Each ``GpuProver`` owns one device, one non-blocking stream and its work buffers, so two
+provers on one GPU overlap one partition's copies with another's kernels. Phase times come
+from CUDA events recorded on the stream between the phases (h2d, intt, coset_ntt, pointwise,
+coset_intt, d2h), read once the partition is done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gpu import ntt_cuda
+
+PHASES = ("h2d", "intt", "coset_ntt", "pointwise", "coset_intt", "d2h")
+
+
+@dataclass(frozen=True)
+class GpuResult:
+    """H's coefficients on the host and the time of each phase (s)."""
+
+    h: npt.NDArray[np.uint64]
+    phases_s: dict[str, float]
+
+
+def device_count() -> int:
+    """Visible CUDA devices; 0 without CuPy or a driver."""
+    if not ntt_cuda.available():
+        return 0
+    import cupy as cp
+
+    try:
+        return int(cp.cuda.runtime.getDeviceCount())
+    except cp.cuda.runtime.CUDARuntimeError:
+        return 0
+
+
+class GpuProver:
+    """The H computation for partitions of 2^``log_n`` elements on GPU ``device``."""
+
+    def __init__(self, device: int, log_n: int) -> None:
+        import cupy as cp
+
+        self._cp = cp
+        self.device = device
+        self.log_n = log_n
+        with cp.cuda.Device(device):
+            self.stream = cp.cuda.Stream(non_blocking=True)
+            self.steps = ntt_cuda.CudaHSteps(log_n, stream=self.stream)
+            self._events = [cp.cuda.Event() for _ in range(len(PHASES) + 1)]
+
+    def prove(
+        self, a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64], c: npt.NDArray[np.uint64]
+    ) -> GpuResult:
+        """H = (A·B − C) / Z for evaluations a, b, c on the domain; blocks until done."""
+        cp = self._cp
+        events = self._events
+        with cp.cuda.Device(self.device):
+            events[0].record(self.stream)
+            dev = self.steps.h2d(a, b, c)
+            events[1].record(self.stream)
+            coeffs = self.steps.intt(*dev)
+            events[2].record(self.stream)
+            evals = self.steps.coset_ntt(*coeffs)
+            events[3].record(self.stream)
+            quotient = self.steps.pointwise(*evals)
+            events[4].record(self.stream)
+            h_dev = self.steps.coset_intt(quotient)
+            events[5].record(self.stream)
+            out = np.empty(1 << self.log_n, dtype=np.uint64)
+            self.steps.d2h(h_dev, out)
+            events[6].record(self.stream)
+            events[6].synchronize()
+            phases = {
+                name: cp.cuda.get_elapsed_time(events[i], events[i + 1]) / 1000.0
+                for i, name in enumerate(PHASES)
+            }
+        return GpuResult(out, phases)

@@ -1,0 +1,349 @@
+"""The CUDA port of the H computation against the NumPy reference, bit for bit.
+
+The tests marked ``gpu`` need CuPy and a device. The rest run anywhere: the module imports
+without CuPy, and a NumPy simulation of each kernel's per-thread index arithmetic, driven by
+the same launch plan and tables as the device code, reproduces `gpu.ntt` exactly.
+"""
+
+from __future__ import annotations
+
+import doctest
+import re
+import sys
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from gpu import field, ntt_cuda
+from gpu.field import FieldArray
+from gpu.ntt import HSteps, coset_intt, coset_ntt, digest, intt, ntt, synthesize, verify
+from gpu.ntt_cuda import CUDA_SOURCE, KERNEL_NAMES, HostTables, host_tables, launch_plan
+
+U32 = npt.NDArray[np.uint32]
+
+
+# --- CPU: the module and its CUDA source ------------------------------------------------------
+
+
+def test_imports_without_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", None)  # makes `import cupy` raise ImportError
+    assert ntt_cuda.available() is False
+
+
+def test_docstring_examples() -> None:
+    result = doctest.testmod(ntt_cuda)
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
+def test_every_kernel_is_defined_once_in_the_source() -> None:
+    defined = re.findall(r'extern "C" __global__ void (\w+)\(', CUDA_SOURCE)
+    assert sorted(defined) == sorted(KERNEL_NAMES)
+    assert {launch.kernel for n in range(1, 25) for launch in launch_plan(n)} <= set(defined)
+
+
+def test_source_brackets_balance() -> None:
+    for opening, closing in ("{}", "()", "[]"):
+        depth = 0
+        for char in CUDA_SOURCE:
+            depth += (char == opening) - (char == closing)
+            assert depth >= 0, f"unbalanced {closing}"
+        assert depth == 0, f"unbalanced {opening}"
+
+
+def test_head_tile_fits_the_shared_array() -> None:
+    assert f"tile[1 << {ntt_cuda.HEAD_LOG_TILE}]" in CUDA_SOURCE
+    assert all(launch.block <= 1024 for n in range(1, 28) for launch in launch_plan(n))
+
+
+@pytest.mark.parametrize("log_n", [1, 2, 10, 11, 12, 13, 20, 24, 27], ids=lambda n: f"2^{n}")
+def test_launch_plan_covers_every_stage_once(log_n: int) -> None:
+    stages: list[int] = []
+    plan = launch_plan(log_n)
+    for launch in plan:
+        width = {"ntt_head": launch.log_tile, "ntt_stage2": 2, "ntt_stage": 1}[launch.kernel]
+        stages.extend(range(launch.stage, launch.stage + width))
+        threads = launch.grid * launch.block
+        per_thread = {"ntt_head": 2, "ntt_stage2": 4, "ntt_stage": 2}[launch.kernel]
+        assert threads * per_thread >= 1 << log_n
+    assert stages == list(range(log_n))
+    assert [launch.last for launch in plan] == [False] * (len(plan) - 1) + [True]
+
+
+def test_host_tables_are_the_reference_tables() -> None:
+    log_n = 6
+    tables = host_tables(log_n)
+    root = field.root_of_unity(log_n)
+    for s in range(log_n):
+        m = 1 << s
+        expected = [pow(root, j << (log_n - 1 - s), field.P) for j in range(m)]
+        assert tables.forward[m - 1 : 2 * m - 1].tolist() == expected
+    assert tables.n_inverse * (1 << log_n) % field.P == 1
+
+
+# --- CPU: a NumPy simulation of the kernels ----------------------------------------------------
+
+
+def brev_shift(x: U32, log_n: int) -> U32:
+    """``__brev(x) >> (32 - log_n)``."""
+    reversed_ = np.zeros_like(x)
+    for bit in range(32):
+        reversed_ |= ((x >> np.uint32(bit)) & np.uint32(1)) << np.uint32(31 - bit)
+    return reversed_ >> np.uint32(32 - log_n)
+
+
+def scale_out(v: FieldArray, i: U32, mode: int, scalar: int, vec: U32) -> FieldArray:
+    if mode == 1:
+        return field.mul(v, np.uint64(scalar))
+    if mode == 2:
+        return field.mul(v, vec[i].astype(np.uint64))
+    return v
+
+
+def sim_head(
+    src: U32,
+    dst: U32,
+    twiddles: U32,
+    in_scale: U32 | None,
+    out: tuple[int, int, U32],
+    log_n: int,
+    log_tile: int,
+    grid: int,
+    block: int,
+) -> None:
+    """``ntt_head``, every (blockIdx.x, threadIdx.x) at once; a stage's threads are disjoint."""
+    out_mode, out_scalar, out_vec = out
+    t = np.arange(block, dtype=np.uint32)[None, :]
+    base = (np.arange(grid, dtype=np.uint32) << np.uint32(log_tile))[:, None]
+    half = np.uint32(1 << (log_tile - 1))
+    tile = np.zeros((grid, 2 * block), dtype=np.uint64)
+    rows = np.arange(grid)[:, None]
+    for r in range(2):
+        pos = t + np.uint32(r) * half
+        source = brev_shift(base + pos, log_n)
+        v = src[source].astype(np.uint64)
+        if in_scale is not None:
+            v = field.mul(v, in_scale[source].astype(np.uint64))
+        tile[rows, np.broadcast_to(pos, v.shape)] = v
+    for s in range(log_tile):
+        m = np.uint32(1 << s)
+        j = t & (m - np.uint32(1))
+        i0 = ((t >> np.uint32(s)) << np.uint32(s + 1)) + j
+        w = twiddles[m - np.uint32(1) + j].astype(np.uint64)
+        lo = tile[rows, np.broadcast_to(i0, (grid, block))]
+        hi = field.mul(tile[rows, np.broadcast_to(i0 + m, (grid, block))], w)
+        tile[rows, np.broadcast_to(i0, (grid, block))] = field.add(lo, hi)
+        tile[rows, np.broadcast_to(i0 + m, (grid, block))] = field.sub(lo, hi)
+    for r in range(2):
+        pos = np.broadcast_to(t + np.uint32(r) * half, (grid, block))
+        g = base + pos
+        dst[g] = scale_out(tile[rows, pos], g, out_mode, out_scalar, out_vec)
+
+
+def sim_stage(
+    data: U32, twiddles: U32, out: tuple[int, int, U32], span: int, stage: int, threads: int
+) -> None:
+    out_mode, out_scalar, out_vec = out
+    t = np.arange(threads, dtype=np.uint32)
+    t = t[t < span]
+    m = np.uint32(1 << stage)
+    j = t & (m - np.uint32(1))
+    i0 = ((t >> np.uint32(stage)) << np.uint32(stage + 1)) + j
+    i1 = i0 + m
+    lo = data[i0].astype(np.uint64)
+    hi = field.mul(data[i1].astype(np.uint64), twiddles[m - np.uint32(1) + j].astype(np.uint64))
+    data[i0] = scale_out(field.add(lo, hi), i0, out_mode, out_scalar, out_vec)
+    data[i1] = scale_out(field.sub(lo, hi), i1, out_mode, out_scalar, out_vec)
+
+
+def sim_stage2(
+    data: U32, twiddles: U32, out: tuple[int, int, U32], span: int, stage: int, threads: int
+) -> None:
+    out_mode, out_scalar, out_vec = out
+    t = np.arange(threads, dtype=np.uint32)
+    t = t[t < span]
+    m = np.uint32(1 << stage)
+    one = np.uint32(1)
+    j = t & (m - one)
+    i0 = ((t >> np.uint32(stage)) << np.uint32(stage + 2)) + j
+    i1, i2, i3 = i0 + m, i0 + np.uint32(2) * m, i0 + np.uint32(3) * m
+    w = twiddles[m - one + j].astype(np.uint64)
+    x0, x1 = data[i0].astype(np.uint64), field.mul(data[i1].astype(np.uint64), w)
+    x2, x3 = data[i2].astype(np.uint64), field.mul(data[i3].astype(np.uint64), w)
+    y0, y1 = field.add(x0, x1), field.sub(x0, x1)
+    y2, y3 = field.add(x2, x3), field.sub(x2, x3)
+    v2 = field.mul(y2, twiddles[np.uint32(2) * m - one + j].astype(np.uint64))
+    v3 = field.mul(y3, twiddles[np.uint32(2) * m - one + j + m].astype(np.uint64))
+    data[i0] = scale_out(field.add(y0, v2), i0, out_mode, out_scalar, out_vec)
+    data[i2] = scale_out(field.sub(y0, v2), i2, out_mode, out_scalar, out_vec)
+    data[i1] = scale_out(field.add(y1, v3), i1, out_mode, out_scalar, out_vec)
+    data[i3] = scale_out(field.sub(y1, v3), i3, out_mode, out_scalar, out_vec)
+
+
+def sim_transform(
+    values: FieldArray,
+    tables: HostTables,
+    log_tile: int,
+    *,
+    inverse: bool,
+    in_scale: U32 | None = None,
+    out_scalar: int | None = None,
+    out_vector: U32 | None = None,
+) -> FieldArray:
+    """`CudaHSteps._transform`'s launches, simulated; returns the destination buffer."""
+    log_n = values.size.bit_length() - 1
+    src = values.astype(np.uint32)
+    dst = np.full_like(src, 0xFFFFFFFF)  # like cupy.empty: garbage until written
+    twiddles = tables.backward if inverse else tables.forward
+    placeholder = tables.coset_up
+    if out_vector is not None:
+        out = (2, 0, out_vector)
+    elif out_scalar is not None:
+        out = (1, out_scalar, placeholder)
+    else:
+        out = (0, 0, placeholder)
+    for launch in launch_plan(log_n, log_tile):
+        mode = out if launch.last else (0, 0, placeholder)
+        threads = launch.grid * launch.block
+        if launch.kernel == "ntt_head":
+            args = (launch.log_tile, launch.grid, launch.block)
+            sim_head(src, dst, twiddles, in_scale, mode, log_n, *args)
+        elif launch.kernel == "ntt_stage2":
+            sim_stage2(dst, twiddles, mode, values.size >> 2, launch.stage, threads)
+        else:
+            sim_stage(dst, twiddles, mode, values.size >> 1, launch.stage, threads)
+    return dst.astype(np.uint64)
+
+
+SIM_CASES = [(n, t) for n in range(1, 13) for t in sorted({1, 2, 3, min(n, 11)}) if t <= n]
+
+
+@pytest.mark.parametrize(
+    ("log_n", "log_tile"), SIM_CASES, ids=[f"2^{n}-tile{t}" for n, t in SIM_CASES]
+)
+def test_simulated_kernels_match_the_reference_transforms(log_n: int, log_tile: int) -> None:
+    tables = host_tables(log_n)
+    values = np.random.default_rng([log_n, log_tile]).integers(0, field.P, 1 << log_n, np.uint64)
+    assert (sim_transform(values, tables, log_tile, inverse=False) == ntt(values)).all()
+    inverse = sim_transform(values, tables, log_tile, inverse=True, out_scalar=tables.n_inverse)
+    assert (inverse == intt(values)).all()
+    up = sim_transform(values, tables, log_tile, inverse=False, in_scale=tables.coset_up)
+    assert (up == coset_ntt(values)).all()
+    down = sim_transform(values, tables, log_tile, inverse=True, out_vector=tables.coset_down)
+    assert (down == coset_intt(values)).all()
+
+
+@pytest.mark.parametrize("log_n", [3, 12, 14], ids=lambda n: f"2^{n}")
+def test_simulated_h_matches_compute_h(log_n: int) -> None:
+    tables = host_tables(log_n)
+    a, b, c = synthesize(seed=11, index=log_n, log_n=log_n)
+    log_tile = ntt_cuda.HEAD_LOG_TILE
+    coeffs = [
+        sim_transform(v, tables, log_tile, inverse=True, out_scalar=tables.n_inverse)
+        for v in (a, b, c)
+    ]
+    evals = [
+        sim_transform(v, tables, log_tile, inverse=False, in_scale=tables.coset_up) for v in coeffs
+    ]
+    z_inverse = np.uint64(tables.z_inverse)
+    h_evals = field.mul(field.sub(field.mul(evals[0], evals[1]), evals[2]), z_inverse)
+    h = sim_transform(h_evals, tables, log_tile, inverse=True, out_vector=tables.coset_down)
+    assert digest(h) == digest(HSteps(log_n).run(a, b, c))
+
+
+# --- GPU: the real kernels ---------------------------------------------------------------------
+
+GPU_SIZES = list(range(10, 21))
+
+
+@pytest.fixture(scope="module")
+def cupy_module() -> Any:
+    cupy = pytest.importorskip("cupy")
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except cupy.cuda.runtime.CUDARuntimeError:
+        count = 0
+    if count == 0:
+        pytest.skip("no CUDA device")
+    return cupy
+
+
+def fresh_seed() -> int:
+    return int(np.random.default_rng().integers(2**32))
+
+
+def host(values: Any) -> FieldArray:
+    return np.asarray(values.get()).astype(np.uint64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("log_n", GPU_SIZES, ids=lambda n: f"2^{n}")
+def test_each_phase_is_bit_identical(cupy_module: Any, log_n: int) -> None:
+    cupy = cupy_module
+    stream = cupy.cuda.Stream(non_blocking=True)
+    steps = ntt_cuda.CudaHSteps(log_n, stream=stream)
+    reference = HSteps(log_n)
+    a, b, c = synthesize(seed=fresh_seed(), index=0, log_n=log_n)
+    inputs = steps.h2d(a, b, c)
+    stream.synchronize()
+    assert all((host(d) == v).all() for d, v in zip(inputs, (a, b, c), strict=True))
+
+    expected = reference.intt(a, b, c)
+    got = steps.intt(*ntt_cuda.to_device((a, b, c)))
+    stream.synchronize()
+    assert all((host(g) == e).all() for g, e in zip(got, expected, strict=True))
+
+    coeffs = expected
+    expected = reference.coset_ntt(*coeffs)
+    got = steps.coset_ntt(*ntt_cuda.to_device(coeffs))
+    stream.synchronize()
+    assert all((host(g) == e).all() for g, e in zip(got, expected, strict=True))
+
+    h_evals = reference.pointwise(*expected)
+    got_h_evals = steps.pointwise(*ntt_cuda.to_device(expected))
+    stream.synchronize()
+    assert (host(got_h_evals) == h_evals).all()
+
+    h = reference.coset_intt(h_evals)
+    got_h = steps.coset_intt(ntt_cuda.to_device(h_evals))
+    assert (steps.d2h(got_h) == h).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("log_n", GPU_SIZES, ids=lambda n: f"2^{n}")
+def test_run_is_bit_identical_and_verifies(cupy_module: Any, log_n: int) -> None:
+    cupy = cupy_module
+    steps = ntt_cuda.CudaHSteps(log_n, stream=cupy.cuda.Stream(non_blocking=True))
+    seed = fresh_seed()
+    a, b, c = synthesize(seed=seed, index=1, log_n=log_n)
+    h = steps.run(a, b, c)
+    assert h.dtype == np.uint64
+    assert digest(h) == digest(HSteps(log_n).run(a, b, c)), f"seed {seed}"
+    assert verify(a, b, c, h)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("log_n", [10, 15, 20], ids=lambda n: f"2^{n}")
+def test_repeated_runs_on_one_instance_agree(cupy_module: Any, log_n: int) -> None:
+    cupy = cupy_module
+    steps = ntt_cuda.CudaHSteps(log_n, stream=cupy.cuda.Stream(non_blocking=True))
+    first = synthesize(seed=5, index=0, log_n=log_n)
+    second = synthesize(seed=6, index=0, log_n=log_n)
+    h_first = steps.run(*first)
+    out32 = np.empty(1 << log_n, dtype=np.uint32)
+    a, b, c = (v.astype(np.uint32) for v in second)
+    h_second = steps.run(a, b, c, out=out32)
+    assert h_second is out32
+    assert (steps.run(*first) == h_first).all()
+    assert digest(h_second) == digest(HSteps(log_n).run(*second))
+
+
+@pytest.mark.gpu
+def test_phase_rejects_its_own_output_buffer(cupy_module: Any) -> None:
+    steps = ntt_cuda.CudaHSteps(10)
+    a, b, c = steps.h2d(*synthesize(seed=1, index=0, log_n=10))
+    coeffs = steps.intt(a, b, c)
+    with pytest.raises(ValueError, match="must not be the buffer this phase writes"):
+        steps.intt(*coeffs)
