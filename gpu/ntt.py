@@ -93,6 +93,18 @@ def synthesize(seed: int, index: int, log_n: int) -> tuple[FieldArray, FieldArra
     return a, b, field.mul(a, b)
 
 
+def synthesize_into(
+    seed: int, index: int, out: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]
+) -> None:
+    """`synthesize` written into ``out`` (three arrays of 2^log_n elements, uint32 or uint64,
+    e.g. a pinned pool slot), so a GPU can copy them without another host copy."""
+    log_n = out[0].size.bit_length() - 1
+    for target, values in zip(out, synthesize(seed, index, log_n), strict=True):
+        if target.size != 1 << log_n:
+            raise ValueError(f"out arrays must all have 2^{log_n} elements, got {target.size}")
+        np.copyto(target, values, casting="unsafe")
+
+
 class HSteps:
     """`compute_h` for one size, as its four phases, so a port can time each the same way.
 

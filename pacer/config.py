@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -193,9 +193,34 @@ class ShutdownSettings(_Section):
 
 
 class GpuSettings(_Section):
-    """The proving workers."""
+    """The proving workers and, with CUDA, the devices and the pinned pool."""
 
-    workers: int = Field(1, ge=1, le=256, description="Proving workers in total (workers)")
+    workers: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Proving workers in total when proving on the CPU (workers)",
+    )
+    devices: str = Field(
+        "all",
+        pattern=r"^(all|none|\d+(,\d+)*)$",
+        description="GPUs to prove on: all, none (prove on the CPU) or indices such as 0,1 "
+        "(devices)",
+    )
+    workers_per_device: int = Field(
+        1, ge=1, le=8, description="Proving workers (each with its own stream) per GPU (workers)"
+    )
+    pool_slots: int = Field(
+        0,
+        ge=0,
+        description="Partitions the pinned host-memory pool holds; 0: as many as the memory "
+        "budget allows (partitions)",
+    )
+    pool_on_empty: Literal["wait", "fallback"] = Field(
+        "wait",
+        description="When every pinned slot is taken: wait for one, or fall back to pageable "
+        "memory (wait/fallback)",
+    )
 
 
 class NttSettings(_Section):

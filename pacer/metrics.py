@@ -61,6 +61,8 @@ class _StateCollector(Collector):
         self._pool = pool
 
     def collect(self) -> Iterator[Metric]:
+        # The workload's pool appears only once the service has allocated it.
+        self._pool = self._pipeline.pool or self._pool
         t = self._controller.terms
         gauges = [
             ("pacer_controller_error", "Normalized error (setpoint - projected) / setpoint",

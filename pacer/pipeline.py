@@ -152,6 +152,7 @@ class Pipeline:
         self.budget_bytes = budget_bytes
         self._on_outcome = on_outcome
         self.observer = observer
+        self._release_buffers = getattr(workload, "release", None)
         self._verify_every = verify_every
         self._clock = clock
         # The backlog is a heap of jobs, each with its pending partition indices in order: a
@@ -194,6 +195,11 @@ class Pipeline:
     def workers(self) -> int:
         return len(self._workers)
 
+    @property
+    def pool(self) -> Any:
+        """The workload's pinned pool, once it has one."""
+        return getattr(self.workload, "pool", None)
+
     def busy_ratio(self, worker: int) -> float:
         w = self._workers[worker]
         return w.meter.ratio(w.busy_since)
@@ -209,6 +215,7 @@ class Pipeline:
             gpu_busy=self.gpu_busy,
             gpu_workers=len(self._workers),
             backlog=self.backlog,
+            pool_free=None if self.pool is None else int(self.pool.slots_free),
         )
 
     @property
@@ -433,6 +440,8 @@ class Pipeline:
         self._report(outcome)
 
     def _release(self, work: Work) -> None:
+        if self._release_buffers is not None and work.buffers is not None:
+            self._release_buffers(work.buffers)
         work.buffers = None
         self.inflight -= 1
         self.inflight_bytes -= work.nbytes

@@ -1,0 +1,63 @@
+"""The ntt workload on CUDA GPUs, from the pinned pool (device tests marked `gpu`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pacer.config import Settings
+from pacer.workload import (
+    GpuNttWorkload,
+    NttWorkload,
+    PartitionSpec,
+    WorkloadError,
+    gpu_devices,
+    load_workload,
+)
+
+
+def test_devices_none_proves_on_the_cpu() -> None:
+    assert gpu_devices("none") == []
+    workload = load_workload(Settings(gpu={"devices": "none"}))
+    assert type(workload) is NttWorkload
+
+
+def test_a_missing_device_is_refused() -> None:
+    with pytest.raises(WorkloadError, match="PACER_GPU__DEVICES=99: device 99 is not present"):
+        gpu_devices("99")
+
+
+def test_bad_devices_setting_is_refused() -> None:
+    with pytest.raises(ValueError, match="String should match pattern"):
+        Settings(gpu={"devices": "first"})
+
+
+@pytest.mark.gpu
+def test_gpu_workload_proves_from_the_pool_like_the_cpu() -> None:
+    devices = gpu_devices("all")
+    if not devices:
+        pytest.skip("no CUDA device")
+    workload = load_workload(Settings(ntt={"log_n": 12}, gpu={"workers_per_device": 2}))
+    assert isinstance(workload, GpuNttWorkload)
+    assert workload.workers == 2 * len(devices)
+    workload.prepare(slots=4, budget_bytes=2**30)
+    try:
+        pool = workload.pool
+        cpu = NttWorkload(12)
+        for index in range(6):
+            spec = PartitionSpec("job", index, 11, {})
+            slot = workload.synthesize(spec)
+            assert slot.pinned
+            proof = workload.prove(slot, worker=index % 2)
+            assert workload.verify(spec, slot, proof)
+            reference = cpu.prove(cpu.synthesize(spec), 0)
+            assert proof.digest == reference.digest  # the same H, bit for bit
+            assert set(proof.phases_s) == {"h2d", "intt", "coset_ntt", "pointwise",
+                                           "coset_intt", "d2h"}  # fmt: skip
+            workload.release(slot)
+        assert pool.in_use_bytes == 0
+        assert pool.checkouts == 6
+        assert pool.allocations_after_warmup == 0
+        with pytest.raises(ValueError, match=r"params\.log_n: must equal PACER_NTT__LOG_N"):
+            workload.check_params({"log_n": 14})
+    finally:
+        workload.close()
