@@ -25,6 +25,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from bench.service import quantile
 from pacer.config import Settings
 from pacer.pipeline import Outcome
 from pacer.service import Service
@@ -63,11 +64,6 @@ def nvml_sampler(stop: threading.Event, samples: dict[int, list[int]]) -> None:
         for i, handle in enumerate(handles):
             samples.setdefault(i, []).append(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
     pynvml.nvmlShutdown()
-
-
-def p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -113,7 +109,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "workers": workers,
         "partitions_per_s": (p.proved - proved_at_start) / elapsed,
         "busy_ratio": busy,
-        "idle_gap_p99_ms": {w: p99(g) * 1000 for w, g in gaps.gaps.items()},
+        "idle_gap_p99_ms": {w: quantile(g, 0.99) * 1000 for w, g in gaps.gaps.items() if g},
         "nvml_mean_util": {d: sum(v) / len(v) for d, v in nvml.items() if v},
         "estimates": service.controller.estimates.__dict__,
         "mode": str(service.controller.terms.mode),

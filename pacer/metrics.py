@@ -55,14 +55,13 @@ class NoPool:
 
 
 class _StateCollector(Collector):
-    def __init__(self, controller: PIController, pipeline: Pipeline, pool: PoolView) -> None:
+    def __init__(self, controller: PIController, pipeline: Pipeline) -> None:
         self._controller = controller
         self._pipeline = pipeline
-        self._pool = pool
 
     def collect(self) -> Iterator[Metric]:
         # The workload's pool appears only once the service has allocated it.
-        self._pool = self._pipeline.pool or self._pool
+        pool: PoolView = self._pipeline.pool or NoPool()
         t = self._controller.terms
         gauges = [
             ("pacer_controller_error", "Normalized error (setpoint - projected) / setpoint",
@@ -101,18 +100,18 @@ class _StateCollector(Collector):
             ("pacer_memory_inflight_bytes", "Memory held by in-flight partitions (bytes)",
              p.inflight_bytes),
             ("pacer_pinned_pool_total_bytes", "Pinned host memory in the pool (bytes)",
-             self._pool.total_bytes),
+             pool.total_bytes),
             ("pacer_pinned_pool_in_use_bytes", "Pinned pool memory checked out (bytes)",
-             self._pool.in_use_bytes),
+             pool.in_use_bytes),
         ]:  # fmt: skip
             yield GaugeMetricFamily(name, doc, value=value)
         yield CounterMetricFamily(
-            "pacer_pinned_pool_waits", "Checkouts that waited for a slot", value=self._pool.waits
+            "pacer_pinned_pool_waits", "Checkouts that waited for a slot", value=pool.waits
         )
         yield CounterMetricFamily(
             "pacer_pinned_pool_fallbacks",
             "Checkouts served from pageable memory",
-            value=self._pool.fallbacks,
+            value=pool.fallbacks,
         )
         busy = GaugeMetricFamily(
             "pacer_gpu_busy_ratio", "Fraction of the last 60 s spent proving", labels=["gpu"]
@@ -135,11 +134,10 @@ class Metrics:
         registry: CollectorRegistry,
         controller: PIController,
         pipeline: Pipeline,
-        pool: PoolView | None = None,
     ) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry
-        registry.register(_StateCollector(controller, pipeline, pool or NoPool()))
+        registry.register(_StateCollector(controller, pipeline))
         self.idle_gaps = Histogram(
             "pacer_gpu_idle_gap_seconds",
             "Time a GPU worker waited between one partition's end and the next one's start (s)",

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple, Protocol
 
-from pacer.config import Settings
-
 
 class Mode(StrEnum):
     """What the controller is doing: the ``pacer_controller_mode`` states."""
@@ -78,16 +76,6 @@ class Caps:
         return cls(
             synthesis_concurrency=max(1, min(cores // threads_per_synthesis, max_concurrent)),
             inflight_partitions=max(1, budget_bytes // partition_bytes),
-        )
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Caps:
-        return cls.from_host(
-            cores=settings.synthesis.cores,
-            threads_per_synthesis=settings.synthesis.threads_per_synthesis,
-            max_concurrent=settings.synthesis.max_concurrent,
-            budget_bytes=int(settings.memory.budget_bytes),
-            partition_bytes=int(settings.memory.partition_bytes),
         )
 
 
