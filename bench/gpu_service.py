@@ -1,13 +1,16 @@
 """`pacer serve` on a GPU host, measured by its own metrics and cross-checked against NVML.
 
-    python -m bench.gpu_service [--seconds 120] [--log-n 20] [--jobs 40] [--partitions 64]
+    python -m bench.gpu_service [--seconds 120] [--warmup 30] [--policies pi,unpaced,cuzk]
+                                [--log-n 27] [--workers-per-device 1] [--devices all]
 
-Runs the service in-process with the ntt workload on every visible GPU (synthesis on this
-host's cores, partitions from the pinned pool), keeps a backlog of jobs waiting, and reports:
-throughput, the controller's mode and estimates, per GPU the busy ratio over the run from
-``pacer_gpu_busy_seconds_total`` and the idle-gap p99 (gaps recorded as the pipeline reports
-them), NVML utilization sampled every 100 ms, and the pool's counters (allocations after
-warm-up must stay 0). Writes ``$OUT/gpu_service.json`` when OUT is set.
+For each policy in turn, starts the service in-process with the ntt workload on the GPUs
+(synthesis on this host's cores into the pinned pool), keeps a backlog of jobs waiting, lets it
+warm up, then measures for ``--seconds``: partitions/s; per GPU the busy ratio (growth of
+``pacer_gpu_busy_seconds_total`` over the window) and the idle-gap p99 (the gaps the pipeline
+reports to ``pacer_gpu_idle_gap_seconds``, those ending inside the window); NVML utilization
+sampled every 100 ms during the window; mean phase times from ``pacer_gpu_phase_seconds``; the
+pool's allocations after warm-up (must stay 0), waits and fallbacks over the whole run. Prints
+one table with a row per policy and GPU; writes ``$OUT/gpu_service.json`` when OUT is set.
 """
 
 from __future__ import annotations
@@ -31,26 +34,31 @@ from pacer.pipeline import Outcome
 from pacer.service import Service
 from pacer.table import render
 
+PHASES = ("h2d", "intt", "coset_ntt", "pointwise", "coset_intt", "d2h")
+
 
 class Gaps:
-    """Wraps the service's observer to keep every idle gap per worker."""
+    """Wraps the service's observer to keep every idle gap per GPU, with when it ended."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.gaps: dict[int, list[float]] = {}
+        self.gaps: dict[int, list[tuple[float, float]]] = {}
 
     def synthesized(self, seconds: float) -> None:
         self.inner.synthesized(seconds)
 
-    def proved(self, worker: int, gpu_s: float, phases_s: dict[str, float]) -> None:
-        self.inner.proved(worker, gpu_s, phases_s)
+    def proved(self, gpu: int, gpu_s: float, phases_s: dict[str, float]) -> None:
+        self.inner.proved(gpu, gpu_s, phases_s)
 
-    def idle_gap(self, worker: int, seconds: float) -> None:
-        self.gaps.setdefault(worker, []).append(seconds)
-        self.inner.idle_gap(worker, seconds)
+    def idle_gap(self, gpu: int, seconds: float) -> None:
+        self.gaps.setdefault(gpu, []).append((time.perf_counter(), seconds))
+        self.inner.idle_gap(gpu, seconds)
 
     def finished(self, outcome: Outcome) -> None:
         self.inner.finished(outcome)
+
+    def within(self, gpu: int, start: float, end: float) -> list[float]:
+        return [s for at, s in self.gaps.get(gpu, []) if start <= at <= end]
 
 
 def nvml_sampler(stop: threading.Event, samples: dict[int, list[int]]) -> None:
@@ -66,56 +74,93 @@ def nvml_sampler(stop: threading.Event, samples: dict[int, list[int]]) -> None:
     pynvml.nvmlShutdown()
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+def phase_means_ms(registry: CollectorRegistry, gpu: int) -> dict[str, float]:
+    means = {}
+    for phase in PHASES:
+        labels = {"gpu": str(gpu), "phase": phase}
+        total = registry.get_sample_value("pacer_gpu_phase_seconds_sum", labels) or 0.0
+        count = registry.get_sample_value("pacer_gpu_phase_seconds_count", labels) or 0.0
+        means[phase] = 1000 * total / count if count else 0.0
+    return means
+
+
+async def keep_backlog(service: Service, partitions: int) -> None:
+    if service.pipeline.backlog < partitions * 2:
+        await service.submit(partitions, {}, 0)
+
+
+async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp())
     settings = Settings(
         ntt={"log_n": args.log_n},
-        gpu={"workers_per_device": args.workers_per_device},
+        gpu={"workers_per_device": args.workers_per_device, "devices": args.devices},
         synthesis={"threads_per_synthesis": 1},
-        verify_every=0,
+        controller={"policy": policy},
+        verify_every=args.verify_every,
         journal={"path": tmp / "journal.sqlite"},
         api={"port": 0},
     )
-    service = Service(settings, CollectorRegistry())
+    registry = CollectorRegistry()
+    service = Service(settings, registry)
     gaps = Gaps(service.metrics)
     service.pipeline.observer = gaps
+    began = time.perf_counter()
     await service.start()
-    pool = service.pipeline.pool
+    start_s = time.perf_counter() - began
+    p = service.pipeline
+    pool = p.pool
     warm_allocations = pool.allocations if pool is not None else 0
+    await keep_backlog(service, args.partitions)
+    print(f"[{policy}] ready in {start_s:.1f} s; warming up {args.warmup:.0f} s", file=sys.stderr)
+    warm_until = time.perf_counter() + args.warmup
+    while time.perf_counter() < warm_until:
+        await asyncio.sleep(1.0)
+        await keep_backlog(service, args.partitions)
     stop = threading.Event()
     nvml: dict[int, list[int]] = {}
     sampler = threading.Thread(target=nvml_sampler, args=(stop, nvml), daemon=True)
-    for _ in range(args.jobs):
-        await service.submit(args.partitions, {}, 0)
     started = time.perf_counter()
-    proved_at_start = service.pipeline.proved
-    busy_at_start = [service.pipeline.busy_seconds(w) for w in range(service.pipeline.workers)]
+    proved_at_start = p.proved
+    busy_at_start = {g: p.busy_seconds(g) for g in p.gpus}
     sampler.start()
-    while time.perf_counter() - started < args.seconds:
+    next_report = started
+    while (now := time.perf_counter()) - started < args.seconds:
         await asyncio.sleep(1.0)
-        if service.pipeline.backlog < args.partitions * 4:
-            await service.submit(args.partitions, {}, 0)  # keep the backlog waiting
-        print(f"  {time.perf_counter() - started:4.0f} s: {service.pipeline.proved} proved, "
-              f"mode {service.controller.terms.mode}", file=sys.stderr)  # fmt: skip
-    elapsed = time.perf_counter() - started
+        await keep_backlog(service, args.partitions)
+        if now >= next_report:
+            next_report += 10
+            print(f"[{policy}] {now - started:4.0f} s: {p.proved - proved_at_start} proved, "
+                  f"{p.ready} ready, {p.synthesizing} synthesizing", file=sys.stderr)  # fmt: skip
+    ended = time.perf_counter()
+    elapsed = ended - started
     stop.set()
     sampler.join(2)
-    p = service.pipeline
-    workers = p.workers
-    busy = [(p.busy_seconds(w) - busy_at_start[w]) / elapsed for w in range(workers)]
+    per_gpu = {}
+    for g in p.gpus:
+        window_gaps = gaps.within(g, started, ended)
+        per_gpu[g] = {
+            "workers": p.workers_on(g),
+            "busy_ratio": (p.busy_seconds(g) - busy_at_start[g]) / elapsed,
+            "idle_gap_p99_ms": quantile(window_gaps, 0.99) * 1000 if window_gaps else 0.0,
+            "idle_gaps": len(window_gaps),
+            "nvml_util_mean": (sum(nvml[g]) / len(nvml[g])) if nvml.get(g) else None,
+            "phase_ms": phase_means_ms(registry, g),
+        }
+    synthesis_sum = registry.get_sample_value("pacer_synthesis_seconds_sum") or 0.0
+    synthesis_count = registry.get_sample_value("pacer_synthesis_seconds_count") or 0.0
     result = {
+        "policy": policy,
+        "log_n": service.workload.log_n if hasattr(service.workload, "log_n") else None,
         "seconds": elapsed,
-        "log_n": args.log_n,
-        "workers": workers,
+        "warmup_s": args.warmup,
+        "start_s": start_s,
         "partitions_per_s": (p.proved - proved_at_start) / elapsed,
-        "busy_ratio": busy,
-        "idle_gap_p99_ms": {w: quantile(g, 0.99) * 1000 for w, g in gaps.gaps.items() if g},
-        "nvml_mean_util": {d: sum(v) / len(v) for d, v in nvml.items() if v},
-        "estimates": service.controller.estimates.__dict__,
-        "mode": str(service.controller.terms.mode),
         "synthesis_concurrency": service.caps.synthesis_concurrency,
+        "synthesis_mean_s": synthesis_sum / synthesis_count if synthesis_count else None,
+        "gpus": per_gpu,
         "pool": {
             "slots": pool.slots_total if pool else 0,
+            "gib": pool.total_bytes / 2**30 if pool else 0,
             "allocations_after_warmup": (pool.allocations - warm_allocations) if pool else 0,
             "waits": pool.waits if pool else 0,
             "fallbacks": pool.fallbacks if pool else 0,
@@ -125,27 +170,53 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def table(results: list[dict[str, Any]]) -> str:
+    rows = []
+    for r in results:
+        for g, s in r["gpus"].items():
+            nvml = "" if s["nvml_util_mean"] is None else f"{s['nvml_util_mean']:.1f} %"
+            rows.append((
+                r["policy"], g, s["workers"], f"{r['partitions_per_s']:.2f}",
+                f"{s['busy_ratio']:.3f}", f"{s['idle_gap_p99_ms']:.1f}", nvml,
+                r["pool"]["allocations_after_warmup"], r["pool"]["waits"], r["pool"]["fallbacks"],
+            ))  # fmt: skip
+    headers = ("policy", "gpu", "workers", "partitions/s", "busy ratio", "idle gap p99 ms",
+               "NVML util", "pinned allocs after warm-up", "pool waits", "fallbacks")  # fmt: skip
+    return render(headers, rows)
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=120.0)
-    parser.add_argument("--log-n", type=int, default=20)
-    parser.add_argument("--jobs", type=int, default=40)
-    parser.add_argument("--partitions", type=int, default=64)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[2:]),
+    )
+    parser.add_argument("--seconds", type=float, default=120.0, help="measured window per policy")
+    parser.add_argument("--warmup", type=float, default=30.0, help="run before measuring (s)")
+    parser.add_argument("--policies", default="pi", help="comma-separated: pi, unpaced, cuzk")
+    parser.add_argument("--log-n", type=int, default=None, help="partition size (default: 27)")
+    parser.add_argument("--partitions", type=int, default=64, help="partitions per job")
     parser.add_argument("--workers-per-device", type=int, default=1)
+    parser.add_argument("--devices", default="all", help="PACER_GPU__DEVICES")
+    parser.add_argument("--verify-every", type=int, default=None, help="PACER_VERIFY_EVERY")
     args = parser.parse_args()
     import uvloop
 
-    result = uvloop.run(run(args))
-    rows = [
-        (w, f"{result['busy_ratio'][w]:.3f}", f"{result['idle_gap_p99_ms'].get(w, 0):.2f}")
-        for w in range(result["workers"])
-    ]
-    print(render(("worker", "busy ratio", "idle gap p99 ms"), rows))
-    summary = {k: v for k, v in result.items() if k not in ("busy_ratio", "idle_gap_p99_ms")}
-    print(json.dumps(summary, default=str))
+    results = [uvloop.run(run_policy(args, policy)) for policy in args.policies.split(",")]
+    first = results[0]
+    print(f"partition 2^{first['log_n']}, synthesis concurrency {first['synthesis_concurrency']}, "
+          f"pool {first['pool']['slots']} slots ({first['pool']['gib']:.1f} GiB), "
+          f"{args.warmup:.0f} s warm-up, {args.seconds:.0f} s measured")  # fmt: skip
+    print(table(results))
+    for r in results:
+        phases = next(iter(r["gpus"].values()))["phase_ms"] if r["gpus"] else {}
+        synthesis = r["synthesis_mean_s"] or 0.0
+        print(f"{r['policy']}: start {r['start_s']:.1f} s, synthesis mean {synthesis:.2f} s, "
+              "phases ms "
+              + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))  # fmt: skip
     out = os.environ.get("OUT")
     if out:
-        Path(out, "gpu_service.json").write_text(json.dumps(result, indent=2, default=str))
+        Path(out, "gpu_service.json").write_text(json.dumps(results, indent=2, default=str))
     return 0
 
 

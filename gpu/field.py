@@ -12,6 +12,7 @@ trust their inputs to be canonical (they sit in the NTT's inner loop); the conve
 from __future__ import annotations
 
 import builtins
+import math
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +49,10 @@ FieldArray = npt.NDArray[np.uint64]
 
 _P = np.uint64(P)
 _RANGE = f"[0, {P})"
+# batch_inverse: shorter inputs are inverted in plain Python; longer ones as a matrix with rows
+# of at least _MIN_ROW_LENGTH elements.
+_SCALAR_INVERSE_LIMIT = 64
+_MIN_ROW_LENGTH = 2048
 
 
 def add(a: FieldArray, b: FieldArray | np.uint64) -> FieldArray:
@@ -99,23 +104,21 @@ def inverse(value: int) -> int:
 
 
 def batch_inverse(values: FieldArray) -> FieldArray:
-    """The inverse of every element, as x^(p−2) by vectorized square-and-multiply.
+    """The inverse of every element, by Montgomery's trick: one field inversion for them all.
 
-    Costs about 60 vectorized multiplications whatever the length. Raises if an element is 0.
+    The elements are laid out as a matrix of at most √n rows. A pass down the rows keeps each
+    column's running product; the column totals are inverted the same way, recursively; a pass
+    back up peels each element's inverse off its running product. About three multiplications
+    per element, in whole-row numpy calls. Raises if an element is 0.
+
+    >>> to_ints(batch_inverse(to_field([1, 2, P - 1])))
+    [1, 1006632961, 2013265920]
     """
-    zeros = np.flatnonzero(values == 0)
+    flat = np.ravel(values)
+    zeros = np.flatnonzero(flat == 0)
     if zeros.size:
         raise ValueError(f"0 has no inverse; values[{zeros[0]}] is 0")
-    result = np.ones_like(values)
-    square = values
-    exponent = P - 2
-    while exponent:
-        if exponent & 1:
-            result = mul(result, square)
-        exponent >>= 1
-        if exponent:
-            square = mul(square, square)
-    return result
+    return _batch_inverse(flat).reshape(np.shape(values))
 
 
 def root_of_unity(log_n: int) -> int:
@@ -208,3 +211,41 @@ def from_le_bytes(data: bytes) -> FieldArray:
 def _check_element(name: str, value: int) -> None:
     if not 0 <= value < P:
         raise ValueError(f"{name} must be a field element in {_RANGE}, got {value}")
+
+
+def _batch_inverse(values: FieldArray) -> FieldArray:
+    """`batch_inverse` of a flat array of nonzero elements."""
+    size = values.size
+    if size <= _SCALAR_INVERSE_LIMIT:
+        return np.array(_scalar_batch_inverse(to_ints(values)), dtype=np.uint64)
+    # At least _MIN_ROW_LENGTH columns, so each numpy call in the row loops does real work.
+    cols = max(math.isqrt(size - 1) + 1, min(_MIN_ROW_LENGTH, size // 2))
+    rows = -(-size // cols)
+    padded = np.ones(rows * cols, dtype=np.uint64)
+    padded[:size] = values
+    matrix = padded.reshape(rows, cols)
+    # prefix[j] = matrix[0] · … · matrix[j]; each slot is overwritten with the inverses of
+    # matrix[j] once the backward pass no longer needs it.
+    prefix = np.empty_like(matrix)
+    prefix[0] = matrix[0]
+    for j in range(1, rows):
+        prefix[j] = mul(prefix[j - 1], matrix[j])
+    inverse_prefix = _batch_inverse(prefix[-1])
+    for j in range(rows - 1, 0, -1):
+        prefix[j] = mul(inverse_prefix, prefix[j - 1])
+        inverse_prefix = mul(inverse_prefix, matrix[j])
+    prefix[0] = inverse_prefix
+    return prefix.reshape(rows * cols)[:size]
+
+
+def _scalar_batch_inverse(values: list[int]) -> list[int]:
+    """Montgomery's trick in plain Python ints, for short inputs."""
+    running = [1]
+    for value in values:
+        running.append(running[-1] * value % P)
+    inverse_running = builtins.pow(running[-1], -1, P)
+    inverses = [0] * len(values)
+    for i in range(len(values) - 1, -1, -1):
+        inverses[i] = inverse_running * running[i] % P
+        inverse_running = inverse_running * values[i] % P
+    return inverses

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -32,13 +33,25 @@ __all__ = [
     "coset_intt",
     "coset_ntt",
     "digest",
+    "digest_lanes",
+    "digest_of_lanes",
     "intt",
     "ntt",
     "synthesize",
+    "synthesize_into",
     "verify",
 ]
 
 _P = np.uint64(field.P)
+_P32 = np.uint32(field.P)
+_LOW_31 = np.uint32(2**31 - 1)
+SYNTHESIS_CHUNK = 1 << 18
+"""Elements `synthesize_into` draws and writes per step (a few MiB of cache-resident work)."""
+DIGEST_LANES = 1 << 16
+"""Independent FNV-1a lanes of `digest` (fewer when n is smaller): element i feeds lane
+i mod lanes, so a GPU reads the vector coalesced, one thread per lane."""
+FNV_OFFSET = 0xCBF29CE484222325
+FNV_PRIME = 0x100000001B3
 _CACHED_SIZES = 8
 _Array = TypeVar("_Array", bound=npt.NDArray[Any])
 
@@ -76,33 +89,68 @@ def coset_intt(evals: npt.ArrayLike, shift: int = GENERATOR) -> FieldArray:
 def synthesize(seed: int, index: int, log_n: int) -> tuple[FieldArray, FieldArray, FieldArray]:
     """A partition's witness vectors (a, b, c = a∘b) of length 2^log_n, a function of (seed, index).
 
-    a and b are uniform in the field; c makes A·B − C vanish on <ω>, as in a satisfied circuit.
+    a is drawn from the field and b is a rotated by one place; c makes A·B − C vanish on <ω>,
+    as in a satisfied circuit. Equal to what `synthesize_into` writes, as uint64.
 
     >>> a, b, c = synthesize(seed=7, index=0, log_n=3)
     >>> bool((field.mul(a, b) == c).all())
     True
     """
+    _check_synthesis(seed, index, log_n)
+    a, b, c = (np.empty(1 << log_n, dtype=np.uint64) for _ in range(3))
+    synthesize_into(seed, index, (a, b, c))
+    return a, b, c
+
+
+def synthesize_into(seed: int, index: int, out: Sequence[npt.NDArray[Any]]) -> None:
+    """`synthesize` written into ``out`` (three arrays of 2^log_n elements, uint32 or uint64,
+    e.g. a pinned pool slot), so a GPU can copy them without another host copy.
+
+    a is drawn from an SFC64 generator seeded by (seed, index): 31 random bits per element,
+    less p when they exceed it (values below 2^31 − p are twice as likely as the rest; the
+    circuit only needs field elements). b is a rotated by one place, b_i = a_(i+1 mod n): half
+    the draws, and A·B − C still vanishes on the domain. Chunks of `SYNTHESIS_CHUNK` elements
+    stay in the CPU's cache, so each output is written in one pass.
+    """
+    size = out[0].size
+    log_n = size.bit_length() - 1
+    _check_synthesis(seed, index, log_n)
+    for name, target in zip("abc", out, strict=True):
+        if target.shape != (1 << log_n,) or target.dtype not in (np.uint32, np.uint64):
+            raise ValueError(
+                f"out {name} must be a uint32 or uint64 vector of 2^{log_n} elements, got "
+                f"{target.dtype} {target.shape}"
+            )
+    a_out, b_out, c_out = out
+    generator = np.random.SFC64([seed, index])
+    chunk = min(size, SYNTHESIS_CHUNK)
+    values = np.empty(chunk, dtype=np.uint32)
+    over = np.empty(chunk, dtype=np.uint32)
+    product = np.empty(chunk, dtype=np.uint64)
+    for start in range(0, size, chunk):
+        if chunk > 1:
+            words = generator.random_raw(chunk // 2).view(np.uint32)
+        else:  # n = 1: one word of one draw
+            words = generator.random_raw(1).view(np.uint32)[:1]
+        np.bitwise_and(words, _LOW_31, out=values)
+        np.subtract(values, _P32, out=over)
+        np.minimum(values, over, out=values)  # values ≥ p wrapped below p; others kept
+        a_out[start : start + chunk] = values
+    b_out[: size - 1] = a_out[1:]
+    b_out[size - 1] = a_out[0]
+    for start in range(0, size, chunk):
+        stop = start + chunk
+        np.multiply(a_out[start:stop], b_out[start:stop], out=product, dtype=np.uint64)
+        np.remainder(product, _P, out=product)
+        c_out[start:stop] = product
+
+
+def _check_synthesis(seed: int, index: int, log_n: int) -> None:
     for name, number in (("seed", seed), ("index", index)):
         if number < 0:
             raise ValueError(f"{name} must be non-negative, got {number}")
     if not 0 <= log_n <= TWO_ADICITY:
         raise ValueError(f"log_n must be between 0 and {TWO_ADICITY}, got {log_n}")
-    rng = np.random.default_rng([seed, index])
-    a = rng.integers(0, field.P, 1 << log_n, dtype=np.uint64)
-    b = rng.integers(0, field.P, 1 << log_n, dtype=np.uint64)
-    return a, b, field.mul(a, b)
-
-
-def synthesize_into(
-    seed: int, index: int, out: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]
-) -> None:
-    """`synthesize` written into ``out`` (three arrays of 2^log_n elements, uint32 or uint64,
-    e.g. a pinned pool slot), so a GPU can copy them without another host copy."""
-    log_n = out[0].size.bit_length() - 1
-    for target, values in zip(out, synthesize(seed, index, log_n), strict=True):
-        if target.size != 1 << log_n:
-            raise ValueError(f"out arrays must all have 2^{log_n} elements, got {target.size}")
-        np.copyto(target, values, casting="unsafe")
 
 
 class HSteps:
@@ -189,6 +237,12 @@ def verify(
     r is drawn from ``rng`` (a fresh, unseeded generator by default) unless given. Vectors that
     do not satisfy the identity pass only if r is a root of the nonzero polynomial
     H·Z − (A·B − C), of degree < 2n: probability < 2n / p for a random r.
+
+    No transform runs: A, B and C are evaluated at r from their values on <ω> by the
+    barycentric formula V(r) = (r^n − 1)/n · Σ_i v_i·ω^i / (r − ω^i), the weights shared by
+    the three and inverted in batches (`field.batch_inverse`); H(r) is a dot product with
+    powers of r. Time is linear in n; beyond the inputs, memory stays a few arrays of 2^16
+    elements, whatever n.
     """
     a_, log_n = _check_vector("a", a)
     n = 1 << log_n
@@ -202,20 +256,86 @@ def verify(
         r = _point_off_domain(n, rng if rng is not None else np.random.default_rng())
     elif not 0 <= r < field.P or field.pow(r, n) == 1:
         raise ValueError(f"r must be a field element outside the domain (r^n ≠ 1), got {r}")
-    r_powers = field.powers(r, n)
-
-    def at_r(coeffs: FieldArray) -> int:
-        return int(field.mul(coeffs, r_powers).sum(dtype=np.uint64)) % field.P
-
-    a_r, b_r, c_r = (at_r(_intt(v, log_n)) for v in vectors[:3])
-    h_r = at_r(vectors[3])
-    z_r = field.pow(r, n) - 1
+    z_r = (field.pow(r, n) - 1) % field.P
+    scale = z_r * field.inverse(n % field.P) % field.P
+    a_r, b_r, c_r = (scale * s % field.P for s in _barycentric_sums(r, log_n, *vectors[:3]))
+    h_r = _evaluate(vectors[3], r)
     return (h_r * z_r - (a_r * b_r - c_r)) % field.P == 0
 
 
+_VERIFY_CHUNK = 1 << 16
+"""Elements per step of `verify`'s sums: its temporaries stay a few such arrays, in cache."""
+
+
+def _barycentric_sums(r: int, log_n: int, *evals: FieldArray) -> list[int]:
+    """Σ_i v_i·ω^i / (r − ω^i) mod p for each v in ``evals`` (values on <ω>, |<ω>| = 2^log_n).
+
+    r must lie outside <ω>. The weight ω^i / (r − ω^i) is 1 / (r·ω^−i − 1): per chunk, one
+    table of ω^−i scaled by r·ω^−start, and one batch inversion shared by every vector.
+    """
+    n = 1 << log_n
+    chunk = min(n, _VERIFY_CHUNK)
+    omega_inverse = field.inverse(field.root_of_unity(log_n))
+    omega_inverse_powers = field.powers(omega_inverse, chunk)
+    omega_inverse_chunk = field.pow(omega_inverse, chunk)
+    one = np.uint64(1)
+    sums = [0] * len(evals)
+    r_shifted = r  # r·ω^−start
+    for start in range(0, n, chunk):
+        scaled = field.mul(omega_inverse_powers, np.uint64(r_shifted))
+        weights = field.batch_inverse(field.sub(scaled, one))
+        for k, values in enumerate(evals):
+            # Each reduced product is below 2^31, so a chunk's sum cannot overflow uint64.
+            products = field.mul(values[start : start + chunk], weights)
+            sums[k] += int(products.sum(dtype=np.uint64))
+        r_shifted = r_shifted * omega_inverse_chunk % field.P
+    return [s % field.P for s in sums]
+
+
+def _evaluate(coeffs: FieldArray, x: int) -> int:
+    """Σ_i coeffs_i·x^i mod p, a chunk at a time against one table of powers of x."""
+    chunk = min(coeffs.size, _VERIFY_CHUNK)
+    x_powers = field.powers(x, chunk)
+    x_chunk = field.pow(x, chunk)
+    total = 0
+    x_start = 1  # x^start
+    for start in range(0, coeffs.size, chunk):
+        dot = int(field.mul(coeffs[start : start + chunk], x_powers).sum(dtype=np.uint64))
+        total = (total + x_start * dot) % field.P
+        x_start = x_start * x_chunk % field.P
+    return total
+
+
 def digest(h: npt.ArrayLike) -> str:
-    """Hex SHA-256 of h's canonical bytes (`field.to_le_bytes`): compare CPU and GPU results."""
-    return hashlib.sha256(field.to_le_bytes(h)).hexdigest()
+    """Hex fingerprint of a vector of field elements: compare CPU and GPU results.
+
+    Element i (as its canonical uint32) is folded by FNV-1a/64 into lane i mod L,
+    L = min(n, `DIGEST_LANES`); the digest is SHA-256 of n and the lanes' final states. A GPU
+    computes the lanes in one coalesced pass (``gpu.ntt_cuda``) and copies back 8·L bytes
+    instead of the vector. It tells results apart; it is not collision-resistant against
+    someone choosing vectors (FNV is not).
+    """
+    values = field.to_field(h)
+    return digest_of_lanes(values.size, digest_lanes(values))
+
+
+def digest_lanes(values: FieldArray) -> npt.NDArray[np.uint64]:
+    """The FNV-1a/64 lane states of `digest` for a vector of canonical elements."""
+    size = values.size
+    if size == 0 or size & (size - 1):
+        raise ValueError(f"values length must be a power of two, got {size}")
+    lanes = min(size, DIGEST_LANES)
+    state = np.full(lanes, FNV_OFFSET, dtype=np.uint64)
+    prime = np.uint64(FNV_PRIME)
+    for row in np.asarray(values).reshape(size // lanes, lanes):
+        np.bitwise_xor(state, row.astype(np.uint64), out=state)
+        np.multiply(state, prime, out=state)  # mod 2^64, as on the GPU
+    return state
+
+
+def digest_of_lanes(size: int, lanes: npt.NDArray[np.uint64]) -> str:
+    """`digest` from the element count and the lane states (as a GPU returns them)."""
+    return hashlib.sha256(size.to_bytes(8, "little") + lanes.astype("<u8").tobytes()).hexdigest()
 
 
 def _check_vector(name: str, values: npt.ArrayLike) -> tuple[FieldArray, int]:

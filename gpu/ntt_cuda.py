@@ -39,7 +39,7 @@ from gpu.field import GENERATOR, TWO_ADICITY, FieldArray
 
 # The host tables are gpu.ntt's own (same code path, hence the same values); they are private
 # there because they are cached and read-only, which is exactly how they are used here.
-from gpu.ntt import HSteps, _coset_scales, _plan
+from gpu.ntt import DIGEST_LANES, HSteps, _coset_scales, _plan, digest_of_lanes
 
 if TYPE_CHECKING:
     import cupy
@@ -60,7 +60,7 @@ __all__ = [
 
 HEAD_LOG_TILE = 11
 """log2 of the points one ``ntt_head`` block transforms in shared memory (1024 threads)."""
-KERNEL_NAMES = ("ntt_head", "ntt_stage2", "ntt_stage", "h_pointwise")
+KERNEL_NAMES = ("ntt_head", "ntt_stage2", "ntt_stage", "h_pointwise", "h_digest")
 """The ``extern "C"`` kernels in `CUDA_SOURCE`."""
 
 _BLOCK = 256
@@ -178,6 +178,19 @@ extern "C" __global__ void h_pointwise(const u32* __restrict__ a, const u32* __r
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     h[i] = fmul(fsub(fmul(a[i], b[i]), c[i]), z_inverse);
+}
+
+/* gpu.ntt.digest_lanes: lane t folds elements t, t + lanes, t + 2·lanes, ... by FNV-1a/64. */
+extern "C" __global__ void h_digest(const u32* __restrict__ values, u64* __restrict__ state,
+                                    u32 lanes, u32 rows) {
+    const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= lanes) return;
+    u64 h = 0xcbf29ce484222325ull;
+    for (u32 r = 0; r < rows; ++r) {
+        h ^= values[(u64)r * lanes + t];
+        h *= 0x100000001b3ull;
+    }
+    state[t] = h;
 }
 """
 """CUDA C++ of every kernel; `KERNEL_NAMES` lists its entry points."""
@@ -343,7 +356,10 @@ class CudaHSteps:
             self._evals = (buffer(), buffer(), buffer())
             self._h_evals = buffer()
             self._h = buffer()
+            self._lanes = min(self.n, DIGEST_LANES)
+            self._lane_states = cupy.empty(self._lanes, dtype=cupy.uint64)
         self._host_staging = np.empty(self.n, dtype=np.uint32)
+        self._host_lanes = np.empty(self._lanes, dtype=np.uint64)
 
     def h2d(
         self, a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike
@@ -417,6 +433,20 @@ class CudaHSteps:
             raise ValueError(f"out must be uint32 or uint64, got {out.dtype}")
         out[...] = staging
         return out
+
+    def digest(self, h: DeviceArray) -> str:
+        """`gpu.ntt.digest` of device vector h: its lanes folded on the device, 8 bytes a lane
+        copied back; waits for the copy."""
+        self._check_device("h", h)
+        lanes = self._lanes
+        args = (h, self._lane_states, np.uint32(lanes), np.uint32(self.n // lanes))
+        with self._device, self.stream:
+            self._kernels["h_digest"]((-(-lanes // _BLOCK),), (_BLOCK,), args)
+        host = self._host_lanes
+        _memcpy(host.ctypes.data, self._lane_states.data.ptr, host.nbytes, _DEVICE_TO_HOST,
+                self.stream)  # fmt: skip
+        self.stream.synchronize()
+        return digest_of_lanes(self.n, host)
 
     def run(
         self,

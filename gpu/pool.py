@@ -54,6 +54,10 @@ OnEmpty = Literal["wait", "fallback"]
 ByteArray = npt.NDArray[np.uint8]
 
 
+PROGRESS_EVERY_S = 5.0
+"""While a large pool is being pinned, a progress line this often."""
+
+
 class PoolExhausted(Exception):  # noqa: N818 - the domain name STYLE.md uses
     """No slot came free within the checkout's timeout (policy ``on_empty="wait"``)."""
 
@@ -264,8 +268,12 @@ class PinnedPool:
         self.allocations_after_warmup = 0
         self.freed_in_s: float | None = None
 
-        start = clock()
+        start = last_report = clock()
         for index in range(slots):
+            if clock() - last_report >= PROGRESS_EVERY_S:
+                last_report = clock()
+                logger.info("pinning host memory: %d of %d slots after %.0f s",
+                            index, slots, last_report - start)  # fmt: skip
             try:
                 self._add_slot()
             except BaseException:

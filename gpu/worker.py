@@ -20,9 +20,10 @@ PHASES = ("h2d", "intt", "coset_ntt", "pointwise", "coset_intt", "d2h")
 
 @dataclass(frozen=True)
 class GpuResult:
-    """H's coefficients on the host and the time of each phase (s)."""
+    """H's digest (`gpu.ntt.digest`), its coefficients when kept, and each phase's time (s)."""
 
-    h: npt.NDArray[np.uint64]
+    digest: str
+    h: npt.NDArray[np.uint64] | None
     phases_s: dict[str, float]
 
 
@@ -53,9 +54,17 @@ class GpuProver:
             self._events = [cp.cuda.Event() for _ in range(len(PHASES) + 1)]
 
     def prove(
-        self, a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64], c: npt.NDArray[np.uint64]
+        self,
+        a: npt.NDArray[np.uint32] | npt.NDArray[np.uint64],
+        b: npt.NDArray[np.uint32] | npt.NDArray[np.uint64],
+        c: npt.NDArray[np.uint32] | npt.NDArray[np.uint64],
+        *,
+        keep_h: bool = False,
     ) -> GpuResult:
-        """H = (A·B − C) / Z for evaluations a, b, c on the domain; blocks until done."""
+        """H = (A·B − C) / Z for evaluations a, b, c on the domain; blocks until done.
+
+        Returns H's digest, and H's coefficients too when ``keep_h``.
+        """
         cp = self._cp
         events = self._events
         with cp.cuda.Device(self.device):
@@ -70,12 +79,12 @@ class GpuProver:
             events[4].record(self.stream)
             h_dev = self.steps.coset_intt(quotient)
             events[5].record(self.stream)
-            out = np.empty(1 << self.log_n, dtype=np.uint64)
-            self.steps.d2h(h_dev, out)
+            h = self.steps.d2h(h_dev) if keep_h else None
+            digest = self.steps.digest(h_dev)
             events[6].record(self.stream)
             events[6].synchronize()
             phases = {
                 name: cp.cuda.get_elapsed_time(events[i], events[i + 1]) / 1000.0
                 for i, name in enumerate(PHASES)
             }
-        return GpuResult(out, phases)
+        return GpuResult(digest, None if h is None else np.asarray(h, dtype=np.uint64), phases)

@@ -1,7 +1,8 @@
 """The HTTP API (aiohttp): metrics, health, status, jobs and the controller.
 
 Bad input gets a 4xx with ``{"error": ..., "field": ...}`` naming the field and the rule, and
-changes nothing. When ``PACER_API__TOKEN`` is set, the endpoints that change state require
+changes nothing. Retuning the controller while a baseline policy dispatches gets 409 naming
+the policy. When ``PACER_API__TOKEN`` is set, the endpoints that change state require
 ``Authorization: Bearer <token>``.
 """
 
@@ -17,6 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
 from pacer.config import ControllerSettings
+from pacer.controller import POLICY_FIXED
+from pacer.policy import PolicyConflictError
 
 if TYPE_CHECKING:
     from pacer.service import Service
@@ -193,6 +196,8 @@ async def patch_controller(request: web.Request) -> web.Response:
     if unknown:
         raise BadInputError(unknown[0], f"unknown field {unknown[0]!r} (known: "
                        f"{sorted(CONTROLLER_FIELDS)})")  # fmt: skip
+    if "policy" in body:
+        raise BadInputError("policy", POLICY_FIXED)
     manual = body.pop("manual_interval_s", ...)
     if (
         manual is not ...
@@ -202,6 +207,8 @@ async def patch_controller(request: web.Request) -> web.Response:
         raise BadInputError("manual_interval_s", "manual_interval_s must be a number > 0, or null")
     try:
         service.retune(body, manual)
+    except PolicyConflictError as exc:
+        raise BadInputError(None, str(exc), 409) from None
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or None

@@ -69,6 +69,21 @@ def _submit(client: Client, args: argparse.Namespace) -> int:
     return 0 if all(j["state"] == "completed" for j in jobs) else 1
 
 
+def _controller_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
+    """The PI controller's mode and terms; a baseline's name, mode and interval."""
+    if "terms" not in c:
+        return [("policy", f"{c['policy']} (baseline): {c['mode']}, interval "
+                           f"{c['interval_s']:.3f} s")]  # fmt: skip
+    t = c["terms"]
+    return [
+        ("policy", c["policy"]),
+        ("controller", f"{t['mode']}: interval {t['interval_s']:.3f} s, projected ready "
+                       f"{t['projected_ready']:.1f} / setpoint {t['setpoint']:.1f}"),
+        ("terms", f"P {t['p_term']:+.3f}  I {t['i_term']:+.3f}  feed-forward "
+                  f"{t['ff_interval_s']:.3f} s"),
+    ]  # fmt: skip
+
+
 def _status(client: Client, args: argparse.Namespace) -> int:
     status = client.status()
     if args.json:
@@ -77,16 +92,12 @@ def _status(client: Client, args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=2))
         return 0
     c = status["controller"]
-    t = c["terms"]
     q = status["queues"]
     m = status["memory"]
     rows: list[tuple[str, str]] = [
         ("state", "draining" if status["draining"] else "ready" if status["ready"] else "starting"),
         ("workload", status["workload"]),
-        ("controller", f"{t['mode']}: interval {t['interval_s']:.3f} s, projected ready "
-                       f"{t['projected_ready']:.1f} / setpoint {t['setpoint']:.1f}"),
-        ("terms", f"P {t['p_term']:+.3f}  I {t['i_term']:+.3f}  feed-forward "
-                  f"{t['ff_interval_s']:.3f} s"),
+        *_controller_rows(c),
         ("bootstraps", f"{c['bootstraps']} cold, {c['rebootstraps']} re-bootstraps"),
         ("queues", f"backlog {q['backlog']}, synthesizing {q['synthesizing']}, ready "
                    f"{q['ready']}, proving {q['proving']}"),

@@ -35,8 +35,14 @@ class _Section(BaseModel):
 
 
 class ControllerSettings(_Section):
-    """Gains, setpoint and limits of the PI dispatch controller."""
+    """The dispatch policy, and the gains, setpoint and limits of the PI controller."""
 
+    policy: Literal["pi", "unpaced", "cuzk"] = Field(
+        "pi",
+        description="Dispatch policy: pi (the PI controller), or a baseline to compare it "
+        "with: unpaced (dispatch whenever the memory budget allows) or cuzk (the cuzk "
+        "engine's DispatchPacer) (pi/unpaced/cuzk)",
+    )
     target_ready: float = Field(
         8.0, gt=0, description="Setpoint: partitions synthesized and waiting for a GPU (partitions)"
     )
@@ -213,8 +219,9 @@ class GpuSettings(_Section):
     pool_slots: int = Field(
         0,
         ge=0,
-        description="Partitions the pinned host-memory pool holds; 0: as many as the memory "
-        "budget allows (partitions)",
+        description="Partitions the pinned host-memory pool holds; 0: one per synthesis the "
+        "cores allow, plus twice target_ready, plus one per proving worker, within the memory "
+        "budget (partitions)",
     )
     pool_on_empty: Literal["wait", "fallback"] = Field(
         "wait",
@@ -226,12 +233,13 @@ class GpuSettings(_Section):
 class NttSettings(_Section):
     """The built-in workload: the Groth16 H computation over the BabyBear field."""
 
-    log_n: int = Field(
-        18,
+    log_n: int | None = Field(
+        None,
         ge=4,
-        le=24,
-        description="Partition size as log2 of the NTT domain; jobs may override it with "
-        "params.log_n (log2 of elements)",
+        le=27,
+        description="Partition size as log2 of the NTT domain; unset: 27 when proving on GPUs "
+        "(over 0.1 s of an H200 per partition), 18 on the CPU; on the CPU jobs may override it "
+        "with params.log_n (log2 of elements)",
     )
 
 
@@ -250,10 +258,11 @@ class Settings(BaseSettings):
         description="What a partition's work is: ntt (built-in), noop (pipeline benchmarks) or "
         "module:factory of your own (name)",
     )
-    verify_every: int = Field(
-        1,
+    verify_every: int | None = Field(
+        None,
         ge=0,
-        description="Verify every n-th proved partition on the CPU; 0: never (partitions)",
+        description="Verify every n-th proved partition on the CPU; 0: never; unset: every "
+        "one on the CPU, every 100th when proving on GPUs (partitions)",
     )
     controller: ControllerSettings = Field(default_factory=ControllerSettings)
     synthesis: SynthesisSettings = Field(default_factory=SynthesisSettings)

@@ -23,6 +23,8 @@ from pacer.config import ControllerSettings
 from pacer.estimates import Estimates, Estimator
 from pacer.policy import Caps, Decision, Mode, Observation, Terms
 
+POLICY_FIXED = "policy is chosen at start (PACER_CONTROLLER__POLICY) and cannot be retuned"
+
 
 def _clamp(value: float, low: float, high: float) -> float:
     return min(max(value, low), high)
@@ -75,6 +77,10 @@ class PIController:
     @property
     def estimates(self) -> Estimates:
         return self._est.estimates
+
+    @property
+    def mode(self) -> Mode:
+        return self._terms.mode
 
     @property
     def bootstraps(self) -> int:
@@ -346,12 +352,14 @@ class PIController:
         """Change gains, setpoint or limits without a jump in the output.
 
         The integral is re-seeded so that ``kp·e + ki·∫e`` keeps its value under the new gains
-        and setpoint (where ``ki > 0``). Unknown names or invalid values raise ValueError naming
-        the field and the rule; nothing changes then.
+        and setpoint (where ``ki > 0``). Unknown names, ``policy`` (fixed at start) or invalid
+        values raise ValueError naming the field and the rule; nothing changes then.
         """
         unknown = sorted(set(changes) - set(ControllerSettings.model_fields))
         if unknown:
             raise ValueError(f"unknown controller setting(s): {', '.join(unknown)}")
+        if "policy" in changes:
+            raise ValueError(POLICY_FIXED)
         new = ControllerSettings.model_validate({**self._settings.model_dump(), **changes})
         old_u = self._terms.p_term + self._terms.i_term
         projected = self._terms.projected_ready

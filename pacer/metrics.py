@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from pacer import __version__
 from pacer.controller import PIController
 from pacer.pipeline import Outcome, Pipeline
-from pacer.policy import Mode
+from pacer.policy import DispatchPolicy, Mode
 
 IDLE_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -55,40 +55,47 @@ class NoPool:
 
 
 class _StateCollector(Collector):
-    def __init__(self, controller: PIController, pipeline: Pipeline) -> None:
-        self._controller = controller
+    def __init__(self, policy: DispatchPolicy, pipeline: Pipeline) -> None:
+        self._policy = policy
         self._pipeline = pipeline
 
     def collect(self) -> Iterator[Metric]:
         # The workload's pool appears only once the service has allocated it.
         pool: PoolView = self._pipeline.pool or NoPool()
-        t = self._controller.terms
-        gauges = [
-            ("pacer_controller_error", "Normalized error (setpoint - projected) / setpoint",
-             t.error),
-            ("pacer_controller_p_term", "Proportional term kp*e", t.p_term),
-            ("pacer_controller_i_term", "Integral term ki*integral(e)", t.i_term),
-            ("pacer_controller_ff_term", "Feed-forward dispatch interval, GPU time / workers (s)",
-             t.ff_interval_s),
-            ("pacer_controller_interval_seconds", "Interval between dispatches after clamps (s)",
-             t.interval_s),
-            ("pacer_controller_setpoint", "Effective setpoint of the projected ready depth",
-             t.setpoint),
-            ("pacer_controller_projected_ready", "Projected ready depth (partitions)",
-             t.projected_ready),
-        ]  # fmt: skip
-        for name, doc, value in gauges:
-            yield GaugeMetricFamily(name, doc, value=value)
-        mode = StateSetMetricFamily("pacer_controller_mode", "What the controller is doing")
-        mode.add_metric([], {m.value: t.mode is m for m in Mode})
+        policy = self._policy
+        if isinstance(policy, PIController):
+            # PI terms only under pi: a baseline has none, and a series that is absent cannot
+            # be mistaken for a value (nor fire an alert on one).
+            t = policy.terms
+            gauges = [
+                ("pacer_controller_error", "Normalized error (setpoint - projected) / setpoint",
+                 t.error),
+                ("pacer_controller_p_term", "Proportional term kp*e", t.p_term),
+                ("pacer_controller_i_term", "Integral term ki*integral(e)", t.i_term),
+                ("pacer_controller_ff_term",
+                 "Feed-forward dispatch interval, GPU time / workers (s)", t.ff_interval_s),
+                ("pacer_controller_setpoint", "Effective setpoint of the projected ready depth",
+                 t.setpoint),
+                ("pacer_controller_projected_ready", "Projected ready depth (partitions)",
+                 t.projected_ready),
+            ]  # fmt: skip
+            for name, doc, value in gauges:
+                yield GaugeMetricFamily(name, doc, value=value)
+        yield GaugeMetricFamily(
+            "pacer_controller_interval_seconds",
+            "Interval between dispatches after clamps; 0: whenever there is room (s)",
+            value=policy.interval_s(),
+        )
+        mode = StateSetMetricFamily("pacer_controller_mode", "What the dispatch policy is doing")
+        mode.add_metric([], {m.value: policy.mode is m for m in Mode})
         yield mode
         yield CounterMetricFamily(
-            "pacer_controller_bootstraps", "Cold bootstraps", value=self._controller.bootstraps
+            "pacer_controller_bootstraps", "Cold bootstraps", value=policy.bootstraps
         )
         yield CounterMetricFamily(
             "pacer_controller_rebootstraps",
             "Re-bootstraps after a true drain",
-            value=self._controller.rebootstraps,
+            value=policy.rebootstraps,
         )
         p = self._pipeline
         for name, doc, value in [
@@ -119,28 +126,32 @@ class _StateCollector(Collector):
         busy_s = CounterMetricFamily(
             "pacer_gpu_busy_seconds", "Time spent proving (s)", labels=["gpu"]
         )
-        for worker in range(p.workers):
-            busy.add_metric([str(worker)], p.busy_ratio(worker))
-            busy_s.add_metric([str(worker)], p.busy_seconds(worker))
+        for gpu in p.gpus:
+            busy.add_metric([str(gpu)], p.busy_ratio(gpu))
+            busy_s.add_metric([str(gpu)], p.busy_seconds(gpu))
         yield busy
         yield busy_s
 
 
 class Metrics:
-    """All of pacer's metrics on ``registry``; pass it to the pipeline as its observer."""
+    """All of pacer's metrics on ``registry``; pass it to the pipeline as its observer.
+
+    ``policy_name`` labels ``pacer_controller_policy_info``, so that dashboards and comparisons
+    can tell which dispatch policy a series was recorded under."""
 
     def __init__(
         self,
         registry: CollectorRegistry,
-        controller: PIController,
+        policy: DispatchPolicy,
         pipeline: Pipeline,
+        policy_name: str,
     ) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry
-        registry.register(_StateCollector(controller, pipeline))
+        registry.register(_StateCollector(policy, pipeline))
         self.idle_gaps = Histogram(
             "pacer_gpu_idle_gap_seconds",
-            "Time a GPU worker waited between one partition's end and the next one's start (s)",
+            "Time a GPU had no partition: from one's end to the next one's start on it (s)",
             ["gpu"],
             buckets=IDLE_GAP_BUCKETS,
             registry=registry,
@@ -166,22 +177,29 @@ class Metrics:
             self.partitions.labels(outcome)
         for outcome in ("completed", "failed", "cancelled"):
             self.jobs.labels(outcome)
-        for worker in range(pipeline.workers):
-            self.idle_gaps.labels(str(worker))
+        for gpu in pipeline.gpus:
+            self.idle_gaps.labels(str(gpu))
         build = GaugeMetricFamily("pacer_build_info", "pacer build", labels=["version", "python"])
         build.add_metric([__version__, platform.python_version()], 1.0)
         registry.register(_Constant(build))
+        info = GaugeMetricFamily(
+            "pacer_controller_policy_info",
+            "The dispatch policy running (PACER_CONTROLLER__POLICY)",
+            labels=["policy"],
+        )
+        info.add_metric([policy_name], 1.0)
+        registry.register(_Constant(info))
 
     # Observer
     def synthesized(self, seconds: float) -> None:
         self.synthesis.observe(seconds)
 
-    def proved(self, worker: int, gpu_s: float, phases_s: dict[str, float]) -> None:
+    def proved(self, gpu: int, gpu_s: float, phases_s: dict[str, float]) -> None:
         for phase, seconds in phases_s.items():
-            self.phases.labels(str(worker), phase).observe(seconds)
+            self.phases.labels(str(gpu), phase).observe(seconds)
 
-    def idle_gap(self, worker: int, seconds: float) -> None:
-        self.idle_gaps.labels(str(worker)).observe(seconds)
+    def idle_gap(self, gpu: int, seconds: float) -> None:
+        self.idle_gaps.labels(str(gpu)).observe(seconds)
 
     def finished(self, outcome: Outcome) -> None:
         self.partitions.labels("failed" if outcome.error else "completed").inc()

@@ -6,12 +6,17 @@ runs on a thread pool sized to the synthesis-concurrency cap: NumPy and native p
 the GIL, and the buffers stay in this process, ready for the proving worker (and the pinned
 pool) without a copy. Each proving worker has its own thread. Every partition holds its bytes
 against the memory budget from dispatch until its proving (GPU copy included) has finished.
+
+Busy time and idle gaps are kept per GPU, not per worker: with two workers on one device the
+GPU is busy while either proves, and an idle gap is a stretch when neither does (from one
+partition's end to the next one's start on that device).
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+import inspect
 import logging
 import queue
 import threading
@@ -22,8 +27,7 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pacer.controller import PIController
-from pacer.policy import Caps, Observation
+from pacer.policy import Caps, DispatchPolicy, Observation
 from pacer.workload import PartitionSpec, Proof, Workload
 
 log = logging.getLogger("pacer.pipeline")
@@ -39,6 +43,7 @@ class Work:
     dispatched_at: float = 0.0
     synthesis_s: float = 0.0
     buffers: Any = None
+    verify: bool = False  # chosen at dispatch, so proving can keep what verification reads
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class Outcome:
 
     job_id: str
     index: int
-    worker: int | None
+    gpu: int | None  # the device it was proved on (the worker, when proving on the CPU)
     synthesis_s: float
     gpu_s: float
     proof: Proof | None = None
@@ -59,9 +64,9 @@ class Observer(Protocol):
 
     def synthesized(self, seconds: float) -> None: ...
 
-    def proved(self, worker: int, gpu_s: float, phases_s: dict[str, float]) -> None: ...
+    def proved(self, gpu: int, gpu_s: float, phases_s: dict[str, float]) -> None: ...
 
-    def idle_gap(self, worker: int, seconds: float) -> None: ...
+    def idle_gap(self, gpu: int, seconds: float) -> None: ...
 
     def finished(self, outcome: Outcome) -> None: ...
 
@@ -116,13 +121,49 @@ class _JobQueue:
 
 
 @dataclass
+class _Gpu:
+    """A device's busy time, shared by its workers' threads (under ``lock``)."""
+
+    label: int
+    meter: BusyMeter
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    active: int = 0  # workers proving on it now
+    busy_since: float | None = None  # when ``active`` last rose from 0
+    last_end: float | None = None  # when it last fell to 0
+
+    def begin(self, now: float) -> float | None:
+        """A worker starts a partition; returns the idle gap that this ends, if any."""
+        with self.lock:
+            self.active += 1
+            if self.active > 1:
+                return None
+            self.busy_since = now
+            return None if self.last_end is None else now - self.last_end
+
+    def end(self, now: float) -> None:
+        with self.lock:
+            self.active -= 1
+            if self.active == 0 and self.busy_since is not None:
+                self.meter.add(self.busy_since, now)
+                self.busy_since = None
+                self.last_end = now
+
+    def ratio(self) -> float:
+        with self.lock:
+            return self.meter.ratio(self.busy_since)
+
+    def busy_seconds(self) -> float:
+        with self.lock:
+            return self.meter.busy_seconds(self.busy_since)
+
+
+@dataclass
 class _Worker:
     """A proving worker. ``takes`` and ``busy_since`` are written by its thread only."""
 
     index: int
-    meter: BusyMeter
+    gpu: _Gpu
     thread: threading.Thread | None = field(default=None, repr=False)
-    last_end: float | None = None
     takes: int = 0
     busy_since: float | None = None
 
@@ -135,7 +176,7 @@ class Pipeline:
 
     def __init__(
         self,
-        controller: PIController,
+        controller: DispatchPolicy,
         workload: Workload,
         caps: Caps,
         *,
@@ -165,7 +206,16 @@ class Pipeline:
         self._ready: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._ready_puts = 0
         self._synth_pool = ThreadPoolExecutor(caps.synthesis_concurrency, "pacer-synth")
-        self._workers = [_Worker(i, BusyMeter(clock)) for i in range(workers)]
+        # A GPU workload says which device each worker proves on; otherwise each worker is
+        # its own "GPU" (the label of its metrics).
+        device_of: Callable[[int], int] = getattr(workload, "device_of", lambda worker: worker)
+        self._gpus: dict[int, _Gpu] = {}
+        for worker in range(workers):
+            label = device_of(worker)
+            self._gpus.setdefault(label, _Gpu(label, BusyMeter(clock)))
+        self._workers = [_Worker(i, self._gpus[device_of(i)]) for i in range(workers)]
+        self._prove_keeps = "keep_output" in inspect.signature(workload.prove).parameters
+        self._dispatched = 0
         self._wake = asyncio.Event()
         self._dispatching = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -200,13 +250,20 @@ class Pipeline:
         """The workload's pinned pool, once it has one."""
         return getattr(self.workload, "pool", None)
 
-    def busy_ratio(self, worker: int) -> float:
-        w = self._workers[worker]
-        return w.meter.ratio(w.busy_since)
+    @property
+    def gpus(self) -> list[int]:
+        """The label of every GPU proving (device index; worker index when on the CPU)."""
+        return list(self._gpus)
 
-    def busy_seconds(self, worker: int) -> float:
-        w = self._workers[worker]
-        return w.meter.busy_seconds(w.busy_since)
+    def workers_on(self, gpu: int) -> int:
+        return sum(w.gpu.label == gpu for w in self._workers)
+
+    def busy_ratio(self, gpu: int) -> float:
+        """Fraction of the trailing minute GPU ``gpu`` had a partition on it."""
+        return self._gpus[gpu].ratio()
+
+    def busy_seconds(self, gpu: int) -> float:
+        return self._gpus[gpu].busy_seconds()
 
     def observation(self) -> Observation:
         return Observation(
@@ -332,6 +389,8 @@ class Pipeline:
             self._backlog_count -= 1
             spec = PartitionSpec(job_id, index, queued.seed, queued.params)
             work = Work(spec, nbytes, dispatched_at=self._clock())
+            self._dispatched += 1
+            work.verify = bool(self._verify_every) and self._dispatched % self._verify_every == 0
             self.inflight += 1
             self.inflight_bytes += nbytes
             self.synthesizing += 1
@@ -383,34 +442,38 @@ class Pipeline:
             start = self._clock()
             worker.busy_since = start
             worker.takes += 1
+            gap = worker.gpu.begin(start)
             proof: Proof | None = None
             error: str | None = None
             try:
-                proof = self.workload.prove(work.buffers, worker.index)
+                if self._prove_keeps:
+                    prove: Any = self.workload.prove  # takes the optional keep_output
+                    proof = prove(work.buffers, worker.index, keep_output=work.verify)
+                else:
+                    proof = self.workload.prove(work.buffers, worker.index)
             except Exception as exc:
                 error = f"proving failed: {exc!r}"
-                log.exception("proving failed", extra=self._context(work, worker.index))
+                log.exception("proving failed", extra=self._context(work, worker.gpu.label))
             end = self._clock()
-            loop.call_soon_threadsafe(self._proved, worker, work, start, end, proof, error)
+            worker.gpu.end(end)
+            loop.call_soon_threadsafe(self._proved, worker, work, start, end, gap, proof, error)
             worker.busy_since = None
 
     def _proved(
-        self, worker: _Worker, work: Work, start: float, end: float, proof: Proof | None,
-        error: str | None,
+        self, worker: _Worker, work: Work, start: float, end: float, gap: float | None,
+        proof: Proof | None, error: str | None,
     ) -> None:  # fmt: skip
-        if worker.last_end is not None and self.observer is not None:
-            self.observer.idle_gap(worker.index, start - worker.last_end)
-        worker.last_end = end
-        worker.meter.add(start, end)
+        if gap is not None and self.observer is not None:
+            self.observer.idle_gap(worker.gpu.label, gap)
         spec = work.spec
-        outcome = Outcome(spec.job_id, spec.index, worker.index, work.synthesis_s, end - start,
+        outcome = Outcome(spec.job_id, spec.index, worker.gpu.label, work.synthesis_s, end - start,
                           proof, error)  # fmt: skip
         if proof is not None:
             self.proved += 1
             self.controller.observe_gpu_service(end - start)
             if self.observer is not None:
-                self.observer.proved(worker.index, end - start, proof.phases_s)
-            if self._verify_every and self.proved % self._verify_every == 0:
+                self.observer.proved(worker.gpu.label, end - start, proof.phases_s)
+            if work.verify:
                 self.verifying += 1
                 self._spawn(self._verify(work, outcome))
                 return
@@ -418,8 +481,8 @@ class Pipeline:
         self._report(outcome)
 
     @staticmethod
-    def _context(work: Work, worker: int | None = None) -> dict[str, object]:
-        return {"job": work.spec.job_id, "partition": work.spec.index, "gpu": worker}
+    def _context(work: Work, gpu: int | None = None) -> dict[str, object]:
+        return {"job": work.spec.job_id, "partition": work.spec.index, "gpu": gpu}
 
     async def _verify(self, work: Work, outcome: Outcome) -> None:
         loop = asyncio.get_running_loop()
@@ -434,8 +497,8 @@ class Pipeline:
         self.verifying -= 1
         self._release(work)
         if error is not None:
-            log.error(error, extra=self._context(work, outcome.worker))
-            outcome = Outcome(outcome.job_id, outcome.index, outcome.worker,
+            log.error(error, extra=self._context(work, outcome.gpu))
+            outcome = Outcome(outcome.job_id, outcome.index, outcome.gpu,
                               outcome.synthesis_s, outcome.gpu_s, error=error)  # fmt: skip
         self._report(outcome)
 

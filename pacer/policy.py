@@ -1,6 +1,6 @@
 """What a dispatch policy sees and decides: the interface the simulator and the pipeline drive.
 
-The PI controller (``pacer.controller``) and the simulator's baselines implement
+The PI controller (``pacer.controller``) and the baselines (``pacer.baselines``) implement
 ``DispatchPolicy``; ``Observation`` is the pipeline at one instant, ``Decision`` the answer.
 """
 
@@ -12,10 +12,10 @@ from typing import NamedTuple, Protocol
 
 
 class Mode(StrEnum):
-    """What the controller is doing: the ``pacer_controller_mode`` states."""
+    """What the dispatch policy is doing: the ``pacer_controller_mode`` states."""
 
     BOOTSTRAP = "bootstrap"  # cold start or refill after a drain: filling at once
-    PACING = "pacing"  # PI on the projected ready depth
+    PACING = "pacing"  # by the policy's rules (pi: PI on the projected ready depth)
     DRAINED = "drained"  # nothing in flight and nothing to do
     MANUAL = "manual"  # an operator fixed the interval
 
@@ -94,8 +94,22 @@ class Terms(NamedTuple):
     rate_cap_per_s: float  # synthesis rate cap (partitions/s); inf until T̂syn is known
 
 
+class PolicyConflictError(Exception):
+    """Something only the PI controller has was asked of a baseline policy (the API answers
+    409). ``PolicyConflictError("unpaced", "only the pi policy can be retuned")`` reads
+    "controller.policy is unpaced: only the pi policy can be retuned"."""
+
+    def __init__(self, policy: str, rule: str) -> None:
+        super().__init__(f"controller.policy is {policy}: {rule}")
+        self.policy = policy
+        self.rule = rule
+
+
 class DispatchPolicy(Protocol):
     """What the simulator and the dispatch loop drive: the PI controller or a baseline."""
+
+    @property
+    def mode(self) -> Mode: ...
 
     @property
     def bootstraps(self) -> int: ...

@@ -33,13 +33,14 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from pacer.api import build_app
-from pacer.config import Settings
+from pacer.baselines import CuzkPacer, Unpaced
+from pacer.config import ControllerSettings, Settings
 from pacer.controller import PIController
 from pacer.estimates import Estimates
 from pacer.journal import JobRecord, JobState, Journal, PartitionResult, UnknownJob
 from pacer.metrics import Metrics
 from pacer.pipeline import Outcome, Pipeline
-from pacer.policy import Caps
+from pacer.policy import Caps, DispatchPolicy, PolicyConflictError
 from pacer.workload import Workload, job_seed, load_workload
 
 log = logging.getLogger("pacer.service")
@@ -69,6 +70,22 @@ def check_bind(settings: Settings) -> None:
         )
 
 
+def build_policy(
+    settings: ControllerSettings,
+    caps: Caps,
+    clock: Callable[[], float],
+    estimates: Estimates | None = None,
+) -> DispatchPolicy:
+    """The dispatch policy ``settings.policy`` names: the PI controller (warm when there are
+    ``estimates``), or a baseline to compare it with, bounded as in the simulator by the
+    memory cap alone."""
+    if settings.policy == "unpaced":
+        return Unpaced(caps.inflight_partitions)
+    if settings.policy == "cuzk":
+        return CuzkPacer(caps.inflight_partitions, clock)
+    return PIController(settings, caps, clock, estimates)
+
+
 def sd_notify(message: str) -> bool:
     """Send ``message`` to systemd's notify socket, if there is one (sd_notify protocol)."""
     address = os.environ.get("NOTIFY_SOCKET")
@@ -87,7 +104,7 @@ def sd_notify(message: str) -> bool:
 
 
 class Service:
-    """One pacer instance: journal, controller, pipeline, metrics and API."""
+    """One pacer instance: journal, dispatch policy, pipeline, metrics and API."""
 
     def __init__(
         self,
@@ -109,6 +126,11 @@ class Service:
         self._order = 0
         self._started_jobs: set[str] = set()
         self.workload: Workload = load_workload(settings)
+        self.verify_every: int = (
+            settings.verify_every
+            if settings.verify_every is not None
+            else getattr(self.workload, "verify_every", 1)
+        )
         # The journal lives on a thread of its own: an fsync must never stall the event loop.
         self._db = ThreadPoolExecutor(1, "pacer-journal")
         try:
@@ -133,19 +155,32 @@ class Service:
             budget_bytes=budget,
             partition_bytes=self.partition_bytes,
         )
-        self.controller = PIController(settings.controller, self.caps, clock, estimates)
+        self.policy = build_policy(settings.controller, self.caps, clock, estimates)
         self.pipeline = Pipeline(
-            self.controller,
+            # The pipeline calls only what every DispatchPolicy has (decide, observe_*).
+            self.policy,
             self.workload,
             self.caps,
             workers=getattr(self.workload, "workers", settings.gpu.workers),
             budget_bytes=budget,
             on_outcome=self._on_outcome,
-            verify_every=settings.verify_every,
+            verify_every=self.verify_every,
             clock=clock,
         )
-        self.metrics = Metrics(self.registry, self.controller, self.pipeline)
+        self.metrics = Metrics(self.registry, self.policy, self.pipeline, self.policy_name)
         self.pipeline.observer = self.metrics
+
+    @property
+    def policy_name(self) -> str:
+        """The dispatch policy running: pi, or a baseline (``PACER_CONTROLLER__POLICY``)."""
+        return self.settings.controller.policy
+
+    @property
+    def controller(self) -> PIController:
+        """The PI controller; PolicyConflictError while a baseline policy dispatches."""
+        if isinstance(self.policy, PIController):
+            return self.policy
+        raise PolicyConflictError(self.policy_name, "only the pi policy has a PI controller")
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -170,8 +205,9 @@ class Service:
         # at thousands of partitions/s; fifty thousand makes them rare, each still ~1 ms.
         gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         log.info(
-            "pacer ready on http://%s:%d (workload %s, %d workers, %d jobs resumed)",
-            self.settings.api.host, self.port, self.workload.name, self.pipeline.workers, resumed,
+            "pacer ready on http://%s:%d (workload %s, policy %s, %d workers, %d jobs resumed)",
+            self.settings.api.host, self.port, self.workload.name, self.policy_name,
+            self.pipeline.workers, resumed,
         )  # fmt: skip
         sd_notify(f"READY=1\nSTATUS=serving on port {self.port}, {resumed} jobs resumed")
 
@@ -181,7 +217,9 @@ class Service:
         prepare = getattr(self.workload, "prepare", None)
         if prepare is None:
             return
-        slots = self.settings.gpu.pool_slots or self.caps.inflight_partitions
+        slots = self.settings.gpu.pool_slots or self.pool_slots_needed()
+        log.info("pinning %d pool slots of %.2f GiB before ready", slots,
+                 self.partition_bytes / 2**30)  # fmt: skip
         started = self._clock()
         await asyncio.get_running_loop().run_in_executor(
             None, prepare, slots, int(self.settings.memory.budget_bytes)
@@ -191,6 +229,14 @@ class Service:
             "pinned pool ready: %d slots, %.1f GiB in %.1f s",
             slots, (pool.total_bytes if pool else 0) / 2**30, self._clock() - started,
         )  # fmt: skip
+
+    def pool_slots_needed(self) -> int:
+        """Pinned slots for every partition the controller keeps in flight: one per synthesis
+        the cores allow, twice the ready setpoint, one per proving worker; at most what the
+        memory budget holds."""
+        ready = math.ceil(2 * self.settings.controller.target_ready)
+        wanted = self.caps.synthesis_concurrency + ready + self.pipeline.workers
+        return min(self.caps.inflight_partitions, wanted)
 
     async def shutdown(self) -> bool:
         """Drain and stop. True if all in-flight work finished within the drain budget."""
@@ -211,7 +257,7 @@ class Service:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._flush()
-        await self.db(self.journal.save_estimates, asdict(self.controller.estimates))
+        await self._save_estimates()
         await self.pipeline.close()
         close_workload = getattr(self.workload, "close", None)
         if close_workload is not None:
@@ -277,7 +323,7 @@ class Service:
                 synthesis_s=outcome.synthesis_s,
                 gpu_s=outcome.gpu_s,
                 phases=outcome.proof.phases_s,
-                gpu=outcome.worker,
+                gpu=outcome.gpu,
             )
         )
 
@@ -293,7 +339,7 @@ class Service:
         job = await self.db(self.journal.fail_partition, outcome.job_id, outcome.index, error)
         self.pipeline.cancel(outcome.job_id)
         self.metrics.job_ended("failed")
-        context = {"job": job.id, "partition": outcome.index, "gpu": outcome.worker}
+        context = {"job": job.id, "partition": outcome.index, "gpu": outcome.gpu}
         log.error("job failed: %s", job.error, extra=context)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -314,10 +360,16 @@ class Service:
 
     async def _upkeep(self) -> None:
         # Estimates saved as we go, so that even a killed service restarts warm.
-        await self.db(self.journal.save_estimates, asdict(self.controller.estimates))
+        await self._save_estimates()
         pruned = await self.db(self.journal.prune, self.settings.journal.retention_s)
         if pruned:
             log.info("pruned %d finished jobs older than the retention", pruned)
+
+    async def _save_estimates(self) -> None:
+        """Save the PI controller's estimates. A baseline keeps none: the saved ones stay for
+        the next start under pi."""
+        if isinstance(self.policy, PIController):
+            await self.db(self.journal.save_estimates, asdict(self.policy.estimates))
 
     async def _flush(self) -> None:
         if not self._pending:
@@ -364,22 +416,33 @@ class Service:
         return out
 
     def controller_state(self) -> dict[str, Any]:
-        terms = self.controller.terms._asdict()
-        return {
-            "settings": self.controller.settings.model_dump(),
-            "terms": terms,
-            "estimates": asdict(self.controller.estimates),
-            "bootstraps": self.controller.bootstraps,
-            "rebootstraps": self.controller.rebootstraps,
+        """The dispatch policy: its name, mode, interval (s) and bootstrap counters; under pi
+        also the controller's settings, terms and estimates."""
+        policy = self.policy
+        state: dict[str, Any] = {
+            "policy": self.policy_name,
+            "mode": policy.mode.value,
+            "interval_s": policy.interval_s(),
+            "bootstraps": policy.bootstraps,
+            "rebootstraps": policy.rebootstraps,
         }
+        if isinstance(policy, PIController):
+            state["settings"] = policy.settings.model_dump()
+            state["terms"] = policy.terms._asdict()
+            state["estimates"] = asdict(policy.estimates)
+        return state
 
     def retune(self, changes: dict[str, Any], manual: float | EllipsisType | None) -> None:
         """Apply new gains/limits (bumpless) and, unless ``manual`` is ``...``, set or clear a
-        manual interval."""
+        manual interval. PolicyConflictError under a baseline policy: it has neither."""
+        if not isinstance(self.policy, PIController):
+            retuning = bool(changes) or isinstance(manual, EllipsisType)
+            rule = "can be retuned" if retuning else "has a manual mode"
+            raise PolicyConflictError(self.policy_name, f"only the pi policy {rule}")
         if changes:
-            self.controller.retune(**changes)
+            self.policy.retune(**changes)
         if not isinstance(manual, EllipsisType):
-            self.controller.set_manual(manual)
+            self.policy.set_manual(manual)
             changes = {**changes, "manual_interval_s": manual}
         log.info("controller retuned: %s", changes)
 
@@ -407,11 +470,12 @@ class Service:
             "pool": _pool_json(p.pool),
             "gpus": [
                 {
-                    "gpu": w,
-                    "busy_ratio": round(p.busy_ratio(w), 4),
-                    "busy_seconds": round(p.busy_seconds(w), 3),
+                    "gpu": g,
+                    "workers": p.workers_on(g),
+                    "busy_ratio": round(p.busy_ratio(g), 4),
+                    "busy_seconds": round(p.busy_seconds(g), 3),
                 }
-                for w in range(p.workers)
+                for g in p.gpus
             ],
             "jobs": {state.value: n for state, n in counts.items()},
         }

@@ -61,7 +61,12 @@ class Workload(Protocol):
         ...
 
     def prove(self, buffers: Any, worker: int) -> Proof:
-        """Prove one partition on proving worker ``worker``."""
+        """Prove one partition on proving worker ``worker``.
+
+        A workload may take a third parameter, ``keep_output: bool``: the pipeline then passes
+        False when ``verify`` will not be called with this proof, so bulky output can stay out
+        of it.
+        """
         ...
 
     def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
@@ -103,6 +108,11 @@ class NttWorkload:
     name = "ntt"
     PHASES = ("intt", "coset_ntt", "pointwise", "coset_intt")
 
+    DEFAULT_LOG_N = 18
+    MAX_JOB_LOG_N = 24
+    """Largest params.log_n a job may ask for (the configured size is always allowed)."""
+    verify_every = 1
+
     def __init__(self, log_n: int) -> None:
         self.log_n = log_n
 
@@ -112,7 +122,8 @@ class NttWorkload:
             raise ValueError(f"params.{unknown[0]}: unknown parameter (known: log_n, seed)")
         out = _check_seed(params)
         if "log_n" in params:
-            out["log_n"] = _int_param(params, "log_n", 4, 24, self.log_n)
+            high = max(self.MAX_JOB_LOG_N, self.log_n)
+            out["log_n"] = _int_param(params, "log_n", 4, high, self.log_n)
         return out
 
     def _log_n(self, params: Mapping[str, Any]) -> int:
@@ -126,7 +137,7 @@ class NttWorkload:
 
         return ntt.synthesize(spec.seed, spec.index, self._log_n(spec.params))
 
-    def prove(self, buffers: Any, worker: int) -> Proof:
+    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
         import gpu.ntt as ntt
 
         a, b, c = buffers
@@ -144,7 +155,7 @@ class NttWorkload:
         started = time.perf_counter()
         h = steps.coset_intt(quotient)
         phases["coset_intt"] = time.perf_counter() - started
-        return Proof(ntt.digest(h), phases, h)
+        return Proof(ntt.digest(h), phases, h if keep_output else None)
 
     def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
         import gpu.ntt as ntt
@@ -170,7 +181,7 @@ class NoopWorkload:
     def synthesize(self, spec: PartitionSpec) -> Any:
         return f"{spec.seed}:{spec.index}".encode()
 
-    def prove(self, buffers: Any, worker: int) -> Proof:
+    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
         return Proof(hashlib.sha256(buffers).hexdigest())
 
     def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
@@ -183,9 +194,17 @@ class GpuNttWorkload(NttWorkload):
     Synthesis writes each partition into a pinned pool slot (uint32, so the GPU copies it at
     full speed and nothing is allocated on the hot path); proving worker ``w`` runs on device
     ``devices[w // workers_per_device]`` with a stream of its own; the slot goes back to the
-    pool once the partition is done. ``prepare`` allocates the pool before the service is
-    ready; ``close`` frees it.
+    pool once the partition is done. ``prepare`` allocates the pool and sets up every worker's
+    device buffers, tables and kernels before the service is ready; ``close`` frees the pool.
+    A proof carries H's digest, folded on the GPU; H itself comes back only for partitions
+    that will be verified (every ``verify_every``-th by default: a CPU check of 2^27 elements
+    costs seconds of a core).
     """
+
+    DEFAULT_LOG_N = 27
+    """One partition is over 0.1 s of H200 time at 2^27 elements: 1.5 GiB of a, b, c to copy
+    in and seven transforms of 2^27 points (bench/RESULTS.md)."""
+    verify_every = 100
 
     def __init__(
         self,
@@ -221,14 +240,18 @@ class GpuNttWorkload(NttWorkload):
         return 3 * 4 * (1 << self.log_n)  # a, b, c as uint32
 
     def prepare(self, slots: int, budget_bytes: int) -> None:
-        """Allocate the pinned pool (before readiness: pinning runs at ~2 GiB/s)."""
+        """Allocate the pinned pool (before readiness: pinning runs at ~2 GiB/s) and every
+        worker's prover (device buffers, uploaded tables, compiled kernels)."""
         import numpy as np
 
         from gpu.pool import PinnedPool
+        from gpu.worker import GpuProver
 
         n = 1 << self.log_n
         self.pool = PinnedPool(slots, [(n,)] * 3, dtype=np.uint32, backend="cuda",
                                on_empty=self.on_empty, budget_bytes=budget_bytes)  # fmt: skip
+        for worker in range(self.workers):
+            self._provers[worker] = GpuProver(self.device_of(worker), self.log_n)
 
     def synthesize(self, spec: PartitionSpec) -> Any:
         import gpu.ntt as ntt
@@ -237,21 +260,22 @@ class GpuNttWorkload(NttWorkload):
         ntt.synthesize_into(spec.seed, spec.index, slot.arrays)
         return slot
 
-    def prove(self, buffers: Any, worker: int) -> Proof:
-        import gpu.ntt as ntt
+    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
         from gpu.worker import GpuProver
 
         prover = self._provers.get(worker)
-        if prover is None:  # created on the worker's own thread, on its device
+        if prover is None:  # without prepare (tests): created on the worker's own thread
             prover = self._provers[worker] = GpuProver(self.device_of(worker), self.log_n)
-        result = prover.prove(*buffers.arrays)
-        return Proof(ntt.digest(result.h), result.phases_s, result.h)
+        result = prover.prove(*buffers.arrays, keep_h=keep_output)
+        return Proof(result.digest, result.phases_s, result.h)
 
     def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
         import numpy as np
 
         import gpu.ntt as ntt
 
+        if proof.output is None:
+            raise ValueError("the proof carries no H: prove with keep_output=True to verify it")
         a, b, c = (array.astype(np.uint64) for array in buffers.arrays)
         return bool(ntt.verify(a, b, c, proof.output)) and ntt.digest(proof.output) == proof.digest
 
@@ -289,9 +313,10 @@ def load_workload(settings: Settings) -> Workload:
     if name == "ntt":
         devices = gpu_devices(settings.gpu.devices)
         if devices:
-            return GpuNttWorkload(settings.ntt.log_n, devices, settings.gpu.workers_per_device,
+            log_n = settings.ntt.log_n or GpuNttWorkload.DEFAULT_LOG_N
+            return GpuNttWorkload(log_n, devices, settings.gpu.workers_per_device,
                                   settings.gpu.pool_on_empty)  # fmt: skip
-        return NttWorkload(settings.ntt.log_n)
+        return NttWorkload(settings.ntt.log_n or NttWorkload.DEFAULT_LOG_N)
     if name == "noop":
         return NoopWorkload()
     module_name, _, factory_name = name.partition(":")

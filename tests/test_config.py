@@ -44,6 +44,10 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
             "PACER_MEMORY__BUDGET_BYTES",
         ),
         ({"PACER_CONTROLLER__KPP": "1"}, "PACER_CONTROLLER__KPP: not a pacer setting"),
+        (
+            {"PACER_CONTROLLER__POLICY": "fixed"},
+            "PACER_CONTROLLER__POLICY: Input should be 'pi', 'unpaced' or 'cuzk' (got 'fixed')",
+        ),
         ({"PACER_MEMORY__BUDGET_BYTES": "lots"}, "PACER_MEMORY__BUDGET_BYTES: could not parse"),
     ],
     ids=[
@@ -53,6 +57,7 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         "limits-order",
         "partition-too-big",
         "typo",
+        "unknown-policy",
         "bad-size",
     ],
 )

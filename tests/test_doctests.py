@@ -8,6 +8,7 @@ import importlib
 import pytest
 
 MODULES = [
+    "pacer.baselines",
     "pacer.controller",
     "pacer.table",
     "pacer.settle.detector",

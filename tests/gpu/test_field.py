@@ -93,6 +93,17 @@ def test_batch_inverse_matches_scalar_inverse(x: list[int]) -> None:
     assert field.to_ints(field.batch_inverse(*arrays(x))) == [field.inverse(v) for v in x]
 
 
+# Past 64 elements batch_inverse works on a matrix and recurses on its column totals; these
+# sizes leave partial last rows and need one, two and several levels.
+@pytest.mark.parametrize("shape", [(65,), (1000,), (4097,), (70_001,), (3, 700)], ids=str)
+def test_batch_inverse_of_long_arrays_multiplies_back_to_one(shape: tuple[int, ...]) -> None:
+    values = np.random.default_rng(len(shape)).integers(1, P, shape, dtype=np.uint64)
+    inverses = field.batch_inverse(values)
+    assert inverses.shape == shape
+    assert (field.mul(values, inverses) == 1).all()
+    assert int(inverses.flat[-1]) == field.inverse(int(values.flat[-1]))
+
+
 @laws
 @given(nonzero, st.integers(-(2**40), 2**40))
 def test_pow_matches_python(base: int, exponent: int) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
+import gpu.ntt as ntt_module
 from gpu import field
 from gpu.field import GENERATOR, FieldArray, P
 from gpu.ntt import (
@@ -16,9 +18,11 @@ from gpu.ntt import (
     coset_intt,
     coset_ntt,
     digest,
+    digest_lanes,
     intt,
     ntt,
     synthesize,
+    synthesize_into,
     verify,
 )
 
@@ -125,6 +129,75 @@ def test_verify_draws_its_own_point_by_default() -> None:
     assert verify(a, b, c, compute_h(a, b, c))
 
 
+# verify works through its vectors in chunks; a chunk of 16 makes small sizes take many steps.
+CHUNKS = [pytest.param(None, id="one-chunk"), pytest.param(16, id="chunks-of-16")]
+
+
+def use_chunk(monkeypatch: pytest.MonkeyPatch, chunk: int | None) -> None:
+    if chunk is not None:
+        monkeypatch.setattr(ntt_module, "_VERIFY_CHUNK", chunk)
+
+
+def points_off_domain(log_n: int, count: int) -> list[int]:
+    """0, GENERATOR and ``count`` random elements, none of them in <ω>."""
+    rng = np.random.default_rng(log_n)
+    points = [0, GENERATOR, *(int(x) for x in rng.integers(0, P, count))]
+    assert all(pow(x, 1 << log_n, P) != 1 for x in points)
+    return points
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+@pytest.mark.parametrize("log_n", [0, 1, 2, 5, 12], ids=lambda k: f"n=2^{k}")
+def test_barycentric_sums_evaluate_the_interpolating_polynomial(
+    log_n: int, chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_chunk(monkeypatch, chunk)
+    n = 1 << log_n
+    vectors = [random_vector(log_n, seed) for seed in range(3)]
+    coeffs = [field.to_ints(intt(v)) for v in vectors]
+    for r in points_off_domain(log_n, count=2):
+        scale = (pow(r, n, P) - 1) * pow(n, -1, P)
+        sums = ntt_module._barycentric_sums(r, log_n, *vectors)
+        assert [scale * s % P for s in sums] == [evaluate(c, r) for c in coeffs]
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+@pytest.mark.parametrize("log_n", [0, 1, 3, 12], ids=lambda k: f"n=2^{k}")
+def test_evaluate_matches_horner(
+    log_n: int, chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_chunk(monkeypatch, chunk)
+    coeffs = random_vector(log_n, seed=1)
+    for x in points_off_domain(log_n, count=2):
+        assert ntt_module._evaluate(coeffs, x) == evaluate(field.to_ints(coeffs), x)
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+@pytest.mark.parametrize("log_n", [0, 1, 5, 12], ids=lambda k: f"n=2^{k}")
+def test_verify_accepts_h_and_rejects_a_tampered_h_or_c(
+    log_n: int, chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_chunk(monkeypatch, chunk)
+    a, b, c = synthesize(seed=6, index=1, log_n=log_n)
+    h = compute_h(a, b, c)
+    for r in points_off_domain(log_n, count=2):
+        assert verify(a, b, c, h, r=r)
+        if r != 0 or log_n == 0:  # H(0) is h[0], and tampered(h) changes h[n // 3]
+            assert not verify(a, b, c, tampered(h), r=r)
+        assert not verify(a, b, tampered(c), h, r=r)
+
+
+@pytest.mark.parametrize("log_n", [0, 1, 3, 12], ids=lambda k: f"n=2^{k}")
+def test_verify_refuses_every_given_point_in_the_domain(log_n: int) -> None:
+    a, b, c = synthesize(seed=6, index=1, log_n=log_n)
+    h = compute_h(a, b, c)
+    root = field.root_of_unity(log_n)
+    for k in {0, 1, (1 << log_n) // 2, (1 << log_n) - 1}:
+        r = pow(root, k, P)
+        with pytest.raises(ValueError, match=rf"outside the domain \(r\^n ≠ 1\), got {r}$"):
+            verify(a, b, c, h, r=r)
+
+
 def test_steps_one_at_a_time_match_compute_h() -> None:
     steps = HSteps(log_n=6)
     a, b, c = synthesize(seed=4, index=7, log_n=6)
@@ -153,12 +226,66 @@ def test_synthesize_differs_between_partitions(other_seed: int, other_index: int
     assert (b != other_b).any()
 
 
-def test_digest_hashes_little_endian_uint32() -> None:
-    h = compute_h(*synthesize(seed=1, index=0, log_n=5))
-    expected = hashlib.sha256(h.astype("<u4").tobytes()).hexdigest()
-    assert digest(h) == expected
-    assert len(expected) == 64
-    assert digest(tampered(h)) != expected
+def fnv_lanes_by_loop(values: list[int], lanes: int) -> list[int]:
+    """FNV-1a/64 per lane, element by element, in plain Python integers."""
+    state = [0xCBF29CE484222325] * lanes
+    for i, value in enumerate(values):
+        lane = i % lanes
+        state[lane] = ((state[lane] ^ value) * 0x100000001B3) % 2**64
+    return state
+
+
+@pytest.mark.parametrize("log_n", [0, 3, 17], ids=lambda n: f"2^{n}")
+def test_digest_is_sha256_of_the_size_and_fnv_lanes(log_n: int) -> None:
+    rng = np.random.default_rng(log_n)
+    h = rng.integers(0, P, 1 << log_n, dtype=np.uint64)
+    lanes = min(1 << log_n, ntt_module.DIGEST_LANES)
+    state = fnv_lanes_by_loop(h.tolist(), lanes)
+    assert digest_lanes(h).tolist() == state
+    packed = (1 << log_n).to_bytes(8, "little") + b"".join(x.to_bytes(8, "little") for x in state)
+    assert digest(h) == hashlib.sha256(packed).hexdigest()
+    assert digest(tampered(h)) != digest(h)
+
+
+def test_digest_tells_apart_a_swap_within_a_lane_and_across_lanes() -> None:
+    h = compute_h(*synthesize(seed=1, index=0, log_n=18))
+    lanes = ntt_module.DIGEST_LANES
+    for i, j in ((0, lanes), (0, 1)):  # same lane, different rows; neighbouring lanes
+        swapped = h.copy()
+        swapped[[i, j]] = h[[j, i]]
+        assert h[i] != h[j]
+        assert digest(swapped) != digest(h)
+
+
+@pytest.mark.parametrize("log_n", [0, 5, 18, 19], ids=lambda n: f"2^{n}")
+def test_synthesize_into_writes_what_synthesize_returns(log_n: int) -> None:
+    expected = synthesize(seed=8, index=2, log_n=log_n)
+    for dtype in (np.uint32, np.uint64):
+        out = tuple(np.zeros(1 << log_n, dtype=dtype) for _ in range(3))
+        synthesize_into(8, 2, out)
+        assert all((o == e).all() for o, e in zip(out, expected, strict=True))
+
+
+def test_synthesize_draws_spread_over_the_field_and_b_is_a_rotated() -> None:
+    a, b, _ = synthesize(seed=1, index=0, log_n=16)
+    assert int(a.max()) < P
+    counts = np.histogram(a, bins=16, range=(0, P))[0]
+    assert counts.min() > 0.5 * counts.mean()  # no empty or starved region
+    assert len(np.unique(a)) > 0.99 * a.size
+    assert (b == np.roll(a, -1)).all()
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        ((np.zeros(8, np.uint32), np.zeros(8, np.uint32), np.zeros(4, np.uint32)), "out c must be"),
+        ((np.zeros(8, np.int64), np.zeros(8, np.uint32), np.zeros(8, np.uint32)), "out a must be"),
+    ],
+    ids=["length", "dtype"],
+)
+def test_synthesize_into_refuses_bad_buffers(out: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        synthesize_into(1, 0, out)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import pytest
 
 from gpu import field, ntt_cuda
 from gpu.field import FieldArray
-from gpu.ntt import HSteps, coset_intt, coset_ntt, digest, intt, ntt, synthesize, verify
+from gpu.ntt import HSteps, compute_h, coset_intt, coset_ntt, digest, intt, ntt, synthesize, verify
 from gpu.ntt_cuda import CUDA_SOURCE, KERNEL_NAMES, HostTables, host_tables, launch_plan
 
 U32 = npt.NDArray[np.uint32]
@@ -322,6 +322,16 @@ def test_run_is_bit_identical_and_verifies(cupy_module: Any, log_n: int) -> None
     assert h.dtype == np.uint64
     assert digest(h) == digest(HSteps(log_n).run(a, b, c)), f"seed {seed}"
     assert verify(a, b, c, h)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("log_n", [1, 10, 16, 17, 21], ids=lambda n: f"2^{n}")
+def test_device_digest_equals_the_host_digest(cupy_module: Any, log_n: int) -> None:
+    steps = ntt_cuda.CudaHSteps(log_n, stream=cupy_module.cuda.Stream(non_blocking=True))
+    h = compute_h(*synthesize(seed=fresh_seed(), index=3, log_n=log_n))
+    on_device = ntt_cuda.to_device(h)
+    cupy_module.cuda.Device().synchronize()  # uploaded on the default stream, not on steps'
+    assert steps.digest(on_device) == digest(h)
 
 
 @pytest.mark.gpu

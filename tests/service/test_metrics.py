@@ -22,6 +22,7 @@ REQUIRED = [
     "pacer_pinned_pool_waits_total", "pacer_pinned_pool_fallbacks_total",
     "pacer_gpu_busy_ratio", "pacer_gpu_idle_gap_seconds", "pacer_gpu_phase_seconds",
     "pacer_synthesis_seconds", "pacer_partitions_total", "pacer_jobs_total", "pacer_build_info",
+    "pacer_controller_policy_info",
 ]  # fmt: skip
 
 

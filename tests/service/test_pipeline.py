@@ -145,3 +145,47 @@ async def test_drain_stops_dispatch_and_waits_for_in_flight_work() -> None:
     assert pipeline.idle
     assert pipeline.backlog == 1000 - done  # the rest stays for the journal
     await pipeline.close()
+
+
+class Keeping(Recording):
+    """Takes ``keep_output`` and records, per partition, what the pipeline asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: dict[int, bool] = {}
+        self.verified: list[int] = []
+
+    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
+        self.kept[buffers] = keep_output
+        return Proof(f"d{buffers}", {}, buffers if keep_output else None)
+
+    def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
+        assert proof.output == buffers  # what verification reads was kept
+        self.verified.append(spec.index)
+        return True
+
+
+async def test_output_is_kept_exactly_for_the_partitions_that_are_verified() -> None:
+    workload = Keeping()
+    pipeline, outcomes = build(workload, verify_every=3)
+    pipeline.enqueue("j", 1, {}, list(range(9)))
+    await run_until_idle(pipeline, 9, outcomes)
+    assert all(o.error is None for o in outcomes)
+    assert sorted(workload.verified) == [2, 5, 8]  # every third dispatched
+    assert {i for i, kept in workload.kept.items() if kept} == {2, 5, 8}
+
+
+class TwoPerDevice(Recording):
+    def device_of(self, worker: int) -> int:
+        return 4 + worker // 2
+
+
+async def test_busy_time_and_outcomes_are_labelled_by_device() -> None:
+    workload = TwoPerDevice()
+    pipeline, outcomes = build(workload, workers=4, synth=2)
+    assert pipeline.gpus == [4, 5]
+    assert pipeline.workers_on(4) == 2
+    pipeline.enqueue("j", 1, {}, list(range(20)))
+    await run_until_idle(pipeline, 20, outcomes)
+    assert {o.gpu for o in outcomes} <= {4, 5}
+    assert all(pipeline.busy_seconds(g) >= 0 for g in pipeline.gpus)

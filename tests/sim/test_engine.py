@@ -4,10 +4,10 @@ from typing import Any
 
 import pytest
 
+from pacer.baselines import FixedConcurrency, Unpaced
 from pacer.config import Settings
-from pacer.policy import Decision, Observation
+from pacer.policy import Decision, Mode, Observation
 from pacer.sim.engine import Simulation, VirtualClock
-from pacer.sim.policies import FixedConcurrency, Unpaced
 from pacer.sim.scenario import Scenario
 from pacer.sim.suite import run_policy
 
@@ -40,6 +40,7 @@ class Recorder:
     """Dispatch ``n`` at t=0 and record what the simulator reports."""
 
     bootstraps = rebootstraps = 0
+    mode = Mode.PACING
 
     def __init__(self, n: int) -> None:
         self.n = n

@@ -1,0 +1,153 @@
+"""One partition of the ntt workload, both sides: CPU synthesis and the GPU prover, by size.
+
+    python -m bench.gpu_partition [--log-n 24 26 27] [--repeats 10] [--threads 1 8 16]
+
+Per size, on device 0: the prover's time per partition (`gpu.worker.GpuProver.prove` from
+pinned slots, digest only, as the service runs it; median of N after a warm-up) and its phases;
+one partition proved with H kept and checked by `gpu.ntt.verify` on the CPU; synthesis into
+pinned slots by 1, 8, 16 ... threads at once (partitions/s, median seconds per partition); and
+what that means for pacing: syntheses needed in flight to keep one GPU busy (synthesis time ÷
+GPU time) and whether this host's cores can (synthesis partitions/s at full concurrency ÷ GPU
+partitions/s). With $OUT set, also writes $OUT/gpu_partition.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpu import ntt
+from gpu.pool import PinnedPool
+from gpu.worker import PHASES, GpuProver
+from pacer.table import render
+
+WARMUP_RUNS = 2
+
+
+def synthesis_rate(pool: PinnedPool, threads: int, partitions: int) -> tuple[float, float]:
+    """(partitions/s, median seconds per partition) with ``threads`` synthesizing at once."""
+    durations: list[float] = []
+    lock = threading.Lock()
+    counter = iter(range(partitions))
+
+    def run() -> None:
+        while True:
+            with lock:
+                index = next(counter, None)
+            if index is None:
+                return
+            with pool.checkout() as slot:
+                started = time.perf_counter()
+                ntt.synthesize_into(7, index, slot.arrays)
+                took = time.perf_counter() - started
+            with lock:
+                durations.append(took)
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    started = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return partitions / (time.perf_counter() - started), statistics.median(durations)
+
+
+def measure(log_n: int, repeats: int, thread_counts: list[int]) -> dict[str, Any]:
+    n = 1 << log_n
+    slots = max(thread_counts)
+    print(f"2^{log_n}: pinning {slots} slots of {3 * 4 * n / 2**30:.2f} GiB", file=sys.stderr)
+    began = time.perf_counter()
+    pool = PinnedPool(slots, [(n,)] * 3, dtype=np.uint32, backend="cuda", on_empty="wait")
+    pin_s = time.perf_counter() - began
+    try:
+        prover = GpuProver(0, log_n)
+        with pool.checkout() as slot:
+            ntt.synthesize_into(3, 0, slot.arrays)
+            checked = prover.prove(*slot.arrays, keep_h=True)
+            assert checked.h is not None
+            began = time.perf_counter()
+            a, b, c = (v.astype(np.uint64) for v in slot.arrays)
+            verified = (
+                bool(ntt.verify(a, b, c, checked.h)) and ntt.digest(checked.h) == checked.digest
+            )
+            verify_s = time.perf_counter() - began
+            for _ in range(WARMUP_RUNS):
+                prover.prove(*slot.arrays)
+            totals: list[float] = []
+            phases: dict[str, list[float]] = {p: [] for p in PHASES}
+            for _ in range(repeats):
+                began = time.perf_counter()
+                result = prover.prove(*slot.arrays)
+                totals.append(time.perf_counter() - began)
+                for p, s in result.phases_s.items():
+                    phases[p].append(s)
+        gpu_s = statistics.median(totals)
+        rates = {}
+        for threads in thread_counts:
+            print(f"2^{log_n}: synthesis on {threads} threads", file=sys.stderr)
+            rates[threads] = synthesis_rate(pool, threads, max(2 * threads, 4))
+    finally:
+        pool.close()
+    single = rates[min(thread_counts)][1]
+    best_rate = max(rate for rate, _ in rates.values())
+    return {
+        "log_n": log_n,
+        "pin_s": pin_s,
+        "verified": verified,
+        "verify_s": verify_s,
+        "gpu_s": gpu_s,
+        "phases_ms": {p: 1000 * statistics.median(v) for p, v in phases.items()},
+        "synthesis": {t: {"per_s": r, "median_s": m} for t, (r, m) in rates.items()},
+        "syntheses_to_keep_a_gpu_busy": single / gpu_s,
+        "cores_over_gpu": best_rate * gpu_s,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[2:]),
+    )
+    parser.add_argument("--log-n", type=int, nargs="+", default=[24, 26, 27])
+    parser.add_argument("--repeats", type=int, default=10, help="timed proofs per size")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 8, 16])
+    args = parser.parse_args()
+    results = [measure(log_n, args.repeats, args.threads) for log_n in args.log_n]
+    headers = ("log_n", "GPU ms/partition", *(f"{p} ms" for p in PHASES), "verified (CPU s)")
+    rows = [
+        (r["log_n"], f"{1000 * r['gpu_s']:.1f}", *(f"{r['phases_ms'][p]:.1f}" for p in PHASES),
+         f"{r['verified']} ({r['verify_s']:.1f})")
+        for r in results
+    ]  # fmt: skip
+    print(render(headers, rows))
+    headers = ("log_n", "threads", "partitions/s", "s/partition (median)", "pin s")
+    rows = [
+        (r["log_n"], t, f"{s['per_s']:.2f}", f"{s['median_s']:.2f}", f"{r['pin_s']:.1f}")
+        for r in results
+        for t, s in r["synthesis"].items()
+    ]
+    print(render(headers, rows))
+    headers = ("log_n", "syntheses in flight per busy GPU", "synthesis capacity ÷ GPU rate")
+    rows = [
+        (r["log_n"], f"{r['syntheses_to_keep_a_gpu_busy']:.1f}", f"{r['cores_over_gpu']:.2f}")
+        for r in results
+    ]
+    print(render(headers, rows))
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, "gpu_partition.json").write_text(json.dumps(results, indent=2))
+    return 0 if all(r["verified"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
