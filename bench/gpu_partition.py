@@ -1,14 +1,17 @@
 """One partition of the ntt workload, both sides: CPU synthesis and the GPU prover, by size.
 
     python -m bench.gpu_partition [--log-n 24 26 27] [--repeats 10] [--threads 1 8 16]
+                                  [--workers 1 2]
 
 Per size, on device 0: the prover's time per partition (`gpu.worker.GpuProver.prove` from
 pinned slots, digest only, as the service runs it; median of N after a warm-up) and its phases;
-one partition proved with H kept and checked by `gpu.ntt.verify` on the CPU; synthesis into
-pinned slots by 1, 8, 16 ... threads at once (partitions/s, median seconds per partition); and
-what that means for pacing: syntheses needed in flight to keep one GPU busy (synthesis time ÷
-GPU time) and whether this host's cores can (synthesis partitions/s at full concurrency ÷ GPU
-partitions/s). With $OUT set, also writes $OUT/gpu_partition.json.
+one partition proved with H kept and checked by `gpu.ntt.verify` on the CPU; the GPU's own
+throughput with 1, 2 ... provers (threads, each with its stream) on the device, fed from slots
+synthesized beforehand; synthesis into pinned slots by 1, 8, 16 ... threads at once
+(partitions/s, median seconds per partition) beside the host's memory-copy bandwidth with as
+many threads; and what that means for pacing: syntheses needed in flight to keep one GPU busy
+(synthesis time ÷ GPU time) and whether this host's cores can (synthesis partitions/s at full
+concurrency ÷ GPU partitions/s). With $OUT set, also writes $OUT/gpu_partition.json.
 """
 
 from __future__ import annotations
@@ -61,7 +64,48 @@ def synthesis_rate(pool: PinnedPool, threads: int, partitions: int) -> tuple[flo
     return partitions / (time.perf_counter() - started), statistics.median(durations)
 
 
-def measure(log_n: int, repeats: int, thread_counts: list[int]) -> dict[str, Any]:
+def copy_bandwidth(threads: int, nbytes: int = 256 * 2**20, rounds: int = 8) -> float:
+    """Bytes/s that ``threads`` threads copying their own arrays move (read + write)."""
+    arrays = [(np.ones(nbytes // 8), np.empty(nbytes // 8)) for _ in range(threads)]
+
+    def run(pair: tuple[Any, Any]) -> None:
+        for _ in range(rounds):
+            np.copyto(pair[1], pair[0])
+
+    workers = [threading.Thread(target=run, args=(pair,)) for pair in arrays]
+    started = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return 2 * nbytes * rounds * threads / (time.perf_counter() - started)
+
+
+def gpu_throughput(provers: list[GpuProver], pool: PinnedPool, rounds: int) -> float:
+    """Partitions/s with every prover proving its own ready slot ``rounds`` times at once."""
+    slots = [pool.checkout() for _ in provers]
+    try:
+        for i, slot in enumerate(slots):
+            ntt.synthesize_into(11, i, slot.arrays)
+            provers[i].prove(*slot.arrays)  # warm
+        workers = [
+            threading.Thread(target=lambda p=p, s=s: [p.prove(*s.arrays) for _ in range(rounds)])
+            for p, s in zip(provers, slots, strict=True)
+        ]
+        started = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return rounds * len(provers) / (time.perf_counter() - started)
+    finally:
+        for slot in slots:
+            slot.release()
+
+
+def measure(
+    log_n: int, repeats: int, thread_counts: list[int], worker_counts: list[int]
+) -> dict[str, Any]:
     n = 1 << log_n
     slots = max(thread_counts)
     print(f"2^{log_n}: pinning {slots} slots of {3 * 4 * n / 2**30:.2f} GiB", file=sys.stderr)
@@ -91,10 +135,13 @@ def measure(log_n: int, repeats: int, thread_counts: list[int]) -> dict[str, Any
                 for p, s in result.phases_s.items():
                     phases[p].append(s)
         gpu_s = statistics.median(totals)
+        provers = [prover] + [GpuProver(0, log_n) for _ in range(max(worker_counts) - 1)]
+        gpu_rates = {w: gpu_throughput(provers[:w], pool, max(repeats, 10)) for w in worker_counts}
         rates = {}
         for threads in thread_counts:
             print(f"2^{log_n}: synthesis on {threads} threads", file=sys.stderr)
-            rates[threads] = synthesis_rate(pool, threads, max(2 * threads, 4))
+            rates[threads] = synthesis_rate(pool, threads, max(3 * threads, 4))
+        copy_rates = {t: copy_bandwidth(t) for t in thread_counts}
     finally:
         pool.close()
     single = rates[min(thread_counts)][1]
@@ -106,9 +153,11 @@ def measure(log_n: int, repeats: int, thread_counts: list[int]) -> dict[str, Any
         "verify_s": verify_s,
         "gpu_s": gpu_s,
         "phases_ms": {p: 1000 * statistics.median(v) for p, v in phases.items()},
+        "gpu_partitions_per_s": gpu_rates,
+        "copy_gb_per_s": {t: r / 1e9 for t, r in copy_rates.items()},
         "synthesis": {t: {"per_s": r, "median_s": m} for t, (r, m) in rates.items()},
         "syntheses_to_keep_a_gpu_busy": single / gpu_s,
-        "cores_over_gpu": best_rate * gpu_s,
+        "cores_over_gpu": best_rate / gpu_rates[min(worker_counts)],
     }
 
 
@@ -121,8 +170,9 @@ def main() -> int:
     parser.add_argument("--log-n", type=int, nargs="+", default=[24, 26, 27])
     parser.add_argument("--repeats", type=int, default=10, help="timed proofs per size")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 8, 16])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="provers per GPU")
     args = parser.parse_args()
-    results = [measure(log_n, args.repeats, args.threads) for log_n in args.log_n]
+    results = [measure(n, args.repeats, args.threads, args.workers) for n in args.log_n]
     headers = ("log_n", "GPU ms/partition", *(f"{p} ms" for p in PHASES), "verified (CPU s)")
     rows = [
         (r["log_n"], f"{1000 * r['gpu_s']:.1f}", *(f"{r['phases_ms'][p]:.1f}" for p in PHASES),
@@ -130,14 +180,27 @@ def main() -> int:
         for r in results
     ]  # fmt: skip
     print(render(headers, rows))
-    headers = ("log_n", "threads", "partitions/s", "s/partition (median)", "pin s")
+    headers = ("log_n", "provers on the GPU", "GPU partitions/s (synthesis aside)")
     rows = [
-        (r["log_n"], t, f"{s['per_s']:.2f}", f"{s['median_s']:.2f}", f"{r['pin_s']:.1f}")
+        (r["log_n"], w, f"{rate:.2f}")
         for r in results
-        for t, s in r["synthesis"].items()
+        for w, rate in r["gpu_partitions_per_s"].items()
     ]
     print(render(headers, rows))
-    headers = ("log_n", "syntheses in flight per busy GPU", "synthesis capacity ÷ GPU rate")
+    headers = ("log_n", "threads", "synthesis partitions/s", "s/partition (median)",
+               "host copy GB/s", "pin s")  # fmt: skip
+    rows = [
+        (r["log_n"], t, f"{s['per_s']:.2f}", f"{s['median_s']:.2f}",
+         f"{r['copy_gb_per_s'][t]:.1f}", f"{r['pin_s']:.1f}")
+        for r in results
+        for t, s in r["synthesis"].items()
+    ]  # fmt: skip
+    print(render(headers, rows))
+    headers = (
+        "log_n",
+        "syntheses in flight per busy GPU",
+        "synthesis capacity ÷ GPU rate (1 prover)",
+    )
     rows = [
         (r["log_n"], f"{r['syntheses_to_keep_a_gpu_busy']:.1f}", f"{r['cores_over_gpu']:.2f}")
         for r in results
