@@ -124,8 +124,10 @@ async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
     busy_at_start = {g: p.busy_seconds(g) for g in p.gpus}
     sampler.start()
     next_report = started
+    inflight_gib: list[float] = []
     while (now := time.perf_counter()) - started < args.seconds:
         await asyncio.sleep(1.0)
+        inflight_gib.append(p.inflight_bytes / 2**30)
         await keep_backlog(service, args.partitions)
         if now >= next_report:
             next_report += 10
@@ -157,6 +159,8 @@ async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
         "partitions_per_s": (p.proved - proved_at_start) / elapsed,
         "synthesis_concurrency": service.caps.synthesis_concurrency,
         "synthesis_mean_s": synthesis_sum / synthesis_count if synthesis_count else None,
+        "inflight_gib_mean": sum(inflight_gib) / len(inflight_gib) if inflight_gib else 0.0,
+        "inflight_gib_max": max(inflight_gib, default=0.0),
         "gpus": per_gpu,
         "pool": {
             "slots": pool.slots_total if pool else 0,
@@ -178,10 +182,13 @@ def table(results: list[dict[str, Any]]) -> str:
             rows.append((
                 r["policy"], g, s["workers"], f"{r['partitions_per_s']:.2f}",
                 f"{s['busy_ratio']:.3f}", f"{s['idle_gap_p99_ms']:.1f}", nvml,
+                f"{r['inflight_gib_mean']:.1f} / {r['inflight_gib_max']:.1f}",
+                f"{r['synthesis_mean_s'] or 0:.2f}",
                 r["pool"]["allocations_after_warmup"], r["pool"]["waits"], r["pool"]["fallbacks"],
             ))  # fmt: skip
     headers = ("policy", "gpu", "workers", "partitions/s", "busy ratio", "idle gap p99 ms",
-               "NVML util", "pinned allocs after warm-up", "pool waits", "fallbacks")  # fmt: skip
+               "NVML util", "in flight GiB mean / max", "synthesis s",
+               "pinned allocs after warm-up", "pool waits", "fallbacks")  # fmt: skip
     return render(headers, rows)
 
 
