@@ -1,7 +1,7 @@
 """`pacer serve` on a GPU host, measured by its own metrics and cross-checked against NVML.
 
     python -m bench.gpu_service [--seconds 120] [--warmup 30] [--policies pi,unpaced,cuzk]
-                                [--log-n 27] [--workers-per-device 1] [--devices all]
+                                [--log-n 27] [--workers-per-device 2] [--devices all]
 
 For each policy in turn, starts the service in-process with the ntt workload on the GPUs
 (synthesis on this host's cores into the pinned pool), keeps a backlog of jobs waiting, lets it
@@ -93,7 +93,12 @@ async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp())
     settings = Settings(
         ntt={"log_n": args.log_n},
-        gpu={"workers_per_device": args.workers_per_device, "devices": args.devices},
+        gpu={"devices": args.devices}
+        | (
+            {}
+            if args.workers_per_device is None
+            else {"workers_per_device": args.workers_per_device}
+        ),
         synthesis={"threads_per_synthesis": 1},
         controller={"policy": policy},
         verify_every=args.verify_every,
@@ -203,7 +208,7 @@ def main() -> int:
     parser.add_argument("--policies", default="pi", help="comma-separated: pi, unpaced, cuzk")
     parser.add_argument("--log-n", type=int, default=None, help="partition size (default: 27)")
     parser.add_argument("--partitions", type=int, default=64, help="partitions per job")
-    parser.add_argument("--workers-per-device", type=int, default=1)
+    parser.add_argument("--workers-per-device", type=int, default=None, help="default: setting")
     parser.add_argument("--devices", default="all", help="PACER_GPU__DEVICES")
     parser.add_argument("--verify-every", type=int, default=None, help="PACER_VERIFY_EVERY")
     args = parser.parse_args()

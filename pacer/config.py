@@ -214,7 +214,11 @@ class GpuSettings(_Section):
         "(devices)",
     )
     workers_per_device: int = Field(
-        1, ge=1, le=8, description="Proving workers (each with its own stream) per GPU (workers)"
+        2,
+        ge=1,
+        le=8,
+        description="Proving workers (each with its own stream) per GPU; two overlap one "
+        "partition's copy with another's kernels (workers)",
     )
     pool_slots: int = Field(
         0,
