@@ -109,8 +109,11 @@ class SynthesisSettings(_Section):
         ge=1,
         description="CPU cores available to synthesis (cores; default: all of this host)",
     )
-    threads_per_synthesis: int = Field(
-        4, ge=1, description="Threads one synthesis keeps busy (threads)"
+    threads_per_synthesis: int | None = Field(
+        None,
+        ge=1,
+        description="Threads one synthesis keeps busy; unset: what the workload says (1 for "
+        "ntt and noop), else 4 (threads)",
     )
     max_concurrent: int = Field(
         256,

@@ -46,6 +46,7 @@ from pacer.workload import Workload, job_seed, load_workload
 log = logging.getLogger("pacer.service")
 T = TypeVar("T")
 SWITCH_INTERVAL_S = 0.001
+DEFAULT_SYNTHESIS_THREADS = 4  # a workload that does not say how many threads it keeps busy
 GC_YOUNG_THRESHOLD = 50_000
 UPKEEP_S = 60.0
 POOL_FIELDS = ("total_bytes", "in_use_bytes", "slots_total", "slots_free", "checkouts", "waits",
@@ -148,9 +149,16 @@ class Service:
                 f"one partition takes {self.partition_bytes} bytes, more than "
                 f"PACER_MEMORY__BUDGET_BYTES={budget}"
             )
+        # The workload knows how many threads its synthesis keeps busy, unless told otherwise.
+        threads = settings.synthesis.threads_per_synthesis
+        if threads is None:
+            threads = int(
+                getattr(self.workload, "threads_per_synthesis", DEFAULT_SYNTHESIS_THREADS)
+            )
+        self.threads_per_synthesis = threads
         self.caps = Caps.from_host(
             cores=settings.synthesis.cores,
-            threads_per_synthesis=settings.synthesis.threads_per_synthesis,
+            threads_per_synthesis=self.threads_per_synthesis,
             max_concurrent=settings.synthesis.max_concurrent,
             budget_bytes=budget,
             partition_bytes=self.partition_bytes,

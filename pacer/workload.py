@@ -109,6 +109,7 @@ class NttWorkload:
     PHASES = ("intt", "coset_ntt", "pointwise", "coset_intt")
 
     DEFAULT_LOG_N = 18
+    threads_per_synthesis = 1  # NumPy calls on one thread
     MAX_JOB_LOG_N = 24
     """Largest params.log_n a job may ask for (the configured size is always allowed)."""
     verify_every = 1
@@ -168,6 +169,7 @@ class NoopWorkload:
     """A partition of a few bytes whose proof is their hash: measures the pipeline alone."""
 
     name = "noop"
+    threads_per_synthesis = 1
 
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(params) - {"seed"})

@@ -9,8 +9,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pacer import service as service_module
+from pacer.config import Settings
 from pacer.journal import JobState
 from pacer.service import Service
+from pacer.workload import NoopWorkload
 from tests.service.conftest import settings_for
 
 pytestmark = pytest.mark.asyncio
@@ -55,3 +57,44 @@ async def test_upkeep_saves_estimates_and_prunes_finished_jobs(
         raise AssertionError("finished job was not pruned")
     assert await svc.db(svc.journal.load_estimates) is not None  # saved while running
     await svc.shutdown()
+
+
+class Silent:
+    """A workload that does not say how many threads its synthesis keeps busy."""
+
+    name = "silent"
+
+    def __init__(self) -> None:
+        self._noop = NoopWorkload()
+        self.check_params = self._noop.check_params
+        self.partition_bytes = self._noop.partition_bytes
+        self.synthesize = self._noop.synthesize
+        self.prove = self._noop.prove
+        self.verify = self._noop.verify
+
+
+def silent_workload(settings: Settings) -> Silent:
+    return Silent()
+
+
+@pytest.mark.parametrize(
+    ("workload", "threads", "expected"),
+    [
+        ("ntt", None, 12),  # the workload's synthesis is one thread
+        ("ntt", 4, 3),
+        ("tests.service.test_lifecycle:silent_workload", None, 3),  # four, unless told
+    ],
+    ids=["from-workload", "from-setting", "default"],
+)
+async def test_synthesis_concurrency_follows_the_threads_one_synthesis_keeps_busy(
+    tmp_path: Path, workload: str, threads: int | None, expected: int
+) -> None:
+    settings = Settings(
+        workload=workload,
+        synthesis={"cores": 12, "threads_per_synthesis": threads},
+        ntt={"log_n": 8},
+        journal={"path": tmp_path / "journal.sqlite"},
+    )
+    service = Service(settings, CollectorRegistry())
+    assert service.caps.synthesis_concurrency == expected
+    await service.shutdown()
