@@ -1,7 +1,7 @@
 """One partition of the ntt workload, both sides: CPU synthesis and the GPU prover, by size.
 
     python -m bench.gpu_partition [--log-n 24 26 27] [--repeats 10] [--threads 1 8 16]
-                                  [--workers 1 2]
+                                  [--workers 1 2] [--chunk-log2 18]
 
 Per size, on device 0: the prover's time per partition (`gpu.worker.GpuProver.prove` from
 pinned slots, digest only, as the service runs it; median of N after a warm-up) and its phases;
@@ -171,7 +171,15 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=10, help="timed proofs per size")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 8, 16])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="provers per GPU")
+    parser.add_argument(
+        "--chunk-log2",
+        type=int,
+        default=ntt.SYNTHESIS_CHUNK.bit_length() - 1,
+        help="log2 of the elements synthesis handles per step (fewer steps: fewer GIL handoffs)",
+    )
     args = parser.parse_args()
+    ntt.SYNTHESIS_CHUNK = 1 << args.chunk_log2
+    print(f"synthesis chunk 2^{args.chunk_log2} elements", file=sys.stderr)
     results = [measure(n, args.repeats, args.threads, args.workers) for n in args.log_n]
     headers = ("log_n", "GPU ms/partition", *(f"{p} ms" for p in PHASES), "verified (CPU s)")
     rows = [

@@ -2,6 +2,7 @@
 
     python -m bench.gpu_service [--seconds 120] [--warmup 30] [--policies pi,unpaced,cuzk]
                                 [--log-n 27] [--workers-per-device 2] [--devices all]
+                                [--chunk-log2 18]
 
 For each policy in turn, starts the service in-process with the ntt workload on the GPUs
 (synthesis on this host's cores into the pinned pool), keeps a backlog of jobs waiting, lets it
@@ -211,7 +212,17 @@ def main() -> int:
     parser.add_argument("--workers-per-device", type=int, default=None, help="default: setting")
     parser.add_argument("--devices", default="all", help="PACER_GPU__DEVICES")
     parser.add_argument("--verify-every", type=int, default=None, help="PACER_VERIFY_EVERY")
+    parser.add_argument(
+        "--chunk-log2",
+        type=int,
+        default=None,
+        help="log2 of the elements synthesis handles per step (default: gpu.ntt's)",
+    )
     args = parser.parse_args()
+    if args.chunk_log2 is not None:
+        import gpu.ntt
+
+        gpu.ntt.SYNTHESIS_CHUNK = 1 << args.chunk_log2
     import uvloop
 
     results = [uvloop.run(run_policy(args, policy)) for policy in args.policies.split(",")]
