@@ -154,10 +154,10 @@ class CuzkPacer:
         room = _memory_room(obs, self._slots)
         if obs.backlog == 0:
             return Decision(0, None)
+        if self._await_gpu:  # the bootstrap is out: nothing more until a GPU completion
+            return Decision(0, None)
         if self._gpu_ema is None or self._boot_left > 0:
             return self._bootstrap(now, room)
-        if self._await_gpu:
-            return Decision(0, None)
         due = self._last_dispatch + self._interval
         if now < due:
             return Decision(0, due)

@@ -25,6 +25,13 @@ SUBSTITUTIONS: dict[str, str] = {
 """What each dashboard variable becomes: "All" for the selections (their ``allValue``), and
 windows that hold several samples at a scrape interval of up to 15 s."""
 
+PI_ONLY_SERIES = frozenset(
+    f"pacer_controller_{term}"
+    for term in ("error", "p_term", "i_term", "ff_term", "setpoint", "projected_ready")
+)
+"""The series exported under the ``pi`` dispatch policy only (README, Metrics): under a baseline
+policy they are absent, so a query of them has no data for that instance."""
+
 # $name, ${name} and ${name:format}
 _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
 # Strings first (a regex may hold braces), then label matchers and grouping and matching
@@ -51,30 +58,35 @@ def load(path: Path | None = None) -> dict[str, Any]:
     return model
 
 
-def substitute(expr: str) -> str:
-    """``expr`` with the dashboard variables replaced by :data:`SUBSTITUTIONS`.
+def substitute(expr: str, **values: str) -> str:
+    """``expr`` with the dashboard variables replaced by :data:`SUBSTITUTIONS`, or by ``values``
+    where they name the variable (one instance rather than all, say).
 
     >>> substitute('rate(pacer_jobs_total{gpu=~"$gpu"}[$__rate_interval])')
     'rate(pacer_jobs_total{gpu=~".*"}[1m])'
+    >>> substitute('pacer_ready_partitions{instance=~"$instance"}', instance="host:9100")
+    'pacer_ready_partitions{instance=~"host:9100"}'
     """
+    table = {**SUBSTITUTIONS, **values}
 
     def value(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2)
-        if name not in SUBSTITUTIONS:
+        if name not in table:
             raise ValueError(f"dashboard variable ${name} has no value for evaluation: {expr}")
-        return SUBSTITUTIONS[name]
+        return table[name]
 
     return _VARIABLE.sub(value, expr)
 
 
-def panel_queries(path: Path | None = None) -> list[tuple[str, str]]:
-    """(panel title, PromQL expression) for every target of every panel, variables substituted.
+def panel_queries(path: Path | None = None, **values: str) -> list[tuple[str, str]]:
+    """(panel title, PromQL expression) for every target of every panel, variables substituted
+    as :func:`substitute` does with ``values``.
 
     In dashboard order; a panel with several targets gives several pairs with the same title.
     Raises ValueError for a variable that :data:`SUBSTITUTIONS` does not know.
     """
     return [
-        (str(panel.get("title", "")), substitute(str(target.get("expr", ""))))
+        (str(panel.get("title", "")), substitute(str(target.get("expr", "")), **values))
         for panel in panels(load(path))
         for target in panel.get("targets", [])
     ]

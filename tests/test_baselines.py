@@ -63,3 +63,17 @@ def test_cuzk_bootstraps_three_seconds_apart_then_paces(clock: FakeClock) -> Non
     assert decision.dispatch == 1
     assert decision.next_at == pytest.approx(clock.now + policy.interval_s())
     assert CuzkPacer.INTERVAL_S[0] <= policy.interval_s() <= CuzkPacer.INTERVAL_S[1]
+
+
+def test_cuzk_waits_for_a_gpu_completion_after_its_bootstrap(clock: FakeClock) -> None:
+    policy = CuzkPacer(memory_slots=100, clock=clock)
+    sent = 0
+    for _ in range(CuzkPacer.TARGET):
+        sent += policy.decide(obs(backlog=50, synthesizing=sent)).dispatch
+        clock.advance(CuzkPacer.BOOTSTRAP_SPACING_S)
+    assert sent == CuzkPacer.TARGET
+    for _ in range(10):  # synthesis is slow: no GPU has finished anything yet
+        clock.advance(CuzkPacer.BOOTSTRAP_SPACING_S)
+        assert policy.decide(obs(backlog=50, synthesizing=sent)) == Decision(0, None)
+    policy.observe_gpu_service(2.0)
+    assert policy.decide(obs(backlog=50, ready=2, synthesizing=sent - 3, gpu_busy=1)).dispatch == 1

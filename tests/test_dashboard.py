@@ -15,7 +15,14 @@ import yaml
 
 from pacer.policy import Mode
 from tests import dashboard_queries
-from tests.dashboard_queries import load, metric_names, panel_queries, panels, substitute
+from tests.dashboard_queries import (
+    PI_ONLY_SERIES,
+    load,
+    metric_names,
+    panel_queries,
+    panels,
+    substitute,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVISIONING = ROOT / "dashboards" / "provisioning"
@@ -131,6 +138,13 @@ def test_every_panel_declares_its_unit(dashboard: dict[str, Any]) -> None:
             assert "legend" in panel["options"], panel["title"]
 
 
+def test_panel_ids_are_unique(dashboard: dict[str, Any]) -> None:
+    rows = [p for p in dashboard["panels"] if p["type"] == "row"]
+    ids = [p["id"] for p in [*rows, *panels(dashboard)]]
+    assert all(isinstance(i, int) and i > 0 for i in ids), ids
+    assert sorted({i for i in ids if ids.count(i) > 1}) == []
+
+
 def test_panels_fit_the_grid_without_overlapping(dashboard: dict[str, Any]) -> None:
     taken: dict[tuple[int, int], str] = {}
     for panel in dashboard["panels"]:
@@ -174,6 +188,42 @@ def test_controller_mode_panel_names_every_mode(dashboard: dict[str, Any]) -> No
     assert {m["text"] for m in mapping["options"].values()} == {m.value for m in Mode}
     for code, shown in mapping["options"].items():
         assert f'pacer_controller_mode="{shown["text"]}"}} * {code}' in panel["targets"][0]["expr"]
+
+
+def test_policy_panel_names_the_policy_of_each_instance(dashboard: dict[str, Any]) -> None:
+    [panel] = [p for p in panels(dashboard) if p["title"] == "Dispatch policy"]
+    controller_y, pipeline_y = [
+        p["gridPos"]["y"] for p in dashboard["panels"] if p["type"] == "row"
+    ][:2]
+    assert controller_y < panel["gridPos"]["y"] < pipeline_y, "not in the Controller row"
+    assert panel["type"] == "stat"
+    assert panel["options"]["textMode"] == "name"  # the legend is what it shows, not the 1
+    [target] = panel["targets"]
+    assert metric_names(target["expr"]) == {"pacer_controller_policy_info"}
+    assert 'instance=~"$instance"' in target["expr"]
+    assert "{{policy}}" in target["legendFormat"]
+    assert "{{instance}}" in target["legendFormat"]
+    assert target["instant"] is True
+
+
+def test_pi_only_series_are_the_readme_pi_terms() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    [terms] = re.findall(r"the PI terms \(([^)]*)\) are absent", readme)
+    assert {f"pacer_controller_{t}" for t in re.findall(r"`(\w+)`", terms)} == PI_ONLY_SERIES
+    assert exported_series() >= PI_ONLY_SERIES
+
+
+def test_panels_of_pi_terms_say_they_are_empty_under_a_baseline(
+    dashboard: dict[str, Any],
+) -> None:
+    pi_panels = [
+        panel
+        for panel in panels(dashboard)
+        if any(metric_names(t["expr"]) & PI_ONLY_SERIES for t in panel["targets"])
+    ]
+    assert pi_panels
+    for panel in pi_panels:
+        assert "empty when the policy is not pi" in panel["description"].lower(), panel["title"]
 
 
 @pytest.mark.parametrize(("title", "expr"), QUERIES, ids=[f"{t}: {e}" for t, e in QUERIES])

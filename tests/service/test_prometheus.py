@@ -1,6 +1,7 @@
-"""A real Prometheus scraping a real `pacer serve`: every dashboard query has data, every metric
-the dashboard and the alerts use is exported, and promtool accepts the rules and the live
-exposition."""
+"""A real Prometheus scraping real `pacer serve`s, one under the pi policy and one under a
+baseline: every dashboard query has data, the baseline instance lacks only the PI terms, every
+legend's labels are on the series, every metric the dashboard and the alerts use is exported,
+and promtool accepts the rules and the live exposition."""
 
 from __future__ import annotations
 
@@ -12,16 +13,25 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.conftest import ensure_debian_package
-from tests.dashboard_queries import metric_names, panel_queries
+from tests.dashboard_queries import (
+    PI_ONLY_SERIES,
+    load,
+    metric_names,
+    panel_queries,
+    panels,
+    substitute,
+)
 from tests.service.conftest import ROOT, ServerProcess, free_port, wait_for
 
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
+BASELINE = "unpaced"
 
 
 @pytest.fixture(scope="module")
@@ -49,18 +59,37 @@ class Prometheus:
         return result
 
 
+@dataclass
+class Stack:
+    """``pi`` and ``baseline`` (under :data:`BASELINE`) scraped by ``prom``."""
+
+    pi: ServerProcess
+    baseline: ServerProcess
+    prom: Prometheus
+
+
+def instance(server: ServerProcess) -> str:
+    """The ``instance`` label Prometheus gives ``server``'s series."""
+    return f"127.0.0.1:{server.port}"
+
+
 @pytest.fixture(scope="module")
-def stack(
-    prometheus_binary: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[ServerProcess, Prometheus]]:
+def stack(prometheus_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("stack")
-    server = ServerProcess(tmp, PACER_NTT__LOG_N="11", PACER_GPU__WORKERS="2").start()
+    env = {"PACER_NTT__LOG_N": "11", "PACER_GPU__WORKERS": "2"}
+    servers: dict[str, ServerProcess] = {}
+    for policy in ("pi", BASELINE):
+        (tmp / policy).mkdir()  # a journal each
+        servers[policy] = ServerProcess(tmp / policy, **env, PACER_CONTROLLER__POLICY=policy)
     port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(RULES)],
         "scrape_configs": [
-            {"job_name": "pacer", "static_configs": [{"targets": [f"127.0.0.1:{server.port}"]}]}
+            {
+                "job_name": "pacer",
+                "static_configs": [{"targets": [instance(s) for s in servers.values()]}],
+            }
         ],
     }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -72,19 +101,26 @@ def stack(
     )  # fmt: skip
     prom = Prometheus(f"http://127.0.0.1:{port}")
     try:
+        for server in servers.values():
+            server.launch()
+        for server in servers.values():
+            server.client.wait_ready(30)
         wait_for(lambda: _ready(prom), what="Prometheus to start")
-        jobs = [server.client.submit(80) for _ in range(4)]  # a few seconds of work
-        wait_for(lambda: bool(prom.query('up{job="pacer"} == 1')), what="the first scrape")
+        # a few seconds of work on each
+        jobs = [(s, s.client.submit(80)) for s in servers.values() for _ in range(4)]
+        wait_for(lambda: len(prom.query('up{job="pacer"} == 1')) == len(servers),
+                 what="the first scrapes")  # fmt: skip
         time.sleep(6)  # several scrapes while the work runs: rates and quantiles have data
-        wait_for(lambda: all(server.client.job(j)["state"] == "completed" for j in jobs),
+        wait_for(lambda: all(s.client.job(j)["state"] == "completed" for s, j in jobs),
                  timeout=120, what="the jobs")  # fmt: skip
         time.sleep(2)
-        yield server, prom
+        yield Stack(servers["pi"], servers[BASELINE], prom)
     finally:
         proc.terminate()
         proc.wait(10)
         log.close()
-        server.stop()
+        for server in servers.values():
+            server.stop()
 
 
 def _ready(prom: Prometheus) -> bool:
@@ -108,18 +144,40 @@ QUERIES = panel_queries()
 
 
 @pytest.mark.parametrize(("title", "expr"), QUERIES, ids=[f"{t}: {e}" for t, e in QUERIES])
-def test_every_dashboard_query_has_data(
-    stack: tuple[ServerProcess, Prometheus], title: str, expr: str
-) -> None:
-    _, prom = stack
-    assert prom.query(expr), f"panel {title!r}: no data for {expr}"
+def test_every_dashboard_query_has_data(stack: Stack, title: str, expr: str) -> None:
+    assert stack.prom.query(expr), f"panel {title!r}: no data for {expr}"
 
 
-def test_every_metric_the_dashboard_and_alerts_use_is_exported(
-    stack: tuple[ServerProcess, Prometheus],
-) -> None:
-    server, _ = stack
-    exposition = server.metrics_text()
+def test_a_baseline_instance_lacks_only_the_pi_terms(stack: Stack) -> None:
+    """With the instance variable on the baseline, the queries of PI terms have no data (their
+    panels' descriptions say so) and every other query has."""
+    queries = panel_queries(instance=instance(stack.baseline))
+    has_data = {(title, expr): bool(stack.prom.query(expr)) for title, expr in queries}
+    expected = {(title, expr): not metric_names(expr) & PI_ONLY_SERIES for title, expr in queries}
+    assert has_data == expected
+
+
+def test_policy_panel_shows_each_instance_policy(stack: Stack) -> None:
+    [(_, expr)] = [(t, e) for t, e in QUERIES if t == "Dispatch policy"]
+    shown = {(s["metric"]["instance"], s["metric"]["policy"]) for s in stack.prom.query(expr)}
+    assert shown == {(instance(stack.pi), "pi"), (instance(stack.baseline), BASELINE)}
+
+
+def test_every_legend_names_labels_of_its_series(stack: Stack) -> None:
+    """A ``{{label}}`` that a query's series lack renders empty: for the policy panel, which
+    shows its legend only, that would be a blank tile."""
+    missing = []
+    for panel in panels(load()):
+        for target in panel["targets"]:
+            wanted = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target["legendFormat"]))
+            for series in stack.prom.query(substitute(target["expr"])):
+                if lacking := wanted - series["metric"].keys():
+                    missing.append((panel["title"], target["refId"], sorted(lacking)))
+    assert missing == []
+
+
+def test_every_metric_the_dashboard_and_alerts_use_is_exported(stack: Stack) -> None:
+    exposition = stack.pi.metrics_text()
     exported = exported_names(exposition)
     used = {name for _, expr in QUERIES for name in metric_names(expr)}
     used |= {name for _, expr in alert_exprs() for name in metric_names(expr)}
@@ -127,23 +185,21 @@ def test_every_metric_the_dashboard_and_alerts_use_is_exported(
     assert sorted(used - exported) == []
 
 
-def test_prometheus_loaded_the_alert_rules(stack: tuple[ServerProcess, Prometheus]) -> None:
-    _, prom = stack
-    groups = prom.get("/api/v1/rules")["data"]["groups"]
+def test_prometheus_loaded_the_alert_rules(stack: Stack) -> None:
+    groups = stack.prom.get("/api/v1/rules")["data"]["groups"]
     loaded = {rule["name"] for group in groups for rule in group["rules"]}
     assert loaded == {name for name, _ in alert_exprs()}
     assert all(rule["health"] == "ok" for g in groups for rule in g["rules"]), groups
 
 
-def test_promtool_accepts_rules_and_live_exposition(
-    stack: tuple[ServerProcess, Prometheus], promtool: str
-) -> None:
-    server, _ = stack
+def test_promtool_accepts_rules_and_live_exposition(stack: Stack, promtool: str) -> None:
     for args in (["check", "rules", str(RULES)],
                  ["test", "rules", str(RULES.with_name("rules.test.yml"))]):  # fmt: skip
         proc = subprocess.run([promtool, *args], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    checked = subprocess.run(
-        [promtool, "check", "metrics"], input=server.metrics_text(), capture_output=True, text=True
-    )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
+    for server in (stack.pi, stack.baseline):
+        exposition = server.metrics_text()
+        checked = subprocess.run(
+            [promtool, "check", "metrics"], input=exposition, capture_output=True, text=True
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
