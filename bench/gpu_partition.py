@@ -2,6 +2,7 @@
 
     python -m bench.gpu_partition [--log-n 24 26 27] [--repeats 10] [--threads 1 8 16]
                                   [--workers 1 2] [--chunk-log2 18]
+                                  [--executor threads|processes]
 
 Per size, on device 0: the prover's time per partition (`gpu.worker.GpuProver.prove` from
 pinned slots, digest only, as the service runs it; median of N after a warm-up) and its phases;
@@ -30,14 +31,18 @@ import numpy as np
 
 from gpu import ntt
 from gpu.pool import PinnedPool
+from gpu.synthesis import ProcessSynthesizer
 from gpu.worker import PHASES, GpuProver
 from pacer.table import render
 
 WARMUP_RUNS = 2
 
 
-def synthesis_rate(pool: PinnedPool, threads: int, partitions: int) -> tuple[float, float]:
-    """(partitions/s, median seconds per partition) with ``threads`` synthesizing at once."""
+def synthesis_rate(
+    pool: PinnedPool, threads: int, partitions: int, processes: ProcessSynthesizer | None
+) -> tuple[float, float]:
+    """(partitions/s, median seconds per partition) with ``threads`` synthesizing at once (each
+    through a worker process when ``processes`` is given)."""
     durations: list[float] = []
     lock = threading.Lock()
     counter = iter(range(partitions))
@@ -50,7 +55,10 @@ def synthesis_rate(pool: PinnedPool, threads: int, partitions: int) -> tuple[flo
                 return
             with pool.checkout() as slot:
                 started = time.perf_counter()
-                ntt.synthesize_into(7, index, slot.arrays)
+                if processes is None:
+                    ntt.synthesize_into(7, index, slot.arrays)
+                else:
+                    processes.fill(pool.slot_block(slot), 7, index)
                 took = time.perf_counter() - started
             with lock:
                 durations.append(took)
@@ -104,13 +112,14 @@ def gpu_throughput(provers: list[GpuProver], pool: PinnedPool, rounds: int) -> f
 
 
 def measure(
-    log_n: int, repeats: int, thread_counts: list[int], worker_counts: list[int]
+    log_n: int, repeats: int, thread_counts: list[int], worker_counts: list[int], executor: str
 ) -> dict[str, Any]:
     n = 1 << log_n
     slots = max(thread_counts)
     print(f"2^{log_n}: pinning {slots} slots of {3 * 4 * n / 2**30:.2f} GiB", file=sys.stderr)
     began = time.perf_counter()
-    pool = PinnedPool(slots, [(n,)] * 3, dtype=np.uint32, backend="cuda", on_empty="wait")
+    backend: Any = "shared-cuda" if executor == "processes" else "cuda"
+    pool = PinnedPool(slots, [(n,)] * 3, dtype=np.uint32, backend=backend, on_empty="wait")
     pin_s = time.perf_counter() - began
     try:
         prover = GpuProver(0, log_n)
@@ -140,7 +149,14 @@ def measure(
         rates = {}
         for threads in thread_counts:
             print(f"2^{log_n}: synthesis on {threads} threads", file=sys.stderr)
-            rates[threads] = synthesis_rate(pool, threads, max(3 * threads, 4))
+            processes = ProcessSynthesizer(threads) if executor == "processes" else None
+            if processes is not None:
+                processes.start()
+            try:
+                rates[threads] = synthesis_rate(pool, threads, max(3 * threads, 4), processes)
+            finally:
+                if processes is not None:
+                    processes.close()
         copy_rates = {t: copy_bandwidth(t) for t in thread_counts}
     finally:
         pool.close()
@@ -177,10 +193,20 @@ def main() -> int:
         default=ntt.SYNTHESIS_CHUNK.bit_length() - 1,
         help="log2 of the elements synthesis handles per step (fewer steps: fewer GIL handoffs)",
     )
+    parser.add_argument(
+        "--executor",
+        choices=("threads", "processes"),
+        default="threads",
+        help="synthesis on threads of this process, or in worker processes writing into "
+        "shared slots pinned with cudaHostRegister",
+    )
     args = parser.parse_args()
     ntt.SYNTHESIS_CHUNK = 1 << args.chunk_log2
     print(f"synthesis chunk 2^{args.chunk_log2} elements", file=sys.stderr)
-    results = [measure(n, args.repeats, args.threads, args.workers) for n in args.log_n]
+    print(f"synthesis on {args.executor}", file=sys.stderr)
+    results = [
+        measure(n, args.repeats, args.threads, args.workers, args.executor) for n in args.log_n
+    ]
     headers = ("log_n", "GPU ms/partition", *(f"{p} ms" for p in PHASES), "verified (CPU s)")
     rows = [
         (r["log_n"], f"{1000 * r['gpu_s']:.1f}", *(f"{r['phases_ms'][p]:.1f}" for p in PHASES),

@@ -2,7 +2,7 @@
 
     python -m bench.gpu_service [--seconds 120] [--warmup 30] [--policies pi,unpaced,cuzk]
                                 [--log-n 27] [--workers-per-device 2] [--devices all]
-                                [--chunk-log2 18]
+                                [--chunk-log2 18] [--executor threads|processes]
 
 For each policy in turn, starts the service in-process with the ntt workload on the GPUs
 (synthesis on this host's cores into the pinned pool), keeps a backlog of jobs waiting, lets it
@@ -100,7 +100,7 @@ async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
             if args.workers_per_device is None
             else {"workers_per_device": args.workers_per_device}
         ),
-        synthesis={"threads_per_synthesis": 1},
+        synthesis={"threads_per_synthesis": 1, "executor": args.executor},
         controller={"policy": policy},
         verify_every=args.verify_every,
         journal={"path": tmp / "journal.sqlite"},
@@ -213,10 +213,15 @@ def main() -> int:
     parser.add_argument("--devices", default="all", help="PACER_GPU__DEVICES")
     parser.add_argument("--verify-every", type=int, default=None, help="PACER_VERIFY_EVERY")
     parser.add_argument(
+        "--executor", choices=("threads", "processes"), default="threads",
+        help="PACER_SYNTHESIS__EXECUTOR",
+    )  # fmt: skip
+    parser.add_argument(
         "--chunk-log2",
         type=int,
         default=None,
-        help="log2 of the elements synthesis handles per step (default: gpu.ntt's)",
+        help="log2 of the elements synthesis handles per step (default: gpu.ntt's; threads "
+        "executor only: worker processes keep the default)",
     )
     args = parser.parse_args()
     if args.chunk_log2 is not None:

@@ -8,7 +8,9 @@ them out afterwards; `allocations_after_warmup` counts any slot allocation made 
 must stay 0.
 
 A slot holds one partition's buffers (a, b, c), NumPy views into one allocation, which a
-synthesis fills in place and a GPU worker copies to the device without staging.
+synthesis fills in place and a GPU worker copies to the device without staging. With the
+"shared" backends each slot is a named shared-memory block (registered with cudaHostRegister
+for "shared-cuda"), so synthesis in other processes can write it in place (`slot_block`).
 
 >>> with PinnedPool(slots=2, slot_shapes=[(8,), (8,), (8,)], backend="numpy") as pool:
 ...     with pool.checkout() as slot:
@@ -22,13 +24,16 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from multiprocessing import shared_memory
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -41,7 +46,9 @@ __all__ = [
     "PinnedPool",
     "PoolClosedError",
     "PoolExhausted",
+    "SharedHostAllocator",
     "Slot",
+    "SlotBlock",
 ]
 
 logger = logging.getLogger("gpu.pool")
@@ -49,7 +56,7 @@ logger = logging.getLogger("gpu.pool")
 ALIGNMENT_BYTES = 256
 """Each array of a slot starts at a multiple of this offset (CUDA's copy-friendly alignment)."""
 
-Backend = Literal["auto", "cuda", "numpy"]
+Backend = Literal["auto", "cuda", "numpy", "shared", "shared-cuda"]
 OnEmpty = Literal["wait", "fallback"]
 ByteArray = npt.NDArray[np.uint8]
 
@@ -134,6 +141,64 @@ class NumpyHostAllocator:
         return raw[start : start + nbytes]
 
 
+class SharedHostAllocator:
+    """Named POSIX shared-memory blocks, one per slot, that other processes can map by name.
+
+    With ``register`` each block is page-locked with cudaHostRegister (portable to every
+    device), so GPU copies from it run at the pinned rate like cudaHostAlloc memory. `release`
+    unregisters and unlinks every block (the pool calls it on close).
+    """
+
+    pinned: bool
+
+    def __init__(self, register: bool) -> None:
+        self.pinned = register
+        self.name = "shared-cuda" if register else "shared"
+        self._cuda: Any = None
+        if register:
+            self._cuda = CudaHostAllocator()._cuda
+        self.blocks: list[shared_memory.SharedMemory] = []
+        self._registered: list[int] = []
+
+    def check_room(self, total_bytes: int) -> None:
+        """Refuse a pool that does not fit in /dev/shm now. Blocks are sparse until written,
+        and a write past the tmpfs limit is a SIGBUS, so this is checked before any block."""
+        stats = os.statvfs(SHM_DIR)
+        room = stats.f_bavail * stats.f_frsize
+        if total_bytes > room:
+            raise RuntimeError(
+                f"shared-memory pool slots need {_format_bytes(total_bytes)} in {SHM_DIR}, which "
+                f"has {_format_bytes(room)} free; enlarge it (e.g. docker --shm-size, a "
+                "Kubernetes emptyDir with medium Memory) or lower the slot count"
+            )
+
+    def allocate(self, nbytes: int) -> ByteArray:
+        block = shared_memory.SharedMemory(create=True, size=nbytes)
+        self.blocks.append(block)
+        assert block.buf is not None
+        array = np.frombuffer(block.buf, np.uint8, nbytes)
+        if self._cuda is not None:
+            self._cuda.runtime.hostRegister(array.ctypes.data, nbytes, _HOST_REGISTER_PORTABLE)
+            self._registered.append(array.ctypes.data)
+        return array
+
+    def release(self) -> None:
+        """Unpin and unlink every block; mappings still held elsewhere stay valid until dropped."""
+        for pointer in self._registered:
+            self._cuda.runtime.hostUnregister(pointer)
+        self._registered.clear()
+        for block in self.blocks:
+            # A view still held (a slot checked out) keeps its mapping until it is dropped.
+            with contextlib.suppress(BufferError):
+                block.close()
+            block.unlink()
+        self.blocks.clear()
+
+
+_HOST_REGISTER_PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA context
+SHM_DIR = "/dev/shm"
+
+
 def cuda_available() -> bool:
     """Whether CuPy imports and sees at least one CUDA device."""
     try:
@@ -200,6 +265,23 @@ class Slot:
         return f"<Slot {where}, {_format_bytes(self.nbytes)}>"
 
 
+class SlotBlock(NamedTuple):
+    """Where a slot lives, for a process that maps it: `SlotBlock.arrays` gives its buffers."""
+
+    name: str  # the shared-memory block
+    offsets: tuple[int, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    dtype: str
+
+    def arrays(self, buffer: Any) -> tuple[npt.NDArray[Any], ...]:
+        """Views of the slot's buffers in ``buffer`` (the mapped block)."""
+        dtype = np.dtype(self.dtype)
+        return tuple(
+            np.frombuffer(buffer, dtype, math.prod(shape), offset).reshape(shape)
+            for shape, offset in zip(self.shapes, self.offsets, strict=True)
+        )
+
+
 class PinnedPool:
     """A fixed set of slots of pinned host memory, allocated at construction, lent thread-safely.
 
@@ -208,7 +290,9 @@ class PinnedPool:
     "cuda" pins with cudaHostAlloc through CuPy, "numpy" uses ordinary memory with the same API,
     "auto" picks cuda where CuPy sees a device; a `HostAllocator` may be given instead.
 
-    When every slot is out, ``on_empty`` decides: "wait" blocks `checkout` until a release (or
+    "shared" and "shared-cuda" make each slot a named shared-memory block (see
+    `SharedHostAllocator`) that `slot_block` describes to other processes. When every slot is
+    out, ``on_empty`` decides: "wait" blocks `checkout` until a release (or
     its timeout, raising `PoolExhausted`), counted in `waits`; "fallback" lends freshly allocated
     pageable memory, counted in `fallbacks`, dropped on release. With ``budget_bytes`` the
     pool refuses to be built larger than that. ``clock`` (seconds) times allocation, waits
@@ -268,6 +352,9 @@ class PinnedPool:
         self.allocations_after_warmup = 0
         self.freed_in_s: float | None = None
 
+        check_room = getattr(self._allocator, "check_room", None)
+        if check_room is not None:
+            check_room(self.total_bytes)
         start = last_report = clock()
         for index in range(slots):
             if clock() - last_report >= PROGRESS_EVERY_S:
@@ -279,6 +366,9 @@ class PinnedPool:
             except BaseException:
                 self._memory.clear()
                 self._arrays.clear()
+                release = getattr(self._allocator, "release", None)
+                if release is not None:
+                    release()
                 logger.error(
                     "allocating %s slot %d of %d (%s each) failed after %.1f s",
                     self.backend, index + 1, slots, _format_bytes(self.slot_bytes),
@@ -309,6 +399,15 @@ class PinnedPool:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def slot_block(self, slot: Slot) -> SlotBlock | None:
+        """Where ``slot`` lives, for another process to write it; None unless the backend is a
+        shared one and the slot is a pool slot (not a pageable fallback)."""
+        blocks = getattr(self._allocator, "blocks", None)
+        if blocks is None or slot.index is None:
+            return None
+        return SlotBlock(blocks[slot.index].name, tuple(self._offsets), self.slot_shapes,
+                         self.dtype.str)  # fmt: skip
 
     # Lending ----------------------------------------------------------------------------------
 
@@ -379,6 +478,9 @@ class PinnedPool:
             self._free.clear()
             self._arrays.clear()
             self._memory.clear()
+            release = getattr(self._allocator, "release", None)
+            if release is not None:
+                release()
             self.freed_in_s = self._clock() - start
             self.in_use_bytes = 0
         if in_use:
@@ -458,7 +560,11 @@ def _allocator_for(backend: Backend | HostAllocator) -> HostAllocator:
         return CudaHostAllocator()
     if backend == "numpy":
         return NumpyHostAllocator()
-    raise ValueError(f"backend must be 'auto', 'cuda' or 'numpy', got {backend!r}")
+    if backend in ("shared", "shared-cuda"):
+        return SharedHostAllocator(register=backend == "shared-cuda")
+    raise ValueError(
+        f"backend must be 'auto', 'cuda', 'numpy', 'shared' or 'shared-cuda', got {backend!r}"
+    )
 
 
 def _layout(shapes: tuple[tuple[int, ...], ...], dtype: np.dtype[Any]) -> tuple[int, list[int]]:

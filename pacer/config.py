@@ -115,6 +115,12 @@ class SynthesisSettings(_Section):
         description="Threads one synthesis keeps busy; unset: what the workload says (1 for "
         "ntt and noop), else 4 (threads)",
     )
+    executor: Literal["threads", "processes"] = Field(
+        "threads",
+        description="Where the GPU path's synthesis runs: threads of the service, or worker "
+        "processes writing into shared pool slots pinned with cudaHostRegister (no GIL between "
+        "them) (threads/processes)",
+    )
     max_concurrent: int = Field(
         256,
         ge=1,

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
+import inspect
 import ipaddress
 import logging
 import math
@@ -229,9 +231,10 @@ class Service:
         log.info("pinning %d pool slots of %.2f GiB before ready", slots,
                  self.partition_bytes / 2**30)  # fmt: skip
         started = self._clock()
-        await asyncio.get_running_loop().run_in_executor(
-            None, prepare, slots, int(self.settings.memory.budget_bytes)
-        )
+        budget = int(self.settings.memory.budget_bytes)
+        if "synthesis_workers" in inspect.signature(prepare).parameters:
+            prepare = functools.partial(prepare, synthesis_workers=self.caps.synthesis_concurrency)
+        await asyncio.get_running_loop().run_in_executor(None, prepare, slots, budget)
         pool = self.pipeline.pool
         log.info(
             "pinned pool ready: %d slots, %.1f GiB in %.1f s",

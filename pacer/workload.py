@@ -214,13 +214,21 @@ class GpuNttWorkload(NttWorkload):
         devices: list[int],
         workers_per_device: int,
         on_empty: Literal["wait", "fallback"],
+        executor: Literal["threads", "processes"] = "threads",
+        pool_backend: Literal["cuda", "shared", "shared-cuda"] | None = None,
     ) -> None:
         super().__init__(log_n)
         self.devices = devices
         self.workers_per_device = workers_per_device
         self.on_empty = on_empty
+        self.executor = executor
+        # Processes need slots they can map: named shared memory, pinned by cudaHostRegister.
+        self.pool_backend: Literal["cuda", "shared", "shared-cuda"] = pool_backend or (
+            "shared-cuda" if executor == "processes" else "cuda"
+        )
         self.pool: Any = None
         self._provers: dict[int, Any] = {}
+        self._synthesizer: Any = None
 
     @property
     def workers(self) -> int:
@@ -241,25 +249,41 @@ class GpuNttWorkload(NttWorkload):
     def partition_bytes(self, params: Mapping[str, Any]) -> int:
         return 3 * 4 * (1 << self.log_n)  # a, b, c as uint32
 
-    def prepare(self, slots: int, budget_bytes: int) -> None:
-        """Allocate the pinned pool (before readiness: pinning runs at ~2 GiB/s) and every
-        worker's prover (device buffers, uploaded tables, compiled kernels)."""
+    def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int = 1) -> None:
+        """Allocate the pinned pool (before readiness: pinning runs at ~2 GiB/s), every
+        worker's prover (device buffers, uploaded tables, compiled kernels) and, with the
+        processes executor, ``synthesis_workers`` synthesis processes."""
         import numpy as np
 
         from gpu.pool import PinnedPool
-        from gpu.worker import GpuProver
 
         n = 1 << self.log_n
-        self.pool = PinnedPool(slots, [(n,)] * 3, dtype=np.uint32, backend="cuda",
+        self.pool = PinnedPool(slots, [(n,)] * 3, dtype=np.uint32, backend=self.pool_backend,
                                on_empty=self.on_empty, budget_bytes=budget_bytes)  # fmt: skip
-        for worker in range(self.workers):
-            self._provers[worker] = GpuProver(self.device_of(worker), self.log_n)
+        if self.executor == "processes":
+            from gpu.synthesis import ProcessSynthesizer
+
+            self._synthesizer = ProcessSynthesizer(synthesis_workers)
+            self._synthesizer.start()
+        if self.pool_backend.endswith("cuda"):
+            from gpu.worker import GpuProver
+
+            for worker in range(self.workers):
+                self._provers[worker] = GpuProver(self.device_of(worker), self.log_n)
 
     def synthesize(self, spec: PartitionSpec) -> Any:
         import gpu.ntt as ntt
 
         slot = self.pool.checkout()
-        ntt.synthesize_into(spec.seed, spec.index, slot.arrays)
+        block = self.pool.slot_block(slot) if self._synthesizer is not None else None
+        try:
+            if block is not None:  # in a worker process, straight into the shared slot
+                self._synthesizer.fill(block, spec.seed, spec.index)
+            else:  # on this thread (also a pageable fallback slot, which no process can map)
+                ntt.synthesize_into(spec.seed, spec.index, slot.arrays)
+        except BaseException:
+            slot.release()
+            raise
         return slot
 
     def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
@@ -287,6 +311,8 @@ class GpuNttWorkload(NttWorkload):
             buffers.release()
 
     def close(self) -> None:
+        if self._synthesizer is not None:
+            self._synthesizer.close()
         if self.pool is not None:
             self.pool.close()
 
@@ -317,7 +343,8 @@ def load_workload(settings: Settings) -> Workload:
         if devices:
             log_n = settings.ntt.log_n or GpuNttWorkload.DEFAULT_LOG_N
             return GpuNttWorkload(log_n, devices, settings.gpu.workers_per_device,
-                                  settings.gpu.pool_on_empty)  # fmt: skip
+                                  settings.gpu.pool_on_empty,
+                                  settings.synthesis.executor)  # fmt: skip
         return NttWorkload(settings.ntt.log_n or NttWorkload.DEFAULT_LOG_N)
     if name == "noop":
         return NoopWorkload()

@@ -49,6 +49,11 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
             "PACER_CONTROLLER__POLICY: Input should be 'pi', 'unpaced' or 'cuzk' (got 'fixed')",
         ),
         ({"PACER_MEMORY__BUDGET_BYTES": "lots"}, "PACER_MEMORY__BUDGET_BYTES: could not parse"),
+        (
+            {"PACER_SYNTHESIS__EXECUTOR": "fork"},
+            "PACER_SYNTHESIS__EXECUTOR: Input should be 'threads' or 'processes' (got 'fork')",
+        ),
+        ({"PACER_NTT__LOG_N": "28"}, "PACER_NTT__LOG_N: Input should be less than or equal to 27"),
     ],
     ids=[
         "negative",
@@ -59,6 +64,8 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         "typo",
         "unknown-policy",
         "bad-size",
+        "unknown-executor",
+        "log-n-past-two-adicity",
     ],
 )
 def test_invalid_value_names_variable_and_rule(

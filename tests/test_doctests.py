@@ -15,6 +15,7 @@ MODULES = [
     "gpu.field",
     "gpu.ntt",
     "gpu.pool",
+    "gpu.synthesis",
     "gpu.ntt_cuda",
 ]
 

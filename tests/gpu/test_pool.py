@@ -267,7 +267,10 @@ def test_a_pool_within_budget_is_built() -> None:
         ({"slot_shapes": []}, "at least one array shape"),
         ({"slot_shapes": [(4,), (0,)]}, r"dimensions of at least 1, got \(0,\)"),
         ({"on_empty": "drop"}, "on_empty must be 'wait' or 'fallback', got 'drop'"),
-        ({"backend": "opencl"}, "backend must be 'auto', 'cuda' or 'numpy', got 'opencl'"),
+        (
+            {"backend": "opencl"},
+            "backend must be 'auto', 'cuda', 'numpy', 'shared' or 'shared-cuda', got 'opencl'",
+        ),
     ],
     ids=["no-slots", "no-shapes", "empty-shape", "bad-policy", "bad-backend"],
 )
