@@ -358,6 +358,9 @@ class CudaHSteps:
             self._h = buffer()
             self._lanes = min(self.n, DIGEST_LANES)
             self._lane_states = cupy.empty(self._lanes, dtype=cupy.uint64)
+            # Waiting on a blocking event sleeps the thread; a stream synchronize spins a core
+            # (CUDA's default with fewer contexts than cores) that synthesis could use.
+            self._done = cupy.cuda.Event(block=True, disable_timing=True)
         self._host_staging = np.empty(self.n, dtype=np.uint32)
         self._host_lanes = np.empty(self._lanes, dtype=np.uint64)
 
@@ -422,11 +425,11 @@ class CudaHSteps:
             raise ValueError(f"out must be a contiguous vector of length {self.n}, got {out.shape}")
         if out is not None and out.dtype == np.uint32:
             _memcpy(out.ctypes.data, h.data.ptr, out.nbytes, _DEVICE_TO_HOST, self.stream)
-            self.stream.synchronize()
+            self._wait()
             return out
         staging = self._host_staging
         _memcpy(staging.ctypes.data, h.data.ptr, staging.nbytes, _DEVICE_TO_HOST, self.stream)
-        self.stream.synchronize()
+        self._wait()
         if out is None:
             return staging.astype(np.uint64)
         if out.dtype != np.uint64:
@@ -445,7 +448,7 @@ class CudaHSteps:
         host = self._host_lanes
         _memcpy(host.ctypes.data, self._lane_states.data.ptr, host.nbytes, _DEVICE_TO_HOST,
                 self.stream)  # fmt: skip
-        self.stream.synchronize()
+        self._wait()
         return digest_of_lanes(self.n, host)
 
     def run(
@@ -458,6 +461,11 @@ class CudaHSteps:
         """All phases, host to host: the coefficients of H = (A·B − C) / Z, as `HSteps.run`."""
         coeffs = self.intt(*self.h2d(a, b, c))
         return self.d2h(self.coset_intt(self.pointwise(*self.coset_ntt(*coeffs))), out)
+
+    def _wait(self) -> None:
+        """Block (sleeping, not spinning) until everything queued on the stream is done."""
+        self._done.record(self.stream)
+        self._done.synchronize()
 
     def _transform(
         self,
