@@ -1,0 +1,87 @@
+"""The service's GPU path end to end without a GPU: the GPU workload with its pool in shared
+memory and synthesis in worker processes, proving through a NumPy stand-in for the CUDA prover
+(the one part CI cannot have). Digests are recomputed here; metrics carry one GPU label for
+two workers on one device."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gpu import ntt
+from gpu.worker import PHASES, GpuResult
+from pacer.config import Settings
+from pacer.service import Service
+from pacer.workload import GpuNttWorkload
+from tests.service.conftest import settings_for
+from tests.service.test_api import call, until_done
+
+pytestmark = pytest.mark.asyncio
+LOG_N = 10
+
+
+class NumpyProver:
+    """`gpu.worker.GpuProver`'s interface on the CPU."""
+
+    def __init__(self) -> None:
+        self.steps = ntt.HSteps(LOG_N)
+        self.kept = 0
+
+    def prove(self, a: Any, b: Any, c: Any, *, keep_h: bool = False) -> GpuResult:
+        started = time.perf_counter()
+        h = self.steps.run(*(v.astype(np.uint64) for v in (a, b, c)))
+        phases = dict.fromkeys(PHASES, (time.perf_counter() - started) / len(PHASES))
+        self.kept += keep_h
+        return GpuResult(ntt.digest(h), h if keep_h else None, phases)
+
+
+def shared_gpu_workload(settings: Settings) -> GpuNttWorkload:
+    workload = GpuNttWorkload(
+        LOG_N, devices=[3], workers_per_device=2, on_empty="wait", executor="processes",
+        pool_backend="shared",
+    )  # fmt: skip
+    workload._provers = {worker: NumpyProver() for worker in range(workload.workers)}
+    return workload
+
+
+async def test_partitions_synthesized_in_processes_prove_and_verify(tmp_path: Path) -> None:
+    settings = settings_for(
+        tmp_path,
+        PACER_WORKLOAD="tests.service.test_gpu_path:shared_gpu_workload",
+        PACER_VERIFY_EVERY="3",
+        PACER_SYNTHESIS__CORES="2",
+    )
+    service = Service(settings, CollectorRegistry())
+    await service.start()
+    try:
+        workload = service.workload
+        assert isinstance(workload, GpuNttWorkload)
+        pool = service.pipeline.pool
+        assert pool.backend == "shared"
+        assert pool.slots_total == service.pool_slots_needed()
+        status, body = await call(
+            service, "POST", "/v1/jobs", {"partitions": 9, "params": {"seed": 4}}
+        )
+        assert status == 202
+        job = await until_done(service, body["id"])
+        assert job["state"] == "completed", job.get("error")
+        for part in job["partition_results"]:
+            expected = ntt.compute_h(*ntt.synthesize(4, part["index"], LOG_N))
+            assert part["digest"] == ntt.digest(expected)
+            assert part["gpu"] == 3  # the device, not the worker
+        provers = workload._provers.values()
+        assert sum(p.kept for p in provers) == 3  # H came back only for the verified ones
+        _, metrics = await call(service, "GET", "/metrics")
+        assert 'pacer_gpu_busy_seconds_total{gpu="3"}' in metrics
+        assert 'gpu="0"' not in metrics
+        assert 'gpu="1"' not in metrics
+        assert pool.allocations_after_warmup == 0
+        assert pool.slots_free == pool.slots_total
+    finally:
+        await service.shutdown()
+    assert pool.closed
