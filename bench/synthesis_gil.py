@@ -1,0 +1,112 @@
+"""How much a thread running Python slows synthesis on another thread, by synthesis step size.
+
+    python -m bench.synthesis_gil [--log-n 24] [--chunks-log2 16 18 20 22] [--threads 1 2 4]
+
+`gpu.ntt.synthesize_into` makes a few NumPy calls per step of `SYNTHESIS_CHUNK` elements; each
+call gives up the GIL and must take it back. Alone, small steps are fastest (they stay in
+cache). Beside a thread that runs Python (here: counting, as a busy event loop or a proving
+thread's launches would), every take-back can wait for that thread's switch interval (1 ms, as
+the service sets it). Per step size: ns per element alone and beside the counting thread, and
+how much of its own rate the counting thread kept; then, with no Python thread beside them,
+how many elements a second 1, 2, 4 ... synthesis threads make together (small steps also
+scale best among threads that only make NumPy calls).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+
+import numpy as np
+
+from gpu import ntt
+from pacer.table import render
+
+
+def counting(stop: threading.Event, counts: list[int]) -> None:
+    count = 0
+    while not stop.is_set():
+        count += 1
+    counts.append(count)
+
+
+def synthesis_time(out: tuple[np.ndarray, ...], beside_python: bool) -> tuple[float, float]:
+    """(seconds for one synthesis, counts/s of the counting thread meanwhile or alone)."""
+    stop = threading.Event()
+    counts: list[int] = []
+    counter = threading.Thread(target=counting, args=(stop, counts))
+    if beside_python:
+        counter.start()
+    started = time.perf_counter()
+    ntt.synthesize_into(1, 0, out)
+    seconds = time.perf_counter() - started
+    if not beside_python:  # the counting thread alone, for as long
+        counter.start()
+        time.sleep(seconds)
+        seconds_counted = seconds
+    else:
+        seconds_counted = time.perf_counter() - started
+    stop.set()
+    counter.join()
+    return seconds, counts[0] / seconds_counted
+
+
+def threads_rate(n: int, threads: int, repeats: int = 3) -> float:
+    """Elements/s that ``threads`` threads synthesizing at once make together."""
+    outs = [tuple(np.zeros(n, np.uint32) for _ in range(3)) for _ in range(threads)]
+    for out in outs:
+        ntt.synthesize_into(1, 0, out)
+
+    def run(out: tuple[np.ndarray, ...]) -> None:
+        for index in range(repeats):
+            ntt.synthesize_into(1, index, out)
+
+    workers = [threading.Thread(target=run, args=(out,)) for out in outs]
+    started = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return threads * repeats * n / (time.perf_counter() - started)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[2:]),
+    )
+    parser.add_argument("--log-n", type=int, default=24)
+    parser.add_argument("--chunks-log2", type=int, nargs="+", default=[16, 18, 20, 22])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])
+    args = parser.parse_args()
+    sys.setswitchinterval(0.001)
+    n = 1 << args.log_n
+    out = tuple(np.zeros(n, np.uint32) for _ in range(3))
+    rows: list[tuple[str, ...]] = []
+    for chunk_log2 in args.chunks_log2:
+        ntt.SYNTHESIS_CHUNK = 1 << chunk_log2
+        ntt.synthesize_into(1, 0, out)  # warm: pages touched, tables built
+        alone, counting_alone = synthesis_time(out, beside_python=False)
+        beside, counting_beside = synthesis_time(out, beside_python=True)
+        rows.append((
+            f"2^{chunk_log2}", f"{alone / n * 1e9:.2f}", f"{beside / n * 1e9:.2f}",
+            f"{beside / alone:.2f}", f"{counting_beside / counting_alone:.0%}",
+        ))  # fmt: skip
+    print(f"synthesis of 2^{args.log_n} elements into uint32 arrays, switch interval 1 ms")
+    headers = ("step", "ns/element alone", "ns/element beside Python", "slowdown",
+               "counting thread kept")  # fmt: skip
+    print(render(headers, rows))
+    rows = []
+    for chunk_log2 in args.chunks_log2:
+        ntt.SYNTHESIS_CHUNK = 1 << chunk_log2
+        rates = [threads_rate(n // 2, t) / 1e6 for t in args.threads]
+        rows.append((f"2^{chunk_log2}", *(f"{r:.0f}" for r in rates)))
+    print(render(("step", *(f"{t} threads, M elements/s" for t in args.threads)), rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
