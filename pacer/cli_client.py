@@ -84,6 +84,19 @@ def _controller_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
     ]  # fmt: skip
 
 
+def _pool_rows(pool: dict[str, Any]) -> list[tuple[str, str]]:
+    """The pinned pool, when the workload has one."""
+    if not pool.get("slots_total"):
+        return []
+    return [(
+        "pinned pool",
+        f"{pool['slots_free']} / {pool['slots_total']} slots free "
+        f"({pool['total_bytes'] / 2**30:.1f} GiB); {pool['waits']} waits, "
+        f"{pool['fallbacks']} fallbacks, {pool['allocations_after_warmup']} allocations after "
+        "warm-up",
+    )]  # fmt: skip
+
+
 def _status(client: Client, args: argparse.Namespace) -> int:
     status = client.status()
     if args.json:
@@ -101,9 +114,12 @@ def _status(client: Client, args: argparse.Namespace) -> int:
         ("bootstraps", f"{c['bootstraps']} cold, {c['rebootstraps']} re-bootstraps"),
         ("queues", f"backlog {q['backlog']}, synthesizing {q['synthesizing']}, ready "
                    f"{q['ready']}, proving {q['proving']}"),
-        ("memory", f"{m['inflight_bytes'] / 2**20:.1f} / {m['budget_bytes'] / 2**30:.1f} GiB "
+        ("memory", f"{m['inflight_bytes'] / 2**30:.2f} / {m['budget_bytes'] / 2**30:.1f} GiB "
                    "in flight"),
-        ("workers", ", ".join(f"{g['gpu']}: {g['busy_ratio']:.0%} busy" for g in status["gpus"])),
+        *_pool_rows(status["pool"]),
+        ("gpus", ", ".join(f"{g['gpu']}: {g['busy_ratio']:.0%} busy ({g['workers']} "
+                           f"worker{'s' if g['workers'] != 1 else ''})"
+                           for g in status["gpus"])),
         ("jobs", ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
     ]  # fmt: skip
     print(render(("pacer", client.base_url), rows))

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import argparse
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pacer import cli_client
 from pacer.__main__ import main
 from pacer.sim.scenario import shipped_scenarios
 
@@ -134,3 +138,54 @@ def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_shipped_scenarios_are_packaged() -> None:
     assert len(shipped_scenarios()) >= 7
+
+
+class StatusOnly:
+    """A client that answers GET /v1/status with a recorded body."""
+
+    base_url = "http://127.0.0.1:9470"
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+
+    def status(self) -> dict[str, Any]:
+        return self.body
+
+
+def status_body(pool: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "draining": False, "ready": True, "workload": "ntt",
+        "controller": {"policy": "unpaced", "mode": "pacing", "interval_s": 0.0,
+                       "bootstraps": 0, "rebootstraps": 0},
+        "queues": {"backlog": 64, "synthesizing": 16, "ready": 3, "proving": 2},
+        "memory": {"inflight_bytes": 27 * 2**30, "budget_bytes": 64 * 2**30},
+        "pool": pool,
+        "gpus": [{"gpu": 0, "workers": 2, "busy_ratio": 0.4, "busy_seconds": 1.0},
+                 {"gpu": 1, "workers": 1, "busy_ratio": 0.97, "busy_seconds": 2.0}],
+        "jobs": {"running": 1},
+    }  # fmt: skip
+
+
+def test_status_shows_memory_the_pinned_pool_and_each_gpu(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pool = {"total_bytes": 33 * 3 * 2**29, "in_use_bytes": 0, "slots_total": 33,
+            "slots_free": 12, "checkouts": 900, "waits": 4, "fallbacks": 0,
+            "allocations_after_warmup": 0}  # fmt: skip
+    client: Any = StatusOnly(status_body(pool))
+    assert cli_client._status(client, argparse.Namespace(json=False)) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^memory +27\.00 / 64\.0 GiB in flight", out, flags=re.M), out
+    assert re.search(
+        r"^pinned pool +12 / 33 slots free \(49\.5 GiB\); 4 waits, 0 fallbacks, 0 allocations "
+        r"after warm-up",
+        out,
+        flags=re.M,
+    ), out
+    assert re.search(r"^gpus +0: 40% busy \(2 workers\), 1: 97% busy \(1 worker\)", out, re.M)
+
+
+def test_status_leaves_out_the_pool_when_there_is_none(capsys: pytest.CaptureFixture[str]) -> None:
+    client: Any = StatusOnly(status_body({"total_bytes": 0, "in_use_bytes": 0}))
+    assert cli_client._status(client, argparse.Namespace(json=False)) == 0
+    assert "pinned pool" not in capsys.readouterr().out
