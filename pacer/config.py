@@ -251,8 +251,8 @@ class NttSettings(_Section):
         ge=4,
         le=27,
         description="Partition size as log2 of the NTT domain; unset: 27 when proving on GPUs "
-        "(over 0.1 s of an H200 per partition), 18 on the CPU; on the CPU jobs may override it "
-        "with params.log_n (log2 of elements)",
+        "(BabyBear's largest, ~85 ms of an H200 per partition), 18 on the CPU; on the CPU jobs "
+        "may override it with params.log_n (log2 of elements)",
     )
 
 

@@ -197,15 +197,16 @@ class GpuNttWorkload(NttWorkload):
     full speed and nothing is allocated on the hot path); proving worker ``w`` runs on device
     ``devices[w // workers_per_device]`` with a stream of its own; the slot goes back to the
     pool once the partition is done. ``prepare`` allocates the pool and sets up every worker's
-    device buffers, tables and kernels before the service is ready; ``close`` frees the pool.
+    device buffers, tables and kernels (and, with ``executor="processes"``, the synthesis
+    processes) before the service is ready; ``close`` stops those and frees the pool.
     A proof carries H's digest, folded on the GPU; H itself comes back only for partitions
     that will be verified (every ``verify_every``-th by default: a CPU check of 2^27 elements
     costs seconds of a core).
     """
 
     DEFAULT_LOG_N = 27
-    """One partition is over 0.1 s of H200 time at 2^27 elements: 1.5 GiB of a, b, c to copy
-    in and seven transforms of 2^27 points (bench/RESULTS.md)."""
+    """The largest domain BabyBear has: 82–86 ms of H200 time a partition, 1.5 GiB of a, b, c
+    to copy in and seven transforms of 2^27 points (bench/RESULTS.md)."""
     verify_every = 100
 
     def __init__(
