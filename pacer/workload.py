@@ -205,7 +205,7 @@ class GpuNttWorkload(NttWorkload):
     """
 
     DEFAULT_LOG_N = 27
-    """The largest domain BabyBear has: 82–86 ms of H200 time a partition, 1.5 GiB of a, b, c
+    """The largest domain BabyBear has: 82 to 86 ms of H200 time a partition, 1.5 GiB of a, b, c
     to copy in and seven transforms of 2^27 points (bench/RESULTS.md)."""
     verify_every = 100
 
