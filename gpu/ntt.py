@@ -379,21 +379,29 @@ def _coset_intt(evals: FieldArray, log_n: int, shift: int) -> FieldArray:
 
 
 class _Plan:
-    """Everything a transform of 2^log_n points needs but its input."""
+    """Everything a transform of 2^log_n points needs but its input.
+
+    The gather index is built on first use: the GPU port reads only the twiddles, and at 2^27
+    the index is 1 GiB and seconds of work.
+    """
 
     def __init__(self, log_n: int) -> None:
         n = 1 << log_n
+        self.log_n = log_n
         self.cols = 1 << (log_n // 2)
         self.rows = n // self.cols
-        reversed_index = _bit_reversal(log_n)
-        # Gathering through this reads the input in bit-reversed order straight into the
-        # transposed (cols, rows) layout the early stages run on.
-        self.gather = _frozen(
-            reversed_index.reshape(self.rows, self.cols).T.reshape(n).astype(np.intp)
-        )
         self.n_inverse = np.uint64(field.inverse(n % field.P))
         self.forward = _stage_twiddles(log_n, field.root_of_unity(log_n))
         self.backward = _stage_twiddles(log_n, field.inverse(field.root_of_unity(log_n)))
+
+    @functools.cached_property
+    def gather(self) -> npt.NDArray[np.intp]:
+        """Gathering through this reads the input in bit-reversed order straight into the
+        transposed (cols, rows) layout the early stages run on."""
+        reversed_index = _bit_reversal(self.log_n)
+        return _frozen(
+            reversed_index.reshape(self.rows, self.cols).T.reshape(1 << self.log_n).astype(np.intp)
+        )
 
 
 @functools.lru_cache(maxsize=_CACHED_SIZES)

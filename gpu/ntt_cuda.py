@@ -55,6 +55,7 @@ __all__ = [
     "host_tables",
     "launch_plan",
     "phase_names",
+    "release_host_tables",
     "to_device",
 ]
 
@@ -286,6 +287,14 @@ def host_tables(log_n: int) -> HostTables:
     )
 
 
+def release_host_tables() -> None:
+    """Drop the cached host tables (and `gpu.ntt`'s, which they come from) once every device
+    has its copy: at 2^27 they hold ~7 GiB that nothing reads after the upload."""
+    host_tables.cache_clear()
+    _plan.cache_clear()
+    _coset_scales.cache_clear()
+
+
 @dataclass(frozen=True)
 class _DeviceTables:
     forward: DeviceArray
@@ -342,7 +351,8 @@ class CudaHSteps:
         self._cupy = cupy
         self._device = cupy.cuda.Device()
         self.stream = stream if stream is not None else cupy.cuda.get_current_stream()
-        self._tables = host_tables(log_n)
+        tables = host_tables(log_n)
+        self._n_inverse, self._z_inverse = tables.n_inverse, tables.z_inverse
         self._device_tables = _device_tables(log_n, self._device.id)
         self._kernels = _kernels(self._device.id)
         self._launches = launch_plan(log_n)
@@ -381,7 +391,7 @@ class CudaHSteps:
         self, a: DeviceArray, b: DeviceArray, c: DeviceArray
     ) -> tuple[DeviceArray, DeviceArray, DeviceArray]:
         """The coefficients of a, b, c (evaluations on <ω>)."""
-        n_inverse = self._tables.n_inverse
+        n_inverse = self._n_inverse
         for name, values, out in zip("abc", (a, b, c), self._coeffs, strict=True):
             self._transform(name, values, out, inverse=True, out_scalar=n_inverse)
         return self._coeffs
@@ -401,7 +411,7 @@ class CudaHSteps:
             self._check_device(name, values)
         n = np.uint32(self.n)
         grid = -(-self.n // _BLOCK)
-        args = (a, b, c, self._h_evals, np.uint32(self._tables.z_inverse), n)
+        args = (a, b, c, self._h_evals, np.uint32(self._z_inverse), n)
         with self._device, self.stream:
             self._kernels["h_pointwise"]((grid,), (_BLOCK,), args)
         return self._h_evals

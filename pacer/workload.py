@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -256,11 +257,18 @@ class GpuNttWorkload(NttWorkload):
         processes executor, ``synthesis_workers`` synthesis processes."""
         import numpy as np
 
+        from gpu import ntt_cuda
         from gpu.pool import PinnedPool
 
         n = 1 << self.log_n
-        self.pool = PinnedPool(slots, [(n,)] * 3, dtype=np.uint32, backend=self.pool_backend,
-                               on_empty=self.on_empty, budget_bytes=budget_bytes)  # fmt: skip
+        # The provers' tables take seconds of NumPy at 2^27: build them while pinning runs.
+        tables = threading.Thread(target=ntt_cuda.host_tables, args=(self.log_n,))
+        tables.start()
+        try:
+            self.pool = PinnedPool(slots, [(n,)] * 3, dtype=np.uint32, backend=self.pool_backend,
+                                   on_empty=self.on_empty, budget_bytes=budget_bytes)  # fmt: skip
+        finally:
+            tables.join()
         if self.executor == "processes":
             from gpu.synthesis import ProcessSynthesizer
 
@@ -271,6 +279,7 @@ class GpuNttWorkload(NttWorkload):
 
             for worker in range(self.workers):
                 self._provers[worker] = GpuProver(self.device_of(worker), self.log_n)
+        ntt_cuda.release_host_tables()  # every device has its copy now
 
     def synthesize(self, spec: PartitionSpec) -> Any:
         import gpu.ntt as ntt

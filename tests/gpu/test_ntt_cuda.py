@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+import gpu.ntt as ntt_module
 from gpu import field, ntt_cuda
 from gpu.field import FieldArray
 from gpu.ntt import HSteps, compute_h, coset_intt, coset_ntt, digest, intt, ntt, synthesize, verify
@@ -357,3 +358,14 @@ def test_phase_rejects_its_own_output_buffer(cupy_module: Any) -> None:
     coeffs = steps.intt(a, b, c)
     with pytest.raises(ValueError, match="must not be the buffer this phase writes"):
         steps.intt(*coeffs)
+
+
+def test_host_tables_leave_the_cpu_gather_index_unbuilt_and_can_be_released() -> None:
+    ntt_cuda.release_host_tables()
+    ntt_cuda.host_tables(14)
+    assert "gather" not in ntt_module._plan(14).__dict__  # 2^27 of intp the GPU never reads
+    assert ntt_cuda.host_tables.cache_info().currsize == 1
+    ntt_cuda.release_host_tables()
+    assert ntt_cuda.host_tables.cache_info().currsize == 0
+    assert ntt_module._plan.cache_info().currsize == 0
+    assert ntt_module._coset_scales.cache_info().currsize == 0
