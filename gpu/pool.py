@@ -112,14 +112,7 @@ class CudaHostAllocator:
     pinned = True
 
     def __init__(self) -> None:
-        try:
-            import cupy
-        except ImportError as error:
-            raise RuntimeError(
-                "backend 'cuda' needs CuPy (pip install 'pacer[gpu]'); "
-                "use backend 'numpy' or 'auto' on machines without a GPU"
-            ) from error
-        self._cuda: Any = cupy.cuda
+        self._cuda: Any = _cupy_cuda()
 
     def allocate(self, nbytes: int) -> ByteArray:
         memory = self._cuda.PinnedMemory(nbytes)
@@ -156,7 +149,7 @@ class SharedHostAllocator:
         self.name = "shared-cuda" if register else "shared"
         self._cuda: Any = None
         if register:
-            self._cuda = CudaHostAllocator()._cuda
+            self._cuda = _cupy_cuda()
         self.blocks: list[shared_memory.SharedMemory] = []
         self._registered: list[int] = []
 
@@ -197,6 +190,18 @@ class SharedHostAllocator:
 
 _HOST_REGISTER_PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA context
 SHM_DIR = "/dev/shm"
+
+
+def _cupy_cuda() -> Any:
+    """``cupy.cuda``, imported here; a clear error where CuPy is missing."""
+    try:
+        import cupy
+    except ImportError as error:
+        raise RuntimeError(
+            "backend 'cuda' needs CuPy (pip install 'pacer[gpu]'); "
+            "use backend 'numpy' or 'auto' on machines without a GPU"
+        ) from error
+    return cupy.cuda
 
 
 def cuda_available() -> bool:
@@ -366,9 +371,7 @@ class PinnedPool:
             except BaseException:
                 self._memory.clear()
                 self._arrays.clear()
-                release = getattr(self._allocator, "release", None)
-                if release is not None:
-                    release()
+                self._release_allocator()
                 logger.error(
                     "allocating %s slot %d of %d (%s each) failed after %.1f s",
                     self.backend, index + 1, slots, _format_bytes(self.slot_bytes),
@@ -478,9 +481,7 @@ class PinnedPool:
             self._free.clear()
             self._arrays.clear()
             self._memory.clear()
-            release = getattr(self._allocator, "release", None)
-            if release is not None:
-                release()
+            self._release_allocator()
             self.freed_in_s = self._clock() - start
             self.in_use_bytes = 0
         if in_use:
@@ -545,6 +546,12 @@ class PinnedPool:
         self._check_open()
         if not ready:
             raise PoolExhausted(self.slots_total, self.slot_bytes, timeout_s or 0.0)
+
+    def _release_allocator(self) -> None:
+        """What the allocator holds beyond the arrays (shared blocks, registrations) goes."""
+        release = getattr(self._allocator, "release", None)
+        if release is not None:
+            release()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -121,10 +121,12 @@ class _StateCollector(Collector):
             value=pool.fallbacks,
         )
         busy = GaugeMetricFamily(
-            "pacer_gpu_busy_ratio", "Fraction of the last 60 s spent proving", labels=["gpu"]
+            "pacer_gpu_busy_ratio",
+            "Fraction of the last 60 s with a partition on the GPU",
+            labels=["gpu"],
         )
         busy_s = CounterMetricFamily(
-            "pacer_gpu_busy_seconds", "Time spent proving (s)", labels=["gpu"]
+            "pacer_gpu_busy_seconds", "Time with a partition on the GPU (s)", labels=["gpu"]
         )
         for gpu in p.gpus:
             busy.add_metric([str(gpu)], p.busy_ratio(gpu))

@@ -72,7 +72,8 @@ class Observer(Protocol):
 
 
 class BusyMeter:
-    """Time a worker spent proving: in total, and as a fraction of the trailing ``window_s``.
+    """Busy time (a GPU's, in the pipeline): in total, and as a fraction of the trailing
+    ``window_s``.
 
     Busy intervals are added when they end, into per-second buckets (constant work and memory
     per partition); an interval still running is passed in by the reader.

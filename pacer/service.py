@@ -129,11 +129,8 @@ class Service:
         self._order = 0
         self._started_jobs: set[str] = set()
         self.workload: Workload = load_workload(settings)
-        self.verify_every: int = (
-            settings.verify_every
-            if settings.verify_every is not None
-            else getattr(self.workload, "verify_every", 1)
-        )
+        self.verify_every = _or_workload_says(settings.verify_every, self.workload,
+                                              "verify_every", 1)  # fmt: skip
         # The journal lives on a thread of its own: an fsync must never stall the event loop.
         self._db = ThreadPoolExecutor(1, "pacer-journal")
         try:
@@ -151,13 +148,10 @@ class Service:
                 f"one partition takes {self.partition_bytes} bytes, more than "
                 f"PACER_MEMORY__BUDGET_BYTES={budget}"
             )
-        # The workload knows how many threads its synthesis keeps busy, unless told otherwise.
-        threads = settings.synthesis.threads_per_synthesis
-        if threads is None:
-            threads = int(
-                getattr(self.workload, "threads_per_synthesis", DEFAULT_SYNTHESIS_THREADS)
-            )
-        self.threads_per_synthesis = threads
+        self.threads_per_synthesis = _or_workload_says(
+            settings.synthesis.threads_per_synthesis, self.workload, "threads_per_synthesis",
+            DEFAULT_SYNTHESIS_THREADS,
+        )  # fmt: skip
         self.caps = Caps.from_host(
             cores=settings.synthesis.cores,
             threads_per_synthesis=self.threads_per_synthesis,
@@ -490,6 +484,14 @@ class Service:
             ],
             "jobs": {state.value: n for state, n in counts.items()},
         }
+
+
+def _or_workload_says(setting: int | None, workload: Workload, name: str, default: int) -> int:
+    """A setting left unset defers to what the workload says (its attribute ``name``), and
+    to ``default`` where it says nothing."""
+    if setting is not None:
+        return setting
+    return int(getattr(workload, name, default))
 
 
 def _estimates(saved: dict[str, float | None] | None) -> Estimates | None:

@@ -261,25 +261,28 @@ class GpuNttWorkload(NttWorkload):
         from gpu.pool import PinnedPool
 
         n = 1 << self.log_n
+        on_cuda = self.pool_backend.endswith("cuda")  # else provers come from elsewhere (tests)
         # The provers' tables take seconds of NumPy at 2^27: build them while pinning runs.
         tables = threading.Thread(target=ntt_cuda.host_tables, args=(self.log_n,))
-        tables.start()
+        if on_cuda:
+            tables.start()
         try:
             self.pool = PinnedPool(slots, [(n,)] * 3, dtype=np.uint32, backend=self.pool_backend,
                                    on_empty=self.on_empty, budget_bytes=budget_bytes)  # fmt: skip
         finally:
-            tables.join()
+            if on_cuda:
+                tables.join()
         if self.executor == "processes":
             from gpu.synthesis import ProcessSynthesizer
 
             self._synthesizer = ProcessSynthesizer(synthesis_workers)
             self._synthesizer.start()
-        if self.pool_backend.endswith("cuda"):
+        if on_cuda:
             from gpu.worker import GpuProver
 
             for worker in range(self.workers):
                 self._provers[worker] = GpuProver(self.device_of(worker), self.log_n)
-        ntt_cuda.release_host_tables()  # every device has its copy now
+            ntt_cuda.release_host_tables()  # every device has its copy now
 
     def synthesize(self, spec: PartitionSpec) -> Any:
         import gpu.ntt as ntt
