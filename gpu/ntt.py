@@ -127,11 +127,9 @@ def synthesize_into(seed: int, index: int, out: Sequence[npt.NDArray[Any]]) -> N
     values = np.empty(chunk, dtype=np.uint32)
     over = np.empty(chunk, dtype=np.uint32)
     product = np.empty(chunk, dtype=np.uint64)
+    draws = (chunk + 1) // 2  # two 32-bit words a draw; n = 1 uses one word of one draw
     for start in range(0, size, chunk):
-        if chunk > 1:
-            words = generator.random_raw(chunk // 2).view(np.uint32)
-        else:  # n = 1: one word of one draw
-            words = generator.random_raw(1).view(np.uint32)[:1]
+        words = generator.random_raw(draws).view(np.uint32)[:chunk]
         np.bitwise_and(words, _LOW_31, out=values)
         np.subtract(values, _P32, out=over)
         np.minimum(values, over, out=values)  # values ≥ p wrapped below p; others kept
