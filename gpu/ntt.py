@@ -48,7 +48,7 @@ _LOW_31 = np.uint32(2**31 - 1)
 SYNTHESIS_CHUNK = 1 << 18
 """Elements `synthesize_into` draws and writes per step (a few MiB of cache-resident work)."""
 _PRODUCT_CHUNK = 1 << 16
-"""Elements of c per step: the product and quotient (uint64) stay in a core's L2."""
+"""Elements of c per inner step: its product and quotient (uint64) stay in a core's L2."""
 DIGEST_LANES = 1 << 16
 """Independent FNV-1a lanes of `digest` (fewer when n is smaller): element i feeds lane
 i mod lanes, so a GPU reads the vector coalesced, one thread per lane."""
@@ -126,28 +126,44 @@ def synthesize_into(seed: int, index: int, out: Sequence[npt.NDArray[Any]]) -> N
     a_out, b_out, c_out = out
     generator = np.random.SFC64([seed, index])
     chunk = min(size, SYNTHESIS_CHUNK)
+    draws = (chunk + 1) // 2  # two 32-bit words a draw; n = 1 uses one word of one draw
     values = np.empty(chunk, dtype=np.uint32)
     over = np.empty(chunk, dtype=np.uint32)
-    draws = (chunk + 1) // 2  # two 32-bit words a draw; n = 1 uses one word of one draw
+    # window[0] is the element before this step's (a_(start − 1)), window[1:] this step's.
+    window = np.empty(chunk + 1, dtype=np.uint64)
+    step = min(chunk, _PRODUCT_CHUNK)
+    product = np.empty(step, dtype=np.uint64)
+    quotient = np.empty(step, dtype=np.uint64)
+
+    def products(left: npt.NDArray[np.uint64], right: npt.NDArray[np.uint64], at: int) -> None:
+        """c[at + i] = left[i]·right[i] mod p, `_PRODUCT_CHUNK` at a time (product, quotient
+        in L2); the quotient-and-subtract form of `field.mul`."""
+        for offset in range(0, left.size, step):
+            count = min(step, left.size - offset)
+            value, low = product[:count], quotient[:count]
+            np.multiply(left[offset : offset + count], right[offset : offset + count], out=value)
+            np.floor_divide(value, _P, out=low)
+            np.multiply(low, _P, out=low)
+            np.subtract(value, low, out=value)
+            c_out[at + offset : at + offset + count] = value
+
     for start in range(0, size, chunk):
         words = generator.random_raw(draws).view(np.uint32)[:chunk]
         np.bitwise_and(words, _LOW_31, out=values)
         np.subtract(values, _P32, out=over)
         np.minimum(values, over, out=values)  # values ≥ p wrapped below p; others kept
+        # Each output is written once, from cache: a_i, b_(i−1) = a_i, c_(i−1) = a_(i−1)·a_i.
         a_out[start : start + chunk] = values
-    b_out[: size - 1] = a_out[1:]
+        window[1:] = values
+        if start == 0:
+            b_out[: chunk - 1] = values[1:]
+            products(window[1:-1], window[2:], 0)
+        else:
+            b_out[start - 1 : start + chunk - 1] = values
+            products(window[:-1], window[1:], start - 1)
+        window[0] = window[-1]
     b_out[size - 1] = a_out[0]
-    step = min(size, _PRODUCT_CHUNK)
-    product = np.empty(step, dtype=np.uint64)
-    quotient = np.empty(step, dtype=np.uint64)
-    for start in range(0, size, step):
-        stop = start + step
-        np.multiply(a_out[start:stop], b_out[start:stop], out=product, dtype=np.uint64)
-        # product − ⌊product / p⌋·p, as in `field.mul`: libdivide beats the uint64 remainder.
-        np.floor_divide(product, _P, out=quotient)
-        np.multiply(quotient, _P, out=quotient)
-        np.subtract(product, quotient, out=product)
-        c_out[start:stop] = product
+    c_out[size - 1] = int(a_out[size - 1]) * int(a_out[0]) % field.P
 
 
 def _check_synthesis(seed: int, index: int, log_n: int) -> None:

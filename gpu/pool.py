@@ -25,6 +25,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -154,8 +155,10 @@ class SharedHostAllocator:
         self._registered: list[int] = []
 
     def check_room(self, total_bytes: int) -> None:
-        """Refuse a pool that does not fit in /dev/shm now. Blocks are sparse until written,
-        and a write past the tmpfs limit is a SIGBUS, so this is checked before any block."""
+        """Refuse a pool that does not fit in /dev/shm now, once blocks that a dead process
+        left there are gone (`remove_stale_blocks`). Blocks are sparse until written, and a
+        write past the tmpfs limit is a SIGBUS, so this is checked before any block."""
+        remove_stale_blocks()
         stats = os.statvfs(SHM_DIR)
         room = stats.f_bavail * stats.f_frsize
         if total_bytes > room:
@@ -166,7 +169,9 @@ class SharedHostAllocator:
             )
 
     def allocate(self, nbytes: int) -> ByteArray:
-        block = shared_memory.SharedMemory(create=True, size=nbytes)
+        name = f"{BLOCK_PREFIX}{os.getpid()}-{next(_block_numbers)}"
+        block = shared_memory.SharedMemory(name=name, create=True, size=nbytes)
+        _live_blocks.add(name)
         self.blocks.append(block)
         assert block.buf is not None
         array = np.frombuffer(block.buf, np.uint8, nbytes)
@@ -185,7 +190,60 @@ class SharedHostAllocator:
             with contextlib.suppress(BufferError):
                 block.close()
             block.unlink()
+            _live_blocks.discard(block.name.lstrip("/"))
         self.blocks.clear()
+
+
+BLOCK_PREFIX = "pacer-pool-"
+"""Names of shared slot blocks in /dev/shm: ``pacer-pool-<pid>-<n>``, so a later start can
+tell whose they are."""
+_block_numbers = itertools.count()
+_live_blocks: set[str] = set()  # names this process created and has not unlinked
+
+
+def remove_stale_blocks(directory: str | None = None) -> tuple[int, int]:
+    """Unlink the slot blocks of processes that are gone; returns (blocks, bytes) removed.
+
+    A service killed outright (SIGKILL, the OOM killer) never unlinks its blocks, and tmpfs
+    keeps them, GiB each, until someone does. A block is stale when the process in its name
+    has exited, or is this one (a restarted container's PID 1) but did not make it. Blocks of
+    a live process (another service on this host) are left alone.
+    """
+    directory = directory or SHM_DIR
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return 0, 0
+    removed: dict[int, list[int]] = {}  # pid: sizes of its blocks removed
+    for name in sorted(names):
+        pid_text, _, number = name.removeprefix(BLOCK_PREFIX).partition("-")
+        if not name.startswith(BLOCK_PREFIX) or not (pid_text.isdigit() and number.isdigit()):
+            continue
+        pid = int(pid_text)
+        mine = pid == os.getpid()
+        if (mine and name in _live_blocks) or (not mine and _process_alive(pid)):
+            continue
+        path = os.path.join(directory, name)
+        with contextlib.suppress(FileNotFoundError):
+            size = os.stat(path).st_blocks * 512  # what it holds, not its sparse length
+            os.unlink(path)
+            removed.setdefault(pid, []).append(size)
+    for pid, sizes in removed.items():
+        logger.warning(
+            "removed %d shared slot blocks (%s) from %s that process %d left when it died",
+            len(sizes), _format_bytes(sum(sizes)), directory, pid,
+        )  # fmt: skip
+    return sum(map(len, removed.values())), sum(map(sum, removed.values()))
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 _HOST_REGISTER_PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA context

@@ -116,10 +116,10 @@ class SynthesisSettings(_Section):
         "ntt and noop), else 4 (threads)",
     )
     executor: Literal["threads", "processes"] = Field(
-        "threads",
-        description="Where the GPU path's synthesis runs: threads of the service, or worker "
-        "processes writing into shared pool slots pinned with cudaHostRegister (no GIL between "
-        "them) (threads/processes)",
+        "processes",
+        description="Where the GPU path's synthesis runs: worker processes writing into shared "
+        "pool slots pinned with cudaHostRegister (no GIL between them; the pool must fit in "
+        "/dev/shm), or threads of the service (processes/threads)",
     )
     max_concurrent: int = Field(
         256,

@@ -266,6 +266,20 @@ def test_synthesize_into_writes_what_synthesize_returns(log_n: int) -> None:
         assert all((o == e).all() for o, e in zip(out, expected, strict=True))
 
 
+@pytest.mark.parametrize(("chunk", "product_chunk"), [(8, 4), (16, 16), (64, 8)])
+def test_synthesis_steps_do_not_change_what_is_written(
+    monkeypatch: pytest.MonkeyPatch, chunk: int, product_chunk: int
+) -> None:
+    expected = synthesize(seed=3, index=5, log_n=9)
+    monkeypatch.setattr(ntt_module, "SYNTHESIS_CHUNK", chunk)
+    monkeypatch.setattr(ntt_module, "_PRODUCT_CHUNK", product_chunk)
+    a, b, c = synthesize(seed=3, index=5, log_n=9)
+    assert all((x == e).all() for x, e in zip((a, b, c), expected, strict=True))
+    ints = a.tolist()
+    assert b.tolist() == ints[1:] + ints[:1]
+    assert c.tolist() == [x * y % P for x, y in zip(ints, ints[1:] + ints[:1], strict=True)]
+
+
 def test_synthesize_draws_spread_over_the_field_and_b_is_a_rotated() -> None:
     a, b, _ = synthesize(seed=1, index=0, log_n=16)
     assert int(a.max()) < P

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -10,7 +14,7 @@ import numpy as np
 import pytest
 
 from gpu import ntt
-from gpu.pool import PinnedPool
+from gpu.pool import BLOCK_PREFIX, PinnedPool, remove_stale_blocks
 from gpu.synthesis import ProcessSynthesizer
 from pacer.workload import GpuNttWorkload, PartitionSpec
 
@@ -107,4 +111,93 @@ def test_a_pool_larger_than_dev_shm_is_refused_before_anything_is_written(
     monkeypatch.setattr("gpu.pool.os.statvfs", lambda path: Tiny())
     with pytest.raises(RuntimeError, match=r"need 96\.0 KiB in /dev/shm, which has 64\.0 KiB"):
         PinnedPool(3, [(8192,)], np.uint32, backend="shared")
-    assert not any(name.startswith("psm_") for name in os.listdir("/dev/shm"))
+    assert not any(name.startswith(BLOCK_PREFIX) for name in os.listdir("/dev/shm"))
+
+
+# A service's pool that is still open: it reports its block names, then waits to be killed.
+# Its blocks are taken off multiprocessing's resource tracker, as when the tracker dies with it
+# (the OOM killer or a container stop takes every process), so only the sweep can remove them.
+HOLD_A_POOL = """
+import sys
+from multiprocessing import resource_tracker
+import numpy as np
+from gpu.pool import PinnedPool
+pool = PinnedPool(2, [(1024,)] * 3, np.uint32, backend="shared")
+for index in range(2):
+    slot = pool.checkout()
+    slot.arrays[0][:] = 7  # written: the blocks hold memory
+    name = pool.slot_block(slot).name
+    resource_tracker.unregister("/" + name, "shared_memory")
+    print(name, flush=True)
+sys.stdin.read()
+"""
+
+
+def start_pool_holder() -> tuple[subprocess.Popen[str], list[str]]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_A_POOL],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    names = [holder.stdout.readline().strip() for _ in range(2)]
+    assert all(name.startswith(f"{BLOCK_PREFIX}{holder.pid}-") for name in names)
+    return holder, names
+
+
+def test_blocks_of_a_killed_service_are_removed_by_the_next_pool(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    holder, names = start_pool_holder()
+    holder.send_signal(signal.SIGKILL)  # no close, no unlink: tmpfs keeps the blocks
+    holder.wait()
+    holder.stdout.close()  # type: ignore[union-attr]
+    holder.stdin.close()  # type: ignore[union-attr]
+    assert all(shm_exists(name) for name in names)
+    with caplog.at_level(logging.WARNING, logger="gpu.pool"):
+        pool = PinnedPool(1, [(64,)], np.uint32, backend="shared")
+    pool.close()
+    assert not any(shm_exists(name) for name in names)
+    assert f"removed 2 shared slot blocks (8.0 KiB) from /dev/shm that process {holder.pid}" in (
+        caplog.text
+    )
+
+
+def test_blocks_of_a_live_service_and_of_this_process_stay() -> None:
+    holder, names = start_pool_holder()
+    try:
+        pool = PinnedPool(2, [(64,)], np.uint32, backend="shared")
+        slot = pool.checkout()
+        mine = pool.slot_block(slot)
+        assert mine is not None
+        assert remove_stale_blocks() == (0, 0)
+        assert all(shm_exists(name) for name in [*names, mine.name])
+        slot.release()
+        pool.close()
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait()
+        holder.stdout.close()  # type: ignore[union-attr]
+    assert not shm_exists(mine.name)
+    assert remove_stale_blocks()[0] == 2  # the holder is gone now
+    assert not any(shm_exists(name) for name in names)
+
+
+def test_a_block_with_this_pid_that_this_process_did_not_make_is_stale(tmp_path: object) -> None:
+    # A restarted container's service has the PID its predecessor had (often 1).
+    name = f"{BLOCK_PREFIX}{os.getpid()}-999999"
+    with open(f"/dev/shm/{name}", "wb") as block:
+        block.write(b"x" * 5000)
+    other = f"{BLOCK_PREFIX.removesuffix('-')}x-{os.getpid()}-1"  # not one of ours: kept
+    with open(f"/dev/shm/{other}", "wb"):
+        pass
+    try:
+        removed, freed = remove_stale_blocks()
+        assert removed == 1
+        assert freed >= 5000
+        assert not shm_exists(name)
+        assert shm_exists(other)
+    finally:
+        os.unlink(f"/dev/shm/{other}")
