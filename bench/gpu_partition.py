@@ -196,7 +196,7 @@ def main() -> int:
     parser.add_argument(
         "--executor",
         choices=("threads", "processes"),
-        default="threads",
+        default="processes",
         help="synthesis on threads of this process, or in worker processes writing into "
         "shared slots pinned with cudaHostRegister",
     )

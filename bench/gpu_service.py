@@ -100,7 +100,8 @@ async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
             if args.workers_per_device is None
             else {"workers_per_device": args.workers_per_device}
         ),
-        synthesis={"threads_per_synthesis": 1, "executor": args.executor},
+        synthesis={"threads_per_synthesis": 1}
+        | ({} if args.executor is None else {"executor": args.executor}),
         controller={"policy": policy},
         verify_every=args.verify_every,
         journal={"path": tmp / "journal.sqlite"},
@@ -164,6 +165,7 @@ async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
         "start_s": start_s,
         "partitions_per_s": (p.proved - proved_at_start) / elapsed,
         "synthesis_concurrency": service.caps.synthesis_concurrency,
+        "executor": settings.synthesis.executor,
         "synthesis_mean_s": synthesis_sum / synthesis_count if synthesis_count else None,
         "inflight_gib_mean": sum(inflight_gib) / len(inflight_gib) if inflight_gib else 0.0,
         "inflight_gib_max": max(inflight_gib, default=0.0),
@@ -213,8 +215,8 @@ def main() -> int:
     parser.add_argument("--devices", default="all", help="PACER_GPU__DEVICES")
     parser.add_argument("--verify-every", type=int, default=None, help="PACER_VERIFY_EVERY")
     parser.add_argument(
-        "--executor", choices=("threads", "processes"), default="threads",
-        help="PACER_SYNTHESIS__EXECUTOR",
+        "--executor", choices=("threads", "processes"), default=None,
+        help="PACER_SYNTHESIS__EXECUTOR (default: the setting's default)",
     )  # fmt: skip
     parser.add_argument(
         "--chunk-log2",
@@ -232,7 +234,8 @@ def main() -> int:
 
     results = [uvloop.run(run_policy(args, policy)) for policy in args.policies.split(",")]
     first = results[0]
-    print(f"partition 2^{first['log_n']}, synthesis concurrency {first['synthesis_concurrency']}, "
+    print(f"partition 2^{first['log_n']}, synthesis concurrency {first['synthesis_concurrency']} "
+          f"on {first['executor']}, "
           f"pool {first['pool']['slots']} slots ({first['pool']['gib']:.1f} GiB), "
           f"{args.warmup:.0f} s warm-up, {args.seconds:.0f} s measured")  # fmt: skip
     print(table(results))

@@ -36,10 +36,11 @@ import numpy.typing as npt
 
 from gpu import field
 from gpu.field import GENERATOR, TWO_ADICITY, FieldArray
+from gpu.ntt import DIGEST_LANES, HSteps, _coset_scales, _plan, digest_of_lanes
 
 # The host tables are gpu.ntt's own (same code path, hence the same values); they are private
 # there because they are cached and read-only, which is exactly how they are used here.
-from gpu.ntt import DIGEST_LANES, HSteps, _coset_scales, _plan, digest_of_lanes
+from gpu.pool import CudaHostAllocator
 
 if TYPE_CHECKING:
     import cupy
@@ -372,7 +373,10 @@ class CudaHSteps:
             # (CUDA's default with fewer contexts than cores) that synthesis could use.
             self._done = cupy.cuda.Event(block=True, disable_timing=True)
         self._host_staging = np.empty(self.n, dtype=np.uint32)
-        self._host_lanes = np.empty(self._lanes, dtype=np.uint64)
+        # Pinned, so the lanes' copy is asynchronous and `_wait` sleeps through the kernels
+        # before it: into pageable memory, cudaMemcpyAsync itself waits for the stream, and
+        # that wait spins a core for the whole partition.
+        self._host_lanes = CudaHostAllocator().allocate(self._lanes * 8).view(np.uint64)
 
     def h2d(
         self, a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike
@@ -433,6 +437,9 @@ class CudaHSteps:
         self._check_device("h", h)
         if out is not None and (out.shape != (self.n,) or not out.flags.c_contiguous):
             raise ValueError(f"out must be a contiguous vector of length {self.n}, got {out.shape}")
+        # The kernels first, asleep: a copy into pageable memory (the staging vector, maybe
+        # ``out``) would wait for them spinning.
+        self._wait()
         if out is not None and out.dtype == np.uint32:
             _memcpy(out.ctypes.data, h.data.ptr, out.nbytes, _DEVICE_TO_HOST, self.stream)
             self._wait()

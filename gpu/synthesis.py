@@ -18,8 +18,11 @@ True
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
+import threading
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import shared_memory
 from types import TracebackType
 from typing import Any
@@ -29,6 +32,8 @@ from gpu.pool import SlotBlock
 
 __all__ = ["ProcessSynthesizer"]
 
+logger = logging.getLogger("gpu.synthesis")
+
 
 class ProcessSynthesizer:
     """``processes`` worker processes filling shared pool slots; `fill` blocks until done.
@@ -36,15 +41,23 @@ class ProcessSynthesizer:
     Started with forkserver (the workers never touch CUDA, and a fork of a process holding a
     CUDA context is not safe to use). `start` launches them all, so none is forked on the hot
     path; `close` stops them.
+
+    A worker that dies (the OOM killer, a signal) breaks the whole set: the syntheses in flight
+    then start over once on a new set (``restarts`` counts them), instead of every later
+    partition failing.
     """
 
     def __init__(self, processes: int) -> None:
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
         self.processes = processes
-        self._executor = ProcessPoolExecutor(
-            processes, mp_context=multiprocessing.get_context("forkserver")
-        )
+        self.restarts = 0
+        self._lock = threading.Lock()
+        self._executor = self._new_executor()
+
+    def _new_executor(self) -> ProcessPoolExecutor:
+        context = multiprocessing.get_context("forkserver")
+        return ProcessPoolExecutor(self.processes, mp_context=context)
 
     def start(self) -> None:
         """Launch every worker process now (each imports NumPy once)."""
@@ -55,7 +68,27 @@ class ProcessSynthesizer:
         """Write partition (seed, index) into the slot ``block`` describes, in a worker."""
         if block is None:
             raise ValueError("the slot is not in shared memory: synthesize it in this process")
-        self._executor.submit(_fill, block, seed, index).result()
+        executor = self._executor
+        try:
+            executor.submit(_fill, block, seed, index).result()
+        except BrokenProcessPool:
+            self._replace(executor)
+            # The slot is written whole again; a second break is an error for the partition.
+            self._executor.submit(_fill, block, seed, index).result()
+
+    def _replace(self, broken: ProcessPoolExecutor) -> None:
+        """A new set of workers for a broken one, once however many fills saw it break."""
+        with self._lock:
+            if self._executor is not broken:
+                return
+            broken.shutdown(wait=False, cancel_futures=True)
+            self._executor = self._new_executor()
+            self.restarts += 1
+            logger.error(
+                "a synthesis worker process died (killed, or out of memory?); started a new set "
+                "of %d, and the syntheses it had start over (restart %d)",
+                self.processes, self.restarts,
+            )  # fmt: skip
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)

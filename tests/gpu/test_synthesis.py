@@ -201,3 +201,28 @@ def test_a_block_with_this_pid_that_this_process_did_not_make_is_stale(tmp_path:
         assert shm_exists(other)
     finally:
         os.unlink(f"/dev/shm/{other}")
+
+
+def test_a_killed_worker_is_replaced_and_the_synthesis_starts_over(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with (
+        PinnedPool(1, [(256,)] * 3, np.uint32, backend="shared") as pool,
+        ProcessSynthesizer(2) as synthesizer,
+        pool.checkout() as slot,
+    ):
+        block = pool.slot_block(slot)
+        synthesizer.fill(block, 5, 0)
+        for worker in list(synthesizer._executor._processes.values()):  # the OOM killer
+            assert worker.pid is not None
+            os.kill(worker.pid, signal.SIGKILL)
+            worker.join()
+        slot.arrays[2][:] = 0
+        with caplog.at_level(logging.ERROR, logger="gpu.synthesis"):
+            synthesizer.fill(block, 5, 1)
+        expected = ntt.synthesize(5, 1, 8)
+        assert all((a == e).all() for a, e in zip(slot.arrays, expected, strict=True))
+        assert synthesizer.restarts == 1
+        assert "a synthesis worker process died" in caplog.text
+        synthesizer.fill(block, 5, 2)  # the new set keeps working
+        assert synthesizer.restarts == 1
