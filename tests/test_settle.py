@@ -26,6 +26,7 @@ from pacer.settle import (
     parse_size,
 )
 from tests.conftest import FakeClock
+from tests.pool_holder import kill_holder, start_pool_holder
 
 MIB = 2**20
 
@@ -530,3 +531,18 @@ def test_settles_for_real_after_a_child_holding_2gib_is_killed(
         assert (status, report["settled"]) == (0, True)
         assert report["reason"] in ("baseline", "stable")
         assert time.monotonic() - started < 10
+
+
+def test_blocks_a_killed_pacer_left_in_dev_shm_are_removed_and_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    holder, names = start_pool_holder()
+    kill_holder(holder)
+    assert all(os.path.exists(f"/dev/shm/{name}") for name in names)
+    argv = ["--timeout", "0", "--process-name", "", "--state-file", str(tmp_path / "s.json"),
+            "--no-record"]  # fmt: skip
+    _, _, err = cli(argv, capsys)
+    assert not any(os.path.exists(f"/dev/shm/{name}") for name in names)
+    assert "removed 2 pinned-pool blocks (0.00 GiB) that a dead pacer left in /dev/shm" in err
+    _, _, err = cli(argv, capsys)  # nothing left to remove, nothing said
+    assert "pinned-pool blocks" not in err

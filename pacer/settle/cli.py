@@ -32,6 +32,7 @@ from pacer.settle.sources import (
     ProcessScanner,
     ReplayError,
     SamplingError,
+    StaleBlocksRemoved,
     no_processes,
     read_replay,
 )
@@ -133,6 +134,8 @@ reclaimable caches left out). Settled means both:
   - no process named --process-name is left, alive or zombie.
 With NVML (pip install nvidia-ml-py) and a GPU, GPU used memory is sampled too and must
 settle by the same rules, against the GPU level remembered in the state file.
+Pinned-pool blocks that a killed pacer left in /dev/shm (pacer-pool-<pid>-<n>, its process
+gone) never come back by themselves: each sample removes them first, and says so.
 On a settled exit the used level is remembered in the state file as the next baseline."""
 EPILOG = """\
 exit status: 0 settled, 1 not settled at --timeout, 2 bad options or replay file.
@@ -273,7 +276,7 @@ def _run_host(
     processes = ProcessScanner(process_name) if process_name else no_processes
     gpu = NvmlMemory.open()
     try:
-        sampler = MeminfoSampler(gpu=gpu)
+        sampler = StaleBlocksRemoved(MeminfoSampler(gpu=gpu), _warn)
         return run(options, time.monotonic, time.sleep, sampler, processes, progress)
     finally:
         if gpu is not None:

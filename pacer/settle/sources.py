@@ -110,6 +110,31 @@ class MeminfoSampler:
         return Sample(used, None if self.gpu is None else self.gpu.used_bytes())
 
 
+class StaleBlocksRemoved:
+    """``sampler``, after removing the pinned-pool blocks a dead pacer left in /dev/shm.
+
+    Shared memory outlives a process killed with SIGKILL, so a killed service's pool (tens of
+    GiB) would hold used memory up until the next service starts and removes it; only blocks
+    whose process is gone are touched (`gpu.pool.remove_stale_blocks`). ``report`` hears what
+    went.
+    """
+
+    def __init__(self, sampler: Sampler, report: Callable[[str], None]) -> None:
+        self.sampler = sampler
+        self.report = report
+
+    def sample(self) -> Sample:
+        from gpu.pool import remove_stale_blocks
+
+        removed, freed = remove_stale_blocks()
+        if removed:
+            self.report(
+                f"removed {removed} pinned-pool blocks ({freed / 2**30:.2f} GiB) that a dead "
+                "pacer left in /dev/shm"
+            )
+        return self.sampler.sample()
+
+
 # --- processes ------------------------------------------------------------------------------
 
 STATES = {"R": "running", "S": "sleeping", "D": "disk sleep", "Z": "zombie", "T": "stopped"}

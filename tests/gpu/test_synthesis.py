@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 
@@ -17,6 +15,7 @@ from gpu import ntt
 from gpu.pool import BLOCK_PREFIX, PinnedPool, remove_stale_blocks
 from gpu.synthesis import ProcessSynthesizer
 from pacer.workload import GpuNttWorkload, PartitionSpec
+from tests.pool_holder import kill_holder, start_pool_holder
 
 
 @pytest.fixture(scope="module")
@@ -114,46 +113,11 @@ def test_a_pool_larger_than_dev_shm_is_refused_before_anything_is_written(
     assert not any(name.startswith(BLOCK_PREFIX) for name in os.listdir("/dev/shm"))
 
 
-# A service's pool that is still open: it reports its block names, then waits to be killed.
-# Its blocks are taken off multiprocessing's resource tracker, as when the tracker dies with it
-# (the OOM killer or a container stop takes every process), so only the sweep can remove them.
-HOLD_A_POOL = """
-import sys
-from multiprocessing import resource_tracker
-import numpy as np
-from gpu.pool import PinnedPool
-pool = PinnedPool(2, [(1024,)] * 3, np.uint32, backend="shared")
-for index in range(2):
-    slot = pool.checkout()
-    slot.arrays[0][:] = 7  # written: the blocks hold memory
-    name = pool.slot_block(slot).name
-    resource_tracker.unregister("/" + name, "shared_memory")
-    print(name, flush=True)
-sys.stdin.read()
-"""
-
-
-def start_pool_holder() -> tuple[subprocess.Popen[str], list[str]]:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_A_POOL],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdout is not None
-    names = [holder.stdout.readline().strip() for _ in range(2)]
-    assert all(name.startswith(f"{BLOCK_PREFIX}{holder.pid}-") for name in names)
-    return holder, names
-
-
 def test_blocks_of_a_killed_service_are_removed_by_the_next_pool(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     holder, names = start_pool_holder()
-    holder.send_signal(signal.SIGKILL)  # no close, no unlink: tmpfs keeps the blocks
-    holder.wait()
-    holder.stdout.close()  # type: ignore[union-attr]
-    holder.stdin.close()  # type: ignore[union-attr]
+    kill_holder(holder)
     assert all(shm_exists(name) for name in names)
     with caplog.at_level(logging.WARNING, logger="gpu.pool"):
         pool = PinnedPool(1, [(64,)], np.uint32, backend="shared")

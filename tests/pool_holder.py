@@ -1,0 +1,50 @@
+"""A child process holding an open shared-memory pool, as a service would, for the tests that
+kill it and look at what it leaves in /dev/shm."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from gpu.pool import BLOCK_PREFIX
+
+# A service's pool that is still open: it reports its block names, then waits to be killed.
+# Its blocks are taken off multiprocessing's resource tracker, as when the tracker dies with it
+# (the OOM killer or a container stop takes every process), so only the sweep can remove them.
+HOLD_A_POOL = """
+import sys
+from multiprocessing import resource_tracker
+import numpy as np
+from gpu.pool import PinnedPool
+pool = PinnedPool(2, [(1024,)] * 3, np.uint32, backend="shared")
+for index in range(2):
+    slot = pool.checkout()
+    slot.arrays[0][:] = 7  # written: the blocks hold memory
+    name = pool.slot_block(slot).name
+    resource_tracker.unregister("/" + name, "shared_memory")
+    print(name, flush=True)
+sys.stdin.read()
+"""
+
+
+def start_pool_holder() -> tuple[subprocess.Popen[str], list[str]]:
+    """The holder, started, and the names of its two blocks."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_A_POOL],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    names = [holder.stdout.readline().strip() for _ in range(2)]
+    assert all(name.startswith(f"{BLOCK_PREFIX}{holder.pid}-") for name in names)
+    return holder, names
+
+
+def kill_holder(holder: subprocess.Popen[str]) -> None:
+    """SIGKILL, as the OOM killer would: no close, no unlink, and tmpfs keeps the blocks."""
+    holder.kill()
+    holder.wait()
+    for pipe in (holder.stdout, holder.stdin):
+        if pipe is not None:
+            pipe.close()
