@@ -10,7 +10,8 @@ warm up, then measures for ``--seconds``: partitions/s; per GPU the busy ratio (
 ``pacer_gpu_busy_seconds_total`` over the window) and the idle-gap p99 (the gaps the pipeline
 reports to ``pacer_gpu_idle_gap_seconds``, those ending inside the window); NVML utilization
 sampled every 100 ms during the window; mean phase times from ``pacer_gpu_phase_seconds``; the
-pool's allocations after warm-up (must stay 0), waits and fallbacks over the whole run. Prints
+pool's allocations after warm-up (must stay 0), waits and fallbacks over the whole run;
+the cores the service process and its synthesis processes used during the window. Prints
 one table with a row per policy and GPU; writes ``$OUT/gpu_service.json`` when OUT is set.
 """
 
@@ -60,6 +61,32 @@ class Gaps:
 
     def within(self, gpu: int, start: float, end: float) -> list[float]:
         return [s for at, s in self.gaps.get(gpu, []) if start <= at <= end]
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """CPU time so far of this process (all its threads) and of its live descendants (the
+    synthesis processes), from /proc: where the cores go while a window runs."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    table: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        table[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks)
+    own = table.get(os.getpid(), (0, 0.0))[1]
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    below, frontier = 0.0, list(children.get(os.getpid(), []))
+    while frontier:
+        pid = frontier.pop()
+        below += table[pid][1]
+        frontier += children.get(pid, [])
+    return own, below
 
 
 def nvml_sampler(stop: threading.Event, samples: dict[int, list[int]]) -> None:
@@ -130,6 +157,7 @@ async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
     proved_at_start = p.proved
     busy_at_start = {g: p.busy_seconds(g) for g in p.gpus}
     sampler.start()
+    cpu_at_start = cpu_seconds()
     next_report = started
     inflight_gib: list[float] = []
     while (now := time.perf_counter()) - started < args.seconds:
@@ -142,6 +170,7 @@ async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
                   f"{p.ready} ready, {p.synthesizing} synthesizing", file=sys.stderr)  # fmt: skip
     ended = time.perf_counter()
     elapsed = ended - started
+    cpu_at_end = cpu_seconds()
     stop.set()
     sampler.join(2)
     per_gpu = {}
@@ -169,6 +198,8 @@ async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
         "synthesis_mean_s": synthesis_sum / synthesis_count if synthesis_count else None,
         "inflight_gib_mean": sum(inflight_gib) / len(inflight_gib) if inflight_gib else 0.0,
         "inflight_gib_max": max(inflight_gib, default=0.0),
+        "service_cores": (cpu_at_end[0] - cpu_at_start[0]) / elapsed,
+        "synthesis_process_cores": (cpu_at_end[1] - cpu_at_start[1]) / elapsed,
         "gpus": per_gpu,
         "pool": {
             "slots": pool.slots_total if pool else 0,
@@ -243,6 +274,8 @@ def main() -> int:
         phases = next(iter(r["gpus"].values()))["phase_ms"] if r["gpus"] else {}
         synthesis = r["synthesis_mean_s"] or 0.0
         print(f"{r['policy']}: start {r['start_s']:.1f} s, synthesis mean {synthesis:.2f} s, "
+              f"cores used by the service {r['service_cores']:.1f} and by its synthesis "
+              f"processes {r['synthesis_process_cores']:.1f}, "
               "phases ms "
               + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))  # fmt: skip
     out = os.environ.get("OUT")

@@ -120,6 +120,11 @@ class _StateCollector(Collector):
             "Checkouts served from pageable memory",
             value=pool.fallbacks,
         )
+        yield CounterMetricFamily(
+            "pacer_synthesis_worker_restarts",
+            "Times the synthesis processes were replaced after one died",
+            value=p.synthesis_restarts,
+        )
         busy = GaugeMetricFamily(
             "pacer_gpu_busy_ratio",
             "Fraction of the last 60 s with a partition on the GPU",

@@ -252,6 +252,11 @@ class Pipeline:
         return getattr(self.workload, "pool", None)
 
     @property
+    def synthesis_restarts(self) -> int:
+        """Times the workload replaced its synthesis processes after one died (0 without)."""
+        return int(getattr(self.workload, "synthesis_restarts", 0))
+
+    @property
     def gpus(self) -> list[int]:
         """The label of every GPU proving (device index; worker index when on the CPU)."""
         return list(self._gpus)

@@ -239,6 +239,11 @@ class GpuNttWorkload(NttWorkload):
     def device_of(self, worker: int) -> int:
         return self.devices[worker // self.workers_per_device]
 
+    @property
+    def synthesis_restarts(self) -> int:
+        """Times the synthesis processes were replaced after one died."""
+        return 0 if self._synthesizer is None else int(self._synthesizer.restarts)
+
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         out = super().check_params(params)
         if out.get("log_n", self.log_n) != self.log_n:

@@ -5,6 +5,8 @@ two workers on one device."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -49,18 +51,23 @@ def shared_gpu_workload(settings: Settings) -> GpuNttWorkload:
     return workload
 
 
-async def test_partitions_synthesized_in_processes_prove_and_verify(tmp_path: Path) -> None:
+async def started_service(tmp_path: Path, **env: str) -> tuple[Service, GpuNttWorkload]:
+    """A started service on `shared_gpu_workload` with two synthesis processes."""
     settings = settings_for(
         tmp_path,
         PACER_WORKLOAD="tests.service.test_gpu_path:shared_gpu_workload",
-        PACER_VERIFY_EVERY="3",
         PACER_SYNTHESIS__CORES="2",
+        **env,
     )
     service = Service(settings, CollectorRegistry())
     await service.start()
+    assert isinstance(service.workload, GpuNttWorkload)
+    return service, service.workload
+
+
+async def test_partitions_synthesized_in_processes_prove_and_verify(tmp_path: Path) -> None:
+    service, workload = await started_service(tmp_path, PACER_VERIFY_EVERY="3")
     try:
-        workload = service.workload
-        assert isinstance(workload, GpuNttWorkload)
         pool = service.pipeline.pool
         assert pool.backend == "shared"
         assert pool.slots_total == service.pool_slots_needed()
@@ -85,3 +92,21 @@ async def test_partitions_synthesized_in_processes_prove_and_verify(tmp_path: Pa
     finally:
         await service.shutdown()
     assert pool.closed
+
+
+async def test_a_killed_synthesis_process_is_replaced_and_the_job_completes(
+    tmp_path: Path,
+) -> None:
+    service, workload = await started_service(tmp_path)
+    try:
+        for worker in list(workload._synthesizer._executor._processes.values()):
+            os.kill(worker.pid, signal.SIGKILL)  # the OOM killer, between partitions
+            worker.join()
+        status, body = await call(service, "POST", "/v1/jobs", {"partitions": 4})
+        assert status == 202
+        job = await until_done(service, body["id"])
+        assert job["state"] == "completed", job.get("error")
+        _, metrics = await call(service, "GET", "/metrics")
+        assert "pacer_synthesis_worker_restarts_total 1.0" in metrics
+    finally:
+        await service.shutdown()

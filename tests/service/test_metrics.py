@@ -20,6 +20,7 @@ REQUIRED = [
     "pacer_ready_partitions", "pacer_memory_budget_bytes", "pacer_memory_inflight_bytes",
     "pacer_pinned_pool_total_bytes", "pacer_pinned_pool_in_use_bytes",
     "pacer_pinned_pool_waits_total", "pacer_pinned_pool_fallbacks_total",
+    "pacer_synthesis_worker_restarts_total",
     "pacer_gpu_busy_ratio", "pacer_gpu_idle_gap_seconds", "pacer_gpu_phase_seconds",
     "pacer_synthesis_seconds", "pacer_partitions_total", "pacer_jobs_total", "pacer_build_info",
     "pacer_controller_policy_info",
