@@ -224,10 +224,15 @@ def remove_stale_blocks(directory: str | None = None) -> tuple[int, int]:
         if (mine and name in _live_blocks) or (not mine and _process_alive(pid)):
             continue
         path = os.path.join(directory, name)
-        with contextlib.suppress(FileNotFoundError):
+        try:
             size = os.stat(path).st_blocks * 512  # what it holds, not its sparse length
             os.unlink(path)
-            removed.setdefault(pid, []).append(size)
+        except FileNotFoundError:
+            continue  # removed meanwhile
+        except OSError as error:  # another user's (a run as root?): say so, go on
+            logger.warning("cannot remove stale shared slot block %s: %s", path, error)
+            continue
+        removed.setdefault(pid, []).append(size)
     for pid, sizes in removed.items():
         logger.warning(
             "removed %d shared slot blocks (%s) from %s that process %d left when it died",

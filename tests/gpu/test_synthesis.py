@@ -190,3 +190,24 @@ def test_a_killed_worker_is_replaced_and_the_synthesis_starts_over(
         assert "a synthesis worker process died" in caplog.text
         synthesizer.fill(block, 5, 2)  # the new set keeps working
         assert synthesizer.restarts == 1
+
+
+def test_a_stale_block_that_cannot_be_removed_is_reported_and_skipped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    holder, names = start_pool_holder()
+    kill_holder(holder)
+    real_unlink = os.unlink
+
+    def unlink(path: str) -> None:
+        if path.endswith(names[0]):
+            raise PermissionError(1, "Operation not permitted", path)  # root's, say
+        real_unlink(path)
+
+    monkeypatch.setattr("gpu.pool.os.unlink", unlink)
+    with caplog.at_level(logging.WARNING, logger="gpu.pool"):
+        assert remove_stale_blocks()[0] == 1
+    assert f"cannot remove stale shared slot block /dev/shm/{names[0]}" in caplog.text
+    assert shm_exists(names[0])
+    assert not shm_exists(names[1])
+    real_unlink(f"/dev/shm/{names[0]}")
