@@ -97,6 +97,17 @@ def _pool_rows(pool: dict[str, Any]) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
+def _synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Where synthesis runs, and how often its processes had to be replaced."""
+    if not synthesis:  # a service from before this field
+        return []
+    text = synthesis["executor"]
+    if synthesis["executor"] == "processes":
+        restarts = synthesis["restarts"]
+        text += f" ({restarts} restart{'s' if restarts != 1 else ''} after one died)"
+    return [("synthesis", text)]
+
+
 def _status(client: Client, args: argparse.Namespace) -> int:
     status = client.status()
     if args.json:
@@ -117,6 +128,7 @@ def _status(client: Client, args: argparse.Namespace) -> int:
         ("memory", f"{m['inflight_bytes'] / 2**30:.2f} / {m['budget_bytes'] / 2**30:.1f} GiB "
                    "in flight"),
         *_pool_rows(status["pool"]),
+        *_synthesis_rows(status.get("synthesis")),
         ("gpus", ", ".join(f"{g['gpu']}: {g['busy_ratio']:.0%} busy ({g['workers']} "
                            f"worker{'s' if g['workers'] != 1 else ''})"
                            for g in status["gpus"])),

@@ -473,6 +473,11 @@ class Service:
                 "caps": asdict(self.caps),
             },
             "pool": _pool_json(p.pool),
+            "synthesis": {
+                # Where synthesis runs: the GPU path's setting; the CPU workloads use threads.
+                "executor": getattr(self.workload, "executor", "threads"),
+                "restarts": p.synthesis_restarts,
+            },
             "gpus": [
                 {
                     "gpu": g,

@@ -108,5 +108,7 @@ async def test_a_killed_synthesis_process_is_replaced_and_the_job_completes(
         assert job["state"] == "completed", job.get("error")
         _, metrics = await call(service, "GET", "/metrics")
         assert "pacer_synthesis_worker_restarts_total 1.0" in metrics
+        _, status = await call(service, "GET", "/v1/status")
+        assert status["synthesis"] == {"executor": "processes", "restarts": 1}
     finally:
         await service.shutdown()
