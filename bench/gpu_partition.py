@@ -1,7 +1,7 @@
 """One partition of the ntt workload, both sides: CPU synthesis and the GPU prover, by size.
 
     python -m bench.gpu_partition [--log-n 24 26 27] [--repeats 10] [--threads 1 8 16]
-                                  [--workers 1 2] [--chunk-log2 18]
+                                  [--workers 1 2] [--chunk-log2 20]
                                   [--executor threads|processes]
 
 Per size, on device 0: the prover's time per partition (`gpu.worker.GpuProver.prove` from
@@ -56,7 +56,7 @@ def synthesis_rate(
             with pool.checkout() as slot:
                 started = time.perf_counter()
                 if processes is None:
-                    ntt.synthesize_into(7, index, slot.arrays)
+                    ntt.synthesize_into(7, index, slot.arrays, step=ntt.THREADED_STEP)
                 else:
                     processes.fill(pool.slot_block(slot), 7, index)
                 took = time.perf_counter() - started
@@ -190,8 +190,9 @@ def main() -> int:
     parser.add_argument(
         "--chunk-log2",
         type=int,
-        default=ntt.SYNTHESIS_CHUNK.bit_length() - 1,
-        help="log2 of the elements synthesis handles per step (fewer steps: fewer GIL handoffs)",
+        default=ntt.THREADED_STEP.bit_length() - 1,
+        help="threads executor: log2 of the elements a synthesis handles per step (fewer "
+        "steps: fewer GIL handoffs); worker processes keep cache-sized steps",
     )
     parser.add_argument(
         "--executor",
@@ -201,9 +202,10 @@ def main() -> int:
         "shared slots pinned with cudaHostRegister",
     )
     args = parser.parse_args()
-    ntt.SYNTHESIS_CHUNK = 1 << args.chunk_log2
-    print(f"synthesis chunk 2^{args.chunk_log2} elements", file=sys.stderr)
+    ntt.THREADED_STEP = 1 << args.chunk_log2
     print(f"synthesis on {args.executor}", file=sys.stderr)
+    if args.executor == "threads":
+        print(f"synthesis steps of 2^{args.chunk_log2} elements", file=sys.stderr)
     results = [
         measure(n, args.repeats, args.threads, args.workers, args.executor) for n in args.log_n
     ]

@@ -2,7 +2,7 @@
 
     python -m bench.gpu_service [--seconds 120] [--warmup 30] [--policies pi,unpaced,cuzk]
                                 [--log-n 27] [--workers-per-device 2] [--devices all]
-                                [--chunk-log2 18] [--executor threads|processes]
+                                [--chunk-log2 20] [--executor threads|processes]
 
 For each policy in turn, starts the service in-process with the ntt workload on the GPUs
 (synthesis on this host's cores into the pinned pool), keeps a backlog of jobs waiting, lets it
@@ -253,14 +253,14 @@ def main() -> int:
         "--chunk-log2",
         type=int,
         default=None,
-        help="log2 of the elements synthesis handles per step (default: gpu.ntt's; threads "
-        "executor only: worker processes keep the default)",
+        help="threads executor: log2 of the elements a synthesis handles per step (default: "
+        "gpu.ntt.THREADED_STEP); worker processes keep cache-sized steps",
     )
     args = parser.parse_args()
     if args.chunk_log2 is not None:
         import gpu.ntt
 
-        gpu.ntt.SYNTHESIS_CHUNK = 1 << args.chunk_log2
+        gpu.ntt.THREADED_STEP = 1 << args.chunk_log2
     import uvloop
 
     results = [uvloop.run(run_policy(args, policy)) for policy in args.policies.split(",")]

@@ -1,15 +1,16 @@
 """How much a thread running Python slows synthesis on another thread, by synthesis step size.
 
-    python -m bench.synthesis_gil [--log-n 24] [--chunks-log2 16 18 20 22] [--threads 1 2 4]
+    python -m bench.synthesis_gil [--log-n 24] [--chunks-log2 18 20 22] [--threads 1 2 4]
 
-`gpu.ntt.synthesize_into` makes a few NumPy calls per step of `SYNTHESIS_CHUNK` elements; each
-call gives up the GIL and must take it back. Alone, small steps are fastest (they stay in
-cache). Beside a thread that runs Python (here: counting, as a busy event loop or a proving
-thread's launches would), every take-back can wait for that thread's switch interval (1 ms, as
-the service sets it). Per step size: ns per element alone and beside the counting thread, and
-how much of its own rate the counting thread kept; then, with no Python thread beside them,
-how many elements a second 1, 2, 4 ... synthesis threads make together (small steps also
-scale best among threads that only make NumPy calls).
+`gpu.ntt.synthesize_into` makes a few NumPy calls per step; each call gives up the GIL and
+must take it back. Its default (`cache` below) takes steps of `SYNTHESIS_CHUNK` elements and
+makes c in `_PRODUCT_CHUNK` pieces, all in a core's cache; ``step=2^k`` takes steps of 2^k and
+makes c in one go per step (fewer calls). Beside a thread that runs Python (here: counting, as
+a busy event loop or a proving thread's launches would), every take-back can wait for that
+thread's switch interval (1 ms, as the service sets it). Per step: ns per element alone and
+beside the counting thread, and how much of its own rate the counting thread kept; then, with
+no Python thread beside them, how many elements a second 1, 2, 4 ... synthesis threads make
+together.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ def counting(stop: threading.Event, counts: list[int]) -> None:
     counts.append(count)
 
 
-def synthesis_time(out: tuple[np.ndarray, ...], beside_python: bool) -> tuple[float, float]:
+def synthesis_time(
+    out: tuple[np.ndarray, ...], step: int | None, beside_python: bool
+) -> tuple[float, float]:
     """(seconds for one synthesis, counts/s of the counting thread meanwhile or alone)."""
     stop = threading.Event()
     counts: list[int] = []
@@ -40,7 +43,7 @@ def synthesis_time(out: tuple[np.ndarray, ...], beside_python: bool) -> tuple[fl
     if beside_python:
         counter.start()
     started = time.perf_counter()
-    ntt.synthesize_into(1, 0, out)
+    ntt.synthesize_into(1, 0, out, step=step)
     seconds = time.perf_counter() - started
     if not beside_python:  # the counting thread alone, for as long
         counter.start()
@@ -53,15 +56,15 @@ def synthesis_time(out: tuple[np.ndarray, ...], beside_python: bool) -> tuple[fl
     return seconds, counts[0] / seconds_counted
 
 
-def threads_rate(n: int, threads: int, repeats: int = 3) -> float:
+def threads_rate(n: int, step: int | None, threads: int, repeats: int = 3) -> float:
     """Elements/s that ``threads`` threads synthesizing at once make together."""
     outs = [tuple(np.zeros(n, np.uint32) for _ in range(3)) for _ in range(threads)]
     for out in outs:
-        ntt.synthesize_into(1, 0, out)
+        ntt.synthesize_into(1, 0, out, step=step)
 
     def run(out: tuple[np.ndarray, ...]) -> None:
         for index in range(repeats):
-            ntt.synthesize_into(1, index, out)
+            ntt.synthesize_into(1, index, out, step=step)
 
     workers = [threading.Thread(target=run, args=(out,)) for out in outs]
     started = time.perf_counter()
@@ -79,20 +82,21 @@ def main() -> int:
         epilog="\n".join(__doc__.splitlines()[2:]),
     )
     parser.add_argument("--log-n", type=int, default=24)
-    parser.add_argument("--chunks-log2", type=int, nargs="+", default=[16, 18, 20, 22])
+    parser.add_argument("--chunks-log2", type=int, nargs="+", default=[18, 20, 22])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])
     args = parser.parse_args()
     sys.setswitchinterval(0.001)
     n = 1 << args.log_n
     out = tuple(np.zeros(n, np.uint32) for _ in range(3))
+    steps: list[tuple[str, int | None]] = [("cache", None)]
+    steps += [(f"step=2^{k}", 1 << k) for k in args.chunks_log2]
     rows: list[tuple[str, ...]] = []
-    for chunk_log2 in args.chunks_log2:
-        ntt.SYNTHESIS_CHUNK = 1 << chunk_log2
-        ntt.synthesize_into(1, 0, out)  # warm: pages touched, tables built
-        alone, counting_alone = synthesis_time(out, beside_python=False)
-        beside, counting_beside = synthesis_time(out, beside_python=True)
+    for label, step in steps:
+        ntt.synthesize_into(1, 0, out, step=step)  # warm: pages touched, tables built
+        alone, counting_alone = synthesis_time(out, step, beside_python=False)
+        beside, counting_beside = synthesis_time(out, step, beside_python=True)
         rows.append((
-            f"2^{chunk_log2}", f"{alone / n * 1e9:.2f}", f"{beside / n * 1e9:.2f}",
+            label, f"{alone / n * 1e9:.2f}", f"{beside / n * 1e9:.2f}",
             f"{beside / alone:.2f}", f"{counting_beside / counting_alone:.0%}",
         ))  # fmt: skip
     print(f"synthesis of 2^{args.log_n} elements into uint32 arrays, switch interval 1 ms")
@@ -100,10 +104,9 @@ def main() -> int:
                "counting thread kept")  # fmt: skip
     print(render(headers, rows))
     rows = []
-    for chunk_log2 in args.chunks_log2:
-        ntt.SYNTHESIS_CHUNK = 1 << chunk_log2
-        rates = [threads_rate(n // 2, t) / 1e6 for t in args.threads]
-        rows.append((f"2^{chunk_log2}", *(f"{r:.0f}" for r in rates)))
+    for label, step in steps:
+        rates = [threads_rate(n // 2, step, t) / 1e6 for t in args.threads]
+        rows.append((label, *(f"{r:.0f}" for r in rates)))
     print(render(("step", *(f"{t} threads, M elements/s" for t in args.threads)), rows))
     return 0
 

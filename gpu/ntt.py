@@ -47,6 +47,8 @@ _P32 = np.uint32(field.P)
 _LOW_31 = np.uint32(2**31 - 1)
 SYNTHESIS_CHUNK = 1 << 18
 """Elements `synthesize_into` draws and writes per step (a few MiB of cache-resident work)."""
+THREADED_STEP = 1 << 20
+"""`synthesize_into`'s step for a synthesis on a thread that shares the GIL (bench/RESULTS.md)."""
 _PRODUCT_CHUNK = 1 << 16
 """Elements of c per inner step: its product and quotient (uint64) stay in a core's L2."""
 DIGEST_LANES = 1 << 16
@@ -104,19 +106,28 @@ def synthesize(seed: int, index: int, log_n: int) -> tuple[FieldArray, FieldArra
     return a, b, c
 
 
-def synthesize_into(seed: int, index: int, out: Sequence[npt.NDArray[Any]]) -> None:
+def synthesize_into(
+    seed: int, index: int, out: Sequence[npt.NDArray[Any]], *, step: int | None = None
+) -> None:
     """`synthesize` written into ``out`` (three arrays of 2^log_n elements, uint32 or uint64,
     e.g. a pinned pool slot), so a GPU can copy them without another host copy.
 
     a is drawn from an SFC64 generator seeded by (seed, index): 31 random bits per element,
     less p when they exceed it (values below 2^31 − p are twice as likely as the rest; the
     circuit only needs field elements). b is a rotated by one place, b_i = a_(i+1 mod n): half
-    the draws, and A·B − C still vanishes on the domain. Chunks of `SYNTHESIS_CHUNK` elements
-    stay in the CPU's cache, so each output is written in one pass.
+    the draws, and A·B − C still vanishes on the domain. Each output is written once.
+
+    ``step`` unset: steps of `SYNTHESIS_CHUNK` elements, c in `_PRODUCT_CHUNK` of them, all in
+    a core's cache; fastest where synthesis has its core to itself (a worker process). Each
+    NumPy call gives up the GIL, though, and on a thread beside others each waits to take it
+    back: there, pass a larger power of two (`THREADED_STEP`), which makes c in one go per
+    step and so far fewer calls. The same values come out either way.
     """
     size = out[0].size
     log_n = size.bit_length() - 1
     _check_synthesis(seed, index, log_n)
+    if step is not None and (step < 2 or step & (step - 1)):
+        raise ValueError(f"step must be a power of two of at least 2, got {step}")
     for name, target in zip("abc", out, strict=True):
         if target.shape != (1 << log_n,) or target.dtype not in (np.uint32, np.uint64):
             raise ValueError(
@@ -125,21 +136,21 @@ def synthesize_into(seed: int, index: int, out: Sequence[npt.NDArray[Any]]) -> N
             )
     a_out, b_out, c_out = out
     generator = np.random.SFC64([seed, index])
-    chunk = min(size, SYNTHESIS_CHUNK)
+    chunk = min(size, step or SYNTHESIS_CHUNK)
     draws = (chunk + 1) // 2  # two 32-bit words a draw; n = 1 uses one word of one draw
     values = np.empty(chunk, dtype=np.uint32)
     over = np.empty(chunk, dtype=np.uint32)
     # window[0] is the element before this step's (a_(start − 1)), window[1:] this step's.
     window = np.empty(chunk + 1, dtype=np.uint64)
-    step = min(chunk, _PRODUCT_CHUNK)
-    product = np.empty(step, dtype=np.uint64)
-    quotient = np.empty(step, dtype=np.uint64)
+    inner = min(chunk, _PRODUCT_CHUNK) if step is None else chunk
+    product = np.empty(inner, dtype=np.uint64)
+    quotient = np.empty(inner, dtype=np.uint64)
 
     def products(left: npt.NDArray[np.uint64], right: npt.NDArray[np.uint64], at: int) -> None:
         """c[at + i] = left[i]·right[i] mod p, `_PRODUCT_CHUNK` at a time (product, quotient
         in L2); the quotient-and-subtract form of `field.mul`."""
-        for offset in range(0, left.size, step):
-            count = min(step, left.size - offset)
+        for offset in range(0, left.size, inner):
+            count = min(inner, left.size - offset)
             value, low = product[:count], quotient[:count]
             np.multiply(left[offset : offset + count], right[offset : offset + count], out=value)
             np.floor_divide(value, _P, out=low)

@@ -298,7 +298,7 @@ class GpuNttWorkload(NttWorkload):
             if block is not None:  # in a worker process, straight into the shared slot
                 self._synthesizer.fill(block, spec.seed, spec.index)
             else:  # on this thread (also a pageable fallback slot, which no process can map)
-                ntt.synthesize_into(spec.seed, spec.index, slot.arrays)
+                ntt.synthesize_into(spec.seed, spec.index, slot.arrays, step=ntt.THREADED_STEP)
         except BaseException:
             slot.release()
             raise

@@ -280,6 +280,21 @@ def test_synthesis_steps_do_not_change_what_is_written(
     assert c.tolist() == [x * y % P for x, y in zip(ints, ints[1:] + ints[:1], strict=True)]
 
 
+@pytest.mark.parametrize("step", [2, 8, 64, 1 << 20])
+def test_a_threaded_step_writes_the_same_values(step: int) -> None:
+    expected = synthesize(seed=6, index=2, log_n=9)
+    out = tuple(np.zeros(1 << 9, dtype=np.uint32) for _ in range(3))
+    synthesize_into(6, 2, out, step=step)
+    assert all((o == e).all() for o, e in zip(out, expected, strict=True))
+
+
+@pytest.mark.parametrize("step", [0, 1, 3, 96])
+def test_a_step_that_is_not_a_power_of_two_is_refused(step: int) -> None:
+    out = tuple(np.zeros(64, dtype=np.uint32) for _ in range(3))
+    with pytest.raises(ValueError, match=f"step must be a power of two of at least 2, got {step}"):
+        synthesize_into(1, 0, out, step=step)
+
+
 def test_synthesize_draws_spread_over_the_field_and_b_is_a_rotated() -> None:
     a, b, _ = synthesize(seed=1, index=0, log_n=16)
     assert int(a.max()) < P
