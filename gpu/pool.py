@@ -165,7 +165,9 @@ class SharedHostAllocator:
             raise RuntimeError(
                 f"shared-memory pool slots need {_format_bytes(total_bytes)} in {SHM_DIR}, which "
                 f"has {_format_bytes(room)} free; enlarge it (e.g. docker --shm-size, a "
-                "Kubernetes emptyDir with medium Memory) or lower the slot count"
+                "Kubernetes emptyDir with medium Memory), lower the slot count, or synthesize on "
+                "threads instead (PACER_SYNTHESIS__EXECUTOR=threads: pinned without /dev/shm, "
+                "synthesis slower)"
             )
 
     def allocate(self, nbytes: int) -> ByteArray:

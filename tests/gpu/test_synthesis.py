@@ -108,8 +108,11 @@ def test_a_pool_larger_than_dev_shm_is_refused_before_anything_is_written(
         f_bavail, f_frsize = 16, 4096  # 64 KiB free
 
     monkeypatch.setattr("gpu.pool.os.statvfs", lambda path: Tiny())
-    with pytest.raises(RuntimeError, match=r"need 96\.0 KiB in /dev/shm, which has 64\.0 KiB"):
+    with pytest.raises(
+        RuntimeError, match=r"need 96\.0 KiB in /dev/shm, which has 64\.0 KiB"
+    ) as raised:
         PinnedPool(3, [(8192,)], np.uint32, backend="shared")
+    assert "PACER_SYNTHESIS__EXECUTOR=threads" in str(raised.value)
     assert not any(name.startswith(BLOCK_PREFIX) for name in os.listdir("/dev/shm"))
 
 
