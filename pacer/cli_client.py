@@ -84,6 +84,14 @@ def _controller_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
     ]  # fmt: skip
 
 
+def _backend(pool: dict[str, Any]) -> str:
+    """How the slots are held, as the pool names it (absent from older services)."""
+    names = {"cuda": "cudaHostAlloc", "shared-cuda": "shared memory, cudaHostRegister",
+             "shared": "shared memory", "numpy": "pageable"}  # fmt: skip
+    backend = pool.get("backend")
+    return f", {names.get(backend, backend)}" if backend else ""
+
+
 def _pool_rows(pool: dict[str, Any]) -> list[tuple[str, str]]:
     """The pinned pool, when the workload has one."""
     if not pool.get("slots_total"):
@@ -91,7 +99,7 @@ def _pool_rows(pool: dict[str, Any]) -> list[tuple[str, str]]:
     return [(
         "pinned pool",
         f"{pool['slots_free']} / {pool['slots_total']} slots free "
-        f"({pool['total_bytes'] / 2**30:.1f} GiB); {pool['waits']} waits, "
+        f"({pool['total_bytes'] / 2**30:.1f} GiB{_backend(pool)}); {pool['waits']} waits, "
         f"{pool['fallbacks']} fallbacks, {pool['allocations_after_warmup']} allocations after "
         "warm-up",
     )]  # fmt: skip

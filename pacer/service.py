@@ -51,8 +51,8 @@ SWITCH_INTERVAL_S = 0.001
 DEFAULT_SYNTHESIS_THREADS = 4  # a workload that does not say how many threads it keeps busy
 GC_YOUNG_THRESHOLD = 50_000
 UPKEEP_S = 60.0
-POOL_FIELDS = ("total_bytes", "in_use_bytes", "slots_total", "slots_free", "checkouts", "waits",
-               "fallbacks", "allocations_after_warmup")  # fmt: skip
+POOL_FIELDS = ("backend", "total_bytes", "in_use_bytes", "slots_total", "slots_free", "checkouts",
+               "waits", "fallbacks", "allocations_after_warmup")  # fmt: skip
 
 
 class ConfigurationError(Exception):

@@ -170,7 +170,8 @@ def status_body(pool: dict[str, Any]) -> dict[str, Any]:
 def test_status_shows_memory_the_pinned_pool_and_each_gpu(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    pool = {"total_bytes": 33 * 3 * 2**29, "in_use_bytes": 0, "slots_total": 33,
+    pool = {"backend": "shared-cuda", "total_bytes": 33 * 3 * 2**29, "in_use_bytes": 0,
+            "slots_total": 33,
             "slots_free": 12, "checkouts": 900, "waits": 4, "fallbacks": 0,
             "allocations_after_warmup": 0}  # fmt: skip
     client: Any = StatusOnly(status_body(pool))
@@ -178,8 +179,8 @@ def test_status_shows_memory_the_pinned_pool_and_each_gpu(
     out = capsys.readouterr().out
     assert re.search(r"^memory +27\.00 / 64\.0 GiB in flight", out, flags=re.M), out
     assert re.search(
-        r"^pinned pool +12 / 33 slots free \(49\.5 GiB\); 4 waits, 0 fallbacks, 0 allocations "
-        r"after warm-up",
+        r"^pinned pool +12 / 33 slots free \(49\.5 GiB, shared memory, cudaHostRegister\); "
+        r"4 waits, 0 fallbacks, 0 allocations after warm-up",
         out,
         flags=re.M,
     ), out
