@@ -259,18 +259,6 @@ def test_simulated_h_matches_compute_h(log_n: int) -> None:
 GPU_SIZES = list(range(10, 21))
 
 
-@pytest.fixture(scope="module")
-def cupy_module() -> Any:
-    cupy = pytest.importorskip("cupy")
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except cupy.cuda.runtime.CUDARuntimeError:
-        count = 0
-    if count == 0:
-        pytest.skip("no CUDA device")
-    return cupy
-
-
 def fresh_seed() -> int:
     return int(np.random.default_rng().integers(2**32))
 

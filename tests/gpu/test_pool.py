@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -333,14 +333,8 @@ def test_close_wakes_a_waiting_checkout() -> None:
 
 
 @pytest.mark.gpu
-def test_cuda_backend_lends_pinned_memory() -> None:
-    cupy = pytest.importorskip("cupy")
-    try:
-        devices = cupy.cuda.runtime.getDeviceCount()
-    except cupy.cuda.runtime.CUDARuntimeError:
-        devices = 0
-    if devices == 0:
-        pytest.skip("no CUDA device")
+def test_cuda_backend_lends_pinned_memory(cupy_module: Any) -> None:
+    cupy = cupy_module
     with PinnedPool(2, SHAPES, backend="auto") as pool, pool.checkout() as slot:
         assert (pool.backend, slot.pinned) == ("cuda", True)
         a = slot.arrays[0]
