@@ -18,6 +18,7 @@ concurrency ÷ GPU partitions/s). With $OUT set, also writes $OUT/gpu_partition.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.threads import timed_threads
 from gpu import ntt
 from gpu.pool import PinnedPool
 from gpu.synthesis import ProcessSynthesizer
@@ -63,13 +65,8 @@ def synthesis_rate(
             with lock:
                 durations.append(took)
 
-    workers = [threading.Thread(target=run) for _ in range(threads)]
-    started = time.perf_counter()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    return partitions / (time.perf_counter() - started), statistics.median(durations)
+    seconds = timed_threads([run] * threads)
+    return partitions / seconds, statistics.median(durations)
 
 
 def copy_bandwidth(threads: int, nbytes: int = 256 * 2**20, rounds: int = 8) -> float:
@@ -80,13 +77,8 @@ def copy_bandwidth(threads: int, nbytes: int = 256 * 2**20, rounds: int = 8) -> 
         for _ in range(rounds):
             np.copyto(pair[1], pair[0])
 
-    workers = [threading.Thread(target=run, args=(pair,)) for pair in arrays]
-    started = time.perf_counter()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    return 2 * nbytes * rounds * threads / (time.perf_counter() - started)
+    seconds = timed_threads([functools.partial(run, pair) for pair in arrays])
+    return 2 * nbytes * rounds * threads / seconds
 
 
 def gpu_throughput(provers: list[GpuProver], pool: PinnedPool, rounds: int) -> float:
@@ -96,16 +88,15 @@ def gpu_throughput(provers: list[GpuProver], pool: PinnedPool, rounds: int) -> f
         for i, slot in enumerate(slots):
             ntt.synthesize_into(11, i, slot.arrays)
             provers[i].prove(*slot.arrays)  # warm
-        workers = [
-            threading.Thread(target=lambda p=p, s=s: [p.prove(*s.arrays) for _ in range(rounds)])
-            for p, s in zip(provers, slots, strict=True)
-        ]
-        started = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        return rounds * len(provers) / (time.perf_counter() - started)
+
+        def prove_rounds(prover: GpuProver, slot: Any) -> None:
+            for _ in range(rounds):
+                prover.prove(*slot.arrays)
+
+        seconds = timed_threads(
+            [functools.partial(prove_rounds, p, s) for p, s in zip(provers, slots, strict=True)]
+        )
+        return rounds * len(provers) / seconds
     finally:
         for slot in slots:
             slot.release()

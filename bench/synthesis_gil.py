@@ -16,12 +16,14 @@ together.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import threading
 import time
 
 import numpy as np
 
+from bench.threads import timed_threads
 from gpu import ntt
 from pacer.table import render
 
@@ -66,13 +68,7 @@ def threads_rate(n: int, step: int | None, threads: int, repeats: int = 3) -> fl
         for index in range(repeats):
             ntt.synthesize_into(1, index, out, step=step)
 
-    workers = [threading.Thread(target=run, args=(out,)) for out in outs]
-    started = time.perf_counter()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    return threads * repeats * n / (time.perf_counter() - started)
+    return threads * repeats * n / timed_threads([functools.partial(run, out) for out in outs])
 
 
 def main() -> int:
