@@ -89,14 +89,6 @@ class _StateCollector(Collector):
         mode = StateSetMetricFamily("pacer_controller_mode", "What the dispatch policy is doing")
         mode.add_metric([], {m.value: policy.mode is m for m in Mode})
         yield mode
-        yield CounterMetricFamily(
-            "pacer_controller_bootstraps", "Cold bootstraps", value=policy.bootstraps
-        )
-        yield CounterMetricFamily(
-            "pacer_controller_rebootstraps",
-            "Re-bootstraps after a true drain",
-            value=policy.rebootstraps,
-        )
         p = self._pipeline
         for name, doc, value in [
             ("pacer_backlog_partitions", "Accepted partitions not yet dispatched", p.backlog),
@@ -112,19 +104,17 @@ class _StateCollector(Collector):
              pool.in_use_bytes),
         ]:  # fmt: skip
             yield GaugeMetricFamily(name, doc, value=value)
-        yield CounterMetricFamily(
-            "pacer_pinned_pool_waits", "Checkouts that waited for a slot", value=pool.waits
-        )
-        yield CounterMetricFamily(
-            "pacer_pinned_pool_fallbacks",
-            "Checkouts served from pageable memory",
-            value=pool.fallbacks,
-        )
-        yield CounterMetricFamily(
-            "pacer_synthesis_worker_restarts",
-            "Times the synthesis processes were replaced after one died",
-            value=p.synthesis_restarts,
-        )
+        for name, doc, value in [
+            ("pacer_controller_bootstraps", "Cold bootstraps", policy.bootstraps),
+            ("pacer_controller_rebootstraps", "Re-bootstraps after a true drain",
+             policy.rebootstraps),
+            ("pacer_pinned_pool_waits", "Checkouts that waited for a slot", pool.waits),
+            ("pacer_pinned_pool_fallbacks", "Checkouts served from pageable memory",
+             pool.fallbacks),
+            ("pacer_synthesis_worker_restarts",
+             "Times the synthesis processes were replaced after one died", p.synthesis_restarts),
+        ]:  # fmt: skip
+            yield CounterMetricFamily(name, doc, value=value)
         busy = GaugeMetricFamily(
             "pacer_gpu_busy_ratio",
             "Fraction of the last 60 s with a partition on the GPU",
