@@ -192,7 +192,7 @@ class SharedHostAllocator:
             with contextlib.suppress(BufferError):
                 block.close()
             block.unlink()
-            _live_blocks.discard(block.name.lstrip("/"))
+            _live_blocks.discard(block.name)
         self.blocks.clear()
 
 
