@@ -1,6 +1,7 @@
 """Time the CUDA H computation phase by phase, after checking it against NumPy bit for bit.
 
     python -m bench.gpu_ntt [--log-n 16 18 20] [--repeats 20] [--markdown]
+                            [--field babybear|goldilocks]
 
 Per size: one `gpu.ntt_cuda.CudaHSteps.run` on fresh random partitions must equal
 `gpu.ntt.HSteps.run` exactly (exit 1 if not); then, with a, b, c and h in pinned host memory
@@ -23,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpu import ntt_cuda
-from gpu.field import TWO_ADICITY, P
+from gpu.field import FIELD_NAMES, by_name
 from gpu.ntt import HSteps, digest, synthesize
 from pacer.table import render
 
@@ -31,18 +32,19 @@ SIZES_LOG_N = (16, 18, 20)
 WARMUP_RUNS = 3
 
 
-def pinned_vector(cupy: Any, n: int) -> npt.NDArray[np.uint32]:
-    """n uint32 in page-locked host memory (kept alive by the array's base)."""
-    memory = cupy.cuda.alloc_pinned_memory(4 * n)
-    return np.frombuffer(memory, dtype=np.uint32, count=n)
+def pinned_vector(cupy: Any, n: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """n elements of ``dtype`` in page-locked host memory (kept alive by the array's base)."""
+    memory = cupy.cuda.alloc_pinned_memory(dtype.itemsize * n)
+    return np.frombuffer(memory, dtype=dtype, count=n)
 
 
 def check_identity(steps: ntt_cuda.CudaHSteps, seed: int) -> str | None:
     """None when the device result equals the reference; else what differs."""
-    a, b, c = synthesize(seed=seed, index=0, log_n=steps.log_n)
-    expected = HSteps(steps.log_n).run(a, b, c)
+    field = steps.field
+    a, b, c = synthesize(seed=seed, index=0, log_n=steps.log_n, field=field)
+    expected = HSteps(steps.log_n, field).run(a, b, c)
     got = steps.run(a, b, c)
-    if digest(got) == digest(expected):
+    if digest(got, field=field) == digest(expected, field=field):
         return None
     wrong = np.flatnonzero(got != expected)
     return (
@@ -54,10 +56,11 @@ def check_identity(steps: ntt_cuda.CudaHSteps, seed: int) -> str | None:
 def time_phases(cupy: Any, steps: ntt_cuda.CudaHSteps, repeats: int) -> dict[str, list[float]]:
     """Milliseconds of each phase of ``repeats`` pinned-memory runs, after a warm-up."""
     n = steps.n
-    a, b, c, out = (pinned_vector(cupy, n) for _ in range(4))
-    rng = np.random.default_rng()
+    field = steps.field
+    a, b, c, out = (pinned_vector(cupy, n, field.storage) for _ in range(4))
+    bits = np.random.SFC64()
     for vector in (a, b, c):
-        vector[...] = rng.integers(0, P, n, dtype=np.int64)
+        vector[...] = field.random_elements(bits, n)
     stream = steps.stream
     events = [cupy.cuda.Event() for _ in range(len(ntt_cuda.phase_names) + 1)]
     times_ms: dict[str, list[float]] = {name: [] for name in (*ntt_cuda.phase_names, "total")}
@@ -93,12 +96,14 @@ def main() -> int:
         "--repeats", type=int, default=20, metavar="N", help="timed runs per size (default 20)"
     )
     parser.add_argument("--markdown", action="store_true", help="Markdown table")
+    parser.add_argument("--field", choices=FIELD_NAMES, default="goldilocks")
     args = parser.parse_args()
+    field = by_name(args.field)
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     for log_n in args.log_n:
-        if not 1 <= log_n <= TWO_ADICITY:
-            parser.error(f"--log-n must be between 1 and {TWO_ADICITY}, got {log_n}")
+        if not 1 <= log_n <= field.TWO_ADICITY:
+            parser.error(f"--log-n must be between 1 and {field.TWO_ADICITY}, got {log_n}")
     if not ntt_cuda.available():
         print("no CUDA device: needs cupy and a GPU", file=sys.stderr)
         return 2
@@ -109,7 +114,8 @@ def main() -> int:
     rows = []
     results: list[dict[str, Any]] = []
     for log_n in args.log_n:
-        steps = ntt_cuda.CudaHSteps(log_n, stream=cupy.cuda.Stream(non_blocking=True))
+        stream = cupy.cuda.Stream(non_blocking=True)
+        steps = ntt_cuda.CudaHSteps(log_n, stream=stream, field=field)
         for _ in range(2):
             mismatch = check_identity(steps, seed=int(rng.integers(2**32)))
             if mismatch is not None:
@@ -117,7 +123,7 @@ def main() -> int:
                 return 1
         times_ms = time_phases(cupy, steps, args.repeats)
         median_ms = {name: statistics.median(values) for name, values in times_ms.items()}
-        h2d_gb_s = 3 * 4 * steps.n / (median_ms["h2d"] * 1e-3) / 1e9
+        h2d_gb_s = 3 * field.storage.itemsize * steps.n / (median_ms["h2d"] * 1e-3) / 1e9
         rows.append(
             (
                 log_n,
@@ -129,6 +135,7 @@ def main() -> int:
         results.append(
             {
                 "log_n": log_n,
+                "field": field.name,
                 "n": steps.n,
                 "bit_identical": True,
                 "median_ms": median_ms,
@@ -140,7 +147,7 @@ def main() -> int:
     print(render((*headers, "H2D GB/s"), rows, markdown=args.markdown))
     print()
     print(
-        f"median of {args.repeats} after {WARMUP_RUNS} warm-up runs; {device_name}, "
+        f"{field.name}; median of {args.repeats} after {WARMUP_RUNS} warm-up runs; {device_name}, "
         f"cupy {cupy.__version__}, CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}; "
         "bit-identical to gpu.ntt on 2 fresh partitions per size"
     )

@@ -2,7 +2,7 @@
 
     python -m bench.gpu_partition [--log-n 24 26 27] [--repeats 10] [--threads 1 8 16]
                                   [--workers 1 2] [--chunk-log2 20]
-                                  [--executor threads|processes]
+                                  [--executor threads|processes] [--field goldilocks|babybear]
 
 Per size, on device 0: the prover's time per partition (`gpu.worker.GpuProver.prove` from
 pinned slots, digest only, as the service runs it; median of N after a warm-up) and its phases;
@@ -32,6 +32,7 @@ import numpy as np
 
 from bench.threads import timed_threads
 from gpu import ntt
+from gpu.field import FIELD_NAMES, PrimeField, by_name
 from gpu.pool import PinnedPool
 from gpu.synthesis import ProcessSynthesizer
 from gpu.worker import PHASES, GpuProver
@@ -41,7 +42,11 @@ WARMUP_RUNS = 2
 
 
 def synthesis_rate(
-    pool: PinnedPool, threads: int, partitions: int, processes: ProcessSynthesizer | None
+    pool: PinnedPool,
+    threads: int,
+    partitions: int,
+    processes: ProcessSynthesizer | None,
+    field: PrimeField,
 ) -> tuple[float, float]:
     """(partitions/s, median seconds per partition) with ``threads`` synthesizing at once (each
     through a worker process when ``processes`` is given)."""
@@ -58,9 +63,9 @@ def synthesis_rate(
             with pool.checkout() as slot:
                 started = time.perf_counter()
                 if processes is None:
-                    ntt.synthesize_into(7, index, slot.arrays, step=ntt.THREADED_STEP)
+                    ntt.synthesize_into(7, index, slot.arrays, step=ntt.THREADED_STEP, field=field)
                 else:
-                    processes.fill(pool.slot_block(slot), 7, index)
+                    processes.fill(pool.slot_block(slot), 7, index, field)
                 took = time.perf_counter() - started
             with lock:
                 durations.append(took)
@@ -81,12 +86,14 @@ def copy_bandwidth(threads: int, nbytes: int = 256 * 2**20, rounds: int = 8) -> 
     return 2 * nbytes * rounds * threads / seconds
 
 
-def gpu_throughput(provers: list[GpuProver], pool: PinnedPool, rounds: int) -> float:
+def gpu_throughput(
+    provers: list[GpuProver], pool: PinnedPool, rounds: int, field: PrimeField
+) -> float:
     """Partitions/s with every prover proving its own ready slot ``rounds`` times at once."""
     slots = [pool.checkout() for _ in provers]
     try:
         for i, slot in enumerate(slots):
-            ntt.synthesize_into(11, i, slot.arrays)
+            ntt.synthesize_into(11, i, slot.arrays, field=field)
             provers[i].prove(*slot.arrays)  # warm
 
         def prove_rounds(prover: GpuProver, slot: Any) -> None:
@@ -103,25 +110,32 @@ def gpu_throughput(provers: list[GpuProver], pool: PinnedPool, rounds: int) -> f
 
 
 def measure(
-    log_n: int, repeats: int, thread_counts: list[int], worker_counts: list[int], executor: str
+    log_n: int,
+    repeats: int,
+    thread_counts: list[int],
+    worker_counts: list[int],
+    executor: str,
+    field: PrimeField,
 ) -> dict[str, Any]:
     n = 1 << log_n
     slots = max(thread_counts)
-    print(f"2^{log_n}: pinning {slots} slots of {3 * 4 * n / 2**30:.2f} GiB", file=sys.stderr)
+    slot_gib = 3 * field.storage.itemsize * n / 2**30
+    print(f"2^{log_n}: pinning {slots} slots of {slot_gib:.2f} GiB", file=sys.stderr)
     began = time.perf_counter()
     backend: Any = "shared-cuda" if executor == "processes" else "cuda"
-    pool = PinnedPool(slots, [(n,)] * 3, dtype=np.uint32, backend=backend, on_empty="wait")
+    pool = PinnedPool(slots, [(n,)] * 3, dtype=field.storage, backend=backend, on_empty="wait")
     pin_s = time.perf_counter() - began
     try:
-        prover = GpuProver(0, log_n)
+        prover = GpuProver(0, log_n, field)
         with pool.checkout() as slot:
-            ntt.synthesize_into(3, 0, slot.arrays)
+            ntt.synthesize_into(3, 0, slot.arrays, field=field)
             checked = prover.prove(*slot.arrays, keep_h=True)
             assert checked.h is not None
             began = time.perf_counter()
             a, b, c = (v.astype(np.uint64) for v in slot.arrays)
             verified = (
-                bool(ntt.verify(a, b, c, checked.h)) and ntt.digest(checked.h) == checked.digest
+                bool(ntt.verify(a, b, c, checked.h, field=field))
+                and ntt.digest(checked.h, field=field) == checked.digest
             )
             verify_s = time.perf_counter() - began
             for _ in range(WARMUP_RUNS):
@@ -135,8 +149,9 @@ def measure(
                 for p, s in result.phases_s.items():
                     phases[p].append(s)
         gpu_s = statistics.median(totals)
-        provers = [prover] + [GpuProver(0, log_n) for _ in range(max(worker_counts) - 1)]
-        gpu_rates = {w: gpu_throughput(provers[:w], pool, max(repeats, 10)) for w in worker_counts}
+        provers = [prover] + [GpuProver(0, log_n, field) for _ in range(max(worker_counts) - 1)]
+        rounds = max(repeats, 10)
+        gpu_rates = {w: gpu_throughput(provers[:w], pool, rounds, field) for w in worker_counts}
         rates = {}
         for threads in thread_counts:
             print(f"2^{log_n}: synthesis on {threads} threads", file=sys.stderr)
@@ -144,7 +159,8 @@ def measure(
             if processes is not None:
                 processes.start()
             try:
-                rates[threads] = synthesis_rate(pool, threads, max(3 * threads, 4), processes)
+                partitions = max(3 * threads, 4)
+                rates[threads] = synthesis_rate(pool, threads, partitions, processes, field)
             finally:
                 if processes is not None:
                     processes.close()
@@ -155,6 +171,7 @@ def measure(
     best_rate = max(rate for rate, _ in rates.values())
     return {
         "log_n": log_n,
+        "field": field.name,
         "pin_s": pin_s,
         "verified": verified,
         "verify_s": verify_s,
@@ -192,13 +209,16 @@ def main() -> int:
         help="synthesis on threads of this process, or in worker processes writing into "
         "shared slots pinned with cudaHostRegister",
     )
+    parser.add_argument("--field", choices=FIELD_NAMES, default="goldilocks")
     args = parser.parse_args()
     ntt.THREADED_STEP = 1 << args.chunk_log2
-    print(f"synthesis on {args.executor}", file=sys.stderr)
+    field = by_name(args.field)
+    print(f"{field.name}; synthesis on {args.executor}", file=sys.stderr)
     if args.executor == "threads":
         print(f"synthesis steps of 2^{args.chunk_log2} elements", file=sys.stderr)
     results = [
-        measure(n, args.repeats, args.threads, args.workers, args.executor) for n in args.log_n
+        measure(n, args.repeats, args.threads, args.workers, args.executor, field)
+        for n in args.log_n
     ]
     headers = ("log_n", "GPU ms/partition", *(f"{p} ms" for p in PHASES), "verified (CPU s)")
     rows = [

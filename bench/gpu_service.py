@@ -3,6 +3,7 @@
     python -m bench.gpu_service [--seconds 120] [--warmup 30] [--policies pi,unpaced,cuzk]
                                 [--log-n 27] [--workers-per-device 2] [--devices all]
                                 [--chunk-log2 20] [--executor threads|processes]
+                                [--field goldilocks|babybear]
 
 For each policy in turn, starts the service in-process with the ntt workload on the GPUs
 (synthesis on this host's cores into the pinned pool), keeps a backlog of jobs waiting, lets it
@@ -120,7 +121,7 @@ async def keep_backlog(service: Service, partitions: int) -> None:
 async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp())
     settings = Settings(
-        ntt={"log_n": args.log_n},
+        ntt={"log_n": args.log_n} | ({} if args.field is None else {"field": args.field}),
         gpu={"devices": args.devices}
         | (
             {}
@@ -188,7 +189,8 @@ async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
     synthesis_count = registry.get_sample_value("pacer_synthesis_seconds_count") or 0.0
     result = {
         "policy": policy,
-        "log_n": service.workload.log_n if hasattr(service.workload, "log_n") else None,
+        "log_n": getattr(service.workload, "log_n", None),
+        "field": getattr(getattr(service.workload, "field", None), "name", None),
         "seconds": elapsed,
         "warmup_s": args.warmup,
         "start_s": start_s,
@@ -250,6 +252,10 @@ def main() -> int:
         help="PACER_SYNTHESIS__EXECUTOR (default: the setting's default)",
     )  # fmt: skip
     parser.add_argument(
+        "--field", choices=("babybear", "goldilocks"), default=None,
+        help="PACER_NTT__FIELD (default: the setting's default)",
+    )  # fmt: skip
+    parser.add_argument(
         "--chunk-log2",
         type=int,
         default=None,
@@ -265,8 +271,8 @@ def main() -> int:
 
     results = [uvloop.run(run_policy(args, policy)) for policy in args.policies.split(",")]
     first = results[0]
-    print(f"partition 2^{first['log_n']}, synthesis concurrency {first['synthesis_concurrency']} "
-          f"on {first['executor']}, "
+    print(f"partition 2^{first['log_n']} of {first['field']}, "
+          f"synthesis concurrency {first['synthesis_concurrency']} on {first['executor']}, "
           f"pool {first['pool']['slots']} slots ({first['pool']['gib']:.1f} GiB), "
           f"{args.warmup:.0f} s warm-up, {args.seconds:.0f} s measured")  # fmt: skip
     print(table(results))

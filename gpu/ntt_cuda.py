@@ -5,9 +5,10 @@ canonical elements bit for bit: every kernel does exact arithmetic mod p, the tw
 tables are `gpu.ntt`'s own host tables uploaded as they are, and the transform is the same
 radix-2 decimation-in-time NTT (bit-reversed gather, then log2(n) butterfly stages).
 
-Device vectors hold one canonical element per uint32 (p < 2^31), half the traffic of uint64;
-products are formed in 64 bits and reduced with ``% p`` (a constant divisor, which the compiler
-turns into a multiply-high sequence).
+Device vectors hold one canonical element in the field's storage type (``elem``: uint32 for
+BabyBear, half the traffic of uint64; uint64 for Goldilocks). The kernels are written once over
+``elem`` and the field's ``fmul``/``fadd``/``fsub`` (`gpu.field.PrimeField.CUDA`), and compiled
+per field and device.
 
 Launch plan of one transform of n = 2^k points:
 
@@ -34,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from gpu import field
-from gpu.field import GENERATOR, TWO_ADICITY, FieldArray
+from gpu.babybear import BABYBEAR
+from gpu.field import FieldArray, PrimeField
 from gpu.ntt import DIGEST_LANES, HSteps, _coset_scales, _plan, digest_of_lanes
 
 # The host tables are gpu.ntt's own (same code path, hence the same values); they are private
@@ -46,13 +47,14 @@ if TYPE_CHECKING:
     import cupy
 
 __all__ = [
-    "CUDA_SOURCE",
     "HEAD_LOG_TILE",
     "KERNEL_NAMES",
+    "MAX_LOG_N",
     "CudaHSteps",
     "HostTables",
     "Launch",
     "available",
+    "cuda_source",
     "host_tables",
     "launch_plan",
     "phase_names",
@@ -63,7 +65,9 @@ __all__ = [
 HEAD_LOG_TILE = 11
 """log2 of the points one ``ntt_head`` block transforms in shared memory (1024 threads)."""
 KERNEL_NAMES = ("ntt_head", "ntt_stage2", "ntt_stage", "h_pointwise", "h_digest")
-"""The ``extern "C"`` kernels in `CUDA_SOURCE`."""
+"""The ``extern "C"`` kernels of `cuda_source`."""
+MAX_LOG_N = 30
+"""The longest transform on a device (indices are 32-bit), where the field allows it."""
 
 _BLOCK = 256
 _CACHED_SIZES = 8
@@ -71,29 +75,17 @@ _OUT_NONE, _OUT_SCALAR, _OUT_VECTOR = 0, 1, 2
 _HOST_TO_DEVICE, _DEVICE_TO_HOST = 1, 2  # cudaMemcpyKind
 
 DeviceArray = Any
-"""A ``cupy.ndarray`` of n uint32 canonical elements (typed Any: CuPy ships no stubs)."""
+"""A ``cupy.ndarray`` of n canonical elements in the field's storage dtype (typed Any: CuPy
+ships no stubs)."""
 
-CUDA_SOURCE = r"""
+_TYPES = r"""
 typedef unsigned int u32;
 typedef unsigned long long u64;
+"""
 
-#define FIELD_P 2013265921u
-
-static __device__ __forceinline__ u32 fmul(u32 a, u32 b) {
-    return (u32)(((u64)a * b) % FIELD_P);
-}
-
-static __device__ __forceinline__ u32 fadd(u32 a, u32 b) {
-    u32 s = a + b;  /* < 2^32: both are below p < 2^31 */
-    return s >= FIELD_P ? s - FIELD_P : s;
-}
-
-static __device__ __forceinline__ u32 fsub(u32 a, u32 b) {
-    return a >= b ? a - b : a + FIELD_P - b;
-}
-
-static __device__ __forceinline__ u32 scale_out(u32 v, u32 i, int mode, u32 scalar,
-                                                const u32* __restrict__ vec) {
+_KERNELS = r"""
+static __device__ __forceinline__ elem scale_out(elem v, u32 i, int mode, elem scalar,
+                                                 const elem* __restrict__ vec) {
     if (mode == 1) return fmul(v, scalar);
     if (mode == 2) return fmul(v, vec[i]);
     return v;
@@ -101,19 +93,19 @@ static __device__ __forceinline__ u32 scale_out(u32 v, u32 i, int mode, u32 scal
 
 /* Twiddles of all stages, back to back: stage s (half-span m = 2^s) starts at m - 1. */
 
-extern "C" __global__ void ntt_head(const u32* __restrict__ src, u32* __restrict__ dst,
-                                    const u32* __restrict__ twiddles,
-                                    const u32* __restrict__ in_scale, int in_mode,
-                                    const u32* __restrict__ out_vec, u32 out_scalar,
+extern "C" __global__ void ntt_head(const elem* __restrict__ src, elem* __restrict__ dst,
+                                    const elem* __restrict__ twiddles,
+                                    const elem* __restrict__ in_scale, int in_mode,
+                                    const elem* __restrict__ out_vec, elem out_scalar,
                                     int out_mode, int log_n, int log_tile) {
-    __shared__ u32 tile[1 << 11];
+    __shared__ elem tile[1 << 11];
     const u32 t = threadIdx.x;
     const u32 half = 1u << (log_tile - 1);
     const u32 base = blockIdx.x << log_tile;
     for (int r = 0; r < 2; ++r) {
         const u32 pos = t + r * half;
         const u32 from = __brev(base + pos) >> (32 - log_n);
-        u32 v = src[from];
+        elem v = src[from];
         if (in_mode) v = fmul(v, in_scale[from]);
         tile[pos] = v;
     }
@@ -122,9 +114,9 @@ extern "C" __global__ void ntt_head(const u32* __restrict__ src, u32* __restrict
         const u32 m = 1u << s;
         const u32 j = t & (m - 1);
         const u32 i0 = ((t >> s) << (s + 1)) + j;
-        const u32 w = twiddles[m - 1 + j];
-        const u32 lo = tile[i0];
-        const u32 hi = fmul(tile[i0 + m], w);
+        const elem w = twiddles[m - 1 + j];
+        const elem lo = tile[i0];
+        const elem hi = fmul(tile[i0 + m], w);
         tile[i0] = fadd(lo, hi);
         tile[i0 + m] = fsub(lo, hi);
         __syncthreads();
@@ -135,8 +127,8 @@ extern "C" __global__ void ntt_head(const u32* __restrict__ src, u32* __restrict
     }
 }
 
-extern "C" __global__ void ntt_stage2(u32* __restrict__ data, const u32* __restrict__ twiddles,
-                                      const u32* __restrict__ out_vec, u32 out_scalar,
+extern "C" __global__ void ntt_stage2(elem* __restrict__ data, const elem* __restrict__ twiddles,
+                                      const elem* __restrict__ out_vec, elem out_scalar,
                                       int out_mode, u32 quarter_n, int stage) {
     const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= quarter_n) return;
@@ -145,22 +137,22 @@ extern "C" __global__ void ntt_stage2(u32* __restrict__ data, const u32* __restr
     const u32 i0 = ((t >> stage) << (stage + 2)) + j;
     const u32 i1 = i0 + m, i2 = i0 + 2 * m, i3 = i0 + 3 * m;
     /* stage s: (i0, i1) and (i2, i3), twiddle j of stage s */
-    const u32 w = twiddles[m - 1 + j];
-    const u32 x0 = data[i0], x1 = fmul(data[i1], w);
-    const u32 x2 = data[i2], x3 = fmul(data[i3], w);
-    const u32 y0 = fadd(x0, x1), y1 = fsub(x0, x1);
-    const u32 y2 = fadd(x2, x3), y3 = fsub(x2, x3);
+    const elem w = twiddles[m - 1 + j];
+    const elem x0 = data[i0], x1 = fmul(data[i1], w);
+    const elem x2 = data[i2], x3 = fmul(data[i3], w);
+    const elem y0 = fadd(x0, x1), y1 = fsub(x0, x1);
+    const elem y2 = fadd(x2, x3), y3 = fsub(x2, x3);
     /* stage s + 1 (half-span 2m): (i0, i2) with twiddle j, (i1, i3) with twiddle j + m */
-    const u32 v2 = fmul(y2, twiddles[2 * m - 1 + j]);
-    const u32 v3 = fmul(y3, twiddles[2 * m - 1 + j + m]);
+    const elem v2 = fmul(y2, twiddles[2 * m - 1 + j]);
+    const elem v3 = fmul(y3, twiddles[2 * m - 1 + j + m]);
     data[i0] = scale_out(fadd(y0, v2), i0, out_mode, out_scalar, out_vec);
     data[i2] = scale_out(fsub(y0, v2), i2, out_mode, out_scalar, out_vec);
     data[i1] = scale_out(fadd(y1, v3), i1, out_mode, out_scalar, out_vec);
     data[i3] = scale_out(fsub(y1, v3), i3, out_mode, out_scalar, out_vec);
 }
 
-extern "C" __global__ void ntt_stage(u32* __restrict__ data, const u32* __restrict__ twiddles,
-                                     const u32* __restrict__ out_vec, u32 out_scalar,
+extern "C" __global__ void ntt_stage(elem* __restrict__ data, const elem* __restrict__ twiddles,
+                                     const elem* __restrict__ out_vec, elem out_scalar,
                                      int out_mode, u32 half_n, int stage) {
     const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= half_n) return;
@@ -168,34 +160,40 @@ extern "C" __global__ void ntt_stage(u32* __restrict__ data, const u32* __restri
     const u32 j = t & (m - 1);
     const u32 i0 = ((t >> stage) << (stage + 1)) + j;
     const u32 i1 = i0 + m;
-    const u32 lo = data[i0];
-    const u32 hi = fmul(data[i1], twiddles[m - 1 + j]);
+    const elem lo = data[i0];
+    const elem hi = fmul(data[i1], twiddles[m - 1 + j]);
     data[i0] = scale_out(fadd(lo, hi), i0, out_mode, out_scalar, out_vec);
     data[i1] = scale_out(fsub(lo, hi), i1, out_mode, out_scalar, out_vec);
 }
 
-extern "C" __global__ void h_pointwise(const u32* __restrict__ a, const u32* __restrict__ b,
-                                       const u32* __restrict__ c, u32* __restrict__ h,
-                                       u32 z_inverse, u32 n) {
+extern "C" __global__ void h_pointwise(const elem* __restrict__ a, const elem* __restrict__ b,
+                                       const elem* __restrict__ c, elem* __restrict__ h,
+                                       elem z_inverse, u32 n) {
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     h[i] = fmul(fsub(fmul(a[i], b[i]), c[i]), z_inverse);
 }
 
 /* gpu.ntt.digest_lanes: lane t folds elements t, t + lanes, t + 2·lanes, ... by FNV-1a/64. */
-extern "C" __global__ void h_digest(const u32* __restrict__ values, u64* __restrict__ state,
+extern "C" __global__ void h_digest(const elem* __restrict__ values, u64* __restrict__ state,
                                     u32 lanes, u32 rows) {
     const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= lanes) return;
     u64 h = 0xcbf29ce484222325ull;
     for (u32 r = 0; r < rows; ++r) {
-        h ^= values[(u64)r * lanes + t];
+        h ^= (u64)values[(u64)r * lanes + t];
         h *= 0x100000001b3ull;
     }
     state[t] = h;
 }
 """
-"""CUDA C++ of every kernel; `KERNEL_NAMES` lists its entry points."""
+"""The kernels over ``elem`` and the field's device functions; `KERNEL_NAMES` lists them."""
+
+
+def cuda_source(field: PrimeField) -> str:
+    """The CUDA C++ of every kernel for ``field``: its arithmetic, then the kernels."""
+    return _TYPES + field.CUDA + _KERNELS
+
 
 phase_names = ("h2d", "intt", "coset_ntt", "pointwise", "coset_intt", "d2h")
 """The phases `CudaHSteps.run` goes through, in order, as a bench times them."""
@@ -254,14 +252,15 @@ def available() -> bool:
 
 @dataclass(frozen=True)
 class HostTables:
-    """`gpu.ntt`'s tables for one size as uint32 host arrays, in the layout the kernels read."""
+    """`gpu.ntt`'s tables for one size and field as host arrays of the field's storage dtype,
+    in the layout the kernels read."""
 
-    forward: npt.NDArray[np.uint32]
+    forward: npt.NDArray[Any]
     """Every stage's twiddles back to back: stage s (half-span m = 2^s) at [m − 1, 2m − 1)."""
-    backward: npt.NDArray[np.uint32]
-    coset_up: npt.NDArray[np.uint32]
+    backward: npt.NDArray[Any]
+    coset_up: npt.NDArray[Any]
     """GENERATOR^i, applied to coefficients before the forward transform."""
-    coset_down: npt.NDArray[np.uint32]
+    coset_down: npt.NDArray[Any]
     """n⁻¹·GENERATOR^−i, applied after the inverse transform."""
     n_inverse: int
     z_inverse: int
@@ -269,14 +268,14 @@ class HostTables:
 
 
 @functools.lru_cache(maxsize=_CACHED_SIZES)
-def host_tables(log_n: int) -> HostTables:
-    """The uint32 tables for 2^log_n points, from `gpu.ntt`'s cached uint64 tables."""
-    _check_log_n(log_n)
-    plan = _plan(log_n)
-    up, down = _coset_scales(log_n, GENERATOR)
+def host_tables(log_n: int, field: PrimeField = BABYBEAR) -> HostTables:
+    """The tables for 2^log_n points, from `gpu.ntt`'s cached uint64 tables."""
+    _check_log_n(log_n, field)
+    plan = _plan(log_n, field)
+    up, down = _coset_scales(log_n, field.GENERATOR, field)
 
-    def narrow(array: FieldArray) -> npt.NDArray[np.uint32]:
-        return array.astype(np.uint32)
+    def narrow(array: FieldArray) -> npt.NDArray[Any]:
+        return array.astype(field.storage)
 
     return HostTables(
         forward=narrow(np.concatenate(plan.forward)),
@@ -284,7 +283,7 @@ def host_tables(log_n: int) -> HostTables:
         coset_up=narrow(up),
         coset_down=narrow(down),
         n_inverse=int(plan.n_inverse),
-        z_inverse=field.inverse(HSteps(log_n).z_on_coset),
+        z_inverse=field.inverse(HSteps(log_n, field).z_on_coset),
     )
 
 
@@ -305,10 +304,10 @@ class _DeviceTables:
 
 
 @functools.lru_cache(maxsize=_CACHED_SIZES)
-def _device_tables(log_n: int, device_id: int) -> _DeviceTables:
+def _device_tables(log_n: int, field: PrimeField, device_id: int) -> _DeviceTables:
     import cupy
 
-    tables = host_tables(log_n)
+    tables = host_tables(log_n, field)
     with cupy.cuda.Device(device_id):
         uploaded = _DeviceTables(
             *(
@@ -323,18 +322,19 @@ def _device_tables(log_n: int, device_id: int) -> _DeviceTables:
 
 
 @functools.cache
-def _kernels(device_id: int) -> dict[str, Any]:
+def _kernels(device_id: int, field: PrimeField) -> dict[str, Any]:
     import cupy
 
     with cupy.cuda.Device(device_id):
-        module = cupy.RawModule(code=CUDA_SOURCE, options=("--std=c++17",))
+        module = cupy.RawModule(code=cuda_source(field), options=("--std=c++17",))
         return {name: module.get_function(name) for name in KERNEL_NAMES}
 
 
 class CudaHSteps:
     """`gpu.ntt.HSteps` on a CUDA device: the same four phases, the same elements bit for bit.
 
-    Device vectors are ``cupy.ndarray`` of n uint32 canonical elements. Every launch and copy
+    Device vectors are ``cupy.ndarray`` of n canonical elements in ``field.storage``. Every
+    launch and copy
     goes on ``stream`` (the current stream at construction when None), on the device current at
     construction. Work buffers are allocated once here: each phase returns views of this
     instance's buffers, which its next call of the same phase overwrites, so copy a result to
@@ -343,24 +343,28 @@ class CudaHSteps:
     ``gpu.ntt.compute_h`` of the same vectors.
     """
 
-    def __init__(self, log_n: int, stream: cupy.cuda.Stream | None = None) -> None:
+    def __init__(
+        self, log_n: int, stream: cupy.cuda.Stream | None = None, field: PrimeField = BABYBEAR
+    ) -> None:
         import cupy
 
-        _check_log_n(log_n)
+        _check_log_n(log_n, field)
+        self.field = field
+        self._element = field.storage.type
         self.log_n = log_n
         self.n = 1 << log_n
         self._cupy = cupy
         self._device = cupy.cuda.Device()
         self.stream = stream if stream is not None else cupy.cuda.get_current_stream()
-        tables = host_tables(log_n)
+        tables = host_tables(log_n, field)
         self._n_inverse, self._z_inverse = tables.n_inverse, tables.z_inverse
-        self._device_tables = _device_tables(log_n, self._device.id)
-        self._kernels = _kernels(self._device.id)
+        self._device_tables = _device_tables(log_n, field, self._device.id)
+        self._kernels = _kernels(self._device.id, field)
         self._launches = launch_plan(log_n)
         with self._device:
 
             def buffer() -> DeviceArray:
-                return cupy.empty(self.n, dtype=cupy.uint32)
+                return cupy.empty(self.n, dtype=field.storage)
 
             self._inputs = (buffer(), buffer(), buffer())
             self._coeffs = (buffer(), buffer(), buffer())
@@ -372,7 +376,7 @@ class CudaHSteps:
             # Waiting on a blocking event sleeps the thread; a stream synchronize spins a core
             # (CUDA's default with fewer contexts than cores) that synthesis could use.
             self._done = cupy.cuda.Event(block=True, disable_timing=True)
-        self._host_staging = np.empty(self.n, dtype=np.uint32)
+        self._host_staging = np.empty(self.n, dtype=field.storage)
         # Pinned, so the lanes' copy is asynchronous and `_wait` sleeps through the kernels
         # before it: into pageable memory, cudaMemcpyAsync itself waits for the stream, and
         # that wait spins a core for the whole partition.
@@ -381,10 +385,11 @@ class CudaHSteps:
     def h2d(
         self, a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike
     ) -> tuple[DeviceArray, DeviceArray, DeviceArray]:
-        """Copies host vectors a, b, c (uint32 or uint64, length n) to this instance's inputs.
+        """Copies host vectors a, b, c (length n, the field's storage dtype or uint64) to this
+        instance's inputs.
 
-        uint32 arrays in pinned memory copy asynchronously straight from their pages; uint64
-        ones are narrowed on the host first (and the copy waits for it).
+        Arrays of the storage dtype in pinned memory copy asynchronously straight from their
+        pages; others are narrowed on the host first (and the copy waits for it).
         """
         for name, values, target in zip("abc", (a, b, c), self._inputs, strict=True):
             host = self._host_vector(name, values)
@@ -415,7 +420,7 @@ class CudaHSteps:
             self._check_device(name, values)
         n = np.uint32(self.n)
         grid = -(-self.n // _BLOCK)
-        args = (a, b, c, self._h_evals, np.uint32(self._z_inverse), n)
+        args = (a, b, c, self._h_evals, self._element(self._z_inverse), n)
         with self._device, self.stream:
             self._kernels["h_pointwise"]((grid,), (_BLOCK,), args)
         return self._h_evals
@@ -426,13 +431,11 @@ class CudaHSteps:
         self._transform("h_evals", h_evals, self._h, inverse=True, out_vector=down)
         return self._h
 
-    def d2h(
-        self, h: DeviceArray, out: npt.NDArray[np.uint32] | FieldArray | None = None
-    ) -> npt.NDArray[np.uint32] | FieldArray:
+    def d2h(self, h: DeviceArray, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
         """Copies device vector h to the host and waits for it.
 
-        Into ``out`` when given (uint32: copied straight in, at full speed when pinned; uint64:
-        widened on the host), else into a new uint64 array like `gpu.ntt`'s.
+        Into ``out`` when given (the storage dtype: copied straight in, at full speed when
+        pinned; uint64: widened on the host), else into a new uint64 array like `gpu.ntt`'s.
         """
         self._check_device("h", h)
         if out is not None and (out.shape != (self.n,) or not out.flags.c_contiguous):
@@ -440,7 +443,7 @@ class CudaHSteps:
         # The kernels first, asleep: a copy into pageable memory (the staging vector, maybe
         # ``out``) would wait for them spinning.
         self._wait()
-        if out is not None and out.dtype == np.uint32:
+        if out is not None and out.dtype == self.field.storage:
             _memcpy(out.ctypes.data, h.data.ptr, out.nbytes, _DEVICE_TO_HOST, self.stream)
             self._wait()
             return out
@@ -450,7 +453,7 @@ class CudaHSteps:
         if out is None:
             return staging.astype(np.uint64)
         if out.dtype != np.uint64:
-            raise ValueError(f"out must be uint32 or uint64, got {out.dtype}")
+            raise ValueError(f"out must be {self.field.storage} or uint64, got {out.dtype}")
         out[...] = staging
         return out
 
@@ -473,8 +476,8 @@ class CudaHSteps:
         a: npt.ArrayLike,
         b: npt.ArrayLike,
         c: npt.ArrayLike,
-        out: npt.NDArray[np.uint32] | FieldArray | None = None,
-    ) -> npt.NDArray[np.uint32] | FieldArray:
+        out: npt.NDArray[Any] | None = None,
+    ) -> npt.NDArray[Any]:
         """All phases, host to host: the coefficients of H = (A·B − C) / Z, as `HSteps.run`."""
         coeffs = self.intt(*self.h2d(a, b, c))
         return self.d2h(self.coset_intt(self.pointwise(*self.coset_ntt(*coeffs))), out)
@@ -502,12 +505,13 @@ class CudaHSteps:
         twiddles = tables.backward if inverse else tables.forward
         # Unused pointer arguments still need a valid array; the mode flags keep them unread.
         placeholder = tables.coset_up
+        element = self._element
         if out_vector is not None:
-            out_mode, out_vec, scalar = _OUT_VECTOR, out_vector, np.uint32(0)
+            out_mode, out_vec, scalar = _OUT_VECTOR, out_vector, element(0)
         elif out_scalar is not None:
-            out_mode, out_vec, scalar = _OUT_SCALAR, placeholder, np.uint32(out_scalar)
+            out_mode, out_vec, scalar = _OUT_SCALAR, placeholder, element(out_scalar)
         else:
-            out_mode, out_vec, scalar = _OUT_NONE, placeholder, np.uint32(0)
+            out_mode, out_vec, scalar = _OUT_NONE, placeholder, element(0)
         log_n = np.int32(self.log_n)
         with self._device, self.stream:
             for launch in self._launches:
@@ -524,20 +528,24 @@ class CudaHSteps:
                     args = (dst, twiddles, out_vec, scalar, mode, np.uint32(span))
                     kernel((launch.grid,), (launch.block,), (*args, np.int32(launch.stage)))
 
-    def _host_vector(self, name: str, values: npt.ArrayLike) -> npt.NDArray[np.uint32]:
+    def _host_vector(self, name: str, values: npt.ArrayLike) -> npt.NDArray[Any]:
         array = np.asarray(values)
         if array.shape != (self.n,):
             raise ValueError(f"{name} must be a vector of length n = {self.n}, got {array.shape}")
-        if array.dtype not in (np.uint32, np.uint64):
-            raise ValueError(f"{name} must hold uint32 or uint64 elements, got {array.dtype}")
-        return np.ascontiguousarray(array, dtype=np.uint32)
+        storage = self.field.storage
+        if array.dtype not in (storage, np.uint64):
+            raise ValueError(
+                f"{name} must hold {storage} or uint64 elements ({self.field.name}), "
+                f"got {array.dtype}"
+            )
+        return np.ascontiguousarray(array, dtype=storage)
 
     def _check_device(self, name: str, values: DeviceArray) -> None:
         if not isinstance(values, self._cupy.ndarray):
             raise TypeError(f"{name} must be a cupy.ndarray, got {type(values).__name__}")
-        if values.dtype != np.uint32 or values.shape != (self.n,):
+        if values.dtype != self.field.storage or values.shape != (self.n,):
             raise ValueError(
-                f"{name} must be a uint32 vector of length n = {self.n}, "
+                f"{name} must be a {self.field.storage} vector of length n = {self.n}, "
                 f"got {values.dtype} {values.shape}"
             )
         if not values.flags.c_contiguous:
@@ -546,13 +554,14 @@ class CudaHSteps:
             raise ValueError(f"{name} must be on device {self._device.id}, got {values.device.id}")
 
 
-def to_device(values: Sequence[FieldArray] | FieldArray) -> Any:
-    """Host uint64 vector(s) as uint32 device arrays, for calling one phase on its own."""
+def to_device(values: Sequence[FieldArray] | FieldArray, field: PrimeField = BABYBEAR) -> Any:
+    """Host uint64 vector(s) as device arrays of ``field.storage``, for calling one phase on
+    its own."""
     import cupy
 
     if isinstance(values, np.ndarray):
-        return cupy.asarray(values.astype(np.uint32))
-    return tuple(cupy.asarray(np.asarray(v).astype(np.uint32)) for v in values)
+        return cupy.asarray(values.astype(field.storage))
+    return tuple(cupy.asarray(np.asarray(v).astype(field.storage)) for v in values)
 
 
 def _memcpy(dst: int, src: int, nbytes: int, kind: int, stream: Any) -> None:
@@ -561,6 +570,7 @@ def _memcpy(dst: int, src: int, nbytes: int, kind: int, stream: Any) -> None:
     cupy.cuda.runtime.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
 
 
-def _check_log_n(log_n: int) -> None:
-    if not 1 <= log_n <= TWO_ADICITY:
-        raise ValueError(f"log_n must be between 1 and {TWO_ADICITY}, got {log_n}")
+def _check_log_n(log_n: int, field: PrimeField | None = None) -> None:
+    high = MAX_LOG_N if field is None else min(MAX_LOG_N, field.TWO_ADICITY)
+    if not 1 <= log_n <= high:
+        raise ValueError(f"log_n must be between 1 and {high}, got {log_n}")

@@ -28,6 +28,8 @@ from types import TracebackType
 from typing import Any
 
 from gpu import ntt
+from gpu.babybear import BABYBEAR
+from gpu.field import PrimeField
 from gpu.pool import SlotBlock
 
 __all__ = ["ProcessSynthesizer"]
@@ -64,17 +66,20 @@ class ProcessSynthesizer:
         for future in [self._executor.submit(_ready) for _ in range(self.processes)]:
             future.result()
 
-    def fill(self, block: SlotBlock | None, seed: int, index: int) -> None:
-        """Write partition (seed, index) into the slot ``block`` describes, in a worker."""
+    def fill(
+        self, block: SlotBlock | None, seed: int, index: int, field: PrimeField = BABYBEAR
+    ) -> None:
+        """Write partition (seed, index) of ``field`` into the slot ``block`` describes, in a
+        worker."""
         if block is None:
             raise ValueError("the slot is not in shared memory: synthesize it in this process")
         executor = self._executor
         try:
-            executor.submit(_fill, block, seed, index).result()
+            executor.submit(_fill, block, seed, index, field).result()
         except BrokenProcessPool:
             self._replace(executor)
             # The slot is written whole again; a second break is an error for the partition.
-            self._executor.submit(_fill, block, seed, index).result()
+            self._executor.submit(_fill, block, seed, index, field).result()
 
     def _replace(self, broken: ProcessPoolExecutor) -> None:
         """A new set of workers for a broken one, once however many fills saw it break."""
@@ -114,13 +119,13 @@ def _ready() -> bool:
     return True
 
 
-def _fill(block: SlotBlock, seed: int, index: int) -> None:
+def _fill(block: SlotBlock, seed: int, index: int, field: PrimeField) -> None:
     memory = _mapped.get(block.name)
     if memory is None:
         # Registered with the resource tracker this process shares with its parent (forkserver
         # children inherit it), which already knows the block: nothing to undo here.
         memory = _mapped[block.name] = shared_memory.SharedMemory(name=block.name)
-    ntt.synthesize_into(seed, index, _arrays(block, memory))
+    ntt.synthesize_into(seed, index, _arrays(block, memory), field=field)
 
 
 def _arrays(block: SlotBlock, memory: shared_memory.SharedMemory) -> tuple[Any, ...]:

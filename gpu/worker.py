@@ -9,11 +9,14 @@ coset_intt, d2h), read once the partition is done.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from gpu import ntt_cuda
+from gpu.babybear import BABYBEAR
+from gpu.field import PrimeField
 
 PHASES = ("h2d", "intt", "coset_ntt", "pointwise", "coset_intt", "d2h")
 
@@ -40,9 +43,9 @@ def device_count() -> int:
 
 
 class GpuProver:
-    """The H computation for partitions of 2^``log_n`` elements on GPU ``device``."""
+    """The H computation for partitions of 2^``log_n`` elements of ``field`` on GPU ``device``."""
 
-    def __init__(self, device: int, log_n: int) -> None:
+    def __init__(self, device: int, log_n: int, field: PrimeField = BABYBEAR) -> None:
         import cupy as cp
 
         self._cp = cp
@@ -50,14 +53,14 @@ class GpuProver:
         self.log_n = log_n
         with cp.cuda.Device(device):
             self.stream = cp.cuda.Stream(non_blocking=True)
-            self.steps = ntt_cuda.CudaHSteps(log_n, stream=self.stream)
+            self.steps = ntt_cuda.CudaHSteps(log_n, stream=self.stream, field=field)
             self._events = [cp.cuda.Event() for _ in range(len(PHASES) + 1)]
 
     def prove(
         self,
-        a: npt.NDArray[np.uint32] | npt.NDArray[np.uint64],
-        b: npt.NDArray[np.uint32] | npt.NDArray[np.uint64],
-        c: npt.NDArray[np.uint32] | npt.NDArray[np.uint64],
+        a: npt.NDArray[Any],
+        b: npt.NDArray[Any],
+        c: npt.NDArray[Any],
         *,
         keep_h: bool = False,
     ) -> GpuResult:

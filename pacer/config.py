@@ -244,16 +244,32 @@ class GpuSettings(_Section):
 
 
 class NttSettings(_Section):
-    """The built-in workload: the Groth16 H computation over the BabyBear field."""
+    """The built-in workload: the Groth16 H computation over a prime field."""
 
+    field: Literal["babybear", "goldilocks"] | None = Field(
+        None,
+        description="Prime field: goldilocks (p = 2^64 − 2^32 + 1, 8-byte elements, domains up "
+        "to 2^32) or babybear (p = 15·2^27 + 1, 4-byte elements, domains up to 2^27); unset: "
+        "goldilocks when proving on GPUs, babybear on the CPU (babybear/goldilocks)",
+    )
     log_n: int | None = Field(
         None,
         ge=4,
-        le=27,
-        description="Partition size as log2 of the NTT domain; unset: 27 when proving on GPUs "
-        "(BabyBear's largest, ~85 ms of an H200 per partition), 18 on the CPU; on the CPU jobs "
-        "may override it with params.log_n (log2 of elements)",
+        le=30,
+        description="Partition size as log2 of the NTT domain, at most the field's two-adicity; "
+        "unset: 27 when proving on GPUs (Goldilocks: 3 GiB of a, b, c and ~170 ms of an H200 "
+        "per partition), 18 on the CPU; on the CPU jobs may override it with params.log_n "
+        "(log2 of elements)",
     )
+
+    @model_validator(mode="after")
+    def _log_n_fits_the_field(self) -> Self:
+        if self.field == "babybear" and self.log_n is not None and self.log_n > 27:
+            raise ValueError(
+                f"log_n: {self.log_n} exceeds 27, the largest power-of-two domain of babybear "
+                "(its two-adicity); use PACER_NTT__FIELD=goldilocks for larger partitions"
+            )
+        return self
 
 
 class Settings(BaseSettings):

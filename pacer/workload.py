@@ -3,7 +3,7 @@
 The pipeline calls ``synthesize`` on a CPU executor thread, ``prove`` on a proving worker's
 thread, and ``verify`` on the CPU. It reaches the GPU only through a workload.
 
-- ``ntt`` (default): the Groth16 "H" computation over the BabyBear field (``gpu.ntt``): synthesis
+- ``ntt`` (default): the Groth16 "H" computation over a prime field (``gpu.ntt``): synthesis
   draws a, b and c = a∘b on a domain of 2^log_n; proving interpolates, evaluates on a coset,
   divides by the vanishing polynomial and interpolates back; verification checks
   H(r)·Z(r) = A(r)·B(r) − C(r) at a random point.
@@ -104,7 +104,8 @@ def _check_seed(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class NttWorkload:
-    """The BabyBear H computation on the CPU (NumPy); ``log_n`` sets the partition size."""
+    """The H computation over ``field`` (a `gpu.field.FIELD_NAMES` name) on the CPU (NumPy);
+    ``log_n`` sets the partition size."""
 
     name = "ntt"
     PHASES = ("intt", "coset_ntt", "pointwise", "coset_intt")
@@ -115,7 +116,18 @@ class NttWorkload:
     """Largest params.log_n a job may ask for (the configured size is always allowed)."""
     verify_every = 1
 
-    def __init__(self, log_n: int) -> None:
+    DEFAULT_FIELD = "babybear"
+    """On the CPU: a product fits 64 bits, so NumPy multiplies about five times as fast."""
+
+    def __init__(self, log_n: int, field: str | None = None) -> None:
+        from gpu.field import by_name
+
+        self.field = by_name(field or self.DEFAULT_FIELD)
+        if log_n > self.field.TWO_ADICITY:
+            raise WorkloadError(
+                f"PACER_NTT__LOG_N={log_n}: {self.field.name}'s largest domain is "
+                f"2^{self.field.TWO_ADICITY}"
+            )
         self.log_n = log_n
 
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -124,7 +136,7 @@ class NttWorkload:
             raise ValueError(f"params.{unknown[0]}: unknown parameter (known: log_n, seed)")
         out = _check_seed(params)
         if "log_n" in params:
-            high = max(self.MAX_JOB_LOG_N, self.log_n)
+            high = max(min(self.MAX_JOB_LOG_N, self.field.TWO_ADICITY), self.log_n)
             out["log_n"] = _int_param(params, "log_n", 4, high, self.log_n)
         return out
 
@@ -137,14 +149,14 @@ class NttWorkload:
     def synthesize(self, spec: PartitionSpec) -> Any:
         import gpu.ntt as ntt
 
-        return ntt.synthesize(spec.seed, spec.index, self._log_n(spec.params))
+        return ntt.synthesize(spec.seed, spec.index, self._log_n(spec.params), field=self.field)
 
     def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
         import gpu.ntt as ntt
 
         a, b, c = buffers
         phases: dict[str, float] = {}
-        steps = ntt.HSteps(len(a).bit_length() - 1)
+        steps = ntt.HSteps(len(a).bit_length() - 1, self.field)
         started = time.perf_counter()
         coeffs = steps.intt(a, b, c)
         phases["intt"] = time.perf_counter() - started
@@ -157,13 +169,19 @@ class NttWorkload:
         started = time.perf_counter()
         h = steps.coset_intt(quotient)
         phases["coset_intt"] = time.perf_counter() - started
-        return Proof(ntt.digest(h), phases, h if keep_output else None)
+        return Proof(ntt.digest(h, field=self.field), phases, h if keep_output else None)
 
     def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
-        import gpu.ntt as ntt
 
         a, b, c = buffers
-        return bool(ntt.verify(a, b, c, proof.output)) and ntt.digest(proof.output) == proof.digest
+        return self._verified(a, b, c, proof)
+
+    def _verified(self, a: Any, b: Any, c: Any, proof: Proof) -> bool:
+        import gpu.ntt as ntt
+
+        field = self.field
+        holds = bool(ntt.verify(a, b, c, proof.output, field=field))
+        return holds and ntt.digest(proof.output, field=field) == proof.digest
 
 
 class NoopWorkload:
@@ -194,20 +212,23 @@ class NoopWorkload:
 class GpuNttWorkload(NttWorkload):
     """The same H computation proved on CUDA GPUs, from a pinned host-memory pool.
 
-    Synthesis writes each partition into a pinned pool slot (uint32, so the GPU copies it at
-    full speed and nothing is allocated on the hot path); proving worker ``w`` runs on device
-    ``devices[w // workers_per_device]`` with a stream of its own; the slot goes back to the
-    pool once the partition is done. ``prepare`` allocates the pool and sets up every worker's
-    device buffers, tables and kernels (and, with ``executor="processes"``, the synthesis
-    processes) before the service is ready; ``close`` stops those and frees the pool.
+    Synthesis writes each partition into a pinned pool slot (the field's storage dtype, so the
+    GPU copies it at full speed and nothing is allocated on the hot path); proving worker ``w``
+    runs on device ``devices[w // workers_per_device]`` with a stream of its own; the slot goes
+    back to the pool once the partition is done. ``prepare`` allocates the pool and sets up
+    every worker's device buffers, tables and kernels (and, with ``executor="processes"``, the
+    synthesis processes) before the service is ready; ``close`` stops those and frees the pool.
     A proof carries H's digest, folded on the GPU; H itself comes back only for partitions
     that will be verified (every ``verify_every``-th by default: a CPU check of 2^27 elements
     costs seconds of a core).
     """
 
     DEFAULT_LOG_N = 27
-    """The largest domain BabyBear has: 82 to 86 ms of H200 time a partition, 1.5 GiB of a, b, c
-    to copy in and seven transforms of 2^27 points (bench/RESULTS.md)."""
+    """Seven transforms of 2^27 points a partition: with Goldilocks, 3 GiB of a, b, c to copy
+    in; with BabyBear (its largest domain), 1.5 GiB and 82 to 86 ms of H200 time
+    (bench/RESULTS.md)."""
+    DEFAULT_FIELD = "goldilocks"
+    """On GPUs: the field whose partitions take at least 100 ms of an H200 (bench/RESULTS.md)."""
     verify_every = 100
 
     def __init__(
@@ -218,8 +239,9 @@ class GpuNttWorkload(NttWorkload):
         on_empty: Literal["wait", "fallback"],
         executor: Literal["threads", "processes"] = "threads",
         pool_backend: Literal["cuda", "shared", "shared-cuda"] | None = None,
+        field: str | None = None,
     ) -> None:
-        super().__init__(log_n)
+        super().__init__(log_n, field)
         self.devices = devices
         self.workers_per_device = workers_per_device
         self.on_empty = on_empty
@@ -254,13 +276,12 @@ class GpuNttWorkload(NttWorkload):
         return out
 
     def partition_bytes(self, params: Mapping[str, Any]) -> int:
-        return 3 * 4 * (1 << self.log_n)  # a, b, c as uint32
+        return 3 * self.field.storage.itemsize * (1 << self.log_n)  # a, b, c as stored
 
     def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int = 1) -> None:
         """Allocate the pinned pool (before readiness: pinning runs at ~2 GiB/s), every
         worker's prover (device buffers, uploaded tables, compiled kernels) and, with the
         processes executor, ``synthesis_workers`` synthesis processes."""
-        import numpy as np
 
         from gpu import ntt_cuda
         from gpu.pool import PinnedPool
@@ -268,12 +289,13 @@ class GpuNttWorkload(NttWorkload):
         n = 1 << self.log_n
         on_cuda = self.pool_backend.endswith("cuda")  # else provers come from elsewhere (tests)
         # The provers' tables take seconds of NumPy at 2^27: build them while pinning runs.
-        tables = threading.Thread(target=ntt_cuda.host_tables, args=(self.log_n,))
+        tables = threading.Thread(target=ntt_cuda.host_tables, args=(self.log_n, self.field))
         if on_cuda:
             tables.start()
         try:
-            self.pool = PinnedPool(slots, [(n,)] * 3, dtype=np.uint32, backend=self.pool_backend,
-                                   on_empty=self.on_empty, budget_bytes=budget_bytes)  # fmt: skip
+            self.pool = PinnedPool(slots, [(n,)] * 3, dtype=self.field.storage,
+                                   backend=self.pool_backend, on_empty=self.on_empty,
+                                   budget_bytes=budget_bytes)  # fmt: skip
         finally:
             if on_cuda:
                 tables.join()
@@ -286,7 +308,7 @@ class GpuNttWorkload(NttWorkload):
             from gpu.worker import GpuProver
 
             for worker in range(self.workers):
-                self._provers[worker] = GpuProver(self.device_of(worker), self.log_n)
+                self._provers[worker] = GpuProver(self.device_of(worker), self.log_n, self.field)
             ntt_cuda.release_host_tables()  # every device has its copy now
 
     def synthesize(self, spec: PartitionSpec) -> Any:
@@ -296,9 +318,10 @@ class GpuNttWorkload(NttWorkload):
         block = self.pool.slot_block(slot) if self._synthesizer is not None else None
         try:
             if block is not None:  # in a worker process, straight into the shared slot
-                self._synthesizer.fill(block, spec.seed, spec.index)
+                self._synthesizer.fill(block, spec.seed, spec.index, self.field)
             else:  # on this thread (also a pageable fallback slot, which no process can map)
-                ntt.synthesize_into(spec.seed, spec.index, slot.arrays, step=ntt.THREADED_STEP)
+                ntt.synthesize_into(spec.seed, spec.index, slot.arrays, step=ntt.THREADED_STEP,
+                                    field=self.field)  # fmt: skip
         except BaseException:
             slot.release()
             raise
@@ -309,19 +332,18 @@ class GpuNttWorkload(NttWorkload):
 
         prover = self._provers.get(worker)
         if prover is None:  # without prepare (tests): created on the worker's own thread
-            prover = self._provers[worker] = GpuProver(self.device_of(worker), self.log_n)
+            prover = GpuProver(self.device_of(worker), self.log_n, self.field)
+            self._provers[worker] = prover
         result = prover.prove(*buffers.arrays, keep_h=keep_output)
         return Proof(result.digest, result.phases_s, result.h)
 
     def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
         import numpy as np
 
-        import gpu.ntt as ntt
-
         if proof.output is None:
             raise ValueError("the proof carries no H: prove with keep_output=True to verify it")
         a, b, c = (array.astype(np.uint64) for array in buffers.arrays)
-        return bool(ntt.verify(a, b, c, proof.output)) and ntt.digest(proof.output) == proof.digest
+        return self._verified(a, b, c, proof)
 
     def release(self, buffers: Any) -> None:
         """The partition is done: its pinned slot goes back to the pool."""
@@ -361,9 +383,9 @@ def load_workload(settings: Settings) -> Workload:
         if devices:
             log_n = settings.ntt.log_n or GpuNttWorkload.DEFAULT_LOG_N
             return GpuNttWorkload(log_n, devices, settings.gpu.workers_per_device,
-                                  settings.gpu.pool_on_empty,
-                                  settings.synthesis.executor)  # fmt: skip
-        return NttWorkload(settings.ntt.log_n or NttWorkload.DEFAULT_LOG_N)
+                                  settings.gpu.pool_on_empty, settings.synthesis.executor,
+                                  field=settings.ntt.field)  # fmt: skip
+        return NttWorkload(settings.ntt.log_n or NttWorkload.DEFAULT_LOG_N, settings.ntt.field)
     if name == "noop":
         return NoopWorkload()
     module_name, _, factory_name = name.partition(":")

@@ -53,7 +53,15 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
             {"PACER_SYNTHESIS__EXECUTOR": "fork"},
             "PACER_SYNTHESIS__EXECUTOR: Input should be 'threads' or 'processes' (got 'fork')",
         ),
-        ({"PACER_NTT__LOG_N": "28"}, "PACER_NTT__LOG_N: Input should be less than or equal to 27"),
+        (
+            {"PACER_NTT__FIELD": "babybear", "PACER_NTT__LOG_N": "28"},
+            "PACER_NTT__LOG_N: 28 exceeds 27, the largest power-of-two domain of babybear",
+        ),
+        ({"PACER_NTT__LOG_N": "31"}, "PACER_NTT__LOG_N: Input should be less than or equal to 30"),
+        (
+            {"PACER_NTT__FIELD": "bn254"},
+            "PACER_NTT__FIELD: Input should be 'babybear' or 'goldilocks' (got 'bn254')",
+        ),
     ],
     ids=[
         "negative",
@@ -66,6 +74,8 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         "bad-size",
         "unknown-executor",
         "log-n-past-two-adicity",
+        "log-n-past-device-indices",
+        "unknown-field",
     ],
 )
 def test_invalid_value_names_variable_and_rule(

@@ -17,12 +17,18 @@ import numpy.typing as npt
 import pytest
 
 import gpu.ntt as ntt_module
-from gpu import field, ntt_cuda
-from gpu.field import FieldArray
+from gpu import ntt_cuda
+from gpu.babybear import BABYBEAR
+from gpu.field import FieldArray, PrimeField
+from gpu.goldilocks import GOLDILOCKS
 from gpu.ntt import HSteps, compute_h, coset_intt, coset_ntt, digest, intt, ntt, synthesize, verify
-from gpu.ntt_cuda import CUDA_SOURCE, KERNEL_NAMES, HostTables, host_tables, launch_plan
+from gpu.ntt_cuda import KERNEL_NAMES, HostTables, cuda_source, host_tables, launch_plan
 
 U32 = npt.NDArray[np.uint32]
+Stored = npt.NDArray[Any]
+"""A vector in a field's storage dtype, as the kernels hold it."""
+FIELDS = [BABYBEAR, GOLDILOCKS]
+each_field = pytest.mark.parametrize("field", FIELDS, ids=lambda f: f.name)
 
 
 # --- CPU: the module and its CUDA source ------------------------------------------------------
@@ -39,23 +45,25 @@ def test_docstring_examples() -> None:
     assert result.failed == 0
 
 
-def test_every_kernel_is_defined_once_in_the_source() -> None:
-    defined = re.findall(r'extern "C" __global__ void (\w+)\(', CUDA_SOURCE)
+@each_field
+def test_every_kernel_is_defined_once_in_the_source(field: PrimeField) -> None:
+    defined = re.findall(r'extern "C" __global__ void (\w+)\(', cuda_source(field))
     assert sorted(defined) == sorted(KERNEL_NAMES)
     assert {launch.kernel for n in range(1, 25) for launch in launch_plan(n)} <= set(defined)
 
 
-def test_source_brackets_balance() -> None:
+@each_field
+def test_source_brackets_balance(field: PrimeField) -> None:
     for opening, closing in ("{}", "()", "[]"):
         depth = 0
-        for char in CUDA_SOURCE:
+        for char in cuda_source(field):
             depth += (char == opening) - (char == closing)
             assert depth >= 0, f"unbalanced {closing}"
         assert depth == 0, f"unbalanced {opening}"
 
 
 def test_head_tile_fits_the_shared_array() -> None:
-    assert f"tile[1 << {ntt_cuda.HEAD_LOG_TILE}]" in CUDA_SOURCE
+    assert f"tile[1 << {ntt_cuda.HEAD_LOG_TILE}]" in cuda_source(GOLDILOCKS)
     assert all(launch.block <= 1024 for n in range(1, 28) for launch in launch_plan(n))
 
 
@@ -73,10 +81,12 @@ def test_launch_plan_covers_every_stage_once(log_n: int) -> None:
     assert [launch.last for launch in plan] == [False] * (len(plan) - 1) + [True]
 
 
-def test_host_tables_are_the_reference_tables() -> None:
+@each_field
+def test_host_tables_are_the_reference_tables(field: PrimeField) -> None:
     log_n = 6
-    tables = host_tables(log_n)
+    tables = host_tables(log_n, field)
     root = field.root_of_unity(log_n)
+    assert tables.forward.dtype == tables.coset_down.dtype == field.storage
     for s in range(log_n):
         m = 1 << s
         expected = [pow(root, j << (log_n - 1 - s), field.P) for j in range(m)]
@@ -95,7 +105,9 @@ def brev_shift(x: U32, log_n: int) -> U32:
     return reversed_ >> np.uint32(32 - log_n)
 
 
-def scale_out(v: FieldArray, i: U32, mode: int, scalar: int, vec: U32) -> FieldArray:
+def scale_out(
+    field: PrimeField, v: FieldArray, i: U32, mode: int, scalar: int, vec: Stored
+) -> FieldArray:
     if mode == 1:
         return field.mul(v, np.uint64(scalar))
     if mode == 2:
@@ -104,11 +116,12 @@ def scale_out(v: FieldArray, i: U32, mode: int, scalar: int, vec: U32) -> FieldA
 
 
 def sim_head(
-    src: U32,
-    dst: U32,
-    twiddles: U32,
-    in_scale: U32 | None,
-    out: tuple[int, int, U32],
+    field: PrimeField,
+    src: Stored,
+    dst: Stored,
+    twiddles: Stored,
+    in_scale: Stored | None,
+    out: tuple[int, int, Stored],
     log_n: int,
     log_tile: int,
     grid: int,
@@ -140,11 +153,17 @@ def sim_head(
     for r in range(2):
         pos = np.broadcast_to(t + np.uint32(r) * half, (grid, block))
         g = base + pos
-        dst[g] = scale_out(tile[rows, pos], g, out_mode, out_scalar, out_vec)
+        dst[g] = scale_out(field, tile[rows, pos], g, out_mode, out_scalar, out_vec)
 
 
 def sim_stage(
-    data: U32, twiddles: U32, out: tuple[int, int, U32], span: int, stage: int, threads: int
+    field: PrimeField,
+    data: Stored,
+    twiddles: Stored,
+    out: tuple[int, int, Stored],
+    span: int,
+    stage: int,
+    threads: int,
 ) -> None:
     out_mode, out_scalar, out_vec = out
     t = np.arange(threads, dtype=np.uint32)
@@ -155,12 +174,18 @@ def sim_stage(
     i1 = i0 + m
     lo = data[i0].astype(np.uint64)
     hi = field.mul(data[i1].astype(np.uint64), twiddles[m - np.uint32(1) + j].astype(np.uint64))
-    data[i0] = scale_out(field.add(lo, hi), i0, out_mode, out_scalar, out_vec)
-    data[i1] = scale_out(field.sub(lo, hi), i1, out_mode, out_scalar, out_vec)
+    data[i0] = scale_out(field, field.add(lo, hi), i0, out_mode, out_scalar, out_vec)
+    data[i1] = scale_out(field, field.sub(lo, hi), i1, out_mode, out_scalar, out_vec)
 
 
 def sim_stage2(
-    data: U32, twiddles: U32, out: tuple[int, int, U32], span: int, stage: int, threads: int
+    field: PrimeField,
+    data: Stored,
+    twiddles: Stored,
+    out: tuple[int, int, Stored],
+    span: int,
+    stage: int,
+    threads: int,
 ) -> None:
     out_mode, out_scalar, out_vec = out
     t = np.arange(threads, dtype=np.uint32)
@@ -177,26 +202,27 @@ def sim_stage2(
     y2, y3 = field.add(x2, x3), field.sub(x2, x3)
     v2 = field.mul(y2, twiddles[np.uint32(2) * m - one + j].astype(np.uint64))
     v3 = field.mul(y3, twiddles[np.uint32(2) * m - one + j + m].astype(np.uint64))
-    data[i0] = scale_out(field.add(y0, v2), i0, out_mode, out_scalar, out_vec)
-    data[i2] = scale_out(field.sub(y0, v2), i2, out_mode, out_scalar, out_vec)
-    data[i1] = scale_out(field.add(y1, v3), i1, out_mode, out_scalar, out_vec)
-    data[i3] = scale_out(field.sub(y1, v3), i3, out_mode, out_scalar, out_vec)
+    data[i0] = scale_out(field, field.add(y0, v2), i0, out_mode, out_scalar, out_vec)
+    data[i2] = scale_out(field, field.sub(y0, v2), i2, out_mode, out_scalar, out_vec)
+    data[i1] = scale_out(field, field.add(y1, v3), i1, out_mode, out_scalar, out_vec)
+    data[i3] = scale_out(field, field.sub(y1, v3), i3, out_mode, out_scalar, out_vec)
 
 
 def sim_transform(
+    field: PrimeField,
     values: FieldArray,
     tables: HostTables,
     log_tile: int,
     *,
     inverse: bool,
-    in_scale: U32 | None = None,
+    in_scale: Stored | None = None,
     out_scalar: int | None = None,
-    out_vector: U32 | None = None,
+    out_vector: Stored | None = None,
 ) -> FieldArray:
     """`CudaHSteps._transform`'s launches, simulated; returns the destination buffer."""
     log_n = values.size.bit_length() - 1
-    src = values.astype(np.uint32)
-    dst = np.full_like(src, 0xFFFFFFFF)  # like cupy.empty: garbage until written
+    src = values.astype(field.storage)
+    dst = np.full_like(src, np.iinfo(field.storage).max)  # like cupy.empty: garbage until written
     twiddles = tables.backward if inverse else tables.forward
     placeholder = tables.coset_up
     if out_vector is not None:
@@ -210,48 +236,56 @@ def sim_transform(
         threads = launch.grid * launch.block
         if launch.kernel == "ntt_head":
             args = (launch.log_tile, launch.grid, launch.block)
-            sim_head(src, dst, twiddles, in_scale, mode, log_n, *args)
+            sim_head(field, src, dst, twiddles, in_scale, mode, log_n, *args)
         elif launch.kernel == "ntt_stage2":
-            sim_stage2(dst, twiddles, mode, values.size >> 2, launch.stage, threads)
+            sim_stage2(field, dst, twiddles, mode, values.size >> 2, launch.stage, threads)
         else:
-            sim_stage(dst, twiddles, mode, values.size >> 1, launch.stage, threads)
+            sim_stage(field, dst, twiddles, mode, values.size >> 1, launch.stage, threads)
     return dst.astype(np.uint64)
 
 
 SIM_CASES = [(n, t) for n in range(1, 13) for t in sorted({1, 2, 3, min(n, 11)}) if t <= n]
 
 
+@each_field
 @pytest.mark.parametrize(
     ("log_n", "log_tile"), SIM_CASES, ids=[f"2^{n}-tile{t}" for n, t in SIM_CASES]
 )
-def test_simulated_kernels_match_the_reference_transforms(log_n: int, log_tile: int) -> None:
-    tables = host_tables(log_n)
+def test_simulated_kernels_match_the_reference_transforms(
+    field: PrimeField, log_n: int, log_tile: int
+) -> None:
+    tables = host_tables(log_n, field)
     values = np.random.default_rng([log_n, log_tile]).integers(0, field.P, 1 << log_n, np.uint64)
-    assert (sim_transform(values, tables, log_tile, inverse=False) == ntt(values)).all()
-    inverse = sim_transform(values, tables, log_tile, inverse=True, out_scalar=tables.n_inverse)
-    assert (inverse == intt(values)).all()
-    up = sim_transform(values, tables, log_tile, inverse=False, in_scale=tables.coset_up)
-    assert (up == coset_ntt(values)).all()
-    down = sim_transform(values, tables, log_tile, inverse=True, out_vector=tables.coset_down)
-    assert (down == coset_intt(values)).all()
+    forward = sim_transform(field, values, tables, log_tile, inverse=False)
+    assert (forward == ntt(values, field=field)).all()
+    inverse = sim_transform(
+        field, values, tables, log_tile, inverse=True, out_scalar=tables.n_inverse
+    )
+    assert (inverse == intt(values, field=field)).all()
+    up = sim_transform(field, values, tables, log_tile, inverse=False, in_scale=tables.coset_up)
+    assert (up == coset_ntt(values, field=field)).all()
+    down = sim_transform(
+        field, values, tables, log_tile, inverse=True, out_vector=tables.coset_down
+    )
+    assert (down == coset_intt(values, field=field)).all()
 
 
+@each_field
 @pytest.mark.parametrize("log_n", [3, 12, 14], ids=lambda n: f"2^{n}")
-def test_simulated_h_matches_compute_h(log_n: int) -> None:
-    tables = host_tables(log_n)
-    a, b, c = synthesize(seed=11, index=log_n, log_n=log_n)
+def test_simulated_h_matches_compute_h(field: PrimeField, log_n: int) -> None:
+    tables = host_tables(log_n, field)
+    a, b, c = synthesize(seed=11, index=log_n, log_n=log_n, field=field)
     log_tile = ntt_cuda.HEAD_LOG_TILE
-    coeffs = [
-        sim_transform(v, tables, log_tile, inverse=True, out_scalar=tables.n_inverse)
-        for v in (a, b, c)
-    ]
-    evals = [
-        sim_transform(v, tables, log_tile, inverse=False, in_scale=tables.coset_up) for v in coeffs
-    ]
+
+    def transform(values: FieldArray, **kwargs: Any) -> FieldArray:
+        return sim_transform(field, values, tables, log_tile, **kwargs)
+
+    coeffs = [transform(v, inverse=True, out_scalar=tables.n_inverse) for v in (a, b, c)]
+    evals = [transform(v, inverse=False, in_scale=tables.coset_up) for v in coeffs]
     z_inverse = np.uint64(tables.z_inverse)
     h_evals = field.mul(field.sub(field.mul(evals[0], evals[1]), evals[2]), z_inverse)
-    h = sim_transform(h_evals, tables, log_tile, inverse=True, out_vector=tables.coset_down)
-    assert digest(h) == digest(HSteps(log_n).run(a, b, c))
+    h = transform(h_evals, inverse=True, out_vector=tables.coset_down)
+    assert digest(h, field=field) == digest(HSteps(log_n, field).run(a, b, c), field=field)
 
 
 # --- GPU: the real kernels ---------------------------------------------------------------------
@@ -268,75 +302,85 @@ def host(values: Any) -> FieldArray:
 
 
 @pytest.mark.gpu
+@each_field
 @pytest.mark.parametrize("log_n", GPU_SIZES, ids=lambda n: f"2^{n}")
-def test_each_phase_is_bit_identical(cupy_module: Any, log_n: int) -> None:
+def test_each_phase_is_bit_identical(cupy_module: Any, field: PrimeField, log_n: int) -> None:
     cupy = cupy_module
     stream = cupy.cuda.Stream(non_blocking=True)
-    steps = ntt_cuda.CudaHSteps(log_n, stream=stream)
-    reference = HSteps(log_n)
-    a, b, c = synthesize(seed=fresh_seed(), index=0, log_n=log_n)
+    steps = ntt_cuda.CudaHSteps(log_n, stream=stream, field=field)
+    reference = HSteps(log_n, field)
+    a, b, c = synthesize(seed=fresh_seed(), index=0, log_n=log_n, field=field)
     inputs = steps.h2d(a, b, c)
     stream.synchronize()
     assert all((host(d) == v).all() for d, v in zip(inputs, (a, b, c), strict=True))
 
     expected = reference.intt(a, b, c)
-    got = steps.intt(*ntt_cuda.to_device((a, b, c)))
+    got = steps.intt(*ntt_cuda.to_device((a, b, c), field))
     stream.synchronize()
     assert all((host(g) == e).all() for g, e in zip(got, expected, strict=True))
 
     coeffs = expected
     expected = reference.coset_ntt(*coeffs)
-    got = steps.coset_ntt(*ntt_cuda.to_device(coeffs))
+    got = steps.coset_ntt(*ntt_cuda.to_device(coeffs, field))
     stream.synchronize()
     assert all((host(g) == e).all() for g, e in zip(got, expected, strict=True))
 
     h_evals = reference.pointwise(*expected)
-    got_h_evals = steps.pointwise(*ntt_cuda.to_device(expected))
+    got_h_evals = steps.pointwise(*ntt_cuda.to_device(expected, field))
     stream.synchronize()
     assert (host(got_h_evals) == h_evals).all()
 
     h = reference.coset_intt(h_evals)
-    got_h = steps.coset_intt(ntt_cuda.to_device(h_evals))
+    got_h = steps.coset_intt(ntt_cuda.to_device(h_evals, field))
     assert (steps.d2h(got_h) == h).all()
 
 
 @pytest.mark.gpu
+@each_field
 @pytest.mark.parametrize("log_n", GPU_SIZES, ids=lambda n: f"2^{n}")
-def test_run_is_bit_identical_and_verifies(cupy_module: Any, log_n: int) -> None:
+def test_run_is_bit_identical_and_verifies(cupy_module: Any, field: PrimeField, log_n: int) -> None:
     cupy = cupy_module
-    steps = ntt_cuda.CudaHSteps(log_n, stream=cupy.cuda.Stream(non_blocking=True))
+    steps = ntt_cuda.CudaHSteps(log_n, stream=cupy.cuda.Stream(non_blocking=True), field=field)
     seed = fresh_seed()
-    a, b, c = synthesize(seed=seed, index=1, log_n=log_n)
+    a, b, c = synthesize(seed=seed, index=1, log_n=log_n, field=field)
     h = steps.run(a, b, c)
     assert h.dtype == np.uint64
-    assert digest(h) == digest(HSteps(log_n).run(a, b, c)), f"seed {seed}"
-    assert verify(a, b, c, h)
+    expected = HSteps(log_n, field).run(a, b, c)
+    assert digest(h, field=field) == digest(expected, field=field), f"seed {seed}"
+    assert verify(a, b, c, h, field=field)
 
 
 @pytest.mark.gpu
+@each_field
 @pytest.mark.parametrize("log_n", [1, 10, 16, 17, 21], ids=lambda n: f"2^{n}")
-def test_device_digest_equals_the_host_digest(cupy_module: Any, log_n: int) -> None:
-    steps = ntt_cuda.CudaHSteps(log_n, stream=cupy_module.cuda.Stream(non_blocking=True))
-    h = compute_h(*synthesize(seed=fresh_seed(), index=3, log_n=log_n))
-    on_device = ntt_cuda.to_device(h)
+def test_device_digest_equals_the_host_digest(
+    cupy_module: Any, field: PrimeField, log_n: int
+) -> None:
+    stream = cupy_module.cuda.Stream(non_blocking=True)
+    steps = ntt_cuda.CudaHSteps(log_n, stream=stream, field=field)
+    h = compute_h(*synthesize(seed=fresh_seed(), index=3, log_n=log_n, field=field), field=field)
+    on_device = ntt_cuda.to_device(h, field)
     cupy_module.cuda.Device().synchronize()  # uploaded on the default stream, not on steps'
-    assert steps.digest(on_device) == digest(h)
+    assert steps.digest(on_device) == digest(h, field=field)
 
 
 @pytest.mark.gpu
+@each_field
 @pytest.mark.parametrize("log_n", [10, 15, 20], ids=lambda n: f"2^{n}")
-def test_repeated_runs_on_one_instance_agree(cupy_module: Any, log_n: int) -> None:
+def test_repeated_runs_on_one_instance_agree(
+    cupy_module: Any, field: PrimeField, log_n: int
+) -> None:
     cupy = cupy_module
-    steps = ntt_cuda.CudaHSteps(log_n, stream=cupy.cuda.Stream(non_blocking=True))
-    first = synthesize(seed=5, index=0, log_n=log_n)
-    second = synthesize(seed=6, index=0, log_n=log_n)
+    steps = ntt_cuda.CudaHSteps(log_n, stream=cupy.cuda.Stream(non_blocking=True), field=field)
+    first = synthesize(seed=5, index=0, log_n=log_n, field=field)
+    second = synthesize(seed=6, index=0, log_n=log_n, field=field)
     h_first = steps.run(*first)
-    out32 = np.empty(1 << log_n, dtype=np.uint32)
-    a, b, c = (v.astype(np.uint32) for v in second)
-    h_second = steps.run(a, b, c, out=out32)
-    assert h_second is out32
+    out = np.empty(1 << log_n, dtype=field.storage)
+    a, b, c = (v.astype(field.storage) for v in second)
+    h_second = steps.run(a, b, c, out=out)
+    assert h_second is out
     assert (steps.run(*first) == h_first).all()
-    assert digest(h_second) == digest(HSteps(log_n).run(*second))
+    assert digest(h_second, field=field) == digest(HSteps(log_n, field).run(*second), field=field)
 
 
 @pytest.mark.gpu
@@ -351,7 +395,9 @@ def test_phase_rejects_its_own_output_buffer(cupy_module: Any) -> None:
 def test_host_tables_leave_the_cpu_gather_index_unbuilt_and_can_be_released() -> None:
     ntt_cuda.release_host_tables()
     ntt_cuda.host_tables(14)
-    assert "gather" not in ntt_module._plan(14).__dict__  # 2^27 of intp the GPU never reads
+    assert (
+        "gather" not in ntt_module._plan(14, BABYBEAR).__dict__
+    )  # 2^27 of intp the GPU never reads
     assert ntt_cuda.host_tables.cache_info().currsize == 1
     ntt_cuda.release_host_tables()
     assert ntt_cuda.host_tables.cache_info().currsize == 0

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gpu import ntt
+from gpu.field import PrimeField
 from gpu.worker import PHASES, GpuResult
 from pacer.config import Settings
 from pacer.service import Service
@@ -30,8 +31,9 @@ LOG_N = 10
 class NumpyProver:
     """`gpu.worker.GpuProver`'s interface on the CPU."""
 
-    def __init__(self) -> None:
-        self.steps = ntt.HSteps(LOG_N)
+    def __init__(self, field: PrimeField) -> None:
+        self.field = field
+        self.steps = ntt.HSteps(LOG_N, field)
         self.kept = 0
 
     def prove(self, a: Any, b: Any, c: Any, *, keep_h: bool = False) -> GpuResult:
@@ -39,7 +41,7 @@ class NumpyProver:
         h = self.steps.run(*(v.astype(np.uint64) for v in (a, b, c)))
         phases = dict.fromkeys(PHASES, (time.perf_counter() - started) / len(PHASES))
         self.kept += keep_h
-        return GpuResult(ntt.digest(h), h if keep_h else None, phases)
+        return GpuResult(ntt.digest(h, field=self.field), h if keep_h else None, phases)
 
 
 def shared_gpu_workload(settings: Settings) -> GpuNttWorkload:
@@ -47,7 +49,7 @@ def shared_gpu_workload(settings: Settings) -> GpuNttWorkload:
         LOG_N, devices=[3], workers_per_device=2, on_empty="wait", executor="processes",
         pool_backend="shared",
     )  # fmt: skip
-    workload._provers = {worker: NumpyProver() for worker in range(workload.workers)}
+    workload._provers = {worker: NumpyProver(workload.field) for worker in range(workload.workers)}
     return workload
 
 
@@ -78,8 +80,9 @@ async def test_partitions_synthesized_in_processes_prove_and_verify(tmp_path: Pa
         job = await until_done(service, body["id"])
         assert job["state"] == "completed", job.get("error")
         for part in job["partition_results"]:
-            expected = ntt.compute_h(*ntt.synthesize(4, part["index"], LOG_N))
-            assert part["digest"] == ntt.digest(expected)
+            field = workload.field
+            vectors = ntt.synthesize(4, part["index"], LOG_N, field=field)
+            assert part["digest"] == ntt.digest(ntt.compute_h(*vectors, field=field), field=field)
             assert part["gpu"] == 3  # the device, not the worker
         provers = workload._provers.values()
         assert sum(p.kept for p in provers) == 3  # H came back only for the verified ones

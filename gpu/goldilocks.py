@@ -1,0 +1,149 @@
+"""The Goldilocks field, p = 2^64 − 2^32 + 1: elements fill a uint64, domains reach 2^32.
+
+A product needs 128 bits, which numpy lacks: `Goldilocks.mul_into` forms it from four 32×32-bit
+partial products, then reduces it with 2^64 ≡ 2^32 − 1 and 2^96 ≡ −1 (mod p), in about thirty
+whole-array calls. On the device ``__umul64hi`` gives the high half and the same reduction
+follows. Each element is twice BabyBear's bytes, so a transform of 2^k points moves twice the
+memory; 2^27 points of a, b and c are 3 GiB.
+
+>>> F = GOLDILOCKS
+>>> F.to_ints(F.mul(F.to_field([F.P - 1, 2**63]), F.to_field([F.P - 1, 2])))
+[1, 4294967295]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gpu.field import FieldArray, PrimeField
+
+__all__ = ["GOLDILOCKS", "Goldilocks"]
+
+_P = np.uint64(2**64 - 2**32 + 1)
+_EPSILON = np.uint64(2**32 - 1)
+"""2^64 mod p: a carry out of 64 bits is worth this much, a borrow this much less."""
+_LOW_32 = np.uint64(2**32 - 1)
+_32 = np.uint64(32)
+
+
+class Goldilocks(PrimeField):
+    """p = 2^64 − 2^32 + 1; generator 7; two-adicity 32."""
+
+    name = "goldilocks"
+    P = int(_P)
+    GENERATOR = 7
+    TWO_ADICITY = 32
+    storage = np.dtype(np.uint64)
+    MUL_BUFFERS = 5
+    CUDA = r"""
+typedef u64 elem;
+#define FIELD_P 0xffffffff00000001ull
+#define FIELD_EPSILON 0xffffffffull  /* 2^64 mod p */
+
+static __device__ __forceinline__ elem fmul(elem a, elem b) {
+    const u64 lo = a * b, hi = __umul64hi(a, b);
+    const u64 h0 = hi & FIELD_EPSILON, h1 = hi >> 32;
+    u64 t = lo - h1;                      /* h1·2^96 ≡ −h1 */
+    if (lo < h1) t -= FIELD_EPSILON;      /* the borrow of 2^64 is worth 2^32 − 1 less */
+    const u64 m = h0 * FIELD_EPSILON;     /* h0·2^64 ≡ h0·(2^32 − 1) */
+    u64 r = t + m;
+    if (r < m) r += FIELD_EPSILON;        /* a carry of 2^64 */
+    return r >= FIELD_P ? r - FIELD_P : r;
+}
+
+static __device__ __forceinline__ elem fadd(elem a, elem b) {
+    u64 s = a + b;
+    if (s < a) return s + FIELD_EPSILON;  /* carried past 2^64; the sum is then below p */
+    return s >= FIELD_P ? s - FIELD_P : s;
+}
+
+static __device__ __forceinline__ elem fsub(elem a, elem b) {
+    const u64 d = a - b;
+    return a >= b ? d : d - FIELD_EPSILON;  /* wrapped: + p ≡ − (2^32 − 1) mod 2^64 */
+}
+"""
+
+    def add(self, a: FieldArray, b: FieldArray | np.uint64) -> FieldArray:
+        total = np.add(a, b)
+        carry = np.less(total, a)
+        np.add(total, _EPSILON, out=total, where=carry)
+        return _canonical(total, total)
+
+    def sub(self, a: FieldArray, b: FieldArray | np.uint64) -> FieldArray:
+        difference = np.subtract(a, b)
+        borrow = np.less(a, b)
+        np.subtract(difference, _EPSILON, out=difference, where=borrow)
+        return difference
+
+    def mul(self, a: FieldArray, b: FieldArray | np.uint64) -> FieldArray:
+        a_, b_ = np.broadcast_arrays(np.asarray(a, dtype=np.uint64), np.asarray(b, np.uint64))
+        out = np.empty(a_.shape, dtype=np.uint64)
+        buffers = tuple(np.empty(a_.shape, dtype=np.uint64) for _ in range(self.MUL_BUFFERS))
+        self.mul_into(a_, b_, out, buffers)
+        return out
+
+    def mul_into(
+        self,
+        a: FieldArray,
+        b: FieldArray,
+        out: npt.NDArray[Any],
+        buffers: tuple[FieldArray, ...],
+    ) -> None:
+        shape = np.shape(a)
+        size = int(np.prod(shape))
+        lo, hi, t, u, v = (buffer.reshape(-1)[:size].reshape(shape) for buffer in buffers)
+        # The 128-bit product hi·2^64 + lo from 32-bit halves: a = a1·2^32 + a0, b likewise.
+        np.bitwise_and(a, _LOW_32, out=t)  # a0
+        np.right_shift(b, _32, out=u)  # b1
+        np.multiply(t, u, out=v)  # a0·b1
+        np.bitwise_and(b, _LOW_32, out=lo)  # b0
+        np.multiply(t, lo, out=t)  # a0·b0
+        np.right_shift(a, _32, out=hi)  # a1
+        np.multiply(hi, u, out=u)  # a1·b1
+        np.multiply(hi, lo, out=lo)  # a1·b0
+        np.add(v, lo, out=v)  # mid = a0·b1 + a1·b0, mod 2^64
+        np.less(v, lo, out=hi)  # mid carried 2^64: worth 2^96, so 2^32 of hi
+        np.left_shift(hi, _32, out=hi)
+        np.add(hi, u, out=hi)
+        np.right_shift(v, _32, out=u)
+        np.add(hi, u, out=hi)
+        np.left_shift(v, _32, out=v)
+        np.add(t, v, out=lo)  # lo = a0·b0 + (mid mod 2^32)·2^32, mod 2^64
+        np.less(lo, v, out=u)
+        np.add(hi, u, out=hi)  # its carry
+        # Reduce: hi = h1·2^32 + h0; 2^96 ≡ −1 and 2^64 ≡ 2^32 − 1, so x ≡ lo − h1 + h0·(2^32 − 1).
+        np.right_shift(hi, _32, out=u)  # h1
+        np.bitwise_and(hi, _LOW_32, out=hi)  # h0
+        np.less(lo, u, out=v)  # borrow
+        np.subtract(lo, u, out=lo)
+        np.multiply(v, _EPSILON, out=v)
+        np.subtract(lo, v, out=lo)
+        np.multiply(hi, _EPSILON, out=hi)
+        np.add(lo, hi, out=lo)
+        np.less(lo, hi, out=v)  # carry
+        np.multiply(v, _EPSILON, out=v)
+        np.add(lo, v, out=lo)
+        _canonical(lo, out, scratch=hi)
+
+    def random_elements(self, bits: np.random.BitGenerator, count: int) -> npt.NDArray[Any]:
+        """64 random bits per element, less p when they reach it (2^32 − 1 of the 2^64 values
+        do: all but uniform)."""
+        values = bits.random_raw(count)
+        return _canonical(values, values)
+
+
+def _canonical(
+    values: FieldArray, out: npt.NDArray[Any], scratch: FieldArray | None = None
+) -> npt.NDArray[Any]:
+    """Any uint64 into [0, p): below p, ``values − p`` wraps to above ``values``; at or above
+    p it is the smaller."""
+    over = np.subtract(values, _P, out=scratch)
+    result: npt.NDArray[Any] = np.minimum(values, over, out=out)
+    return result
+
+
+GOLDILOCKS = Goldilocks()
+"""The one Goldilocks instance."""
