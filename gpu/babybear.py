@@ -86,14 +86,15 @@ static __device__ __forceinline__ elem fsub(elem a, elem b) {
         np.subtract(product, quotient, out=product)
         out[...] = product
 
-    def random_elements(self, bits: np.random.BitGenerator, count: int) -> npt.NDArray[Any]:
+    def random_elements(self, bits: np.random.BitGenerator, out: npt.NDArray[Any]) -> None:
         """31 random bits per element, less p when they exceed it (values below 2^31 − p are
         twice as likely as the rest; the circuit only needs field elements)."""
-        draws = (count + 1) // 2  # two 32-bit words a draw
-        words = bits.random_raw(draws).view(np.uint32)[:count]
-        values = np.bitwise_and(words, _LOW_31)
-        over = np.subtract(values, _P32)
-        return np.minimum(values, over, out=values)  # values ≥ p wrapped below p; others kept
+        count = out.size
+        words = bits.random_raw((count + 1) // 2).view(np.uint32)  # two 32-bit words a draw
+        np.bitwise_and(words[:count], _LOW_31, out=out)
+        over = words[:count]  # the draws are spent: their memory holds values − p
+        np.subtract(out, _P32, out=over)
+        np.minimum(out, over, out=out)  # values ≥ p wrapped below p; others kept
 
     def butterflies(
         self,

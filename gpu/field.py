@@ -89,8 +89,10 @@ class PrimeField:
         of a's length, overwritten; ``out`` (storage or uint64 dtype) may not alias a or b."""
         raise NotImplementedError
 
-    def random_elements(self, bits: np.random.BitGenerator, count: int) -> npt.NDArray[Any]:
-        """``count`` elements drawn from the raw stream of ``bits``, in the storage dtype."""
+    def random_elements(self, bits: np.random.BitGenerator, out: npt.NDArray[Any]) -> None:
+        """Fills ``out`` (the storage dtype) with elements drawn from the raw stream of
+        ``bits``, allocating nothing beyond the draws themselves (a fresh megabyte-sized
+        temporary per call costs more page faults than the arithmetic)."""
         raise NotImplementedError
 
     def butterflies(

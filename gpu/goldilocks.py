@@ -128,11 +128,14 @@ static __device__ __forceinline__ elem fsub(elem a, elem b) {
         np.add(lo, v, out=lo)
         _canonical(lo, out, scratch=hi)
 
-    def random_elements(self, bits: np.random.BitGenerator, count: int) -> npt.NDArray[Any]:
+    def random_elements(self, bits: np.random.BitGenerator, out: npt.NDArray[Any]) -> None:
         """64 random bits per element, less p when they reach it (2^32 − 1 of the 2^64 values
         do: all but uniform)."""
-        values = bits.random_raw(count)
-        return _canonical(values, values)
+        words = bits.random_raw(out.size)
+        if words.size and words.max() >= _P:  # about one draw in 2^32: checked, not computed
+            _canonical(words, out, scratch=out)
+        else:
+            out[...] = words
 
 
 def _canonical(

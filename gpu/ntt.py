@@ -155,6 +155,7 @@ def synthesize_into(
     chunk = min(size, step or SYNTHESIS_CHUNK)
     # window[0] is the element before this step's (a_(start − 1)), window[1:] this step's.
     window = np.empty(chunk + 1, dtype=np.uint64)
+    values = np.empty(chunk, dtype=field.storage)
     fitting = 1 << ((_PRODUCT_BYTES // (8 * field.MUL_BUFFERS)).bit_length() - 1)
     inner = min(chunk, fitting) if step is None else chunk
     buffers = tuple(np.empty(inner, dtype=np.uint64) for _ in range(field.MUL_BUFFERS))
@@ -167,7 +168,7 @@ def synthesize_into(
             field.mul_into(left[offset:end], right[offset:end], target, buffers)
 
     for start in range(0, size, chunk):
-        values = field.random_elements(bits, chunk)
+        field.random_elements(bits, values)
         # Each output is written once, from cache: a_i, b_(i−1) = a_i, c_(i−1) = a_(i−1)·a_i.
         a_out[start : start + chunk] = values
         window[1:] = values

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -225,11 +226,26 @@ def test_sum_is_exact(field: PrimeField, x: list[int]) -> None:
 
 @each_field
 def test_random_elements_are_canonical_and_follow_the_stream(field: PrimeField) -> None:
-    first = field.random_elements(np.random.SFC64(5), 1000)
-    assert first.dtype == field.storage
+    def draw(seed: int, count: int = 1001) -> FieldArray:
+        out = np.full(count, 7, dtype=field.storage)
+        field.random_elements(np.random.SFC64(seed), out)
+        return out
+
+    first = draw(5)
     assert int(first.max()) < field.P
-    assert (first == field.random_elements(np.random.SFC64(5), 1000)).all()
-    assert not (first == field.random_elements(np.random.SFC64(6), 1000)).all()
+    assert len(np.unique(first)) > 990
+    assert (first == draw(5)).all()
+    assert not (first == draw(6)).all()
+
+
+def test_a_goldilocks_draw_past_p_is_reduced() -> None:
+    class AllOnes(np.random.SFC64):
+        def random_raw(self, size: Any = None, output: bool = True) -> Any:
+            return np.full(size, 2**64 - 1, dtype=np.uint64)
+
+    out = np.zeros(4, dtype=np.uint64)
+    GOLDILOCKS.random_elements(AllOnes(), out)
+    assert GOLDILOCKS.to_ints(out) == [2**64 - 1 - GOLDILOCKS.P] * 4
 
 
 @each_field

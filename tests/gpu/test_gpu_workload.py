@@ -32,17 +32,20 @@ def test_bad_devices_setting_is_refused() -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_workload_proves_from_the_pool_like_the_cpu() -> None:
+@pytest.mark.parametrize("field", ["goldilocks", "babybear"])
+def test_gpu_workload_proves_from_the_pool_like_the_cpu(field: str) -> None:
     devices = gpu_devices("all")
     if not devices:
         pytest.skip("no CUDA device")
-    workload = load_workload(Settings(ntt={"log_n": 12}, gpu={"workers_per_device": 2}))
+    settings = Settings(ntt={"log_n": 12, "field": field}, gpu={"workers_per_device": 2})
+    workload = load_workload(settings)
     assert isinstance(workload, GpuNttWorkload)
     assert workload.workers == 2 * len(devices)
     workload.prepare(slots=4, budget_bytes=2**30)
     try:
         pool = workload.pool
-        cpu = NttWorkload(12)
+        assert pool.slot_bytes == workload.partition_bytes({})
+        cpu = NttWorkload(12, field)
         for index in range(6):
             spec = PartitionSpec("job", index, 11, {})
             slot = workload.synthesize(spec)
@@ -61,3 +64,20 @@ def test_gpu_workload_proves_from_the_pool_like_the_cpu() -> None:
             workload.check_params({"log_n": 14})
     finally:
         workload.close()
+
+
+def test_each_workload_has_its_default_field_and_sizes_partitions_by_it() -> None:
+    cpu = NttWorkload(12)
+    gpu = GpuNttWorkload(12, [0], 1, "wait", pool_backend="shared")
+    assert cpu.field.name == "babybear"
+    assert gpu.field.name == "goldilocks"
+    assert gpu.partition_bytes({}) == 3 * 8 * 2**12
+    assert GpuNttWorkload(12, [0], 1, "wait", field="babybear").partition_bytes({}) == 3 * 4 * 2**12
+
+
+def test_a_size_past_the_fields_domains_is_refused_naming_the_setting() -> None:
+    with pytest.raises(
+        WorkloadError, match=r"PACER_NTT__LOG_N=28: babybear's largest domain is 2\^27"
+    ):
+        NttWorkload(28)
+    assert NttWorkload(28, "goldilocks").log_n == 28
