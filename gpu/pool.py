@@ -24,7 +24,6 @@ True
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import math
@@ -188,9 +187,13 @@ class SharedHostAllocator:
             self._cuda.runtime.hostUnregister(pointer)
         self._registered.clear()
         for block in self.blocks:
-            # A view still held (a slot checked out) keeps its mapping until it is dropped.
-            with contextlib.suppress(BufferError):
+            try:
                 block.close()
+            except BufferError:
+                # A slot still checked out: its arrays keep the mapping until they are dropped.
+                # The block object lets go of it, or its __del__ would retry the close and
+                # print this error again.
+                block._buf = block._mmap = None  # type: ignore[attr-defined]
             block.unlink()
             _live_blocks.discard(block.name)
         self.blocks.clear()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+import os
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -308,6 +311,24 @@ def test_close_with_a_slot_out_keeps_its_memory_until_released(
     slot.arrays[0][:] = 3  # still the holder's, not freed under it
     slot.release()
     assert pool.in_use_bytes == 0
+
+
+def test_a_shared_slot_out_at_close_is_unlinked_and_unmapped_quietly_when_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    pool = PinnedPool(2, SHAPES, backend="shared", on_empty="wait", clock=FakeClock())
+    slot = pool.checkout()
+    block = pool.slot_block(slot)
+    assert block is not None
+    pool.close()
+    assert not os.path.exists(os.path.join("/dev/shm", block.name))  # unlinked at close
+    slot.arrays[0][:] = 5  # the mapping is still the holder's
+    slot.release()
+    del slot
+    gc.collect()
+    assert unraisable == []  # no BufferError from a block's __del__
 
 
 def test_close_wakes_a_waiting_checkout() -> None:
