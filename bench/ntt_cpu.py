@@ -1,9 +1,10 @@
 """Time the NumPy NTT workload: one compute_h and one forward NTT per size.
 
-    .venv/bin/python -m bench.ntt_cpu [--markdown] [--repeats N]
+    .venv/bin/python -m bench.ntt_cpu [--markdown] [--repeats N] [--field babybear goldilocks]
 
-Prints, per log_n, the median wall time over N repeats (default 3) of `gpu.ntt.compute_h` on
-one synthesized partition and of one `gpu.ntt.ntt` of the same length. A warm-up call first
+Prints, per field and log_n, the median wall time over N repeats (default 3) of
+`gpu.ntt.compute_h` on one synthesized partition, of one `gpu.ntt.ntt` of the same length and
+of one `gpu.ntt.synthesize_into` into arrays of the field's storage dtype. A warm-up call first
 builds the cached twiddle tables, so the times are of the steady state.
 """
 
@@ -19,7 +20,8 @@ from functools import partial
 
 import numpy as np
 
-from gpu.ntt import compute_h, ntt, synthesize
+from gpu.field import FIELD_NAMES, by_name
+from gpu.ntt import compute_h, ntt, synthesize, synthesize_into
 from pacer.table import render
 
 SIZES_LOG_N = (14, 16, 18, 20)
@@ -42,16 +44,24 @@ def main() -> int:
     parser.add_argument(
         "--repeats", type=int, default=3, metavar="N", help="timed runs per size (default 3)"
     )
+    parser.add_argument(
+        "--field", nargs="+", choices=FIELD_NAMES, default=["babybear"], help="default: babybear"
+    )
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     rows = []
-    for log_n in SIZES_LOG_N:
-        a, b, c = synthesize(seed=0, index=0, log_n=log_n)
-        h_ms = median_ms(partial(compute_h, a, b, c), args.repeats)
-        ntt_ms = median_ms(partial(ntt, a), args.repeats)
-        rows.append((log_n, 1 << log_n, f"{h_ms:.1f}", f"{ntt_ms:.2f}"))
-    print(render(("log_n", "n", "compute_h ms", "ntt ms"), rows, markdown=args.markdown))
+    for field in map(by_name, args.field):
+        for log_n in SIZES_LOG_N:
+            a, b, c = synthesize(seed=0, index=0, log_n=log_n, field=field)
+            h_ms = median_ms(partial(compute_h, a, b, c, field=field), args.repeats)
+            ntt_ms = median_ms(partial(ntt, a, field=field), args.repeats)
+            out = [np.empty(1 << log_n, dtype=field.storage) for _ in range(3)]
+            synthesis_ms = median_ms(partial(synthesize_into, 0, 1, out, field=field), args.repeats)
+            rows.append((field.name, log_n, 1 << log_n, f"{h_ms:.1f}", f"{ntt_ms:.2f}",
+                         f"{synthesis_ms:.2f}"))  # fmt: skip
+    headers = ("field", "log_n", "n", "compute_h ms", "ntt ms", "synthesis ms")
+    print(render(headers, rows, markdown=args.markdown))
     print()
     print(
         f"median of {args.repeats} after a warm-up; numpy {np.__version__}, "

@@ -257,7 +257,7 @@ class NttSettings(_Section):
         ge=4,
         le=30,
         description="Partition size as log2 of the NTT domain, at most the field's two-adicity; "
-        "unset: 27 when proving on GPUs (Goldilocks: 3 GiB of a, b, c and ~170 ms of an H200 "
+        "unset: 27 when proving on GPUs (Goldilocks: 3 GiB of a, b, c and ~130 ms of an H200 "
         "per partition), 18 on the CPU; on the CPU jobs may override it with params.log_n "
         "(log2 of elements)",
     )

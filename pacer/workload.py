@@ -225,10 +225,11 @@ class GpuNttWorkload(NttWorkload):
 
     DEFAULT_LOG_N = 27
     """Seven transforms of 2^27 points a partition: with Goldilocks, 3 GiB of a, b, c to copy
-    in; with BabyBear (its largest domain), 1.5 GiB and 82 to 86 ms of H200 time
+    in and 130 ms of H200 time; with BabyBear (its largest domain), 1.5 GiB and 85 ms
     (bench/RESULTS.md)."""
     DEFAULT_FIELD = "goldilocks"
-    """On GPUs: the field whose partitions take at least 100 ms of an H200 (bench/RESULTS.md)."""
+    """On GPUs: the field whose partitions take at least 100 ms of an H200 (bench/RESULTS.md).
+    Its synthesis costs about 3.6 times BabyBear's CPU time per partition."""
     verify_every = 100
 
     def __init__(
