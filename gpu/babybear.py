@@ -65,11 +65,7 @@ static __device__ __forceinline__ elem fsub(elem a, elem b) {
 
     def mul(self, a: FieldArray, b: FieldArray | np.uint64) -> FieldArray:
         product = np.multiply(a, b)
-        # product − ⌊product / p⌋·p: numpy divides by a scalar with libdivide, which runs about
-        # twice as fast as its uint64 remainder.
-        quotient = product // _P
-        quotient *= _P
-        product -= quotient
+        _reduce_product(product, np.empty_like(product))
         return product
 
     def mul_into(
@@ -81,9 +77,7 @@ static __device__ __forceinline__ elem fsub(elem a, elem b) {
     ) -> None:
         product, quotient = buffers[0][: a.size], buffers[1][: a.size]
         np.multiply(a, b, out=product)
-        np.floor_divide(product, _P, out=quotient)
-        np.multiply(quotient, _P, out=quotient)
-        np.subtract(product, quotient, out=product)
+        _reduce_product(product, quotient)
         out[...] = product
 
     def random_elements(self, bits: np.random.BitGenerator, out: npt.NDArray[Any]) -> None:
@@ -107,16 +101,23 @@ static __device__ __forceinline__ elem fsub(elem a, elem b) {
         product = product_buffer.reshape(low.shape)
         scratch = scratch_buffer.reshape(low.shape)
         np.multiply(high, twiddle, out=product)
-        np.floor_divide(product, _P, out=scratch)
-        np.multiply(scratch, _P, out=scratch)
-        np.subtract(product, scratch, out=product)
-        # The same reductions as mul, sub and add, written into the buffers.
+        _reduce_product(product, scratch)
+        # The same reductions as sub and add, written into the buffers.
         np.subtract(low, product, out=high)
         np.add(high, _P, out=scratch)
         np.minimum(high, scratch, out=high)
         np.add(low, product, out=low)
         np.subtract(low, _P, out=scratch)
         np.minimum(low, scratch, out=low)
+
+
+def _reduce_product(product: FieldArray, quotient: FieldArray) -> None:
+    """product mod p in place (any uint64 below 2^62), with ``quotient`` as scratch:
+    product − ⌊product / p⌋·p, since numpy divides by a scalar with libdivide, which runs about
+    twice as fast as its uint64 remainder."""
+    np.floor_divide(product, _P, out=quotient)
+    np.multiply(quotient, _P, out=quotient)
+    np.subtract(product, quotient, out=product)
 
 
 BABYBEAR = BabyBear()
