@@ -132,7 +132,7 @@ def measure(
             checked = prover.prove(*slot.arrays, keep_h=True)
             assert checked.h is not None
             began = time.perf_counter()
-            a, b, c = (v.astype(np.uint64) for v in slot.arrays)
+            a, b, c = (v.astype(np.uint64, copy=False) for v in slot.arrays)
             verified = (
                 bool(ntt.verify(a, b, c, checked.h, field=field))
                 and ntt.digest(checked.h, field=field) == checked.digest
