@@ -275,7 +275,9 @@ def host_tables(log_n: int, field: PrimeField = BABYBEAR) -> HostTables:
     up, down = _coset_scales(log_n, field.GENERATOR, field)
 
     def narrow(array: FieldArray) -> npt.NDArray[Any]:
-        return array.astype(field.storage)
+        # Goldilocks tables are uint64 already: the cached arrays themselves (read-only), not
+        # copies of their GiB.
+        return array.astype(field.storage, copy=False)
 
     return HostTables(
         forward=narrow(np.concatenate(plan.forward)),
