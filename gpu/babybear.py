@@ -36,6 +36,7 @@ class BabyBear(PrimeField):
     TWO_ADICITY = 27
     storage = np.dtype(np.uint32)
     MUL_BUFFERS = 2
+    CONSECUTIVE_BUFFERS = 2
     CUDA = r"""
 typedef u32 elem;
 #define FIELD_P 2013265921u

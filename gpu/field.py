@@ -63,6 +63,8 @@ class PrimeField:
     """The narrowest unsigned dtype holding an element: pool slots and device vectors use it."""
     MUL_BUFFERS: ClassVar[int]
     """Scratch arrays `mul_into` needs, each as long as its inputs."""
+    CONSECUTIVE_BUFFERS: ClassVar[int]
+    """Scratch arrays `consecutive_products` needs, each as long as its window."""
     CUDA: ClassVar[str]
     """CUDA C++ defining ``elem`` (the storage type) and ``fmul``, ``fadd``, ``fsub`` on it."""
 
@@ -88,6 +90,14 @@ class PrimeField:
         """out = (a · b) mod p without allocating: ``buffers`` are `MUL_BUFFERS` uint64 arrays
         of a's length, overwritten; ``out`` (storage or uint64 dtype) may not alias a or b."""
         raise NotImplementedError
+
+    def consecutive_products(
+        self, window: FieldArray, out: npt.NDArray[Any], buffers: tuple[FieldArray, ...]
+    ) -> None:
+        """out[i] = window[i] · window[i + 1] mod p without allocating: ``out`` is one element
+        shorter than ``window``; ``buffers`` are `CONSECUTIVE_BUFFERS` uint64 arrays at least
+        as long as ``window``, overwritten. Synthesis makes c so, b being a shifted by one."""
+        self.mul_into(window[:-1], window[1:], out, tuple(b[: out.size] for b in buffers))
 
     def random_elements(self, bits: np.random.BitGenerator, out: npt.NDArray[Any]) -> None:
         """Fills ``out`` (the storage dtype) with elements drawn from the raw stream of

@@ -38,6 +38,7 @@ class Goldilocks(PrimeField):
     TWO_ADICITY = 32
     storage = np.dtype(np.uint64)
     MUL_BUFFERS = 5
+    CONSECUTIVE_BUFFERS = 6
     CUDA = r"""
 typedef u64 elem;
 #define FIELD_P 0xffffffff00000001ull
@@ -94,39 +95,32 @@ static __device__ __forceinline__ elem fsub(elem a, elem b) {
     ) -> None:
         shape = np.shape(a)
         size = int(np.prod(shape))
-        lo, hi, t, u, v = (buffer.reshape(-1)[:size].reshape(shape) for buffer in buffers)
-        # The 128-bit product hi·2^64 + lo from 32-bit halves: a = a1·2^32 + a0, b likewise.
-        np.bitwise_and(a, _LOW_32, out=t)  # a0
-        np.right_shift(b, _32, out=u)  # b1
-        np.multiply(t, u, out=v)  # a0·b1
-        np.bitwise_and(b, _LOW_32, out=lo)  # b0
-        np.multiply(t, lo, out=t)  # a0·b0
-        np.right_shift(a, _32, out=hi)  # a1
-        np.multiply(hi, u, out=u)  # a1·b1
-        np.multiply(hi, lo, out=lo)  # a1·b0
-        np.add(v, lo, out=v)  # mid = a0·b1 + a1·b0, mod 2^64
-        np.less(v, lo, out=hi)  # mid carried 2^64: worth 2^96, so 2^32 of hi
-        np.left_shift(hi, _32, out=hi)
-        np.add(hi, u, out=hi)
-        np.right_shift(v, _32, out=u)
-        np.add(hi, u, out=hi)
-        np.left_shift(v, _32, out=v)
-        np.add(t, v, out=lo)  # lo = a0·b0 + (mid mod 2^32)·2^32, mod 2^64
-        np.less(lo, v, out=u)
-        np.add(hi, u, out=hi)  # its carry
-        # Reduce: hi = h1·2^32 + h0; 2^96 ≡ −1 and 2^64 ≡ 2^32 − 1, so x ≡ lo − h1 + h0·(2^32 − 1).
-        np.right_shift(hi, _32, out=u)  # h1
-        np.bitwise_and(hi, _LOW_32, out=hi)  # h0
-        np.less(lo, u, out=v)  # borrow
-        np.subtract(lo, u, out=lo)
-        np.multiply(v, _EPSILON, out=v)
-        np.subtract(lo, v, out=lo)
-        np.multiply(hi, _EPSILON, out=hi)
-        np.add(lo, hi, out=lo)
-        np.less(lo, hi, out=v)  # carry
-        np.multiply(v, _EPSILON, out=v)
-        np.add(lo, v, out=lo)
-        _canonical(lo, out, scratch=hi)
+        a0, a1, b0, b1, mid = (buffer.reshape(-1)[:size].reshape(shape) for buffer in buffers)
+        np.bitwise_and(a, _LOW_32, out=a0)  # a = a1·2^32 + a0, b likewise
+        np.right_shift(a, _32, out=a1)
+        np.bitwise_and(b, _LOW_32, out=b0)
+        np.right_shift(b, _32, out=b1)
+        np.multiply(a0, b1, out=mid)
+        np.multiply(a0, b0, out=a0)
+        np.multiply(a1, b0, out=b0)
+        np.multiply(a1, b1, out=a1)
+        _reduce_partials(a0, mid, b0, a1, b1, out)
+
+    def consecutive_products(
+        self, window: FieldArray, out: npt.NDArray[Any], buffers: tuple[FieldArray, ...]
+    ) -> None:
+        """Each element's 32-bit halves are split once, then serve as both factors: two whole-
+        array calls fewer than `mul_into` of the two shifted views."""
+        size = out.size
+        low, high, t, v, w, u = (buffer[: size + 1] for buffer in buffers)
+        np.bitwise_and(window, _LOW_32, out=low)
+        np.right_shift(window, _32, out=high)
+        t, v, w, u = t[:size], v[:size], w[:size], u[:size]
+        np.multiply(low[:-1], low[1:], out=t)
+        np.multiply(low[:-1], high[1:], out=v)
+        np.multiply(high[:-1], low[1:], out=w)
+        np.multiply(high[:-1], high[1:], out=u)
+        _reduce_partials(t, v, w, u, low[:size], out)
 
     def random_elements(self, bits: np.random.BitGenerator, out: npt.NDArray[Any]) -> None:
         """64 random bits per element, less p when they reach it (2^32 − 1 of the 2^64 values
@@ -136,6 +130,40 @@ static __device__ __forceinline__ elem fsub(elem a, elem b) {
             _canonical(words, out, scratch=out)
         else:
             out[...] = words
+
+
+def _reduce_partials(
+    t: FieldArray, v: FieldArray, w: FieldArray, u: FieldArray, scratch: FieldArray, out: Any
+) -> None:
+    """out = x mod p for x = t + (v + w)·2^32 + u·2^64, the product of a = a1·2^32 + a0 and
+    b = b1·2^32 + b0 from its partials t = a0·b0, v = a0·b1, w = a1·b0, u = a1·b1 (each below
+    2^64). Overwrites all five inputs; ``out`` may be any of them but ``scratch``.
+
+    With 2^64 ≡ 2^32 − 1 = ε and 2^96 ≡ −1 (mod p): a carry out of v + w is worth 2^96, so
+    −1. The rest, hi·2^64 + lo, has hi = u + (v + w)/2^32 + carry, which never overflows
+    (u ≤ (2^32 − 1)^2). Then hi = h1·2^32 + h0 gives x ≡ lo + h0·ε − h1 − carries.
+    """
+    np.add(v, w, out=v)  # mid = a0·b1 + a1·b0, mod 2^64
+    np.less(v, w, out=scratch)  # its carry, worth −1
+    np.left_shift(v, _32, out=w)
+    np.right_shift(v, _32, out=v)
+    np.add(u, v, out=u)
+    np.add(t, w, out=t)  # lo = a0·b0 + (mid mod 2^32)·2^32, mod 2^64
+    np.less(t, w, out=v)  # its carry
+    np.add(u, v, out=u)  # hi = a1·b1 + mid / 2^32 + that carry
+    np.right_shift(u, _32, out=v)  # h1
+    np.bitwise_and(u, _LOW_32, out=u)  # h0
+    np.multiply(u, _EPSILON, out=u)  # h0·ε < 2^64
+    np.add(t, u, out=t)
+    np.less(t, u, out=w)  # a carry out, worth ε; adding it cannot carry again
+    np.multiply(w, _EPSILON, out=w)
+    np.add(t, w, out=t)
+    np.add(v, scratch, out=v)  # h1 + mid's carry ≤ 2^32
+    np.less(t, v, out=w)  # a borrow, worth −ε; t ≥ 2^64 − 2^32 after it, so no second
+    np.subtract(t, v, out=t)
+    np.multiply(w, _EPSILON, out=w)
+    np.subtract(t, w, out=t)
+    _canonical(t, out, scratch=v)
 
 
 def _canonical(

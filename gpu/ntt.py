@@ -156,16 +156,17 @@ def synthesize_into(
     # window[0] is the element before this step's (a_(start − 1)), window[1:] this step's.
     window = np.empty(chunk + 1, dtype=np.uint64)
     values = np.empty(chunk, dtype=field.storage)
-    fitting = 1 << ((_PRODUCT_BYTES // (8 * field.MUL_BUFFERS)).bit_length() - 1)
+    fitting = 1 << ((_PRODUCT_BYTES // (8 * field.CONSECUTIVE_BUFFERS)).bit_length() - 1)
     inner = min(chunk, fitting) if step is None else chunk
-    buffers = tuple(np.empty(inner, dtype=np.uint64) for _ in range(field.MUL_BUFFERS))
+    buffers = tuple(np.empty(inner + 1, dtype=np.uint64) for _ in range(field.CONSECUTIVE_BUFFERS))
 
-    def products(left: FieldArray, right: FieldArray, at: int) -> None:
-        """c[at + i] = left[i]·right[i] mod p, ``inner`` at a time (buffers in L2)."""
-        for offset in range(0, left.size, inner):
-            end = min(offset + inner, left.size)
+    def products(span: FieldArray, at: int) -> None:
+        """c[at + i] = span[i]·span[i + 1] mod p, ``inner`` at a time (buffers in L2)."""
+        count = span.size - 1
+        for offset in range(0, count, inner):
+            end = min(offset + inner, count)
             target = c_out[at + offset : at + end]
-            field.mul_into(left[offset:end], right[offset:end], target, buffers)
+            field.consecutive_products(span[offset : end + 1], target, buffers)
 
     for start in range(0, size, chunk):
         field.random_elements(bits, values)
@@ -174,10 +175,10 @@ def synthesize_into(
         window[1:] = values
         if start == 0:
             b_out[: chunk - 1] = values[1:]
-            products(window[1:-1], window[2:], 0)
+            products(window[1:], 0)
         else:
             b_out[start - 1 : start + chunk - 1] = values
-            products(window[:-1], window[1:], start - 1)
+            products(window, start - 1)
         window[0] = window[-1]
     b_out[size - 1] = a_out[0]
     c_out[size - 1] = int(a_out[size - 1]) * int(a_out[0]) % field.P

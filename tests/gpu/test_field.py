@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -128,6 +129,8 @@ def test_mul_distributes_over_add_and_sub(
         (2**32, 2**32),  # 2^64 again, from the middle partial products
         (2**64 - 2**32, 2**32 - 1),  # a borrow in the reduction
         (0xFFFFFFFF_FFFFFFFF % GOLDILOCKS.P, 0xFFFFFFFF_00000000),
+        (0xFFFFFFFE_FFFFFFFF, 0xFFFFFFFE_FFFFFFFF),  # a0·b1 + a1·b0 carries past 2^64
+        (0xFFFFFFFE_FFFFFFFF, 0xFFFFFFFF_00000000),  # … and with the largest a1·b1
     ],
     ids=str,
 )
@@ -135,6 +138,27 @@ def test_goldilocks_products_at_the_carries(a: int, b: int) -> None:
     field = GOLDILOCKS
     x, y = arrays(field, [a, b, a], [b, a, 1])
     assert field.to_ints(field.mul(x, y)) == [a * b % field.P, a * b % field.P, a % field.P]
+    buffers = tuple(np.empty(3, dtype=np.uint64) for _ in range(field.CONSECUTIVE_BUFFERS))
+    out = np.empty(2, dtype=np.uint64)
+    field.consecutive_products(arrays(field, [a, b, a])[0], out, buffers)
+    assert field.to_ints(out) == [a * b % field.P] * 2
+
+
+@each_field
+@laws
+@given(x=st.lists(raw, min_size=2, max_size=40), spare=st.integers(0, 3))
+def test_consecutive_products_match_python_integers(
+    field: PrimeField, x: list[int], spare: int
+) -> None:
+    window = arrays(field, x)[0]
+    values = elements(field, x)
+    buffers = tuple(
+        np.full(window.size + spare, 7, dtype=np.uint64) for _ in range(field.CONSECUTIVE_BUFFERS)
+    )
+    for dtype in (field.storage, np.uint64):
+        out = np.zeros(window.size - 1, dtype=dtype)
+        field.consecutive_products(window, out, buffers)
+        assert field.to_ints(out) == [i * j % field.P for i, j in pairwise(values)]
 
 
 @each_field
