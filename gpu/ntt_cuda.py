@@ -558,12 +558,17 @@ class CudaHSteps:
 
 def to_device(values: Sequence[FieldArray] | FieldArray, field: PrimeField = BABYBEAR) -> Any:
     """Host uint64 vector(s) as device arrays of ``field.storage``, for calling one phase on
-    its own."""
+    its own. The copies have landed when it returns: they run on the current stream, and a
+    kernel on a non-blocking stream would not wait for them (from pageable memory the call
+    returns once the data is staged, before it reaches the device)."""
     import cupy
 
     if isinstance(values, np.ndarray):
-        return cupy.asarray(values.astype(field.storage))
-    return tuple(cupy.asarray(np.asarray(v).astype(field.storage)) for v in values)
+        result = cupy.asarray(values.astype(field.storage))
+    else:
+        result = tuple(cupy.asarray(np.asarray(v).astype(field.storage)) for v in values)
+    cupy.cuda.get_current_stream().synchronize()
+    return result
 
 
 def _memcpy(dst: int, src: int, nbytes: int, kind: int, stream: Any) -> None:
