@@ -155,7 +155,9 @@ def measure(
         rates = {}
         for threads in thread_counts:
             print(f"2^{log_n}: synthesis on {threads} threads", file=sys.stderr)
-            processes = ProcessSynthesizer(threads) if executor == "processes" else None
+            processes = (
+                ProcessSynthesizer(threads, pool.block_names) if executor == "processes" else None
+            )
             if processes is not None:
                 processes.start()
             try:

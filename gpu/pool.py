@@ -471,6 +471,12 @@ class PinnedPool:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def block_names(self) -> tuple[str, ...]:
+        """The slots' shared-memory blocks, in slot order; empty unless the backend is shared."""
+        blocks = getattr(self._allocator, "blocks", None)
+        return () if blocks is None else tuple(block.name for block in blocks)
+
     def slot_block(self, slot: Slot) -> SlotBlock | None:
         """Where ``slot`` lives, for another process to write it; None unless the backend is a
         shared one and the slot is a pool slot (not a pageable fallback)."""

@@ -303,7 +303,7 @@ class GpuNttWorkload(NttWorkload):
         if self.executor == "processes":
             from gpu.synthesis import ProcessSynthesizer
 
-            self._synthesizer = ProcessSynthesizer(synthesis_workers)
+            self._synthesizer = ProcessSynthesizer(synthesis_workers, self.pool.block_names)
             self._synthesizer.start()
         if on_cuda:
             from gpu.worker import GpuProver

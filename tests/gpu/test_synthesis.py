@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import mmap
 import os
+import resource
 import signal
 import threading
 from collections.abc import Iterator
@@ -11,7 +13,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from gpu import ntt
+from gpu import ntt, synthesis
+from gpu.babybear import BABYBEAR
 from gpu.pool import BLOCK_PREFIX, PinnedPool, remove_stale_blocks
 from gpu.synthesis import ProcessSynthesizer
 from pacer.workload import GpuNttWorkload, PartitionSpec
@@ -38,6 +41,31 @@ def test_a_worker_process_writes_the_slot_the_parent_reads(
                 synthesizer.fill(pool.slot_block(slot), seed=5, index=index)
                 expected = ntt.synthesize(5, index, log_n)
                 assert all((s == e).all() for s, e in zip(slot.arrays, expected, strict=True))
+
+
+def faults_of_a_fill(block: object, seed: int, index: int) -> int:
+    """In a worker process: the minor page faults one fill takes."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    synthesis._fill(block, seed, index, BABYBEAR)  # type: ignore[arg-type]
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+@pytest.mark.parametrize("at_start", [True, False], ids=["blocks-given", "no-blocks"])
+def test_workers_fill_in_every_blocks_page_tables_when_they_start(at_start: bool) -> None:
+    log_n = 22  # 48 MiB slots: 12,288 pages each, against ~1,500 for synthesis's own buffers
+    pages = 3 * 4 * (1 << log_n) // mmap.PAGESIZE
+    with PinnedPool(2, [(1 << log_n,)] * 3, np.uint32, backend="shared") as pool:
+        names = pool.block_names if at_start else ()
+        assert len(pool.block_names) == 2
+        with ProcessSynthesizer(1, names) as synthesizer, pool.checkout() as slot:
+            faults = synthesizer._executor.submit(
+                faults_of_a_fill, pool.slot_block(slot), 4, 0
+            ).result()
+            assert (slot.arrays[2] == ntt.synthesize(4, 0, log_n)[2]).all()
+    if at_start:
+        assert faults < pages // 4
+    else:  # mapped, and its pages filled in, by this first fill
+        assert faults >= pages
 
 
 def test_threads_fill_slots_through_the_processes_at_once(
