@@ -118,7 +118,10 @@ async def keep_backlog(service: Service, partitions: int) -> None:
         await service.submit(partitions, {}, 0)
 
 
-async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
+async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[str, Any]]) -> None:
+    """Runs and measures one policy, appending its result to ``results`` and reporting it (the
+    row on stderr, the JSON so far under $OUT) before the service drains and closes: a run cut
+    short during shutdown keeps its numbers."""
     tmp = Path(tempfile.mkdtemp())
     settings = Settings(
         ntt={"log_n": args.log_n} | ({} if args.field is None else {"field": args.field}),
@@ -211,8 +214,16 @@ async def run_policy(args: argparse.Namespace, policy: str) -> dict[str, Any]:
             "fallbacks": pool.fallbacks if pool else 0,
         },
     }
+    results.append(result)
+    print(table([result]), file=sys.stderr)
+    save(results)
     await service.shutdown()
-    return result
+
+
+def save(results: list[dict[str, Any]]) -> None:
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, "gpu_service.json").write_text(json.dumps(results, indent=2, default=str))
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -269,7 +280,9 @@ def main() -> int:
         gpu.ntt.THREADED_STEP = 1 << args.chunk_log2
     import uvloop
 
-    results = [uvloop.run(run_policy(args, policy)) for policy in args.policies.split(",")]
+    results: list[dict[str, Any]] = []
+    for policy in args.policies.split(","):
+        uvloop.run(run_policy(args, policy, results))
     first = results[0]
     print(f"partition 2^{first['log_n']} of {first['field']}, "
           f"synthesis concurrency {first['synthesis_concurrency']} on {first['executor']}, "
@@ -284,9 +297,6 @@ def main() -> int:
               f"processes {r['synthesis_process_cores']:.1f}, "
               "phases ms "
               + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))  # fmt: skip
-    out = os.environ.get("OUT")
-    if out:
-        Path(out, "gpu_service.json").write_text(json.dumps(results, indent=2, default=str))
     return 0
 
 
