@@ -1,8 +1,8 @@
 """The Goldilocks field, p = 2^64 − 2^32 + 1: elements fill a uint64, domains reach 2^32.
 
 A product needs 128 bits, which numpy lacks: `Goldilocks.mul_into` forms it from four 32×32-bit
-partial products, then reduces it with 2^64 ≡ 2^32 − 1 and 2^96 ≡ −1 (mod p), in about thirty
-whole-array calls. On the device ``__umul64hi`` gives the high half and the same reduction
+partial products, then reduces it with 2^64 ≡ 2^32 − 1 and 2^96 ≡ −1 (mod p), in 29 whole-array
+calls (`Goldilocks.consecutive_products`, synthesis's c, in 27). On the device ``__umul64hi`` gives the high half and the same reduction
 follows. Each element is twice BabyBear's bytes, so a transform of 2^k points moves twice the
 memory; 2^27 points of a, b and c are 3 GiB.
 
