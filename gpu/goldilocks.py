@@ -1,10 +1,10 @@
 """The Goldilocks field, p = 2^64 − 2^32 + 1: elements fill a uint64, domains reach 2^32.
 
 A product needs 128 bits, which numpy lacks: `Goldilocks.mul_into` forms it from four 32×32-bit
-partial products, then reduces it with 2^64 ≡ 2^32 − 1 and 2^96 ≡ −1 (mod p), in 29 whole-array
-calls (`Goldilocks.consecutive_products`, synthesis's c, in 27). On the device ``__umul64hi`` gives the high half and the same reduction
-follows. Each element is twice BabyBear's bytes, so a transform of 2^k points moves twice the
-memory; 2^27 points of a, b and c are 3 GiB.
+partial products, then reduces it with 2^64 ≡ 2^32 − 1 and 2^96 ≡ −1 (mod p), in 30 whole-array
+calls (`Goldilocks.consecutive_products`, synthesis's c, in 28). On the device ``__umul64hi``
+gives the high half and the same reduction follows. Each element is twice BabyBear's bytes, so
+a transform of 2^k points moves twice the memory; 2^27 points of a, b and c are 3 GiB.
 
 >>> F = GOLDILOCKS
 >>> F.to_ints(F.mul(F.to_field([F.P - 1, 2**63]), F.to_field([F.P - 1, 2])))
@@ -137,7 +137,7 @@ def _reduce_partials(
 ) -> None:
     """out = x mod p for x = t + (v + w)·2^32 + u·2^64, the product of a = a1·2^32 + a0 and
     b = b1·2^32 + b0 from its partials t = a0·b0, v = a0·b1, w = a1·b0, u = a1·b1 (each below
-    2^64). Overwrites all five inputs; ``out`` may be any of them but ``scratch``.
+    2^64). Overwrites all five inputs; ``out`` may be any of them.
 
     With 2^64 ≡ 2^32 − 1 = ε and 2^96 ≡ −1 (mod p): a carry out of v + w is worth 2^96, so
     −1. The rest, hi·2^64 + lo, has hi = u + (v + w)/2^32 + carry, which never overflows
