@@ -18,6 +18,7 @@ import importlib
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -300,17 +301,24 @@ class GpuNttWorkload(NttWorkload):
         finally:
             if on_cuda:
                 tables.join()
-        if self.executor == "processes":
-            from gpu.synthesis import ProcessSynthesizer
+        # The synthesis processes fill in their page tables for every slot (seconds per 100 GiB)
+        # while the provers are built.
+        with ThreadPoolExecutor(1, thread_name_prefix="synthesis-start") as starter:
+            starting = None
+            if self.executor == "processes":
+                from gpu.synthesis import ProcessSynthesizer
 
-            self._synthesizer = ProcessSynthesizer(synthesis_workers, self.pool.block_names)
-            self._synthesizer.start()
-        if on_cuda:
-            from gpu.worker import GpuProver
+                self._synthesizer = ProcessSynthesizer(synthesis_workers, self.pool.block_names)
+                starting = starter.submit(self._synthesizer.start)
+            if on_cuda:
+                from gpu.worker import GpuProver
 
-            for worker in range(self.workers):
-                self._provers[worker] = GpuProver(self.device_of(worker), self.log_n, self.field)
-            ntt_cuda.release_host_tables()  # every device has its copy now
+                for worker in range(self.workers):
+                    device = self.device_of(worker)
+                    self._provers[worker] = GpuProver(device, self.log_n, self.field)
+                ntt_cuda.release_host_tables()  # every device has its copy now
+            if starting is not None:
+                starting.result()
 
     def synthesize(self, spec: PartitionSpec) -> Any:
         import gpu.ntt as ntt
