@@ -6,6 +6,7 @@ scrapes; durations are observed into histograms once per partition as they happe
 
 from __future__ import annotations
 
+import math
 import platform
 from collections.abc import Iterator
 from typing import Protocol
@@ -81,6 +82,14 @@ class _StateCollector(Collector):
             ]  # fmt: skip
             for name, doc, value in gauges:
                 yield GaugeMetricFamily(name, doc, value=value)
+            cap = t.rate_cap_per_s
+            if math.isfinite(cap):  # absent until a synthesis time is known
+                yield GaugeMetricFamily(
+                    "pacer_controller_synthesis_cap",
+                    "Synthesis-throughput cap: synthesis concurrency / synthesis time "
+                    "(partitions/s)",
+                    value=cap,
+                )
         yield GaugeMetricFamily(
             "pacer_controller_interval_seconds",
             "Interval between dispatches after clamps; 0: whenever there is room (s)",

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 from prometheus_client import generate_latest
 
+from pacer.controller import PIController
 from pacer.service import Service
 
 pytestmark = pytest.mark.asyncio
@@ -23,7 +24,7 @@ REQUIRED = [
     "pacer_synthesis_worker_restarts_total",
     "pacer_gpu_busy_ratio", "pacer_gpu_idle_gap_seconds", "pacer_gpu_phase_seconds",
     "pacer_synthesis_seconds", "pacer_partitions_total", "pacer_jobs_total", "pacer_build_info",
-    "pacer_controller_policy_info",
+    "pacer_controller_policy_info", "pacer_controller_synthesis_cap",
 ]  # fmt: skip
 
 
@@ -53,6 +54,18 @@ async def test_metrics_follow_the_work(service: Service) -> None:
     modes = [value("pacer_controller_mode", {"pacer_controller_mode": m}) or 0.0
              for m in ("bootstrap", "pacing", "drained", "manual")]  # fmt: skip
     assert sorted(modes) == [0, 0, 0, 1]
+
+
+async def test_synthesis_cap_appears_once_a_synthesis_time_is_known(service: Service) -> None:
+    value = service.registry.get_sample_value
+    assert value("pacer_controller_synthesis_cap") is None  # a fresh journal: no estimate yet
+    await run_job(service, 6)
+    assert isinstance(service.policy, PIController)
+    synthesis_s = service.policy.estimates.synthesis_s
+    assert synthesis_s
+    # The cap is the last decision's, a synthesis or two behind the estimate at most.
+    expected = service.caps.synthesis_concurrency / synthesis_s
+    assert value("pacer_controller_synthesis_cap") == pytest.approx(expected, rel=0.5)
 
 
 async def test_exposition_has_every_metric_and_no_created_series(service: Service) -> None:
