@@ -12,7 +12,8 @@ warm up, then measures for ``--seconds``: partitions/s; per GPU the busy ratio (
 reports to ``pacer_gpu_idle_gap_seconds``, those ending inside the window); NVML utilization
 sampled every 100 ms during the window; mean phase times from ``pacer_gpu_phase_seconds``; the
 pool's allocations after warm-up (must stay 0), waits and fallbacks over the whole run;
-the cores the service process and its synthesis processes used during the window. Prints
+the cores the service process and its synthesis processes used during the window; under pi
+the controller's synthesis cap against the GPUs' rate at the window's end. Prints
 one table with a row per policy and GPU; writes ``$OUT/gpu_service.json`` when OUT is set.
 """
 
@@ -188,6 +189,8 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
             "nvml_util_mean": (sum(nvml[g]) / len(nvml[g])) if nvml.get(g) else None,
             "phase_ms": phase_means_ms(registry, g),
         }
+    synthesis_cap = registry.get_sample_value("pacer_controller_synthesis_cap")  # pi only
+    ff_term = registry.get_sample_value("pacer_controller_ff_term")
     synthesis_sum = registry.get_sample_value("pacer_synthesis_seconds_sum") or 0.0
     synthesis_count = registry.get_sample_value("pacer_synthesis_seconds_count") or 0.0
     result = {
@@ -201,6 +204,8 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
         "synthesis_concurrency": service.caps.synthesis_concurrency,
         "executor": settings.synthesis.executor,
         "synthesis_mean_s": synthesis_sum / synthesis_count if synthesis_count else None,
+        "synthesis_cap_per_s": synthesis_cap,
+        "gpu_rate_per_s": 1 / ff_term if ff_term else None,
         "inflight_gib_mean": sum(inflight_gib) / len(inflight_gib) if inflight_gib else 0.0,
         "inflight_gib_max": max(inflight_gib, default=0.0),
         "service_cores": (cpu_at_end[0] - cpu_at_start[0]) / elapsed,
@@ -292,11 +297,17 @@ def main() -> int:
     for r in results:
         phases = next(iter(r["gpus"].values()))["phase_ms"] if r["gpus"] else {}
         synthesis = r["synthesis_mean_s"] or 0.0
-        print(f"{r['policy']}: start {r['start_s']:.1f} s, synthesis mean {synthesis:.2f} s, "
-              f"cores used by the service {r['service_cores']:.1f} and by its synthesis "
-              f"processes {r['synthesis_process_cores']:.1f}, "
-              "phases ms "
-              + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))  # fmt: skip
+        parts = [
+            f"start {r['start_s']:.1f} s",
+            f"synthesis mean {synthesis:.2f} s",
+            f"cores used by the service {r['service_cores']:.1f} and by its synthesis "
+            f"processes {r['synthesis_process_cores']:.1f}",
+        ]
+        if r["synthesis_cap_per_s"] and r["gpu_rate_per_s"]:  # the controller's, under pi
+            parts.append(f"synthesis cap {r['synthesis_cap_per_s']:.2f}/s against a GPU rate "
+                         f"of {r['gpu_rate_per_s']:.2f}/s")  # fmt: skip
+        parts.append("phases ms " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
+        print(f"{r['policy']}: " + ", ".join(parts))
     return 0
 
 
