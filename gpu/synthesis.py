@@ -82,12 +82,14 @@ class ProcessSynthesizer:
         """
         began = time.monotonic()
         tasks = [self._executor.submit(_map_blocks, self.blocks) for _ in range(self.processes)]
-        populated = sum(task.result() for task in tasks)
+        populated = [task.result() for task in tasks]  # bytes each task populated
         if self.blocks:
+            # A page-table entry of 8 bytes for each 4 KiB page each process maps.
             logger.info(
-                "%d synthesis processes started; %d of them mapped the pool's %d slot blocks "
-                "with their pages filled in, in %.1f s",
-                self.processes, populated, len(self.blocks), time.monotonic() - began,
+                "%d synthesis processes started in %.1f s; %d of them filled in the page tables "
+                "of the pool's %d slot blocks (%.1f GiB): %.1f MiB of page tables in all",
+                self.processes, time.monotonic() - began, sum(1 for size in populated if size),
+                len(self.blocks), max(populated) / 2**30, sum(populated) / 512 / 2**20,
             )  # fmt: skip
 
     def fill(
@@ -135,19 +137,21 @@ class ProcessSynthesizer:
         self.close()
 
 
-# In each worker process: the blocks it has mapped, by name.
+# In each worker process: the blocks it has mapped, by name, and those whose page tables it
+# filled in.
 _mapped: dict[str, mmap.mmap] = {}
+_populated: set[str] = set()
 
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 """Fill in a mapping's page tables as writes would, without writing (Linux 5.14+)."""
 
 
-def _map_blocks(names: Sequence[str]) -> bool:
-    """Map each block not yet mapped in this process; whether any was."""
+def _map_blocks(names: Sequence[str]) -> int:
+    """Map each block not yet mapped in this process; the bytes whose page tables it filled
+    in (0 where the kernel cannot)."""
     new = [name for name in names if name not in _mapped]
-    for name in new:
-        _mapping(name)
-    return bool(new)
+    mappings = {name: _mapping(name) for name in new}
+    return sum(len(mapping) for name, mapping in mappings.items() if name in _populated)
 
 
 def _mapping(name: str) -> mmap.mmap:
@@ -166,6 +170,7 @@ def _mapping(name: str) -> mmap.mmap:
         # An older kernel refuses: each page then faults in on its first write instead.
         with contextlib.suppress(OSError):
             mapping.madvise(MADV_POPULATE_WRITE)
+            _populated.add(name)
         _mapped[name] = mapping
     return mapping
 

@@ -54,7 +54,10 @@ def faults_of_two_fills(block: object, seed: int) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("at_start", [True, False], ids=["blocks-given", "no-blocks"])
-def test_workers_fill_in_every_blocks_page_tables_when_they_start(at_start: bool) -> None:
+def test_workers_fill_in_every_blocks_page_tables_when_they_start(
+    at_start: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gpu.synthesis")
     log_n = 21  # a 24 MiB slot, 6,144 pages
     pages = 3 * 4 * (1 << log_n) // mmap.PAGESIZE
     with PinnedPool(1, [(1 << log_n,)] * 3, np.uint32, backend="shared") as pool:
@@ -67,8 +70,12 @@ def test_workers_fill_in_every_blocks_page_tables_when_they_start(at_start: bool
             assert (slot.arrays[2] == ntt.synthesize(4, 1, log_n)[2]).all()
     # The second fill faults only for synthesis's own buffers; so does the first, unless it
     # is the one that maps the block and fills in its page tables.
+    messages = [record.getMessage() for record in caplog.records]
+    started = [message for message in messages if "synthesis processes started" in message]
     if at_start:
         assert first - second < pages // 2
+        assert len(started) == 1
+        assert "1 of them filled in the page tables of the pool's 1 slot blocks" in started[0]
     else:
         assert first - second >= pages // 2
 
