@@ -28,10 +28,12 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from gpu import compiled_synthesis
 from gpu.babybear import BABYBEAR
 from gpu.field import FieldArray, PrimeField
 
 __all__ = [
+    "SYNTHESIS_KERNELS",
     "HSteps",
     "compute_h",
     "coset_intt",
@@ -48,6 +50,8 @@ __all__ = [
 
 SYNTHESIS_CHUNK = 1 << 18
 """Elements `synthesize_into` draws and writes per step (a few MiB of cache-resident work)."""
+SYNTHESIS_KERNELS = ("numpy", "numba")
+"""How `synthesize_into` computes: whole-array NumPy calls, or one pass compiled by Numba."""
 THREADED_STEP = 1 << 20
 """`synthesize_into`'s step for a synthesis on a thread that shares the GIL (bench/RESULTS.md)."""
 _PRODUCT_BYTES = 1 << 20
@@ -99,7 +103,7 @@ def coset_intt(
 
 
 def synthesize(
-    seed: int, index: int, log_n: int, *, field: PrimeField = BABYBEAR
+    seed: int, index: int, log_n: int, *, field: PrimeField = BABYBEAR, kernel: str = "numpy"
 ) -> tuple[FieldArray, FieldArray, FieldArray]:
     """A partition's witness vectors (a, b, c = a∘b) of length 2^log_n, a function of (seed, index).
 
@@ -112,7 +116,7 @@ def synthesize(
     """
     _check_synthesis(seed, index, log_n, field)
     a, b, c = (np.empty(1 << log_n, dtype=np.uint64) for _ in range(3))
-    synthesize_into(seed, index, (a, b, c), field=field)
+    synthesize_into(seed, index, (a, b, c), field=field, kernel=kernel)
     return a, b, c
 
 
@@ -123,6 +127,7 @@ def synthesize_into(
     *,
     step: int | None = None,
     field: PrimeField = BABYBEAR,
+    kernel: str = "numpy",
 ) -> None:
     """`synthesize` written into ``out`` (three arrays of 2^log_n elements, of the field's
     storage dtype or uint64, e.g. a pinned pool slot), so a GPU can copy them without another
@@ -137,6 +142,9 @@ def synthesize_into(
     process). Each NumPy call gives up the GIL, though, and on a thread beside others each
     waits to take it back: there, pass a larger power of two (`THREADED_STEP`), which makes c
     in one go per step and so far fewer calls. The same values come out either way.
+
+    ``kernel="numba"``: the same values from one compiled pass that holds no GIL
+    (`gpu.compiled_synthesis`; ``step`` is then moot), several times faster for Goldilocks.
     """
     size = out[0].size
     log_n = size.bit_length() - 1
@@ -150,6 +158,13 @@ def synthesize_into(
                 f"out {name} must be a {' or '.join(sorted(map(str, dtypes)))} vector of "
                 f"2^{log_n} elements, got {target.dtype} {target.shape}"
             )
+    if kernel not in SYNTHESIS_KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(SYNTHESIS_KERNELS)}, got {kernel!r}")
+    if kernel == "numba":
+        if not compiled_synthesis.available():
+            raise RuntimeError("synthesis kernel 'numba' needs Numba: pip install 'pacer[fast]'")
+        compiled_synthesis.synthesize_into(seed, index, out, field)
+        return
     a_out, b_out, c_out = out
     bits = np.random.SFC64([seed, index])
     chunk = min(size, step or SYNTHESIS_CHUNK)

@@ -37,7 +37,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
 
-from gpu import ntt
+from gpu import compiled_synthesis, ntt
 from gpu.babybear import BABYBEAR
 from gpu.field import PrimeField
 from gpu.pool import SHM_DIR, SlotBlock
@@ -52,19 +52,33 @@ class ProcessSynthesizer:
 
     Started with forkserver (the workers never touch CUDA, and a fork of a process holding a
     CUDA context is not safe to use). `start` launches them all, so none is forked on the hot
-    path, and has each map the shared-memory ``blocks`` (names) with their page tables filled;
-    `close` stops them. A block not among them is mapped on its first fill in each worker.
+    path, and has each map the shared-memory ``blocks`` (names) with their page tables filled
+    and, with ``kernel="numba"``, load ``field``'s compiled kernel; `close` stops them. A block
+    not among them is mapped on its first fill in each worker.
 
     A worker that dies (the OOM killer, a signal) breaks the whole set: the syntheses in flight
     then start over once on a new set (``restarts`` counts them), instead of every later
     partition failing.
     """
 
-    def __init__(self, processes: int, blocks: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        processes: int,
+        blocks: Sequence[str] = (),
+        *,
+        kernel: str = "numpy",
+        field: PrimeField | None = None,
+    ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
+        if kernel not in ntt.SYNTHESIS_KERNELS:
+            raise ValueError(
+                f"kernel must be one of {', '.join(ntt.SYNTHESIS_KERNELS)}, got {kernel!r}"
+            )
         self.processes = processes
         self.blocks = tuple(blocks)
+        self.kernel = kernel
+        self.field = field
         self.restarts = 0
         self._lock = threading.Lock()
         self._executor = self._new_executor()
@@ -81,7 +95,10 @@ class ProcessSynthesizer:
         and the process that got none maps each block on its first fill.
         """
         began = time.monotonic()
-        tasks = [self._executor.submit(_map_blocks, self.blocks) for _ in range(self.processes)]
+        tasks = [
+            self._executor.submit(_start_worker, self.blocks, self.kernel, self.field)
+            for _ in range(self.processes)
+        ]
         populated = [task.result() for task in tasks]  # bytes each task populated
         if self.blocks:
             # A page-table entry of 8 bytes for each 4 KiB page each process maps.
@@ -101,11 +118,11 @@ class ProcessSynthesizer:
             raise ValueError("the slot is not in shared memory: synthesize it in this process")
         executor = self._executor
         try:
-            executor.submit(_fill, block, seed, index, field).result()
+            executor.submit(_fill, block, seed, index, field, self.kernel).result()
         except BrokenProcessPool:
             self._replace(executor)
             # The slot is written whole again; a second break is an error for the partition.
-            self._executor.submit(_fill, block, seed, index, field).result()
+            self._executor.submit(_fill, block, seed, index, field, self.kernel).result()
 
     def _replace(self, broken: ProcessPoolExecutor) -> None:
         """A new set of workers for a broken one, once however many fills saw it break."""
@@ -146,9 +163,11 @@ MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 """Fill in a mapping's page tables as writes would, without writing (Linux 5.14+)."""
 
 
-def _map_blocks(names: Sequence[str]) -> int:
-    """Map each block not yet mapped in this process; the bytes whose page tables it filled
-    in (0 where the kernel cannot)."""
+def _start_worker(names: Sequence[str], kernel: str, field: PrimeField | None) -> int:
+    """Map each block not yet mapped in this process and load the compiled kernel; the bytes
+    whose page tables it filled in (0 where the kernel cannot)."""
+    if kernel == "numba" and field is not None:
+        compiled_synthesis.warm(field)
     new = [name for name in names if name not in _mapped]
     mappings = {name: _mapping(name) for name in new}
     return sum(len(mapping) for name, mapping in mappings.items() if name in _populated)
@@ -175,6 +194,6 @@ def _mapping(name: str) -> mmap.mmap:
     return mapping
 
 
-def _fill(block: SlotBlock, seed: int, index: int, field: PrimeField) -> None:
+def _fill(block: SlotBlock, seed: int, index: int, field: PrimeField, kernel: str) -> None:
     arrays = block.arrays(_mapping(block.name))
-    ntt.synthesize_into(seed, index, arrays, field=field)
+    ntt.synthesize_into(seed, index, arrays, field=field, kernel=kernel)

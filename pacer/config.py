@@ -121,6 +121,13 @@ class SynthesisSettings(_Section):
         "pool slots pinned with cudaHostRegister (no GIL between them; the pool must fit in "
         "/dev/shm), or threads of the service (processes/threads)",
     )
+    kernel: Literal["auto", "numba", "numpy"] = Field(
+        "auto",
+        description="How the ntt workload's synthesis computes: one pass compiled by Numba "
+        "that holds no GIL (Goldilocks at 2.2 to 2.4 times NumPy's rate; pip install "
+        "'pacer[fast]', included in the gpu extras), or whole-array NumPy calls; auto: numba "
+        "where it is installed (auto/numba/numpy)",
+    )
     max_concurrent: int = Field(
         256,
         ge=1,

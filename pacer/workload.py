@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pacer.config import Settings
+
+logger = logging.getLogger("pacer.workload")
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ class NttWorkload:
     DEFAULT_FIELD = "babybear"
     """On the CPU: a product fits 64 bits, so NumPy multiplies about five times as fast."""
 
-    def __init__(self, log_n: int, field: str | None = None) -> None:
+    def __init__(self, log_n: int, field: str | None = None, kernel: str = "numpy") -> None:
         from gpu.field import by_name
 
         self.field = by_name(field or self.DEFAULT_FIELD)
@@ -130,6 +133,7 @@ class NttWorkload:
                 f"2^{self.field.TWO_ADICITY}"
             )
         self.log_n = log_n
+        self.kernel = synthesis_kernel(kernel)
 
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(params) - {"log_n", "seed"})
@@ -150,7 +154,8 @@ class NttWorkload:
     def synthesize(self, spec: PartitionSpec) -> Any:
         import gpu.ntt as ntt
 
-        return ntt.synthesize(spec.seed, spec.index, self._log_n(spec.params), field=self.field)
+        return ntt.synthesize(spec.seed, spec.index, self._log_n(spec.params), field=self.field,
+                              kernel=self.kernel)  # fmt: skip
 
     def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
         import gpu.ntt as ntt
@@ -230,7 +235,8 @@ class GpuNttWorkload(NttWorkload):
     (bench/RESULTS.md)."""
     DEFAULT_FIELD = "goldilocks"
     """On GPUs: the field whose partitions take at least 100 ms of an H200 (bench/RESULTS.md).
-    Its synthesis costs about 3.6 times BabyBear's CPU time per partition."""
+    As NumPy calls its synthesis costs about 3.6 times BabyBear's CPU time per partition;
+    compiled by Numba, about what BabyBear's takes as NumPy calls (1.6 s with 32 cores busy)."""
     verify_every = 100
 
     def __init__(
@@ -242,8 +248,9 @@ class GpuNttWorkload(NttWorkload):
         executor: Literal["threads", "processes"] = "threads",
         pool_backend: Literal["cuda", "shared", "shared-cuda"] | None = None,
         field: str | None = None,
+        kernel: str = "numpy",
     ) -> None:
-        super().__init__(log_n, field)
+        super().__init__(log_n, field, kernel)
         self.devices = devices
         self.workers_per_device = workers_per_device
         self.on_empty = on_empty
@@ -308,7 +315,9 @@ class GpuNttWorkload(NttWorkload):
             if self.executor == "processes":
                 from gpu.synthesis import ProcessSynthesizer
 
-                self._synthesizer = ProcessSynthesizer(synthesis_workers, self.pool.block_names)
+                self._synthesizer = ProcessSynthesizer(
+                    synthesis_workers, self.pool.block_names, kernel=self.kernel, field=self.field
+                )
                 starting = starter.submit(self._synthesizer.start)
             if on_cuda:
                 from gpu.worker import GpuProver
@@ -330,7 +339,7 @@ class GpuNttWorkload(NttWorkload):
                 self._synthesizer.fill(block, spec.seed, spec.index, self.field)
             else:  # on this thread (also a pageable fallback slot, which no process can map)
                 ntt.synthesize_into(spec.seed, spec.index, slot.arrays, step=ntt.THREADED_STEP,
-                                    field=self.field)  # fmt: skip
+                                    field=self.field, kernel=self.kernel)  # fmt: skip
         except BaseException:
             slot.release()
             raise
@@ -367,6 +376,32 @@ class GpuNttWorkload(NttWorkload):
             self.pool.close()
 
 
+def synthesis_kernel(setting: str) -> str:
+    """The synthesis kernel ``PACER_SYNTHESIS__KERNEL`` selects: auto takes numba where it is
+    installed. Logged, as synthesis speed depends on it."""
+    from gpu import compiled_synthesis
+    from gpu.ntt import SYNTHESIS_KERNELS
+
+    if setting not in ("auto", *SYNTHESIS_KERNELS):
+        raise WorkloadError(
+            f"PACER_SYNTHESIS__KERNEL={setting}: must be auto, {', '.join(SYNTHESIS_KERNELS)}"
+        )
+    if setting == "numpy":
+        return setting
+    if compiled_synthesis.available():
+        logger.info("synthesis compiled by Numba (PACER_SYNTHESIS__KERNEL=%s)", setting)
+        return "numba"
+    if setting == "numba":
+        raise WorkloadError(
+            "PACER_SYNTHESIS__KERNEL=numba: Numba is not installed (pip install 'pacer[fast]')"
+        )
+    logger.warning(
+        "Numba is not installed: synthesis runs as NumPy calls, a Goldilocks partition several "
+        "times slower (pip install 'pacer[fast]', or PACER_SYNTHESIS__KERNEL=numpy to say so)"
+    )
+    return "numpy"
+
+
 def gpu_devices(setting: str) -> list[int]:
     """The CUDA devices ``PACER_GPU__DEVICES`` selects among those present."""
     if setting == "none":
@@ -394,8 +429,10 @@ def load_workload(settings: Settings) -> Workload:
             log_n = settings.ntt.log_n or GpuNttWorkload.DEFAULT_LOG_N
             return GpuNttWorkload(log_n, devices, settings.gpu.workers_per_device,
                                   settings.gpu.pool_on_empty, settings.synthesis.executor,
-                                  field=settings.ntt.field)  # fmt: skip
-        return NttWorkload(settings.ntt.log_n or NttWorkload.DEFAULT_LOG_N, settings.ntt.field)
+                                  field=settings.ntt.field,
+                                  kernel=settings.synthesis.kernel)  # fmt: skip
+        return NttWorkload(settings.ntt.log_n or NttWorkload.DEFAULT_LOG_N, settings.ntt.field,
+                           settings.synthesis.kernel)  # fmt: skip
     if name == "noop":
         return NoopWorkload()
     module_name, _, factory_name = name.partition(":")

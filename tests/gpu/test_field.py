@@ -121,19 +121,19 @@ def test_mul_distributes_over_add_and_sub(
     assert (field.sub(field.add(a, b), b) == a).all()
 
 
-@pytest.mark.parametrize(
-    ("a", "b"),
-    [
-        (2**64 - 2**32, 2**64 - 2**32),  # p − 1 squared: the largest product
-        (2**63, 2),  # exactly 2^64: one carry
-        (2**32, 2**32),  # 2^64 again, from the middle partial products
-        (2**64 - 2**32, 2**32 - 1),  # a borrow in the reduction
-        (0xFFFFFFFF_FFFFFFFF % GOLDILOCKS.P, 0xFFFFFFFF_00000000),
-        (0xFFFFFFFE_FFFFFFFF, 0xFFFFFFFE_FFFFFFFF),  # a0·b1 + a1·b0 carries past 2^64
-        (0xFFFFFFFE_FFFFFFFF, 0xFFFFFFFF_00000000),  # … and with the largest a1·b1
-    ],
-    ids=str,
-)
+GOLDILOCKS_CARRIES = [
+    (2**64 - 2**32, 2**64 - 2**32),  # p − 1 squared: the largest product
+    (2**63, 2),  # exactly 2^64: one carry
+    (2**32, 2**32),  # 2^64 again, from the middle partial products
+    (2**64 - 2**32, 2**32 - 1),  # a borrow in the reduction
+    (0xFFFFFFFF_FFFFFFFF % GOLDILOCKS.P, 0xFFFFFFFF_00000000),
+    (0xFFFFFFFE_FFFFFFFF, 0xFFFFFFFE_FFFFFFFF),  # a0·b1 + a1·b0 carries past 2^64
+    (0xFFFFFFFE_FFFFFFFF, 0xFFFFFFFF_00000000),  # … and with the largest a1·b1
+]
+"""Goldilocks factors whose product takes each carry and borrow of the reduction."""
+
+
+@pytest.mark.parametrize(("a", "b"), GOLDILOCKS_CARRIES, ids=str)
 def test_goldilocks_products_at_the_carries(a: int, b: int) -> None:
     field = GOLDILOCKS
     x, y = arrays(field, [a, b, a], [b, a, 1])

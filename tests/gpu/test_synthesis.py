@@ -48,7 +48,7 @@ def faults_of_two_fills(block: object, seed: int) -> tuple[int, int]:
     faults = []
     for index in range(2):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        synthesis._fill(block, seed, index, BABYBEAR)  # type: ignore[arg-type]
+        synthesis._fill(block, seed, index, BABYBEAR, "numpy")  # type: ignore[arg-type]
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     return faults[0], faults[1]
 
@@ -133,8 +133,10 @@ def test_shared_blocks_are_unlinked_when_the_pool_closes() -> None:
     assert not shm_exists(block.name)
 
 
-def test_the_gpu_workload_synthesizes_in_processes_and_frees_them() -> None:
-    workload = GpuNttWorkload(10, [0], 1, "fallback", executor="processes", pool_backend="shared")
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
+def test_the_gpu_workload_synthesizes_in_processes_and_frees_them(kernel: str) -> None:
+    workload = GpuNttWorkload(10, [0], 1, "fallback", executor="processes", pool_backend="shared",
+                              field="goldilocks", kernel=kernel)  # fmt: skip
     workload.prepare(slots=2, budget_bytes=2**30, synthesis_workers=2)
     try:
         specs = [PartitionSpec("job", i, 77, {}) for i in range(3)]

@@ -1,0 +1,167 @@
+"""`gpu.ntt.synthesize_into` compiled with Numba: the same values, in one pass, without the GIL.
+
+NumPy has no 128-bit product, so a Goldilocks c_i = a_i·a_(i+1) costs 28 whole-array calls
+(`Goldilocks.consecutive_products`), each a pass over a cache-sized step: about 27 ns an
+element of synthesis on one core, which leaves one H200 waiting on 32 cores
+(bench/RESULTS.md). Compiled, each element is a few dozen instructions between its draw and its
+three stores: the draws are SFC64's, stepped here on the state NumPy's SeedSequence gives
+``SFC64([seed, index])``, so the outputs are identical bit for bit to the NumPy path's (tested
+for both fields). The kernels release the GIL, so synthesis on threads runs in parallel too.
+
+Numba is optional (``pip install 'pacer[fast]'``; the ``gpu`` extras include it): `available`
+says whether it imports. The kernels compile on first use, per output dtype, and are cached
+on disk beside this module or in the user's cache directory (`warm` does it up front).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gpu.field import PrimeField
+
+__all__ = ["available", "consecutive_products", "synthesize_into", "warm"]
+
+_Kernel = Callable[..., Any]
+
+
+@functools.cache
+def available() -> bool:
+    """Whether Numba imports here."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def synthesize_into(
+    seed: int, index: int, out: Sequence[npt.NDArray[Any]], field: PrimeField
+) -> None:
+    """Partition (seed, index) of ``field`` into ``out`` (a, b, c), as `gpu.ntt.synthesize_into`
+    writes it. The caller checks the arguments; this takes them as given."""
+    state = np.random.SFC64([seed, index]).state["state"]["state"].astype(np.uint64)
+    a_out, b_out, c_out = out
+    _kernels()[field.name](state, a_out, b_out, c_out)
+
+
+def consecutive_products(
+    window: npt.NDArray[np.uint64], out: npt.NDArray[Any], field: PrimeField
+) -> None:
+    """out[i] = window[i]·window[i + 1] mod p, compiled: the products synthesis's c is made of,
+    as `PrimeField.consecutive_products` computes them."""
+    _kernels()[f"{field.name} products"](window, out)
+
+
+def warm(field: PrimeField, dtypes: Sequence[np.dtype[Any]] = ()) -> None:
+    """Compile (or load from the cache) ``field``'s kernel for outputs of each of ``dtypes``
+    (default: the field's storage), so the first partition does not wait for it."""
+    for dtype in dtypes or (field.storage,):
+        tiny = [np.zeros(2, dtype=dtype) for _ in range(3)]
+        synthesize_into(0, 0, tiny, field)
+
+
+@functools.cache
+def _kernels() -> dict[str, _Kernel]:
+    """The kernels by field name, defined on first use so that importing this module does not
+    import Numba."""
+    import numba
+
+    u64 = np.uint64
+    low_32 = u64(0xFFFFFFFF)  # also 2^64 mod p for Goldilocks
+    shift_32, shift_63 = u64(32), u64(63)
+    shift_11, shift_3, shift_24, shift_40 = u64(11), u64(3), u64(24), u64(40)
+    one, zero = u64(1), u64(0)
+    goldilocks_p = u64(0xFFFFFFFF00000001)
+    babybear_p = u64(15 * 2**27 + 1)
+    low_31 = u64(0x7FFFFFFF)
+    inline = numba.njit(inline="always")
+    kernel = numba.njit(nogil=True, cache=True, boundscheck=False)
+
+    @inline
+    def carry(a: Any, b: Any, total: Any) -> Any:
+        """1 where total = a + b wrapped past 2^64, else 0, from the top bits: no compare, which
+        the compiler would turn into a branch taken at random (a mispredict every other time)."""
+        return ((a & b) | ((a | b) & ~total)) >> shift_63
+
+    @inline
+    def borrow(a: Any, b: Any, difference: Any) -> Any:
+        """1 where difference = a − b wrapped below 0, else 0, likewise without a compare."""
+        return ((~a & b) | ((~a | b) & difference)) >> shift_63
+
+    @inline
+    def goldilocks_mul(a: Any, b: Any) -> Any:
+        """a·b mod p from four 32×32-bit partials, reduced as `Goldilocks.mul_into` does."""
+        a0, a1, b0, b1 = a & low_32, a >> shift_32, b & low_32, b >> shift_32
+        t, v, w, u = a0 * b0, a0 * b1, a1 * b0, a1 * b1
+        mid = v + w
+        mid_carry = carry(v, w, mid)  # worth 2^96 ≡ −1
+        shifted = mid << shift_32
+        lo = t + shifted
+        hi = u + (mid >> shift_32) + carry(t, shifted, lo)
+        spill = (hi & low_32) * low_32  # h0·2^64 ≡ h0·ε
+        x = lo + spill
+        x += carry(lo, spill, x) * low_32  # a carry of 2^64 ≡ ε; x then stays below 2^64 − ε
+        owed = (hi >> shift_32) + mid_carry  # h1·2^96 ≡ −h1
+        y = x - owed
+        y -= borrow(x, owed, y) * low_32  # a borrow of 2^64 ≡ −ε
+        return min(y, y - goldilocks_p)  # below p, y − p wraps above y
+
+    @inline
+    def babybear_mul(a: Any, b: Any) -> Any:
+        return (u64(a) * u64(b)) % babybear_p
+
+    def make(draws_per_word: int, mul: _Kernel) -> _Kernel:
+        """The kernel of a field that takes ``draws_per_word`` elements from each SFC64 word
+        (Goldilocks 1: the word less p at or above p; BabyBear 2: its low 31 bits, then its
+        high word's, each less p at or above p) and multiplies with ``mul``."""
+
+        @kernel
+        def synthesize(state: Any, a_out: Any, b_out: Any, c_out: Any) -> None:
+            s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
+            size = a_out.size
+            word = zero
+            first = previous = zero
+            for i in range(size):
+                if draws_per_word == 1 or i % 2 == 0:  # SFC64's step, as NumPy's sfc64.h
+                    word = s0 + s1 + s3
+                    s3 += one
+                    s0 = s1 ^ (s1 >> shift_11)
+                    s1 = s2 + (s2 << shift_3)
+                    s2 = ((s2 << shift_24) | (s2 >> shift_40)) + word
+                if draws_per_word == 1:
+                    value = min(word, word - goldilocks_p)  # below p, word − p wraps above
+                else:
+                    value = (word if i % 2 == 0 else word >> shift_32) & low_31
+                    value = min(value, value - babybear_p)
+                a_out[i] = value
+                if i == 0:
+                    first = value
+                else:  # b_(i−1) = a_i, c_(i−1) = a_(i−1)·a_i
+                    b_out[i - 1] = value
+                    c_out[i - 1] = mul(previous, value)
+                previous = value
+            b_out[size - 1] = first
+            c_out[size - 1] = mul(previous, first)
+            state[0], state[1], state[2], state[3] = s0, s1, s2, s3
+
+        return synthesize
+
+    def products(mul: _Kernel) -> _Kernel:
+        @kernel
+        def consecutive(window: Any, out: Any) -> None:
+            for i in range(out.size):
+                out[i] = mul(window[i], window[i + 1])
+
+        return consecutive
+
+    return {
+        "goldilocks": make(1, goldilocks_mul),
+        "babybear": make(2, babybear_mul),
+        "goldilocks products": products(goldilocks_mul),
+        "babybear products": products(babybear_mul),
+    }
