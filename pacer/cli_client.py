@@ -106,10 +106,12 @@ def _pool_rows(pool: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """Where synthesis runs, and how often its processes had to be replaced."""
+    """Where synthesis runs, how it computes, and how often its processes had to be replaced."""
     if not synthesis:  # a service from before this field
         return []
     text = synthesis["executor"]
+    if synthesis.get("kernel"):
+        text += f", {synthesis['kernel']} kernel"
     if synthesis["executor"] == "processes":
         restarts = synthesis["restarts"]
         text += f" ({restarts} restart{'s' if restarts != 1 else ''} after one died)"

@@ -476,6 +476,8 @@ class Service:
             "synthesis": {
                 # Where synthesis runs: the GPU path's setting; the CPU workloads use threads.
                 "executor": getattr(self.workload, "executor", "threads"),
+                # How the ntt workload computes it (numba or numpy); None for other workloads.
+                "kernel": getattr(self.workload, "kernel", None),
                 "restarts": p.synthesis_restarts,
             },
             "gpus": [

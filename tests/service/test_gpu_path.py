@@ -112,7 +112,7 @@ async def test_a_killed_synthesis_process_is_replaced_and_the_job_completes(
         _, metrics = await call(service, "GET", "/metrics")
         assert "pacer_synthesis_worker_restarts_total 1.0" in metrics
         _, status = await call(service, "GET", "/v1/status")
-        assert status["synthesis"] == {"executor": "processes", "restarts": 1}
+        assert status["synthesis"] == {"executor": "processes", "kernel": "numpy", "restarts": 1}
         assert status["pool"]["backend"] == "shared"
     finally:
         await service.shutdown()
