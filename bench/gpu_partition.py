@@ -3,6 +3,7 @@
     python -m bench.gpu_partition [--log-n 24 26 27] [--repeats 10] [--threads 1 8 16]
                                   [--workers 1 2] [--chunk-log2 20]
                                   [--executor threads|processes] [--field goldilocks|babybear]
+                                  [--kernel numba numpy]
 
 Per size, on device 0: the prover's time per partition (`gpu.worker.GpuProver.prove` from
 pinned slots, digest only, as the service runs it; median of N after a warm-up) and its phases;
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from bench.threads import timed_threads
-from gpu import ntt
+from gpu import compiled_synthesis, ntt
 from gpu.field import FIELD_NAMES, PrimeField, by_name
 from gpu.pool import PinnedPool
 from gpu.synthesis import ProcessSynthesizer
@@ -47,6 +48,7 @@ def synthesis_rate(
     partitions: int,
     processes: ProcessSynthesizer | None,
     field: PrimeField,
+    kernel: str,
 ) -> tuple[float, float]:
     """(partitions/s, median seconds per partition) with ``threads`` synthesizing at once (each
     through a worker process when ``processes`` is given)."""
@@ -63,7 +65,8 @@ def synthesis_rate(
             with pool.checkout() as slot:
                 started = time.perf_counter()
                 if processes is None:
-                    ntt.synthesize_into(7, index, slot.arrays, step=ntt.THREADED_STEP, field=field)
+                    ntt.synthesize_into(7, index, slot.arrays, step=ntt.THREADED_STEP,
+                                        field=field, kernel=kernel)  # fmt: skip
                 else:
                     processes.fill(pool.slot_block(slot), 7, index, field)
                 took = time.perf_counter() - started
@@ -116,6 +119,7 @@ def measure(
     worker_counts: list[int],
     executor: str,
     field: PrimeField,
+    kernels: list[str],
 ) -> dict[str, Any]:
     n = 1 << log_n
     slots = max(thread_counts)
@@ -152,25 +156,30 @@ def measure(
         provers = [prover] + [GpuProver(0, log_n, field) for _ in range(max(worker_counts) - 1)]
         rounds = max(repeats, 10)
         gpu_rates = {w: gpu_throughput(provers[:w], pool, rounds, field) for w in worker_counts}
-        rates = {}
-        for threads in thread_counts:
-            print(f"2^{log_n}: synthesis on {threads} threads", file=sys.stderr)
-            processes = (
-                ProcessSynthesizer(threads, pool.block_names) if executor == "processes" else None
-            )
-            if processes is not None:
-                processes.start()
-            try:
-                partitions = max(3 * threads, 4)
-                rates[threads] = synthesis_rate(pool, threads, partitions, processes, field)
-            finally:
-                if processes is not None:
-                    processes.close()
+        rates: dict[str, dict[int, tuple[float, float]]] = {k: {} for k in kernels}
+        for kernel in kernels:
+            for threads in thread_counts:
+                print(f"2^{log_n}: synthesis ({kernel}) on {threads} threads", file=sys.stderr)
+                processes = None
+                if executor == "processes":
+                    processes = ProcessSynthesizer(threads, pool.block_names, kernel=kernel,
+                                                   field=field)  # fmt: skip
+                    processes.start()
+                elif kernel == "numba":
+                    compiled_synthesis.warm(field)
+                try:
+                    partitions = max(3 * threads, 4)
+                    rates[kernel][threads] = synthesis_rate(pool, threads, partitions, processes,
+                                                            field, kernel)  # fmt: skip
+                finally:
+                    if processes is not None:
+                        processes.close()
         copy_rates = {t: copy_bandwidth(t) for t in thread_counts}
     finally:
         pool.close()
-    single = rates[min(thread_counts)][1]
-    best_rate = max(rate for rate, _ in rates.values())
+    # Pacing follows the first kernel named (the one the service would use).
+    single = rates[kernels[0]][min(thread_counts)][1]
+    best_rate = max(rate for rate, _ in rates[kernels[0]].values())
     return {
         "log_n": log_n,
         "field": field.name,
@@ -181,7 +190,10 @@ def measure(
         "phases_ms": {p: 1000 * statistics.median(v) for p, v in phases.items()},
         "gpu_partitions_per_s": gpu_rates,
         "copy_gb_per_s": {t: r / 1e9 for t, r in copy_rates.items()},
-        "synthesis": {t: {"per_s": r, "median_s": m} for t, (r, m) in rates.items()},
+        "synthesis": {
+            k: {t: {"per_s": r, "median_s": m} for t, (r, m) in by_threads.items()}
+            for k, by_threads in rates.items()
+        },
         "syntheses_to_keep_a_gpu_busy": single / gpu_s,
         "cores_over_gpu": best_rate / gpu_rates[min(worker_counts)],
     }
@@ -212,6 +224,14 @@ def main() -> int:
         "shared slots pinned with cudaHostRegister",
     )
     parser.add_argument("--field", choices=FIELD_NAMES, default="goldilocks")
+    parser.add_argument(
+        "--kernel",
+        choices=ntt.SYNTHESIS_KERNELS,
+        nargs="+",
+        default=["numba" if compiled_synthesis.available() else "numpy"],
+        help="synthesis kernels to time, each at every thread count (default: the one "
+        "PACER_SYNTHESIS__KERNEL=auto picks here); pacing figures follow the first",
+    )
     args = parser.parse_args()
     ntt.THREADED_STEP = 1 << args.chunk_log2
     field = by_name(args.field)
@@ -219,7 +239,7 @@ def main() -> int:
     if args.executor == "threads":
         print(f"synthesis steps of 2^{args.chunk_log2} elements", file=sys.stderr)
     results = [
-        measure(n, args.repeats, args.threads, args.workers, args.executor, field)
+        measure(n, args.repeats, args.threads, args.workers, args.executor, field, args.kernel)
         for n in args.log_n
     ]
     headers = ("log_n", "GPU ms/partition", *(f"{p} ms" for p in PHASES), "verified (CPU s)")
@@ -236,13 +256,14 @@ def main() -> int:
         for w, rate in r["gpu_partitions_per_s"].items()
     ]
     print(render(headers, rows))
-    headers = ("log_n", "threads", "synthesis partitions/s", "s/partition (median)",
+    headers = ("log_n", "kernel", "threads", "synthesis partitions/s", "s/partition (median)",
                "host copy GB/s", "pin s")  # fmt: skip
     rows = [
-        (r["log_n"], t, f"{s['per_s']:.2f}", f"{s['median_s']:.2f}",
+        (r["log_n"], k, t, f"{s['per_s']:.2f}", f"{s['median_s']:.2f}",
          f"{r['copy_gb_per_s'][t]:.1f}", f"{r['pin_s']:.1f}")
         for r in results
-        for t, s in r["synthesis"].items()
+        for k, by_threads in r["synthesis"].items()
+        for t, s in by_threads.items()
     ]  # fmt: skip
     print(render(headers, rows))
     headers = (
