@@ -10,12 +10,14 @@ for both fields). The kernels release the GIL, so synthesis on threads runs in p
 
 Numba is optional (``pip install 'pacer[fast]'``; the ``gpu`` extras include it): `available`
 says whether it imports. The kernels compile on first use, per output dtype, and are cached
-on disk beside this module or in the user's cache directory (`warm` does it up front).
+on disk (``NUMBA_CACHE_DIR``, else beside this module or in the user's cache directory; with
+none writable, each process compiles them, about 2 s); `warm` does it up front.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,6 +29,8 @@ from gpu.field import PrimeField
 __all__ = ["available", "consecutive_products", "synthesize_into", "warm"]
 
 _Kernel = Callable[..., Any]
+
+logger = logging.getLogger("gpu.compiled_synthesis")
 
 
 @functools.cache
@@ -80,7 +84,15 @@ def _kernels() -> dict[str, _Kernel]:
     babybear_p = u64(15 * 2**27 + 1)
     low_31 = u64(0x7FFFFFFF)
     inline = numba.njit(inline="always")
-    kernel = numba.njit(nogil=True, cache=True, boundscheck=False)
+
+    def kernel(function: _Kernel) -> _Kernel:
+        """``function`` compiled, cached on disk where Numba finds a writable place for it."""
+        try:
+            return numba.njit(cache=True, nogil=True, boundscheck=False)(function)
+        except RuntimeError as exc:  # no writable cache directory: compile in every process
+            logger.warning("synthesis kernels compile without a disk cache (set "
+                           "NUMBA_CACHE_DIR to a writable directory): %s", exc)  # fmt: skip
+            return numba.njit(nogil=True, boundscheck=False)(function)
 
     @inline
     def carry(a: Any, b: Any, total: Any) -> Any:

@@ -87,9 +87,17 @@ def test_without_numba_the_kernel_is_refused_or_falls_back(
         ntt.synthesize(1, 0, 4, kernel="numba")
     with pytest.raises(WorkloadError, match=r"PACER_SYNTHESIS__KERNEL=numba: Numba is not"):
         NttWorkload(8, kernel="numba")
-    with caplog.at_level(logging.WARNING, logger="pacer.workload"):
-        assert synthesis_kernel("auto") == "numpy"
-    assert "Numba is not installed" in caplog.text
+    with caplog.at_level(logging.INFO, logger="pacer.workload"):
+        assert synthesis_kernel("auto", "goldilocks") == "numpy"
+        assert synthesis_kernel("auto", "babybear") == "numpy"
+    levels = [(r.levelname, r.getMessage().split(":")[1].split(" (")[0]) for r in caplog.records]
+    assert levels == [
+        (
+            "WARNING",
+            " goldilocks synthesis runs as NumPy calls, at less than half the compiled rate",
+        ),
+        ("INFO", " babybear synthesis runs as NumPy calls"),
+    ]
     assert synthesis_kernel("numpy") == "numpy"
 
 
@@ -103,3 +111,22 @@ def test_auto_takes_numba_where_it_is_installed(caplog: pytest.LogCaptureFixture
     assert all((x == y).all() for x, y in zip((a, b, c), expected, strict=True))
     with pytest.raises(WorkloadError, match="PACER_SYNTHESIS__KERNEL=fast: must be auto"):
         synthesis_kernel("fast")
+
+
+def test_without_a_writable_cache_the_kernels_compile_anyway(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from numba.core import config
+
+    # A locator that finds no place (it serves only IPython cells): as with no writable
+    # directory, Numba refuses to cache.
+    monkeypatch.setattr(config, "CACHE_LOCATOR_CLASSES", "_IPythonCacheLocator")
+    compiled_synthesis._kernels.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="gpu.compiled_synthesis"):
+            compiled = ntt.synthesize(4, 1, 6, field=GOLDILOCKS, kernel="numba")
+        assert "compile without a disk cache" in caplog.text
+        expected = ntt.synthesize(4, 1, 6, field=GOLDILOCKS)
+        assert all((x == y).all() for x, y in zip(compiled, expected, strict=True))
+    finally:
+        compiled_synthesis._kernels.cache_clear()
