@@ -133,7 +133,7 @@ class NttWorkload:
                 f"2^{self.field.TWO_ADICITY}"
             )
         self.log_n = log_n
-        self.kernel = synthesis_kernel(kernel)
+        self.kernel = synthesis_kernel(kernel, self.field.name)
 
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(params) - {"log_n", "seed"})
@@ -376,9 +376,10 @@ class GpuNttWorkload(NttWorkload):
             self.pool.close()
 
 
-def synthesis_kernel(setting: str) -> str:
-    """The synthesis kernel ``PACER_SYNTHESIS__KERNEL`` selects: auto takes numba where it is
-    installed. Logged, as synthesis speed depends on it."""
+def synthesis_kernel(setting: str, field: str = "goldilocks") -> str:
+    """The synthesis kernel ``PACER_SYNTHESIS__KERNEL`` selects for ``field``: auto takes numba
+    where it is installed. Logged, as synthesis speed depends on it: falling back to NumPy is a
+    warning for Goldilocks, whose products NumPy makes at less than half the compiled rate."""
     from gpu import compiled_synthesis
     from gpu.ntt import SYNTHESIS_KERNELS
 
@@ -395,10 +396,12 @@ def synthesis_kernel(setting: str) -> str:
         raise WorkloadError(
             "PACER_SYNTHESIS__KERNEL=numba: Numba is not installed (pip install 'pacer[fast]')"
         )
-    logger.warning(
-        "Numba is not installed: synthesis runs as NumPy calls, a Goldilocks partition several "
-        "times slower (pip install 'pacer[fast]', or PACER_SYNTHESIS__KERNEL=numpy to say so)"
-    )
+    logger.log(
+        logging.WARNING if field == "goldilocks" else logging.INFO,
+        "Numba is not installed: %s synthesis runs as NumPy calls%s (pip install 'pacer[fast]', "
+        "or PACER_SYNTHESIS__KERNEL=numpy to say so)",
+        field, ", at less than half the compiled rate" if field == "goldilocks" else "",
+    )  # fmt: skip
     return "numpy"
 
 
