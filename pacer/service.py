@@ -222,6 +222,16 @@ class Service:
         if prepare is None:
             return
         slots = self.settings.gpu.pool_slots or self.pool_slots_needed()
+        wanted = self.pool_slots_wanted()
+        if not self.settings.gpu.pool_slots and slots < wanted:
+            log.warning(
+                "the memory budget (PACER_MEMORY__BUDGET_BYTES, %.1f GiB) holds %d partitions "
+                "of %.2f GiB, fewer than the %d (%.1f GiB) that every synthesis the cores allow, "
+                "the ready buffer and the proving workers keep in flight: the GPUs may wait on "
+                "synthesis; raise the budget if the host has the memory",
+                self.settings.memory.budget_bytes / 2**30, slots, self.partition_bytes / 2**30,
+                wanted, wanted * self.partition_bytes / 2**30,
+            )  # fmt: skip
         log.info("pinning %d pool slots of %.2f GiB before ready", slots,
                  self.partition_bytes / 2**30)  # fmt: skip
         started = self._clock()
@@ -236,12 +246,15 @@ class Service:
         )  # fmt: skip
 
     def pool_slots_needed(self) -> int:
-        """Pinned slots for every partition the controller keeps in flight: one per synthesis
-        the cores allow, twice the ready setpoint, one per proving worker; at most what the
-        memory budget holds."""
+        """Pinned slots for every partition the controller keeps in flight
+        (`pool_slots_wanted`), at most what the memory budget holds."""
+        return min(self.caps.inflight_partitions, self.pool_slots_wanted())
+
+    def pool_slots_wanted(self) -> int:
+        """One slot per synthesis the cores allow, twice the ready setpoint, one per proving
+        worker."""
         ready = math.ceil(2 * self.settings.controller.target_ready)
-        wanted = self.caps.synthesis_concurrency + ready + self.pipeline.workers
-        return min(self.caps.inflight_partitions, wanted)
+        return self.caps.synthesis_concurrency + ready + self.pipeline.workers
 
     async def shutdown(self) -> bool:
         """Drain and stop. True if all in-flight work finished within the drain budget."""

@@ -5,6 +5,7 @@ two workers on one device."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -95,6 +96,22 @@ async def test_partitions_synthesized_in_processes_prove_and_verify(tmp_path: Pa
     finally:
         await service.shutdown()
     assert pool.closed
+
+
+async def test_a_budget_too_small_for_the_cores_is_logged_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    slot = 3 * 8 << LOG_N  # a, b, c of Goldilocks
+    with caplog.at_level(logging.WARNING, logger="pacer.service"):
+        service, _ = await started_service(tmp_path, PACER_MEMORY__BUDGET_BYTES=str(3 * slot))
+    try:
+        assert service.pipeline.pool.slots_total == 3
+        wanted = service.pool_slots_wanted()
+        assert wanted > 3
+        assert f"holds 3 partitions of 0.00 GiB, fewer than the {wanted}" in caplog.text
+        assert "PACER_MEMORY__BUDGET_BYTES" in caplog.text
+    finally:
+        await service.shutdown()
 
 
 async def test_a_killed_synthesis_process_is_replaced_and_the_job_completes(
