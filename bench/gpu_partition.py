@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from bench.threads import timed_threads
-from gpu import compiled_synthesis, ntt
+from gpu import compiled, ntt
 from gpu.field import FIELD_NAMES, PrimeField, by_name
 from gpu.pool import PinnedPool
 from gpu.synthesis import ProcessSynthesizer
@@ -166,7 +166,7 @@ def measure(
                                                    field=field)  # fmt: skip
                     processes.start()
                 elif kernel == "numba":
-                    compiled_synthesis.warm(field)
+                    compiled.warm(field)
                 try:
                     partitions = max(3 * threads, 4)
                     rates[kernel][threads] = synthesis_rate(pool, threads, partitions, processes,
@@ -226,11 +226,11 @@ def main() -> int:
     parser.add_argument("--field", choices=FIELD_NAMES, default="goldilocks")
     parser.add_argument(
         "--kernel",
-        choices=ntt.SYNTHESIS_KERNELS,
+        choices=ntt.KERNELS,
         nargs="+",
-        default=["numba" if compiled_synthesis.available() else "numpy"],
+        default=["numba" if compiled.available() else "numpy"],
         help="synthesis kernels to time, each at every thread count (default: the one "
-        "PACER_SYNTHESIS__KERNEL=auto picks here); pacing figures follow the first",
+        "PACER_NTT__KERNEL=auto picks here); pacing figures follow the first",
     )
     args = parser.parse_args()
     ntt.THREADED_STEP = 1 << args.chunk_log2

@@ -125,7 +125,9 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
     short during shutdown keeps its numbers."""
     tmp = Path(tempfile.mkdtemp())
     settings = Settings(
-        ntt={"log_n": args.log_n} | ({} if args.field is None else {"field": args.field}),
+        ntt={"log_n": args.log_n}
+        | ({} if args.field is None else {"field": args.field})
+        | ({} if args.kernel is None else {"kernel": args.kernel}),
         gpu={"devices": args.devices}
         | (
             {}
@@ -133,8 +135,7 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
             else {"workers_per_device": args.workers_per_device}
         ),
         synthesis={"threads_per_synthesis": 1}
-        | ({} if args.executor is None else {"executor": args.executor})
-        | ({} if args.kernel is None else {"kernel": args.kernel}),
+        | ({} if args.executor is None else {"executor": args.executor}),
         controller={"policy": policy},
         verify_every=args.verify_every,
         journal={"path": tmp / "journal.sqlite"},
@@ -276,7 +277,7 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument(
         "--kernel", choices=("auto", "numba", "numpy"), default=None,
-        help="PACER_SYNTHESIS__KERNEL (default: the setting's default)",
+        help="PACER_NTT__KERNEL (default: the setting's default)",
     )  # fmt: skip
     parser.add_argument(
         "--field", choices=("babybear", "goldilocks"), default=None,

@@ -28,12 +28,12 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from gpu import compiled_synthesis
+from gpu import compiled
 from gpu.babybear import BABYBEAR
 from gpu.field import FieldArray, PrimeField
 
 __all__ = [
-    "SYNTHESIS_KERNELS",
+    "KERNELS",
     "HSteps",
     "compute_h",
     "coset_intt",
@@ -50,8 +50,8 @@ __all__ = [
 
 SYNTHESIS_CHUNK = 1 << 18
 """Elements `synthesize_into` draws and writes per step (a few MiB of cache-resident work)."""
-SYNTHESIS_KERNELS = ("numpy", "numba")
-"""How `synthesize_into` computes: whole-array NumPy calls, or one pass compiled by Numba."""
+KERNELS = ("numpy", "numba")
+"""How `synthesize_into` and `verify` compute: whole-array NumPy calls, or compiled by Numba."""
 THREADED_STEP = 1 << 20
 """`synthesize_into`'s step for a synthesis on a thread that shares the GIL (bench/RESULTS.md)."""
 _PRODUCT_BYTES = 1 << 20
@@ -144,7 +144,7 @@ def synthesize_into(
     in one go per step and so far fewer calls. The same values come out either way.
 
     ``kernel="numba"``: the same values from one compiled pass that holds no GIL
-    (`gpu.compiled_synthesis`; ``step`` is then moot), several times faster for Goldilocks.
+    (`gpu.compiled`; ``step`` is then moot), several times faster for Goldilocks.
     """
     size = out[0].size
     log_n = size.bit_length() - 1
@@ -158,12 +158,9 @@ def synthesize_into(
                 f"out {name} must be a {' or '.join(sorted(map(str, dtypes)))} vector of "
                 f"2^{log_n} elements, got {target.dtype} {target.shape}"
             )
-    if kernel not in SYNTHESIS_KERNELS:
-        raise ValueError(f"kernel must be one of {', '.join(SYNTHESIS_KERNELS)}, got {kernel!r}")
+    _check_kernel(kernel)
     if kernel == "numba":
-        if not compiled_synthesis.available():
-            raise RuntimeError("synthesis kernel 'numba' needs Numba: pip install 'pacer[fast]'")
-        compiled_synthesis.synthesize_into(seed, index, out, field)
+        compiled.synthesize_into(seed, index, out, field)
         return
     a_out, b_out, c_out = out
     bits = np.random.SFC64([seed, index])
@@ -197,6 +194,13 @@ def synthesize_into(
         window[0] = window[-1]
     b_out[size - 1] = a_out[0]
     c_out[size - 1] = int(a_out[size - 1]) * int(a_out[0]) % field.P
+
+
+def _check_kernel(kernel: str) -> None:
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    if kernel == "numba" and not compiled.available():
+        raise RuntimeError("kernel 'numba' needs Numba: pip install 'pacer[fast]'")
 
 
 def _check_synthesis(seed: int, index: int, log_n: int, field: PrimeField) -> None:
@@ -298,6 +302,7 @@ def verify(
     *,
     rng: np.random.Generator | None = None,
     field: PrimeField = BABYBEAR,
+    kernel: str = "numpy",
 ) -> bool:
     """Whether H(r)·Z(r) = A(r)·B(r) − C(r) at a point r outside <ω>.
 
@@ -309,7 +314,8 @@ def verify(
     barycentric formula V(r) = (r^n − 1)/n · Σ_i v_i·ω^i / (r − ω^i), the weights shared by
     the three and inverted in batches (`field.batch_inverse`); H(r) is a dot product with
     powers of r. Time is linear in n; beyond the inputs, memory stays a few arrays of 2^16
-    elements, whatever n.
+    elements, whatever n. ``kernel="numba"``: the same sums compiled (`gpu.compiled`), weights
+    inverted in blocks and H(r) by Horner's rule.
     """
     a_, log_n = _check_vector("a", a, field)
     n = 1 << log_n
@@ -323,11 +329,16 @@ def verify(
         r = _point_off_domain(n, rng if rng is not None else np.random.default_rng(), field)
     elif not 0 <= r < field.P or field.pow(r, n) == 1:
         raise ValueError(f"r must be a field element outside the domain (r^n ≠ 1), got {r}")
+    _check_kernel(kernel)
     z_r = (field.pow(r, n) - 1) % field.P
     scale = z_r * field.inverse(n % field.P) % field.P
-    sums = _barycentric_sums(r, log_n, field, *vectors[:3])
+    if kernel == "numba":
+        sums = compiled.barycentric_sums(r, log_n, field, *vectors[:3])
+        h_r = compiled.evaluate(vectors[3], r, field)
+    else:
+        sums = _barycentric_sums(r, log_n, field, *vectors[:3])
+        h_r = _evaluate(vectors[3], r, field)
     a_r, b_r, c_r = (scale * s % field.P for s in sums)
-    h_r = _evaluate(vectors[3], r, field)
     return (h_r * z_r - (a_r * b_r - c_r)) % field.P == 0
 
 

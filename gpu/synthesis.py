@@ -37,7 +37,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
 
-from gpu import compiled_synthesis, ntt
+from gpu import compiled, ntt
 from gpu.babybear import BABYBEAR
 from gpu.field import PrimeField
 from gpu.pool import SHM_DIR, SlotBlock
@@ -71,10 +71,8 @@ class ProcessSynthesizer:
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
-        if kernel not in ntt.SYNTHESIS_KERNELS:
-            raise ValueError(
-                f"kernel must be one of {', '.join(ntt.SYNTHESIS_KERNELS)}, got {kernel!r}"
-            )
+        if kernel not in ntt.KERNELS:
+            raise ValueError(f"kernel must be one of {', '.join(ntt.KERNELS)}, got {kernel!r}")
         self.processes = processes
         self.blocks = tuple(blocks)
         self.kernel = kernel
@@ -167,7 +165,7 @@ def _start_worker(names: Sequence[str], kernel: str, field: PrimeField | None) -
     """Map each block not yet mapped in this process and load the compiled kernel; the bytes
     whose page tables it filled in (0 where the kernel cannot)."""
     if kernel == "numba" and field is not None:
-        compiled_synthesis.warm(field)
+        compiled.warm(field)
     new = [name for name in names if name not in _mapped]
     mappings = {name: _mapping(name) for name in new}
     return sum(len(mapping) for name, mapping in mappings.items() if name in _populated)

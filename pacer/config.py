@@ -121,13 +121,6 @@ class SynthesisSettings(_Section):
         "pool slots pinned with cudaHostRegister (no GIL between them; the pool must fit in "
         "/dev/shm), or threads of the service (processes/threads)",
     )
-    kernel: Literal["auto", "numba", "numpy"] = Field(
-        "auto",
-        description="How the ntt workload's synthesis computes: one pass compiled by Numba "
-        "that holds no GIL (Goldilocks at 2.2 to 2.4 times NumPy's rate; pip install "
-        "'pacer[fast]', included in the gpu extras), or whole-array NumPy calls; auto: numba "
-        "where it is installed (auto/numba/numpy)",
-    )
     max_concurrent: int = Field(
         256,
         ge=1,
@@ -267,6 +260,14 @@ class NttSettings(_Section):
         "unset: 27 when proving on GPUs (Goldilocks: 3 GiB of a, b, c and ~130 ms of an H200 "
         "per partition), 18 on the CPU; on the CPU jobs may override it with params.log_n "
         "(log2 of elements)",
+    )
+
+    kernel: Literal["auto", "numba", "numpy"] = Field(
+        "auto",
+        description="How the ntt workload's CPU work, synthesis and verification, computes: "
+        "compiled by Numba, holding no GIL (Goldilocks synthesis at 2.2 to 2.4 times NumPy's "
+        "rate; pip install 'pacer[fast]', included in the gpu extras), or as whole-array NumPy "
+        "calls; auto: numba where it is installed (auto/numba/numpy)",
     )
 
     @model_validator(mode="after")

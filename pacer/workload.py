@@ -133,7 +133,11 @@ class NttWorkload:
                 f"2^{self.field.TWO_ADICITY}"
             )
         self.log_n = log_n
-        self.kernel = synthesis_kernel(kernel, self.field.name)
+        self.kernel = ntt_kernel(kernel, self.field.name)
+        if self.kernel == "numba":  # compiled now (or loaded from the cache), not on a partition
+            from gpu import compiled
+
+            compiled.warm(self.field, verification=True)
 
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(params) - {"log_n", "seed"})
@@ -186,7 +190,7 @@ class NttWorkload:
         import gpu.ntt as ntt
 
         field = self.field
-        holds = bool(ntt.verify(a, b, c, proof.output, field=field))
+        holds = bool(ntt.verify(a, b, c, proof.output, field=field, kernel=self.kernel))
         return holds and ntt.digest(proof.output, field=field) == proof.digest
 
 
@@ -376,30 +380,29 @@ class GpuNttWorkload(NttWorkload):
             self.pool.close()
 
 
-def synthesis_kernel(setting: str, field: str = "goldilocks") -> str:
-    """The synthesis kernel ``PACER_SYNTHESIS__KERNEL`` selects for ``field``: auto takes numba
-    where it is installed. Logged, as synthesis speed depends on it: falling back to NumPy is a
-    warning for Goldilocks, whose products NumPy makes at less than half the compiled rate."""
-    from gpu import compiled_synthesis
-    from gpu.ntt import SYNTHESIS_KERNELS
+def ntt_kernel(setting: str, field: str = "goldilocks") -> str:
+    """How the ntt workload synthesizes and verifies, as ``PACER_NTT__KERNEL`` selects for
+    ``field``: auto takes numba where it is installed. Logged, as their speed depends on it:
+    falling back to NumPy is a warning for Goldilocks, whose products NumPy makes at less than
+    half the compiled rate."""
+    from gpu import compiled
+    from gpu.ntt import KERNELS
 
-    if setting not in ("auto", *SYNTHESIS_KERNELS):
-        raise WorkloadError(
-            f"PACER_SYNTHESIS__KERNEL={setting}: must be auto, {', '.join(SYNTHESIS_KERNELS)}"
-        )
+    if setting not in ("auto", *KERNELS):
+        raise WorkloadError(f"PACER_NTT__KERNEL={setting}: must be auto, {', '.join(KERNELS)}")
     if setting == "numpy":
         return setting
-    if compiled_synthesis.available():
-        logger.info("synthesis compiled by Numba (PACER_SYNTHESIS__KERNEL=%s)", setting)
+    if compiled.available():
+        logger.info("synthesis and verification compiled by Numba (PACER_NTT__KERNEL=%s)", setting)
         return "numba"
     if setting == "numba":
         raise WorkloadError(
-            "PACER_SYNTHESIS__KERNEL=numba: Numba is not installed (pip install 'pacer[fast]')"
+            "PACER_NTT__KERNEL=numba: Numba is not installed (pip install 'pacer[fast]')"
         )
     logger.log(
         logging.WARNING if field == "goldilocks" else logging.INFO,
-        "Numba is not installed: %s synthesis runs as NumPy calls%s (pip install 'pacer[fast]', "
-        "or PACER_SYNTHESIS__KERNEL=numpy to say so)",
+        "Numba is not installed: %s synthesis and verification run as NumPy calls%s (pip "
+        "install 'pacer[fast]', or PACER_NTT__KERNEL=numpy to say so)",
         field, ", at less than half the compiled rate" if field == "goldilocks" else "",
     )  # fmt: skip
     return "numpy"
@@ -433,9 +436,9 @@ def load_workload(settings: Settings) -> Workload:
             return GpuNttWorkload(log_n, devices, settings.gpu.workers_per_device,
                                   settings.gpu.pool_on_empty, settings.synthesis.executor,
                                   field=settings.ntt.field,
-                                  kernel=settings.synthesis.kernel)  # fmt: skip
+                                  kernel=settings.ntt.kernel)  # fmt: skip
         return NttWorkload(settings.ntt.log_n or NttWorkload.DEFAULT_LOG_N, settings.ntt.field,
-                           settings.synthesis.kernel)  # fmt: skip
+                           settings.ntt.kernel)  # fmt: skip
     if name == "noop":
         return NoopWorkload()
     module_name, _, factory_name = name.partition(":")

@@ -30,7 +30,7 @@ __all__ = ["available", "consecutive_products", "synthesize_into", "warm"]
 
 _Kernel = Callable[..., Any]
 
-logger = logging.getLogger("gpu.compiled_synthesis")
+logger = logging.getLogger("gpu.compiled")
 
 
 @functools.cache
@@ -61,12 +61,40 @@ def consecutive_products(
     _kernels()[f"{field.name} products"](window, out)
 
 
-def warm(field: PrimeField, dtypes: Sequence[np.dtype[Any]] = ()) -> None:
-    """Compile (or load from the cache) ``field``'s kernel for outputs of each of ``dtypes``
-    (default: the field's storage), so the first partition does not wait for it."""
+def barycentric_sums(r: int, log_n: int, field: PrimeField, *evals: npt.NDArray[Any]) -> list[int]:
+    """Σ_i v_i·ω^i / (r − ω^i) mod p for each of three vectors v (values on <ω>, of 2^log_n
+    elements, any unsigned dtype), as `gpu.ntt` computes them for `verify`: the weights
+    1 / (r·ω^−i − 1) inverted in blocks of `VERIFY_BLOCK` (one exponentiation a block), each
+    weight used by the three at once. r must lie outside <ω>."""
+    omega_inverse = field.inverse(field.root_of_unity(log_n))
+    sums = np.zeros(3, dtype=np.uint64)
+    _kernels()[f"{field.name} barycentric"](np.uint64(r), np.uint64(omega_inverse), *evals, sums)
+    return [int(s) for s in sums]
+
+
+def evaluate(coeffs: npt.NDArray[Any], x: int, field: PrimeField) -> int:
+    """Σ_i coeffs_i·x^i mod p, by Horner's rule."""
+    return int(_kernels()[f"{field.name} evaluate"](coeffs, np.uint64(x)))
+
+
+VERIFY_BLOCK = 1 << 10
+"""Weights `barycentric_sums` inverts with one exponentiation (two buffers of it, in L1)."""
+
+
+def warm(
+    field: PrimeField, dtypes: Sequence[np.dtype[Any]] = (), *, verification: bool = False
+) -> None:
+    """Compile (or load from the cache) ``field``'s synthesis kernel for outputs of each of
+    ``dtypes`` (default: the field's storage) and, with ``verification``, its verification
+    kernels for inputs of those and uint64, so the first partition does not wait for them."""
     for dtype in dtypes or (field.storage,):
         tiny = [np.zeros(2, dtype=dtype) for _ in range(3)]
         synthesize_into(0, 0, tiny, field)
+        if verification:
+            for inputs in {np.dtype(dtype), np.dtype(np.uint64)}:
+                vectors = [np.zeros(2, dtype=inputs) for _ in range(3)]
+                barycentric_sums(2, 1, field, *vectors)
+                evaluate(vectors[0], 2, field)
 
 
 @functools.cache
@@ -171,9 +199,78 @@ def _kernels() -> dict[str, _Kernel]:
 
         return consecutive
 
+    @inline
+    def goldilocks_add(a: Any, b: Any) -> Any:
+        total = a + b
+        total += carry(a, b, total) * low_32  # past 2^64: + ε; a, b < p, so no carry again
+        return min(total, total - goldilocks_p)
+
+    @inline
+    def babybear_add(a: Any, b: Any) -> Any:
+        total = a + b  # below 2^32
+        return min(total, total - babybear_p)
+
+    def verification(mul: _Kernel, add: _Kernel, p: np.uint64) -> tuple[_Kernel, _Kernel]:
+        """`barycentric_sums` and `evaluate` over the field of ``mul``, ``add`` and ``p``."""
+        inverse_exponent = p - u64(2)
+        block = VERIFY_BLOCK
+
+        @inline
+        def inverse(value: Any) -> Any:
+            result, base, exponent = one, value, inverse_exponent
+            while exponent:
+                if exponent & one:
+                    result = mul(result, base)
+                base = mul(base, base)
+                exponent >>= one
+            return result
+
+        @kernel
+        def barycentric(r: Any, omega_inverse: Any, a: Any, b: Any, c: Any, sums: Any) -> None:
+            size = a.size
+            denominators = np.empty(block, dtype=np.uint64)
+            prefixes = np.empty(block, dtype=np.uint64)
+            point = r  # r·ω^−i
+            sum_a = sum_b = sum_c = zero
+            for start in range(0, size, block):
+                count = min(block, size - start)
+                product = one
+                for k in range(count):  # d_k = r·ω^−i − 1, never 0 off the domain
+                    denominator = point - one if point else p - one
+                    denominators[k] = denominator
+                    prefixes[k] = product
+                    product = mul(product, denominator)
+                    point = mul(point, omega_inverse)
+                remaining = inverse(product)  # 1 / (d_0 ⋯ d_(count−1))
+                for k in range(count - 1, -1, -1):
+                    weight = mul(remaining, prefixes[k])  # 1 / d_k
+                    remaining = mul(remaining, denominators[k])
+                    i = start + k
+                    sum_a = add(sum_a, mul(u64(a[i]), weight))
+                    sum_b = add(sum_b, mul(u64(b[i]), weight))
+                    sum_c = add(sum_c, mul(u64(c[i]), weight))
+            sums[0], sums[1], sums[2] = sum_a, sum_b, sum_c
+
+        @kernel
+        def horner(coeffs: Any, x: Any) -> Any:
+            total = zero
+            for i in range(coeffs.size - 1, -1, -1):
+                total = add(mul(total, x), u64(coeffs[i]))
+            return total
+
+        return barycentric, horner
+
+    goldilocks_sums, goldilocks_evaluate = verification(
+        goldilocks_mul, goldilocks_add, goldilocks_p
+    )
+    babybear_sums, babybear_evaluate = verification(babybear_mul, babybear_add, babybear_p)
     return {
         "goldilocks": make(1, goldilocks_mul),
         "babybear": make(2, babybear_mul),
         "goldilocks products": products(goldilocks_mul),
         "babybear products": products(babybear_mul),
+        "goldilocks barycentric": goldilocks_sums,
+        "babybear barycentric": babybear_sums,
+        "goldilocks evaluate": goldilocks_evaluate,
+        "babybear evaluate": babybear_evaluate,
     }

@@ -1,4 +1,4 @@
-"""Synthesis compiled by Numba against the NumPy path and Python's exact integers."""
+"""Synthesis and verification compiled by Numba against the NumPy path and Python integers."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu import compiled_synthesis, ntt
+from gpu import compiled, ntt
+from gpu.babybear import BABYBEAR
 from gpu.field import FIELD_NAMES, PrimeField, by_name
 from gpu.goldilocks import GOLDILOCKS
 from gpu.synthesis import ProcessSynthesizer
-from pacer.workload import NttWorkload, PartitionSpec, WorkloadError, synthesis_kernel
+from pacer.workload import NttWorkload, PartitionSpec, WorkloadError, ntt_kernel
 from tests.gpu.test_field import GOLDILOCKS_CARRIES
 
 FIELDS = [by_name(name) for name in FIELD_NAMES]
@@ -29,20 +30,18 @@ def outputs(field: PrimeField, log_n: int, dtype: np.dtype | None = None) -> lis
 @pytest.mark.parametrize("uint64", [False, True], ids=["storage", "uint64"])
 # 0 and 1: a lone element and a pair; 19 spans the NumPy path's steps of 2^18.
 @pytest.mark.parametrize("log_n", [0, 1, 2, 3, 7, 12, 19], ids=lambda n: f"2^{n}")
-def test_compiled_synthesis_writes_what_numpy_writes(
-    field: PrimeField, uint64: bool, log_n: int
-) -> None:
+def test_compiled_writes_what_numpy_writes(field: PrimeField, uint64: bool, log_n: int) -> None:
     dtype = np.dtype(np.uint64) if uint64 else field.storage
     for seed, index in [(0, 0), (7, 3), (2**63 - 1, 10**9)]:
-        expected, compiled = outputs(field, log_n, dtype), outputs(field, log_n, dtype)
+        expected, fast = outputs(field, log_n, dtype), outputs(field, log_n, dtype)
         ntt.synthesize_into(seed, index, expected, field=field)
-        ntt.synthesize_into(seed, index, compiled, field=field, kernel="numba")
-        for name, want, got in zip("abc", expected, compiled, strict=True):
+        ntt.synthesize_into(seed, index, fast, field=field, kernel="numba")
+        for name, want, got in zip("abc", expected, fast, strict=True):
             assert (want == got).all(), f"{field.name} 2^{log_n} ({seed}, {index}): {name} differs"
 
 
 @each_field
-def test_compiled_synthesis_satisfies_the_circuit(field: PrimeField) -> None:
+def test_compiled_satisfies_the_circuit(field: PrimeField) -> None:
     a, b, c = ntt.synthesize(5, 1, 10, field=field, kernel="numba")
     assert (b == np.roll(a, -1)).all()
     assert (field.mul(a, b) == c).all()
@@ -56,7 +55,7 @@ def test_compiled_goldilocks_products_at_the_carries(a: int, b: int) -> None:
     p = GOLDILOCKS.P
     window = np.array([a % p, b % p, a % p], dtype=np.uint64)
     out = np.zeros(2, dtype=np.uint64)
-    compiled_synthesis.consecutive_products(window, out, GOLDILOCKS)
+    compiled.consecutive_products(window, out, GOLDILOCKS)
     assert out.tolist() == [a % p * (b % p) % p] * 2
 
 
@@ -68,7 +67,7 @@ def test_compiled_products_match_python_integers(field: PrimeField, x: list[int]
     window = np.array(values, dtype=np.uint64)
     for dtype in (field.storage, np.uint64):
         out = np.zeros(len(values) - 1, dtype=dtype)
-        compiled_synthesis.consecutive_products(window, out, field)
+        compiled.consecutive_products(window, out, field)
         assert out.tolist() == [i * j % field.P for i, j in pairwise(values)]
 
 
@@ -82,35 +81,36 @@ def test_an_unknown_kernel_is_refused_by_name() -> None:
 def test_without_numba_the_kernel_is_refused_or_falls_back(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(compiled_synthesis, "available", lambda: False)
+    monkeypatch.setattr(compiled, "available", lambda: False)
     with pytest.raises(RuntimeError, match="needs Numba"):
         ntt.synthesize(1, 0, 4, kernel="numba")
-    with pytest.raises(WorkloadError, match=r"PACER_SYNTHESIS__KERNEL=numba: Numba is not"):
+    with pytest.raises(WorkloadError, match=r"PACER_NTT__KERNEL=numba: Numba is not"):
         NttWorkload(8, kernel="numba")
     with caplog.at_level(logging.INFO, logger="pacer.workload"):
-        assert synthesis_kernel("auto", "goldilocks") == "numpy"
-        assert synthesis_kernel("auto", "babybear") == "numpy"
+        assert ntt_kernel("auto", "goldilocks") == "numpy"
+        assert ntt_kernel("auto", "babybear") == "numpy"
     levels = [(r.levelname, r.getMessage().split(":")[1].split(" (")[0]) for r in caplog.records]
     assert levels == [
         (
             "WARNING",
-            " goldilocks synthesis runs as NumPy calls, at less than half the compiled rate",
+            " goldilocks synthesis and verification run as NumPy calls, at less than half the "
+            "compiled rate",
         ),
-        ("INFO", " babybear synthesis runs as NumPy calls"),
+        ("INFO", " babybear synthesis and verification run as NumPy calls"),
     ]
-    assert synthesis_kernel("numpy") == "numpy"
+    assert ntt_kernel("numpy") == "numpy"
 
 
 def test_auto_takes_numba_where_it_is_installed(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="pacer.workload"):
         workload = NttWorkload(8, "goldilocks", kernel="auto")
     assert workload.kernel == "numba"
-    assert "synthesis compiled by Numba" in caplog.text
+    assert "synthesis and verification compiled by Numba" in caplog.text
     a, b, c = workload.synthesize(PartitionSpec("job", 2, 9, {}))
     expected = ntt.synthesize(9, 2, 8, field=GOLDILOCKS)
     assert all((x == y).all() for x, y in zip((a, b, c), expected, strict=True))
-    with pytest.raises(WorkloadError, match="PACER_SYNTHESIS__KERNEL=fast: must be auto"):
-        synthesis_kernel("fast")
+    with pytest.raises(WorkloadError, match="PACER_NTT__KERNEL=fast: must be auto"):
+        ntt_kernel("fast")
 
 
 def test_without_a_writable_cache_the_kernels_compile_anyway(
@@ -121,12 +121,49 @@ def test_without_a_writable_cache_the_kernels_compile_anyway(
     # A locator that finds no place (it serves only IPython cells): as with no writable
     # directory, Numba refuses to cache.
     monkeypatch.setattr(config, "CACHE_LOCATOR_CLASSES", "_IPythonCacheLocator")
-    compiled_synthesis._kernels.cache_clear()
+    compiled._kernels.cache_clear()
     try:
-        with caplog.at_level(logging.WARNING, logger="gpu.compiled_synthesis"):
-            compiled = ntt.synthesize(4, 1, 6, field=GOLDILOCKS, kernel="numba")
+        with caplog.at_level(logging.WARNING, logger="gpu.compiled"):
+            fast = ntt.synthesize(4, 1, 6, field=GOLDILOCKS, kernel="numba")
         assert "compile without a disk cache" in caplog.text
         expected = ntt.synthesize(4, 1, 6, field=GOLDILOCKS)
-        assert all((x == y).all() for x, y in zip(compiled, expected, strict=True))
+        assert all((x == y).all() for x, y in zip(fast, expected, strict=True))
     finally:
-        compiled_synthesis._kernels.cache_clear()
+        compiled._kernels.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("field", "uint32"),
+    [(GOLDILOCKS, False), (BABYBEAR, False), (BABYBEAR, True)],  # as slots and as uint64
+    ids=["goldilocks", "babybear-uint64", "babybear-uint32"],
+)
+# Below, at and past one block of inverted weights, and past the NumPy path's 2^16 steps.
+@pytest.mark.parametrize("log_n", [0, 1, 5, 10, 11, 17], ids=lambda n: f"2^{n}")
+def test_compiled_verification_sums_match_numpy(
+    field: PrimeField, uint32: bool, log_n: int
+) -> None:
+    rng = np.random.default_rng(log_n)
+    vectors = [field.reduce(rng.integers(0, 2**63, 1 << log_n, dtype=np.uint64)) for _ in range(4)]
+    vectors[0][:2] = [0, field.P - 1][: 1 << log_n]
+    stored = [v.astype(np.uint32) if uint32 else v for v in vectors]
+    for seed in range(3):
+        r = ntt._point_off_domain(1 << log_n, np.random.default_rng(seed), field)
+        assert compiled.barycentric_sums(r, log_n, field, *stored[:3]) == (
+            ntt._barycentric_sums(r, log_n, field, *vectors[:3])
+        )
+        assert compiled.evaluate(stored[3], r, field) == ntt._evaluate(vectors[3], r, field)
+
+
+@each_field
+def test_compiled_verification_accepts_a_proof_and_rejects_a_wrong_one(field: PrimeField) -> None:
+    a, b, c = ntt.synthesize(3, 1, 9, field=field)
+    h = ntt.compute_h(a, b, c, field=field)
+    for seed in range(3):
+        r = ntt._point_off_domain(1 << 9, np.random.default_rng(seed), field)
+        assert ntt.verify(a, b, c, h, r, field=field, kernel="numba")
+    wrong = c.copy()
+    wrong[7] = (int(wrong[7]) + 1) % field.P  # a constraint no longer holds
+    assert not ntt.verify(a, b, wrong, h, field=field, kernel="numba")
+    assert not ntt.verify(a, b, c, np.roll(h, 1), field=field, kernel="numba")
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        ntt.verify(a, b, c, h, field=field, kernel="fast")
