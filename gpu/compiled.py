@@ -29,7 +29,15 @@ import numpy.typing as npt
 
 from gpu.field import PrimeField
 
-__all__ = ["available", "consecutive_products", "synthesize_into", "warm"]
+__all__ = [
+    "VERIFY_BLOCK",
+    "available",
+    "barycentric_sums",
+    "consecutive_products",
+    "evaluate",
+    "synthesize_into",
+    "warm",
+]
 
 _Kernel = Callable[..., Any]
 
@@ -102,8 +110,8 @@ def warm(
 
 @functools.cache
 def _kernels() -> dict[str, _Kernel]:
-    """The kernels by field name, defined on first use so that importing this module does not
-    import Numba."""
+    """The kernels by field name (synthesis) and by field name and purpose, defined on first
+    use so that importing this module does not import Numba."""
     import numba
 
     u64 = np.uint64
