@@ -97,15 +97,15 @@ def warm(
 ) -> None:
     """Compile (or load from the cache) ``field``'s synthesis kernel for outputs of each of
     ``dtypes`` (default: the field's storage) and, with ``verification``, its verification
-    kernels for inputs of those and uint64, so the first partition does not wait for them."""
+    kernels for the uint64 inputs `gpu.ntt.verify` passes, so the first partition does not
+    wait for them."""
     for dtype in dtypes or (field.storage,):
         tiny = [np.zeros(2, dtype=dtype) for _ in range(3)]
         synthesize_into(0, 0, tiny, field)
-        if verification:
-            for inputs in {np.dtype(dtype), np.dtype(np.uint64)}:
-                vectors = [np.zeros(2, dtype=inputs) for _ in range(3)]
-                barycentric_sums(2, 1, field, *vectors)
-                evaluate(vectors[0], 2, field)
+    if verification:
+        vectors = [np.zeros(2, dtype=np.uint64) for _ in range(3)]
+        barycentric_sums(2, 1, field, *vectors)
+        evaluate(vectors[0], 2, field)
 
 
 @functools.cache
@@ -123,15 +123,19 @@ def _kernels() -> dict[str, _Kernel]:
     babybear_p = u64(15 * 2**27 + 1)
     low_31 = u64(0x7FFFFFFF)
     inline = numba.njit(inline="always")
+    cache = True  # until Numba finds no writable place: then said once, not per kernel
 
     def kernel(function: _Kernel) -> _Kernel:
         """``function`` compiled, cached on disk where Numba finds a writable place for it."""
-        try:
-            return numba.njit(cache=True, nogil=True, boundscheck=False)(function)
-        except RuntimeError as exc:  # no writable cache directory: compile in every process
-            logger.warning("synthesis kernels compile without a disk cache (set "
-                           "NUMBA_CACHE_DIR to a writable directory): %s", exc)  # fmt: skip
-            return numba.njit(nogil=True, boundscheck=False)(function)
+        nonlocal cache
+        if cache:
+            try:
+                return numba.njit(cache=True, nogil=True, boundscheck=False)(function)
+            except RuntimeError as exc:  # no writable cache directory: compile in every process
+                cache = False
+                logger.warning("synthesis kernels compile without a disk cache (set "
+                               "NUMBA_CACHE_DIR to a writable directory): %s", exc)  # fmt: skip
+        return numba.njit(nogil=True, boundscheck=False)(function)
 
     @inline
     def carry(a: Any, b: Any, total: Any) -> Any:
