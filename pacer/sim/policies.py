@@ -21,7 +21,7 @@ from pacer.policy import Caps
 from pacer.sim.engine import PolicyFactory
 from pacer.sim.scenario import Scenario
 
-POLICIES = ("pi", "cuzk", "unpaced", "fixed")
+POLICIES = ("pi", "cuzk", "cuzk-default", "unpaced", "fixed")
 
 
 def policy_factory(
@@ -29,17 +29,21 @@ def policy_factory(
 ) -> PolicyFactory:
     """A constructor of policy ``name`` for ``scenario`` on the simulation's clock."""
     slots = scenario.memory_slots
+    caps = Caps.from_host(
+        cores=scenario.synthesis.cores,
+        threads_per_synthesis=scenario.synthesis.threads_per_synthesis,
+        max_concurrent=settings.synthesis.max_concurrent,
+        budget_bytes=scenario.memory.budget_bytes,
+        partition_bytes=scenario.partition.bytes,
+    )
     if name == "pi":
-        caps = Caps.from_host(
-            cores=scenario.synthesis.cores,
-            threads_per_synthesis=scenario.synthesis.threads_per_synthesis,
-            max_concurrent=settings.synthesis.max_concurrent,
-            budget_bytes=scenario.memory.budget_bytes,
-            partition_bytes=scenario.partition.bytes,
-        )
         return lambda clock: PIController(settings.controller, caps, clock)
+    # cuzk's max_parallel_synthesis set for the host, to the number pi's cap uses.
+    workers = caps.synthesis_concurrency
     if name == "cuzk":
-        return lambda clock: CuzkPacer(slots, clock)
+        return lambda clock: CuzkPacer(slots, clock, max_parallel_synthesis=workers)
+    if name == "cuzk-default":
+        return lambda clock: CuzkPacer(slots, clock, target=0, max_parallel_synthesis=workers)
     if name == "unpaced":
         return lambda clock: Unpaced(slots)
     if name == "fixed":
