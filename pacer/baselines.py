@@ -3,13 +3,14 @@
 - ``Unpaced``: dispatch whenever the memory budget allows.
 - ``FixedConcurrency``: keep a constant number of partitions in flight (the simulator's
   ``fixed``: a static setting tuned with knowledge of the scenario that a live system lacks).
-- ``CuzkPacer``: the DispatchPacer published with the cuzk proving engine, rebuilt from its
-  documented rules: the reference to beat.
+- ``CuzkPacer``: the cuzk proving engine's dispatch loop with its DispatchPacer, ported rule by
+  rule from its source: the reference to beat (``cuzk``); with setpoint 0, the same loop as
+  cuzk ships it, pacer off (``cuzk-default``).
 
 They implement ``DispatchPolicy`` (``pacer.policy``) like the PI controller does, so the
-simulator and the service's dispatch loop drive them alike (``PACER_CONTROLLER__POLICY=unpaced``
-or ``cuzk`` for the service). Like the controller they are pure: a function of observations
-and, for ``CuzkPacer``, an injected clock.
+simulator and the service's dispatch loop drive them alike (``PACER_CONTROLLER__POLICY`` =
+``unpaced``, ``cuzk`` or ``cuzk-default`` for the service). Like the controller they are pure:
+a function of observations and, for ``CuzkPacer``, an injected clock.
 """
 
 from __future__ import annotations

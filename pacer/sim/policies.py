@@ -1,11 +1,15 @@
-"""Dispatch policies the simulator compares: ``pi`` (pacer's controller) and three baselines.
+"""Dispatch policies the simulator compares: ``pi`` (pacer's controller) and four baselines.
 
 - ``unpaced``: dispatch whenever the memory budget allows.
 - ``fixed``: keep a constant number of partitions in flight (``--concurrency``; by default the
   scenario's Little's-law minimum plus the target ready depth: a static policy tuned with
   knowledge of the scenario that a live system does not have).
-- ``cuzk``: the DispatchPacer published with the cuzk proving engine, rebuilt from its documented
-  rules (see ``CuzkPacer``): the reference to beat.
+- ``cuzk``: the cuzk proving engine's dispatch loop and DispatchPacer (setpoint 8), ported from
+  its source (see ``CuzkPacer``): the reference to beat.
+- ``cuzk-default``: the same loop as cuzk ships it, its pacer off (setpoint 0).
+
+Both cuzk policies get ``max_parallel_synthesis`` = the host's synthesis-concurrency cap, the
+number ``pi``'s cap uses, rather than cuzk's shipped 18 (sized for another host).
 
 The baselines themselves live in ``pacer.baselines``, where the service finds them too.
 """
