@@ -105,22 +105,23 @@ class CuzkPacer:
     ``extern/cuzk/cuzk-core/src/engine.rs`` (blob 9511060; unchanged since 3f74a5cd, where the
     engine came in) and ``extern/cuzk/cuzk-core/src/config.rs`` (blob 555f64b). ``engine.rs:N``
     below is a line of that file. cuzk runs one dispatcher task that loops; this class keeps
-    where that loop is waiting and advances it, at the clock's time, on each ``decide``.
+    where that loop is waiting and advances it, at the clock's time, on each ``decide``. The
+    task starts with the engine: the first pass runs when the policy is built.
 
     Settings and state:
 
     - ``target`` is ``pipeline.max_gpu_queue_depth`` (engine.rs:1450): 0, the shipped default
       (config.rs:340, 364-366), turns the pacer off; 8 is the "recommended starting point"
       (config.rs:341), the setpoint of ``cuzk``.
-    - Constants of ``DispatchPacer::new`` (engine.rs:167-207): waiting EMA weight 0.15, GPU EMA
+    - Constants of ``DispatchPacer::new`` (engine.rs:168-207): waiting EMA weight 0.15, GPU EMA
       weight 0.2, kp 0.5, ki 0.001, integral clamped to [−20, +100], ``target`` bootstrap
-      partitions.
+      partitions. GPU workers: all of them (engine.rs:1505), here the observation's count.
 
-    One pass of the loop (engine.rs:1507-1672), only while ``target`` > 0 for the pacer parts:
+    One pass of the loop (engine.rs:1507-1673), only while ``target`` > 0 for the pacer parts:
 
     1. ``update`` (engine.rs:1509-1514, 210-260) on every pass: the GPU time EMA takes the mean
        processing time of the completions since the last update (the first one sets it,
-       engine.rs:214-231); PV = EMA of the partitions waiting for a GPU (engine.rs:251-252);
+       engine.rs:213-229); PV = EMA of the partitions waiting for a GPU (engine.rs:251-252);
        the integral adds the normalized error (target − PV) ÷ target × dt, dt at least 1 ms,
        and is clamped (engine.rs:255-259). The integral runs in bootstrap too.
     2. Re-bootstrap check, right after the update of each pass (engine.rs:1518-1525,
@@ -140,8 +141,9 @@ class CuzkPacer:
          (engine.rs:1575-1593).
     4. Take the next partition; with none, wait for work, updating on each GPU completion
        (engine.rs:1595-1621). Work that arrives is dispatched at once: the gate is behind.
-    5. Wait for the memory budget (engine.rs:1628; the budget counts a partition from here
-       until its GPU work ends, as pacer's does for every policy).
+    5. Wait for the memory budget (engine.rs:1628). pacer's budget holds a partition from here
+       until its GPU work ends, for every policy; cuzk gives the a, b, c part back when the
+       GPU call starts (engine.rs:3166, 3202).
     6. Send it into the synthesis channel, waiting while the channel is full
        (engine.rs:1647); count it, one bootstrap partition fewer (engine.rs:1651, 323-328).
 
@@ -156,9 +158,9 @@ class CuzkPacer:
     itself keeps at most twice that dispatched and not yet synthesized (the workers and the
     channel). The service runs dispatched partitions on its own synthesis executor.
 
-    Not ported: the synthesis-rate EMA (engine.rs:233-249: logged, never used), logging, the
-    check for a job failed meanwhile (engine.rs:1631-1644), the two-step release of budget
-    around a GPU call (engine.rs:3166, 3202).
+    Not ported: the synthesis-rate EMA (engine.rs:231-248: logged, never used), logging, the
+    check for a job failed meanwhile (engine.rs:1630-1644), a failed GPU call counted as a
+    completion of no time (engine.rs:3207-3216: pacer reports only proved partitions).
     """
 
     TARGET = 8
