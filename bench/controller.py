@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.controller [--markdown] [--seeds N]
 
-Prints the suite table (all four policies side by side), the target checks, and how long the
+Prints the suite table (every policy side by side), the target checks, and how long the
 simulations took. With --seeds N it also reruns pi and cuzk on N − 1 other seeds of each
 scenario and prints, per target, on how many seeds it held. Exits 1 if a target fails on the
 shipped seeds.

@@ -1,6 +1,7 @@
 """`pacer serve` on a GPU host, measured by its own metrics and cross-checked against NVML.
 
-    python -m bench.gpu_service [--seconds 120] [--warmup 30] [--policies pi,unpaced,cuzk]
+    python -m bench.gpu_service [--seconds 120] [--warmup 30]
+                                [--policies pi,unpaced,cuzk,cuzk-default]
                                 [--log-n 27] [--workers-per-device 2] [--devices all]
                                 [--chunk-log2 20] [--executor threads|processes]
                                 [--field goldilocks|babybear] [--kernel numba|numpy]
@@ -265,7 +266,9 @@ def main() -> int:
     )
     parser.add_argument("--seconds", type=float, default=120.0, help="measured window per policy")
     parser.add_argument("--warmup", type=float, default=30.0, help="run before measuring (s)")
-    parser.add_argument("--policies", default="pi", help="comma-separated: pi, unpaced, cuzk")
+    parser.add_argument(
+        "--policies", default="pi", help="comma-separated: pi, unpaced, cuzk, cuzk-default"
+    )
     parser.add_argument("--log-n", type=int, default=None, help="partition size (default: 27)")
     parser.add_argument("--partitions", type=int, default=64, help="partitions per job")
     parser.add_argument("--workers-per-device", type=int, default=None, help="default: setting")

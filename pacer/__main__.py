@@ -19,10 +19,12 @@ Settings come from PACER_* environment variables (`pacer config` lists them all)
 
 SIMULATE_EPILOG = """\
 policies:
-  pi        pacer's controller (PI on the projected ready depth, synthesis cap, bootstrap)
-  cuzk      the DispatchPacer of the cuzk proving engine, rebuilt from its documented rules
-  unpaced   dispatch whenever the memory budget allows
-  fixed     keep --concurrency partitions in flight (default: Little's-law minimum + target)
+  pi             pacer's controller (PI on the projected ready depth, synthesis cap, bootstrap)
+  cuzk           the cuzk proving engine's dispatch loop (DispatchPacer at setpoint 8),
+                 ported from its source
+  cuzk-default   the same loop as cuzk ships it, its pacer off
+  unpaced        dispatch whenever the memory budget allows
+  fixed          keep --concurrency partitions in flight (default: Little's-law minimum + target)
 
 examples:
   pacer simulate pacer/sim/scenarios/steady-backlog.toml

@@ -37,11 +37,12 @@ class _Section(BaseModel):
 class ControllerSettings(_Section):
     """The dispatch policy, and the gains, setpoint and limits of the PI controller."""
 
-    policy: Literal["pi", "unpaced", "cuzk"] = Field(
+    policy: Literal["pi", "unpaced", "cuzk", "cuzk-default"] = Field(
         "pi",
         description="Dispatch policy: pi (the PI controller), or a baseline to compare it "
-        "with: unpaced (dispatch whenever the memory budget allows) or cuzk (the cuzk "
-        "engine's DispatchPacer) (pi/unpaced/cuzk)",
+        "with: unpaced (dispatch whenever the memory budget allows), cuzk (the cuzk "
+        "engine's dispatcher with its DispatchPacer at setpoint 8) or cuzk-default (the same "
+        "dispatcher as shipped, pacer off) (pi/unpaced/cuzk/cuzk-default)",
     )
     target_ready: float = Field(
         8.0, gt=0, description="Setpoint: partitions synthesized and waiting for a GPU (partitions)"

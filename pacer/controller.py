@@ -39,6 +39,8 @@ class PIController:
     Decision(dispatch=24, next_at=None)
     """
 
+    synthesis_workers: int | None = None  # its caps bound synthesis; no pool of its own
+
     def __init__(
         self,
         settings: ControllerSettings,

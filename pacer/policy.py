@@ -117,6 +117,13 @@ class DispatchPolicy(Protocol):
     @property
     def rebootstraps(self) -> int: ...
 
+    @property
+    def synthesis_workers(self) -> int | None:
+        """Syntheses the policy's own engine runs at once (cuzk's worker pool), the rest of
+        what it dispatched waiting for a worker while holding memory; None: no such pool
+        (the simulator starts every dispatched partition at once)."""
+        ...
+
     def observe_gpu_service(self, seconds: float) -> None: ...
 
     def observe_synthesis(self, seconds: float) -> None: ...

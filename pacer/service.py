@@ -80,12 +80,15 @@ def build_policy(
     estimates: Estimates | None = None,
 ) -> DispatchPolicy:
     """The dispatch policy ``settings.policy`` names: the PI controller (warm when there are
-    ``estimates``), or a baseline to compare it with, bounded as in the simulator by the
-    memory cap alone."""
+    ``estimates``), or a baseline to compare it with, bounded as in the simulator (the
+    memory cap; cuzk also by its synthesis workers)."""
     if settings.policy == "unpaced":
         return Unpaced(caps.inflight_partitions)
-    if settings.policy == "cuzk":
-        return CuzkPacer(caps.inflight_partitions, clock)
+    if settings.policy in ("cuzk", "cuzk-default"):
+        target = CuzkPacer.TARGET if settings.policy == "cuzk" else 0
+        workers = caps.synthesis_concurrency  # cuzk's max_parallel_synthesis, set for the host
+        return CuzkPacer(caps.inflight_partitions, clock, target=target,
+                         max_parallel_synthesis=workers)  # fmt: skip
     return PIController(settings, caps, clock, estimates)
 
 

@@ -54,7 +54,7 @@ def test_simulate_prints_a_table(small: Path, capsys: pytest.CaptureFixture[str]
     assert "partitions completed            600" in out
 
 
-@pytest.mark.parametrize("policy", ["pi", "cuzk", "unpaced", "fixed"])
+@pytest.mark.parametrize("policy", ["pi", "cuzk", "cuzk-default", "unpaced", "fixed"])
 def test_simulate_json(small: Path, policy: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", str(small), "--policy", policy, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -119,11 +119,11 @@ def test_suite_on_one_scenario_checks_targets(
     # the throughput target fails, and the exit status says so.
     assert main(["simulate", "--suite", str(small)]) == 1
     captured = capsys.readouterr()
-    for policy in ("pi", "cuzk", "unpaced", "fixed"):
+    for policy in ("pi", "cuzk", "cuzk-default", "unpaced", "fixed"):
         assert f"small     {policy}" in captured.out
     assert "throughput >= 0.97 x bound                FAIL" in captured.out
     assert "steady GPU busy >= 0.995                  pass" in captured.out
-    assert "[4/4] small / fixed" in captured.err
+    assert "[5/5] small / fixed" in captured.err
 
 
 def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:

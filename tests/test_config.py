@@ -46,7 +46,8 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"PACER_CONTROLLER__KPP": "1"}, "PACER_CONTROLLER__KPP: not a pacer setting"),
         (
             {"PACER_CONTROLLER__POLICY": "fixed"},
-            "PACER_CONTROLLER__POLICY: Input should be 'pi', 'unpaced' or 'cuzk' (got 'fixed')",
+            "PACER_CONTROLLER__POLICY: Input should be 'pi', 'unpaced', 'cuzk' or 'cuzk-default' "
+            "(got 'fixed')",
         ),
         ({"PACER_MEMORY__BUDGET_BYTES": "lots"}, "PACER_MEMORY__BUDGET_BYTES: could not parse"),
         (

@@ -4,7 +4,9 @@ Model: jobs of N partitions arrive (all at once, or Poisson); the policy decides
 partition is dispatched to synthesis; syntheses share the CPU (processor sharing: with n running,
 each progresses at min(1, cores ÷ (n × threads)), so a synthesis takes its sampled duration ×
 max(1, n × threads ÷ cores)); synthesized partitions wait in the ready queue; W GPU workers take
-them in order. A partition holds its bytes from dispatch until its GPU work ends.
+them in order. A partition holds its bytes from dispatch until its GPU work ends. A policy with a
+synthesis worker pool of its own (``synthesis_workers``, cuzk's) runs at most that many at once;
+the others wait for a worker in dispatch order, holding their bytes, and count as synthesizing.
 
 Each partition's synthesis work and GPU service time are drawn up front from the scenario's seed,
 so every policy meets the same partitions (common random numbers). Nothing sleeps: an hour of
@@ -124,6 +126,8 @@ class Simulation:
         # Processor sharing: V advances at the per-synthesis progress rate.
         work_done = 0.0
         running: list[tuple[float, int, float]] = []  # (V at finish, pid, start time)
+        pool = self.policy.synthesis_workers
+        queued: deque[int] = deque()  # dispatched, waiting for one of the policy's workers
         threads, cores = sc.synthesis.threads_per_synthesis, sc.synthesis.cores
         busy = inflight = completed = outstanding = 0
         peak_inflight = peak_ready = violations = 0
@@ -143,7 +147,7 @@ class Simulation:
             trace.available.append(1 if outstanding > 0 else 0)
             trace.ready.append(len(ready))
             trace.inflight.append(inflight)
-            trace.synthesizing.append(len(running))
+            trace.synthesizing.append(len(running) + len(queued))
             trace.interval_s.append(self.policy.interval_s())
 
         record()
@@ -163,6 +167,9 @@ class Simulation:
                     _, pid, started = heapq.heappop(running)
                     ready.append(pid)
                     self.policy.observe_synthesis(t - started)
+                while queued and pool is not None and len(running) < pool:
+                    pid = queued.popleft()
+                    heapq.heappush(running, (work_done + float(self._syn_work[pid]), pid, t))
             else:
                 _, _, kind, a, b = heapq.heappop(events)
                 if kind == _Event.ARRIVAL:
@@ -198,7 +205,7 @@ class Simulation:
 
             obs = Observation(
                 ready=len(ready),
-                synthesizing=len(running),
+                synthesizing=len(running) + len(queued),
                 gpu_busy=busy,
                 gpu_workers=workers,
                 backlog=len(backlog),
@@ -206,7 +213,10 @@ class Simulation:
             decision = self.policy.decide(obs)
             for _ in range(min(decision.dispatch, len(backlog))):
                 pid = backlog.popleft()
-                heapq.heappush(running, (work_done + float(self._syn_work[pid]), pid, t))
+                if pool is not None and len(running) >= pool:
+                    queued.append(pid)
+                else:
+                    heapq.heappush(running, (work_done + float(self._syn_work[pid]), pid, t))
                 inflight += 1
                 if inflight * sc.partition.bytes > sc.memory.budget_bytes:
                     violations += 1

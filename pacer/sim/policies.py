@@ -1,11 +1,15 @@
-"""Dispatch policies the simulator compares: ``pi`` (pacer's controller) and three baselines.
+"""Dispatch policies the simulator compares: ``pi`` (pacer's controller) and four baselines.
 
 - ``unpaced``: dispatch whenever the memory budget allows.
 - ``fixed``: keep a constant number of partitions in flight (``--concurrency``; by default the
   scenario's Little's-law minimum plus the target ready depth: a static policy tuned with
   knowledge of the scenario that a live system does not have).
-- ``cuzk``: the DispatchPacer published with the cuzk proving engine, rebuilt from its documented
-  rules (see ``CuzkPacer``): the reference to beat.
+- ``cuzk``: the cuzk proving engine's dispatch loop and DispatchPacer (setpoint 8), ported from
+  its source (see ``CuzkPacer``): the reference to beat.
+- ``cuzk-default``: the same loop as cuzk ships it, its pacer off (setpoint 0).
+
+Both cuzk policies get ``max_parallel_synthesis`` = the host's synthesis-concurrency cap, the
+number ``pi``'s cap uses, rather than cuzk's shipped 18 (sized for another host).
 
 The baselines themselves live in ``pacer.baselines``, where the service finds them too.
 """
@@ -21,7 +25,7 @@ from pacer.policy import Caps
 from pacer.sim.engine import PolicyFactory
 from pacer.sim.scenario import Scenario
 
-POLICIES = ("pi", "cuzk", "unpaced", "fixed")
+POLICIES = ("pi", "cuzk", "cuzk-default", "unpaced", "fixed")
 
 
 def policy_factory(
@@ -29,17 +33,21 @@ def policy_factory(
 ) -> PolicyFactory:
     """A constructor of policy ``name`` for ``scenario`` on the simulation's clock."""
     slots = scenario.memory_slots
+    caps = Caps.from_host(
+        cores=scenario.synthesis.cores,
+        threads_per_synthesis=scenario.synthesis.threads_per_synthesis,
+        max_concurrent=settings.synthesis.max_concurrent,
+        budget_bytes=scenario.memory.budget_bytes,
+        partition_bytes=scenario.partition.bytes,
+    )
     if name == "pi":
-        caps = Caps.from_host(
-            cores=scenario.synthesis.cores,
-            threads_per_synthesis=scenario.synthesis.threads_per_synthesis,
-            max_concurrent=settings.synthesis.max_concurrent,
-            budget_bytes=scenario.memory.budget_bytes,
-            partition_bytes=scenario.partition.bytes,
-        )
         return lambda clock: PIController(settings.controller, caps, clock)
+    # cuzk's max_parallel_synthesis set for the host, to the number pi's cap uses.
+    workers = caps.synthesis_concurrency
     if name == "cuzk":
-        return lambda clock: CuzkPacer(slots, clock)
+        return lambda clock: CuzkPacer(slots, clock, max_parallel_synthesis=workers)
+    if name == "cuzk-default":
+        return lambda clock: CuzkPacer(slots, clock, target=0, max_parallel_synthesis=workers)
     if name == "unpaced":
         return lambda clock: Unpaced(slots)
     if name == "fixed":

@@ -1,6 +1,6 @@
-"""The service under each dispatch policy (PACER_CONTROLLER__POLICY): pi, and the unpaced and
-cuzk baselines it is compared with. In-process services over real HTTP, and `pacer serve` as
-a real process."""
+"""The service under each dispatch policy (PACER_CONTROLLER__POLICY): pi, and the unpaced,
+cuzk and cuzk-default baselines it is compared with. In-process services over real HTTP, and
+`pacer serve` as a real process."""
 
 from __future__ import annotations
 
@@ -25,12 +25,12 @@ from tests.service.conftest import ServerFactory, settings_for, wait_for
 from tests.service.test_api import call, until_done
 from tests.service.test_lifecycle import finish
 
-POLICIES = ["pi", "unpaced", "cuzk"]
-BASELINES = ["unpaced", "cuzk"]
+POLICIES = ["pi", "unpaced", "cuzk", "cuzk-default"]
+BASELINES = ["unpaced", "cuzk", "cuzk-default"]
 NOOP = {"PACER_WORKLOAD": "noop"}
 # (policy, jobs, partitions a job). cuzk bootstraps one partition every 3 s: one partition
 # shows it proving end to end without waiting for its pacing.
-RUNS = [("pi", 2, 4), ("unpaced", 2, 4), ("cuzk", 1, 1)]
+RUNS = [("pi", 2, 4), ("unpaced", 2, 4), ("cuzk", 1, 1), ("cuzk-default", 2, 4)]
 
 
 def noop_service(tmp_path: Path, policy: str) -> Service:

@@ -41,6 +41,7 @@ class Recorder:
 
     bootstraps = rebootstraps = 0
     mode = Mode.PACING
+    synthesis_workers: int | None = None
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -71,6 +72,17 @@ def test_cpu_contention_stretches_synthesis(running: int, each_s: float) -> None
     rec = Recorder(running)
     run_with(scenario(jobs__partitions_per_job=running), rec)
     assert rec.synthesis == pytest.approx([each_s] * running)
+
+
+def test_a_policys_own_synthesis_workers_run_at_most_that_many() -> None:
+    # Cores for all four, but two workers: two syntheses run 0-10 s, the other two wait for
+    # them holding their memory, then run 10-20 s. One GPU worker: done at 22 s.
+    rec = Recorder(4)
+    rec.synthesis_workers = 2
+    raw = run_with(scenario(synthesis__cores=64), rec)
+    assert rec.synthesis == pytest.approx([10.0] * 4)  # each timed from its start
+    assert (raw.peak_inflight, max(raw.trace.synthesizing)) == (4, 4)
+    assert raw.end_s == pytest.approx(22.0)
 
 
 def test_gpu_phase_scales_service_time() -> None:
