@@ -308,9 +308,9 @@ def test_fail_partition_refuses_an_empty_error(journal: Journal) -> None:
 
 def test_a_journal_with_a_newer_schema_is_refused(path: Path) -> None:
     with closing(sqlite3.connect(path)) as db:
-        db.execute("PRAGMA user_version = 2")
+        db.execute("PRAGMA user_version = 3")
     with pytest.raises(
-        NewerSchemaError, match="schema version 2; this pacer reads up to version 1"
+        NewerSchemaError, match="schema version 3; this pacer reads up to version 2"
     ):
         Journal(path)
 
