@@ -647,12 +647,15 @@ class Pipeline:
             return
         exc = done.exception()
         error = None
+        try:
+            if exc is None and not done.result():
+                error = "verification failed: the proof does not check"
+        except Exception as bad:  # a result whose truth cannot be told
+            exc = bad
         if exc is not None:
             error = f"verification failed: {exc!r}"
             if not isinstance(exc, Exception):
                 self._task_failed("verify", exc)
-        elif not done.result():
-            error = "verification failed: the proof does not check"
         self._release(work)
         if error is not None:
             log.error(error, exc_info=exc, extra=self._context(work, outcome.gpu))

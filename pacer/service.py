@@ -406,6 +406,9 @@ class Service:
         except UnknownJob:
             log.warning("attempt failed for a job no longer journaled: %s", reason, extra=context)
             return
+        except Exception:  # the journal's trouble: the partition stays pending for a restart
+            log.exception("attempt failed (%s) and could not be journaled", reason, extra=context)
+            return
         if attempt == 0:  # the job had ended (cancelled, failed by another partition)
             return
         if job.state is JobState.FAILED:
@@ -414,12 +417,14 @@ class Service:
             self.metrics.job_ended("failed")
             log.error("job failed: %s", job.error, extra=context)
             return
+        if self.draining:  # pending in the journal, attempts and all, for the next start
+            log.warning("attempt %d of %d failed: %s; left to the next start", attempt, limit,
+                        reason, extra=context)  # fmt: skip
+            return
         delay = self.retry.delay_s(attempt)
         log.warning("attempt %d of %d failed: %s; trying again in %.3g s", attempt, limit,
                     reason, delay, extra=context)  # fmt: skip
         self.metrics.retries.inc()
-        if self.draining:
-            return  # pending in the journal, attempts and all, for the next start
         loop = asyncio.get_running_loop()
         self._retries[(job_id, index)] = loop.call_later(
             delay, lambda: self._spawn(self._requeue(job_id, index))
