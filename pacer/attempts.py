@@ -123,7 +123,7 @@ def proof_problem(proof: Any) -> str | None:
     if not isinstance(proof, Proof):
         return f"proving returned {type(proof).__name__}, not a Proof"
     digest = proof.digest
-    if not isinstance(digest, str) or not digest or any(c.isspace() for c in digest):
+    if not isinstance(digest, str) or digest.split() != [digest]:  # empty, or whitespace in it
         return f"proving returned an invalid digest {digest!r}: a non-empty string without spaces"
     if not isinstance(proof.phases_s, dict):
         return f"proving returned phases {proof.phases_s!r}: a dict of seconds by phase name"

@@ -495,6 +495,7 @@ class Pipeline:
         self._running.discard(running)
         work, done = running.work, running.future
         assert done is not None
+        running.future = None  # the future's callback holds ``running``: no cycle for the GC
         exc = None if done.cancelled() else done.exception()
         if not running.state.finish():  # abandoned: the attempt failed already
             self._abandoned_returned(running, None if exc or done.cancelled() else done.result())
@@ -637,6 +638,7 @@ class Pipeline:
         self._running.discard(running)
         work, done, outcome = running.work, running.future, running.outcome
         assert done is not None
+        running.future = None  # the future's callback holds ``running``: no cycle for the GC
         assert outcome is not None
         if not running.state.finish():  # abandoned: the attempt failed already
             self._abandoned_returned(running, None)
