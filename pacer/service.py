@@ -9,7 +9,7 @@ in-flight partitions may finish within ``PACER_SHUTDOWN__DRAIN_S``, results and 
 committed, and the process exits 0; what did not finish stays in the journal for the next
 start. A second signal exits at once (status 1); the journal loses nothing it had committed.
 A call that hangs does not hold the exit: its thread is a daemon, and the workload's close
-gets at most ``CLOSE_WORKLOAD_S``.
+gets at most ``CLOSE_WORKLOAD_S`` when calls are still in flight or hung.
 
 A partition whose attempt failed (raised, timed out, a proof unfit to journal, a failed
 verification) has the reason journaled and is queued again at its job's place after a backoff
@@ -296,7 +296,8 @@ class Service:
         await self._flush()
         await self._save_estimates()
         await self.pipeline.close()
-        await self._close_workload()
+        # Bounded only where something may be stuck: a large pinned pool takes its time to free.
+        await self._close_workload(bounded=not finished or self.pipeline.abandoned_threads > 0)
         if self._runner is not None:
             await self._runner.cleanup()
         await self.db(self.journal.close)
@@ -304,17 +305,18 @@ class Service:
         log.info("stopped")
         return finished
 
-    async def _close_workload(self) -> None:
-        """The workload's close (the pinned pool, synthesis processes), on a daemon thread and
-        for at most CLOSE_WORKLOAD_S: a close stuck behind a hung call must not hold the exit;
-        the process's end frees what it held."""
+    async def _close_workload(self, *, bounded: bool) -> None:
+        """The workload's close (the pinned pool, synthesis processes) on a daemon thread;
+        ``bounded``, when calls are still in flight or hung, for at most CLOSE_WORKLOAD_S: a
+        close stuck behind a hung call must not hold the exit, and the process's end frees
+        what it held (pool blocks left in /dev/shm are removed at the next start)."""
         close_workload = getattr(self.workload, "close", None)
         if close_workload is None:
             return
         closer = DaemonPool(1, "pacer-close")
         try:
             await asyncio.wait_for(asyncio.wrap_future(closer.submit(close_workload)),
-                                   CLOSE_WORKLOAD_S)  # fmt: skip
+                                   CLOSE_WORKLOAD_S if bounded else None)  # fmt: skip
         except TimeoutError:
             log.error("the workload's close took over %.0f s; exiting without it (a hung call?)",
                       CLOSE_WORKLOAD_S)  # fmt: skip

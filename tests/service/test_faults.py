@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import signal
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from pacer import service as service_module
 from pacer.journal import Journal
 from pacer.service import Service
 from pacer.workload import job_seed
@@ -288,3 +290,22 @@ def test_sigterm_exits_within_the_drain_budget_whatever_call_hangs(
     state, done = journal_rows(tmp_path / "journal.sqlite", job_id)
     assert state in ("queued", "running")  # for the next start
     assert done <= 1  # partition 0, hung, is pending
+
+
+@pytest.mark.asyncio
+async def test_a_close_stuck_behind_a_hung_call_does_not_hold_the_shutdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service_module, "CLOSE_WORKLOAD_S", 0.2)
+    unblock = threading.Event()
+    env = {"PACER_SHUTDOWN__DRAIN_S": "0.2", "PACER_TIMEOUTS__PROVE_S": "0"}  # 300 s: hung on
+    async with running(tmp_path, **env) as svc:
+        svc.workload.close = lambda: unblock.wait(30)  # type: ignore[attr-defined]
+        try:
+            await svc.submit(1, {"faults": [fault("prove", "hang", 0)]}, 0)
+            await until(lambda: svc.pipeline.gpu_busy == 1, "the hung prove")
+            began = time.monotonic()
+            assert not await svc.shutdown()  # the drain did not finish
+            assert time.monotonic() - began < 0.2 + 0.2 + 2
+        finally:
+            unblock.set()
