@@ -34,6 +34,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bench.service import quantile
+from pacer.attempts import Call
 from pacer.config import Settings
 from pacer.pipeline import Outcome
 from pacer.service import Service
@@ -61,6 +62,9 @@ class Gaps:
 
     def finished(self, outcome: Outcome) -> None:
         self.inner.finished(outcome)
+
+    def hung_call(self, call: Call) -> None:
+        self.inner.hung_call(call)
 
     def within(self, gpu: int, start: float, end: float) -> list[float]:
         return [s for at, s in self.gaps.get(gpu, []) if start <= at <= end]

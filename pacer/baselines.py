@@ -51,6 +51,9 @@ class _Counting:
     def observe_synthesis(self, seconds: float) -> None:
         pass
 
+    def observe_synthesis_failure(self, seconds: float) -> None:
+        pass
+
     def interval_s(self) -> float:
         return 0.0
 
@@ -238,6 +241,9 @@ class CuzkPacer:
     def synthesis_workers(self) -> int:
         """cuzk's synthesis worker pool: max(2, min(memory slots, max_parallel_synthesis))."""
         return self._workers_synth
+
+    def observe_synthesis_failure(self, seconds: float) -> None:
+        pass
 
     def interval_s(self) -> float:
         """The interval the loop would sleep on a pass now (s); 0 with the pacer off."""

@@ -208,6 +208,77 @@ class ShutdownSettings(_Section):
     )
 
 
+class TimeoutSettings(_Section):
+    """How long one synthesize, prove or verify call may run before it is abandoned.
+
+    A limit left at 0 is derived: max(floor, estimate_multiple × the controller's estimate),
+    the GPU service time for prove and the synthesis duration for synthesis and verify (the
+    same buffers, read on the CPU); the floor alone until an estimate exists.
+    """
+
+    synthesis_s: float = Field(
+        0.0,
+        ge=0,
+        description="Longest one synthesis may run before its attempt fails and its thread is "
+        "replaced; 0: max(synthesis_floor_s, estimate_multiple × the synthesis estimate) (s)",
+    )
+    prove_s: float = Field(
+        0.0,
+        ge=0,
+        description="Longest one prove may run before its attempt fails and its worker is "
+        "replaced; 0: max(prove_floor_s, estimate_multiple × the GPU service-time estimate) (s)",
+    )
+    verify_s: float = Field(
+        0.0,
+        ge=0,
+        description="Longest one verification may run before its attempt fails; 0: "
+        "max(verify_floor_s, estimate_multiple × the synthesis estimate) (s)",
+    )
+    estimate_multiple: float = Field(
+        10.0,
+        ge=1,
+        description="A derived limit is this many times the controller's estimate of the "
+        "call's duration, at least its floor (1)",
+    )
+    synthesis_floor_s: float = Field(
+        600.0,
+        gt=0,
+        description="Least derived synthesis limit; the whole limit until a synthesis "
+        "duration is known (s)",
+    )
+    prove_floor_s: float = Field(
+        300.0,
+        gt=0,
+        description="Least derived prove limit; the whole limit until a GPU service time is "
+        "known (s)",
+    )
+    verify_floor_s: float = Field(
+        600.0,
+        gt=0,
+        description="Least derived verification limit; the whole limit until a synthesis "
+        "duration is known (s)",
+    )
+
+
+class RetrySettings(_Section):
+    """What happens to a partition whose attempt failed (raised, timed out, a bad proof)."""
+
+    max_attempts: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="Attempts per partition before its job fails; 1: no retry (attempts)",
+    )
+    backoff_s: float = Field(
+        1.0,
+        ge=0,
+        description="Wait before a partition's second attempt, doubling for each later one (s)",
+    )
+    backoff_max_s: float = Field(
+        60.0, ge=0, description="Longest wait before an attempt, however many failed (s)"
+    )
+
+
 class GpuSettings(_Section):
     """The proving workers and, with CUDA, the devices and the pinned pool."""
 
@@ -308,6 +379,8 @@ class Settings(BaseSettings):
     api: ApiSettings = Field(default_factory=ApiSettings)
     journal: JournalSettings = Field(default_factory=JournalSettings)
     shutdown: ShutdownSettings = Field(default_factory=ShutdownSettings)
+    timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    retry: RetrySettings = Field(default_factory=RetrySettings)
     gpu: GpuSettings = Field(default_factory=GpuSettings)
     ntt: NttSettings = Field(default_factory=NttSettings)
 

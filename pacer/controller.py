@@ -115,6 +115,11 @@ class PIController:
         """One partition's synthesis duration (s), dispatch to ready."""
         self._est.observe_synthesis(seconds, self._clock())
 
+    def observe_synthesis_failure(self, seconds: float) -> None:
+        """A synthesis dispatched ``seconds`` ago failed or timed out: no duration sample,
+        but a cold-start cohort no longer waits for it."""
+        self._est.synthesis_failed(seconds, self._clock())
+
     # -- the decision ------------------------------------------------------------------
 
     def decide(self, obs: Observation) -> Decision:

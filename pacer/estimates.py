@@ -53,17 +53,34 @@ class ColdCohort:
 
     def completed(self, now: float, seconds: float) -> float | None:
         """Record a finished synthesis; the cohort mean once all members are in, else None."""
-        origin = now - seconds
+        if self._match(now - seconds) is None:
+            return None
+        self._finished.append(seconds)
+        if self._pending:
+            return None
+        return sum(self._finished) / len(self._finished)
+
+    def failed(self, now: float, seconds: float) -> float | None:
+        """A member dispatched ``seconds`` before ``now`` will never finish: it leaves the
+        cohort. The cohort mean once the rest are all in, else None."""
+        match = self._match(now - seconds)
+        if match is None:
+            return None
+        self._size -= 1
+        if self._pending or not self._finished:
+            return None
+        return sum(self._finished) / len(self._finished)
+
+    def _match(self, origin: float) -> float | None:
+        """Take one running member dispatched at ``origin`` (within ``MATCH_S``); its
+        dispatch time, or None if there is none."""
         match = min(self._pending, key=lambda at: abs(at - origin), default=None)
         if match is None or abs(match - origin) > self.MATCH_S:
             return None
         self._pending[match] -= 1
         if self._pending[match] == 0:
             del self._pending[match]
-        self._finished.append(seconds)
-        if self._pending:
-            return None
-        return sum(self._finished) / len(self._finished)
+        return match
 
     def lower_bound(self, now: float) -> float:
         if self._size == 0:
@@ -142,6 +159,19 @@ class Estimator:
                 # of its first (fastest) finishers.
                 self._syn = cohort_mean
                 self._cohort = None
+
+    def synthesis_failed(self, seconds: float, now: float) -> None:
+        """A synthesis dispatched ``seconds`` before ``now`` failed: not a duration sample,
+        but a cold-start cohort member that will never finish, so the cohort's censored
+        bound must not wait for it (it would grow with its age for ever)."""
+        _check(seconds)
+        if self._cohort is None:
+            return
+        self.version += 1
+        cohort_mean = self._cohort.failed(now, seconds)
+        if cohort_mean is not None:
+            self._syn = cohort_mean
+            self._cohort = None
 
     def cold_dispatched(self, at: float, count: int) -> None:
         """Dispatches made before any duration was known."""

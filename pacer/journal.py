@@ -3,6 +3,8 @@
 Used from one thread (the event loop's). The file is in WAL mode with ``synchronous=FULL``: every
 write method has committed, and fsynced, before it returns. Only partitions that finished have a
 row; a partition without one is pending, so adding a job of a million partitions writes one row.
+Each failed attempt of a partition has a row in ``attempts`` (its reason), so a restart knows
+how many attempts a pending partition has had.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the attempts table
 MAX_PARTITIONS = 1_000_000
 BUSY_TIMEOUT_MS = 5_000
 
@@ -38,6 +40,9 @@ CREATE TABLE IF NOT EXISTS partitions (
     job_id TEXT NOT NULL, idx INTEGER NOT NULL, state TEXT NOT NULL, synthesis_s REAL,
     gpu_s REAL, phases TEXT NOT NULL, digest TEXT, error TEXT, gpu INTEGER,
     completed_at REAL NOT NULL, PRIMARY KEY (job_id, idx)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS attempts (
+    job_id TEXT NOT NULL, idx INTEGER NOT NULL, attempt INTEGER NOT NULL, reason TEXT NOT NULL,
+    gpu INTEGER, at REAL NOT NULL, PRIMARY KEY (job_id, idx, attempt)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS estimates (
     id INTEGER PRIMARY KEY CHECK (id = 1), estimates TEXT NOT NULL);
 PRAGMA user_version = {SCHEMA_VERSION};
@@ -48,6 +53,7 @@ _JOB_COLUMNS = (
     " error, result_digest"
 )
 _PARTITION_COLUMNS = "idx, state, synthesis_s, gpu_s, phases, digest, error, gpu, completed_at"
+_ATTEMPT_COLUMNS = "idx, attempt, reason, gpu, at"
 
 
 class JobState(StrEnum):
@@ -113,9 +119,22 @@ class JobRecord:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """A failed attempt of partition ``index``: the ``attempt``-th (from 1), why (``reason``),
+    on which GPU (None if it failed before proving) and when (``at``, clock seconds)."""
+
+    index: int
+    attempt: int
+    reason: str
+    gpu: int | None
+    at: float
+
+
+@dataclass(frozen=True)
 class PartitionRecord:
     """One partition of a job. Durations in seconds; ``gpu`` is the index of the GPU that proved
     it; ``completed_at`` (clock seconds) is when it completed or failed. Pending: all None/empty.
+    ``attempts``: its failed attempts, oldest first, whatever its state.
     """
 
     job_id: str
@@ -128,6 +147,7 @@ class PartitionRecord:
     error: str | None = None
     gpu: int | None = None
     completed_at: float | None = None
+    attempts: list[Attempt] = field(default_factory=list)
 
 
 def _is_int(value: object) -> bool:
@@ -202,6 +222,12 @@ def _check_index(job: JobRecord, index: int) -> None:
         raise ValueError(
             f"index must be from 0 to {job.partitions - 1} for job {job.id}, got {index!r}"
         )
+
+
+def _exhausted(index: int, attempts: int, reason: str) -> str:
+    """A failed job's error: which partition, after how many attempts, and the last reason."""
+    plural = "attempt" if attempts == 1 else "attempts"
+    return f"partition {index} failed after {attempts} {plural}: {reason}"
 
 
 def _job(row: tuple[Any, ...]) -> JobRecord:
@@ -361,16 +387,92 @@ class Journal:
         """
         if not isinstance(error, str) or not error:
             raise ValueError(f"error must be a non-empty string, got {error!r}")
+        with self._transaction():
+            job = self._require(job_id)
+            _check_index(job, index)
+            return self._fail(job, index, error) if job.state in _ACTIVE else job
+
+    def record_attempt(
+        self, job_id: str, index: int, reason: str, gpu: int | None, max_attempts: int
+    ) -> tuple[int, JobRecord]:
+        """Journal a failed attempt of a partition of a queued or running job; the attempt's
+        number (from 1) and the job, failed once that is ``max_attempts``.
+
+        The failed job's ``error`` names the partition, its attempts and the last reason; its
+        other partitions not completed stay pending. Nothing is written for a finished job
+        (number 0). ``UnknownJob`` or ``ValueError`` (index, reason) write nothing.
+        """
+        if not isinstance(reason, str) or not reason:
+            raise ValueError(f"reason must be a non-empty string, got {reason!r}")
+        if not _is_int(max_attempts) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
         with self._transaction() as db:
             job = self._require(job_id)
             _check_index(job, index)
-            if job.state in _ACTIVE:
-                db.execute(
-                    "INSERT OR IGNORE INTO partitions (job_id, idx, state, phases, error,"
-                    " completed_at) VALUES (?, ?, ?, '{}', ?, ?)",
-                    (job_id, index, PartitionState.FAILED, error, self._clock()),
-                )
-            return self._transition(job, JobState.FAILED, error)
+            finished = db.execute(
+                "SELECT 1 FROM partitions WHERE job_id = ? AND idx = ?", (job_id, index)
+            ).fetchone()
+            if job.state not in _ACTIVE or finished is not None:
+                return 0, job
+            (done,) = db.execute(
+                "SELECT COUNT(*) FROM attempts WHERE job_id = ? AND idx = ?", (job_id, index)
+            ).fetchone()
+            attempt = done + 1
+            now = self._clock()
+            db.execute(
+                f"INSERT INTO attempts (job_id, {_ATTEMPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                (job_id, index, attempt, reason, gpu, now),
+            )
+            if attempt < max_attempts:
+                return attempt, job
+            return attempt, self._fail(job, index, _exhausted(index, attempt, reason))
+
+    def _fail(self, job: JobRecord, index: int, error: str) -> JobRecord:
+        """In the open transaction: partition ``index`` failed, and so does its active job."""
+        self._db.execute(
+            "INSERT OR IGNORE INTO partitions (job_id, idx, state, phases, error, completed_at)"
+            " VALUES (?, ?, ?, '{}', ?, ?)",
+            (job.id, index, PartitionState.FAILED, error, self._clock()),
+        )
+        return self._transition(job, JobState.FAILED, error)
+
+    def fail_exhausted(self, max_attempts: int) -> list[JobRecord]:
+        """Fail every queued or running job with a pending partition that has had
+        ``max_attempts`` failed attempts or more (the limit may have been lowered since, or
+        the service stopped between an attempt and its job's failure); the jobs failed."""
+        if not _is_int(max_attempts) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+        failed: list[JobRecord] = []
+        with self._transaction() as db:
+            rows = db.execute(
+                "SELECT a.job_id, a.idx, COUNT(*), MAX(a.attempt) FROM attempts a"
+                " JOIN jobs j ON j.id = a.job_id WHERE j.state IN (?, ?)"
+                " AND NOT EXISTS (SELECT 1 FROM partitions p WHERE p.job_id = a.job_id"
+                " AND p.idx = a.idx) GROUP BY a.job_id, a.idx HAVING COUNT(*) >= ?"
+                " ORDER BY a.job_id, a.idx",
+                (*_ACTIVE, max_attempts),
+            ).fetchall()
+            for job_id, index, count, last in rows:
+                job = self._require(job_id)
+                if job.state not in _ACTIVE:
+                    continue  # failed by an earlier partition of this round
+                (reason,) = db.execute(
+                    "SELECT reason FROM attempts WHERE job_id = ? AND idx = ? AND attempt = ?",
+                    (job_id, index, last),
+                ).fetchone()
+                failed.append(self._fail(job, index, _exhausted(index, count, reason)))
+        return failed
+
+    def failures(self, job_id: str, limit: int = 5) -> list[Attempt]:
+        """The job's last ``limit`` failed attempts, newest first (any partition)."""
+        if not _is_int(limit) or limit < 1:
+            raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+        rows = self._db.execute(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE job_id = ?"
+            " ORDER BY at DESC, idx DESC, attempt DESC LIMIT ?",
+            (job_id, limit),
+        )
+        return [Attempt(*row) for row in rows]
 
     def get_job(self, job_id: str) -> JobRecord | None:
         """The job with this id, or None."""
@@ -399,13 +501,23 @@ class Journal:
         rows = self._db.execute(
             f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE job_id = ?", (job_id,)
         )
+        attempts: dict[int, list[Attempt]] = {}
+        for row in self._db.execute(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE job_id = ? ORDER BY idx, attempt",
+            (job_id,),
+        ):
+            attempts.setdefault(row[0], []).append(Attempt(*row))
         stored = {
             idx: PartitionRecord(job_id, idx, PartitionState(state), synthesis_s, gpu_s,
-                                 json.loads(phases), digest, error, gpu, completed_at)
+                                 json.loads(phases), digest, error, gpu, completed_at,
+                                 attempts.get(idx, []))
             for idx, state, synthesis_s, gpu_s, phases, digest, error, gpu, completed_at in rows
         }  # fmt: skip
         pending = PartitionState.PENDING
-        return [stored.get(i) or PartitionRecord(job_id, i, pending) for i in range(job.partitions)]
+        return [
+            stored.get(i) or PartitionRecord(job_id, i, pending, attempts=attempts.get(i, []))
+            for i in range(job.partitions)
+        ]
 
     def counts(self) -> dict[JobState, int]:
         """How many jobs are in each state (every state present, 0 if none)."""
@@ -465,5 +577,6 @@ class Journal:
         finished = "SELECT id FROM jobs WHERE state IN (?, ?, ?) AND updated_at < ?"
         with self._transaction() as db:
             db.execute(f"DELETE FROM partitions WHERE job_id IN ({finished})", (*_TERMINAL, cutoff))
+            db.execute(f"DELETE FROM attempts WHERE job_id IN ({finished})", (*_TERMINAL, cutoff))
             deleted = db.execute(f"DELETE FROM jobs WHERE id IN ({finished})", (*_TERMINAL, cutoff))
             return deleted.rowcount

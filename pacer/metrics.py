@@ -21,6 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from pacer import __version__
+from pacer.attempts import CALLS, Call
 from pacer.controller import PIController
 from pacer.pipeline import Outcome, Pipeline
 from pacer.policy import DispatchPolicy, Mode
@@ -107,6 +108,14 @@ class _StateCollector(Collector):
              p.budget_bytes),
             ("pacer_memory_inflight_bytes", "Memory held by in-flight partitions (bytes)",
              p.inflight_bytes),
+            ("pacer_memory_abandoned_bytes",
+             "Memory still held by calls abandoned past their time limit, part of the "
+             "in-flight memory until they return (bytes)", p.abandoned_bytes),
+            ("pacer_abandoned_threads",
+             "Threads still running a call abandoned past its time limit", p.abandoned_threads),
+            ("pacer_gpu_workers_live",
+             "Proving workers with a live thread, not stuck in an abandoned call",
+             p.live_workers),
             ("pacer_pinned_pool_total_bytes", "Pinned host memory in the pool (bytes)",
              pool.total_bytes),
             ("pacer_pinned_pool_in_use_bytes", "Pinned pool memory checked out (bytes)",
@@ -176,9 +185,26 @@ class Metrics:
             registry=registry,
         )
         self.partitions = Counter(
-            "pacer_partitions", "Partitions that left the pipeline", ["outcome"], registry=registry
+            "pacer_partitions",
+            "Partition attempts that left the pipeline: completed, or failed (each failed "
+            "attempt of a retried partition counts)",
+            ["outcome"],
+            registry=registry,
         )
         self.jobs = Counter("pacer_jobs", "Jobs that ended", ["outcome"], registry=registry)
+        self.hung_calls = Counter(
+            "pacer_hung_calls",
+            "Workload calls abandoned past their time limit, by call",
+            ["call"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "pacer_partition_retries",
+            "Failed partition attempts queued again (after a backoff)",
+            registry=registry,
+        )
+        for call in CALLS:
+            self.hung_calls.labels(call)
         for outcome in ("completed", "failed"):
             self.partitions.labels(outcome)
         for outcome in ("completed", "failed", "cancelled"):
@@ -209,6 +235,9 @@ class Metrics:
 
     def finished(self, outcome: Outcome) -> None:
         self.partitions.labels("failed" if outcome.error else "completed").inc()
+
+    def hung_call(self, call: Call) -> None:
+        self.hung_calls.labels(call).inc()
 
     def job_ended(self, outcome: str) -> None:
         self.jobs.labels(outcome).inc()

@@ -10,11 +10,19 @@ against the memory budget from dispatch until its proving (GPU copy included) ha
 Busy time and idle gaps are kept per GPU, not per worker: with two workers on one device the
 GPU is busy while either proves, and an idle gap is a stretch when neither does (from one
 partition's end to the next one's start on that device).
+
+Every workload call has a time limit (`pacer.attempts.CallLimits`). A watchdog on the loop
+abandons a call past it: the partition's attempt fails with the reason, a new thread takes the
+hung one's place (synthesis and verification run on a `DaemonPool`; a proving worker gets a new
+thread under the same index), and the partition's bytes stay counted against the budget until
+the call really returns. Whatever a call raises, BaseException included, and a proof unfit to
+journal fail the attempt, not the thread. The service decides whether the attempt is retried.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import inspect
 import logging
@@ -23,15 +31,20 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pacer.attempts import CALLS, Call, CallLimits, CallTimedOut, proof_problem, seconds_text
+from pacer.config import TimeoutSettings
 from pacer.policy import Caps, DispatchPolicy, Observation
+from pacer.threads import CallState, DaemonPool
 from pacer.workload import PartitionSpec, Proof, Workload
 
 log = logging.getLogger("pacer.pipeline")
 MIN_WAIT_S = 0.001
+WATCH_MIN_S = 0.01  # the watchdog checks call limits at 1/20 of the shortest, within these
+WATCH_MAX_S = 1.0
 
 
 @dataclass
@@ -48,7 +61,8 @@ class Work:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A partition that left the pipeline: proved (``proof``) or failed (``error``)."""
+    """A partition's attempt that left the pipeline: proved (``proof``) or failed (``error``,
+    the reason, and ``call``, the one that failed: synthesis, prove or verify)."""
 
     job_id: str
     index: int
@@ -57,6 +71,7 @@ class Outcome:
     gpu_s: float
     proof: Proof | None = None
     error: str | None = None
+    call: Call | None = None
 
 
 class Observer(Protocol):
@@ -69,6 +84,10 @@ class Observer(Protocol):
     def idle_gap(self, gpu: int, seconds: float) -> None: ...
 
     def finished(self, outcome: Outcome) -> None: ...
+
+    def hung_call(self, call: Call) -> None:
+        """A ``call`` ran past its limit and was abandoned."""
+        ...
 
 
 class BusyMeter:
@@ -158,21 +177,46 @@ class _Gpu:
             return self.meter.busy_seconds(self.busy_since)
 
 
+@dataclass(eq=False)
+class _Running:
+    """A workload call under way, watched against its limit."""
+
+    call: Call
+    work: Work
+    started: float
+    future: Future[Any] | None = None  # on the pool (synthesis, verify); None for prove
+    outcome: Outcome | None = None  # verify: what proving produced
+    state: CallState = field(default_factory=CallState)
+
+
 @dataclass
 class _Worker:
-    """A proving worker. ``takes`` and ``busy_since`` are written by its thread only."""
+    """A proving worker. ``takes``, ``busy_since`` and ``running`` are written by its thread,
+    and by the loop when it abandons the thread's call (the thread writes none of them after)."""
 
     index: int
     gpu: _Gpu
     thread: threading.Thread | None = field(default=None, repr=False)
     takes: int = 0
     busy_since: float | None = None
+    running: _Running | None = None
+
+
+def _threadsafe(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
+    """Call back on the loop from a thread; nothing when the loop is closed (the process is on
+    its way out and a late call's result has nowhere to go)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)
 
 
 class Pipeline:
     """Runs partitions of accepted jobs through synthesis and proving, paced by ``controller``.
 
     ``on_outcome`` is called on the event loop for every partition that leaves the pipeline.
+    ``on_task_failure(name, exc)``, when set, is called on the loop when a thread's call hangs
+    (``exc`` is a `CallTimedOut`) or raises what would have ended the thread (a BaseException
+    that is no Exception), or a proving worker's thread dies; names are ``prove-3``,
+    ``synthesis``, ``verify`` and ``pipeline-watchdog``.
     """
 
     def __init__(
@@ -186,6 +230,7 @@ class Pipeline:
         on_outcome: Callable[[Outcome], None],
         observer: Observer | None = None,
         verify_every: int = 0,
+        limits: CallLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.controller = controller
@@ -194,6 +239,8 @@ class Pipeline:
         self.budget_bytes = budget_bytes
         self._on_outcome = on_outcome
         self.observer = observer
+        self.on_task_failure: Callable[[str, BaseException], None] | None = None
+        self.limits = limits or CallLimits(TimeoutSettings())
         self._release_buffers = getattr(workload, "release", None)
         self._verify_every = verify_every
         self._clock = clock
@@ -206,7 +253,10 @@ class Pipeline:
         # itself, so a partition costs the event loop two callbacks, not a task and a future.
         self._ready: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._ready_puts = 0
-        self._synth_pool = ThreadPoolExecutor(caps.synthesis_concurrency, "pacer-synth")
+        # Daemon threads nothing joins: a hung synthesis or verification must not keep the
+        # process alive at exit, and the pool replaces a thread stuck in an abandoned call.
+        self._synth_pool = DaemonPool(caps.synthesis_concurrency, "pacer-synth")
+        self._running: set[_Running] = set()  # synthesis and verification calls under way
         # A GPU workload says which device each worker proves on; otherwise each worker is
         # its own "GPU" (the label of its metrics).
         device_of: Callable[[int], int] = getattr(workload, "device_of", lambda worker: worker)
@@ -219,14 +269,19 @@ class Pipeline:
         self._dispatched = 0
         self._wake = asyncio.Event()
         self._dispatching = False
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
         self._cancelled: set[str] = set()
         self.synthesizing = 0
         self.verifying = 0
-        self.inflight_bytes = 0
-        self.inflight = 0  # partitions holding memory
+        self.inflight_bytes = 0  # abandoned calls' partitions included: they hold memory yet
+        self.inflight = 0  # partitions holding memory, but for those of abandoned calls
+        self.abandoned = 0  # partitions held by abandoned calls that have not returned
+        self.abandoned_bytes = 0
+        self.hung_calls: dict[Call, int] = dict.fromkeys(CALLS, 0)
+        self._abandoned_provers: set[threading.Thread] = set()
         self.proved = 0
         self._dispatcher: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
 
     # -- state ----------------------------------------------------------------------------
 
@@ -245,6 +300,17 @@ class Pipeline:
     @property
     def workers(self) -> int:
         return len(self._workers)
+
+    @property
+    def live_workers(self) -> int:
+        """Proving workers whose thread is running and not stuck in an abandoned call."""
+        return sum(w.thread is not None and w.thread.is_alive() for w in self._workers)
+
+    @property
+    def abandoned_threads(self) -> int:
+        """Threads still running a call that was abandoned (synthesis, prove or verify)."""
+        self._abandoned_provers = {t for t in self._abandoned_provers if t.is_alive()}
+        return self._synth_pool.abandoned + len(self._abandoned_provers)
 
     @property
     def pool(self) -> Any:
@@ -276,7 +342,7 @@ class Pipeline:
             ready=self.ready,
             synthesizing=self.synthesizing,
             gpu_busy=self.gpu_busy,
-            gpu_workers=len(self._workers),
+            gpu_workers=self.live_workers,
             backlog=self.backlog,
             pool_free=None if self.pool is None else int(self.pool.slots_free),
         )
@@ -319,16 +385,20 @@ class Pipeline:
     # -- running --------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the dispatch loop and the proving workers on the running loop."""
-        loop = asyncio.get_running_loop()
+        """Start the dispatch loop, the watchdog and the proving workers on the running loop."""
         self._dispatching = True
         self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="pacer-dispatch")
+        self._watchdog = asyncio.create_task(self._watch_loop(), name="pacer-watchdog")
         for worker in self._workers:
-            worker.thread = threading.Thread(
-                target=self._prove_loop, args=(worker, loop), name=f"pacer-prove-{worker.index}",
-                daemon=True,
-            )  # fmt: skip
-            worker.thread.start()
+            self._start_worker(worker)
+
+    def _start_worker(self, worker: _Worker) -> None:
+        loop = asyncio.get_running_loop()
+        worker.thread = threading.Thread(
+            target=self._prove_loop, args=(worker, loop), name=f"pacer-prove-{worker.index}",
+            daemon=True,
+        )  # fmt: skip
+        worker.thread.start()
 
     def stop_dispatching(self) -> None:
         self._dispatching = False
@@ -352,13 +422,19 @@ class Pipeline:
         return True
 
     async def close(self) -> None:
-        """Stop the workers and release the threads (running calls are not interrupted)."""
+        """Stop the workers and release the threads (running calls are not interrupted, and
+        not waited for: every thread is a daemon)."""
+        self._closing = True
         self.stop_dispatching()
         if self._dispatcher is not None:
             await self._dispatcher
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
         for _ in self._workers:
             self._ready.put(None)
-        self._synth_pool.shutdown(wait=False, cancel_futures=True)
+        self._synth_pool.shutdown()
 
     async def _dispatch_loop(self) -> None:
         while self._dispatching:
@@ -386,7 +462,8 @@ class Pipeline:
                 heapq.heappop(self._job_heap)
                 continue
             nbytes = self.workload.partition_bytes(queued.params)
-            if self.inflight_bytes + nbytes > self.budget_bytes and self.inflight > 0:
+            holding = self.inflight > 0 or self.abandoned > 0
+            if self.inflight_bytes + nbytes > self.budget_bytes and holding:
                 return False  # exact byte budget: wait for memory to come back
             index = queued.indices.popleft()
             if not queued.indices:
@@ -404,27 +481,37 @@ class Pipeline:
             return True
         return False
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    # -- synthesis ------------------------------------------------------------------------
 
     def _start_synthesis(self, work: Work) -> None:
         # A bare future and a callback rather than a task per partition: cheaper on the loop.
         loop = asyncio.get_running_loop()
         future = self._synth_pool.submit(self.workload.synthesize, work.spec)
-        future.add_done_callback(
-            lambda done: loop.call_soon_threadsafe(self._synthesized, work, done)
-        )
+        running = _Running("synthesis", work, work.dispatched_at, future)
+        self._running.add(running)
+        future.add_done_callback(lambda _: _threadsafe(loop, self._synthesized, running))
 
-    def _synthesized(self, work: Work, done: Future[Any]) -> None:
+    def _synthesized(self, running: _Running) -> None:
+        self._running.discard(running)
+        work, done = running.work, running.future
+        assert done is not None
+        running.future = None  # the future's callback holds ``running``: no cycle for the GC
+        exc = None if done.cancelled() else done.exception()
+        if not running.state.finish():  # abandoned: the attempt failed already
+            self._abandoned_returned(running, None if exc or done.cancelled() else done.result())
+            return
         self.synthesizing -= 1
-        exc: BaseException | None = CancelledError() if done.cancelled() else done.exception()
+        if done.cancelled():  # the pool shut down before it started: pending in the journal
+            self._release(work)
+            return
         if exc is not None:
+            self.controller.observe_synthesis_failure(self._clock() - work.dispatched_at)
             log.error("synthesis failed: %r", exc, exc_info=exc, extra=self._context(work))
             self._release(work)
+            if not isinstance(exc, Exception):
+                self._task_failed("synthesis", exc)
             self._report(Outcome(work.spec.job_id, work.spec.index, None, 0.0, 0.0,
-                                 error=f"synthesis failed: {exc!r}"))  # fmt: skip
+                                 error=f"synthesis failed: {exc!r}", call="synthesis"))  # fmt: skip
             return
         work.buffers = done.result()
         work.synthesis_s = self._clock() - work.dispatched_at
@@ -435,78 +522,272 @@ class Pipeline:
         self._ready.put(work)
         self._wake.set()
 
-    def _prove_loop(self, worker: _Worker, loop: asyncio.AbstractEventLoop) -> None:
-        """A proving worker's thread: take the next ready partition, prove it, report.
+    # -- proving ----------------------------------------------------------------------------
 
-        The thread marks itself busy in its own fields (read by the loop for observations),
-        so a partition costs the loop one callback.
+    def _prove_loop(self, worker: _Worker, loop: asyncio.AbstractEventLoop) -> None:
+        """A proving worker's thread. Whatever prove does is caught in `_prove_one`; should
+        pacer's own code here fail, the loop hears of it and starts another thread."""
+        try:
+            self._prove_until_closed(worker, loop)
+        except BaseException as exc:
+            _threadsafe(loop, self._worker_died, worker, threading.current_thread(), exc)
+
+    def _prove_until_closed(self, worker: _Worker, loop: asyncio.AbstractEventLoop) -> None:
+        """Take the next ready partition, prove it, report; until told to stop (None).
+
+        The thread marks itself busy in its worker's fields (read by the loop for
+        observations), so a partition costs the loop one callback. If the watchdog abandoned
+        the call meanwhile, another thread has this worker's place: this one hands the
+        partition's memory back and ends.
         """
         while True:
             work = self._ready.get()
             if work is None:
                 return
             start = self._clock()
+            running = _Running("prove", work, start)
+            worker.running = running
             worker.busy_since = start
             worker.takes += 1
             gap = worker.gpu.begin(start)
-            proof: Proof | None = None
-            error: str | None = None
-            try:
-                if self._prove_keeps:
-                    prove: Any = self.workload.prove  # takes the optional keep_output
-                    proof = prove(work.buffers, worker.index, keep_output=work.verify)
-                else:
-                    proof = self.workload.prove(work.buffers, worker.index)
-            except Exception as exc:
-                error = f"proving failed: {exc!r}"
-                log.exception("proving failed", extra=self._context(work, worker.gpu.label))
+            proof, error, raised = self._prove_one(worker, work)
             end = self._clock()
+            if not running.state.finish():
+                _threadsafe(loop, self._abandoned_returned, running, None)
+                return
+            worker.running = None
             worker.gpu.end(end)
-            loop.call_soon_threadsafe(self._proved, worker, work, start, end, gap, proof, error)
+            _threadsafe(loop, self._proved, worker, work, start, end, gap, proof, error, raised)
             worker.busy_since = None
+
+    def _prove_one(
+        self, worker: _Worker, work: Work
+    ) -> tuple[Proof | None, str | None, BaseException | None]:
+        """(proof, None, None), or (None, the reason, what prove raised if it did)."""
+        context = self._context(work, worker.gpu.label)
+        try:
+            if self._prove_keeps:
+                prove: Any = self.workload.prove  # takes the optional keep_output
+                proof = prove(work.buffers, worker.index, keep_output=work.verify)
+            else:
+                proof = self.workload.prove(work.buffers, worker.index)
+        except BaseException as exc:
+            log.error("proving failed: %r", exc, exc_info=exc, extra=context)
+            return None, f"proving failed: {exc!r}", exc
+        problem = proof_problem(proof)
+        if problem is not None:
+            log.error("proving failed: %s", problem, extra=context)
+            return None, problem, None
+        return proof, None, None
 
     def _proved(
         self, worker: _Worker, work: Work, start: float, end: float, gap: float | None,
-        proof: Proof | None, error: str | None,
+        proof: Proof | None, error: str | None, raised: BaseException | None,
     ) -> None:  # fmt: skip
         if gap is not None and self.observer is not None:
             self.observer.idle_gap(worker.gpu.label, gap)
         spec = work.spec
         outcome = Outcome(spec.job_id, spec.index, worker.gpu.label, work.synthesis_s, end - start,
-                          proof, error)  # fmt: skip
+                          proof, error, None if proof is not None else "prove")  # fmt: skip
+        if raised is not None and not isinstance(raised, Exception):
+            self._task_failed(f"prove-{worker.index}", raised)  # it would have ended the thread
         if proof is not None:
             self.proved += 1
             self.controller.observe_gpu_service(end - start)
             if self.observer is not None:
                 self.observer.proved(worker.gpu.label, end - start, proof.phases_s)
             if work.verify:
-                self.verifying += 1
-                self._spawn(self._verify(work, outcome))
+                self._start_verify(work, outcome)
                 return
         self._release(work)
         self._report(outcome)
 
+    def _worker_died(self, worker: _Worker, thread: threading.Thread, exc: BaseException) -> None:
+        """A proving worker's thread ended on an error of pacer's own: fail the partition it
+        held, if any, and start another thread in its place (unless closing)."""
+        log.error("proving worker %d died: %r", worker.index, exc, exc_info=exc,
+                  extra={"gpu": worker.gpu.label})  # fmt: skip
+        self._task_failed(f"prove-{worker.index}", exc)
+        if worker.thread is not thread:
+            return
+        running = worker.running
+        if running is not None and running.state.abandon():
+            worker.running = None
+            worker.busy_since = None
+            worker.gpu.end(self._clock())
+            self._release(running.work)
+            spec = running.work.spec
+            self._report(Outcome(spec.job_id, spec.index, worker.gpu.label,
+                                 running.work.synthesis_s, 0.0,
+                                 error=f"proving worker died: {exc!r}", call="prove"))  # fmt: skip
+        if not self._closing:
+            self._start_worker(worker)
+
+    # -- verification -------------------------------------------------------------------------
+
+    def _start_verify(self, work: Work, outcome: Outcome) -> None:
+        loop = asyncio.get_running_loop()
+        self.verifying += 1
+        future = self._synth_pool.submit(self.workload.verify, work.spec, work.buffers,
+                                         outcome.proof)  # fmt: skip
+        running = _Running("verify", work, self._clock(), future, outcome)
+        self._running.add(running)
+        future.add_done_callback(lambda _: _threadsafe(loop, self._verified, running))
+
+    def _verified(self, running: _Running) -> None:
+        self._running.discard(running)
+        work, done, outcome = running.work, running.future, running.outcome
+        assert done is not None
+        running.future = None  # the future's callback holds ``running``: no cycle for the GC
+        assert outcome is not None
+        if not running.state.finish():  # abandoned: the attempt failed already
+            self._abandoned_returned(running, None)
+            return
+        self.verifying -= 1
+        if done.cancelled():  # the pool shut down before it started: pending in the journal
+            self._release(work)
+            return
+        exc = done.exception()
+        error = None
+        try:
+            if exc is None and not done.result():
+                error = "verification failed: the proof does not check"
+        except Exception as bad:  # a result whose truth cannot be told
+            exc = bad
+        if exc is not None:
+            error = f"verification failed: {exc!r}"
+            if not isinstance(exc, Exception):
+                self._task_failed("verify", exc)
+        self._release(work)
+        if error is not None:
+            log.error(error, exc_info=exc, extra=self._context(work, outcome.gpu))
+            outcome = Outcome(outcome.job_id, outcome.index, outcome.gpu, outcome.synthesis_s,
+                              outcome.gpu_s, error=error, call="verify")  # fmt: skip
+        self._report(outcome)
+
+    # -- time limits --------------------------------------------------------------------------
+
+    async def _watch_loop(self) -> None:
+        """Abandon calls past their limit, every 1/20 of the shortest limit (10 ms to 1 s)."""
+        while True:
+            interval = min(max(self.limits.shortest_s() / 20, WATCH_MIN_S), WATCH_MAX_S)
+            await asyncio.sleep(interval)
+            try:
+                self.check_limits()
+            except Exception as exc:
+                log.exception("checking the calls' time limits failed")
+                self._task_failed("pipeline-watchdog", exc)
+
+    def check_limits(self) -> int:
+        """Abandon every call that has run past its limit; how many were."""
+        now = self._clock()
+        limits = {call: self.limits.limit_s(call) for call in CALLS}
+        late = [r for r in self._running if now - r.started > limits[r.call]]
+        abandoned = 0
+        for running in late:
+            if running.state.abandon():
+                self._abandon(running, limits[running.call])
+                abandoned += 1
+        for worker in self._workers:
+            proving = worker.running
+            if proving is None or now - proving.started <= limits["prove"]:
+                continue
+            if proving.state.abandon():
+                self._abandon_prove(worker, proving, limits["prove"])
+                abandoned += 1
+        return abandoned
+
+    def _abandon(self, running: _Running, limit_s: float) -> None:
+        """A synthesis or verification ran past its limit: its attempt fails, its pool thread
+        is replaced, its memory stays counted until the call returns."""
+        self._running.discard(running)
+        assert running.future is not None
+        if not running.future.cancel():  # running, not queued: another thread takes its place
+            self._synth_pool.replace(running.future)
+        work, spec = running.work, running.work.spec
+        error = CallTimedOut(running.call, limit_s, spec.job_id, spec.index)
+        if running.call == "synthesis":
+            self.synthesizing -= 1
+            self.controller.observe_synthesis_failure(self._clock() - work.dispatched_at)
+            outcome = Outcome(spec.job_id, spec.index, None, 0.0, 0.0, error=str(error),
+                              call="synthesis")  # fmt: skip
+        else:
+            self.verifying -= 1
+            proved = running.outcome
+            assert proved is not None
+            outcome = Outcome(spec.job_id, spec.index, proved.gpu, proved.synthesis_s,
+                              proved.gpu_s, error=str(error), call=running.call)  # fmt: skip
+        self._hold_abandoned(work)
+        self._hung(running.call, running.call, error, work, outcome.gpu)
+        self._report(outcome)
+
+    def _abandon_prove(self, worker: _Worker, running: _Running, limit_s: float) -> None:
+        """A prove ran past its limit: its attempt fails, a new thread takes the worker's
+        place, the partition's memory stays counted until the call returns."""
+        now = self._clock()
+        worker.running = None
+        worker.busy_since = None
+        worker.gpu.end(now)
+        if worker.thread is not None:
+            self._abandoned_provers.add(worker.thread)
+        work, spec = running.work, running.work.spec
+        self._hold_abandoned(work)
+        if not self._closing:
+            self._start_worker(worker)
+        error = CallTimedOut("prove", limit_s, spec.job_id, spec.index)
+        self._hung("prove", f"prove-{worker.index}", error, work, worker.gpu.label)
+        self._report(Outcome(spec.job_id, spec.index, worker.gpu.label, work.synthesis_s,
+                             now - running.started, error=str(error), call="prove"))  # fmt: skip
+
+    def _hold_abandoned(self, work: Work) -> None:
+        """The partition leaves the pipeline, but its bytes stay held until its call returns."""
+        self.inflight -= 1
+        self.abandoned += 1
+        self.abandoned_bytes += work.nbytes
+        self._wake.set()
+
+    def _abandoned_returned(self, running: _Running, late_buffers: Any) -> None:
+        """An abandoned call returned at last: its partition's memory comes back."""
+        work = running.work
+        elapsed = self._clock() - running.started
+        log.warning("an abandoned %s call returned after %s s; its memory is released",
+                    running.call, seconds_text(elapsed), extra=self._context(work))  # fmt: skip
+        if self._release_buffers is not None:
+            for buffers in (work.buffers, late_buffers):
+                if buffers is not None:
+                    self._release_buffers(buffers)
+        work.buffers = None
+        self.abandoned -= 1
+        self.abandoned_bytes -= work.nbytes
+        self.inflight_bytes -= work.nbytes
+        self._wake.set()
+
+    def _hung(
+        self, call: Call, task: str, error: CallTimedOut, work: Work, gpu: int | None
+    ) -> None:
+        self.hung_calls[call] += 1
+        log.error(
+            "%s: abandoned; its thread is left to finish and a new one takes its place; its "
+            "%d bytes stay counted until it returns", error, work.nbytes,
+            extra=self._context(work, gpu),
+        )  # fmt: skip
+        if self.observer is not None:
+            self.observer.hung_call(call)
+        self._task_failed(task, error)
+
+    def _task_failed(self, task: str, exc: BaseException) -> None:
+        if self.on_task_failure is None:
+            return
+        try:
+            self.on_task_failure(task, exc)
+        except Exception:
+            log.exception("reporting the failure of %s failed", task)
+
+    # -- leaving the pipeline -----------------------------------------------------------------
+
     @staticmethod
     def _context(work: Work, gpu: int | None = None) -> dict[str, object]:
         return {"job": work.spec.job_id, "partition": work.spec.index, "gpu": gpu}
-
-    async def _verify(self, work: Work, outcome: Outcome) -> None:
-        loop = asyncio.get_running_loop()
-        assert outcome.proof is not None
-        try:
-            ok = await loop.run_in_executor(
-                self._synth_pool, self.workload.verify, work.spec, work.buffers, outcome.proof
-            )
-            error = None if ok else "verification failed: the proof does not check"
-        except Exception as exc:
-            error = f"verification failed: {exc!r}"
-        self.verifying -= 1
-        self._release(work)
-        if error is not None:
-            log.error(error, extra=self._context(work, outcome.gpu))
-            outcome = Outcome(outcome.job_id, outcome.index, outcome.gpu,
-                              outcome.synthesis_s, outcome.gpu_s, error=error)  # fmt: skip
-        self._report(outcome)
 
     def _release(self, work: Work) -> None:
         if self._release_buffers is not None and work.buffers is not None:

@@ -8,6 +8,12 @@ The first SIGTERM or SIGINT drains: ``/readyz`` fails and new jobs get 503, disp
 in-flight partitions may finish within ``PACER_SHUTDOWN__DRAIN_S``, results and estimates are
 committed, and the process exits 0; what did not finish stays in the journal for the next
 start. A second signal exits at once (status 1); the journal loses nothing it had committed.
+A call that hangs does not hold the exit: its thread is a daemon, and the workload's close
+gets at most ``CLOSE_WORKLOAD_S`` when calls are still in flight or hung.
+
+A partition whose attempt failed (raised, timed out, a proof unfit to journal, a failed
+verification) has the reason journaled and is queued again at its job's place after a backoff
+(``PACER_RETRY__*``); after ``PACER_RETRY__MAX_ATTEMPTS`` its job fails, naming it.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from pacer.api import build_app
+from pacer.attempts import CallLimits, RetrySchedule
 from pacer.baselines import CuzkPacer, Unpaced
 from pacer.config import ControllerSettings, Settings
 from pacer.controller import PIController
@@ -43,6 +50,7 @@ from pacer.journal import JobRecord, JobState, Journal, PartitionResult, Unknown
 from pacer.metrics import Metrics
 from pacer.pipeline import Outcome, Pipeline
 from pacer.policy import Caps, DispatchPolicy, PolicyConflictError
+from pacer.threads import DaemonPool
 from pacer.workload import Workload, job_seed, load_workload
 
 log = logging.getLogger("pacer.service")
@@ -51,6 +59,8 @@ SWITCH_INTERVAL_S = 0.001
 DEFAULT_SYNTHESIS_THREADS = 4  # a workload that does not say how many threads it keeps busy
 GC_YOUNG_THRESHOLD = 50_000
 UPKEEP_S = 60.0
+CLOSE_WORKLOAD_S = 30.0  # the workload's close at shutdown (pool, processes): then exit anyway
+LAST_FAILURES = 5  # failed attempts a job's detail lists, newest first
 POOL_FIELDS = ("backend", "total_bytes", "in_use_bytes", "slots_total", "slots_free", "checkouts",
                "waits", "fallbacks", "allocations_after_warmup")  # fmt: skip
 
@@ -130,6 +140,8 @@ class Service:
         self._committer: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._order = 0
+        self._orders: dict[str, int] = {}  # job → its place in the backlog, kept for retries
+        self._retries: dict[tuple[str, int], asyncio.TimerHandle] = {}  # waiting out a backoff
         self._started_jobs: set[str] = set()
         self.workload: Workload = load_workload(settings)
         self.verify_every = _or_workload_says(settings.verify_every, self.workload,
@@ -163,6 +175,7 @@ class Service:
             partition_bytes=self.partition_bytes,
         )
         self.policy = build_policy(settings.controller, self.caps, clock, estimates)
+        self.retry = RetrySchedule(settings.retry)
         self.pipeline = Pipeline(
             # The pipeline calls only what every DispatchPolicy has (decide, observe_*).
             self.policy,
@@ -172,6 +185,7 @@ class Service:
             budget_bytes=budget,
             on_outcome=self._on_outcome,
             verify_every=self.verify_every,
+            limits=CallLimits(settings.timeouts, self._estimates),
             clock=clock,
         )
         self.metrics = Metrics(self.registry, self.policy, self.pipeline, self.policy_name)
@@ -181,6 +195,10 @@ class Service:
     def policy_name(self) -> str:
         """The dispatch policy running: pi, or a baseline (``PACER_CONTROLLER__POLICY``)."""
         return self.settings.controller.policy
+
+    def _estimates(self) -> Estimates | None:
+        """The PI controller's estimates, which derived call limits scale; a baseline has none."""
+        return self.policy.estimates if isinstance(self.policy, PIController) else None
 
     @property
     def controller(self) -> PIController:
@@ -265,6 +283,7 @@ class Service:
         sd_notify("STOPPING=1\nSTATUS=draining")
         drain_s = self.settings.shutdown.drain_s
         log.info("draining: dispatch stopped, %.0f s for in-flight work", drain_s)
+        self._cancel_retries(None)  # partitions waiting out a backoff stay pending in the journal
         finished = await self.pipeline.drain(drain_s)
         if not finished:
             log.warning(
@@ -280,9 +299,8 @@ class Service:
         await self._flush()
         await self._save_estimates()
         await self.pipeline.close()
-        close_workload = getattr(self.workload, "close", None)
-        if close_workload is not None:
-            await asyncio.get_running_loop().run_in_executor(None, close_workload)
+        # Bounded only where something may be stuck: a large pinned pool takes its time to free.
+        await self._close_workload(bounded=not finished or self.pipeline.abandoned_threads > 0)
         if self._runner is not None:
             await self._runner.cleanup()
         await self.db(self.journal.close)
@@ -290,11 +308,35 @@ class Service:
         log.info("stopped")
         return finished
 
+    async def _close_workload(self, *, bounded: bool) -> None:
+        """The workload's close (the pinned pool, synthesis processes) on a daemon thread;
+        ``bounded``, when calls are still in flight or hung, for at most CLOSE_WORKLOAD_S: a
+        close stuck behind a hung call must not hold the exit, and the process's end frees
+        what it held (pool blocks left in /dev/shm are removed at the next start)."""
+        close_workload = getattr(self.workload, "close", None)
+        if close_workload is None:
+            return
+        closer = DaemonPool(1, "pacer-close")
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(closer.submit(close_workload)),
+                                   CLOSE_WORKLOAD_S if bounded else None)  # fmt: skip
+        except TimeoutError:
+            log.error("the workload's close took over %.0f s; exiting without it (a hung call?)",
+                      CLOSE_WORKLOAD_S)  # fmt: skip
+        except Exception:
+            log.exception("the workload's close failed")
+        finally:
+            closer.shutdown()
+
     async def db(self, call: Callable[..., T], *args: Any) -> T:
         """Run a journal call on the journal's thread."""
         return await asyncio.wrap_future(self._db.submit(call, *args))
 
     async def _resume(self) -> int:
+        # A job with a partition out of attempts fails rather than being resumed for ever.
+        for job in await self.db(self.journal.fail_exhausted, self.retry.max_attempts):
+            self.metrics.job_ended("failed")
+            log.error("job failed: %s", job.error, extra={"job": job.id})
         jobs = await self.db(self.journal.incomplete)
         for job, pending in jobs:
             self._enqueue(job, pending)
@@ -310,11 +352,12 @@ class Service:
         return job
 
     def _enqueue(self, job: JobRecord, indices: list[int]) -> None:
-        self._order += 1
+        order = self._orders.get(job.id)
+        if order is None:
+            self._order += 1
+            order = self._orders[job.id] = self._order
         seed = job_seed(job.id, job.params)
-        self.pipeline.enqueue(
-            job.id, seed, job.params, indices, priority=job.priority, order=self._order
-        )
+        self.pipeline.enqueue(job.id, seed, job.params, indices, priority=job.priority, order=order)
 
     async def cancel(self, job_id: str) -> dict[str, Any] | None:
         """Cancel a queued or running job; a finished one is returned as it is."""
@@ -324,7 +367,7 @@ class Service:
         job = await self.db(self.journal.cancel, job_id) or before
         if before.state in (JobState.QUEUED, JobState.RUNNING):
             dropped = self.pipeline.cancel(job_id)
-            self._started_jobs.discard(job_id)
+            self._ended(job_id)
             self.metrics.job_ended("cancelled")
             log.info("job cancelled, %d partitions dropped", dropped, extra={"job": job_id})
         return _job_json(job)
@@ -334,10 +377,11 @@ class Service:
             self._started_jobs.add(outcome.job_id)
             self._db.submit(self._mark_running, outcome.job_id)
         if outcome.error is not None or outcome.proof is None:
-            self._spawn(self._fail(outcome))
+            error = outcome.error or "proving returned no proof"
+            self._spawn(self._attempt_failed(outcome.job_id, outcome.index, error, outcome.gpu))
             return
-        self._pending.append(
-            PartitionResult(
+        try:
+            result = PartitionResult(
                 job_id=outcome.job_id,
                 index=outcome.index,
                 digest=outcome.proof.digest,
@@ -346,22 +390,71 @@ class Service:
                 phases=outcome.proof.phases_s,
                 gpu=outcome.gpu,
             )
-        )
+        except ValueError as exc:  # the pipeline checks proofs; this is the journal's own rule
+            reason = f"the journal refuses the result: {exc}"
+            self._spawn(self._attempt_failed(outcome.job_id, outcome.index, reason, outcome.gpu))
+            return
+        self._pending.append(result)
 
     def _mark_running(self, job_id: str) -> None:
         with contextlib.suppress(UnknownJob):
             self.journal.mark_running(job_id)
 
-    async def _fail(self, outcome: Outcome) -> None:
-        before = await self.db(self.journal.get_job, outcome.job_id)
-        if before is None or before.state not in (JobState.QUEUED, JobState.RUNNING):
+    async def _attempt_failed(self, job_id: str, index: int, reason: str, gpu: int | None) -> None:
+        """Journal a failed attempt; queue the partition again after the backoff, or fail its
+        job once it has had PACER_RETRY__MAX_ATTEMPTS."""
+        context = {"job": job_id, "partition": index, "gpu": gpu}
+        limit = self.retry.max_attempts
+        try:
+            attempt, job = await self.db(self.journal.record_attempt, job_id, index, reason,
+                                         gpu, limit)  # fmt: skip
+        except UnknownJob:
+            log.warning("attempt failed for a job no longer journaled: %s", reason, extra=context)
             return
-        error = outcome.error or "proving returned no proof"
-        job = await self.db(self.journal.fail_partition, outcome.job_id, outcome.index, error)
-        self.pipeline.cancel(outcome.job_id)
-        self.metrics.job_ended("failed")
-        context = {"job": job.id, "partition": outcome.index, "gpu": outcome.gpu}
-        log.error("job failed: %s", job.error, extra=context)
+        except Exception:  # the journal's trouble: the partition stays pending for a restart
+            log.exception("attempt failed (%s) and could not be journaled", reason, extra=context)
+            return
+        if attempt == 0:  # the job had ended (cancelled, failed by another partition)
+            return
+        if job.state is JobState.FAILED:
+            self.pipeline.cancel(job_id)
+            self._ended(job_id)
+            self.metrics.job_ended("failed")
+            log.error("job failed: %s", job.error, extra=context)
+            return
+        if self.draining:  # pending in the journal, attempts and all, for the next start
+            log.warning("attempt %d of %d failed: %s; left to the next start", attempt, limit,
+                        reason, extra=context)  # fmt: skip
+            return
+        delay = self.retry.delay_s(attempt)
+        log.warning("attempt %d of %d failed: %s; trying again in %.3g s", attempt, limit,
+                    reason, delay, extra=context)  # fmt: skip
+        self.metrics.retries.inc()
+        loop = asyncio.get_running_loop()
+        self._retries[(job_id, index)] = loop.call_later(
+            delay, lambda: self._spawn(self._requeue(job_id, index))
+        )
+
+    async def _requeue(self, job_id: str, index: int) -> None:
+        """A partition's backoff is over: back into the backlog at its job's priority and
+        place, if the job is still queued or running."""
+        self._retries.pop((job_id, index), None)
+        job = await self.db(self.journal.get_job, job_id)
+        if job is None or job.state not in (JobState.QUEUED, JobState.RUNNING) or self.draining:
+            return
+        self._enqueue(job, [index])
+
+    def _cancel_retries(self, job_id: str | None) -> None:
+        """Drop the backoffs of ``job_id`` (of every job if None): those partitions stay
+        pending in the journal."""
+        for key in [k for k in self._retries if job_id is None or k[0] == job_id]:
+            self._retries.pop(key).cancel()
+
+    def _ended(self, job_id: str) -> None:
+        """Forget what the service kept for a job that failed or was cancelled."""
+        self._started_jobs.discard(job_id)
+        self._orders.pop(job_id, None)
+        self._cancel_retries(job_id)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -398,6 +491,7 @@ class Service:
         batch, self._pending = self._pending, []
         for job in await self.db(self._commit, batch):
             self._started_jobs.discard(job.id)
+            self._orders.pop(job.id, None)
             if job.state is JobState.COMPLETED:
                 self.metrics.job_ended("completed")
                 log.info("job completed: %s", job.result_digest, extra={"job": job.id})
@@ -430,6 +524,9 @@ class Service:
         if job is None:
             return None
         out = _job_json(job)
+        out["last_failures"] = [
+            asdict(a) for a in await self.db(self.journal.failures, job_id, LAST_FAILURES)
+        ]
         out["partition_results"] = [
             {k: v for k, v in asdict(p).items() if k != "job_id"}
             for p in await self.db(self.journal.partitions, job_id)
@@ -489,6 +586,15 @@ class Service:
                 "caps": asdict(self.caps),
             },
             "pool": _pool_json(p.pool),
+            "calls": {
+                # What a call may take now (s), and what became of those that took longer.
+                "limits_s": p.limits.limits(),
+                "hung": dict(p.hung_calls),
+                "abandoned_threads": p.abandoned_threads,
+                "abandoned_bytes": p.abandoned_bytes,
+                "live_workers": p.live_workers,
+            },
+            "retry": {**self.settings.retry.model_dump(), "waiting": len(self._retries)},
             "synthesis": {
                 # Where synthesis runs: the GPU path's setting; the CPU workloads use threads.
                 "executor": getattr(self.workload, "executor", "threads"),

@@ -8,9 +8,11 @@ import importlib
 import pytest
 
 MODULES = [
+    "pacer.attempts",
     "pacer.baselines",
     "pacer.controller",
     "pacer.table",
+    "pacer.threads",
     "pacer.settle.detector",
     "gpu.field",
     "gpu.ntt",

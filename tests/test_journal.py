@@ -15,6 +15,7 @@ import pytest
 
 from pacer.journal import (
     MAX_PARTITIONS,
+    Attempt,
     JobRecord,
     JobState,
     Journal,
@@ -308,9 +309,9 @@ def test_fail_partition_refuses_an_empty_error(journal: Journal) -> None:
 
 def test_a_journal_with_a_newer_schema_is_refused(path: Path) -> None:
     with closing(sqlite3.connect(path)) as db:
-        db.execute("PRAGMA user_version = 2")
+        db.execute("PRAGMA user_version = 3")
     with pytest.raises(
-        NewerSchemaError, match="schema version 2; this pacer reads up to version 1"
+        NewerSchemaError, match="schema version 3; this pacer reads up to version 2"
     ):
         Journal(path)
 
@@ -339,3 +340,84 @@ def test_a_killed_process_leaves_a_readable_journal_with_its_job(path: Path) -> 
         job = journal.get_job(job_id)
     assert job is not None
     assert (job.state, job.params) == (JobState.QUEUED, {"a": 1})
+
+
+def test_failed_attempts_are_numbered_kept_and_fail_the_job_at_the_limit(
+    journal: Journal, clock: FakeClock
+) -> None:
+    job = journal.add_job(3, None, {})
+    clock.now = 1.0
+    assert journal.record_attempt(job.id, 1, "prove timed out after 300 s", 0, 3) == (1, job)
+    clock.now = 2.0
+    number, still = journal.record_attempt(job.id, 1, "proving failed: boom", 1, 3)
+    assert (number, still.state) == (2, "queued")
+    assert journal.incomplete() == [(still, [0, 1, 2])]  # pending, to be tried again
+    clock.now = 3.0
+    number, failed = journal.record_attempt(job.id, 1, "proving failed: boom", None, 3)
+    assert (number, failed.state) == (3, "failed")
+    assert failed.error == "partition 1 failed after 3 attempts: proving failed: boom"
+    assert journal.partitions(job.id)[1] == PartitionRecord(
+        job.id, 1, PartitionState.FAILED, error=failed.error, completed_at=3.0,
+        attempts=[Attempt(1, 1, "prove timed out after 300 s", 0, 1.0),
+                  Attempt(1, 2, "proving failed: boom", 1, 2.0),
+                  Attempt(1, 3, "proving failed: boom", None, 3.0)],
+    )  # fmt: skip
+    assert [(a.attempt, a.at) for a in journal.failures(job.id, limit=2)] == [(3, 3.0), (2, 2.0)]
+    assert journal.record_attempt(job.id, 2, "late", None, 3) == (0, failed)  # ended: as is
+
+
+def test_attempts_of_a_partition_that_then_completed_stay_with_it(journal: Journal) -> None:
+    job = journal.add_job(2, None, {})
+    journal.record_attempt(job.id, 0, "synthesis failed: no witness", None, 3)
+    journal.complete_partitions([proved(job.id, 0)])
+    part = journal.partitions(job.id)[0]
+    assert part.state == "completed"
+    assert [a.reason for a in part.attempts] == ["synthesis failed: no witness"]
+    assert journal.record_attempt(job.id, 0, "stale", None, 3)[0] == 0  # completed: nothing
+    assert journal.partitions(job.id)[1].attempts == []
+
+
+def test_one_attempt_allowed_fails_the_job_at_the_first_failure(journal: Journal) -> None:
+    job = journal.add_job(1, None, {})
+    number, failed = journal.record_attempt(job.id, 0, "verification failed", 0, 1)
+    assert (number, failed.error) == (1, "partition 0 failed after 1 attempt: verification failed")
+
+
+def test_fail_exhausted_fails_the_jobs_with_a_pending_partition_out_of_attempts(
+    journal: Journal,
+) -> None:
+    tried, fine, done = (journal.add_job(2, None, {}) for _ in range(3))
+    for reason in ("a", "b"):
+        journal.record_attempt(tried.id, 1, reason, None, 5)
+    journal.record_attempt(fine.id, 0, "once", None, 5)
+    journal.record_attempt(done.id, 0, "x", None, 5)
+    journal.record_attempt(done.id, 0, "y", None, 5)
+    journal.complete_partitions([proved(done.id, 0)])  # out of attempts, but it completed
+    assert journal.fail_exhausted(3) == []
+    (failed,) = journal.fail_exhausted(2)
+    assert (failed.id, failed.error) == (tried.id, "partition 1 failed after 2 attempts: b")
+    assert [job.id for job, _ in journal.incomplete()] == [fine.id, done.id]
+
+
+def test_prune_deletes_the_attempts_of_the_jobs_it_deletes(
+    journal: Journal, path: Path, clock: FakeClock
+) -> None:
+    old = journal.add_job(1, None, {})
+    journal.record_attempt(old.id, 0, "boom", None, 1)
+    kept = journal.add_job(1, None, {})
+    journal.record_attempt(kept.id, 0, "boom", None, 3)
+    clock.advance(100)
+    assert journal.prune(retention_s=10) == 1
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT DISTINCT job_id FROM attempts").fetchall() == [(kept.id,)]
+
+
+def test_a_version_1_journal_gains_the_attempts_table(path: Path) -> None:
+    with Journal(path) as journal:
+        job = journal.add_job(2, None, {})
+    with closing(sqlite3.connect(path)) as db:
+        db.executescript("DROP TABLE attempts; PRAGMA user_version = 1;")
+    with Journal(path) as journal:
+        assert journal.record_attempt(job.id, 0, "boom", None, 3)[0] == 1
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (2,)

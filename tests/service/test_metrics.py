@@ -25,6 +25,8 @@ REQUIRED = [
     "pacer_gpu_busy_ratio", "pacer_gpu_idle_gap_seconds", "pacer_gpu_phase_seconds",
     "pacer_synthesis_seconds", "pacer_partitions_total", "pacer_jobs_total", "pacer_build_info",
     "pacer_controller_policy_info", "pacer_controller_synthesis_cap",
+    "pacer_hung_calls_total", "pacer_partition_retries_total", "pacer_abandoned_threads",
+    "pacer_memory_abandoned_bytes", "pacer_gpu_workers_live",
 ]  # fmt: skip
 
 

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
-from pacer.config import ControllerSettings
+from pacer.attempts import CallLimits
+from pacer.config import ControllerSettings, TimeoutSettings
 from pacer.controller import PIController
 from pacer.estimates import Estimates
 from pacer.pipeline import Outcome, Pipeline
 from pacer.policy import Caps
 from pacer.workload import PartitionSpec, Proof
+from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.asyncio
 
@@ -189,3 +192,232 @@ async def test_busy_time_and_outcomes_are_labelled_by_device() -> None:
     await run_until_idle(pipeline, 20, outcomes)
     assert {o.gpu for o in outcomes} <= {4, 5}
     assert all(pipeline.busy_seconds(g) >= 0 for g in pipeline.gpus)
+
+
+class Hanging(Recording):
+    """Synthesis or proving of partition ``hang_at`` waits for ``unblock`` (30 s at most)."""
+
+    def __init__(self, where: str, hang_at: int = 0) -> None:
+        super().__init__()
+        self.where = where
+        self.hang_at = hang_at
+        self.unblock = threading.Event()
+        self.entered = threading.Event()
+        self.released: list[Any] = []
+
+    def _maybe_hang(self, where: str, index: int) -> None:
+        if where == self.where and index == self.hang_at:
+            self.entered.set()
+            self.unblock.wait(30)
+
+    def synthesize(self, spec: PartitionSpec) -> Any:
+        self._maybe_hang("synthesis", spec.index)
+        return super().synthesize(spec)
+
+    def prove(self, buffers: Any, worker: int) -> Proof:
+        self._maybe_hang("prove", buffers)
+        return super().prove(buffers, worker)
+
+
+def build_timed(
+    workload: Recording, clock: FakeClock, budget: int = 10_000, **limits: float
+) -> tuple[Pipeline, list[Outcome], list[tuple[str, BaseException]]]:
+    outcomes: list[Outcome] = []
+    failures: list[tuple[str, BaseException]] = []
+    caps = Caps(synthesis_concurrency=1, inflight_partitions=budget // 100)
+    controller = PIController(ControllerSettings(), caps, clock, Estimates(0.01, 0.01))
+    pipeline = Pipeline(controller, workload, caps, workers=1, budget_bytes=budget,
+                        on_outcome=outcomes.append, limits=CallLimits(TimeoutSettings(**limits)),
+                        clock=clock)  # fmt: skip
+    pipeline.on_task_failure = lambda task, exc: failures.append((task, exc))
+    workload.pipeline = pipeline
+    return pipeline, outcomes, failures
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    for _ in range(2000):
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition not reached")
+
+
+async def test_a_prove_past_its_limit_is_abandoned_and_its_worker_replaced(
+    clock: FakeClock,
+) -> None:
+    workload = Hanging("prove")
+    pipeline, outcomes, failures = build_timed(workload, clock, prove_s=5.0)
+    pipeline.enqueue("j", 1, {}, [0])
+    pipeline.start()
+    try:
+        await asyncio.to_thread(workload.entered.wait, 10)
+        hung_thread = pipeline._workers[0].thread
+        clock.advance(4.0)
+        assert pipeline.check_limits() == 0  # within its limit
+        clock.advance(2.0)
+        await until(lambda: bool(outcomes))  # the watchdog or this check: once either way
+        pipeline.check_limits()
+        assert [(o.index, o.error, o.call) for o in outcomes] == [
+            (0, "prove timed out after 5 s", "prove")
+        ]
+        assert [(task, str(exc)) for task, exc in failures] == [
+            ("prove-0", "prove timed out after 5 s")
+        ]
+        assert pipeline._workers[0].thread is not hung_thread
+        assert (pipeline.live_workers, pipeline.abandoned_threads) == (1, 1)
+        assert (pipeline.inflight, pipeline.abandoned, pipeline.inflight_bytes) == (0, 1, 100)
+        assert pipeline.idle
+        assert pipeline.gpu_busy == 0
+        pipeline.enqueue("j", 1, {}, [1])  # the new thread proves the next one
+        clock.advance(1.0)
+        await until(lambda: len(outcomes) == 2)
+        assert outcomes[1].proof is not None
+        assert pipeline.inflight_bytes == 100  # the hung call's partition, still held
+        workload.unblock.set()
+        await until(lambda: pipeline.abandoned_threads == 0)
+        await until(lambda: pipeline.inflight_bytes == 0)
+        assert pipeline.abandoned == 0
+        assert len(outcomes) == 2  # the late return reports nothing
+    finally:
+        workload.unblock.set()
+        await pipeline.close()
+
+
+async def test_a_hung_synthesis_keeps_its_bytes_until_it_returns(clock: FakeClock) -> None:
+    workload = Hanging("synthesis")
+    pipeline, outcomes, failures = build_timed(workload, clock, budget=100, synthesis_s=5.0)
+    pipeline.enqueue("j", 1, {}, [0, 1])
+    pipeline.start()
+    try:
+        await asyncio.to_thread(workload.entered.wait, 10)
+        clock.advance(6.0)
+        await until(lambda: bool(outcomes))
+        assert [(o.index, o.error) for o in outcomes] == [(0, "synthesis timed out after 5 s")]
+        assert [task for task, _ in failures] == ["synthesis"]
+        assert pipeline.synthesizing == 0
+        assert pipeline.abandoned_threads == 1
+        # A budget of one partition: the next waits until the hung call gives it back.
+        clock.advance(1.0)
+        pipeline._wake.set()
+        await asyncio.sleep(0.05)
+        assert pipeline.backlog == 1
+        workload.unblock.set()
+        await until(lambda: pipeline.inflight_bytes == 0)
+        clock.advance(1.0)  # the controller's next dispatch is due
+        await until(lambda: len(outcomes) == 2)
+        assert outcomes[1].index == 1
+        assert outcomes[1].proof is not None
+        assert workload.synthesized.count(("j", 0)) == 1  # not run again by the pipeline
+    finally:
+        workload.unblock.set()
+        await pipeline.close()
+
+
+async def test_an_abandoned_synthesis_releases_the_buffers_it_returns_late(
+    clock: FakeClock,
+) -> None:
+    class Releasing(Hanging):
+        def release(self, buffers: Any) -> None:
+            self.released.append(buffers)
+
+    workload = Releasing("synthesis")
+    pipeline, outcomes, _ = build_timed(workload, clock, synthesis_s=5.0)
+    pipeline.enqueue("j", 1, {}, [0])
+    pipeline.start()
+    try:
+        await asyncio.to_thread(workload.entered.wait, 10)
+        clock.advance(6.0)
+        await until(lambda: bool(outcomes))
+        workload.unblock.set()
+        await until(lambda: pipeline.abandoned == 0)
+        assert workload.released == [0]  # the late buffers went back to the workload
+    finally:
+        workload.unblock.set()
+        await pipeline.close()
+
+
+class Fatal(BaseException):
+    pass
+
+
+class RaisingBase(Recording):
+    def prove(self, buffers: Any, worker: int) -> Proof:
+        if buffers == 0:
+            raise Fatal("a native binding's exit")
+        return super().prove(buffers, worker)
+
+
+async def test_a_base_exception_from_prove_fails_the_attempt_not_the_worker(
+    clock: FakeClock,
+) -> None:
+    workload = RaisingBase()
+    pipeline, outcomes, failures = build_timed(workload, clock)
+    pipeline.enqueue("j", 1, {}, [0])
+    pipeline.start()
+    try:
+        await until(lambda: bool(outcomes))
+        pipeline.enqueue("j", 1, {}, [1])
+        clock.advance(1.0)
+        await until(lambda: len(outcomes) == 2)
+        assert outcomes[0].error == 'proving failed: Fatal("a native binding\'s exit")'
+        assert outcomes[1].proof is not None  # the same thread proved the next
+        assert [task for task, _ in failures] == ["prove-0"]
+        assert pipeline.live_workers == 1
+        assert pipeline.inflight_bytes == 0
+    finally:
+        await pipeline.close()
+
+
+async def test_a_worker_thread_that_dies_is_replaced_and_its_partition_failed(
+    clock: FakeClock,
+) -> None:
+    workload = Recording()
+    pipeline, outcomes, failures = build_timed(workload, clock)
+    gpu = pipeline._gpus[0]
+    begin = gpu.begin
+
+    def broken_once(now: float) -> float | None:
+        gpu.begin = begin  # type: ignore[method-assign]
+        raise RuntimeError("a bug of pacer's own")
+
+    gpu.begin = broken_once  # type: ignore[method-assign]
+    pipeline.enqueue("j", 1, {}, [0])
+    pipeline.start()
+    try:
+        await until(lambda: bool(outcomes))
+        assert outcomes[0].error == 'proving worker died: RuntimeError("a bug of pacer\'s own")'
+        assert [task for task, _ in failures] == ["prove-0"]
+        await until(lambda: pipeline.live_workers == 1)
+        pipeline.enqueue("j", 1, {}, [1])
+        clock.advance(1.0)
+        await until(lambda: len(outcomes) == 2)
+        assert outcomes[1].proof is not None
+        assert pipeline.inflight_bytes == 0
+    finally:
+        await pipeline.close()
+
+
+class BadProofs(Recording):
+    def prove(self, buffers: Any, worker: int) -> Any:
+        return {0: None, 1: Proof("two words"), 2: Proof("ok", {"ntt": math.nan})}[buffers]
+
+
+async def test_a_proof_unfit_to_journal_fails_the_attempt(clock: FakeClock) -> None:
+    workload = BadProofs()
+    pipeline, outcomes, _ = build_timed(workload, clock)
+    pipeline.start()
+    try:
+        for index in range(3):
+            pipeline.enqueue("j", 1, {}, [index])
+            clock.advance(1.0)
+            await until(lambda: len(outcomes) > index)  # noqa: B023 - awaited at once
+        assert [o.error for o in outcomes] == [
+            "proving returned NoneType, not a Proof",
+            "proving returned an invalid digest 'two words': a non-empty string without spaces",
+            "proving returned phase 'ntt' of nan s: a finite number of seconds >= 0 by name",
+        ]
+        assert all(o.proof is None and o.call == "prove" for o in outcomes)
+        assert isinstance(pipeline.controller, PIController)
+        assert pipeline.controller.estimates.gpu_service_s == 0.01  # no sample from them
+    finally:
+        await pipeline.close()

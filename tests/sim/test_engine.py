@@ -54,6 +54,9 @@ class Recorder:
     def observe_gpu_service(self, seconds: float) -> None:
         self.gpu.append(seconds)
 
+    def observe_synthesis_failure(self, seconds: float) -> None:
+        pass
+
     def decide(self, obs: Observation) -> Decision:
         n, self.n = min(self.n, obs.backlog), 0
         return Decision(n, None)
