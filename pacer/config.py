@@ -207,6 +207,17 @@ class ShutdownSettings(_Section):
     )
 
 
+class HealthSettings(_Section):
+    """What /readyz reports beside starting and draining: tasks down, and stalls."""
+
+    stall_s: float = Field(
+        300.0,
+        ge=0,
+        description="Not ready while work waits and nothing has been synthesized, proved or "
+        "committed for this long; 0: never (s)",
+    )
+
+
 class GpuSettings(_Section):
     """The proving workers and, with CUDA, the devices and the pinned pool."""
 
@@ -307,6 +318,7 @@ class Settings(BaseSettings):
     api: ApiSettings = Field(default_factory=ApiSettings)
     journal: JournalSettings = Field(default_factory=JournalSettings)
     shutdown: ShutdownSettings = Field(default_factory=ShutdownSettings)
+    health: HealthSettings = Field(default_factory=HealthSettings)
     gpu: GpuSettings = Field(default_factory=GpuSettings)
     ntt: NttSettings = Field(default_factory=NttSettings)
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pacer.policy import Caps, DispatchPolicy, Observation
+from pacer.supervision import Supervisor
 from pacer.workload import PartitionSpec, Proof, Workload
 
 log = logging.getLogger("pacer.pipeline")
@@ -318,11 +319,15 @@ class Pipeline:
 
     # -- running --------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the dispatch loop and the proving workers on the running loop."""
+    def start(self, supervisor: Supervisor | None = None) -> None:
+        """Start the dispatch loop and the proving workers on the running loop; the dispatch
+        loop runs as the task ``dispatch`` of ``supervisor`` (restarted if it fails), if any."""
         loop = asyncio.get_running_loop()
         self._dispatching = True
-        self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="pacer-dispatch")
+        if supervisor is None:
+            self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="pacer-dispatch")
+        else:
+            self._dispatcher = supervisor.start("dispatch", self._dispatch_loop)
         for worker in self._workers:
             worker.thread = threading.Thread(
                 target=self._prove_loop, args=(worker, loop), name=f"pacer-prove-{worker.index}",
