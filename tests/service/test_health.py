@@ -20,6 +20,7 @@ from pacer.journal import JobState
 from pacer.policy import Decision, DispatchPolicy, Mode, Observation
 from pacer.service import Service
 from pacer.workload import NoopWorkload, PartitionSpec
+from tests.conftest import FakeClock
 from tests.service.conftest import settings_for
 
 pytestmark = pytest.mark.asyncio
@@ -155,6 +156,29 @@ async def test_every_task_is_supervised_and_shutdown_counts_no_failure(tmp_path:
     assert set(svc.supervisor.failures().values()) == {0}
     for task in ("dispatch", "journal", "upkeep", "prove-0", "prove-1"):
         assert registry.get_sample_value("pacer_task_failures_total", {"task": task}) == 0.0
+
+
+@pytest.mark.parametrize("event", ["synthesized", "proved"])
+async def test_syntheses_and_proofs_are_progress_and_still_reach_the_metrics(
+    tmp_path: Path, event: str
+) -> None:
+    clock = FakeClock()
+    registry = CollectorRegistry()
+    svc = Service(settings_for(tmp_path), registry, clock)
+    clock.advance(100.0)
+    observer = svc.pipeline.observer
+    assert observer is not None
+    if event == "synthesized":
+        observer.synthesized(2.0)
+        seen = registry.get_sample_value("pacer_synthesis_seconds_sum")
+    else:
+        observer.proved(0, 0.5, {"intt": 0.25})
+        seen = registry.get_sample_value(
+            "pacer_gpu_phase_seconds_sum", {"gpu": "0", "phase": "intt"}
+        )
+    assert svc.watchdog.since_progress_s() == 0.0
+    assert (seen or 0) > 0  # the metrics saw it too
+    await svc.shutdown()
 
 
 class Blocking:
