@@ -8,6 +8,10 @@ The first SIGTERM or SIGINT drains: ``/readyz`` fails and new jobs get 503, disp
 in-flight partitions may finish within ``PACER_SHUTDOWN__DRAIN_S``, results and estimates are
 committed, and the process exits 0; what did not finish stays in the journal for the next
 start. A second signal exits at once (status 1); the journal loses nothing it had committed.
+
+The dispatch loop, the commit loop and upkeep run under a ``Supervisor`` (restarted after a
+failure); ``/readyz`` answers 503 with ``unready_reasons()``: starting, draining, a task down,
+stalled (``ProgressWatchdog``), and what any other readiness source says.
 """
 
 from __future__ import annotations
