@@ -163,10 +163,6 @@ class Supervisor:
         with self._lock:
             return dict(self._failures)
 
-    def health(self, name: str) -> TaskHealth:
-        """The state of the supervised task ``name``."""
-        return self._health[name]
-
     def start(self, name: str, run: Callable[[], Coroutine[Any, Any, None]]) -> asyncio.Task[None]:
         """Run ``run()`` under supervision as the task ``pacer-<name>``; restarted after a
         failure, done once ``run()`` returns or the task is cancelled."""
