@@ -148,7 +148,7 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
     )
     registry = CollectorRegistry()
     service = Service(settings, registry)
-    gaps = Gaps(service.metrics)
+    gaps = Gaps(service.pipeline.observer)  # the metrics, and progress for readiness
     service.pipeline.observer = gaps
     began = time.perf_counter()
     await service.start()

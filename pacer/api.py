@@ -107,15 +107,16 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the event loop answers. A stalled pipeline stays alive: a restart would lose
+    the work in flight, and readiness says it instead."""
     return web.json_response({"status": "alive"})
 
 
 async def readyz(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    if service.draining:
-        return error(503, "draining: not accepting work")
-    if not service.ready:
-        return error(503, "starting")
+    """Readiness: 503 with every reason (starting, draining, a task down, stalled, ...)."""
+    reasons = request.app[SERVICE].unready_reasons()
+    if reasons:
+        return web.json_response({"error": "; ".join(reasons), "reasons": reasons}, status=503)
     return web.json_response({"status": "ready"})
 
 

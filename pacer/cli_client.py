@@ -118,6 +118,13 @@ def _synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
     return [("synthesis", text)]
 
 
+def _state(status: dict[str, Any]) -> str:
+    """ready, or not ready with the reasons /readyz gives (starting, draining, stalled, ...)."""
+    if status["ready"]:
+        return "ready"
+    return "; ".join(status.get("reasons") or ["draining" if status["draining"] else "starting"])
+
+
 def _status(client: Client, args: argparse.Namespace) -> int:
     status = client.status()
     if args.json:
@@ -129,7 +136,7 @@ def _status(client: Client, args: argparse.Namespace) -> int:
     q = status["queues"]
     m = status["memory"]
     rows: list[tuple[str, str]] = [
-        ("state", "draining" if status["draining"] else "ready" if status["ready"] else "starting"),
+        ("state", _state(status)),
         ("workload", status["workload"]),
         *_controller_rows(c),
         ("bootstraps", f"{c['bootstraps']} cold, {c['rebootstraps']} re-bootstraps"),

@@ -279,6 +279,17 @@ class RetrySettings(_Section):
     )
 
 
+class HealthSettings(_Section):
+    """What /readyz reports beside starting and draining: tasks down, and stalls."""
+
+    stall_s: float = Field(
+        300.0,
+        ge=0,
+        description="Not ready while work waits and nothing has been synthesized, proved or "
+        "committed for this long; 0: never (s)",
+    )
+
+
 class GpuSettings(_Section):
     """The proving workers and, with CUDA, the devices and the pinned pool."""
 
@@ -381,6 +392,7 @@ class Settings(BaseSettings):
     shutdown: ShutdownSettings = Field(default_factory=ShutdownSettings)
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
     retry: RetrySettings = Field(default_factory=RetrySettings)
+    health: HealthSettings = Field(default_factory=HealthSettings)
     gpu: GpuSettings = Field(default_factory=GpuSettings)
     ntt: NttSettings = Field(default_factory=NttSettings)
 

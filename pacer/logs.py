@@ -1,11 +1,11 @@
-"""Log lines with their context: job, partition and GPU when a record carries them."""
+"""Log lines with their context: job, partition, GPU and task when a record carries them."""
 
 from __future__ import annotations
 
 import logging
 import sys
 
-CONTEXT = ("job", "partition", "gpu")
+CONTEXT = ("job", "partition", "gpu", "task")
 
 
 class ContextFormatter(logging.Formatter):

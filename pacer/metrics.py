@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import platform
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
@@ -25,6 +25,7 @@ from pacer.attempts import CALLS, Call
 from pacer.controller import PIController
 from pacer.pipeline import Outcome, Pipeline
 from pacer.policy import DispatchPolicy, Mode
+from pacer.supervision import ProgressWatchdog, Supervisor
 
 IDLE_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -222,6 +223,15 @@ class Metrics:
         info.add_metric([policy_name], 1.0)
         registry.register(_Constant(info))
 
+    def watch_health(
+        self,
+        supervisor: Supervisor,
+        watchdog: ProgressWatchdog,
+        unready_reasons: Callable[[], list[str]],
+    ) -> None:
+        """Export task failures, progress and readiness, read at scrape time."""
+        self.registry.register(_HealthCollector(supervisor, watchdog, unready_reasons))
+
     # Observer
     def synthesized(self, seconds: float) -> None:
         self.synthesis.observe(seconds)
@@ -241,6 +251,43 @@ class Metrics:
 
     def job_ended(self, outcome: str) -> None:
         self.jobs.labels(outcome).inc()
+
+
+class _HealthCollector(Collector):
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        watchdog: ProgressWatchdog,
+        unready_reasons: Callable[[], list[str]],
+    ) -> None:
+        self._supervisor = supervisor
+        self._watchdog = watchdog
+        self._unready_reasons = unready_reasons
+
+    def collect(self) -> Iterator[Metric]:
+        failures = CounterMetricFamily(
+            "pacer_task_failures",
+            "Failures of a long-lived task or proving thread (restarted by the service)",
+            labels=["task"],
+        )
+        for task, count in sorted(self._supervisor.failures().items()):
+            failures.add_metric([task], count)
+        yield failures
+        yield GaugeMetricFamily(
+            "pacer_last_progress_seconds",
+            "Time since a partition was last synthesized or proved or a result committed (s)",
+            value=self._watchdog.since_progress_s(),
+        )
+        yield GaugeMetricFamily(
+            "pacer_stalled",
+            "1 while work has waited PACER_HEALTH__STALL_S with no progress, else 0",
+            value=float(self._watchdog.stalled()),
+        )
+        yield GaugeMetricFamily(
+            "pacer_ready",
+            "1 while /readyz answers 200, else 0 (/readyz and /v1/status say why)",
+            value=float(not self._unready_reasons()),
+        )
 
 
 class _Constant(Collector):

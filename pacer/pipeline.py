@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from pacer.attempts import CALLS, Call, CallLimits, CallTimedOut, proof_problem, seconds_text
 from pacer.config import TimeoutSettings
 from pacer.policy import Caps, DispatchPolicy, Observation
+from pacer.supervision import Supervisor
 from pacer.threads import CallState, DaemonPool
 from pacer.workload import PartitionSpec, Proof, Workload
 
@@ -384,10 +385,15 @@ class Pipeline:
 
     # -- running --------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the dispatch loop, the watchdog and the proving workers on the running loop."""
+    def start(self, supervisor: Supervisor | None = None) -> None:
+        """Start the dispatch loop, the watchdog and the proving workers on the running loop;
+        the dispatch loop runs as the task ``dispatch`` of ``supervisor`` (restarted if it
+        fails), if any."""
         self._dispatching = True
-        self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="pacer-dispatch")
+        if supervisor is None:
+            self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="pacer-dispatch")
+        else:
+            self._dispatcher = supervisor.start("dispatch", self._dispatch_loop)
         self._watchdog = asyncio.create_task(self._watch_loop(), name="pacer-watchdog")
         for worker in self._workers:
             self._start_worker(worker)

@@ -14,6 +14,10 @@ gets at most ``CLOSE_WORKLOAD_S`` when calls are still in flight or hung.
 A partition whose attempt failed (raised, timed out, a proof unfit to journal, a failed
 verification) has the reason journaled and is queued again at its job's place after a backoff
 (``PACER_RETRY__*``); after ``PACER_RETRY__MAX_ATTEMPTS`` its job fails, naming it.
+
+The dispatch loop, the commit loop and upkeep run under a ``Supervisor`` (restarted after a
+failure); ``/readyz`` answers 503 with ``unready_reasons()``: starting, draining, a task down,
+stalled (``ProgressWatchdog``), and what any other readiness source says.
 """
 
 from __future__ import annotations
@@ -41,15 +45,16 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from pacer.api import build_app
-from pacer.attempts import CallLimits, RetrySchedule
+from pacer.attempts import Call, CallLimits, RetrySchedule
 from pacer.baselines import CuzkPacer, Unpaced
 from pacer.config import ControllerSettings, Settings
 from pacer.controller import PIController
 from pacer.estimates import Estimates
 from pacer.journal import JobRecord, JobState, Journal, PartitionResult, UnknownJob
 from pacer.metrics import Metrics
-from pacer.pipeline import Outcome, Pipeline
+from pacer.pipeline import Observer, Outcome, Pipeline
 from pacer.policy import Caps, DispatchPolicy, PolicyConflictError
+from pacer.supervision import ProgressWatchdog, ReadinessSource, Supervisor
 from pacer.threads import DaemonPool
 from pacer.workload import Workload, job_seed, load_workload
 
@@ -138,6 +143,7 @@ class Service:
         self._pending: list[PartitionResult] = []
         self._runner: web.AppRunner | None = None
         self._committer: asyncio.Task[None] | None = None
+        self._upkeeper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._order = 0
         self._orders: dict[str, int] = {}  # job → its place in the backlog, kept for retries
@@ -189,7 +195,15 @@ class Service:
             clock=clock,
         )
         self.metrics = Metrics(self.registry, self.policy, self.pipeline, self.policy_name)
-        self.pipeline.observer = self.metrics
+        self.supervisor = Supervisor(clock)
+        self.watchdog = ProgressWatchdog(settings.health.stall_s, self._work_waiting, clock)
+        # Why /readyz answers 503, beside starting and draining: each source lists its reasons,
+        # and a component with an opinion of its own appends itself.
+        self.readiness: list[ReadinessSource] = [self.supervisor, self.watchdog]
+        self.supervisor.expect(*(f"prove-{i}" for i in range(self.pipeline.workers)))
+        self.pipeline.on_task_failure = self.supervisor.record_failure
+        self.metrics.watch_health(self.supervisor, self.watchdog, self.unready_reasons)
+        self.pipeline.observer = _Progress(self.metrics, self.watchdog)
 
     @property
     def policy_name(self) -> str:
@@ -215,8 +229,9 @@ class Service:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         await self._prepare_workload()
         resumed = await self._resume()
-        self.pipeline.start()
-        self._committer = asyncio.create_task(self._commit_loop(), name="pacer-journal")
+        self.pipeline.start(self.supervisor)
+        self._committer = self.supervisor.start("journal", self._commit_loop)
+        self._upkeeper = self.supervisor.start("upkeep", self._upkeep_loop)
         self._runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.api.host, self.settings.api.port)
@@ -290,10 +305,12 @@ class Service:
                 "drain budget of %.0f s spent; %d partitions left to the journal",
                 drain_s, self.pipeline.inflight,
             )  # fmt: skip
-        if self._committer is not None:
-            self._committer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._committer
+        self.supervisor.stop()
+        for task in (self._committer, self._upkeeper):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._flush()
@@ -357,7 +374,26 @@ class Service:
             self._order += 1
             order = self._orders[job.id] = self._order
         seed = job_seed(job.id, job.params)
+        self.watchdog.observe()  # work arriving at an idle service starts the stall clock
         self.pipeline.enqueue(job.id, seed, job.params, indices, priority=job.priority, order=order)
+        self.watchdog.observe()
+
+    def _work_waiting(self) -> bool:
+        """Work this service owes: partitions in the backlog (not while draining: they stay
+        for the next start), in flight, or results not yet committed."""
+        p = self.pipeline
+        return (p.backlog > 0 and not self.draining) or not p.idle or bool(self._pending)
+
+    def unready_reasons(self) -> list[str]:
+        """Why /readyz answers 503: starting or draining, then every readiness source's
+        reasons (tasks down or crash-looping, a stall, ...); empty when ready."""
+        if self.draining:
+            reasons = ["draining: not accepting work"]
+        else:
+            reasons = [] if self.ready else ["starting"]
+        for source in self.readiness:
+            reasons += source.reasons()
+        return reasons
 
     async def cancel(self, job_id: str) -> dict[str, Any] | None:
         """Cancel a queued or running job; a finished one is returned as it is."""
@@ -462,15 +498,17 @@ class Service:
         task.add_done_callback(self._tasks.discard)
 
     async def _commit_loop(self) -> None:
-        """Commit results in batches; now and then save the estimates and prune old jobs."""
+        """Commit results in batches."""
         interval = self.settings.journal.commit_interval_s
-        last_upkeep = -math.inf
         while True:
             await asyncio.sleep(interval)
             await self._flush()
-            if self._clock() - last_upkeep >= UPKEEP_S:
-                last_upkeep = self._clock()
-                await self._upkeep()
+
+    async def _upkeep_loop(self) -> None:
+        """Every ``UPKEEP_S``, save the estimates and prune old jobs."""
+        while True:
+            await self._upkeep()
+            await asyncio.sleep(UPKEEP_S)
 
     async def _upkeep(self) -> None:
         # Estimates saved as we go, so that even a killed service restarts warm.
@@ -489,7 +527,9 @@ class Service:
         if not self._pending:
             return
         batch, self._pending = self._pending, []
-        for job in await self.db(self._commit, batch):
+        ended = await self.db(self._commit, batch)
+        self.watchdog.progress()
+        for job in ended:
             self._started_jobs.discard(job.id)
             self._orders.pop(job.id, None)
             if job.state is JobState.COMPLETED:
@@ -567,9 +607,17 @@ class Service:
     async def status(self) -> dict[str, Any]:
         p = self.pipeline
         counts = await self.db(self.journal.counts)
+        reasons = self.unready_reasons()
         return {
-            "ready": self.ready,
+            "ready": not reasons,
             "draining": self.draining,
+            "reasons": reasons,
+            "health": {
+                "since_progress_s": round(self.watchdog.since_progress_s(), 3),
+                "stalled_s": round(self.watchdog.stalled_s(), 3),
+                "stall_s": self.watchdog.stall_s,
+                "task_failures": self.supervisor.failures(),
+            },
             "workload": self.workload.name,
             "controller": self.controller_state(),
             "queues": {
@@ -613,6 +661,32 @@ class Service:
             ],
             "jobs": {state.value: n for state, n in counts.items()},
         }
+
+
+class _Progress:
+    """The pipeline's observer: the metrics, with each synthesis and proof reported to the
+    watchdog as progress."""
+
+    def __init__(self, metrics: Observer, watchdog: ProgressWatchdog) -> None:
+        self._metrics = metrics
+        self._watchdog = watchdog
+
+    def synthesized(self, seconds: float) -> None:
+        self._watchdog.progress()
+        self._metrics.synthesized(seconds)
+
+    def proved(self, gpu: int, gpu_s: float, phases_s: dict[str, float]) -> None:
+        self._watchdog.progress()
+        self._metrics.proved(gpu, gpu_s, phases_s)
+
+    def idle_gap(self, gpu: int, seconds: float) -> None:
+        self._metrics.idle_gap(gpu, seconds)
+
+    def finished(self, outcome: Outcome) -> None:
+        self._metrics.finished(outcome)
+
+    def hung_call(self, call: Call) -> None:
+        self._metrics.hung_call(call)
 
 
 def _or_workload_says(setting: int | None, workload: Workload, name: str, default: int) -> int:

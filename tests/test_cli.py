@@ -193,3 +193,26 @@ def test_status_leaves_out_the_pool_when_there_is_none(capsys: pytest.CaptureFix
     client: Any = StatusOnly(status_body({"total_bytes": 0, "in_use_bytes": 0}))
     assert cli_client._status(client, argparse.Namespace(json=False)) == 0
     assert "pinned pool" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("changes", "state"),
+    [
+        ({}, "ready"),
+        ({"ready": False, "reasons": ["starting"]}, "starting"),
+        ({"ready": False, "draining": True, "reasons": ["draining: not accepting work"]},
+         "draining: not accepting work"),
+        ({"ready": False, "reasons": ["task dispatch crash-looping: 3 failures in a row, the "
+                                      "last RuntimeError('x')", "stalled: work waiting and no "
+                                      "progress for 301.0 s (limit 300 s)"]},
+         "task dispatch crash-looping: 3 failures in a row, the last RuntimeError('x'); stalled: "
+         "work waiting and no progress for 301.0 s (limit 300 s)"),
+    ],
+    ids=["ready", "starting", "draining", "reasons"],
+)  # fmt: skip
+def test_status_says_why_the_service_is_not_ready(
+    changes: dict[str, Any], state: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client: Any = StatusOnly(status_body({"total_bytes": 0, "in_use_bytes": 0}) | changes)
+    assert cli_client._status(client, argparse.Namespace(json=False)) == 0
+    assert re.search(rf"^state +{re.escape(state)}$", capsys.readouterr().out, re.M)

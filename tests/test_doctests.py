@@ -11,6 +11,7 @@ MODULES = [
     "pacer.attempts",
     "pacer.baselines",
     "pacer.controller",
+    "pacer.supervision",
     "pacer.table",
     "pacer.threads",
     "pacer.settle.detector",

@@ -75,8 +75,11 @@ def test_kill9_mid_run_then_restart_completes_every_job_exactly_once(
 
 
 def test_sigterm_drains_then_exits_zero(server_factory: ServerFactory, tmp_path: Path) -> None:
-    server = server_factory(PACER_NTT__LOG_N="14", PACER_SHUTDOWN__DRAIN_S="20").start()
-    job_id = server.client.submit(40)
+    # Each proof takes 1 s, so the drain lasts long enough for /readyz to be seen failing.
+    server = server_factory(PACER_WORKLOAD="tests.faults:make", PACER_SHUTDOWN__DRAIN_S="20")
+    server.start()
+    slow = {"faults": [{"call": "prove", "kind": "slow", "seconds": 1.0}]}
+    job_id = server.client.submit(40, slow)
     wait_for(lambda: server.client.job(job_id)["partitions_done"] >= 2, what="progress")
     server.signal(signal.SIGTERM)
 
