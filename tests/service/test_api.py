@@ -14,6 +14,8 @@ from pacer.service import ConfigurationError, Service
 from tests.service.conftest import settings_for
 
 pytestmark = pytest.mark.asyncio
+JSON = {"Content-Type": "application/json"}
+TOKEN = "0123456789abcdef-token"
 
 
 def url(service: Service, path: str) -> str:
@@ -102,8 +104,7 @@ BAD_JOBS = [
 async def test_bad_job_is_refused_and_nothing_is_journaled(
     service: Service, raw: bytes, status: int, field: str | None, message: str
 ) -> None:
-    got, body = await call(service, "POST", "/v1/jobs", raw=raw,
-                           headers={"Content-Type": "application/json"})  # fmt: skip
+    got, body = await call(service, "POST", "/v1/jobs", raw=raw, headers=JSON)
     assert got == status
     assert message in body["error"]
     assert body.get("field") == field
@@ -116,7 +117,7 @@ async def test_oversized_body_is_refused(tmp_path: Path) -> None:
     await svc.start()
     try:
         big = b'{"partitions": 1, "params": {"seed": 1, "pad": "' + b"x" * 4000 + b'"}}'
-        status, body = await call(svc, "POST", "/v1/jobs", raw=big)
+        status, body = await call(svc, "POST", "/v1/jobs", raw=big, headers=JSON)
         assert status == 413
         assert "over the limit of 1024 bytes" in body["error"]
         assert await svc.db(svc.journal.list_jobs) == []
@@ -125,7 +126,7 @@ async def test_oversized_body_is_refused(tmp_path: Path) -> None:
 
 
 async def test_token_guards_the_endpoints_that_change_state(tmp_path: Path) -> None:
-    svc = Service(settings_for(tmp_path, PACER_API__TOKEN="s3cret"), CollectorRegistry())
+    svc = Service(settings_for(tmp_path, PACER_API__TOKEN=TOKEN), CollectorRegistry())
     await svc.start()
     try:
         status, body = await call(svc, "POST", "/v1/jobs", {"partitions": 1})
@@ -136,7 +137,7 @@ async def test_token_guards_the_endpoints_that_change_state(tmp_path: Path) -> N
         assert (await call(svc, "PATCH", "/v1/controller", {"kp": 1.0}))[0] == 401
         assert (await call(svc, "DELETE", "/v1/jobs/x"))[0] == 401
         assert (await call(svc, "GET", "/v1/status"))[0] == 200
-        good = {"Authorization": "Bearer s3cret"}
+        good = {"Authorization": f"Bearer {TOKEN}"}
         assert (await call(svc, "POST", "/v1/jobs", {"partitions": 1}, headers=good))[0] == 202
     finally:
         await svc.shutdown()
@@ -146,7 +147,7 @@ async def test_token_guards_the_endpoints_that_change_state(tmp_path: Path) -> N
     ("env", "allowed"),
     [
         ({"PACER_API__HOST": "0.0.0.0"}, False),
-        ({"PACER_API__HOST": "0.0.0.0", "PACER_API__TOKEN": "t"}, True),
+        ({"PACER_API__HOST": "0.0.0.0", "PACER_API__TOKEN": TOKEN}, True),
         ({"PACER_API__HOST": "0.0.0.0", "PACER_API__ALLOW_PUBLIC": "true"}, True),
         ({"PACER_API__HOST": "::1"}, True),
         ({"PACER_API__HOST": "localhost"}, True),
