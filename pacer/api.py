@@ -51,6 +51,7 @@ JOB_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 IDEMPOTENCY_KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_IDEMPOTENCY_KEY}}}")
 QUERY_INT = re.compile(r"[0-9]{1,9}")
 DEFAULT_PAGE = 100
+LINGER_S = 2.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -400,4 +401,7 @@ def build_runner(service: Service) -> Runner:
         app, head_timeout_s=api.header_timeout_s,
         on_cut=lambda reason: refusals.labels(f"{reason}_timeout").inc(),
         keepalive_timeout=api.keepalive_timeout_s, access_log=None, handle_signals=False,
+        # After an answer to a request whose body is unread (408, 413), aiohttp reads and drops
+        # what still comes for this long, so the client sees the answer, then closes.
+        lingering_time=min(api.body_timeout_s, LINGER_S),
     )  # fmt: skip

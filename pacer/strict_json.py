@@ -83,7 +83,7 @@ def _check(value: Any, path: str, depth: int) -> None:
         raise BadInputError(path, rule)
     if isinstance(value, dict | list):
         if depth > MAX_DEPTH:
-            raise BadInputError(path, f"body nests deeper than {MAX_DEPTH} levels", 400)
+            raise BadInputError(None, f"body nests deeper than {MAX_DEPTH} levels", 400)
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
             name = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key

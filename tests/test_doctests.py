@@ -8,10 +8,12 @@ import importlib
 import pytest
 
 MODULES = [
+    "pacer.admission",
     "pacer.baselines",
     "pacer.controller",
     "pacer.table",
     "pacer.settle.detector",
+    "pacer.strict_json",
     "gpu.field",
     "gpu.ntt",
     "gpu.pool",

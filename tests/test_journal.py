@@ -390,7 +390,8 @@ def test_an_idempotency_key_is_forgotten_with_its_pruned_job(
     clock.advance(100)
     assert journal.prune(retention_s=10) == 1
     again, created = journal.add_job_once("k", 2, "w", {})
-    assert created and again.id != job.id
+    assert created
+    assert again.id != job.id
 
 
 def test_a_page_of_a_million_partitions_reads_at_most_a_page_of_rows(journal: Journal) -> None:
