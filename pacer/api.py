@@ -374,7 +374,8 @@ def build_app(service: Service) -> web.Application:
     app[REFUSALS] = Counter(
         "pacer_api_refusals_total",
         "Requests refused for the service's sake: backlog_full (429), body_timeout (408), "
-        "head_timeout (connection closed before a complete request head)",
+        "head_timeout (connection closed before a complete request head), malformed_request "
+        "(refused by the HTTP parser: 400)",
         ["reason"],
         registry=service.registry,
     )
@@ -399,7 +400,7 @@ def build_runner(service: Service) -> Runner:
     refusals = app[REFUSALS]
     return Runner(
         app, head_timeout_s=api.header_timeout_s,
-        on_cut=lambda reason: refusals.labels(f"{reason}_timeout").inc(),
+        on_refusal=lambda reason: refusals.labels(reason).inc(),
         keepalive_timeout=api.keepalive_timeout_s, access_log=None, handle_signals=False,
         # After an answer to a request whose body is unread (408, 413), aiohttp reads and drops
         # what still comes for this long, so the client sees the answer, then closes.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,7 @@ CASES = [
     post("invalid-utf8", b'{"partitions": 1, "workload": "\xff\xfe"}', 400),
     post("utf16", '{"partitions": 1}'.encode("utf-16"), 400),
     post("utf8-bom", b'\xef\xbb\xbf{"partitions": 1}', 400),
+    post("lone-surrogate", '{"partitions": 1, "params": {"seed": "\\ud800"}}', 422, "params.seed"),
     post("not-json", "{partitions: 1}", 400),
     post("trailing-garbage", '{"partitions": 1} x', 400),
     post("array-body", "[1]", 400),
@@ -135,6 +137,12 @@ CASES = [
     Case("bad-chunk", "POST", "/v1/jobs", 400, b"zz\r\n{}\r\n0\r\n\r\n",
          {**AUTH, **JSON, "Transfer-Encoding": "chunked"}, plain=True),
     Case("header-too-long", "GET", "/v1/status", 400, headers={"X-Pad": "x" * 9000}),
+    Case("content-length-negative", "POST", "/v1/jobs", 400, b'{"partitions": 1}',
+         {**AUTH, **JSON, "Content-Length": "-1"}, plain=True),
+    Case("content-length-twice", "POST", "/v1/jobs", 400, b'{"partitions": 1}',
+         {**AUTH, **JSON, "Content-Length": "17", "content-length": "18"}, plain=True),
+    Case("gzip-that-is-not", "POST", "/v1/jobs", 400, b'{"partitions": 1}',
+         {**AUTH, **JSON, "Content-Encoding": "gzip"}, plain=True),
     Case("garbage-request-line", "BREW", b"/\x00coffee", 400),
     # authorization
     Case("no-token", "POST", "/v1/jobs", 401, b'{"partitions": 1}', JSON, plain=True),
@@ -159,6 +167,7 @@ CASES = [
     get("limit-huge", "/v1/jobs?limit=99999999999999999999", 400, "limit"),
     get("limit-arabic-digit", "/v1/jobs?limit=%D9%A3", 400, "limit"),
     get("limit-twice", "/v1/jobs?limit=1&limit=2", 400, "limit"),
+    get("limit-bad-percent", "/v1/jobs?limit=%ff", 400, "limit"),
     get("state-bogus", "/v1/jobs?state=bogus", 400, "state"),
     get("query-unknown", "/v1/jobs?limt=5", 400, "limt"),
     get("offset-negative", "/v1/jobs/{job}/partitions?offset=-1", 400, "offset"),
@@ -172,6 +181,7 @@ CASES = [
     get("id-overlong", "/v1/jobs/" + "a" * 5000, 404, "id"),
     get("id-unknown", "/v1/jobs/0123456789abcdef", 404, "id"),
     get("id-quote", "/v1/jobs/%27%3B%20DROP%20TABLE%20jobs", 404, "id"),
+    get("id-bad-percent", "/v1/jobs/%ff", 404, "id"),
     get("partitions-unknown-job", "/v1/jobs/nope/partitions", 404, "id"),
     Case("delete-unknown", "DELETE", "/v1/jobs/0123456789abcdef", 404, field="id"),
     Case("delete-with-body", "DELETE", "/v1/jobs/{job}", 400, b'{"force": true}'),
@@ -214,7 +224,7 @@ def test_the_table_has_at_least_sixty_cases() -> None:
 @pytest.mark.asyncio
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 async def test_hostile_request_gets_its_4xx_and_changes_nothing(
-    hostile: Service, case: Case
+    hostile: Service, case: Case, caplog: pytest.LogCaptureFixture
 ) -> None:
     [job] = await hostile.db(hostile.journal.list_jobs)
     before = await journal_rows(hostile)
@@ -232,6 +242,8 @@ async def test_hostile_request_gets_its_4xx_and_changes_nothing(
     else:  # only aiohttp's HTTP parser answers in plain text, before the app sees anything
         assert case.field is None
         assert case.status == 400
+        malformed = {"reason": "malformed_request"}
+        assert hostile.registry.get_sample_value("pacer_api_refusals_total", malformed) == 1
     if case.status == 405:
         assert answer.headers["allow"]
     ready = await exchange(hostile.port, build("GET", "/readyz"))
@@ -239,3 +251,5 @@ async def test_hostile_request_gets_its_4xx_and_changes_nothing(
     assert await journal_rows(hostile) == before
     assert hostile.controller_state()["settings"] == controller["settings"]
     assert hostile.pipeline.backlog == 3
+    # The client's fault: nothing for the operator to act on, and no traceback to flood the log.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
