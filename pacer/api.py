@@ -157,8 +157,8 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
             raw = await request.read()
     except TimeoutError:
         request.app[REFUSALS].labels("body_timeout").inc()
-        log.info("request body not received within %.1f s: 408, connection closed",
-                 api.body_timeout_s)  # fmt: skip
+        log.info("request body from %s not received within %.1f s: 408, connection closed",
+                 request.remote, api.body_timeout_s)  # fmt: skip
         raise BadInputError(
             None, f"request body not received within {api.body_timeout_s:g} s "
             "(PACER_API__BODY_TIMEOUT_S)", 408,
