@@ -96,8 +96,15 @@ def _parser() -> argparse.ArgumentParser:
     sbm.add_argument("--wait", action="store_true", help="wait until the jobs end, with progress")
     _client_args(sbm)
 
-    sts = sub.add_parser("status", help="print a running service's state")
+    sts = sub.add_parser("status", help="print a running service's state, or a job's")
+    sts.add_argument("job", nargs="?", help="a job's id: that job's state instead")
     sts.add_argument("--json", action="store_true", help="print the raw JSON")
+    sts.add_argument(
+        "--limit", type=int, default=0, metavar="N", help="with JOB: list N of its partitions"
+    )
+    sts.add_argument(
+        "--offset", type=int, default=0, metavar="I", help="with JOB: from partition I (0)"
+    )
     _client_args(sts)
 
     from pacer import settle

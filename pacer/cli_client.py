@@ -22,6 +22,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         client.wait_ready(args.timeout)
         if args.command == "submit":
             return _submit(client, args)
+        if args.job:
+            return _job_status(client, args)
         return _status(client, args)
     except ApiError as exc:
         print(f"pacer: {exc}", file=sys.stderr)
@@ -69,11 +71,49 @@ def _submit(client: Client, args: argparse.Namespace) -> int:
     return 0 if all(j["state"] == "completed" for j in jobs) else 1
 
 
+def _job_status(client: Client, args: argparse.Namespace) -> int:
+    """One job: its state, its partitions by state and first failures; with ``--limit``, a
+    page of its partitions from ``--offset``."""
+    job = client.job(args.job)
+    page = client.partitions(args.job, args.offset, args.limit) if args.limit else None
+    if args.json:
+        import json
+
+        print(json.dumps({"job": job, "page": page} if page else job, indent=2))
+        return 0
+    summary = job["partitions_summary"]
+    rows: list[tuple[str, str]] = [
+        ("state", job["state"] + (f": {job['error']}" if job["error"] else "")),
+        ("partitions", f"{job['partitions']}: {summary['completed']} completed, "
+                       f"{summary['failed']} failed, {summary['pending']} pending"),
+        ("priority", str(job["priority"])),
+        ("params", ", ".join(f"{k}={v}" for k, v in job["params"].items()) or "none"),
+        *[("failed", f"partition {f['index']}: {f['error']}") for f in summary["first_failures"]],
+        ("result digest", job["result_digest"] or "-"),
+    ]  # fmt: skip
+    print(render(("job", job["id"]), rows))
+    if page is not None:
+        print()
+        print(render(("partition", "state", "gpu", "synthesis s", "gpu s", "digest / error"), [
+            (str(p["index"]), p["state"], "-" if p["gpu"] is None else str(p["gpu"]),
+             _seconds(p["synthesis_s"]), _seconds(p["gpu_s"]),
+             (p["digest"] or p["error"] or "")[:40])
+            for p in page["partition_results"]
+        ]))  # fmt: skip
+        if page["next_offset"] is not None:
+            print(f"(more from --offset {page['next_offset']})")
+    return 0
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def _controller_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
     """The PI controller's mode and terms; a baseline's name, mode and interval."""
     if "terms" not in c:
         return [("policy", f"{c['policy']} (baseline): {c['mode']}, interval "
-                           f"{c['interval_s']:.3f} s")]  # fmt: skip
+                           f"{_seconds(c['interval_s'])} s")]  # fmt: skip
     t = c["terms"]
     return [
         ("policy", c["policy"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -21,10 +22,17 @@ class Client:
         self.token = token
         self.timeout_s = timeout_s
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> Any:
+        """``method path`` with ``body`` as JSON (the API takes writes in JSON only); the
+        answer's JSON. ApiError for an error answer or when the service cannot be reached."""
+        data = None if body is None else json.dumps(body, allow_nan=False).encode()
         req = urllib.request.Request(self.base_url + path, data=data, method=method)
-        req.add_header("Content-Type", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
@@ -52,16 +60,32 @@ class Client:
                 time.sleep(0.2)
 
     def submit(
-        self, partitions: int, params: dict[str, Any] | None = None, priority: int = 0
-    ) -> str:
-        """Submit a job; its id."""
+        self, partitions: int, params: dict[str, Any] | None = None, priority: int = 0,
+        idempotency_key: str | None = None,
+    ) -> str:  # fmt: skip
+        """Submit a job; its id. With ``idempotency_key``, submitting again returns the same
+        job instead of a second one."""
         body = {"partitions": partitions, "params": params or {}, "priority": priority}
-        return str(self.request("POST", "/v1/jobs", body)["id"])
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return str(self.request("POST", "/v1/jobs", body, headers)["id"])
 
     def job(self, job_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.request("GET", f"/v1/jobs/{job_id}")
+        """A job, the counts of its partitions by state and the first page of them."""
+        result: dict[str, Any] = self.request("GET", f"/v1/jobs/{_quoted(job_id)}")
+        return result
+
+    def partitions(self, job_id: str, offset: int = 0, limit: int = 100) -> dict[str, Any]:
+        """A page of a job's partitions: ``limit`` of them from index ``offset``."""
+        query = urllib.parse.urlencode({"offset": offset, "limit": limit})
+        result: dict[str, Any] = self.request(
+            "GET", f"/v1/jobs/{_quoted(job_id)}/partitions?{query}"
+        )
         return result
 
     def status(self) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", "/v1/status")
         return result
+
+
+def _quoted(job_id: str) -> str:
+    return urllib.parse.quote(job_id, safe="")

@@ -28,10 +28,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "PACER_"
 ENV_NESTED_DELIMITER = "__"
+MIN_TOKEN_CHARS = 16
+MAX_TOKEN_CHARS = 4096
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: "inf", "nan" and "1e400" are refused rather than turned into a
+    # float that overflows a decision or an interval later.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class ControllerSettings(_Section):
@@ -45,21 +49,35 @@ class ControllerSettings(_Section):
         "dispatcher as shipped, pacer off) (pi/unpaced/cuzk/cuzk-default)",
     )
     target_ready: float = Field(
-        8.0, gt=0, description="Setpoint: partitions synthesized and waiting for a GPU (partitions)"
+        8.0,
+        gt=0,
+        le=100_000,
+        description="Setpoint: partitions synthesized and waiting for a GPU (partitions)",
     )
-    kp: float = Field(0.5, ge=0, description="Proportional gain on the normalized error (1)")
-    ki: float = Field(0.01, ge=0, description="Integral gain on the normalized error (1/s)")
-    integral_min: float = Field(-60.0, le=0, description="Lower clamp of the error integral (s)")
-    integral_max: float = Field(60.0, ge=0, description="Upper clamp of the error integral (s)")
+    kp: float = Field(
+        0.5, ge=0, le=100, description="Proportional gain on the normalized error (1)"
+    )
+    ki: float = Field(0.01, ge=0, le=100, description="Integral gain on the normalized error (1/s)")
+    integral_min: float = Field(
+        -60.0, ge=-1e6, le=0, description="Lower clamp of the error integral (s)"
+    )
+    integral_max: float = Field(
+        60.0, ge=0, le=1e6, description="Upper clamp of the error integral (s)"
+    )
     multiplier_min: float = Field(
-        0.25, gt=0, le=1, description="Lowest dispatch-rate multiplier 1+u (1)"
+        0.25, ge=0.001, le=1, description="Lowest dispatch-rate multiplier 1+u (1)"
     )
-    multiplier_max: float = Field(4.0, ge=1, description="Highest dispatch-rate multiplier 1+u (1)")
+    multiplier_max: float = Field(
+        4.0, ge=1, le=1000, description="Highest dispatch-rate multiplier 1+u (1)"
+    )
     interval_min_s: float = Field(
-        0.001, gt=0, description="Shortest interval between two dispatches (s)"
+        0.001, ge=1e-6, le=3600, description="Shortest interval between two dispatches (s)"
     )
     interval_max_s: float = Field(
-        60.0, gt=0, description="Longest interval between two dispatches while pacing (s)"
+        60.0,
+        gt=0,
+        le=86400,
+        description="Longest interval between two dispatches while pacing (s)",
     )
     gpu_ema_alpha: float = Field(
         0.05,
@@ -76,18 +94,21 @@ class ControllerSettings(_Section):
     bootstrap_depth: int = Field(
         0,
         ge=0,
+        le=1_000_000,
         description="Partitions dispatched on a cold start, before any duration is known; 0: "
         "half the smaller of the synthesis-concurrency and memory caps (partitions)",
     )
     spread_sigmas: float = Field(
         2.5,
         ge=0,
+        le=10,
         description="Raise the setpoint to this many standard deviations of the ready "
         "queue's wander, estimated from the spread of synthesis times; 0: off (1)",
     )
     rebootstrap_hold_s: float = Field(
         1.0,
         ge=0,
+        le=3600,
         description="How long the pipeline must stay drained with work waiting before a "
         "re-bootstrap (s)",
     )
@@ -108,11 +129,13 @@ class SynthesisSettings(_Section):
     cores: int = Field(
         default_factory=lambda: os.cpu_count() or 1,
         ge=1,
+        le=65536,
         description="CPU cores available to synthesis (cores; default: all of this host)",
     )
     threads_per_synthesis: int | None = Field(
         None,
         ge=1,
+        le=4096,
         description="Threads one synthesis keeps busy; unset: what the workload says (1 for "
         "ntt and noop), else 4 (threads)",
     )
@@ -125,6 +148,7 @@ class SynthesisSettings(_Section):
     max_concurrent: int = Field(
         256,
         ge=1,
+        le=65536,
         description="Most syntheses running at once, whatever the cores allow (partitions)",
     )
 
@@ -135,12 +159,14 @@ class MemorySettings(_Section):
     budget_bytes: ByteSize = Field(
         ByteSize(64 * 2**30),
         gt=0,
-        description="Host memory for partitions from dispatch until their GPU copy ends (bytes; "
-        "units such as 700GiB accepted)",
+        le=2**50,
+        description="Host memory for partitions from dispatch until their GPU copy ends, at "
+        "most 1 PiB (bytes; units such as 700GiB accepted)",
     )
     partition_bytes: ByteSize = Field(
         ByteSize(0),
         ge=0,
+        le=2**50,
         description="Host memory one partition holds, its a, b and c buffers; 0: the size the "
         "workload reports (bytes; units accepted)",
     )
@@ -161,13 +187,15 @@ class ApiSettings(_Section):
     host: str = Field(
         "127.0.0.1",
         min_length=1,
+        max_length=253,
         description="Address to listen on; a non-loopback one needs a token or allow_public "
         "(address)",
     )
     port: int = Field(9470, ge=0, le=65535, description="TCP port; 0 picks a free one (port)")
     token: SecretStr | None = Field(
         None,
-        description="Bearer token required by the endpoints that change state; unset: none "
+        description=f"Bearer token required by the endpoints that change state, at least "
+        f"{MIN_TOKEN_CHARS} visible ASCII characters (e.g. openssl rand -hex 32); unset: none "
         "(secret)",
     )
     allow_public: bool = Field(
@@ -177,6 +205,52 @@ class ApiSettings(_Section):
     max_body_bytes: int = Field(
         65536, ge=1024, le=16 * 2**20, description="Largest request body accepted (bytes)"
     )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="A request line and headers must arrive complete within this time of the "
+        "connection opening, or of their first byte; else the connection is closed (s)",
+    )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="A request body must arrive complete within this time of the handler "
+        "starting to read it; else 408 and the connection is closed (s)",
+    )
+    keepalive_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        le=3600,
+        description="An idle connection between two requests is closed after this time (s)",
+    )
+    max_backlog: int = Field(
+        4_000_000,
+        ge=1,
+        le=100_000_000,
+        description="Most partitions waiting to be dispatched (about 40 bytes of service "
+        "memory each); a job that would exceed it gets 429 with Retry-After (partitions)",
+    )
+
+    @field_validator("token")
+    @classmethod
+    def _token_strong_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        secret = value.get_secret_value()
+        # Refuse without echoing the token: this message is printed and logged.
+        if len(secret) < MIN_TOKEN_CHARS:
+            raise ValueError(
+                f"must be at least {MIN_TOKEN_CHARS} characters, got {len(secret)} (a random "
+                "one: openssl rand -hex 32); leave it unset for no token"
+            )
+        if len(secret) > MAX_TOKEN_CHARS or not re.fullmatch(r"[\x21-\x7e]+", secret):
+            raise ValueError(
+                f"must be visible ASCII characters without spaces, at most {MAX_TOKEN_CHARS} "
+                "(it is sent in an HTTP header)"
+            )
+        return value
 
 
 class JournalSettings(_Section):
@@ -186,7 +260,10 @@ class JournalSettings(_Section):
         Path("pacer-journal.sqlite"), description="SQLite file of the job journal (path)"
     )
     retention_s: float = Field(
-        7 * 86400.0, gt=0, description="How long finished jobs and their results are kept (s)"
+        7 * 86400.0,
+        gt=0,
+        le=10 * 365 * 86400.0,
+        description="How long finished jobs, their results and idempotency keys are kept (s)",
     )
     commit_interval_s: float = Field(
         0.05,
@@ -203,6 +280,7 @@ class ShutdownSettings(_Section):
     drain_s: float = Field(
         60.0,
         ge=0,
+        le=86400,
         description="On SIGTERM, how long in-flight work may finish before the rest is left "
         "to the journal (s)",
     )
@@ -219,42 +297,49 @@ class TimeoutSettings(_Section):
     synthesis_s: float = Field(
         0.0,
         ge=0,
+        le=86400,
         description="Longest one synthesis may run before its attempt fails and its thread is "
         "replaced; 0: max(synthesis_floor_s, estimate_multiple × the synthesis estimate) (s)",
     )
     prove_s: float = Field(
         0.0,
         ge=0,
+        le=86400,
         description="Longest one prove may run before its attempt fails and its worker is "
         "replaced; 0: max(prove_floor_s, estimate_multiple × the GPU service-time estimate) (s)",
     )
     verify_s: float = Field(
         0.0,
         ge=0,
+        le=86400,
         description="Longest one verification may run before its attempt fails; 0: "
         "max(verify_floor_s, estimate_multiple × the synthesis estimate) (s)",
     )
     estimate_multiple: float = Field(
         10.0,
         ge=1,
+        le=1000,
         description="A derived limit is this many times the controller's estimate of the "
         "call's duration, at least its floor (1)",
     )
     synthesis_floor_s: float = Field(
         600.0,
         gt=0,
+        le=86400,
         description="Least derived synthesis limit; the whole limit until a synthesis "
         "duration is known (s)",
     )
     prove_floor_s: float = Field(
         300.0,
         gt=0,
+        le=86400,
         description="Least derived prove limit; the whole limit until a GPU service time is "
         "known (s)",
     )
     verify_floor_s: float = Field(
         600.0,
         gt=0,
+        le=86400,
         description="Least derived verification limit; the whole limit until a synthesis "
         "duration is known (s)",
     )
@@ -272,10 +357,11 @@ class RetrySettings(_Section):
     backoff_s: float = Field(
         1.0,
         ge=0,
+        le=3600,
         description="Wait before a partition's second attempt, doubling for each later one (s)",
     )
     backoff_max_s: float = Field(
-        60.0, ge=0, description="Longest wait before an attempt, however many failed (s)"
+        60.0, ge=0, le=86400, description="Longest wait before an attempt, however many failed (s)"
     )
 
 
@@ -285,6 +371,7 @@ class HealthSettings(_Section):
     stall_s: float = Field(
         300.0,
         ge=0,
+        le=86400,
         description="Not ready while work waits and nothing has been synthesized, proved or "
         "committed for this long; 0: never (s)",
     )
@@ -315,6 +402,7 @@ class GpuSettings(_Section):
     pool_slots: int = Field(
         0,
         ge=0,
+        le=1_000_000,
         description="Partitions the pinned host-memory pool holds; 0: one per synthesis the "
         "cores allow, plus twice target_ready, plus one per proving worker, within the memory "
         "budget (partitions)",
@@ -371,6 +459,7 @@ class Settings(BaseSettings):
         env_nested_delimiter=ENV_NESTED_DELIMITER,
         extra="forbid",
         validate_assignment=True,
+        allow_inf_nan=False,
     )
 
     workload: str = Field(
@@ -381,6 +470,7 @@ class Settings(BaseSettings):
     verify_every: int | None = Field(
         None,
         ge=0,
+        le=1_000_000_000,
         description="Verify every n-th proved partition on the CPU; 0: never; unset: every "
         "one on the CPU, every 100th when proving on GPUs (partitions)",
     )
@@ -475,7 +565,15 @@ def _describe(err: Any) -> str:
         for field in sorted(fields, key=len, reverse=True):
             message = re.sub(rf"\b{re.escape(field)}\b", env_name((*loc, field)), message)
         return message
+    if _is_secret(loc):
+        return f"{env_name(loc)}: {message}"  # never echo a secret
     return f"{env_name(loc)}: {message} (got {value!r})"
+
+
+def _is_secret(loc: tuple[int | str, ...]) -> bool:
+    section = _section_model(str(loc[0])) if len(loc) == 2 else None
+    field = section.model_fields.get(str(loc[1])) if section is not None else None
+    return field is not None and "SecretStr" in str(field.annotation)
 
 
 def _render(value: object) -> str:

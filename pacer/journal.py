@@ -2,9 +2,14 @@
 
 Used from one thread (the event loop's). The file is in WAL mode with ``synchronous=FULL``: every
 write method has committed, and fsynced, before it returns. Only partitions that finished have a
-row; a partition without one is pending, so adding a job of a million partitions writes one row.
-Each failed attempt of a partition has a row in ``attempts`` (its reason), so a restart knows
-how many attempts a pending partition has had.
+row; a partition without one is pending, so adding a job of a million partitions writes one row,
+and a page of partitions (``partition_page``) reads at most a page of rows. Each failed attempt
+of a partition has a row in ``attempts`` (its reason), so a restart knows how many attempts a
+pending partition has had.
+
+Schema versions (``PRAGMA user_version``): 1, jobs, partitions and estimates; 2, an idempotency
+key and request digest per job, an index of failed partitions, and the attempts table. An older
+file is upgraded in place when opened.
 """
 
 from __future__ import annotations
@@ -22,36 +27,51 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
 
-SCHEMA_VERSION = 2  # 2: the attempts table
+SCHEMA_VERSION = 2
 MAX_PARTITIONS = 1_000_000
+MAX_PAGE = 1_000
+MAX_IDEMPOTENCY_KEY = 128
 BUSY_TIMEOUT_MS = 5_000
 
-_SCHEMA = f"""
-BEGIN IMMEDIATE;
-CREATE TABLE IF NOT EXISTS jobs (
+# The statements that bring a file from version n - 1 to n, run in one transaction.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """CREATE TABLE IF NOT EXISTS jobs (
     seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, state TEXT NOT NULL,
     partitions INTEGER NOT NULL, partitions_done INTEGER NOT NULL, workload TEXT,
     params TEXT NOT NULL, priority INTEGER NOT NULL, created_at REAL NOT NULL,
-    updated_at REAL NOT NULL, error TEXT, result_digest TEXT);
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, created_at, seq);
-CREATE INDEX IF NOT EXISTS jobs_by_age ON jobs (created_at, seq);
-CREATE INDEX IF NOT EXISTS jobs_by_update ON jobs (state, updated_at);
-CREATE TABLE IF NOT EXISTS partitions (
+    updated_at REAL NOT NULL, error TEXT, result_digest TEXT)""",
+        "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, created_at, seq)",
+        "CREATE INDEX IF NOT EXISTS jobs_by_age ON jobs (created_at, seq)",
+        "CREATE INDEX IF NOT EXISTS jobs_by_update ON jobs (state, updated_at)",
+        """CREATE TABLE IF NOT EXISTS partitions (
     job_id TEXT NOT NULL, idx INTEGER NOT NULL, state TEXT NOT NULL, synthesis_s REAL,
     gpu_s REAL, phases TEXT NOT NULL, digest TEXT, error TEXT, gpu INTEGER,
-    completed_at REAL NOT NULL, PRIMARY KEY (job_id, idx)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS attempts (
+    completed_at REAL NOT NULL, PRIMARY KEY (job_id, idx)) WITHOUT ROWID""",
+        """CREATE TABLE IF NOT EXISTS estimates (
+    id INTEGER PRIMARY KEY CHECK (id = 1), estimates TEXT NOT NULL)""",
+    ),
+    2: (
+        # A retried submission names the job it created by its key; the digest of the request
+        # tells a retry from a different request reusing the key. Kept as long as the job.
+        "ALTER TABLE jobs ADD COLUMN idempotency_key TEXT",
+        "ALTER TABLE jobs ADD COLUMN request_digest TEXT",
+        "CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_key ON jobs (idempotency_key)"
+        " WHERE idempotency_key IS NOT NULL",
+        # A job's failures without scanning its million completed rows.
+        "CREATE INDEX IF NOT EXISTS partitions_failed ON partitions (job_id, idx)"
+        " WHERE state = 'failed'",
+        # Each failed attempt of a partition and why, so retries count across restarts.
+        """CREATE TABLE IF NOT EXISTS attempts (
     job_id TEXT NOT NULL, idx INTEGER NOT NULL, attempt INTEGER NOT NULL, reason TEXT NOT NULL,
-    gpu INTEGER, at REAL NOT NULL, PRIMARY KEY (job_id, idx, attempt)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS estimates (
-    id INTEGER PRIMARY KEY CHECK (id = 1), estimates TEXT NOT NULL);
-PRAGMA user_version = {SCHEMA_VERSION};
-COMMIT;
-"""
+    gpu INTEGER, at REAL NOT NULL, PRIMARY KEY (job_id, idx, attempt)) WITHOUT ROWID""",
+    ),
+}
 _JOB_COLUMNS = (
     "id, state, partitions, partitions_done, workload, params, priority, created_at, updated_at,"
     " error, result_digest"
 )
+_FAILED = "INDEXED BY partitions_failed"
 _PARTITION_COLUMNS = "idx, state, synthesis_s, gpu_s, phases, digest, error, gpu, completed_at"
 _ATTEMPT_COLUMNS = "idx, attempt, reason, gpu, at"
 
@@ -87,6 +107,18 @@ class UnknownJob(KeyError):  # noqa: N818 - a domain name, like PoolExhausted
 
     def __str__(self) -> str:
         return f"unknown job {self.job_id!r}"
+
+
+class IdempotencyConflict(ValueError):  # noqa: N818 - a domain name, like UnknownJob
+    """An idempotency key already names a job that was submitted with a different request."""
+
+    def __init__(self, key: str, job_id: str) -> None:
+        super().__init__(
+            f"Idempotency-Key {key!r} was used for job {job_id} with a different request; a "
+            "key may only repeat the request it was first sent with"
+        )
+        self.key = key
+        self.job_id = job_id
 
 
 class NewerSchemaError(RuntimeError):
@@ -148,6 +180,17 @@ class PartitionRecord:
     gpu: int | None = None
     completed_at: float | None = None
     attempts: list[Attempt] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PartitionSummary:
+    """How many of a job's partitions are pending (no result yet: waiting, synthesizing or
+    proving), completed and failed, and its first failures as (index, error), lowest first."""
+
+    pending: int
+    completed: int
+    failed: int
+    first_failures: list[tuple[int, str]]
 
 
 def _is_int(value: object) -> bool:
@@ -217,6 +260,22 @@ def _checked_params_json(
         raise ValueError(f"params must be JSON-serializable with finite numbers: {e}") from e
 
 
+def _keyed_request(
+    key: str, partitions: int, workload: str | None, params: dict[str, Any], priority: int
+) -> tuple[str, str]:
+    """Check a keyed job request; its params as JSON and the request's digest (SHA-256 of its
+    canonical form: the same request, the same digest)."""
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
+        raise ValueError(
+            f"idempotency key must be a string of 1 to {MAX_IDEMPOTENCY_KEY} characters, "
+            f"got {key!r:.80}"
+        )
+    params_json = _checked_params_json(partitions, workload, params, priority)
+    canonical = json.dumps([partitions, workload, json.loads(params_json), priority],
+                           sort_keys=True, separators=(",", ":"))  # fmt: skip
+    return params_json, hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def _check_index(job: JobRecord, index: int) -> None:
     if not _is_int(index) or not 0 <= index < job.partitions:
         raise ValueError(
@@ -259,10 +318,20 @@ class Journal:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = FULL")
             if found < SCHEMA_VERSION:
-                self._db.executescript(_SCHEMA)
+                self._migrate()
         except BaseException:
             self._db.close()
             raise
+
+    def _migrate(self) -> None:
+        """Bring the file to SCHEMA_VERSION in one transaction. The version is read again under
+        the write lock: another process may have upgraded the file meanwhile."""
+        with self._transaction() as db:
+            found = db.execute("PRAGMA user_version").fetchone()[0]
+            for version in range(found + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[version]:
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:
         """Close the file; later calls raise ``sqlite3.ProgrammingError``. Idempotent."""
@@ -299,16 +368,61 @@ class Journal:
         ``params`` must be JSON-serializable; the record holds them as read back from JSON.
         """
         params_json = _checked_params_json(partitions, workload, params, priority)
+        with self._transaction():
+            return self._insert_job(partitions, workload, params_json, priority, None, None)
+
+    def add_job_once(
+        self, key: str, partitions: int, workload: str | None, params: dict[str, Any],
+        priority: int = 0,
+    ) -> tuple[JobRecord, bool]:  # fmt: skip
+        """``add_job`` under an idempotency key: the job, and whether it is new.
+
+        The first call with ``key`` journals the job; a later one with the same request returns
+        that job (False); one with a different request raises ``IdempotencyConflict`` and writes
+        nothing. The key is remembered as long as its job is (until ``prune``).
+        """
+        params_json, digest = _keyed_request(key, partitions, workload, params, priority)
+        with self._transaction():
+            job = self._job_for_key(key, digest)
+            if job is not None:
+                return job, False
+            return self._insert_job(partitions, workload, params_json, priority, key, digest), True
+
+    def job_for_key(
+        self, key: str, partitions: int, workload: str | None, params: dict[str, Any],
+        priority: int = 0,
+    ) -> JobRecord | None:  # fmt: skip
+        """The job ``key`` names if it was added with this request; None if the key is new;
+        ``IdempotencyConflict`` if it was added with another request. Writes nothing."""
+        _, digest = _keyed_request(key, partitions, workload, params, priority)
+        return self._job_for_key(key, digest)
+
+    def _job_for_key(self, key: str, digest: str) -> JobRecord | None:
+        row = self._db.execute(
+            "SELECT id, request_digest FROM jobs WHERE idempotency_key = ?", (key,)
+        ).fetchone()
+        if row is None:
+            return None
+        if row[1] != digest:
+            raise IdempotencyConflict(key, row[0])
+        return self._require(row[0])
+
+    def _insert_job(
+        self, partitions: int, workload: str | None, params_json: str, priority: int,
+        key: str | None, digest: str | None,
+    ) -> JobRecord:  # fmt: skip
+        """Insert a queued job, in the open transaction."""
         now = self._clock()
         job = JobRecord(
             uuid.uuid4().hex[:16], JobState.QUEUED, partitions, 0, workload,
             json.loads(params_json), priority, now, now, None, None,
         )  # fmt: skip
-        with self._transaction() as db:
-            db.execute(
-                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, NULL, NULL)",
-                (job.id, job.state, partitions, workload, params_json, priority, now, now),
-            )
+        self._db.execute(
+            f"INSERT INTO jobs ({_JOB_COLUMNS}, idempotency_key, request_digest)"
+            " VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, NULL, NULL, ?, ?)",
+            (job.id, job.state, partitions, workload, params_json, priority, now, now, key,
+             digest),
+        )  # fmt: skip
         return job
 
     def _transition(self, job: JobRecord, to: JobState, error: str | None = None) -> JobRecord:
@@ -495,29 +609,74 @@ class Journal:
 
     def partitions(self, job_id: str) -> list[PartitionRecord]:
         """All the job's partitions in index order, pending ones included; ``UnknownJob`` if
-        there is no such job.
+        there is no such job. A list as long as the job: for small jobs and tests; the API
+        pages with ``partition_page``.
         """
         job = self._require(job_id)
+        return self._page(job, 0, job.partitions)
+
+    def partition_page(self, job_id: str, offset: int, limit: int) -> list[PartitionRecord]:
+        """The job's partitions ``offset`` to ``offset + limit - 1`` (fewer past its end), in
+        index order, pending ones included; ``UnknownJob`` if there is no such job.
+
+        Reads at most ``limit`` rows (``limit`` at most MAX_PAGE): the pending records of the
+        page are made up for its index range only.
+        """
+        if not _is_int(offset) or offset < 0:
+            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
+        if not _is_int(limit) or not 1 <= limit <= MAX_PAGE:
+            raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
+        return self._page(self._require(job_id), offset, limit)
+
+    def _page(self, job: JobRecord, offset: int, limit: int) -> list[PartitionRecord]:
+        end = min(offset + limit, job.partitions)
+        if end <= offset:
+            return []
         rows = self._db.execute(
-            f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE job_id = ?", (job_id,)
+            f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE job_id = ? AND idx >= ?"
+            " AND idx < ? ORDER BY idx LIMIT ?",
+            (job.id, offset, end, end - offset),
         )
         attempts: dict[int, list[Attempt]] = {}
         for row in self._db.execute(
-            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE job_id = ? ORDER BY idx, attempt",
-            (job_id,),
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE job_id = ? AND idx >= ? AND idx < ?"
+            " ORDER BY idx, attempt",
+            (job.id, offset, end),
         ):
             attempts.setdefault(row[0], []).append(Attempt(*row))
         stored = {
-            idx: PartitionRecord(job_id, idx, PartitionState(state), synthesis_s, gpu_s,
+            idx: PartitionRecord(job.id, idx, PartitionState(state), synthesis_s, gpu_s,
                                  json.loads(phases), digest, error, gpu, completed_at,
                                  attempts.get(idx, []))
             for idx, state, synthesis_s, gpu_s, phases, digest, error, gpu, completed_at in rows
         }  # fmt: skip
         pending = PartitionState.PENDING
         return [
-            stored.get(i) or PartitionRecord(job_id, i, pending, attempts=attempts.get(i, []))
-            for i in range(job.partitions)
+            stored.get(i) or PartitionRecord(job.id, i, pending, attempts=attempts.get(i, []))
+            for i in range(offset, end)
         ]
+
+    def partition_summary(self, job_id: str, failures: int = 5) -> PartitionSummary:
+        """Counts of the job's partitions by state and its first ``failures`` failures, without
+        reading its completed rows; ``UnknownJob`` if there is no such job."""
+        job = self._require(job_id)
+        # The partial index of failures; on the primary key SQLite would read every row of
+        # the job. The literal 'failed' (not a parameter) is what makes the index usable.
+        failed = self._db.execute(
+            f"SELECT COUNT(*) FROM partitions {_FAILED} WHERE job_id = ? AND state = 'failed'",
+            (job_id,),
+        ).fetchone()[0]
+        first = self._db.execute(
+            f"SELECT idx, error FROM partitions {_FAILED} WHERE job_id = ? AND state = 'failed'"
+            " ORDER BY idx LIMIT ?",
+            (job_id, failures),
+        )
+        return PartitionSummary(
+            pending=job.partitions - job.partitions_done - failed,
+            completed=job.partitions_done,
+            failed=failed,
+            first_failures=[(idx, error) for idx, error in first],
+        )
 
     def counts(self) -> dict[JobState, int]:
         """How many jobs are in each state (every state present, 0 if none)."""

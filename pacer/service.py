@@ -44,13 +44,22 @@ from typing import Any, TypeVar
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from pacer.api import build_app
+from pacer.admission import Admission
+from pacer.api import build_runner
 from pacer.attempts import Call, CallLimits, RetrySchedule
 from pacer.baselines import CuzkPacer, Unpaced
 from pacer.config import ControllerSettings, Settings
 from pacer.controller import PIController
 from pacer.estimates import Estimates
-from pacer.journal import JobRecord, JobState, Journal, PartitionResult, UnknownJob
+from pacer.journal import (
+    JobRecord,
+    JobState,
+    Journal,
+    PartitionRecord,
+    PartitionResult,
+    PartitionSummary,
+    UnknownJob,
+)
 from pacer.metrics import Metrics
 from pacer.pipeline import Observer, Outcome, Pipeline
 from pacer.policy import Caps, DispatchPolicy, PolicyConflictError
@@ -149,6 +158,7 @@ class Service:
         self._orders: dict[str, int] = {}  # job → its place in the backlog, kept for retries
         self._retries: dict[tuple[str, int], asyncio.TimerHandle] = {}  # waiting out a backoff
         self._started_jobs: set[str] = set()
+        self.admission = Admission(settings.api.max_backlog)
         self.workload: Workload = load_workload(settings)
         self.verify_every = _or_workload_says(settings.verify_every, self.workload,
                                               "verify_every", 1)  # fmt: skip
@@ -232,7 +242,7 @@ class Service:
         self.pipeline.start(self.supervisor)
         self._committer = self.supervisor.start("journal", self._commit_loop)
         self._upkeeper = self.supervisor.start("upkeep", self._upkeep_loop)
-        self._runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
+        self._runner = build_runner(self)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.api.host, self.settings.api.port)
         await site.start()
@@ -362,11 +372,45 @@ class Service:
     # -- jobs ---------------------------------------------------------------------------------
 
     async def submit(self, partitions: int, params: dict[str, Any], priority: int) -> JobRecord:
-        """Journal a job (durable on return), then queue its partitions."""
-        job = await self.db(self.journal.add_job, partitions, self.workload.name, params, priority)
-        self._enqueue(job, list(range(partitions)))
+        """Journal a job (durable on return), then queue its partitions. BacklogFullError if
+        they would take the backlog past PACER_API__MAX_BACKLOG: then nothing is journaled."""
+        with self.admission.reserve(self.pipeline.backlog, partitions, self._backlog_rate()):
+            job = await self.db(
+                self.journal.add_job, partitions, self.workload.name, params, priority
+            )
+            self._enqueue(job, list(range(partitions)))
         log.info("job accepted: %d partitions", partitions, extra={"job": job.id})
         return job
+
+    async def submit_once(
+        self, key: str, partitions: int, params: dict[str, Any], priority: int
+    ) -> tuple[JobRecord, bool]:
+        """``submit`` under an idempotency key: the job, and whether it is new. A retry of an
+        accepted request returns its job whatever the backlog; the same key with another
+        request raises IdempotencyConflict."""
+        name = self.workload.name
+        found = await self.db(self.journal.job_for_key, key, partitions, name, params, priority)
+        if found is not None:
+            return found, False
+        with self.admission.reserve(self.pipeline.backlog, partitions, self._backlog_rate()):
+            job, created = await self.db(
+                self.journal.add_job_once, key, partitions, name, params, priority
+            )
+            if created:  # else a twin of this request was journaled meanwhile
+                self._enqueue(job, list(range(partitions)))
+        if created:
+            log.info("job accepted: %d partitions", partitions, extra={"job": job.id})
+        return job, created
+
+    def _backlog_rate(self) -> float | None:
+        """Partitions per second leaving the backlog, from the PI controller's estimates: the
+        GPUs' rate, or synthesis's cap where lower; None while unknown (or under a baseline)."""
+        if not isinstance(self.policy, PIController):
+            return None
+        gpu_s = self.policy.estimates.gpu_service_s
+        if not gpu_s:
+            return None
+        return min(self.pipeline.workers / gpu_s, self.policy.terms.rate_cap_per_s)
 
     def _enqueue(self, job: JobRecord, indices: list[int]) -> None:
         order = self._orders.get(job.id)
@@ -554,24 +598,59 @@ class Service:
     # -- views ----------------------------------------------------------------------------------
 
     async def list_jobs(self, state: str | None, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` jobs, newest first, as JSON objects built on the journal's thread."""
         if state is not None and state not in {s.value for s in JobState}:
             raise ValueError(f"state must be one of {', '.join(s.value for s in JobState)}")
-        jobs = await self.db(self.journal.list_jobs, JobState(state) if state else None, limit)
-        return [_job_json(job) for job in jobs]
+        chosen = JobState(state) if state else None
+        return await self.db(lambda: [_job_json(j) for j in self.journal.list_jobs(chosen, limit)])
 
-    async def job_detail(self, job_id: str) -> dict[str, Any] | None:
-        job = await self.db(self.journal.get_job, job_id)
-        if job is None:
+    async def job_detail(self, job_id: str, page: int) -> dict[str, Any] | None:
+        """The job, counts of its partitions by state with its first failures, and its first
+        ``page`` partitions (``partitions_next_offset``: where the next page starts, or None);
+        None if there is no such job. Built on the journal's thread, never the whole job."""
+
+        def build() -> dict[str, Any] | None:
+            job = self.journal.get_job(job_id)
+            if job is None:
+                return None
+            summary = self.journal.partition_summary(job_id)
+            records = self.journal.partition_page(job_id, 0, page)
+            return {
+                **_job_json(job),
+                "partitions_summary": _summary_json(summary),
+                "last_failures": [asdict(a) for a in self.journal.failures(job_id, LAST_FAILURES)],
+                "partition_results": [_partition_json(p) for p in records],
+                "partitions_next_offset": page if job.partitions > page else None,
+            }
+
+        try:
+            return await self.db(build)
+        except UnknownJob:  # pruned between two reads
             return None
-        out = _job_json(job)
-        out["last_failures"] = [
-            asdict(a) for a in await self.db(self.journal.failures, job_id, LAST_FAILURES)
-        ]
-        out["partition_results"] = [
-            {k: v for k, v in asdict(p).items() if k != "job_id"}
-            for p in await self.db(self.journal.partitions, job_id)
-        ]
-        return out
+
+    async def partition_page(self, job_id: str, offset: int, limit: int) -> dict[str, Any] | None:
+        """Partitions ``offset`` to ``offset + limit - 1`` of a job, pending ones included, with
+        ``next_offset`` (None after the last); None if there is no such job."""
+
+        def build() -> dict[str, Any] | None:
+            job = self.journal.get_job(job_id)
+            if job is None:
+                return None
+            records = self.journal.partition_page(job_id, offset, limit)
+            end = offset + limit
+            return {
+                "id": job_id,
+                "partitions": job.partitions,
+                "offset": offset,
+                "limit": limit,
+                "next_offset": end if end < job.partitions else None,
+                "partition_results": [_partition_json(p) for p in records],
+            }
+
+        try:
+            return await self.db(build)
+        except UnknownJob:
+            return None
 
     def controller_state(self) -> dict[str, Any]:
         """The dispatch policy: its name, mode, interval (s) and bootstrap counters; under pi
@@ -716,6 +795,22 @@ def _job_json(job: JobRecord) -> dict[str, Any]:
     out = asdict(job)
     out["state"] = job.state.value
     return out
+
+
+def _partition_json(record: PartitionRecord) -> dict[str, Any]:
+    out = asdict(record)
+    del out["job_id"]
+    out["state"] = record.state.value
+    return out
+
+
+def _summary_json(summary: PartitionSummary) -> dict[str, Any]:
+    return {
+        "pending": summary.pending,
+        "completed": summary.completed,
+        "failed": summary.failed,
+        "first_failures": [{"index": i, "error": e} for i, e in summary.first_failures],
+    }
 
 
 class _Signals:

@@ -216,3 +216,56 @@ def test_status_says_why_the_service_is_not_ready(
     client: Any = StatusOnly(status_body({"total_bytes": 0, "in_use_bytes": 0}) | changes)
     assert cli_client._status(client, argparse.Namespace(json=False)) == 0
     assert re.search(rf"^state +{re.escape(state)}$", capsys.readouterr().out, re.M)
+
+
+class JobOnly:
+    """A client that answers a job's detail and a page of its partitions."""
+
+    base_url = "http://127.0.0.1:9470"
+
+    def __init__(self) -> None:
+        self.pages: list[tuple[str, int, int]] = []
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return {
+            "id": job_id, "state": "failed", "error": "out of GPU memory", "partitions": 1000,
+            "priority": 2, "params": {"log_n": 18}, "result_digest": None,
+            "partitions_summary": {"pending": 989, "completed": 10, "failed": 1,
+                                   "first_failures": [{"index": 7, "error": "out of GPU memory"}]},
+        }  # fmt: skip
+
+    def partitions(self, job_id: str, offset: int, limit: int) -> dict[str, Any]:
+        self.pages.append((job_id, offset, limit))
+        return {
+            "next_offset": offset + limit,
+            "partition_results": [
+                {"index": 6, "state": "completed", "gpu": 0, "synthesis_s": 1.25, "gpu_s": 0.5,
+                 "digest": "ab" * 32, "error": None},
+                {"index": 7, "state": "failed", "gpu": None, "synthesis_s": None, "gpu_s": None,
+                 "digest": None, "error": "out of GPU memory"},
+            ],
+        }  # fmt: skip
+
+
+def test_status_of_a_job_shows_its_counts_failures_and_a_page(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client: Any = JobOnly()
+    args = argparse.Namespace(job="0123456789abcdef", json=False, offset=6, limit=2)
+    assert cli_client._job_status(client, args) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^state +failed: out of GPU memory$", out, re.M), out
+    assert re.search(r"^partitions +1000: 10 completed, 1 failed, 989 pending$", out, re.M)
+    assert re.search(r"^failed +partition 7: out of GPU memory$", out, re.M)
+    assert re.search(r"^ +6 +completed +0 +1\.250 +0\.500 +abab", out, re.M), out
+    assert re.search(r"^ +7 +failed +- +- +- +out of GPU memory", out, re.M), out
+    assert "(more from --offset 8)" in out
+    assert client.pages == [("0123456789abcdef", 6, 2)]
+
+
+def test_status_of_a_job_asks_for_no_page_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    client: Any = JobOnly()
+    args = argparse.Namespace(job="0123456789abcdef", json=True, offset=0, limit=0)
+    assert cli_client._job_status(client, args) == 0
+    assert json.loads(capsys.readouterr().out)["partitions"] == 1000
+    assert client.pages == []

@@ -5,10 +5,20 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from pacer.config import SettingsError, effective, load_settings, markdown_table, variables
+from pacer.config import (
+    Settings,
+    SettingsError,
+    effective,
+    env_name,
+    load_settings,
+    markdown_table,
+    variables,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,6 +69,34 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
             "PACER_NTT__LOG_N: 28 exceeds 27, the largest power-of-two domain of babybear",
         ),
         ({"PACER_NTT__LOG_N": "31"}, "PACER_NTT__LOG_N: Input should be less than or equal to 30"),
+        ({"PACER_CONTROLLER__KP": "inf"}, "PACER_CONTROLLER__KP: Input should be a finite number"),
+        (
+            {"PACER_CONTROLLER__TARGET_READY": "1e400"},
+            "PACER_CONTROLLER__TARGET_READY: Input should be a finite number",
+        ),
+        (
+            {"PACER_CONTROLLER__SPREAD_SIGMAS": "nan"},
+            "PACER_CONTROLLER__SPREAD_SIGMAS: Input should be a finite number",
+        ),
+        (
+            {"PACER_SHUTDOWN__DRAIN_S": "1e300"},
+            "PACER_SHUTDOWN__DRAIN_S: Input should be less than or equal to 86400",
+        ),
+        (
+            {"PACER_MEMORY__BUDGET_BYTES": "99999999TiB"},
+            "PACER_MEMORY__BUDGET_BYTES: Input should be less than or equal to",
+        ),
+        ({"PACER_API__TOKEN": ""}, "PACER_API__TOKEN: must be at least 16 characters, got 0"),
+        ({"PACER_API__TOKEN": "x"}, "PACER_API__TOKEN: must be at least 16 characters, got 1"),
+        (
+            {"PACER_API__TOKEN": "sixteen chars ok"},
+            "PACER_API__TOKEN: must be visible ASCII characters without spaces",
+        ),
+        (
+            {"PACER_API__HEADER_TIMEOUT_S": "0"},
+            "PACER_API__HEADER_TIMEOUT_S: Input should be greater than 0",
+        ),
+        ({"PACER_API__MAX_BACKLOG": "0"}, "PACER_API__MAX_BACKLOG: Input should be greater than"),
         (
             {"PACER_NTT__FIELD": "bn254"},
             "PACER_NTT__FIELD: Input should be 'babybear' or 'goldilocks' (got 'bn254')",
@@ -77,6 +115,16 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         "log-n-past-two-adicity",
         "log-n-past-device-indices",
         "unknown-field",
+        "gain-inf",
+        "setpoint-overflow",
+        "sigmas-nan",
+        "drain-absurd",
+        "budget-absurd",
+        "token-empty",
+        "token-one-character",
+        "token-with-spaces",
+        "header-timeout-zero",
+        "backlog-zero",
     ],
 )
 def test_invalid_value_names_variable_and_rule(
@@ -87,6 +135,50 @@ def test_invalid_value_names_variable_and_rule(
     with pytest.raises(SettingsError) as info:
         load_settings()
     assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+
+
+def test_a_refused_token_is_not_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PACER_API__TOKEN", "hunter2")
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert "hunter2" not in str(info.value)
+
+
+def test_every_number_of_the_schema_is_bounded_on_both_sides() -> None:
+    for var_name, field in numeric_fields():
+        bounds = {type(rule).__name__ for rule in field.metadata}
+        assert bounds & {"Ge", "Gt"}, f"{var_name} has no lower bound"
+        assert bounds & {"Le", "Lt"}, f"{var_name} has no upper bound"
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e400"])
+def test_no_number_of_the_schema_takes_a_non_finite_value(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    for var_name, _ in numeric_fields():
+        monkeypatch.setenv(var_name, value)
+        with pytest.raises(SettingsError) as info:
+            load_settings()
+        assert any(p.startswith(f"{var_name}:") for p in info.value.problems), var_name
+        monkeypatch.delenv(var_name)
+
+
+def numeric_fields() -> list[tuple[str, Any]]:
+    """(variable, field) of every int, float or byte-size setting."""
+    out = []
+    for name, top in Settings.model_fields.items():
+        section = top.annotation
+        fields = (
+            section.model_fields.items()
+            if isinstance(section, type) and issubclass(section, BaseModel)
+            else [(None, top)]
+        )
+        for field_name, field in fields:
+            annotation = str(field.annotation)
+            if any(kind in annotation for kind in ("int", "float", "ByteSize")):
+                out.append((env_name((name,) if field_name is None else (name, field_name)), field))
+    assert len(out) > 25
+    return out
 
 
 def test_cli_invalid_setting_exits_nonzero_without_traceback() -> None:

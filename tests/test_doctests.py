@@ -9,12 +9,14 @@ import pytest
 
 MODULES = [
     "pacer.attempts",
+    "pacer.admission",
     "pacer.baselines",
     "pacer.controller",
     "pacer.supervision",
     "pacer.table",
     "pacer.threads",
     "pacer.settle.detector",
+    "pacer.strict_json",
     "gpu.field",
     "gpu.ntt",
     "gpu.pool",

@@ -14,8 +14,11 @@ from typing import Any
 import pytest
 
 from pacer.journal import (
+    MAX_PAGE,
     MAX_PARTITIONS,
+    SCHEMA_VERSION,
     Attempt,
+    IdempotencyConflict,
     JobRecord,
     JobState,
     Journal,
@@ -23,6 +26,7 @@ from pacer.journal import (
     PartitionRecord,
     PartitionResult,
     PartitionState,
+    PartitionSummary,
     UnknownJob,
     result_digest,
 )
@@ -309,11 +313,140 @@ def test_fail_partition_refuses_an_empty_error(journal: Journal) -> None:
 
 def test_a_journal_with_a_newer_schema_is_refused(path: Path) -> None:
     with closing(sqlite3.connect(path)) as db:
-        db.execute("PRAGMA user_version = 3")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     with pytest.raises(
-        NewerSchemaError, match="schema version 3; this pacer reads up to version 2"
+        NewerSchemaError,
+        match=f"schema version {SCHEMA_VERSION + 1}; this pacer reads up to version "
+        f"{SCHEMA_VERSION}",
     ):
         Journal(path)
+
+
+# The schema of version 1 as pacer wrote it, to test the upgrade of an existing file.
+VERSION_1 = """
+CREATE TABLE jobs (
+    seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, state TEXT NOT NULL,
+    partitions INTEGER NOT NULL, partitions_done INTEGER NOT NULL, workload TEXT,
+    params TEXT NOT NULL, priority INTEGER NOT NULL, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL, error TEXT, result_digest TEXT);
+CREATE INDEX jobs_by_state ON jobs (state, created_at, seq);
+CREATE INDEX jobs_by_age ON jobs (created_at, seq);
+CREATE INDEX jobs_by_update ON jobs (state, updated_at);
+CREATE TABLE partitions (
+    job_id TEXT NOT NULL, idx INTEGER NOT NULL, state TEXT NOT NULL, synthesis_s REAL,
+    gpu_s REAL, phases TEXT NOT NULL, digest TEXT, error TEXT, gpu INTEGER,
+    completed_at REAL NOT NULL, PRIMARY KEY (job_id, idx)) WITHOUT ROWID;
+CREATE TABLE estimates (id INTEGER PRIMARY KEY CHECK (id = 1), estimates TEXT NOT NULL);
+INSERT INTO jobs VALUES (1, 'aaaaaaaaaaaaaaaa', 'running', 3, 1, 'ntt', '{}', 0, 1.0, 2.0,
+    NULL, NULL);
+INSERT INTO partitions VALUES ('aaaaaaaaaaaaaaaa', 1, 'completed', 3.0, 0.5, '{}', 'd1', NULL,
+    0, 2.0);
+INSERT INTO estimates VALUES (1, '{"gpu_service_s": 1.5}');
+PRAGMA user_version = 1;
+"""
+
+
+def test_a_version_1_journal_is_upgraded_in_place_and_keeps_its_jobs(path: Path) -> None:
+    with closing(sqlite3.connect(path)) as db:
+        db.executescript(VERSION_1)
+    with Journal(path) as journal:
+        old = current(journal, "aaaaaaaaaaaaaaaa")
+        assert (old.state, old.partitions_done) == ("running", 1)
+        assert [p.state for p in journal.partitions(old.id)] == ["pending", "completed", "pending"]
+        assert journal.load_estimates() == {"gpu_service_s": 1.5}
+        assert journal.partition_summary(old.id) == PartitionSummary(2, 1, 0, [])
+        job, created = journal.add_job_once("retry-1", 2, "ntt", {})
+        assert created
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    with Journal(path) as journal:  # a second open finds it current and changes nothing
+        assert journal.add_job_once("retry-1", 2, "ntt", {}) == (job, False)
+        assert len(journal.list_jobs()) == 2
+
+
+def test_an_idempotency_key_returns_its_job_for_the_same_request_only(
+    journal: Journal, clock: FakeClock
+) -> None:
+    job, created = journal.add_job_once("k-1", 4, "w", {"seed": 1}, priority=2)
+    assert created
+    clock.advance(5)
+    assert journal.add_job_once("k-1", 4, "w", {"seed": 1}, priority=2) == (job, False)
+    assert journal.job_for_key("k-1", 4, "w", {"seed": 1}, 2) == job
+    assert journal.job_for_key("k-2", 4, "w", {"seed": 1}, 2) is None
+    for changed in [(5, "w", {"seed": 1}, 2), (4, "w", {"seed": 2}, 2), (4, "w", {"seed": 1}, 0)]:
+        with pytest.raises(IdempotencyConflict, match=f"used for job {job.id} with a different"):
+            journal.add_job_once("k-1", *changed)
+        with pytest.raises(IdempotencyConflict):
+            journal.job_for_key("k-1", *changed)
+    assert journal.list_jobs() == [job]
+    with pytest.raises(ValueError, match="idempotency key must be a string of 1 to 128"):
+        journal.add_job_once("k" * 129, 1, "w", {})
+
+
+def test_an_idempotency_key_is_forgotten_with_its_pruned_job(
+    journal: Journal, clock: FakeClock
+) -> None:
+    job, _ = journal.add_job_once("k", 1, "w", {})
+    journal.complete_partitions([proved(job.id, 0)])
+    clock.advance(100)
+    assert journal.prune(retention_s=10) == 1
+    again, created = journal.add_job_once("k", 2, "w", {})
+    assert created
+    assert again.id != job.id
+
+
+def test_a_page_of_a_million_partitions_reads_at_most_a_page_of_rows(journal: Journal) -> None:
+    big = journal.add_job(MAX_PARTITIONS, None, {})
+    journal.complete_partitions([proved(big.id, i) for i in range(0, 20_000, 2)])
+    journal.fail_partition(big.id, 20_001, "lost the GPU")
+    journal.fail_partition(big.id, 7, "ignored: the job has failed")  # not journaled
+    rows = 0
+
+    def counting(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        nonlocal rows
+        rows += 1
+        return row
+
+    journal._db.row_factory = counting  # count the rows SQLite hands to Python
+    page = journal.partition_page(big.id, 10_000, MAX_PAGE)
+    assert rows <= MAX_PAGE + 1  # the page's rows, and the job's
+    assert [p.index for p in page] == list(range(10_000, 11_000))
+    assert [p.state for p in page[:3]] == ["completed", "pending", "completed"]
+    assert page[1] == PartitionRecord(big.id, 10_001, PartitionState.PENDING)
+    rows = 0
+    summary = journal.partition_summary(big.id)
+    assert rows <= 10
+    assert summary == PartitionSummary(
+        pending=MAX_PARTITIONS - 10_001, completed=10_000, failed=1,
+        first_failures=[(20_001, "lost the GPU")],
+    )  # fmt: skip
+    rows = 0
+    assert journal.partition_page(big.id, MAX_PARTITIONS - 2, 10) == [
+        PartitionRecord(big.id, MAX_PARTITIONS - 2, PartitionState.PENDING),
+        PartitionRecord(big.id, MAX_PARTITIONS - 1, PartitionState.PENDING),
+    ]
+    assert journal.partition_page(big.id, MAX_PARTITIONS, 10) == []
+    assert rows <= 2
+
+
+@pytest.mark.parametrize(
+    ("offset", "limit", "message"),
+    [
+        (-1, 10, "offset must be an integer >= 0"),
+        (0, 0, "limit must be an integer from 1 to"),
+        (0, MAX_PAGE + 1, "limit must be an integer from 1 to"),
+        (True, 10, "offset must be an integer"),
+    ],
+    ids=["negative-offset", "zero-limit", "huge-limit", "bool-offset"],
+)
+def test_partition_page_refuses_bad_bounds(
+    journal: Journal, offset: Any, limit: Any, message: str
+) -> None:
+    job = journal.add_job(3, None, {})
+    with pytest.raises(ValueError, match=message):
+        journal.partition_page(job.id, offset, limit)
+    with pytest.raises(UnknownJob):
+        journal.partition_page("nope", 0, 10)
 
 
 def test_a_killed_process_leaves_a_readable_journal_with_its_job(path: Path) -> None:
@@ -413,11 +546,10 @@ def test_prune_deletes_the_attempts_of_the_jobs_it_deletes(
 
 
 def test_a_version_1_journal_gains_the_attempts_table(path: Path) -> None:
-    with Journal(path) as journal:
-        job = journal.add_job(2, None, {})
     with closing(sqlite3.connect(path)) as db:
-        db.executescript("DROP TABLE attempts; PRAGMA user_version = 1;")
+        db.executescript(VERSION_1)
     with Journal(path) as journal:
-        assert journal.record_attempt(job.id, 0, "boom", None, 3)[0] == 1
+        assert journal.record_attempt("aaaaaaaaaaaaaaaa", 0, "boom", None, 3)[0] == 1
+        assert [a.reason for a in journal.partitions("aaaaaaaaaaaaaaaa")[0].attempts] == ["boom"]
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA user_version").fetchone() == (2,)

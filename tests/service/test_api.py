@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +11,13 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
+from pacer.journal import PartitionResult
 from pacer.service import ConfigurationError, Service
 from tests.service.conftest import settings_for
 
 pytestmark = pytest.mark.asyncio
+JSON = {"Content-Type": "application/json"}
+TOKEN = "0123456789abcdef-token"
 
 
 def url(service: Service, path: str) -> str:
@@ -102,8 +106,7 @@ BAD_JOBS = [
 async def test_bad_job_is_refused_and_nothing_is_journaled(
     service: Service, raw: bytes, status: int, field: str | None, message: str
 ) -> None:
-    got, body = await call(service, "POST", "/v1/jobs", raw=raw,
-                           headers={"Content-Type": "application/json"})  # fmt: skip
+    got, body = await call(service, "POST", "/v1/jobs", raw=raw, headers=JSON)
     assert got == status
     assert message in body["error"]
     assert body.get("field") == field
@@ -116,7 +119,7 @@ async def test_oversized_body_is_refused(tmp_path: Path) -> None:
     await svc.start()
     try:
         big = b'{"partitions": 1, "params": {"seed": 1, "pad": "' + b"x" * 4000 + b'"}}'
-        status, body = await call(svc, "POST", "/v1/jobs", raw=big)
+        status, body = await call(svc, "POST", "/v1/jobs", raw=big, headers=JSON)
         assert status == 413
         assert "over the limit of 1024 bytes" in body["error"]
         assert await svc.db(svc.journal.list_jobs) == []
@@ -125,7 +128,7 @@ async def test_oversized_body_is_refused(tmp_path: Path) -> None:
 
 
 async def test_token_guards_the_endpoints_that_change_state(tmp_path: Path) -> None:
-    svc = Service(settings_for(tmp_path, PACER_API__TOKEN="s3cret"), CollectorRegistry())
+    svc = Service(settings_for(tmp_path, PACER_API__TOKEN=TOKEN), CollectorRegistry())
     await svc.start()
     try:
         status, body = await call(svc, "POST", "/v1/jobs", {"partitions": 1})
@@ -136,7 +139,7 @@ async def test_token_guards_the_endpoints_that_change_state(tmp_path: Path) -> N
         assert (await call(svc, "PATCH", "/v1/controller", {"kp": 1.0}))[0] == 401
         assert (await call(svc, "DELETE", "/v1/jobs/x"))[0] == 401
         assert (await call(svc, "GET", "/v1/status"))[0] == 200
-        good = {"Authorization": "Bearer s3cret"}
+        good = {"Authorization": f"Bearer {TOKEN}"}
         assert (await call(svc, "POST", "/v1/jobs", {"partitions": 1}, headers=good))[0] == 202
     finally:
         await svc.shutdown()
@@ -146,7 +149,7 @@ async def test_token_guards_the_endpoints_that_change_state(tmp_path: Path) -> N
     ("env", "allowed"),
     [
         ({"PACER_API__HOST": "0.0.0.0"}, False),
-        ({"PACER_API__HOST": "0.0.0.0", "PACER_API__TOKEN": "t"}, True),
+        ({"PACER_API__HOST": "0.0.0.0", "PACER_API__TOKEN": TOKEN}, True),
         ({"PACER_API__HOST": "0.0.0.0", "PACER_API__ALLOW_PUBLIC": "true"}, True),
         ({"PACER_API__HOST": "::1"}, True),
         ({"PACER_API__HOST": "localhost"}, True),
@@ -206,3 +209,198 @@ async def test_status_reports_the_pipeline(service: Service) -> None:
     assert body["controller"]["terms"]["mode"] in ("bootstrap", "pacing", "drained")
     # The CPU workload, with Numba (a dev dependency) taken by PACER_NTT__KERNEL=auto.
     assert body["synthesis"] == {"executor": "threads", "kernel": "numba", "restarts": 0}
+
+
+def strict_loads(text: str) -> Any:
+    """json.loads as a strict parser reads it: NaN and Infinity are errors."""
+
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+async def raw_get(service: Service, path: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(url(service, path)) as r:
+        return r.status, await r.text()
+
+
+async def test_status_and_controller_are_strict_json_on_a_cold_start(service: Service) -> None:
+    for path in ("/v1/status", "/v1/controller"):
+        status, text = await raw_get(service, path)
+        assert status == 200
+        assert "Infinity" not in text
+        assert "NaN" not in text
+        body = strict_loads(text)
+        terms = body["terms"] if path == "/v1/controller" else body["controller"]["terms"]
+        assert terms["rate_cap_per_s"] is None  # no cap until a synthesis time is known
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (b'{"target_ready": 1e400}', "target_ready"),
+        (b'{"spread_sigmas": 1e400}', "spread_sigmas"),
+        (b'{"kp": 1e400}', "kp"),
+        (b'{"ki": "0.1"}', "ki"),
+        (b'{"kp": true}', "kp"),
+    ],
+    ids=["target-overflow", "spread-overflow", "kp-overflow", "ki-string", "kp-bool"],
+)
+async def test_a_refused_retune_leaves_dispatch_running(
+    service: Service, raw: bytes, field: str
+) -> None:
+    status, err = await call(service, "PATCH", "/v1/controller", raw=raw, headers=JSON)
+    assert (status, err["field"]) == (422, field)
+    _, created = await call(service, "POST", "/v1/jobs", {"partitions": 3})
+    assert (await until_done(service, created["id"]))["state"] == "completed"
+    assert service.pipeline._dispatcher is not None
+    assert not service.pipeline._dispatcher.done()
+
+
+async def test_job_detail_and_a_page_of_a_million_partitions_stay_small(service: Service) -> None:
+    # Journaled directly: the backlog's share of a million partitions is not the subject.
+    job = await service.db(service.journal.add_job, 1_000_000, "ntt", {})
+    results = [PartitionResult(job.id, i, f"d{i}", 1.0, 0.5) for i in range(0, 4000, 2)]
+    await service.db(service.journal.complete_partitions, results)
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url(service, f"/v1/jobs/{job.id}")) as r:
+            detail_bytes = await r.read()
+        page_path = f"/v1/jobs/{job.id}/partitions?offset=999000&limit=1000"
+        async with session.get(url(service, page_path)) as r:
+            page_bytes = await r.read()
+    detail = strict_loads(detail_bytes.decode())
+    assert len(detail_bytes) < 32_000
+    assert detail["partitions_summary"] == {
+        "pending": 998_000, "completed": 2000, "failed": 0, "first_failures": []
+    }  # fmt: skip
+    assert [p["state"] for p in detail["partition_results"][:3]] == [
+        "completed", "pending", "completed"
+    ]  # fmt: skip
+    assert len(detail["partition_results"]) == 100
+    assert detail["partitions_next_offset"] == 100
+    page = strict_loads(page_bytes.decode())
+    assert len(page_bytes) < 300_000
+    assert [p["index"] for p in page["partition_results"]] == list(range(999_000, 1_000_000))
+    assert {p["state"] for p in page["partition_results"]} == {"pending"}
+    assert (page["partitions"], page["offset"], page["next_offset"]) == (1_000_000, 999_000, None)
+
+
+async def test_pages_walk_a_job_to_its_end(service: Service) -> None:
+    _, created = await call(service, "POST", "/v1/jobs", {"partitions": 5})
+    await until_done(service, created["id"])
+    seen: list[int] = []
+    offset: int | None = 0
+    while offset is not None:
+        status, page = await call(
+            service, "GET", f"/v1/jobs/{created['id']}/partitions?offset={offset}&limit=2"
+        )
+        assert status == 200
+        seen += [p["index"] for p in page["partition_results"]]
+        assert all(p["state"] == "completed" and p["digest"] for p in page["partition_results"])
+        offset = page["next_offset"]
+    assert seen == [0, 1, 2, 3, 4]
+    _, beyond = await call(service, "GET", f"/v1/jobs/{created['id']}/partitions?offset=9")
+    assert (beyond["partition_results"], beyond["next_offset"]) == ([], None)
+
+
+async def test_a_job_past_the_backlog_bound_gets_429_with_retry_after(tmp_path: Path) -> None:
+    svc = Service(settings_for(tmp_path, PACER_API__MAX_BACKLOG="10"), CollectorRegistry())
+    await svc.start()
+    try:
+        svc.pipeline.stop_dispatching()
+        assert (await call(svc, "POST", "/v1/jobs", {"partitions": 8}))[0] == 202
+        async with aiohttp.ClientSession() as session:
+            body = aiohttp.JsonPayload({"partitions": 3})
+            async with session.post(url(svc, "/v1/jobs"), data=body) as r:
+                assert r.status == 429
+                assert r.headers["Retry-After"] == "30"  # no proving rate known yet
+                refusal = await r.json()
+        assert refusal["field"] == "partitions"
+        assert refusal["error"].startswith("backlog full: 8 partitions wait for dispatch and 3")
+        assert len(await svc.db(svc.journal.list_jobs)) == 1
+        assert svc.pipeline.backlog == 8
+        assert (await call(svc, "POST", "/v1/jobs", {"partitions": 2}))[0] == 202
+        status, err = await call(svc, "POST", "/v1/jobs", {"partitions": 11})
+        assert (status, err["field"]) == (422, "partitions")  # could never be admitted
+        assert "between 1 and 10" in err["error"]
+        labels = {"reason": "backlog_full"}
+        assert svc.registry.get_sample_value("pacer_api_refusals_total", labels) == 1
+    finally:
+        await svc.shutdown()
+
+
+async def test_retry_after_follows_the_proving_rate(service: Service) -> None:
+    controller = service.controller
+    for _ in range(5):
+        controller.observe_gpu_service(0.5)  # one worker: 2 partitions/s
+    service.admission.max_backlog = 10
+    service.pipeline.stop_dispatching()
+    assert (await call(service, "POST", "/v1/jobs", {"partitions": 10}))[0] == 202
+    async with aiohttp.ClientSession() as session:
+        body = aiohttp.JsonPayload({"partitions": 100})
+        async with session.post(url(service, "/v1/jobs"), data=body) as r:
+            assert (r.status, r.headers["Retry-After"]) == (429, "50")  # 100 more at 2/s
+
+
+async def test_an_idempotency_key_makes_a_retried_submit_return_the_same_job(
+    tmp_path: Path,
+) -> None:
+    svc = Service(settings_for(tmp_path, PACER_API__MAX_BACKLOG="10"), CollectorRegistry())
+    await svc.start()
+    try:
+        svc.pipeline.stop_dispatching()
+        key = {"Idempotency-Key": "job-2026-01-01T00:00:00Z-7f3a"}
+        first = await call(svc, "POST", "/v1/jobs", {"partitions": 6}, headers=key)
+        assert first[0] == 202
+        again = await call(svc, "POST", "/v1/jobs", {"partitions": 6}, headers=key)
+        assert again == (200, {"id": first[1]["id"], "state": "queued", "replayed": True})
+        assert svc.pipeline.backlog == 6
+        # The backlog has no room for a new job of 6, but a retry is answered all the same.
+        assert (await call(svc, "POST", "/v1/jobs", {"partitions": 6}))[0] == 429
+        assert (await call(svc, "POST", "/v1/jobs", {"partitions": 6}, headers=key))[0] == 200
+        status, err = await call(svc, "POST", "/v1/jobs", {"partitions": 5}, headers=key)
+        assert (status, err["field"]) == (422, "Idempotency-Key")
+        assert "used for job" in err["error"]
+        assert "with a different request" in err["error"]
+        assert [j.id for j in await svc.db(svc.journal.list_jobs)] == [first[1]["id"]]
+    finally:
+        await svc.shutdown()
+    again_svc = Service(settings_for(tmp_path), CollectorRegistry())  # the key is journaled
+    await again_svc.start()
+    try:
+        after = await call(again_svc, "POST", "/v1/jobs", {"partitions": 6}, headers=key)
+        assert after == (200, {"id": first[1]["id"], "state": "queued", "replayed": True})
+    finally:
+        await again_svc.shutdown()
+
+
+async def test_concurrent_submits_with_one_key_make_one_job(service: Service) -> None:
+    service.pipeline.stop_dispatching()
+    key = {"Idempotency-Key": "twin"}
+    answers = await asyncio.gather(
+        *(call(service, "POST", "/v1/jobs", {"partitions": 2}, headers=key) for _ in range(5))
+    )
+    assert sorted(status for status, _ in answers) == [200, 200, 200, 200, 202]
+    assert len({body["id"] for _, body in answers}) == 1
+    assert service.pipeline.backlog == 2
+
+
+async def test_a_json_body_with_a_utf8_charset_is_accepted(service: Service) -> None:
+    headers = {"Content-Type": "application/json; charset=UTF-8"}
+    status, _ = await call(service, "POST", "/v1/jobs", raw=b'{"partitions": 1}', headers=headers)
+    assert status == 202
+
+
+async def test_an_unexpected_error_is_a_logged_500_with_a_json_body(
+    service: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken() -> dict[str, Any]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(service, "status", broken)
+    status, body = await call(service, "GET", "/v1/status")
+    assert (status, body) == (500, {"error": "internal error; the service's log has the details"})
+    assert "unexpected error answering GET /v1/status" in caplog.text
+    assert "RuntimeError: a bug" in caplog.text
+    assert await call(service, "GET", "/readyz") == (200, {"status": "ready"})

@@ -65,7 +65,7 @@ async def ended(svc: Service, job_id: str, timeout_s: float = 20.0) -> dict[str,
     """The job's detail once it has ended; an AssertionError if it is stuck."""
     deadline = time.monotonic() + timeout_s
     while True:
-        detail = await svc.job_detail(job_id)
+        detail = await svc.job_detail(job_id, 100)
         assert detail is not None
         if detail["state"] in ENDED:
             return detail
@@ -243,7 +243,7 @@ async def test_a_restart_fails_a_job_whose_partition_is_out_of_attempts(tmp_path
         for attempt in range(2):
             journal.record_attempt(job.id, 1, f"proving failed: try {attempt}", 0, 5)
     async with running(tmp_path, PACER_RETRY__MAX_ATTEMPTS="2") as svc:
-        detail = await svc.job_detail(job.id)
+        detail = await svc.job_detail(job.id, 100)
         assert detail is not None
         assert detail["state"] == "failed"  # not resumed
         assert detail["error"] == "partition 1 failed after 2 attempts: proving failed: try 1"
