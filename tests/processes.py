@@ -76,3 +76,21 @@ def wait_until_gone(
         if (not left and not mapping) or time.monotonic() > deadline:
             return left, mapping
         time.sleep(0.02)
+
+
+def with_environment(entry: str) -> list[int]:
+    """PIDs of the running processes (zombies hold nothing) whose environment has ``entry``
+    (``NAME=value``): a service's and everything it started, wherever they were reparented."""
+    wanted = entry.encode()
+    found = []
+    for entry_dir in PROC.iterdir():
+        if not entry_dir.name.isdigit():
+            continue
+        try:
+            environment = (entry_dir / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        stat = _read_stat(entry_dir / "stat")
+        if wanted in environment and stat is not None and stat[1] not in "ZX":
+            found.append(int(entry_dir.name))
+    return found
