@@ -9,6 +9,7 @@ stand-in of `tests.service.test_gpu_path` where CI has no CUDA.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import signal
@@ -27,7 +28,7 @@ from gpu.synthesis import SYNTHESIS_PROCESS_NAME
 from pacer.client import ApiError
 from pacer.journal import result_digest
 from pacer.workload import job_seed
-from tests.processes import descendants, with_environment, wait_until_gone
+from tests.processes import descendants, wait_until_gone, with_environment
 from tests.service import test_gpu_path
 from tests.service.conftest import ServerFactory, ServerProcess, wait_for
 
@@ -73,13 +74,13 @@ class Run:
 
 def journal_jobs(journal: Path) -> dict[str, tuple[str, int, int, str | None]]:
     """id → (state, partitions, partitions_done, result_digest)."""
-    with sqlite3.connect(journal) as db:
+    with contextlib.closing(sqlite3.connect(journal)) as db:
         rows = db.execute("SELECT id, state, partitions, partitions_done, result_digest FROM jobs")
-        return {row[0]: tuple(row[1:]) for row in rows}  # type: ignore[misc]
+        return {row[0]: tuple(row[1:]) for row in rows}
 
 
 def submit_some(server: ServerProcess, run: Run, jobs: int, rng: random.Random) -> list[str]:
-    """Submit ``jobs`` jobs of 2–5 partitions; the ids accepted until the service went away."""
+    """Submit ``jobs`` jobs of 2 to 5 partitions; the ids accepted until the service went away."""
     ids = []
     for _ in range(jobs):
         try:
@@ -175,10 +176,14 @@ def test_killed_at_random_moments_every_job_completes_once_and_nothing_outlives_
     completions: Counter[str] = Counter()
     for server in servers:
         completions.update(re.findall(r"job completed: \w+ \[job=(\w+)\]", server.log))
-    with sqlite3.connect(journal) as db:
+    with contextlib.closing(sqlite3.connect(journal)) as db:
         rows = Counter(job for (job,) in db.execute("SELECT job_id FROM partitions"))
-        distinct = dict(db.execute("SELECT job_id, COUNT(DISTINCT idx) FROM partitions "
-                                   "WHERE state = 'completed' GROUP BY job_id").fetchall())  # fmt: skip
+        distinct = dict(
+            db.execute(
+                "SELECT job_id, COUNT(DISTINCT idx) FROM partitions WHERE state = 'completed' "
+                "GROUP BY job_id"
+            ).fetchall()
+        )
     for job_id, (state, partitions, done, digest) in jobs.items():
         assert (state, done) == ("completed", partitions), job_id
         assert rows[job_id] == distinct[job_id] == partitions, f"{job_id}: duplicate results"
