@@ -66,13 +66,20 @@ def mapping_blocks_of(owner: int) -> list[int]:
 
 
 def wait_until_gone(
-    processes: dict[int, tuple[str, int]], owner: int, timeout_s: float = 5.0
+    processes: dict[int, tuple[str, int]],
+    owner: int,
+    environment: str | None = None,
+    timeout_s: float = 5.0,
 ) -> tuple[dict[int, str], list[int]]:
-    """Poll until none of ``processes`` runs and nothing maps ``owner``'s blocks, at most
-    ``timeout_s``; what is left then (running processes, PIDs mapping blocks)."""
+    """Poll until none of ``processes`` runs, nothing maps ``owner``'s blocks and no process
+    has ``environment`` (``NAME=value``, when given), for at most ``timeout_s``; what is left
+    then (processes still running, by PID, with those that have ``environment``; the PIDs
+    mapping blocks)."""
     deadline = time.monotonic() + timeout_s
     while True:
         left, mapping = running(processes), mapping_blocks_of(owner)
+        if environment is not None:
+            left |= {pid: environment for pid in with_environment(environment)}
         if (not left and not mapping) or time.monotonic() > deadline:
             return left, mapping
         time.sleep(0.02)

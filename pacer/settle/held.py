@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from gpu.pool import BLOCK_PREFIX, SHM_DIR, block_owner
 from gpu.synthesis import SYNTHESIS_PROCESS_NAME
-from pacer.settle.detector import gib
+from pacer.settle.detector import GIB, gib
 from pacer.settle.sources import self_and_ancestors
 
 FORKSERVER_COMMAND = "from multiprocessing.forkserver import main"
@@ -51,9 +51,10 @@ class BlockHolder:
         what = "pacer synthesis process" if self.synthesis else "process"
         owners = ", ".join(str(pid) for pid in self.owners)
         command = self.cmdline if len(self.cmdline) <= 100 else self.cmdline[:97] + "..."
+        blocks = f"{self.blocks} pool block{'' if self.blocks == 1 else 's'}"
         return (
-            f"{what} {self.pid} ({command or self.name}) maps {self.blocks} pool blocks of "
-            f"dead pacer {owners} ({self.unlinked} unlinked), {gib(self.resident_bytes)} resident"
+            f"{what} {self.pid} ({command or self.name}) maps {blocks} of dead pacer {owners} "
+            f"({self.unlinked} unlinked), {size(self.resident_bytes)} resident"
         )
 
     def as_json(self) -> dict[str, object]:
@@ -80,7 +81,7 @@ class Held:
         """``"held by orphans: 3 processes, 63.0 GiB"``."""
         count = len(self.holders)
         processes = "process" if count == 1 else "processes"
-        return f"held by orphans: {count} {processes}, {gib(self.held_bytes)}"
+        return f"held by orphans: {count} {processes}, {size(self.held_bytes)}"
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -90,6 +91,11 @@ class Held:
 
 
 HeldCheck = Callable[[], Held]
+
+
+def size(n_bytes: int) -> str:
+    """GiB from 1 GiB up, MiB below: ``"63.0 GiB"``, ``"0.5 MiB"``."""
+    return gib(n_bytes) if n_bytes >= GIB else f"{n_bytes / 2**20:.1f} MiB"
 
 
 def is_synthesis_process(name: str, cmdline: str) -> bool:

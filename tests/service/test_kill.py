@@ -28,7 +28,7 @@ from gpu.synthesis import SYNTHESIS_PROCESS_NAME
 from pacer.client import ApiError
 from pacer.journal import result_digest
 from pacer.workload import job_seed
-from tests.processes import descendants, wait_until_gone, with_environment
+from tests.processes import descendants, wait_until_gone
 from tests.service import test_gpu_path
 from tests.service.conftest import ServerFactory, ServerProcess, wait_for
 
@@ -91,8 +91,11 @@ def submit_some(server: ServerProcess, run: Run, jobs: int, rng: random.Random) 
     return ids
 
 
-def kill_at_random(server: ServerProcess, phase: str, rng: random.Random, run: Run) -> None:
-    """Drive the service into ``phase`` and SIGKILL it at a random moment of it."""
+def kill_at_random(
+    server: ServerProcess, phase: str, rng: random.Random, run: Run
+) -> dict[int, tuple[str, int]]:
+    """Drive the service into ``phase`` and SIGKILL it at a random moment of it; the processes
+    below it just before the kill."""
     if phase == "submit":  # while jobs are being accepted
         jobs = threading.Thread(
             target=submit_some, args=(server, run, 4, random.Random(rng.random()))
@@ -112,6 +115,7 @@ def kill_at_random(server: ServerProcess, phase: str, rng: random.Random, run: R
         server.signal(signal.SIGTERM)
         time.sleep(rng.uniform(0, 0.08))
     assert server.proc is not None
+    tree = descendants(server.proc.pid)
     if server.proc.poll() is None:
         run.kills += 1
         run.phases[phase] += 1
@@ -119,6 +123,7 @@ def kill_at_random(server: ServerProcess, phase: str, rng: random.Random, run: R
     server.wait(10)
     if phase == "submit":
         jobs.join(15)
+    return tree
 
 
 def expected_digest(variant: Variant, job_id: str, partitions: int) -> str:
@@ -145,20 +150,21 @@ def test_killed_at_random_moments_every_job_completes_once_and_nothing_outlives_
     run = Run()
     servers = []
     for round_, phase in enumerate(phases):
-        server = server_factory(**env, **{MARK: f"{name}-{round_}"}).start()
+        mark = f"{name}-{round_}"
+        server = server_factory(**env, **{MARK: mark}).start()
         servers.append(server)
         assert server.proc is not None
         pid = server.proc.pid
         tree = descendants(pid)
         if variant.children:  # the synthesis processes are up before the service is ready
-            assert SYNTHESIS_PROCESS_NAME in [name for name, _ in tree.values()], tree
-        kill_at_random(server, phase, rng, run)
+            assert SYNTHESIS_PROCESS_NAME in [comm for comm, _ in tree.values()], tree
+            assert f"synthesis processes ({SYNTHESIS_PROCESS_NAME}) end with this" in server.log
+        tree |= kill_at_random(server, phase, rng, run)
         if any(state != "completed" for state, *_ in journal_jobs(journal).values()):
             run.mid_run += 1
-        left, mapping = wait_until_gone({**tree, **descendants(pid)}, pid)
+        left, mapping = wait_until_gone(tree, pid, environment=f"{MARK}={mark}")
         assert left == {}, f"round {round_} ({phase}): processes outlived the killed service"
         assert mapping == [], f"round {round_} ({phase}): its pool is still mapped by {mapping}"
-        assert with_environment(f"{MARK}={name}-{round_}") == []
 
     final = server_factory(**env).start()
     servers.append(final)
