@@ -777,3 +777,33 @@ def test_a_child_mapping_an_unlinked_block_of_a_dead_pacer_holds_settle_up(
         result = settle.run(check_once, clock, clock.advance, ListSampler([Sample(100 * GIB)]),
                             held=scanner)  # fmt: skip
         assert (result.settled, result.held) == (True, settle.Held())
+
+
+def test_the_command_names_the_holders_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host_with_orphans(tmp_path / "proc")
+    monkeypatch.setattr(
+        "pacer.settle.cli.HeldBlockScanner", lambda: HeldBlockScanner(tmp_path / "proc")
+    )
+    argv = ["--timeout", "0", "--process-name", "", "--state-file", str(tmp_path / "s.json"),
+            "--baseline", "1TiB"]  # fmt: skip
+    status, out, err = cli(argv, capsys)  # used memory is at the baseline: only they hold it up
+    assert status == 1
+    assert out.startswith(
+        "not settled after 0 s: held by orphans: 4 processes, 9.0 GiB (pid 201, 202, 300, 401)"
+    )
+    named = [line for line in err.splitlines() if "pool block" in line]
+    assert len(named) == 4
+    assert named[2] == (
+        "pacer settle: process 300 (python3 look.py) maps 1 pool block of dead pacer 200 "
+        "(0 unlinked), 1.0 GiB resident: memory that is not given back while it lives"
+    )
+    assert not (tmp_path / "s.json").exists()  # nothing settled, nothing remembered
+    status, out, _ = cli([*argv, "--json"], capsys)
+    report = json.loads(out)
+    assert (status, report["settled"], report["held_by_orphans"]["held_bytes"]) == (
+        1,
+        False,
+        9 * GIB,
+    )
