@@ -136,7 +136,7 @@ HELP = "wait until host memory has settled after a previous pacer died (systemd 
 DESCRIPTION = """\
 Wait until host memory has settled after a previous instance died, then exit 0; exit 1 at
 --timeout. Used memory is MemTotal - MemAvailable from /proc/meminfo (`free`'s "used", with
-reclaimable caches left out). Settled means both:
+reclaimable caches left out). Settled means all of:
   - used <= baseline + tolerance, or used memory changed by less than the tolerance over the
     last --window seconds (max - min of the samples, over a whole window);
   - no process named --process-name is left, alive or zombie;
