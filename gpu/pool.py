@@ -49,6 +49,8 @@ __all__ = [
     "SharedHostAllocator",
     "Slot",
     "SlotBlock",
+    "block_owner",
+    "remove_stale_blocks",
 ]
 
 logger = logging.getLogger("gpu.pool")
@@ -221,10 +223,9 @@ def remove_stale_blocks(directory: str | None = None) -> tuple[int, int]:
         return 0, 0
     removed: dict[int, list[int]] = {}  # pid: sizes of its blocks removed
     for name in sorted(names):
-        pid_text, _, number = name.removeprefix(BLOCK_PREFIX).partition("-")
-        if not name.startswith(BLOCK_PREFIX) or not (pid_text.isdigit() and number.isdigit()):
+        pid = block_owner(name)
+        if pid is None:
             continue
-        pid = int(pid_text)
         mine = pid == os.getpid()
         if (mine and name in _live_blocks) or (not mine and _process_alive(pid)):
             continue
@@ -244,6 +245,18 @@ def remove_stale_blocks(directory: str | None = None) -> tuple[int, int]:
             len(sizes), _format_bytes(sum(sizes)), directory, pid,
         )  # fmt: skip
     return sum(map(len, removed.values())), sum(map(sum, removed.values()))
+
+
+def block_owner(name: str) -> int | None:
+    """The PID of the process that made slot block ``name``; None for a name not of that form.
+
+    >>> block_owner("pacer-pool-4242-7"), block_owner("pacer-pool-x-7"), block_owner("other")
+    (4242, None, None)
+    """
+    pid_text, _, number = name.removeprefix(BLOCK_PREFIX).partition("-")
+    if not name.startswith(BLOCK_PREFIX) or not (pid_text.isdigit() and number.isdigit()):
+        return None
+    return int(pid_text)
 
 
 def _process_alive(pid: int) -> bool:

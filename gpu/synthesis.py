@@ -14,6 +14,15 @@ every block when it starts (``MADV_POPULATE_WRITE``, Linux 5.14 or later; older 
 pages in on first write, as before): an up-front cost of about a second per 3 GiB, paid before
 the service reports ready, and 1/512 of the pool's bytes in page tables per worker.
 
+The workers end with the service, however it ends (SIGKILL included): left running, each would
+keep every pool block mapped, the pool's memory held though its names are gone from /dev/shm.
+Each watches a `gpu.lifeline.Lifeline` whose write end only the service holds and exits when
+it closes; each is killed by the kernel should the forkserver die (``PR_SET_PDEATHSIG``; the
+forkserver forks on its one thread); and the forkserver and multiprocessing's resource
+tracker exit by themselves once every process holding their pipes has gone. The workers are
+named ``pacer-synth`` (`SYNTHESIS_PROCESS_NAME`), which ``pacer settle --kill-orphans`` looks
+for.
+
 >>> import numpy as np
 >>> from gpu.pool import PinnedPool
 >>> with PinnedPool(1, [(8,)] * 3, np.uint32, backend="shared") as pool, \\
@@ -35,14 +44,18 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
 from types import TracebackType
 
-from gpu import compiled, ntt
+from gpu import compiled, lifeline, ntt
 from gpu.babybear import BABYBEAR
 from gpu.field import PrimeField
 from gpu.pool import SHM_DIR, SlotBlock
 
-__all__ = ["ProcessSynthesizer"]
+__all__ = ["SYNTHESIS_PROCESS_NAME", "ProcessSynthesizer"]
+
+SYNTHESIS_PROCESS_NAME = "pacer-synth"
+"""What the kernel calls a synthesis process (``ps -o comm``, /proc/PID/stat)."""
 
 logger = logging.getLogger("gpu.synthesis")
 
@@ -58,7 +71,8 @@ class ProcessSynthesizer:
 
     A worker that dies (the OOM killer, a signal) breaks the whole set: the syntheses in flight
     then start over once on a new set (``restarts`` counts them), instead of every later
-    partition failing.
+    partition failing. The workers end when this process does, however it ends (see the
+    module's docstring).
     """
 
     def __init__(
@@ -79,11 +93,15 @@ class ProcessSynthesizer:
         self.field = field
         self.restarts = 0
         self._lock = threading.Lock()
+        self._lifeline = lifeline.Lifeline.open()
         self._executor = self._new_executor()
 
     def _new_executor(self) -> ProcessPoolExecutor:
         context = multiprocessing.get_context("forkserver")
-        return ProcessPoolExecutor(self.processes, mp_context=context)
+        return ProcessPoolExecutor(
+            self.processes, mp_context=context, initializer=_tie_to_service,
+            initargs=(self._lifeline.reader,),
+        )  # fmt: skip
 
     def start(self) -> None:
         """Launch every worker process now (each imports NumPy once) and map the blocks in each.
@@ -97,7 +115,17 @@ class ProcessSynthesizer:
             self._executor.submit(_start_worker, self.blocks, self.kernel, self.field)
             for _ in range(self.processes)
         ]
-        populated = [task.result() for task in tasks]  # bytes each task populated
+        started = [task.result() for task in tasks]
+        populated = [size for size, _ in started]  # bytes each task populated
+        logger.info(
+            "synthesis processes (%s) end with this process (pid %d), however it ends: each "
+            "exits when a pipe only this process holds open closes; %s; the forkserver and the "
+            "resource tracker exit once they have",
+            SYNTHESIS_PROCESS_NAME, os.getpid(),
+            "each is killed should the forkserver die (PR_SET_PDEATHSIG)"
+            if all(armed for _, armed in started)
+            else "PR_SET_PDEATHSIG is not available here",
+        )  # fmt: skip
         if self.blocks:
             # A page-table entry of 8 bytes for each 4 KiB page each process maps.
             logger.info(
@@ -137,7 +165,9 @@ class ProcessSynthesizer:
             )  # fmt: skip
 
     def close(self) -> None:
+        """Stop the workers, then cut the lifeline (any worker left exits with it)."""
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self._lifeline.cut()
 
     def __enter__(self) -> ProcessSynthesizer:
         self.start()
@@ -161,14 +191,28 @@ MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 """Fill in a mapping's page tables as writes would, without writing (Linux 5.14+)."""
 
 
-def _start_worker(names: Sequence[str], kernel: str, field: PrimeField | None) -> int:
+_dies_with_forkserver = False
+
+
+def _tie_to_service(lifeline_reader: Connection) -> None:
+    """First thing in each worker: its name, and its end when the service or the forkserver
+    (its parent, one thread) ends."""
+    global _dies_with_forkserver
+    lifeline.name_process(SYNTHESIS_PROCESS_NAME)
+    _dies_with_forkserver = lifeline.die_with_parent()
+    lifeline.watch(lifeline_reader)
+
+
+def _start_worker(names: Sequence[str], kernel: str, field: PrimeField | None) -> tuple[int, bool]:
     """Map each block not yet mapped in this process and load the compiled kernel; the bytes
-    whose page tables it filled in (0 where the kernel cannot)."""
+    whose page tables it filled in (0 where the kernel cannot), and whether the kernel kills
+    this process should the forkserver die."""
     if kernel == "numba" and field is not None:
         compiled.warm(field)
     new = [name for name in names if name not in _mapped]
     mappings = {name: _mapping(name) for name in new}
-    return sum(len(mapping) for name, mapping in mappings.items() if name in _populated)
+    populated = sum(len(mapping) for name, mapping in mappings.items() if name in _populated)
+    return populated, _dies_with_forkserver
 
 
 def _mapping(name: str) -> mmap.mmap:

@@ -48,3 +48,39 @@ def kill_holder(holder: subprocess.Popen[str]) -> None:
     for pipe in (holder.stdout, holder.stdin):
         if pipe is not None:
             pipe.close()
+
+
+# A service's pool with its synthesis processes started, each having mapped both blocks and
+# one having written a slot. It reports its block names and its forkserver's PID, then fills the
+# slot again for each line it reads, saying how many times the workers were replaced.
+HOLD_A_POOL_WITH_SYNTHESIS = """
+import sys
+from multiprocessing import forkserver
+import numpy as np
+from gpu.pool import PinnedPool
+from gpu.synthesis import ProcessSynthesizer
+pool = PinnedPool(2, [(1024,)] * 3, np.uint32, backend="shared")
+synthesizer = ProcessSynthesizer(2, pool.block_names)
+synthesizer.start()
+slot = pool.checkout()
+synthesizer.fill(pool.slot_block(slot), 3, 0)
+print(*pool.block_names, forkserver._forkserver._forkserver_pid, flush=True)
+for line in sys.stdin:
+    synthesizer.fill(pool.slot_block(slot), 3, 1)
+    print("restarts", synthesizer.restarts, flush=True)
+"""
+
+
+def start_synthesis_holder() -> tuple[subprocess.Popen[str], list[str], int]:
+    """A process holding a pool and two synthesis processes; its blocks' names, and the PID of
+    its forkserver."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_A_POOL_WITH_SYNTHESIS],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    *names, forkserver = holder.stdout.readline().split()
+    assert len(names) == 2, "the holder did not start"
+    return holder, names, int(forkserver)

@@ -21,6 +21,7 @@ MODULES = [
     "gpu.ntt",
     "gpu.pool",
     "gpu.synthesis",
+    "gpu.lifeline",
     "gpu.ntt_cuda",
 ]
 

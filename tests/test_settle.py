@@ -1,11 +1,16 @@
 """``pacer settle``: the detector on replayed and random series, the CLI, the state file, and
-real processes (a named child alive and as a zombie; a child holding 2 GiB, then killed)."""
+real processes (a named child alive and as a zombie; a child holding 2 GiB, then killed; a
+child mapping an unlinked pool block of a dead pacer); memory held by such children, on a
+/proc tree laid out by the test."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -16,17 +21,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpu.pool import BLOCK_PREFIX
 from pacer import settle
 from pacer.settle import (
     GIB,
+    BlockHolder,
+    HeldBlockScanner,
     ProcessScanner,
+    ReportedHolders,
     Sample,
     SettleDetector,
     SettleOptions,
     parse_size,
 )
+from pacer.settle.held import kill_holder
 from tests.conftest import FakeClock
-from tests.pool_holder import kill_holder, start_pool_holder
+from tests.pool_holder import kill_holder as kill_pool_holder
+from tests.pool_holder import start_pool_holder
 
 MIB = 2**20
 
@@ -502,6 +513,18 @@ def test_process_scanner_leaves_out_this_process_and_its_ancestors() -> None:
     assert os.getpid() not in [p.pid for p in ProcessScanner(own_name)()]
 
 
+@pytest.fixture
+def only_own_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live runs of the CLI look only for blocks no process makes (PID 0's), so that what
+    other pacers on this host left mapped does not decide a test about something else."""
+
+    def scanner() -> HeldBlockScanner:
+        return HeldBlockScanner(prefix=f"{BLOCK_PREFIX}0-")
+
+    monkeypatch.setattr("pacer.settle.cli.HeldBlockScanner", scanner)
+
+
+@pytest.mark.usefixtures("only_own_blocks")
 def test_settles_for_real_after_a_child_holding_2gib_is_killed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -533,11 +556,12 @@ def test_settles_for_real_after_a_child_holding_2gib_is_killed(
         assert time.monotonic() - started < 10
 
 
+@pytest.mark.usefixtures("only_own_blocks")
 def test_blocks_a_killed_pacer_left_in_dev_shm_are_removed_and_reported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     holder, names = start_pool_holder()
-    kill_holder(holder)
+    kill_pool_holder(holder)
     assert all(os.path.exists(f"/dev/shm/{name}") for name in names)
     argv = ["--timeout", "0", "--process-name", "", "--state-file", str(tmp_path / "s.json"),
             "--no-record"]  # fmt: skip
@@ -546,3 +570,240 @@ def test_blocks_a_killed_pacer_left_in_dev_shm_are_removed_and_reported(
     assert "removed 2 pinned-pool blocks (0.00 GiB) that a dead pacer left in /dev/shm" in err
     _, _, err = cli(argv, capsys)  # nothing left to remove, nothing said
     assert "pinned-pool blocks" not in err
+
+
+# --- memory held by processes that outlived their pacer -----------------------------------
+
+
+def fake_process(
+    proc: Path,
+    pid: int,
+    name: str,
+    cmdline: str,
+    blocks: Sequence[tuple[str, int, int, bool]] = (),
+    started: int = 1000,
+) -> None:
+    """A /proc/PID directory: stat, cmdline, and maps and smaps holding a library mapping and
+    one shared mapping per block (name, inode, resident bytes, unlinked)."""
+    where = proc / str(pid)
+    where.mkdir(parents=True)
+    fields = ["S", "1", *["0"] * 17, str(started), "0"]  # state, ppid, …, starttime (22nd)
+    (where / "stat").write_text(f"{pid} ({name}) {' '.join(fields)}\n")
+    (where / "cmdline").write_bytes(cmdline.replace(" ", "\0").encode() + b"\0")
+    maps = ["5600000000-5600001000 r-xp 00000000 08:01 4242    /usr/bin/python3.11"]
+    smaps = [maps[0], "Size:  4 kB", "Rss:  4 kB", "Pss:  4 kB"]
+    for number, (block, inode, resident, unlinked) in enumerate(blocks):
+        start = 0x7F0000000000 + number * 0x100000000
+        header = f"{start:x}-{start + 6 * GIB:x} rw-s 00000000 00:1b {inode:<10} /dev/shm/{block}"
+        header += " (deleted)" if unlinked else ""
+        maps.append(header)
+        smaps += [header, f"Size: {6 * GIB // 1024} kB", f"Rss: {resident // 1024} kB"]
+    (where / "maps").write_text("\n".join(maps) + "\n")
+    (where / "smaps").write_text("\n".join(smaps) + "\n")
+
+
+FORKSERVER = "/usr/bin/python3 -B -c from multiprocessing.forkserver import main; main(9, 10)"
+
+
+def host_with_orphans(proc: Path) -> None:
+    """A live pacer (100) with its worker (101); a dead one's (200) two workers and a process
+    that mapped its blocks to look at them; a block whose owner's PID (400) went to another
+    process; an unrelated process."""
+    live = [(f"{BLOCK_PREFIX}100-0", 11, 6 * GIB, False)]
+    fake_process(proc, 100, "pacer", "/usr/bin/python3 /usr/local/bin/pacer serve", live)
+    fake_process(proc, 101, "pacer-synth", FORKSERVER, live)
+    dead = [
+        (f"{BLOCK_PREFIX}200-0", 21, 6 * GIB, True),
+        (f"{BLOCK_PREFIX}200-1", 22, 2 * GIB, True),
+    ]
+    fake_process(proc, 201, "pacer-synth", FORKSERVER, dead, started=2001)
+    fake_process(proc, 202, "python", FORKSERVER, [(*dead[0][:2], 5 * GIB, True)])
+    fake_process(proc, 300, "python", "python3 look.py", [(*dead[1][:2], 1 * GIB, False)])
+    fake_process(proc, 400, "bash", "bash")  # not the pacer that made block 400-0
+    fake_process(proc, 401, "pacer-synth", FORKSERVER, [(f"{BLOCK_PREFIX}400-0", 41, GIB, False)])
+    fake_process(proc, 500, "sshd", "sshd: /usr/sbin/sshd")
+    (proc / "self").mkdir()  # not a process directory
+
+
+def test_holders_of_a_dead_pacers_blocks_are_found_and_sized(tmp_path: Path) -> None:
+    host_with_orphans(tmp_path)
+    held = HeldBlockScanner(tmp_path)()
+    assert [(h.pid, h.owners, h.blocks, h.unlinked, h.synthesis) for h in held.holders] == [
+        (201, (200,), 2, 2, True),
+        (202, (200,), 1, 1, True),  # a forkserver child that has no name yet
+        (300, (200,), 1, 0, False),
+        (401, (400,), 1, 0, True),
+    ]
+    assert [h.resident_bytes for h in held.holders] == [8 * GIB, 5 * GIB, GIB, GIB]
+    assert held.held_bytes == (6 + 2 + 1) * GIB  # each block once, at the most resident
+    assert held.words() == "held by orphans: 4 processes, 9.0 GiB"
+    assert str(held.holders[0]) == (
+        f"pacer synthesis process 201 ({FORKSERVER}) maps 2 pool blocks of dead pacer 200 "
+        "(2 unlinked), 8.0 GiB resident"
+    )
+    assert held.holders[0].started == 2001
+    assert HeldBlockScanner(tmp_path, prefix=f"{BLOCK_PREFIX}400-")().held_bytes == GIB
+    with pytest.raises(ValueError, match="prefix must start with 'pacer-pool-'"):
+        HeldBlockScanner(tmp_path, prefix="other-")
+
+
+def test_memory_held_by_orphans_is_never_settled(tmp_path: Path, clock: FakeClock) -> None:
+    host_with_orphans(tmp_path)
+    options = SettleOptions(window_s=5.0, timeout_s=20.0, baseline_bytes=100 * GIB)
+    scanner = HeldBlockScanner(tmp_path)
+    progress: list[str] = []
+
+    def run() -> settle.Result:
+        sampler = ListSampler([Sample(100 * GIB)])  # at the baseline, flat: settled but for them
+        return settle.run(options, clock, clock.advance, sampler, progress=progress.append,
+                          held=scanner)  # fmt: skip
+
+    result = run()
+    assert (result.settled, result.reason, len(result.samples)) == (False, "timeout", 21)
+    assert result.held is not None
+    assert settle.summary(result, options) == (
+        "not settled after 20 s: held by orphans: 4 processes, 9.0 GiB (pid 201, 202, 300, 401), "
+        "given back only when they end; --kill-orphans kills those that are pacer's synthesis "
+        "processes"
+    )
+    assert progress[0] == "0 s: used 100.0 GiB, first sample; held by orphans: 4 processes, 9.0 GiB"
+    report = result.as_json()["held_by_orphans"]
+    assert isinstance(report, dict)
+    assert report["held_bytes"] == 9 * GIB
+    assert report["processes"][0] == {
+        "pid": 201, "name": "pacer-synth", "cmdline": FORKSERVER, "owners": [200], "blocks": 2,
+        "unlinked": 2, "resident_bytes": 8 * GIB, "synthesis": True,
+    }  # fmt: skip
+
+    for pid in (201, 202, 300, 401):  # they ended
+        shutil.rmtree(tmp_path / str(pid))
+    result = run()
+    assert (result.settled, result.reason, result.settled_at_s) == (True, "baseline", 0.0)
+    assert result.held == settle.Held()
+
+
+def test_kill_orphans_kills_pacers_synthesis_processes_and_only_names_the_others(
+    tmp_path: Path,
+) -> None:
+    host_with_orphans(tmp_path)
+    told: list[str] = []
+    killed: list[int] = []
+
+    def kill(holder: BlockHolder) -> bool:
+        killed.append(holder.pid)
+        return holder.pid != 202  # 202 ended just before
+
+    reported = ReportedHolders(
+        HeldBlockScanner(tmp_path), told.append, kill_orphans=True, kill=kill
+    )
+    assert len(reported().holders) == 4
+    assert killed == [201, 202, 401]
+    assert [line.split(" (")[0] for line in told] == [
+        "killed pacer synthesis process 201",
+        "process 300",
+        "killed pacer synthesis process 401",
+    ]
+    assert told[1].endswith(": not a pacer synthesis process, so not killed")
+    reported()  # each is told of once; one that could not be killed is tried again
+    assert (len(told), killed) == (3, [201, 202, 401, 202])
+
+    named: list[str] = []
+    ReportedHolders(HeldBlockScanner(tmp_path), named.append)()  # without --kill-orphans
+    assert len(named) == 4
+    assert named[0].endswith("8.0 GiB resident: memory that is not given back while it lives")
+
+
+# A process that maps a pool block of a pacer that is gone (the PID in the name is of a process
+# that has exited) and has unlinked it, as a synthesis process left behind would; named as
+# pacer names its synthesis processes when asked to.
+HOLD_AN_ORPHANED_BLOCK = """
+import mmap, os, sys
+from gpu import lifeline
+from gpu.synthesis import SYNTHESIS_PROCESS_NAME
+name, size = sys.argv[1], int(sys.argv[2])
+if sys.argv[3] == "synthesis":
+    lifeline.name_process(SYNTHESIS_PROCESS_NAME)
+descriptor = os.open("/dev/shm/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.ftruncate(descriptor, size)
+block = mmap.mmap(descriptor, size)
+os.close(descriptor)
+os.unlink("/dev/shm/" + name)
+block.write(b"x" * size)  # resident
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def dead_pid() -> int:
+    """The PID of a process that has exited."""
+    with subprocess.Popen([sys.executable, "-c", "pass"]) as gone:
+        pass
+    return gone.pid
+
+
+@pytest.mark.parametrize("kind", ["synthesis", "other"])
+def test_a_child_mapping_an_unlinked_block_of_a_dead_pacer_holds_settle_up(
+    kind: str, clock: FakeClock
+) -> None:
+    owner = dead_pid()
+    block = f"{BLOCK_PREFIX}{owner}-0"
+    size = 8 * MIB
+    args = [sys.executable, "-c", HOLD_AN_ORPHANED_BLOCK, block, str(size), kind]
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+    check_once = SettleOptions(timeout_s=0, baseline_bytes=100 * GIB)
+    told: list[str] = []
+    with subprocess.Popen(args, **pipes) as child:  # type: ignore[call-overload]
+        assert child.stdout.readline() == "holding\n"
+        scanner = HeldBlockScanner(prefix=f"{BLOCK_PREFIX}{owner}-")
+        held = ReportedHolders(scanner, told.append, kill_orphans=True)
+        result = settle.run(check_once, clock, clock.advance, ListSampler([Sample(100 * GIB)]),
+                            held=held)  # fmt: skip
+        assert not result.settled
+        assert result.held is not None
+        [holder] = result.held.holders
+        assert (holder.pid, holder.owners, holder.unlinked) == (child.pid, (owner,), 1)
+        assert holder.resident_bytes == result.held.held_bytes == size
+        assert HOLD_AN_ORPHANED_BLOCK.strip().splitlines()[0] in holder.cmdline
+        assert holder.synthesis == (kind == "synthesis")
+        if kind == "synthesis":
+            assert told == [f"killed {holder}"]
+            assert child.wait(5) == -signal.SIGKILL
+        else:
+            assert told == [f"{holder}: not a pacer synthesis process, so not killed"]
+            assert not kill_holder(dataclasses.replace(holder, started=holder.started + 1))
+            assert child.poll() is None  # another process than the one found: left alone
+            child.kill()
+            child.wait()
+        result = settle.run(check_once, clock, clock.advance, ListSampler([Sample(100 * GIB)]),
+                            held=scanner)  # fmt: skip
+        assert (result.settled, result.held) == (True, settle.Held())
+
+
+def test_the_command_names_the_holders_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host_with_orphans(tmp_path / "proc")
+    monkeypatch.setattr(
+        "pacer.settle.cli.HeldBlockScanner", lambda: HeldBlockScanner(tmp_path / "proc")
+    )
+    argv = ["--timeout", "0", "--process-name", "", "--state-file", str(tmp_path / "s.json"),
+            "--baseline", "1TiB"]  # fmt: skip
+    status, out, err = cli(argv, capsys)  # used memory is at the baseline: only they hold it up
+    assert status == 1
+    assert out.startswith(
+        "not settled after 0 s: held by orphans: 4 processes, 9.0 GiB (pid 201, 202, 300, 401)"
+    )
+    named = [line for line in err.splitlines() if "pool block" in line]
+    assert len(named) == 4
+    assert named[2] == (
+        "pacer settle: process 300 (python3 look.py) maps 1 pool block of dead pacer 200 "
+        "(0 unlinked), 1.0 GiB resident: memory that is not given back while it lives"
+    )
+    assert not (tmp_path / "s.json").exists()  # nothing settled, nothing remembered
+    status, out, _ = cli([*argv, "--json"], capsys)
+    report = json.loads(out)
+    assert (status, report["settled"], report["held_by_orphans"]["held_bytes"]) == (
+        1,
+        False,
+        9 * GIB,
+    )

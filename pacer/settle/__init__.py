@@ -2,8 +2,9 @@
 
 A proving daemon that dies leaves hundreds of GiB of pinned host memory that the kernel takes
 minutes to give back. Run as systemd ``ExecStartPre=``, this command samples used memory
-(MemTotal − MemAvailable) until it is back at the baseline or has stopped changing, and no
-process of the old instance is left, alive or zombie.
+(MemTotal − MemAvailable) until it is back at the baseline or has stopped changing, no
+process of the old instance is left, alive or zombie, and no process that outlived it still
+maps its pool's shared-memory blocks.
 
 The decision logic (``SettleDetector``, ``settle``) is pure and runs on any timed series: the
 real sampler on the monotonic clock (``run``) or a recorded CSV on virtual time (``replay``).
@@ -106,6 +107,18 @@ from pacer.settle.detector import (
 )
 from pacer.settle.detector import (
     parse_size as parse_size,
+)
+from pacer.settle.held import (
+    BlockHolder as BlockHolder,
+)
+from pacer.settle.held import (
+    Held as Held,
+)
+from pacer.settle.held import (
+    HeldBlockScanner as HeldBlockScanner,
+)
+from pacer.settle.held import (
+    ReportedHolders as ReportedHolders,
 )
 from pacer.settle.loop import (
     Result as Result,

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gpu.synthesis import SYNTHESIS_PROCESS_NAME
 from pacer.settle.detector import (
     DEFAULT_INTERVAL_S,
     DEFAULT_PROCESS_NAME,
@@ -25,6 +26,7 @@ from pacer.settle.detector import (
     gib,
     parse_size,
 )
+from pacer.settle.held import HeldBlockScanner, ReportedHolders
 from pacer.settle.loop import Result, SettleOptions, replay, run
 from pacer.settle.sources import (
     MeminfoSampler,
@@ -106,6 +108,12 @@ def summary(result: Result, options: SettleOptions, replay_ended: bool = False) 
         gpu_base = options.gpu_baseline_bytes
         problems.append(_unsettled("GPU memory", result.gpu_trend, options, gpu_base))
     problems += [f"{p} still present" for p in result.blockers]
+    if result.held is not None and result.held.holders:
+        pids = ", ".join(str(holder.pid) for holder in result.held.holders)
+        problems.append(
+            f"{result.held.words()} (pid {pids}), given back only when they end; "
+            "--kill-orphans kills those that are pacer's synthesis processes"
+        )
     return f"not settled after {when}: {'; '.join(problems)}"
 
 
@@ -128,10 +136,14 @@ HELP = "wait until host memory has settled after a previous pacer died (systemd 
 DESCRIPTION = """\
 Wait until host memory has settled after a previous instance died, then exit 0; exit 1 at
 --timeout. Used memory is MemTotal - MemAvailable from /proc/meminfo (`free`'s "used", with
-reclaimable caches left out). Settled means both:
+reclaimable caches left out). Settled means all of:
   - used <= baseline + tolerance, or used memory changed by less than the tolerance over the
     last --window seconds (max - min of the samples, over a whole window);
-  - no process named --process-name is left, alive or zombie.
+  - no process named --process-name is left, alive or zombie;
+  - no process maps a pinned-pool block of a pacer that is gone (a synthesis process that
+    outlived its service, say): such memory stays held, however flat used memory is, until
+    that process ends. Each such process is named with its PID, command line and resident
+    bytes; --kill-orphans kills those that are pacer's synthesis processes.
 With NVML (pip install nvidia-ml-py) and a GPU, GPU used memory is sampled too and must
 settle by the same rules, against the GPU level remembered in the state file.
 Pinned-pool blocks that a killed pacer left in /dev/shm (pacer-pool-<pid>-<n>, its process
@@ -145,6 +157,7 @@ examples:
   pacer settle --timeout 0 --baseline 230GiB # check once, now
   pacer settle --json > drain.json           # keep every sample for later
   pacer settle --replay drain.csv            # judge a recorded series (t_s,used_bytes)
+  pacer settle --kill-orphans                # kill synthesis processes a dead pacer left
 
   in the unit file (TimeoutStartSec= also bounds ExecStartPre=, and is 90 s by default):
     StateDirectory=pacer
@@ -203,6 +216,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"the check (default: {DEFAULT_PROCESS_NAME})",
     )
     parser.add_argument(
+        "--kill-orphans",
+        action="store_true",
+        help="SIGKILL the processes that map a dead pacer's pool blocks, when they are pacer's "
+        f"synthesis processes (named {SYNTHESIS_PROCESS_NAME}, or children of multiprocessing's "
+        "forkserver); any other holder is only named (default: name them all, kill none)",
+    )
+    parser.add_argument(
         "--state-file",
         metavar="PATH",
         type=Path,
@@ -217,7 +237,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON object instead: settled, settled_at_s, reason, samples",
+        help="print one JSON object instead: settled, settled_at_s, reason, samples, and "
+        "held_by_orphans (held_bytes, processes) when sampling this host",
     )
     parser.add_argument(
         "--replay",
@@ -271,13 +292,17 @@ def _warn(message: str) -> None:
 
 
 def _run_host(
-    options: SettleOptions, process_name: str, progress: Callable[[str], None] | None
+    options: SettleOptions,
+    process_name: str,
+    progress: Callable[[str], None] | None,
+    kill_orphans: bool = False,
 ) -> Result:
     processes = ProcessScanner(process_name) if process_name else no_processes
+    held = ReportedHolders(HeldBlockScanner(), _warn, kill_orphans)
     gpu = NvmlMemory.open()
     try:
         sampler = StaleBlocksRemoved(MeminfoSampler(gpu=gpu), _warn)
-        return run(options, time.monotonic, time.sleep, sampler, processes, progress)
+        return run(options, time.monotonic, time.sleep, sampler, processes, progress, held)
     finally:
         if gpu is not None:
             gpu.close()
@@ -313,7 +338,7 @@ def main(args: argparse.Namespace) -> int:
             replay_ended = series[-1].t_s < options.timeout_s
             result = replay(series, options, progress)
         else:
-            result = _run_host(options, args.process_name, progress)
+            result = _run_host(options, args.process_name, progress, args.kill_orphans)
     except (ReplayError, SamplingError) as exc:
         _warn(str(exc))
         return 2

@@ -18,6 +18,7 @@ from pacer.settle.detector import (
     Trend,
     gib,
 )
+from pacer.settle.held import Held, HeldCheck
 from pacer.settle.sources import (
     ProcessCheck,
     ProcessInfo,
@@ -48,7 +49,8 @@ class SettleOptions:
 
 @dataclass(frozen=True)
 class Result:
-    """How a settle run ended; the flags, trends and blockers are those of the last sample."""
+    """How a settle run ended; the flags, trends, blockers and held memory are those of the
+    last sample (``held`` None: not looked for)."""
 
     settled: bool
     reason: Reason
@@ -59,14 +61,18 @@ class Result:
     trend: Trend | None = None
     gpu_trend: Trend | None = None
     blockers: list[ProcessInfo] = dataclasses.field(default_factory=list)
+    held: Held | None = None
 
     def as_json(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "settled": self.settled,
             "settled_at_s": None if self.settled_at_s is None else round(self.settled_at_s, 3),
             "reason": self.reason,
             "samples": [s.as_dict() for s in self.samples],
         }
+        if self.held is not None:
+            out["held_by_orphans"] = self.held.as_json()
+        return out
 
 
 def settle(
@@ -74,17 +80,20 @@ def settle(
     options: SettleOptions,
     processes: ProcessCheck = no_processes,
     progress: Callable[[str], None] | None = None,
+    held: HeldCheck | None = None,
 ) -> Result:
     """Judge ``series`` until memory and processes have settled or the series ends.
 
     GPU memory, where sampled, must settle by the same rules as host memory (against the
     remembered GPU baseline); a sample without it is judged on host memory alone. The reason
-    given is host memory's.
+    given is host memory's. While ``held`` finds a dead pacer's pool blocks mapped by a process
+    that outlived it, memory has not settled, however flat it is: the process must end first.
     """
     host = SettleDetector(options.baseline_bytes, options.tolerance_bytes, options.window_s)
     gpu = SettleDetector(options.gpu_baseline_bytes, options.tolerance_bytes, options.window_s)
     taken: list[TimedSample] = []
     verdict, gpu_settled, gpu_seen, blockers = None, True, False, []
+    holding: Held | None = None
     next_progress_s = 0.0
     for sample in series:
         if taken and sample.t_s <= taken[-1].t_s:
@@ -96,15 +105,19 @@ def settle(
             gpu_seen = True
             gpu_settled = gpu.add(sample.t_s, sample.gpu_used_bytes) is not None
         blockers = processes()
-        if verdict is not None and gpu_settled and not blockers:
+        holding = None if held is None else held()
+        if verdict is not None and gpu_settled and not blockers and not _holds(holding):
             break
         if progress is not None and sample.t_s >= next_progress_s:
             next_progress_s = (sample.t_s // PROGRESS_EVERY_S + 1) * PROGRESS_EVERY_S
             line = f"{sample.t_s:.0f} s: used {gib(sample.used_bytes)}, {host.trend().words()}"
             if sample.gpu_used_bytes is not None:
                 line += f"; GPU used {gib(sample.gpu_used_bytes)}, {gpu.trend().words()}"
-            progress(line + "".join(f"; waiting for {p}" for p in blockers))
-    settled = verdict is not None and gpu_settled and not blockers
+            line += "".join(f"; waiting for {p}" for p in blockers)
+            if holding is not None and holding.holders:
+                line += f"; {holding.words()}"
+            progress(line)
+    settled = verdict is not None and gpu_settled and not blockers and not _holds(holding)
     return Result(
         settled=settled,
         reason=verdict.reason if settled and verdict is not None else "timeout",
@@ -115,7 +128,12 @@ def settle(
         trend=host.trend() if taken else None,
         gpu_trend=gpu.trend() if gpu_seen else None,
         blockers=blockers,
+        held=holding,
     )
+
+
+def _holds(held: Held | None) -> bool:
+    return held is not None and bool(held.holders)
 
 
 def _sample_every(
@@ -146,9 +164,11 @@ def run(
     sampler: Sampler,
     processes: ProcessCheck = no_processes,
     progress: Callable[[str], None] | None = None,
+    held: HeldCheck | None = None,
 ) -> Result:
     """Sample every ``options.interval_s`` until settled or ``options.timeout_s`` is reached."""
-    return settle(_sample_every(options, clock, sleep, sampler), options, processes, progress)
+    series = _sample_every(options, clock, sleep, sampler)
+    return settle(series, options, processes, progress, held)
 
 
 def replay(

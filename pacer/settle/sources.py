@@ -170,6 +170,17 @@ def _read_stat(path: Path) -> tuple[str, str, int] | None:
         return None
 
 
+def self_and_ancestors(proc: Path = Path("/proc")) -> set[int]:
+    """This process's PID and its ancestors', which ``pacer settle`` never waits for."""
+    pids: set[int] = set()
+    pid = os.getpid()
+    while pid > 0 and pid not in pids:
+        pids.add(pid)
+        stat = _read_stat(proc / str(pid) / "stat")
+        pid = 0 if stat is None else stat[2]
+    return pids
+
+
 class ProcessScanner:
     """Processes whose kernel name (``comm``: /proc/PID/stat, what ``ps -o comm`` shows) is
     ``name``, alive or zombie. Zombies have no command line left, hence the kernel name. Both
@@ -184,7 +195,7 @@ class ProcessScanner:
         self.proc = proc
 
     def __call__(self) -> list[ProcessInfo]:
-        skip = self._self_and_ancestors()
+        skip = self_and_ancestors(self.proc)
         found = []
         for entry in self.proc.iterdir():
             if not entry.name.isdigit() or int(entry.name) in skip:
@@ -193,15 +204,6 @@ class ProcessScanner:
             if stat is not None and stat[0] == self.name:
                 found.append(ProcessInfo(int(entry.name), stat[0], stat[1]))
         return sorted(found, key=lambda p: p.pid)
-
-    def _self_and_ancestors(self) -> set[int]:
-        pids: set[int] = set()
-        pid = os.getpid()
-        while pid > 0 and pid not in pids:
-            pids.add(pid)
-            stat = _read_stat(self.proc / str(pid) / "stat")
-            pid = 0 if stat is None else stat[2]
-        return pids
 
 
 class ReplayError(Exception):

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
 import resource
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
-from gpu import ntt, synthesis
+from gpu import lifeline, ntt, synthesis
 from gpu.babybear import BABYBEAR
 from gpu.pool import BLOCK_PREFIX, PinnedPool, remove_stale_blocks
-from gpu.synthesis import ProcessSynthesizer
+from gpu.synthesis import SYNTHESIS_PROCESS_NAME, ProcessSynthesizer
 from pacer.workload import GpuNttWorkload, PartitionSpec
-from tests.pool_holder import kill_holder, start_pool_holder
+from tests.pool_holder import kill_holder, start_pool_holder, start_synthesis_holder
+from tests.processes import descendants, mapping_blocks_of, parent_of, wait_until_gone
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +239,8 @@ def test_a_killed_worker_is_replaced_and_the_synthesis_starts_over(
         synthesizer.fill(block, 5, 0)
         for worker in list(synthesizer._executor._processes.values()):  # the OOM killer
             assert worker.pid is not None
-            os.kill(worker.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # the executor may end it first
+                os.kill(worker.pid, signal.SIGKILL)
             worker.join()
         slot.arrays[2][:] = 0
         with caplog.at_level(logging.ERROR, logger="gpu.synthesis"):
@@ -267,3 +272,75 @@ def test_a_stale_block_that_cannot_be_removed_is_reported_and_skipped(
     assert shm_exists(names[0])
     assert not shm_exists(names[1])
     real_unlink(f"/dev/shm/{names[0]}")
+
+
+# --- the workers end with the service ---------------------------------------------------------
+
+
+def test_synthesis_processes_end_when_their_service_is_killed() -> None:
+    holder, _, _ = start_synthesis_holder()
+    try:
+        tree = descendants(holder.pid)
+        # The forkserver, the resource tracker and the workers: named once they have started.
+        assert len(tree) >= 3
+        assert SYNTHESIS_PROCESS_NAME in [name for name, _ in tree.values()]
+        assert mapping_blocks_of(holder.pid) == []  # its own, while it lives
+    finally:
+        kill_holder(holder)
+    left, mapping = wait_until_gone(tree, holder.pid)
+    assert left == {}, "processes of the killed service still run"
+    assert mapping == [], "a pool block of the killed service is still mapped"
+    remove_stale_blocks()
+
+
+def test_synthesis_processes_end_when_the_forkserver_is_killed() -> None:
+    holder, _, forkserver = start_synthesis_holder()
+    assert holder.stdin is not None
+    assert holder.stdout is not None
+    try:
+        tree = descendants(holder.pid)
+        workers = {pid: seen for pid, seen in tree.items() if seen[0] == SYNTHESIS_PROCESS_NAME}
+        assert {parent_of(pid) for pid in workers} == {forkserver}
+        os.kill(forkserver, signal.SIGKILL)  # the service lives on
+        left, _ = wait_until_gone(workers, holder.pid)
+        assert left == {}, "synthesis processes outlived their forkserver"
+        holder.stdin.write("fill\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline() == "restarts 1\n"  # a new set, from a new forkserver
+        tree = descendants(holder.pid)
+    finally:
+        kill_holder(holder)
+    left, mapping = wait_until_gone(tree, holder.pid)
+    assert (left, mapping) == ({}, [])
+    remove_stale_blocks()
+
+
+def test_the_start_log_says_how_the_workers_are_tied_to_the_service(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.INFO, logger="gpu.synthesis"), ProcessSynthesizer(1):
+        pass
+    assert f"synthesis processes ({SYNTHESIS_PROCESS_NAME}) end with this process" in caplog.text
+    assert "each is killed should the forkserver die (PR_SET_PDEATHSIG)" in caplog.text
+
+
+def test_a_cut_lifeline_ends_the_child_watching_it() -> None:
+    line = lifeline.Lifeline.open()
+    code = (
+        "import sys\n"
+        "from multiprocessing.connection import Connection\n"
+        "from gpu import lifeline\n"
+        "lifeline.watch(Connection(int(sys.argv[1]), writable=False))\n"
+        "print('watching', flush=True)\n"
+        "import time\n"
+        "time.sleep(30)\n"
+    )
+    reader = line.reader.fileno()
+    with subprocess.Popen(
+        [sys.executable, "-c", code, str(reader)], stdout=subprocess.PIPE, text=True,
+        pass_fds=[reader],
+    ) as child:  # fmt: skip
+        assert child.stdout is not None
+        assert child.stdout.readline() == "watching\n"
+        line.cut()
+        assert child.wait(5) == lifeline.EXIT_ORPHANED

@@ -1,0 +1,291 @@
+"""Memory that a dead pacer's pool blocks still hold, mapped by processes that outlived it.
+
+Unlinking a shared-memory block removes its name, not its memory: the pages go back once no
+process maps the block. A synthesis process that outlived its service keeps every pool block
+mapped (the whole pool, tens of GiB) while used memory stays flat, which "stable" alone would
+call settled. `HeldBlockScanner` finds such mappings in /proc/PID/maps (an unlinked block shows
+as ``/dev/shm/pacer-pool-<pid>-<n> (deleted)``) and sizes them from /proc/PID/smaps;
+`ReportedHolders` says what it found and, asked to, kills pacer's synthesis processes among
+the holders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from gpu.pool import BLOCK_PREFIX, SHM_DIR, block_owner
+from gpu.synthesis import SYNTHESIS_PROCESS_NAME
+from pacer.settle.detector import GIB, gib
+from pacer.settle.sources import self_and_ancestors
+
+FORKSERVER_COMMAND = "from multiprocessing.forkserver import main"
+"""In the command line of multiprocessing's forkserver and of every process it forks."""
+
+
+@dataclass(frozen=True)
+class BlockHolder:
+    """A process that maps pool blocks whose pacer is gone.
+
+    ``started`` is the process's start time in clock ticks after boot (/proc/PID/stat), which
+    tells it from a later process given the same PID. ``synthesis``: its name or command line
+    says it is one of pacer's synthesis processes (`is_synthesis_process`).
+    """
+
+    pid: int
+    name: str
+    cmdline: str
+    started: int
+    owners: tuple[int, ...]  # the dead services whose blocks it maps
+    blocks: int
+    unlinked: int  # of those, blocks whose name is gone from /dev/shm
+    resident_bytes: int  # what its mappings of them have resident (Rss)
+    synthesis: bool
+
+    def __str__(self) -> str:
+        what = "pacer synthesis process" if self.synthesis else "process"
+        owners = ", ".join(str(pid) for pid in self.owners)
+        command = self.cmdline if len(self.cmdline) <= 100 else self.cmdline[:97] + "..."
+        blocks = f"{self.blocks} pool block{'' if self.blocks == 1 else 's'}"
+        return (
+            f"{what} {self.pid} ({command or self.name}) maps {blocks} of dead pacer {owners} "
+            f"({self.unlinked} unlinked), {size(self.resident_bytes)} resident"
+        )
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "pid": self.pid,
+            "name": self.name,
+            "cmdline": self.cmdline,
+            "owners": list(self.owners),
+            "blocks": self.blocks,
+            "unlinked": self.unlinked,
+            "resident_bytes": self.resident_bytes,
+            "synthesis": self.synthesis,
+        }
+
+
+@dataclass(frozen=True)
+class Held:
+    """What one scan found: the holders, and the bytes their blocks hold, each block once."""
+
+    holders: tuple[BlockHolder, ...] = ()
+    held_bytes: int = 0
+
+    def words(self) -> str:
+        """``"held by orphans: 3 processes, 63.0 GiB"``."""
+        count = len(self.holders)
+        processes = "process" if count == 1 else "processes"
+        return f"held by orphans: {count} {processes}, {size(self.held_bytes)}"
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "held_bytes": self.held_bytes,
+            "processes": [holder.as_json() for holder in self.holders],
+        }
+
+
+HeldCheck = Callable[[], Held]
+
+
+def size(n_bytes: int) -> str:
+    """GiB from 1 GiB up, MiB below: ``"63.0 GiB"``, ``"0.5 MiB"``."""
+    return gib(n_bytes) if n_bytes >= GIB else f"{n_bytes / 2**20:.1f} MiB"
+
+
+def is_synthesis_process(name: str, cmdline: str) -> bool:
+    """Whether a process that maps pacer's pool blocks is one of pacer's synthesis processes:
+    named `gpu.synthesis.SYNTHESIS_PROCESS_NAME`, or forked by multiprocessing's forkserver
+    (as they were before they had a name)."""
+    return name == SYNTHESIS_PROCESS_NAME or FORKSERVER_COMMAND in cmdline
+
+
+class _Mapping(NamedTuple):
+    start: str  # the address, as maps and smaps write it
+    block: tuple[str, int]  # (device, inode): one block however many map it
+    name: str
+    owner: int
+    unlinked: bool
+
+
+class HeldBlockScanner:
+    """Processes mapping pool blocks (names starting with ``prefix``) whose owner, the process
+    in the block's name, no longer maps them: it died, or its PID went to another process.
+
+    A block whose owner's maps cannot be read (another user's service) counts as its owner's.
+    This process and its ancestors are left out. ``proc`` is /proc, or a tree laid out like it.
+    """
+
+    def __init__(self, proc: Path = Path("/proc"), prefix: str = BLOCK_PREFIX) -> None:
+        if not prefix.startswith(BLOCK_PREFIX):
+            raise ValueError(f"prefix must start with {BLOCK_PREFIX!r}, got {prefix!r}")
+        self.proc = proc
+        self.prefix = prefix
+
+    def __call__(self) -> Held:
+        skip = self_and_ancestors(self.proc)
+        mapped: dict[int, list[_Mapping]] = {}
+        unreadable: set[int] = set()
+        for entry in self.proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                text = (entry / "maps").read_text(errors="replace")
+            except PermissionError:
+                unreadable.add(int(entry.name))
+                continue
+            except OSError:  # gone meanwhile
+                continue
+            found = list(self._block_mappings(text))
+            if found:
+                mapped[int(entry.name)] = found
+        owned = {m.block for pid, found in mapped.items() for m in found if m.owner == pid}
+        holders = []
+        block_bytes: dict[tuple[str, int], int] = {}
+        for pid, found in sorted(mapped.items()):
+            orphaned = [m for m in found if m.block not in owned and m.owner not in unreadable]
+            if pid in skip or not orphaned:
+                continue
+            holder = self._holder(pid, orphaned, block_bytes)
+            if holder is not None:
+                holders.append(holder)
+        return Held(tuple(holders), sum(block_bytes.values()))
+
+    def _block_mappings(self, maps: str) -> Iterator[_Mapping]:
+        marker = f"{SHM_DIR}/{self.prefix}"
+        for line in maps.splitlines():
+            if marker not in line:
+                continue
+            parts = line.split(None, 5)
+            if len(parts) < 6 or not parts[4].isdigit():
+                continue
+            path = parts[5]
+            unlinked = path.endswith(" (deleted)")
+            directory, _, name = path.removesuffix(" (deleted)").rpartition("/")
+            owner = block_owner(name)
+            if directory == SHM_DIR and owner is not None and name.startswith(self.prefix):
+                start = parts[0].partition("-")[0]
+                yield _Mapping(start, (parts[3], int(parts[4])), name, owner, unlinked)
+
+    def _holder(
+        self, pid: int, orphaned: list[_Mapping], block_bytes: dict[tuple[str, int], int]
+    ) -> BlockHolder | None:
+        """The holder, its mappings sized; None once it is gone. A block's bytes are the most
+        any of its holders has resident (each page a holder touched is the block's)."""
+        where = self.proc / str(pid)
+        try:
+            resident = _resident_bytes(
+                (where / "smaps").read_text(errors="replace"), {m.start for m in orphaned}
+            )
+            stat = (where / "stat").read_text(errors="replace")
+            cmdline = (where / "cmdline").read_bytes()
+        except OSError:
+            return None
+        name = stat[stat.index("(") + 1 : stat.rindex(")")] if ")" in stat else ""
+        fields = stat[stat.rindex(")") + 2 :].split() if ")" in stat else []
+        started = int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else 0
+        command = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
+        total = 0
+        for mapping in orphaned:
+            size = resident.get(mapping.start, 0)
+            total += size
+            block_bytes[mapping.block] = max(block_bytes.get(mapping.block, 0), size)
+        return BlockHolder(
+            pid=pid,
+            name=name,
+            cmdline=command,
+            started=started,
+            owners=tuple(sorted({m.owner for m in orphaned})),
+            blocks=len({m.block for m in orphaned}),
+            unlinked=len({m.block for m in orphaned if m.unlinked}),
+            resident_bytes=total,
+            synthesis=is_synthesis_process(name, command),
+        )
+
+
+def _resident_bytes(smaps: str, starts: set[str]) -> dict[str, int]:
+    """Rss of each mapping of /proc/PID/smaps text whose start address is in ``starts``."""
+    resident: dict[str, int] = {}
+    current: str | None = None
+    for line in smaps.splitlines():
+        head, _, rest = line.partition(" ")
+        if "-" in head and not head.endswith(":"):  # a mapping's first line
+            start = head.partition("-")[0]
+            current = start if start in starts else None
+        elif current is not None and head == "Rss:":
+            value = rest.split()
+            resident[current] = int(value[0]) * 1024 if value and value[0].isdigit() else 0
+    return resident
+
+
+def kill_holder(holder: BlockHolder, proc: Path = Path("/proc")) -> bool:
+    """SIGKILL ``holder`` if it is still the process that was found (same PID, same start
+    time); whether the signal went. Through a pidfd where the system has them, so the PID
+    cannot pass to another process between the check and the signal."""
+    try:
+        descriptor = os.pidfd_open(holder.pid)
+    except ProcessLookupError:
+        return False
+    except (AttributeError, OSError):  # no pidfd here: check, then signal by PID
+        descriptor = None
+    try:
+        if _started(proc / str(holder.pid) / "stat") != holder.started:
+            return False
+        if descriptor is None:
+            os.kill(holder.pid, signal.SIGKILL)
+        else:
+            signal.pidfd_send_signal(descriptor, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    finally:
+        if descriptor is not None:
+            os.close(descriptor)
+    return True
+
+
+def _started(stat_path: Path) -> int | None:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        text = stat_path.read_text(errors="replace")
+        return int(text[text.rindex(")") + 2 :].split()[19])
+    return None
+
+
+class ReportedHolders:
+    """``scan``, telling ``report`` of each holder once and, with ``kill_orphans``, killing
+    those that are pacer's synthesis processes (``kill``: `kill_holder`); a holder that is not
+    one is named, never killed."""
+
+    def __init__(
+        self,
+        scan: HeldCheck,
+        report: Callable[[str], None],
+        kill_orphans: bool = False,
+        kill: Callable[[BlockHolder], bool] = kill_holder,
+    ) -> None:
+        self.scan = scan
+        self.report = report
+        self.kill_orphans = kill_orphans
+        self.kill = kill
+        self._told: set[tuple[int, int]] = set()
+
+    def __call__(self) -> Held:
+        held = self.scan()
+        for holder in held.holders:
+            key = (holder.pid, holder.started)
+            if key in self._told:
+                continue
+            self._told.add(key)
+            if not self.kill_orphans:
+                self.report(f"{holder}: memory that is not given back while it lives")
+            elif not holder.synthesis:
+                self.report(f"{holder}: not a pacer synthesis process, so not killed")
+            elif self.kill(holder):
+                self.report(f"killed {holder}")
+            else:
+                self._told.discard(key)  # gone meanwhile, or another process now: look again
+        return held

@@ -1,0 +1,103 @@
+"""Process trees read from /proc, for the tests that kill a parent and look at what is left."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from gpu.pool import BLOCK_PREFIX
+from pacer.settle.held import HeldBlockScanner
+from pacer.settle.sources import _read_stat
+
+PROC = Path("/proc")
+
+
+def start_time(pid: int) -> int | None:
+    """Clock ticks after boot at which ``pid`` started (None once it is gone): tells a process
+    from a later one given the same PID."""
+    try:
+        text = (PROC / str(pid) / "stat").read_text()
+        return int(text[text.rindex(")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def parent_of(pid: int) -> int | None:
+    stat = _read_stat(PROC / str(pid) / "stat")
+    return None if stat is None else stat[2]
+
+
+def descendants(pid: int) -> dict[int, tuple[str, int]]:
+    """Every process below ``pid`` now: PID → (kernel name, start time)."""
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            stat = _read_stat(entry / "stat")
+            if stat is not None:
+                children.setdefault(stat[2], []).append(int(entry.name))
+                names[int(entry.name)] = stat[0]
+    found: dict[int, tuple[str, int]] = {}
+    stack = list(children.get(pid, []))
+    while stack:
+        child = stack.pop()
+        started = start_time(child)
+        if started is not None:
+            found[child] = (names[child], started)
+        stack.extend(children.get(child, []))
+    return found
+
+
+def running(processes: dict[int, tuple[str, int]]) -> dict[int, str]:
+    """Those of ``processes`` still running: the same process (start time) and not a zombie,
+    which holds no memory any more. PID → state and name."""
+    left = {}
+    for pid, (name, started) in processes.items():
+        stat = _read_stat(PROC / str(pid) / "stat")
+        if stat is not None and stat[1] not in "ZX" and start_time(pid) == started:
+            left[pid] = f"{name} ({stat[1]})"
+    return left
+
+
+def mapping_blocks_of(owner: int) -> list[int]:
+    """PIDs of the processes (other than ``owner``) that map a pool block ``owner`` made."""
+    held = HeldBlockScanner(prefix=f"{BLOCK_PREFIX}{owner}-")()
+    return [holder.pid for holder in held.holders if holder.pid != owner]
+
+
+def wait_until_gone(
+    processes: dict[int, tuple[str, int]],
+    owner: int,
+    environment: str | None = None,
+    timeout_s: float = 5.0,
+) -> tuple[dict[int, str], list[int]]:
+    """Poll until none of ``processes`` runs, nothing maps ``owner``'s blocks and no process
+    has ``environment`` (``NAME=value``, when given), for at most ``timeout_s``; what is left
+    then (processes still running, by PID, with those that have ``environment``; the PIDs
+    mapping blocks)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left, mapping = running(processes), mapping_blocks_of(owner)
+        if environment is not None:
+            left |= {pid: environment for pid in with_environment(environment)}
+        if (not left and not mapping) or time.monotonic() > deadline:
+            return left, mapping
+        time.sleep(0.02)
+
+
+def with_environment(entry: str) -> list[int]:
+    """PIDs of the running processes (zombies hold nothing) whose environment has ``entry``
+    (``NAME=value``): a service's and everything it started, wherever they were reparented."""
+    wanted = entry.encode()
+    found = []
+    for entry_dir in PROC.iterdir():
+        if not entry_dir.name.isdigit():
+            continue
+        try:
+            environment = (entry_dir / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        stat = _read_stat(entry_dir / "stat")
+        if wanted in environment and stat is not None and stat[1] not in "ZX":
+            found.append(int(entry_dir.name))
+    return found
