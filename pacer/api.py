@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from pacer.config import ControllerSettings
 from pacer.controller import POLICY_FIXED
+from pacer.journal_health import JournalUnavailable
 from pacer.policy import PolicyConflictError
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except BadInputError as exc:
         return error(exc.status, exc.rule, exc.field)
+    except JournalUnavailable as exc:
+        return error(503, str(exc))
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[SERVICE].settings.api.max_body_bytes
         return error(
@@ -111,11 +114,9 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    if service.draining:
-        return error(503, "draining: not accepting work")
-    if not service.ready:
-        return error(503, "starting")
+    reasons = request.app[SERVICE].unready_reasons()
+    if reasons:
+        return error(503, "; ".join(reasons))
     return web.json_response({"status": "ready"})
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import platform
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from pacer import __version__
 from pacer.controller import PIController
+from pacer.journal_health import JournalHealth
 from pacer.pipeline import Outcome, Pipeline
 from pacer.policy import DispatchPolicy, Mode
 
@@ -212,6 +213,39 @@ class Metrics:
 
     def job_ended(self, outcome: str) -> None:
         self.jobs.labels(outcome).inc()
+
+
+class JournalMetrics(Collector):
+    """The journal's health, read at scrape time from ``health``; ``uncommitted`` counts the
+    proved results that wait for the journal."""
+
+    def __init__(self, health: JournalHealth, uncommitted: Callable[[], int]) -> None:
+        self._health = health
+        self._uncommitted = uncommitted
+
+    def collect(self) -> Iterator[Metric]:
+        health = self._health
+        yield GaugeMetricFamily(
+            "pacer_journal_healthy",
+            "1 while the journal takes writes, 0 while they fail",
+            value=float(health.healthy),
+        )
+        yield GaugeMetricFamily(
+            "pacer_journal_failing_seconds",
+            "How long journal writes have been failing; 0 while they go through (s)",
+            value=health.failing_s(),
+        )
+        yield CounterMetricFamily(
+            "pacer_journal_commit_failures",
+            "Journal writes that failed (results, job failures, estimates, pruning, new jobs); "
+            "each is retried",
+            value=health.failures,
+        )
+        yield GaugeMetricFamily(
+            "pacer_journal_uncommitted_results",
+            "Proved partitions whose results wait in memory for the journal",
+            value=self._uncommitted(),
+        )
 
 
 class _Constant(Collector):

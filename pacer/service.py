@@ -8,6 +8,12 @@ The first SIGTERM or SIGINT drains: ``/readyz`` fails and new jobs get 503, disp
 in-flight partitions may finish within ``PACER_SHUTDOWN__DRAIN_S``, results and estimates are
 committed, and the process exits 0; what did not finish stays in the journal for the next
 start. A second signal exits at once (status 1); the journal loses nothing it had committed.
+
+A failing journal (disk full, I/O errors, a lock held elsewhere, the file deleted) stops
+nothing that was accepted: results wait in memory and their commit is retried with backoff;
+meanwhile ``/readyz`` and ``POST /v1/jobs`` answer 503 with the reason. A drain tries to commit
+them within its budget and exits 0 either way: what was not committed stays pending in the
+journal and is proved again on the next start.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ import math
 import os
 import signal
 import socket
+import sqlite3
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from types import EllipsisType
@@ -39,8 +46,9 @@ from pacer.baselines import CuzkPacer, Unpaced
 from pacer.config import ControllerSettings, Settings
 from pacer.controller import PIController
 from pacer.estimates import Estimates
-from pacer.journal import JobRecord, JobState, Journal, PartitionResult, UnknownJob
-from pacer.metrics import Metrics
+from pacer.journal import JobRecord, JobState, Journal, JournalLock, PartitionResult, UnknownJob
+from pacer.journal_health import Backoff, JournalHealth, JournalUnavailable
+from pacer.metrics import JournalMetrics, Metrics
 from pacer.pipeline import Outcome, Pipeline
 from pacer.policy import Caps, DispatchPolicy, PolicyConflictError
 from pacer.workload import Workload, job_seed, load_workload
@@ -51,6 +59,10 @@ SWITCH_INTERVAL_S = 0.001
 DEFAULT_SYNTHESIS_THREADS = 4  # a workload that does not say how many threads it keeps busy
 GC_YOUNG_THRESHOLD = 50_000
 UPKEEP_S = 60.0
+# Results proved but not committed, held while the journal fails (about 0.6 KiB each: 100,000
+# are ~60 MiB). Past that, dispatch holds until the journal takes them: nothing proved is
+# durable meanwhile, and more of it would only be more to redo if the process died.
+MAX_UNCOMMITTED = 100_000
 POOL_FIELDS = ("backend", "total_bytes", "in_use_bytes", "slots_total", "slots_free", "checkouts",
                "waits", "fallbacks", "allocations_after_warmup")  # fmt: skip
 
@@ -114,6 +126,7 @@ class Service:
         settings: Settings,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        backoff: Backoff | None = None,
     ) -> None:
         check_bind(settings)
         self.settings = settings
@@ -122,23 +135,18 @@ class Service:
         self.draining = False
         self.port: int | None = None
         self._clock = clock
-        self._pending: list[PartitionResult] = []
+        self._backoff = backoff or Backoff()
+        self.health = JournalHealth(clock)
+        self._pending: list[PartitionResult] = []  # proved, to commit, in order
+        self._failures: dict[str, Outcome] = {}  # job id → its first failed partition, to commit
+        self._dispatch_held = False
+        self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._committer: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._order = 0
-        self._started_jobs: set[str] = set()
         self.workload: Workload = load_workload(settings)
         self.verify_every = _or_workload_says(settings.verify_every, self.workload,
                                               "verify_every", 1)  # fmt: skip
-        # The journal lives on a thread of its own: an fsync must never stall the event loop.
-        self._db = ThreadPoolExecutor(1, "pacer-journal")
-        try:
-            self.journal: Journal = self._db.submit(Journal, settings.journal.path).result()
-        except BaseException:
-            self._db.shutdown()
-            raise
-        estimates = _estimates(self._db.submit(self.journal.load_estimates).result())
         self.partition_bytes = int(settings.memory.partition_bytes) or max(
             1, self.workload.partition_bytes({})
         )
@@ -159,6 +167,21 @@ class Service:
             budget_bytes=budget,
             partition_bytes=self.partition_bytes,
         )
+        # Opened once nothing else can refuse to start. One service per journal: a second one
+        # would resume and prove the same jobs (JournalInUseError names the holder).
+        self._lock = JournalLock(settings.journal.path)
+        self._lock.acquire()
+        # The journal lives on a thread of its own: an fsync must never stall the event loop.
+        self._db = ThreadPoolExecutor(1, "pacer-journal")
+        try:
+            self.journal: Journal = self._db.submit(
+                Journal, settings.journal.path, time.time, settings.journal.busy_timeout_s
+            ).result()
+            estimates = _estimates(self._db.submit(self.journal.load_estimates).result())
+        except BaseException:
+            self._db.shutdown()
+            self._lock.release()
+            raise
         self.policy = build_policy(settings.controller, self.caps, clock, estimates)
         self.pipeline = Pipeline(
             # The pipeline calls only what every DispatchPolicy has (decide, observe_*).
@@ -172,6 +195,7 @@ class Service:
             clock=clock,
         )
         self.metrics = Metrics(self.registry, self.policy, self.pipeline, self.policy_name)
+        self.registry.register(JournalMetrics(self.health, self.uncommitted))
         self.pipeline.observer = self.metrics
 
     @property
@@ -261,6 +285,7 @@ class Service:
         self.draining = True
         sd_notify("STOPPING=1\nSTATUS=draining")
         drain_s = self.settings.shutdown.drain_s
+        deadline = self._clock() + drain_s
         log.info("draining: dispatch stopped, %.0f s for in-flight work", drain_s)
         finished = await self.pipeline.drain(drain_s)
         if not finished:
@@ -268,28 +293,119 @@ class Service:
                 "drain budget of %.0f s spent; %d partitions left to the journal",
                 drain_s, self.pipeline.inflight,
             )  # fmt: skip
-        if self._committer is not None:
-            self._committer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._committer
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._flush()
-        await self._save_estimates()
+        await self._stop_committer(deadline)
+        await self._last_commit(deadline)
         await self.pipeline.close()
         close_workload = getattr(self.workload, "close", None)
         if close_workload is not None:
             await asyncio.get_running_loop().run_in_executor(None, close_workload)
         if self._runner is not None:
             await self._runner.cleanup()
-        await self.db(self.journal.close)
-        self._db.shutdown()
+        await self._close_journal()
         log.info("stopped")
         return finished
 
+    async def _stop_committer(self, deadline: float) -> None:
+        """Let the commit loop finish the round it is in (a write waits at most the busy
+        timeout for a lock), then stop it."""
+        self._closing.set()
+        if self._committer is None:
+            return
+        grace_s = max(deadline - self._clock(), self.settings.journal.busy_timeout_s + 1.0)
+        done, _ = await asyncio.wait({self._committer}, timeout=grace_s)
+        if not done:
+            log.warning("journal write still running after %.1f s; abandoned", grace_s)
+            self._committer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._committer
+
+    async def _last_commit(self, deadline: float) -> None:
+        """Commit what waits, retrying with backoff while the drain budget lasts, then save
+        the estimates. What is left is logged: it stays pending in the journal."""
+        failures = 0
+        while self._pending or self._failures:
+            try:
+                await self._flush()
+            except Exception as exc:
+                failures += 1
+                self._journal_failed(exc, "committing before exit")
+                delay = self._backoff.delay_s(failures)
+                if self._clock() + delay > deadline:
+                    break
+                await asyncio.sleep(delay)
+            else:
+                self._journal_ok()
+        if self.health.healthy:
+            try:
+                await self._save_estimates()
+            except Exception as exc:
+                self._journal_failed(exc, "saving the estimates")
+        if self._pending or self._failures:
+            log.error(
+                "exiting with %d results and %d job failures not committed to the journal "
+                "(%s): those partitions stay pending there and are proved again on the next "
+                "start",
+                len(self._pending), len(self._failures), self.health.error,
+            )  # fmt: skip
+
+    async def _close_journal(self) -> None:
+        try:
+            await self.db(self.journal.close)
+        except Exception as exc:
+            log.warning("closing the journal: %s", exc)
+        self._db.shutdown()
+        self._lock.release()
+
     async def db(self, call: Callable[..., T], *args: Any) -> T:
-        """Run a journal call on the journal's thread."""
-        return await asyncio.wrap_future(self._db.submit(call, *args))
+        """Run a journal call on the journal's thread. ``JournalUnavailable`` when SQLite
+        cannot do it now (locked, disk full, I/O error: ``sqlite3.OperationalError``)."""
+        try:
+            return await asyncio.wrap_future(self._db.submit(call, *args))
+        except sqlite3.OperationalError as exc:
+            raise JournalUnavailable(f"journal {self.settings.journal.path}: {exc}") from exc
+
+    # -- journal health -------------------------------------------------------------------------
+
+    def unready_reasons(self) -> list[str]:
+        """Why the service should get no traffic now (for ``/readyz``); empty when ready."""
+        reasons: list[str] = []
+        if self.draining:
+            reasons.append("draining: not accepting work")
+        elif not self.ready:
+            reasons.append("starting")
+        journal = self.health.reason()
+        if journal is not None:
+            reasons.append(journal)
+        return reasons
+
+    def uncommitted(self) -> int:
+        """Proved partitions whose results wait for the journal."""
+        return len(self._pending)
+
+    def _journal_failed(self, exc: BaseException, doing: str) -> None:
+        """Count a failed journal write, and log it when it starts a failing spell (with the
+        exception), changes error, or has been repeating quietly for a while."""
+        error = str(exc) or type(exc).__name__
+        if not self.health.failed(error):
+            return
+        waiting = f"{len(self._pending)} results and {len(self._failures)} job failures"
+        if self.health.failures_in_spell == 1:
+            log.error("journal write failed while %s: %s; %s wait in memory, retrying",
+                      doing, error, waiting, exc_info=exc)  # fmt: skip
+        else:
+            log.error(
+                "journal still failing after %d attempts over %.0f s: %s; %s wait in memory",
+                self.health.failures_in_spell, self.health.failing_s(), error, waiting,
+            )  # fmt: skip
+
+    def _journal_ok(self) -> None:
+        failed_for = self.health.succeeded()
+        if failed_for is not None:
+            log.warning("journal recovered after %.1f s of failures", failed_for)
+        if self._dispatch_held and len(self._pending) < MAX_UNCOMMITTED:
+            self._dispatch_held = False
+            self.pipeline.hold(False)
+            log.warning("dispatch resumed: the journal takes results again")
 
     async def _resume(self) -> int:
         jobs = await self.db(self.journal.incomplete)
@@ -300,8 +416,18 @@ class Service:
     # -- jobs ---------------------------------------------------------------------------------
 
     async def submit(self, partitions: int, params: dict[str, Any], priority: int) -> JobRecord:
-        """Journal a job (durable on return), then queue its partitions."""
-        job = await self.db(self.journal.add_job, partitions, self.workload.name, params, priority)
+        """Journal a job (durable on return), then queue its partitions.
+        ``JournalUnavailable`` while the journal fails: nothing is accepted that it cannot hold."""
+        reason = self.health.reason()
+        if reason is not None:
+            raise JournalUnavailable(f"{reason}: not accepting new jobs")
+        try:
+            job = await self.db(
+                self.journal.add_job, partitions, self.workload.name, params, priority
+            )
+        except JournalUnavailable as exc:
+            self._journal_failed(exc, "accepting a job")
+            raise JournalUnavailable(f"{exc}: not accepting new jobs") from exc
         self._enqueue(job, list(range(partitions)))
         log.info("job accepted: %d partitions", partitions, extra={"job": job.id})
         return job
@@ -321,17 +447,15 @@ class Service:
         job = await self.db(self.journal.cancel, job_id) or before
         if before.state in (JobState.QUEUED, JobState.RUNNING):
             dropped = self.pipeline.cancel(job_id)
-            self._started_jobs.discard(job_id)
             self.metrics.job_ended("cancelled")
             log.info("job cancelled, %d partitions dropped", dropped, extra={"job": job_id})
         return _job_json(job)
 
     def _on_outcome(self, outcome: Outcome) -> None:
-        if outcome.job_id not in self._started_jobs:
-            self._started_jobs.add(outcome.job_id)
-            self._db.submit(self._mark_running, outcome.job_id)
+        # No separate write marks a job running: its first committed result does, in the
+        # same transaction (Journal.complete_partitions).
         if outcome.error is not None or outcome.proof is None:
-            self._spawn(self._fail(outcome))
+            self._fail(outcome)
             return
         self._pending.append(
             PartitionResult(
@@ -344,37 +468,61 @@ class Service:
                 gpu=outcome.gpu,
             )
         )
+        if len(self._pending) >= MAX_UNCOMMITTED and not self._dispatch_held:
+            self._dispatch_held = True
+            self.pipeline.hold(True)
+            log.error(
+                "dispatch held: %d proved results wait for the journal (%s); in-flight work "
+                "goes on, dispatch resumes once they are committed",
+                len(self._pending), self.health.error,
+            )  # fmt: skip
 
-    def _mark_running(self, job_id: str) -> None:
-        with contextlib.suppress(UnknownJob):
-            self.journal.mark_running(job_id)
+    def _fail(self, outcome: Outcome) -> None:
+        """A partition failed: its job dispatches nothing more, and fails in the journal with
+        the next commit (retried until it lands, so the job cannot stay running)."""
+        if outcome.job_id not in self._failures:
+            self._failures[outcome.job_id] = outcome
+            self.pipeline.cancel(outcome.job_id)
 
-    async def _fail(self, outcome: Outcome) -> None:
-        before = await self.db(self.journal.get_job, outcome.job_id)
-        if before is None or before.state not in (JobState.QUEUED, JobState.RUNNING):
-            return
+    async def _commit_failure(self, outcome: Outcome) -> None:
         error = outcome.error or "proving returned no proof"
-        job = await self.db(self.journal.fail_partition, outcome.job_id, outcome.index, error)
-        self.pipeline.cancel(outcome.job_id)
-        self.metrics.job_ended("failed")
-        context = {"job": job.id, "partition": outcome.index, "gpu": outcome.gpu}
-        log.error("job failed: %s", job.error, extra=context)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        context = {"job": outcome.job_id, "partition": outcome.index, "gpu": outcome.gpu}
+        try:
+            job = await self.db(self.journal.fail_partition, outcome.job_id, outcome.index, error)
+        except (UnknownJob, ValueError) as exc:
+            log.error("job failure not recorded: %s", exc, extra=context)
+            return
+        if job.state is JobState.FAILED:  # not cancelled meanwhile
+            self.metrics.job_ended("failed")
+            log.error("job failed: %s", job.error, extra=context)
 
     async def _commit_loop(self) -> None:
-        """Commit results in batches; now and then save the estimates and prune old jobs."""
+        """Commit results in batches; now and then save the estimates and prune old jobs.
+
+        Never ends on an error: a failed write is counted, logged and retried with backoff,
+        and what it held stays queued. Ends when shutdown sets ``_closing``."""
         interval = self.settings.journal.commit_interval_s
         last_upkeep = -math.inf
-        while True:
-            await asyncio.sleep(interval)
-            await self._flush()
-            if self._clock() - last_upkeep >= UPKEEP_S:
-                last_upkeep = self._clock()
-                await self._upkeep()
+        failures = 0
+        while not self._closing.is_set():
+            delay = interval if failures == 0 else self._backoff.delay_s(failures)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), delay)
+            if self._closing.is_set():
+                return
+            doing = "committing results"
+            try:
+                await self._flush()
+                if self._clock() - last_upkeep >= UPKEEP_S:
+                    last_upkeep = self._clock()
+                    doing = "saving estimates and pruning finished jobs"
+                    await self._upkeep()
+            except Exception as exc:
+                failures += 1
+                self._journal_failed(exc, doing)
+            else:
+                failures = 0
+                self._journal_ok()
 
     async def _upkeep(self) -> None:
         # Estimates saved as we go, so that even a killed service restarts warm.
@@ -390,28 +538,59 @@ class Service:
             await self.db(self.journal.save_estimates, asdict(self.policy.estimates))
 
     async def _flush(self) -> None:
-        if not self._pending:
-            return
-        batch, self._pending = self._pending, []
-        for job in await self.db(self._commit, batch):
-            self._started_jobs.discard(job.id)
+        """Commit what waits: proved partitions, then failed ones. On a journal error it
+        raises, and what did not land stays queued, in order, for the next attempt (the
+        journal ignores a result it already has, so a repeat is harmless). While the journal
+        fails and nothing waits, a probe write tells when it takes writes again."""
+        await self.db(self.journal.check_file)
+        wrote = False
+        if self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                ended = await self.db(self._commit, batch)
+            except _PartialCommit as partial:
+                self._pending[:0] = partial.left
+                self._ended(partial.ended)
+                cause = partial.__cause__
+                raise JournalUnavailable(
+                    f"journal {self.settings.journal.path}: {cause}"
+                ) from cause
+            except BaseException:
+                self._pending[:0] = batch
+                raise
+            self._ended(ended)
+            wrote = True
+        while self._failures:
+            job_id, outcome = next(iter(self._failures.items()))
+            await self._commit_failure(outcome)
+            del self._failures[job_id]
+            wrote = True
+        if not wrote and not self.health.healthy:
+            await self.db(self.journal.probe)
+
+    def _ended(self, jobs: list[JobRecord]) -> None:
+        for job in jobs:
             if job.state is JobState.COMPLETED:
                 self.metrics.job_ended("completed")
                 log.info("job completed: %s", job.result_digest, extra={"job": job.id})
 
     def _commit(self, batch: list[PartitionResult]) -> list[JobRecord]:
-        """On the journal's thread: commit a batch; one bad result must not lose the others."""
+        """On the journal's thread: commit a batch; one bad result must not lose the others.
+        A journal error in the one-by-one pass raises ``_PartialCommit``: what it committed,
+        and what is left."""
         try:
             return self.journal.complete_partitions(batch)
         except (UnknownJob, ValueError) as exc:
             log.error("journal refused a batch (%s); committing one by one", exc)
         ended: list[JobRecord] = []
-        for item in batch:
+        for i, item in enumerate(batch):
             try:
                 ended += self.journal.complete_partitions([item])
             except (UnknownJob, ValueError) as exc:
                 context = {"job": item.job_id, "partition": item.index}
                 log.error("result dropped: %s", exc, extra=context)
+            except sqlite3.Error as exc:
+                raise _PartialCommit(ended, batch[i:]) from exc
         return ended
 
     # -- views ----------------------------------------------------------------------------------
@@ -503,7 +682,23 @@ class Service:
                 for g in p.gpus
             ],
             "jobs": {state.value: n for state, n in counts.items()},
+            "journal": {
+                "healthy": self.health.healthy,
+                "failing_s": round(self.health.failing_s(), 3),
+                "error": self.health.error,
+                "uncommitted_results": self.uncommitted(),
+                "dispatch_held": self._dispatch_held,
+            },
         }
+
+
+class _PartialCommit(Exception):  # noqa: N818 - carries data, never leaves the service
+    """A journal error part-way through committing results one by one."""
+
+    def __init__(self, ended: list[JobRecord], left: list[PartitionResult]) -> None:
+        super().__init__(f"{len(left)} results left")
+        self.ended = ended
+        self.left = left
 
 
 def _or_workload_says(setting: int | None, workload: Workload, name: str, default: int) -> int:
