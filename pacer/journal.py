@@ -351,7 +351,7 @@ class Journal:
         try:
             identity = _identity(self.path)
         except FileNotFoundError:
-            raise JournalFileGoneError(self.path, "deleted") from None
+            raise JournalFileGoneError(self.path, "deleted or moved away") from None
         if identity != self._identity:
             raise JournalFileGoneError(self.path, "replaced by another file")
 

@@ -129,6 +129,23 @@ class Service:
         backoff: Backoff | None = None,
     ) -> None:
         check_bind(settings)
+        # One service per journal, taken first so that a second one refuses at once: it would
+        # resume and prove the same jobs (JournalInUseError names the holder).
+        self._lock = JournalLock(settings.journal.path)
+        self._lock.acquire()
+        try:
+            self._build(settings, registry, clock, backoff)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _build(
+        self,
+        settings: Settings,
+        registry: CollectorRegistry | None,
+        clock: Callable[[], float],
+        backoff: Backoff | None,
+    ) -> None:
         self.settings = settings
         self.registry = registry or CollectorRegistry()
         self.ready = False
@@ -167,10 +184,6 @@ class Service:
             budget_bytes=budget,
             partition_bytes=self.partition_bytes,
         )
-        # Opened once nothing else can refuse to start. One service per journal: a second one
-        # would resume and prove the same jobs (JournalInUseError names the holder).
-        self._lock = JournalLock(settings.journal.path)
-        self._lock.acquire()
         # The journal lives on a thread of its own: an fsync must never stall the event loop.
         self._db = ThreadPoolExecutor(1, "pacer-journal")
         try:
@@ -180,7 +193,6 @@ class Service:
             estimates = _estimates(self._db.submit(self.journal.load_estimates).result())
         except BaseException:
             self._db.shutdown()
-            self._lock.release()
             raise
         self.policy = build_policy(settings.controller, self.caps, clock, estimates)
         self.pipeline = Pipeline(
@@ -472,9 +484,9 @@ class Service:
             self._dispatch_held = True
             self.pipeline.hold(True)
             log.error(
-                "dispatch held: %d proved results wait for the journal (%s); in-flight work "
+                "dispatch held: %d proved results wait for the journal%s; in-flight work "
                 "goes on, dispatch resumes once they are committed",
-                len(self._pending), self.health.error,
+                len(self._pending), f" ({self.health.error})" if self.health.error else "",
             )  # fmt: skip
 
     def _fail(self, outcome: Outcome) -> None:
