@@ -24,7 +24,9 @@ REQUIRED = [
     "pacer_synthesis_worker_restarts_total",
     "pacer_gpu_busy_ratio", "pacer_gpu_idle_gap_seconds", "pacer_gpu_phase_seconds",
     "pacer_synthesis_seconds", "pacer_partitions_total", "pacer_jobs_total", "pacer_build_info",
-    "pacer_controller_policy_info", "pacer_controller_synthesis_cap",
+    "pacer_controller_policy_info", "pacer_controller_synthesis_cap", "pacer_journal_healthy",
+    "pacer_journal_failing_seconds", "pacer_journal_commit_failures_total",
+    "pacer_journal_uncommitted_results",
 ]  # fmt: skip
 
 
