@@ -19,9 +19,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     token = settings.api.token.get_secret_value() if settings.api.token else None
     client = Client(url, token)
     try:
-        client.wait_ready(args.timeout)
         if args.command == "submit":
+            client.wait_ready(args.timeout)
             return _submit(client, args)
+        client.wait_ready(args.timeout, "/healthz")  # the status of a service not ready, too
         return _status(client, args)
     except ApiError as exc:
         print(f"pacer: {exc}", file=sys.stderr)

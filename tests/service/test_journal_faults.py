@@ -15,6 +15,8 @@ import re
 import signal
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -34,7 +36,7 @@ from pacer.journal import BUSY_TIMEOUT_S, Journal, result_digest
 from pacer.journal_health import Backoff
 from pacer.service import Service
 from pacer.workload import PartitionSpec, job_seed
-from tests.service.conftest import ServerFactory, settings_for, wait_for
+from tests.service.conftest import ROOT, ServerFactory, settings_for, wait_for
 from tests.service.test_api import call, until_done
 from tests.service.test_process import completions_in, job_states
 
@@ -389,6 +391,13 @@ def test_sigterm_while_the_journal_is_locked_drains_and_exits_zero_then_a_restar
         wait_for(refusing, what="/readyz to name the lock")
         with pytest.raises(ApiError, match=r"503 journal failing for .* database is locked"):
             first.client.submit(1)
+        status = subprocess.run(
+            [sys.executable, "-m", "pacer", "status", "--url", first.client.base_url],
+            env=first.env, cwd=ROOT, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert status.returncode == 0, status.stderr  # the operator sees a service not ready
+        assert re.search(r"^journal +FAILING for \d+ s: .*database is locked; \d+ results wait",
+                         status.stdout, re.M), status.stdout  # fmt: skip
         first.signal(signal.SIGTERM)
         assert first.wait(30) == 0
         log = first.log
