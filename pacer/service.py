@@ -328,8 +328,12 @@ class Service:
         if not done:
             log.warning("journal write still running after %.1f s; abandoned", grace_s)
             self._committer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._committer
+        try:
+            await self._committer
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("the commit loop had ended on an error")
 
     async def _last_commit(self, deadline: float) -> None:
         """Commit what waits, retrying with backoff while the drain budget lasts, then save
