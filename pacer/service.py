@@ -119,7 +119,10 @@ def sd_notify(message: str) -> bool:
 
 
 class Service:
-    """One pacer instance: journal, dispatch policy, pipeline, metrics and API."""
+    """One pacer instance: journal, dispatch policy, pipeline, metrics and API.
+
+    Holds the journal's lock from construction to the end of `shutdown`; ``backoff`` paces
+    the retries of journal writes that fail."""
 
     def __init__(
         self,
