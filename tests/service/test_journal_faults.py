@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 import gpu.ntt as ntt
 from pacer import service as service_module
 from pacer.client import ApiError, Client
-from pacer.journal import BUSY_TIMEOUT_S, Journal, result_digest
+from pacer.journal import BUSY_TIMEOUT_S, JobRecord, Journal, PartitionResult, result_digest
 from pacer.journal_health import Backoff
 from pacer.service import Service
 from pacer.workload import PartitionSpec, job_seed
@@ -290,6 +290,40 @@ async def test_a_write_that_fails_as_a_job_is_accepted_answers_503_and_keeps_not
     faulty(svc).failing.clear()
     await until_readyz(svc, "ready")  # the probe says it recovered, with no job to commit
     assert await svc.db(svc.journal.list_jobs) == []
+
+
+@pytest.mark.asyncio
+async def test_a_write_failing_part_way_through_a_one_by_one_commit_keeps_what_is_left(
+    svc: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    svc.pipeline.hold(True)  # the results below are the only ones
+    job = await svc.submit(3, {}, 0)
+    journal = faulty(svc)
+    complete_partitions = journal.complete_partitions
+    last_fails = threading.Event()
+
+    def last_one_fails(items: Iterable[PartitionResult]) -> list[JobRecord]:
+        items = list(items)
+        if [(r.job_id, r.index) for r in items] == [(job.id, 2)] and last_fails.is_set():
+            raise sqlite3.OperationalError("disk I/O error")
+        return complete_partitions(items)
+
+    monkeypatch.setattr(journal, "complete_partitions", last_one_fails)
+    last_fails.set()
+    # An unknown job's result makes the journal refuse the batch, so it commits one by one.
+    svc._pending += [PartitionResult(job.id, 0, "d0", 1.0, 0.1),
+                     PartitionResult("no-such-job", 0, "x", 1.0, 0.1),
+                     PartitionResult(job.id, 1, "d1", 1.0, 0.1),
+                     PartitionResult(job.id, 2, "d2", 1.0, 0.1)]  # fmt: skip
+    await until_readyz(svc, "disk I/O error")
+    assert [(r.job_id, r.index) for r in svc._pending] == [(job.id, 2)]  # only what was left
+    _, meanwhile = await call(svc, "GET", f"/v1/jobs/{job.id}")
+    assert meanwhile["partitions_done"] == 2
+    last_fails.clear()
+    done = await until_done(svc, job.id)
+    assert (done["state"], done["partitions_done"]) == ("completed", 3)
+    assert done["result_digest"] == result_digest(["d0", "d1", "d2"])
+    assert caplog.text.count("result dropped: unknown job 'no-such-job'") == 1
 
 
 @pytest.mark.asyncio
