@@ -168,13 +168,16 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
     import sqlite3
 
     from pacer import logs, service
-    from pacer.journal import NewerSchemaError
+    from pacer.journal import JournalInUseError, NewerSchemaError
+    from pacer.journal_health import JournalUnavailable
     from pacer.workload import WorkloadError
 
     logs.setup(args.log_level)
+    refused = (service.ConfigurationError, WorkloadError, NewerSchemaError, JournalInUseError,
+               JournalUnavailable)  # fmt: skip
     try:
         return service.run(settings)
-    except (service.ConfigurationError, WorkloadError, NewerSchemaError) as exc:
+    except refused as exc:
         print(f"pacer: {exc}", file=sys.stderr)
         return 2
     except sqlite3.Error as exc:

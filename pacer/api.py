@@ -32,6 +32,7 @@ from pacer.config import ControllerSettings
 from pacer.connection import Runner
 from pacer.controller import POLICY_FIXED, PIController
 from pacer.journal import MAX_IDEMPOTENCY_KEY, MAX_PAGE, IdempotencyConflict
+from pacer.journal_health import JournalUnavailable
 from pacer.policy import PolicyConflictError
 from pacer.strict_json import BadInputError, dumps, parse_object
 
@@ -98,6 +99,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         if exc.status == 408:
             response.force_close()
         return response
+    except JournalUnavailable as exc:
+        return error(503, str(exc))
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[SERVICE].settings.api.max_body_bytes
         return error(413, _too_large(limit).rule)

@@ -19,9 +19,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     token = settings.api.token.get_secret_value() if settings.api.token else None
     client = Client(url, token)
     try:
-        client.wait_ready(args.timeout)
         if args.command == "submit":
+            client.wait_ready(args.timeout)
             return _submit(client, args)
+        client.wait_ready(args.timeout, "/healthz")  # the status of a service not ready, too
         if args.job:
             return _job_status(client, args)
         return _status(client, args)
@@ -145,6 +146,20 @@ def _pool_rows(pool: dict[str, Any]) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
+def _journal_rows(journal: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Whether the journal takes writes; if not, since when, why, and what waits for it."""
+    if not journal:  # a service from before this field
+        return []
+    if journal["healthy"]:
+        return [("journal", "ok")]
+    held = ", dispatch held" if journal["dispatch_held"] else ""
+    return [(
+        "journal",
+        f"FAILING for {journal['failing_s']:.0f} s: {journal['error']}; "
+        f"{journal['uncommitted_results']} results wait in memory{held}",
+    )]  # fmt: skip
+
+
 def _synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
     """Where synthesis runs, how it computes, and how often its processes had to be replaced."""
     if not synthesis:  # a service from before this field
@@ -190,6 +205,7 @@ def _status(client: Client, args: argparse.Namespace) -> int:
                            f"worker{'s' if g['workers'] != 1 else ''})"
                            for g in status["gpus"])),
         ("jobs", ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
+        *_journal_rows(status.get("journal")),
     ]  # fmt: skip
     print(render(("pacer", client.base_url), rows))
     return 0

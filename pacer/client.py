@@ -47,12 +47,14 @@ class Client:
         except (urllib.error.URLError, OSError) as exc:
             raise ApiError(f"cannot reach pacer at {self.base_url}: {exc}") from None
 
-    def wait_ready(self, timeout_s: float) -> None:
-        """Poll /readyz until the service is ready (it may still be starting)."""
+    def wait_ready(self, timeout_s: float, path: str = "/readyz") -> None:
+        """Poll /readyz until the service is ready (it may still be starting); with
+        ``path="/healthz"``, only until it answers (ready or not: draining, its journal failing).
+        """
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                self.request("GET", "/readyz")
+                self.request("GET", path)
                 return
             except ApiError as exc:
                 if time.monotonic() >= deadline:

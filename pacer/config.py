@@ -272,6 +272,13 @@ class JournalSettings(_Section):
         description="Partition results are committed in batches at most this far apart; a "
         "crash redoes at most that much work (s)",
     )
+    busy_timeout_s: float = Field(
+        5.0,
+        ge=0,
+        le=600,
+        description="How long a journal write waits for a lock another program holds on the "
+        "file before it fails and is retried later (s)",
+    )
 
 
 class ShutdownSettings(_Section):

@@ -10,13 +10,19 @@ pending partition has had.
 Schema versions (``PRAGMA user_version``): 1, jobs, partitions and estimates; 2, an idempotency
 key and request digest per job, an index of failed partitions, and the attempts table. An older
 file is upgraded in place when opened.
+
+One service per file: `JournalLock` holds ``<journal>.lock`` exclusively while a service runs.
+`Journal.check_file` tells when the path no longer names the file that was opened.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
+import os
+import socket
 import sqlite3
 import time
 import uuid
@@ -31,7 +37,7 @@ SCHEMA_VERSION = 2
 MAX_PARTITIONS = 1_000_000
 MAX_PAGE = 1_000
 MAX_IDEMPOTENCY_KEY = 128
-BUSY_TIMEOUT_MS = 5_000
+BUSY_TIMEOUT_S = 5.0
 
 # The statements that bring a file from version n - 1 to n, run in one transaction.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -131,6 +137,85 @@ class NewerSchemaError(RuntimeError):
         )
         self.path = path
         self.found = found
+
+
+class JournalInUseError(RuntimeError):
+    """Another process holds the journal's lock: a second service on one file would prove its
+    jobs twice. ``holder`` is what the holder wrote into the lock file (its pid and host)."""
+
+    def __init__(self, path: Path, lock_path: Path, holder: str) -> None:
+        super().__init__(
+            f"journal {path} is in use by {holder} (it holds {lock_path}): stop that pacer, "
+            "or give this one another journal file"
+        )
+        self.path = path
+        self.lock_path = lock_path
+        self.holder = holder
+
+
+class JournalFileGoneError(RuntimeError):
+    """The journal's path no longer names the file that was opened (deleted, or replaced):
+    what is written now would not be read by the next start."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(
+            f"journal file {path} was {problem} while open: results are kept in memory; put the "
+            "file back, or restart pacer (the partitions not committed are proved again)"
+        )
+        self.path = path
+        self.problem = problem
+
+
+class JournalLock:
+    """An exclusive lock on the journal at ``path``: ``flock`` on ``<path>.lock`` beside it,
+    which names the holder (``pid 1234 on host-a``).
+
+    A lock file of its own, not the database: SQLite takes POSIX (fcntl) byte-range locks on the
+    database, and those are per process, so closing any descriptor of the file would drop a
+    second one taken on it. flock belongs to the open file, and the kernel releases it when the
+    process ends, SIGKILL included: a restart after a crash is never blocked. The file stays (a
+    lock file unlinked on exit would let a third process lock a new file while a second still
+    holds the old one).
+
+    >>> lock = JournalLock(path)
+    >>> lock.acquire()  # JournalInUseError, naming the holder, if another process has it
+    >>> lock.release()
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.journal_path = Path(path)
+        self.path = self.journal_path.with_name(self.journal_path.name + ".lock")
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise ``JournalInUseError`` at once if another holder has it."""
+        if self._fd is not None:
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 512, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise JournalInUseError(
+                self.journal_path, self.path, holder or "a process that has not named itself yet"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Give the lock up (closing the file releases it). Idempotent."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -289,6 +374,12 @@ def _exhausted(index: int, attempts: int, reason: str) -> str:
     return f"partition {index} failed after {attempts} {plural}: {reason}"
 
 
+def _identity(path: Path) -> tuple[int, int]:
+    """(device, inode) of the file at ``path``."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
 def _job(row: tuple[Any, ...]) -> JobRecord:
     id_, state, partitions, done, workload, params, priority, created, updated, error, digest = row
     return JobRecord(
@@ -301,17 +392,27 @@ class Journal:
     """The service's job journal in the SQLite file at ``path`` (created if missing).
 
     ``clock`` gives wall-clock seconds for ``created_at``/``updated_at`` and retention. Every
-    write is one transaction, durable when the method returns. Use it from one thread.
+    write is one transaction, durable when the method returns. A write waits up to
+    ``busy_timeout_s`` for another connection's lock, then raises ``sqlite3.OperationalError``
+    (database is locked). Use it from one thread.
 
     >>> with Journal(path) as journal:
     ...     job = journal.add_job(4, "sha-chain", {"depth": 20})
     """
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: Path,
+        clock: Callable[[], float] = time.time,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+    ) -> None:
+        if not busy_timeout_s >= 0:
+            raise ValueError(f"busy_timeout_s must be >= 0, got {busy_timeout_s!r}")
+        self.path = Path(path)
         self._clock = clock
         self._db = sqlite3.connect(path, isolation_level=None)
         try:
-            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._db.execute(f"PRAGMA busy_timeout = {round(busy_timeout_s * 1000)}")
             found = self._db.execute("PRAGMA user_version").fetchone()[0]
             if found > SCHEMA_VERSION:
                 raise NewerSchemaError(path, found)
@@ -319,6 +420,7 @@ class Journal:
             self._db.execute("PRAGMA synchronous = FULL")
             if found < SCHEMA_VERSION:
                 self._migrate()
+            self._identity = _identity(self.path)
         except BaseException:
             self._db.close()
             raise
@@ -336,6 +438,24 @@ class Journal:
     def close(self) -> None:
         """Close the file; later calls raise ``sqlite3.ProgrammingError``. Idempotent."""
         self._db.close()
+
+    def check_file(self) -> None:
+        """Raise ``JournalFileGoneError`` if the path no longer names the file that was opened: it
+        was deleted, or replaced by another file. One ``stat``; a file moved away and back is
+        fine again."""
+        try:
+            identity = _identity(self.path)
+        except FileNotFoundError:
+            raise JournalFileGoneError(self.path, "deleted or moved away") from None
+        if identity != self._identity:
+            raise JournalFileGoneError(self.path, "replaced by another file")
+
+    def probe(self) -> None:
+        """Commit a write that changes nothing (the header's user version, rewritten): raises
+        as any write would while the file cannot take one (locked, read-only, I/O errors)."""
+        with self._transaction() as db:
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            db.execute(f"PRAGMA user_version = {version}")
 
     def __enter__(self) -> Self:
         return self

@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from pacer import __version__
 from pacer.attempts import CALLS, Call
 from pacer.controller import PIController
+from pacer.journal_health import JournalHealth
 from pacer.pipeline import Outcome, Pipeline
 from pacer.policy import DispatchPolicy, Mode
 from pacer.supervision import ProgressWatchdog, Supervisor
@@ -287,6 +288,39 @@ class _HealthCollector(Collector):
             "pacer_ready",
             "1 while /readyz answers 200, else 0 (/readyz and /v1/status say why)",
             value=float(not self._unready_reasons()),
+        )
+
+
+class JournalMetrics(Collector):
+    """The journal's health, read at scrape time from ``health``; ``uncommitted`` counts the
+    proved results that wait for the journal."""
+
+    def __init__(self, health: JournalHealth, uncommitted: Callable[[], int]) -> None:
+        self._health = health
+        self._uncommitted = uncommitted
+
+    def collect(self) -> Iterator[Metric]:
+        health = self._health
+        yield GaugeMetricFamily(
+            "pacer_journal_healthy",
+            "1 while the journal takes writes, 0 while they fail",
+            value=float(health.healthy),
+        )
+        yield GaugeMetricFamily(
+            "pacer_journal_failing_seconds",
+            "How long journal writes have been failing; 0 while they go through (s)",
+            value=health.failing_s(),
+        )
+        yield CounterMetricFamily(
+            "pacer_journal_commit_failures",
+            "Journal writes that failed (results, job failures, estimates, pruning, new jobs); "
+            "each is retried but a new job's, which is refused (503)",
+            value=health.failures,
+        )
+        yield GaugeMetricFamily(
+            "pacer_journal_uncommitted_results",
+            "Proved partitions whose results wait in memory for the journal",
+            value=self._uncommitted(),
         )
 
 

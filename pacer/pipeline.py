@@ -271,6 +271,7 @@ class Pipeline:
         self._wake = asyncio.Event()
         self._dispatching = False
         self._closing = False
+        self._held = False
         self._cancelled: set[str] = set()
         self.synthesizing = 0
         self.verifying = 0
@@ -344,7 +345,7 @@ class Pipeline:
             synthesizing=self.synthesizing,
             gpu_busy=self.gpu_busy,
             gpu_workers=self.live_workers,
-            backlog=self.backlog,
+            backlog=0 if self._held else self.backlog,
             pool_free=None if self.pool is None else int(self.pool.slots_free),
         )
 
@@ -406,6 +407,12 @@ class Pipeline:
         )  # fmt: skip
         worker.thread.start()
 
+    def hold(self, held: bool) -> None:
+        """Dispatch nothing new while ``held`` (in-flight work goes on); False resumes. Held,
+        the policy sees no backlog, so it neither dispatches nor winds its integral up."""
+        self._held = held
+        self._wake.set()
+
     def stop_dispatching(self) -> None:
         self._dispatching = False
         self._wake.set()
@@ -461,7 +468,7 @@ class Pipeline:
                 pass
 
     def _dispatch_one(self) -> bool:
-        while self._job_heap:
+        while self._job_heap and not self._held:
             job_id = self._job_heap[0][2]
             queued = self._job_queues.get(job_id)
             if queued is None:  # cancelled

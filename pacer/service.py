@@ -18,6 +18,12 @@ verification) has the reason journaled and is queued again at its job's place af
 The dispatch loop, the commit loop and upkeep run under a ``Supervisor`` (restarted after a
 failure); ``/readyz`` answers 503 with ``unready_reasons()``: starting, draining, a task down,
 stalled (``ProgressWatchdog``), and what any other readiness source says.
+
+A failing journal (disk full, I/O errors, a lock held elsewhere, the file deleted) stops
+nothing that was accepted: results wait in memory and their commit is retried with backoff;
+meanwhile ``/readyz`` and ``POST /v1/jobs`` answer 503 with the reason. A drain tries to commit
+them within its budget and exits 0 either way: what was not committed stays pending in the
+journal and is proved again on the next start.
 """
 
 from __future__ import annotations
@@ -33,11 +39,12 @@ import math
 import os
 import signal
 import socket
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from types import EllipsisType
 from typing import Any, TypeVar
 
@@ -55,12 +62,14 @@ from pacer.journal import (
     JobRecord,
     JobState,
     Journal,
+    JournalLock,
     PartitionRecord,
     PartitionResult,
     PartitionSummary,
     UnknownJob,
 )
-from pacer.metrics import Metrics
+from pacer.journal_health import Backoff, JournalHealth, JournalUnavailable
+from pacer.metrics import JournalMetrics, Metrics
 from pacer.pipeline import Observer, Outcome, Pipeline
 from pacer.policy import Caps, DispatchPolicy, PolicyConflictError
 from pacer.supervision import ProgressWatchdog, ReadinessSource, Supervisor
@@ -75,6 +84,10 @@ GC_YOUNG_THRESHOLD = 50_000
 UPKEEP_S = 60.0
 CLOSE_WORKLOAD_S = 30.0  # the workload's close at shutdown (pool, processes): then exit anyway
 LAST_FAILURES = 5  # failed attempts a job's detail lists, newest first
+# Results proved but not committed, held while the journal fails (about 0.6 KiB each: 100,000
+# are ~60 MiB). Past that, dispatch holds until the journal takes them: nothing proved is
+# durable meanwhile, and more of it would only be more to redo if the process died.
+MAX_UNCOMMITTED = 100_000
 POOL_FIELDS = ("backend", "total_bytes", "in_use_bytes", "slots_total", "slots_free", "checkouts",
                "waits", "fallbacks", "allocations_after_warmup")  # fmt: skip
 
@@ -134,22 +147,49 @@ def sd_notify(message: str) -> bool:
 
 
 class Service:
-    """One pacer instance: journal, dispatch policy, pipeline, metrics and API."""
+    """One pacer instance: journal, dispatch policy, pipeline, metrics and API.
+
+    Holds the journal's lock from construction to the end of `shutdown`; ``backoff`` paces
+    the retries of journal writes that fail."""
 
     def __init__(
         self,
         settings: Settings,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        backoff: Backoff | None = None,
     ) -> None:
         check_bind(settings)
+        # One service per journal, taken first so that a second one refuses at once: it would
+        # resume and prove the same jobs (JournalInUseError names the holder).
+        self._lock = JournalLock(settings.journal.path)
+        self._lock.acquire()
+        try:
+            self._build(settings, registry, clock, backoff)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _build(
+        self,
+        settings: Settings,
+        registry: CollectorRegistry | None,
+        clock: Callable[[], float],
+        backoff: Backoff | None,
+    ) -> None:
         self.settings = settings
         self.registry = registry or CollectorRegistry()
         self.ready = False
         self.draining = False
         self.port: int | None = None
         self._clock = clock
-        self._pending: list[PartitionResult] = []
+        self._backoff = backoff or Backoff()
+        self.health = JournalHealth(clock)
+        self._pending: list[PartitionResult] = []  # proved, to commit, in order
+        # Failed attempts to journal, by partition, oldest first (retried until they land).
+        self._failures: dict[tuple[str, int], list[_FailedAttempt]] = {}
+        self._dispatch_held = False
+        self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._committer: asyncio.Task[None] | None = None
         self._upkeeper: asyncio.Task[None] | None = None
@@ -157,19 +197,10 @@ class Service:
         self._order = 0
         self._orders: dict[str, int] = {}  # job → its place in the backlog, kept for retries
         self._retries: dict[tuple[str, int], asyncio.TimerHandle] = {}  # waiting out a backoff
-        self._started_jobs: set[str] = set()
         self.admission = Admission(settings.api.max_backlog)
         self.workload: Workload = load_workload(settings)
         self.verify_every = _or_workload_says(settings.verify_every, self.workload,
                                               "verify_every", 1)  # fmt: skip
-        # The journal lives on a thread of its own: an fsync must never stall the event loop.
-        self._db = ThreadPoolExecutor(1, "pacer-journal")
-        try:
-            self.journal: Journal = self._db.submit(Journal, settings.journal.path).result()
-        except BaseException:
-            self._db.shutdown()
-            raise
-        estimates = _estimates(self._db.submit(self.journal.load_estimates).result())
         self.partition_bytes = int(settings.memory.partition_bytes) or max(
             1, self.workload.partition_bytes({})
         )
@@ -190,6 +221,16 @@ class Service:
             budget_bytes=budget,
             partition_bytes=self.partition_bytes,
         )
+        # The journal lives on a thread of its own: an fsync must never stall the event loop.
+        self._db = ThreadPoolExecutor(1, "pacer-journal")
+        try:
+            self.journal: Journal = self._db.submit(
+                Journal, settings.journal.path, time.time, settings.journal.busy_timeout_s
+            ).result()
+            estimates = _estimates(self._db.submit(self.journal.load_estimates).result())
+        except BaseException:
+            self._db.shutdown()
+            raise
         self.policy = build_policy(settings.controller, self.caps, clock, estimates)
         self.retry = RetrySchedule(settings.retry)
         self.pipeline = Pipeline(
@@ -205,11 +246,12 @@ class Service:
             clock=clock,
         )
         self.metrics = Metrics(self.registry, self.policy, self.pipeline, self.policy_name)
+        self.registry.register(JournalMetrics(self.health, self.uncommitted))
         self.supervisor = Supervisor(clock)
         self.watchdog = ProgressWatchdog(settings.health.stall_s, self._work_waiting, clock)
         # Why /readyz answers 503, beside starting and draining: each source lists its reasons,
         # and a component with an opinion of its own appends itself.
-        self.readiness: list[ReadinessSource] = [self.supervisor, self.watchdog]
+        self.readiness: list[ReadinessSource] = [self.supervisor, self.watchdog, self.health]
         self.supervisor.expect(*(f"prove-{i}" for i in range(self.pipeline.workers)))
         self.pipeline.on_task_failure = self.supervisor.record_failure
         self.metrics.watch_health(self.supervisor, self.watchdog, self.unready_reasons)
@@ -307,6 +349,7 @@ class Service:
         self.draining = True
         sd_notify("STOPPING=1\nSTATUS=draining")
         drain_s = self.settings.shutdown.drain_s
+        deadline = self._clock() + drain_s
         log.info("draining: dispatch stopped, %.0f s for in-flight work", drain_s)
         self._cancel_retries(None)  # partitions waiting out a backoff stay pending in the journal
         finished = await self.pipeline.drain(drain_s)
@@ -316,22 +359,20 @@ class Service:
                 drain_s, self.pipeline.inflight,
             )  # fmt: skip
         self.supervisor.stop()
-        for task in (self._committer, self._upkeeper):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await self._stop_committer(deadline)
+        if self._upkeeper is not None:
+            self._upkeeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._upkeeper
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._flush()
-        await self._save_estimates()
+        await self._last_commit(deadline)
         await self.pipeline.close()
         # Bounded only where something may be stuck: a large pinned pool takes its time to free.
         await self._close_workload(bounded=not finished or self.pipeline.abandoned_threads > 0)
         if self._runner is not None:
             await self._runner.cleanup()
-        await self.db(self.journal.close)
-        self._db.shutdown()
+        await self._close_journal()
         log.info("stopped")
         return finished
 
@@ -355,9 +396,100 @@ class Service:
         finally:
             closer.shutdown()
 
+    async def _stop_committer(self, deadline: float) -> None:
+        """Let the commit loop finish the round it is in (a write waits at most the busy
+        timeout for a lock), then stop it."""
+        self._closing.set()
+        if self._committer is None:
+            return
+        grace_s = max(deadline - self._clock(), self.settings.journal.busy_timeout_s + 1.0)
+        done, _ = await asyncio.wait({self._committer}, timeout=grace_s)
+        if not done:
+            log.warning("journal write still running after %.1f s; abandoned", grace_s)
+            self._committer.cancel()
+        try:
+            await self._committer
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("the commit loop had ended on an error")
+
+    async def _last_commit(self, deadline: float) -> None:
+        """Commit what waits, retrying with backoff while the drain budget lasts, then save
+        the estimates. What is left is logged: it stays pending in the journal."""
+        failures = 0
+        while self._pending or self._failures:
+            try:
+                await self._flush()
+            except Exception as exc:
+                failures += 1
+                self._journal_failed(exc, "committing before exit")
+                delay = self._backoff.delay_s(failures)
+                if self._clock() + delay > deadline:
+                    break
+                await asyncio.sleep(delay)
+            else:
+                self._journal_ok()
+        if self.health.healthy:
+            try:
+                await self._save_estimates()
+            except Exception as exc:
+                self._journal_failed(exc, "saving the estimates")
+        if self._pending or self._failures:
+            log.error(
+                "exiting with %d results and %d failed attempts not committed to the journal "
+                "(%s): those partitions stay pending there and are proved again on the next "
+                "start",
+                len(self._pending), sum(map(len, self._failures.values())), self.health.error,
+            )  # fmt: skip
+
+    async def _close_journal(self) -> None:
+        try:
+            await self.db(self.journal.close)
+        except Exception as exc:
+            log.warning("closing the journal: %s", exc)
+        self._db.shutdown()
+        self._lock.release()
+
     async def db(self, call: Callable[..., T], *args: Any) -> T:
-        """Run a journal call on the journal's thread."""
-        return await asyncio.wrap_future(self._db.submit(call, *args))
+        """Run a journal call on the journal's thread. ``JournalUnavailable`` when SQLite
+        cannot do it now (locked, disk full, I/O error: ``sqlite3.OperationalError``)."""
+        try:
+            return await asyncio.wrap_future(self._db.submit(call, *args))
+        except sqlite3.OperationalError as exc:
+            raise JournalUnavailable(f"journal {self.settings.journal.path}: {exc}") from exc
+
+    # -- journal health -------------------------------------------------------------------------
+
+    def uncommitted(self) -> int:
+        """Proved partitions whose results wait for the journal."""
+        return len(self._pending)
+
+    def _journal_failed(self, exc: BaseException, doing: str) -> None:
+        """Count a failed journal write, and log it when it starts a failing spell (with the
+        exception), changes error, or has been repeating quietly for a while."""
+        error = str(exc) or type(exc).__name__
+        if not self.health.failed(error):
+            return
+        attempts = sum(map(len, self._failures.values()))
+        waiting = f"{len(self._pending)} results and {attempts} failed attempts"
+        if self.health.failures_in_spell == 1:
+            log.error("journal write failed while %s: %s; %s wait in memory, retrying",
+                      doing, error, waiting, exc_info=exc)  # fmt: skip
+        else:
+            log.error(
+                "journal still failing after %d attempts over %.0f s: %s; %s wait in memory",
+                self.health.failures_in_spell, self.health.failing_s(), error, waiting,
+            )  # fmt: skip
+
+    def _journal_ok(self) -> None:
+        failed_for = self.health.succeeded()
+        if failed_for is not None:
+            log.warning("journal recovered after %.1f s of failures", failed_for)
+        if self._dispatch_held and len(self._pending) < MAX_UNCOMMITTED:
+            self._dispatch_held = False
+            self.pipeline.hold(False)
+            log.warning("dispatch resumed: the journal takes results again")
 
     async def _resume(self) -> int:
         # A job with a partition out of attempts fails rather than being resumed for ever.
@@ -373,11 +505,19 @@ class Service:
 
     async def submit(self, partitions: int, params: dict[str, Any], priority: int) -> JobRecord:
         """Journal a job (durable on return), then queue its partitions. BacklogFullError if
-        they would take the backlog past PACER_API__MAX_BACKLOG: then nothing is journaled."""
+        they would take the backlog past PACER_API__MAX_BACKLOG: then nothing is journaled.
+        ``JournalUnavailable`` while the journal fails: nothing is accepted that it cannot hold."""
+        reason = self.health.reason()
+        if reason is not None:
+            raise JournalUnavailable(f"{reason}: not accepting new jobs")
         with self.admission.reserve(self.pipeline.backlog, partitions, self._backlog_rate()):
-            job = await self.db(
-                self.journal.add_job, partitions, self.workload.name, params, priority
-            )
+            try:
+                job = await self.db(
+                    self.journal.add_job, partitions, self.workload.name, params, priority
+                )
+            except JournalUnavailable as exc:
+                self._journal_failed(exc, "accepting a job")
+                raise JournalUnavailable(f"{exc}: not accepting new jobs") from exc
             self._enqueue(job, list(range(partitions)))
         log.info("job accepted: %d partitions", partitions, extra={"job": job.id})
         return job
@@ -453,12 +593,11 @@ class Service:
         return _job_json(job)
 
     def _on_outcome(self, outcome: Outcome) -> None:
-        if outcome.job_id not in self._started_jobs:
-            self._started_jobs.add(outcome.job_id)
-            self._db.submit(self._mark_running, outcome.job_id)
+        # No separate write marks a job running: its first committed result does, in the
+        # same transaction (Journal.complete_partitions).
         if outcome.error is not None or outcome.proof is None:
             error = outcome.error or "proving returned no proof"
-            self._spawn(self._attempt_failed(outcome.job_id, outcome.index, error, outcome.gpu))
+            self._attempt_failed(outcome.job_id, outcome.index, error, outcome.gpu)
             return
         try:
             result = PartitionResult(
@@ -472,27 +611,36 @@ class Service:
             )
         except ValueError as exc:  # the pipeline checks proofs; this is the journal's own rule
             reason = f"the journal refuses the result: {exc}"
-            self._spawn(self._attempt_failed(outcome.job_id, outcome.index, reason, outcome.gpu))
+            self._attempt_failed(outcome.job_id, outcome.index, reason, outcome.gpu)
             return
         self._pending.append(result)
+        if len(self._pending) >= MAX_UNCOMMITTED and not self._dispatch_held:
+            self._dispatch_held = True
+            self.pipeline.hold(True)
+            log.error(
+                "dispatch held: %d proved results wait for the journal%s; in-flight work "
+                "goes on, dispatch resumes once they are committed",
+                len(self._pending), f" ({self.health.error})" if self.health.error else "",
+            )  # fmt: skip
 
-    def _mark_running(self, job_id: str) -> None:
-        with contextlib.suppress(UnknownJob):
-            self.journal.mark_running(job_id)
+    def _attempt_failed(self, job_id: str, index: int, reason: str, gpu: int | None) -> None:
+        """A partition's attempt failed: journal it with the next commit (retried until it
+        lands, so the job cannot stay running); then retry the partition or fail its job."""
+        self._failures.setdefault((job_id, index), []).append(_FailedAttempt(reason, gpu))
 
-    async def _attempt_failed(self, job_id: str, index: int, reason: str, gpu: int | None) -> None:
-        """Journal a failed attempt; queue the partition again after the backoff, or fail its
-        job once it has had PACER_RETRY__MAX_ATTEMPTS."""
+    async def _commit_failure(self, job_id: str, index: int, failed: _FailedAttempt) -> None:
+        """Journal one failed attempt; queue the partition again after the backoff, or fail
+        its job once it has had PACER_RETRY__MAX_ATTEMPTS. A journal error propagates: the
+        attempt stays queued for the commit loop's next round."""
+        reason, gpu = failed.reason, failed.gpu
         context = {"job": job_id, "partition": index, "gpu": gpu}
         limit = self.retry.max_attempts
         try:
             attempt, job = await self.db(self.journal.record_attempt, job_id, index, reason,
                                          gpu, limit)  # fmt: skip
-        except UnknownJob:
-            log.warning("attempt failed for a job no longer journaled: %s", reason, extra=context)
-            return
-        except Exception:  # the journal's trouble: the partition stays pending for a restart
-            log.exception("attempt failed (%s) and could not be journaled", reason, extra=context)
+        except (UnknownJob, ValueError) as exc:
+            log.warning("attempt failed (%s) and was not journaled: %s", reason, exc,
+                        extra=context)  # fmt: skip
             return
         if attempt == 0:  # the job had ended (cancelled, failed by another partition)
             return
@@ -510,16 +658,25 @@ class Service:
         log.warning("attempt %d of %d failed: %s; trying again in %.3g s", attempt, limit,
                     reason, delay, extra=context)  # fmt: skip
         self.metrics.retries.inc()
+        self._requeue_later(job_id, index, delay)
+
+    def _requeue_later(self, job_id: str, index: int, delay_s: float) -> None:
         loop = asyncio.get_running_loop()
         self._retries[(job_id, index)] = loop.call_later(
-            delay, lambda: self._spawn(self._requeue(job_id, index))
+            delay_s, lambda: self._spawn(self._requeue(job_id, index))
         )
 
     async def _requeue(self, job_id: str, index: int) -> None:
         """A partition's backoff is over: back into the backlog at its job's priority and
         place, if the job is still queued or running."""
         self._retries.pop((job_id, index), None)
-        job = await self.db(self.journal.get_job, job_id)
+        try:
+            job = await self.db(self.journal.get_job, job_id)
+        except Exception as exc:  # the journal's trouble: try again once it may have passed
+            self._journal_failed(exc, "reading a job to retry its partition")
+            if not self.draining:
+                self._requeue_later(job_id, index, self.retry.delay_s(1))
+            return
         if job is None or job.state not in (JobState.QUEUED, JobState.RUNNING) or self.draining:
             return
         self._enqueue(job, [index])
@@ -532,7 +689,6 @@ class Service:
 
     def _ended(self, job_id: str) -> None:
         """Forget what the service kept for a job that failed or was cancelled."""
-        self._started_jobs.discard(job_id)
         self._orders.pop(job_id, None)
         self._cancel_retries(job_id)
 
@@ -542,16 +698,35 @@ class Service:
         task.add_done_callback(self._tasks.discard)
 
     async def _commit_loop(self) -> None:
-        """Commit results in batches."""
+        """Commit results and failed attempts in batches.
+
+        Never ends on an error: a failed write is counted, logged and retried with backoff,
+        and what it held stays queued. Ends when shutdown sets ``_closing``."""
         interval = self.settings.journal.commit_interval_s
-        while True:
-            await asyncio.sleep(interval)
-            await self._flush()
+        failures = 0
+        while not self._closing.is_set():
+            delay = interval if failures == 0 else self._backoff.delay_s(failures)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), delay)
+            if self._closing.is_set():
+                return
+            try:
+                await self._flush()
+            except Exception as exc:
+                failures += 1
+                self._journal_failed(exc, "committing results")
+            else:
+                failures = 0
+                self._journal_ok()
 
     async def _upkeep_loop(self) -> None:
-        """Every ``UPKEEP_S``, save the estimates and prune old jobs."""
+        """Every ``UPKEEP_S``, save the estimates and prune old jobs. A journal error is the
+        journal's failure (the commit loop tells when it recovers), not this task's."""
         while True:
-            await self._upkeep()
+            try:
+                await self._upkeep()
+            except Exception as exc:
+                self._journal_failed(exc, "saving estimates and pruning finished jobs")
             await asyncio.sleep(UPKEEP_S)
 
     async def _upkeep(self) -> None:
@@ -568,31 +743,63 @@ class Service:
             await self.db(self.journal.save_estimates, asdict(self.policy.estimates))
 
     async def _flush(self) -> None:
-        if not self._pending:
-            return
-        batch, self._pending = self._pending, []
-        ended = await self.db(self._commit, batch)
-        self.watchdog.progress()
-        for job in ended:
-            self._started_jobs.discard(job.id)
-            self._orders.pop(job.id, None)
+        """Commit what waits: proved partitions, then failed ones. On a journal error it
+        raises, and what did not land stays queued, in order, for the next attempt (the
+        journal ignores a result it already has, so a repeat is harmless). While the journal
+        fails and nothing waits, a probe write tells when it takes writes again."""
+        await self.db(self.journal.check_file)
+        wrote = False
+        if self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                ended = await self.db(self._commit, batch)
+            except _PartialCommit as partial:
+                self._pending[:0] = partial.left
+                self._jobs_ended(partial.ended)
+                cause = partial.__cause__
+                raise JournalUnavailable(
+                    f"journal {self.settings.journal.path}: {cause}"
+                ) from cause
+            except BaseException:
+                self._pending[:0] = batch
+                raise
+            self._jobs_ended(ended)
+            self.watchdog.progress()
+            wrote = True
+        while self._failures:
+            (job_id, index), attempts = next(iter(self._failures.items()))
+            while attempts:
+                await self._commit_failure(job_id, index, attempts[0])
+                attempts.pop(0)
+            del self._failures[(job_id, index)]
+            wrote = True
+        if not wrote and not self.health.healthy:
+            await self.db(self.journal.probe)
+
+    def _jobs_ended(self, jobs: list[JobRecord]) -> None:
+        for job in jobs:
+            self._ended(job.id)
             if job.state is JobState.COMPLETED:
                 self.metrics.job_ended("completed")
                 log.info("job completed: %s", job.result_digest, extra={"job": job.id})
 
     def _commit(self, batch: list[PartitionResult]) -> list[JobRecord]:
-        """On the journal's thread: commit a batch; one bad result must not lose the others."""
+        """On the journal's thread: commit a batch; one bad result must not lose the others.
+        A journal error in the one-by-one pass raises ``_PartialCommit``: what it committed,
+        and what is left."""
         try:
             return self.journal.complete_partitions(batch)
         except (UnknownJob, ValueError) as exc:
             log.error("journal refused a batch (%s); committing one by one", exc)
         ended: list[JobRecord] = []
-        for item in batch:
+        for i, item in enumerate(batch):
             try:
                 ended += self.journal.complete_partitions([item])
             except (UnknownJob, ValueError) as exc:
                 context = {"job": item.job_id, "partition": item.index}
                 log.error("result dropped: %s", exc, extra=context)
+            except sqlite3.Error as exc:
+                raise _PartialCommit(ended, batch[i:]) from exc
         return ended
 
     # -- views ----------------------------------------------------------------------------------
@@ -739,6 +946,13 @@ class Service:
                 for g in p.gpus
             ],
             "jobs": {state.value: n for state, n in counts.items()},
+            "journal": {
+                "healthy": self.health.healthy,
+                "failing_s": round(self.health.failing_s(), 3),
+                "error": self.health.error,
+                "uncommitted_results": self.uncommitted(),
+                "dispatch_held": self._dispatch_held,
+            },
         }
 
 
@@ -766,6 +980,23 @@ class _Progress:
 
     def hung_call(self, call: Call) -> None:
         self._metrics.hung_call(call)
+
+
+class _PartialCommit(Exception):  # noqa: N818 - carries data, never leaves the service
+    """A journal error part-way through committing results one by one."""
+
+    def __init__(self, ended: list[JobRecord], left: list[PartitionResult]) -> None:
+        super().__init__(f"{len(left)} results left")
+        self.ended = ended
+        self.left = left
+
+
+@dataclass(frozen=True)
+class _FailedAttempt:
+    """A failed attempt of a partition, waiting to be journaled."""
+
+    reason: str
+    gpu: int | None
 
 
 def _or_workload_says(setting: int | None, workload: Workload, name: str, default: int) -> int:

@@ -269,3 +269,22 @@ def test_status_of_a_job_asks_for_no_page_by_default(capsys: pytest.CaptureFixtu
     assert cli_client._job_status(client, args) == 0
     assert json.loads(capsys.readouterr().out)["partitions"] == 1000
     assert client.pages == []
+
+
+@pytest.mark.parametrize(
+    ("journal", "shown"),
+    [
+        ({"healthy": True, "failing_s": 0.0, "error": None, "uncommitted_results": 0,
+          "dispatch_held": False}, "ok"),
+        ({"healthy": False, "failing_s": 42.4, "error": "database or disk is full",
+          "uncommitted_results": 212, "dispatch_held": True},
+         "FAILING for 42 s: database or disk is full; 212 results wait in memory, dispatch held"),
+    ],
+    ids=["healthy", "failing"],
+)  # fmt: skip
+def test_status_says_whether_the_journal_takes_writes(
+    capsys: pytest.CaptureFixture[str], journal: dict[str, Any], shown: str
+) -> None:
+    client: Any = StatusOnly({**status_body({}), "journal": journal})
+    assert cli_client._status(client, argparse.Namespace(json=False)) == 0
+    assert re.search(rf"^journal +{re.escape(shown)}$", capsys.readouterr().out, re.M)

@@ -13,6 +13,7 @@ MODULES = [
     "pacer.baselines",
     "pacer.controller",
     "pacer.supervision",
+    "pacer.journal_health",
     "pacer.table",
     "pacer.threads",
     "pacer.settle.detector",

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +24,9 @@ from pacer.journal import (
     JobRecord,
     JobState,
     Journal,
+    JournalFileGoneError,
+    JournalInUseError,
+    JournalLock,
     NewerSchemaError,
     PartitionRecord,
     PartitionResult,
@@ -553,3 +558,92 @@ def test_a_version_1_journal_gains_the_attempts_table(path: Path) -> None:
         assert [a.reason for a in journal.partitions("aaaaaaaaaaaaaaaa")[0].attempts] == ["boom"]
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA user_version").fetchone() == (2,)
+
+
+def test_the_lock_refuses_a_second_holder_naming_the_first(path: Path) -> None:
+    first, second = JournalLock(path), JournalLock(path)
+    first.acquire()
+    # flock belongs to the open file: a second open of the lock file conflicts, in one process
+    # as across processes.
+    with pytest.raises(JournalInUseError) as refused:
+        second.acquire()
+    holder = f"pid {os.getpid()} on {socket.gethostname()}"
+    assert refused.value.holder == holder
+    assert str(refused.value) == (
+        f"journal {path} is in use by {holder} (it holds {path}.lock): stop that pacer, "
+        "or give this one another journal file"
+    )
+    assert not second.held
+    first.release()
+    second.acquire()  # released: free at once
+    assert second.held
+    second.release()
+    second.release()  # idempotent
+
+
+def test_the_lock_is_released_when_its_holder_is_killed(path: Path) -> None:
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom pacer.journal import JournalLock\n"
+        "JournalLock(Path(sys.argv[1])).acquire()\nprint('locked', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code, str(path)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as process:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "locked\n"
+        with pytest.raises(JournalInUseError, match=f"in use by pid {process.pid} on "):
+            JournalLock(path).acquire()
+        process.kill()
+        assert process.wait() == -signal.SIGKILL
+    lock = JournalLock(path)
+    lock.acquire()  # the kernel released the killed holder's lock
+    lock.release()
+
+
+@pytest.mark.parametrize("how", ["deleted", "moved", "replaced"])
+def test_check_file_tells_when_the_path_no_longer_names_the_open_file(
+    journal: Journal, path: Path, how: str
+) -> None:
+    journal.check_file()
+    moved = path.with_name("moved.sqlite")
+    if how == "deleted":
+        path.unlink()
+    elif how == "moved":
+        path.rename(moved)
+    else:
+        path.rename(moved)
+        path.write_bytes(moved.read_bytes())
+    problem = "replaced by another file" if how == "replaced" else "deleted or moved away"
+    with pytest.raises(JournalFileGoneError, match=f"journal file {path} was {problem}") as gone:
+        journal.check_file()
+    assert gone.value.problem == problem
+    if how == "moved":
+        moved.rename(path)
+        journal.check_file()  # back where it was: fine again
+
+
+def test_probe_writes_nothing_and_fails_as_a_write_does(path: Path) -> None:
+    with Journal(path, busy_timeout_s=0.01) as journal:
+        job = journal.add_job(2, None, {})
+        journal.probe()
+        assert journal.counts()[JobState.QUEUED] == 1
+        with closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN EXCLUSIVE")
+            with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+                journal.probe()
+            with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+                journal.complete_partitions([proved(job.id, 0)])
+            assert current(journal, job.id).partitions_done == 0  # reads go on
+            other.execute("ROLLBACK")
+        journal.probe()
+        assert journal.complete_partitions([proved(job.id, 0), proved(job.id, 1)])
+
+
+def test_a_negative_busy_timeout_is_refused(path: Path) -> None:
+    with pytest.raises(ValueError, match="busy_timeout_s must be >= 0, got -1"):
+        Journal(path, busy_timeout_s=-1)

@@ -44,11 +44,16 @@ class Variant:
     field: str
     log_n: int
     children: bool  # the service starts processes of its own (forkserver, workers, tracker)
+    partitions: tuple[int, int]  # a job's size, at least and at most: work left at most kills
 
 
 VARIANTS = {
     "threads": Variant(
-        {"PACER_NTT__LOG_N": "8", "PACER_NTT__KERNEL": "numpy"}, "babybear", 8, children=False
+        {"PACER_NTT__LOG_N": "8", "PACER_NTT__KERNEL": "numpy"},
+        "babybear",
+        8,
+        children=False,
+        partitions=(20, 60),
     ),
     "processes": Variant(
         {
@@ -58,6 +63,7 @@ VARIANTS = {
         "goldilocks",
         test_gpu_path.LOG_N,
         children=True,
+        partitions=(2, 5),
     ),
 }
 
@@ -70,6 +76,7 @@ class Run:
     kills: int = 0  # SIGKILLs that found the service running
     mid_run: int = 0  # ... with a job not yet completed in the journal
     phases: Counter[str] = field(default_factory=Counter)
+    sizes: tuple[int, int] = (2, 5)  # partitions of a job submitted: at least, at most
 
 
 def journal_jobs(journal: Path) -> dict[str, tuple[str, int, int, str | None]]:
@@ -80,11 +87,12 @@ def journal_jobs(journal: Path) -> dict[str, tuple[str, int, int, str | None]]:
 
 
 def submit_some(server: ServerProcess, run: Run, jobs: int, rng: random.Random) -> list[str]:
-    """Submit ``jobs`` jobs of 2 to 5 partitions; the ids accepted until the service went away."""
+    """Submit ``jobs`` jobs of ``run.sizes`` partitions; the ids accepted until the service went
+    away."""
     ids = []
     for _ in range(jobs):
         try:
-            ids.append(server.client.submit(rng.randint(2, 5)))
+            ids.append(server.client.submit(rng.randint(*run.sizes)))
         except ApiError:
             break  # killed meanwhile: whether the job was journaled, the test does not know
     run.accepted += ids
@@ -149,7 +157,7 @@ def test_killed_at_random_moments_every_job_completes_once_and_nothing_outlives_
     # service running (one that has drained already is restarted, not counted).
     phases = [PHASES[k % len(PHASES)] for k in range(2 * KILLS)]
     rng.shuffle(phases)
-    run = Run()
+    run = Run(sizes=variant.partitions)
     servers = []
     for round_, phase in enumerate(phases):
         if run.kills == KILLS:

@@ -27,6 +27,9 @@ REQUIRED = [
     "pacer_controller_policy_info", "pacer_controller_synthesis_cap",
     "pacer_hung_calls_total", "pacer_partition_retries_total", "pacer_abandoned_threads",
     "pacer_memory_abandoned_bytes", "pacer_gpu_workers_live",
+    "pacer_journal_healthy",
+    "pacer_journal_failing_seconds", "pacer_journal_commit_failures_total",
+    "pacer_journal_uncommitted_results",
 ]  # fmt: skip
 
 
