@@ -388,14 +388,15 @@ class Pipeline:
 
     def start(self, supervisor: Supervisor | None = None) -> None:
         """Start the dispatch loop, the watchdog and the proving workers on the running loop;
-        the dispatch loop runs as the task ``dispatch`` of ``supervisor`` (restarted if it
-        fails), if any."""
+        the dispatch loop and the watchdog run as the tasks ``dispatch`` and ``call-watchdog``
+        of ``supervisor`` (restarted if they fail), if any."""
         self._dispatching = True
         if supervisor is None:
             self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="pacer-dispatch")
+            self._watchdog = asyncio.create_task(self._watch_loop(), name="pacer-watchdog")
         else:
             self._dispatcher = supervisor.start("dispatch", self._dispatch_loop)
-        self._watchdog = asyncio.create_task(self._watch_loop(), name="pacer-watchdog")
+            self._watchdog = supervisor.start("call-watchdog", self._watch_loop)
         for worker in self._workers:
             self._start_worker(worker)
 

@@ -693,9 +693,16 @@ class Service:
         self._cancel_retries(job_id)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a short task (a partition's requeue after its backoff); an exception that
+        escapes it is logged and counted as the ``requeue`` task's failure, never lost."""
         task = asyncio.create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._short_task_done)
+
+    def _short_task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self.supervisor.record_failure("requeue", exc)
 
     async def _commit_loop(self) -> None:
         """Commit results and failed attempts in batches.

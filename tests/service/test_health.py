@@ -154,15 +154,38 @@ async def test_every_task_is_supervised_and_shutdown_counts_no_failure(tmp_path:
     assert status == 200
     assert (body["ready"], body["reasons"]) == (True, [])
     assert body["health"]["task_failures"] == {
-        "dispatch": 0, "journal": 0, "upkeep": 0, "prove-0": 0, "prove-1": 0,
+        "dispatch": 0, "journal": 0, "upkeep": 0, "call-watchdog": 0, "prove-0": 0,
+        "prove-1": 0,
     }  # fmt: skip
     # Proving threads report their failures to the supervisor (where the pipeline has the hook).
-    hook = getattr(svc.pipeline, "on_task_failure", svc.supervisor.record_failure)
-    assert hook == svc.supervisor.record_failure
+    assert svc.pipeline.on_task_failure == svc.supervisor.record_failure
     await svc.shutdown()
     assert set(svc.supervisor.failures().values()) == {0}
-    for task in ("dispatch", "journal", "upkeep", "prove-0", "prove-1"):
+    for task in ("dispatch", "journal", "upkeep", "call-watchdog", "prove-0", "prove-1"):
         assert registry.get_sample_value("pacer_task_failures_total", {"task": task}) == 0.0
+
+
+async def test_a_short_task_that_raises_is_logged_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = CollectorRegistry()
+    svc = Service(settings_for(tmp_path), registry)
+    await svc.start()
+    try:
+
+        async def broken() -> None:
+            raise RuntimeError("lost")
+
+        async def short_task_done() -> bool:
+            return not svc._tasks
+
+        svc._spawn(broken())
+        await until(short_task_done, "the short task")
+        assert registry.get_sample_value("pacer_task_failures_total", {"task": "requeue"}) == 1.0
+        (record,) = [r for r in caplog.records if r.getMessage().startswith("requeue failed")]
+        assert record.exc_info is not None
+    finally:
+        await svc.shutdown()
 
 
 @pytest.mark.parametrize("event", ["synthesized", "proved"])
