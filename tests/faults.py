@@ -114,7 +114,10 @@ class FaultWorkload:
         return self.inner.partition_bytes(_inner(params))
 
     def _fault(self, call: str, spec: PartitionSpec) -> str | None:
-        """Count this call; the kind of fault it meets, if any (after a hang or a wait)."""
+        """Count this call; the kind of fault it meets, if any (after a hang or a wait). Calls
+        of jobs without faults are not counted: a long run keeps no record of them."""
+        if not spec.params.get("faults"):
+            return None
         with self._lock:
             self.calls[(spec.job_id, spec.index, call)] += 1
             nth = self.calls[(spec.job_id, spec.index, call)]
