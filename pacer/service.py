@@ -42,7 +42,7 @@ import socket
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from types import EllipsisType
@@ -518,7 +518,7 @@ class Service:
             except JournalUnavailable as exc:
                 self._journal_failed(exc, "accepting a job")
                 raise JournalUnavailable(f"{exc}: not accepting new jobs") from exc
-            self._enqueue(job, list(range(partitions)))
+            self._enqueue(job, range(partitions))
         log.info("job accepted: %d partitions", partitions, extra={"job": job.id})
         return job
 
@@ -537,7 +537,7 @@ class Service:
                 self.journal.add_job_once, key, partitions, name, params, priority
             )
             if created:  # else a twin of this request was journaled meanwhile
-                self._enqueue(job, list(range(partitions)))
+                self._enqueue(job, range(partitions))
         if created:
             log.info("job accepted: %d partitions", partitions, extra={"job": job.id})
         return job, created
@@ -552,7 +552,9 @@ class Service:
             return None
         return min(self.pipeline.workers / gpu_s, self.policy.terms.rate_cap_per_s)
 
-    def _enqueue(self, job: JobRecord, indices: list[int]) -> None:
+    def _enqueue(self, job: JobRecord, indices: Iterable[int]) -> None:
+        """Queue partitions of ``job`` at its place; a ``range`` or the journal's runs stay
+        runs in the backlog."""
         order = self._orders.get(job.id)
         if order is None:
             self._order += 1
