@@ -229,8 +229,9 @@ class ApiSettings(_Section):
         4_000_000,
         ge=1,
         le=100_000_000,
-        description="Most partitions waiting to be dispatched (about 40 bytes of service "
-        "memory each); a job that would exceed it gets 429 with Retry-After (partitions)",
+        description="Most partitions waiting to be dispatched (held as runs of indices: at "
+        "most 16 bytes of service memory each); a job that would exceed it gets 429 with "
+        "Retry-After (partitions)",
     )
 
     @field_validator("token")

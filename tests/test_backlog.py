@@ -3,6 +3,7 @@ not grow with a job's size; checked against plain Python sets and a sort."""
 
 from __future__ import annotations
 
+import itertools
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,7 @@ def canonical(ranges: IndexRanges) -> bool:
     """Runs sorted, non-empty, neither overlapping nor touching."""
     runs = ranges.runs()
     return all(start < stop for start, stop in runs) and all(
-        a[1] < b[0] for a, b in zip(runs, runs[1:], strict=False)
+        a[1] < b[0] for a, b in itertools.pairwise(runs)
     )
 
 
@@ -153,10 +154,12 @@ def test_a_job_of_a_million_partitions_holds_one_run_in_the_backlog() -> None:
     added, allocated = allocated_by(lambda: backlog.add("big", 7, {}, range(MILLION)))
     assert added == MILLION == len(backlog)
     pending = backlog.pending("big")
-    assert pending is not None and pending.runs() == [(0, MILLION)]
+    assert pending is not None
+    assert pending.runs() == [(0, MILLION)]
     assert allocated < 100 * 1024
     spec = backlog.pop()
-    assert spec is not None and (spec.job_id, spec.index, spec.seed) == ("big", 0, 7)
+    assert spec is not None
+    assert (spec.job_id, spec.index, spec.seed) == ("big", 0, 7)
 
 
 def test_a_resumed_job_keeps_its_runs_and_a_retry_joins_them_at_its_place() -> None:
@@ -183,11 +186,15 @@ Job = st.sampled_from(["a", "b", "c", "d"])
 backlog_operations = st.lists(
     st.one_of(
         st.tuples(
-            st.just("add"), Job,
-            st.one_of(st.lists(st.integers(0, 60), max_size=8),
-                      st.builds(range, st.integers(0, 30), st.integers(0, 90))),
-            st.integers(0, 2), st.integers(0, 3),
-        ),  # fmt: skip
+            st.just("add"),
+            Job,
+            st.one_of(
+                st.lists(st.integers(0, 60), max_size=8),
+                st.builds(range, st.integers(0, 30), st.integers(0, 90)),
+            ),
+            st.integers(0, 2),
+            st.integers(0, 3),
+        ),
         st.tuples(st.just("retry"), Job, st.integers(0, 60), st.just(0), st.just(0)),
         st.tuples(st.just("cancel"), Job, st.just(0), st.just(0), st.just(0)),
         st.tuples(st.just("pop"), Job, st.integers(1, 20), st.just(0), st.just(0)),
@@ -228,7 +235,8 @@ def test_dispatch_order_is_priority_then_order_then_index(ops: list[tuple[Any, .
                 pending.remove(index)
                 if not pending:
                     del model[key[2]]
-                assert spec is not None and (spec.job_id, spec.index) == (key[2], index)
+                assert spec is not None
+                assert (spec.job_id, spec.index) == (key[2], index)
         assert len(backlog) == sum(len(pending) for _, pending in model.values())
     for job, (_, pending) in model.items():
         assert list(backlog.pending(job) or []) == sorted(pending)

@@ -10,6 +10,8 @@ import pytest
 MODULES = [
     "pacer.attempts",
     "pacer.admission",
+    "pacer.backlog",
+    "pacer.ranges",
     "pacer.baselines",
     "pacer.controller",
     "pacer.supervision",

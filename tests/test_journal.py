@@ -216,7 +216,7 @@ def test_incomplete_lists_pending_partitions_by_priority_then_age_across_a_reope
 def test_a_job_of_a_million_partitions_resumes_as_the_runs_between_completed_ones(
     journal: Journal,
 ) -> None:
-    fresh = journal.add_job(MAX_PARTITIONS, None, {})
+    journal.add_job(MAX_PARTITIONS, None, {})
     begun = journal.add_job(MAX_PARTITIONS, None, {})
     journal.complete_partitions([proved(begun.id, i) for i in (0, 1, 5, MAX_PARTITIONS - 1)])
     (_, fresh_pending), (_, begun_pending) = journal.incomplete()
