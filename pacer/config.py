@@ -170,6 +170,14 @@ class MemorySettings(_Section):
         description="Host memory one partition holds, its a, b and c buffers; 0: the size the "
         "workload reports (bytes; units accepted)",
     )
+    host_reserve_bytes: ByteSize = Field(
+        ByteSize(0),
+        ge=0,
+        le=2**50,
+        description="Host memory left to everything else: at start the budget is clamped to "
+        "MemAvailable less this, and a pinned pool larger than that refuses to start; 0: 10% "
+        "of MemTotal, at most 8 GiB (bytes; units accepted)",
+    )
 
     @model_validator(mode="after")
     def _partition_fits(self) -> Self:

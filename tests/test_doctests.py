@@ -11,6 +11,7 @@ MODULES = [
     "pacer.attempts",
     "pacer.admission",
     "pacer.backlog",
+    "pacer.host_memory",
     "pacer.ranges",
     "pacer.baselines",
     "pacer.controller",
