@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MEMINFO = Path("/proc/meminfo")
-RESERVE_FRACTION = 0.10  # of MemTotal, when no reserve is set...
+RESERVE_DIVISOR = 10  # a tenth of MemTotal, when no reserve is set...
 RESERVE_MAX_BYTES = 8 * 2**30  # ...and at most this
 
 
@@ -54,12 +54,12 @@ class HostMemory:
     def default_reserve_bytes(self) -> int:
         """10% of MemTotal, at most 8 GiB: what is left for everything but the budget.
 
-        >>> HostMemory(24 * 2**30, 20 * 2**30).default_reserve_bytes() / 2**30
+        >>> round(HostMemory(24 * 2**30, 20 * 2**30).default_reserve_bytes() / 2**30, 2)
         2.4
         >>> HostMemory(755 * 2**30, 700 * 2**30).default_reserve_bytes() / 2**30
         8.0
         """
-        return min(int(self.total_bytes * RESERVE_FRACTION), RESERVE_MAX_BYTES)
+        return min(self.total_bytes // RESERVE_DIVISOR, RESERVE_MAX_BYTES)
 
 
 @dataclass(frozen=True)

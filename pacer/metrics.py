@@ -105,7 +105,8 @@ class _StateCollector(Collector):
             ("pacer_backlog_partitions", "Accepted partitions not yet dispatched", p.backlog),
             ("pacer_synthesis_inflight", "Partitions in synthesis", p.synthesizing),
             ("pacer_ready_partitions", "Synthesized partitions waiting for a GPU", p.ready),
-            ("pacer_memory_budget_bytes", "Memory budget for in-flight partitions (bytes)",
+            ("pacer_memory_budget_bytes", "Memory budget in effect for in-flight partitions: as "
+             "configured, or clamped at start to what the host has (bytes)",
              p.budget_bytes),
             ("pacer_memory_inflight_bytes", "Memory held by in-flight partitions (bytes)",
              p.inflight_bytes),
