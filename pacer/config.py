@@ -170,6 +170,14 @@ class MemorySettings(_Section):
         description="Host memory one partition holds, its a, b and c buffers; 0: the size the "
         "workload reports (bytes; units accepted)",
     )
+    host_reserve_bytes: ByteSize = Field(
+        ByteSize(0),
+        ge=0,
+        le=2**50,
+        description="Host memory left to everything else: at start the budget is clamped to "
+        "MemAvailable less this, and a pinned pool larger than that refuses to start; 0: 10% "
+        "of MemTotal, at most 8 GiB (bytes; units accepted)",
+    )
 
     @model_validator(mode="after")
     def _partition_fits(self) -> Self:
@@ -229,8 +237,9 @@ class ApiSettings(_Section):
         4_000_000,
         ge=1,
         le=100_000_000,
-        description="Most partitions waiting to be dispatched (about 40 bytes of service "
-        "memory each); a job that would exceed it gets 429 with Retry-After (partitions)",
+        description="Most partitions waiting to be dispatched (held as runs of indices: at "
+        "most 16 bytes of service memory each); a job that would exceed it gets 429 with "
+        "Retry-After (partitions)",
     )
 
     @field_validator("token")

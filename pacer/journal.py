@@ -33,6 +33,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
 
+from pacer.ranges import IndexRanges
+
 SCHEMA_VERSION = 2
 MAX_PARTITIONS = 1_000_000
 MAX_PAGE = 1_000
@@ -805,9 +807,10 @@ class Journal:
             counts[JobState(state)] = count
         return counts
 
-    def incomplete(self) -> list[tuple[JobRecord, list[int]]]:
-        """Queued and running jobs, higher priority then older first, each with the indices of
-        its partitions not yet completed (ascending): what a restarted service dispatches again.
+    def incomplete(self) -> list[tuple[JobRecord, IndexRanges]]:
+        """Queued and running jobs, higher priority then older first, each with its partitions
+        not yet completed, as runs (a job of a million pending partitions is one run, not a
+        million integers): what a restarted service dispatches again.
         """
         rows = self._db.execute(
             f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN (?, ?)"
@@ -816,15 +819,15 @@ class Journal:
         )
         return [(job, self._pending(job)) for job in map(_job, rows.fetchall())]
 
-    def _pending(self, job: JobRecord) -> list[int]:
+    def _pending(self, job: JobRecord) -> IndexRanges:
         if job.partitions_done == 0:
-            return list(range(job.partitions))
+            return IndexRanges.of(range(job.partitions))
+        # In primary-key order, streamed: the gaps between completed partitions are the runs.
         rows = self._db.execute(
-            "SELECT idx FROM partitions WHERE job_id = ? AND state = ?",
+            "SELECT idx FROM partitions WHERE job_id = ? AND state = ? ORDER BY idx",
             (job.id, PartitionState.COMPLETED),
         )
-        done = {idx for (idx,) in rows}
-        return [i for i in range(job.partitions) if i not in done]
+        return IndexRanges.excluding(job.partitions, (idx for (idx,) in rows))
 
     def save_estimates(self, values: Mapping[str, float | None]) -> None:
         """Store the controller's smoothed estimates (seconds, or None if unknown), replacing

@@ -25,7 +25,7 @@ from pacer.attempts import CALLS, Call
 from pacer.controller import PIController
 from pacer.journal_health import JournalHealth
 from pacer.pipeline import Outcome, Pipeline
-from pacer.policy import DispatchPolicy, Mode
+from pacer.policy import Mode
 from pacer.supervision import ProgressWatchdog, Supervisor
 
 IDLE_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -59,14 +59,13 @@ class NoPool:
 
 
 class _StateCollector(Collector):
-    def __init__(self, policy: DispatchPolicy, pipeline: Pipeline) -> None:
-        self._policy = policy
+    def __init__(self, pipeline: Pipeline) -> None:
         self._pipeline = pipeline
 
     def collect(self) -> Iterator[Metric]:
         # The workload's pool appears only once the service has allocated it.
         pool: PoolView = self._pipeline.pool or NoPool()
-        policy = self._policy
+        policy = self._pipeline.controller  # the one dispatching (start may rebuild it)
         if isinstance(policy, PIController):
             # PI terms only under pi: a baseline has none, and a series that is absent cannot
             # be mistaken for a value (nor fire an alert on one).
@@ -106,7 +105,8 @@ class _StateCollector(Collector):
             ("pacer_backlog_partitions", "Accepted partitions not yet dispatched", p.backlog),
             ("pacer_synthesis_inflight", "Partitions in synthesis", p.synthesizing),
             ("pacer_ready_partitions", "Synthesized partitions waiting for a GPU", p.ready),
-            ("pacer_memory_budget_bytes", "Memory budget for in-flight partitions (bytes)",
+            ("pacer_memory_budget_bytes", "Memory budget in effect for in-flight partitions: as "
+             "configured, or clamped at start to what the host has (bytes)",
              p.budget_bytes),
             ("pacer_memory_inflight_bytes", "Memory held by in-flight partitions (bytes)",
              p.inflight_bytes),
@@ -151,7 +151,8 @@ class _StateCollector(Collector):
 
 
 class Metrics:
-    """All of pacer's metrics on ``registry``; pass it to the pipeline as its observer.
+    """All of pacer's metrics on ``registry``; pass it to the pipeline as its observer. The
+    dispatch policy's state is read from ``pipeline.controller`` at scrape time.
 
     ``policy_name`` labels ``pacer_controller_policy_info``, so that dashboards and comparisons
     can tell which dispatch policy a series was recorded under."""
@@ -159,13 +160,12 @@ class Metrics:
     def __init__(
         self,
         registry: CollectorRegistry,
-        policy: DispatchPolicy,
         pipeline: Pipeline,
         policy_name: str,
     ) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry
-        registry.register(_StateCollector(policy, pipeline))
+        registry.register(_StateCollector(pipeline))
         self.idle_gaps = Histogram(
             "pacer_gpu_idle_gap_seconds",
             "Time a GPU had no partition: from one's end to the next one's start on it (s)",

@@ -23,19 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import inspect
 import logging
 import queue
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pacer.attempts import CALLS, Call, CallLimits, CallTimedOut, proof_problem, seconds_text
+from pacer.backlog import Backlog
 from pacer.config import TimeoutSettings
 from pacer.policy import Caps, DispatchPolicy, Observation
 from pacer.supervision import Supervisor
@@ -132,13 +131,6 @@ class BusyMeter:
         if busy_since is not None:
             busy += now - max(busy_since, since)
         return min(1.0, busy / (now - since))
-
-
-@dataclass
-class _JobQueue:
-    seed: int
-    params: dict[str, Any]
-    indices: deque[int]
 
 
 @dataclass
@@ -245,11 +237,9 @@ class Pipeline:
         self._release_buffers = getattr(workload, "release", None)
         self._verify_every = verify_every
         self._clock = clock
-        # The backlog is a heap of jobs, each with its pending partition indices in order: a
-        # job of 100,000 partitions costs one heap entry and a deque of ints.
-        self._job_heap: list[tuple[int, int, str]] = []
-        self._job_queues: dict[str, _JobQueue] = {}
-        self._backlog_count = 0
+        # A heap of jobs, each with its pending partitions as runs: a job of a million
+        # partitions costs one heap entry and one run.
+        self._backlog = Backlog()
         # Thread-safe: each proving worker is a thread that takes the next ready partition
         # itself, so a partition costs the event loop two callbacks, not a task and a future.
         self._ready: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
@@ -289,7 +279,7 @@ class Pipeline:
 
     @property
     def backlog(self) -> int:
-        return self._backlog_count
+        return len(self._backlog)
 
     @property
     def ready(self) -> int:
@@ -357,30 +347,21 @@ class Pipeline:
     # -- jobs -----------------------------------------------------------------------------
 
     def enqueue(
-        self, job_id: str, seed: int, params: dict[str, Any], indices: list[int],
+        self, job_id: str, seed: int, params: dict[str, Any], indices: Iterable[int],
         *, priority: int = 0, order: int = 0,
     ) -> None:  # fmt: skip
         """Add partitions of a job to the backlog: higher ``priority`` first, then lower
-        ``order`` (the job's arrival), then lower partition index."""
+        ``order`` (the job's arrival), then lower partition index. ``indices``: a ``range``
+        or an `IndexRanges` stays a few runs however many partitions it holds."""
         self._cancelled.discard(job_id)
-        queued = self._job_queues.get(job_id)
-        if queued is None:
-            self._job_queues[job_id] = _JobQueue(seed, params, deque(sorted(set(indices))))
-            heapq.heappush(self._job_heap, (-priority, order, job_id))
-            self._backlog_count += len(self._job_queues[job_id].indices)
-        else:
-            before = len(queued.indices)
-            queued.indices = deque(sorted({*queued.indices, *indices}))
-            self._backlog_count += len(queued.indices) - before
+        self._backlog.add(job_id, seed, params, indices, priority=priority, order=order)
         self._wake.set()
 
     def cancel(self, job_id: str) -> int:
         """Drop a job's partitions from the backlog (in-flight ones finish, unreported).
         Returns how many were dropped."""
         self._cancelled.add(job_id)
-        queued = self._job_queues.pop(job_id, None)
-        dropped = 0 if queued is None else len(queued.indices)
-        self._backlog_count -= dropped
+        dropped = self._backlog.cancel(job_id)
         self._wake.set()
         return dropped
 
@@ -469,31 +450,23 @@ class Pipeline:
                 pass
 
     def _dispatch_one(self) -> bool:
-        while self._job_heap and not self._held:
-            job_id = self._job_heap[0][2]
-            queued = self._job_queues.get(job_id)
-            if queued is None:  # cancelled
-                heapq.heappop(self._job_heap)
-                continue
-            nbytes = self.workload.partition_bytes(queued.params)
-            holding = self.inflight > 0 or self.abandoned > 0
-            if self.inflight_bytes + nbytes > self.budget_bytes and holding:
-                return False  # exact byte budget: wait for memory to come back
-            index = queued.indices.popleft()
-            if not queued.indices:
-                heapq.heappop(self._job_heap)
-                del self._job_queues[job_id]
-            self._backlog_count -= 1
-            spec = PartitionSpec(job_id, index, queued.seed, queued.params)
-            work = Work(spec, nbytes, dispatched_at=self._clock())
-            self._dispatched += 1
-            work.verify = bool(self._verify_every) and self._dispatched % self._verify_every == 0
-            self.inflight += 1
-            self.inflight_bytes += nbytes
-            self.synthesizing += 1
-            self._start_synthesis(work)
-            return True
-        return False
+        queued = None if self._held else self._backlog.peek()
+        if queued is None:
+            return False
+        nbytes = self.workload.partition_bytes(queued.params)
+        holding = self.inflight > 0 or self.abandoned > 0
+        if self.inflight_bytes + nbytes > self.budget_bytes and holding:
+            return False  # exact byte budget: wait for memory to come back
+        spec = self._backlog.pop()
+        assert spec is not None
+        work = Work(spec, nbytes, dispatched_at=self._clock())
+        self._dispatched += 1
+        work.verify = bool(self._verify_every) and self._dispatched % self._verify_every == 0
+        self.inflight += 1
+        self.inflight_bytes += nbytes
+        self.synthesizing += 1
+        self._start_synthesis(work)
+        return True
 
     # -- synthesis ------------------------------------------------------------------------
 

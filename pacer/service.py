@@ -42,9 +42,10 @@ import socket
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from types import EllipsisType
 from typing import Any, TypeVar
 
@@ -58,6 +59,7 @@ from pacer.baselines import CuzkPacer, Unpaced
 from pacer.config import ControllerSettings, Settings
 from pacer.controller import PIController
 from pacer.estimates import Estimates
+from pacer.host_memory import MEMINFO, HostMemory, MemoryPlan, bytes_text
 from pacer.journal import (
     JobRecord,
     JobState,
@@ -129,6 +131,18 @@ def build_policy(
     return PIController(settings, caps, clock, estimates)
 
 
+def _host_room(plan: MemoryPlan) -> str:
+    """What the host can give, for a message: MemAvailable less the reserve."""
+    host, reserve = plan.host, plan.reserve_bytes
+    assert host is not None
+    assert reserve is not None
+    return (
+        f"MemAvailable is {bytes_text(host.available_bytes)}; less the reserve of "
+        f"{bytes_text(reserve)} (PACER_MEMORY__HOST_RESERVE_BYTES) that leaves "
+        f"{bytes_text(max(0, host.available_bytes - reserve))}"
+    )
+
+
 def sd_notify(message: str) -> bool:
     """Send ``message`` to systemd's notify socket, if there is one (sd_notify protocol)."""
     address = os.environ.get("NOTIFY_SOCKET")
@@ -158,8 +172,10 @@ class Service:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         backoff: Backoff | None = None,
+        meminfo: Path = MEMINFO,
     ) -> None:
         check_bind(settings)
+        self._meminfo = meminfo  # read by start, to fit the memory budget to the host
         # One service per journal, taken first so that a second one refuses at once: it would
         # resume and prove the same jobs (JournalInUseError names the holder).
         self._lock = JournalLock(settings.journal.path)
@@ -214,13 +230,9 @@ class Service:
             settings.synthesis.threads_per_synthesis, self.workload, "threads_per_synthesis",
             DEFAULT_SYNTHESIS_THREADS,
         )  # fmt: skip
-        self.caps = Caps.from_host(
-            cores=settings.synthesis.cores,
-            threads_per_synthesis=self.threads_per_synthesis,
-            max_concurrent=settings.synthesis.max_concurrent,
-            budget_bytes=budget,
-            partition_bytes=self.partition_bytes,
-        )
+        # As configured until start reads the host's memory (`_fit_memory_to_host`).
+        self.memory = MemoryPlan(budget, budget)
+        self.caps = self._caps_for(budget)
         # The journal lives on a thread of its own: an fsync must never stall the event loop.
         self._db = ThreadPoolExecutor(1, "pacer-journal")
         try:
@@ -245,7 +257,7 @@ class Service:
             limits=CallLimits(settings.timeouts, self._estimates),
             clock=clock,
         )
-        self.metrics = Metrics(self.registry, self.policy, self.pipeline, self.policy_name)
+        self.metrics = Metrics(self.registry, self.pipeline, self.policy_name)
         self.registry.register(JournalMetrics(self.health, self.uncommitted))
         self.supervisor = Supervisor(clock)
         self.watchdog = ProgressWatchdog(settings.health.stall_s, self._work_waiting, clock)
@@ -256,6 +268,15 @@ class Service:
         self.pipeline.on_task_failure = self.supervisor.record_failure
         self.metrics.watch_health(self.supervisor, self.watchdog, self.unready_reasons)
         self.pipeline.observer = _Progress(self.metrics, self.watchdog)
+
+    def _caps_for(self, budget_bytes: int) -> Caps:
+        return Caps.from_host(
+            cores=self.settings.synthesis.cores,
+            threads_per_synthesis=self.threads_per_synthesis,
+            max_concurrent=self.settings.synthesis.max_concurrent,
+            budget_bytes=budget_bytes,
+            partition_bytes=self.partition_bytes,
+        )
 
     @property
     def policy_name(self) -> str:
@@ -279,6 +300,7 @@ class Service:
         # The loop shares the GIL with synthesis and proving threads; by default a thread may
         # keep it 5 ms before the loop gets a turn, which is loop lag. 1 ms keeps lag low.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        self._fit_memory_to_host()
         await self._prepare_workload()
         resumed = await self._resume()
         self.pipeline.start(self.supervisor)
@@ -303,13 +325,59 @@ class Service:
         )  # fmt: skip
         sd_notify(f"READY=1\nSTATUS=serving on port {self.port}, {resumed} jobs resumed")
 
+    def _fit_memory_to_host(self) -> None:
+        """Fit the memory budget to the host, read now: MemAvailable less the reserve.
+
+        A budget larger than that is clamped to it, with a warning: partitions in flight
+        could otherwise take the host into the OOM killer (the default 64 GiB on a smaller
+        host is the common case, and it must still start). Not one partition fitting is a
+        ConfigurationError. Without /proc/meminfo the budget stays as configured."""
+        budget = self.memory.configured_budget_bytes
+        try:
+            host = HostMemory.read(self._meminfo)
+        except (OSError, ValueError) as exc:
+            log.warning("cannot read the host's memory (%s): the memory budget "
+                        "(PACER_MEMORY__BUDGET_BYTES) is not checked against it", exc)  # fmt: skip
+            return
+        reserve = int(self.settings.memory.host_reserve_bytes) or host.default_reserve_bytes()
+        plan = MemoryPlan.fit(budget, host, reserve)
+        if plan.budget_bytes < self.partition_bytes:
+            raise ConfigurationError(
+                f"the host cannot hold one partition of {bytes_text(self.partition_bytes)}: "
+                f"{_host_room(plan)}; free memory on the host or lower "
+                "PACER_MEMORY__HOST_RESERVE_BYTES"
+            )
+        self.memory = plan
+        if not plan.clamped:
+            return
+        log.warning(
+            "the memory budget (PACER_MEMORY__BUDGET_BYTES=%d, %s) is more than the host can "
+            "give: %s; the budget in effect is clamped to that, %d partitions of %s in flight "
+            "instead of %d, so that they cannot take the host into the OOM killer",
+            budget, bytes_text(budget), _host_room(plan), plan.budget_bytes // self.partition_bytes,
+            bytes_text(self.partition_bytes), self.caps.inflight_partitions,
+        )  # fmt: skip
+        self.caps = self._caps_for(plan.budget_bytes)
+        # Nothing has driven the policy yet: built again on the caps in effect (its estimates
+        # kept), it is what the pipeline dispatches by and the metrics read. One put in the
+        # pipeline's place before start (a test's) is left as it is.
+        if self.pipeline.controller is self.policy:
+            self.policy = build_policy(self.settings.controller, self.caps, self._clock,
+                                       self._estimates())  # fmt: skip
+            self.pipeline.controller = self.policy
+        self.pipeline.caps = self.caps
+        self.pipeline.budget_bytes = plan.budget_bytes
+
     async def _prepare_workload(self) -> None:
         """Let the workload allocate what it holds for the whole run (the pinned pool), on a
-        thread and before readiness: pinning host memory runs at about 2 GiB/s."""
+        thread and before readiness: pinning host memory runs at about 2 GiB/s. A pool larger
+        than the host can give (`_fit_memory_to_host`) is a ConfigurationError."""
         prepare = getattr(self.workload, "prepare", None)
         if prepare is None:
             return
         slots = self.settings.gpu.pool_slots or self.pool_slots_needed()
+        budget = self.memory.budget_bytes
+        self._check_pool_fits(slots)
         wanted = self.pool_slots_wanted()
         if not self.settings.gpu.pool_slots and slots < wanted:
             log.warning(
@@ -317,13 +385,12 @@ class Service:
                 "of %.2f GiB, fewer than the %d (%.1f GiB) that every synthesis the cores allow, "
                 "the ready buffer and the proving workers keep in flight: the GPUs may wait on "
                 "synthesis; raise the budget if the host has the memory",
-                self.settings.memory.budget_bytes / 2**30, slots, self.partition_bytes / 2**30,
+                budget / 2**30, slots, self.partition_bytes / 2**30,
                 wanted, wanted * self.partition_bytes / 2**30,
             )  # fmt: skip
         log.info("pinning %d pool slots of %.2f GiB before ready", slots,
                  self.partition_bytes / 2**30)  # fmt: skip
         started = self._clock()
-        budget = int(self.settings.memory.budget_bytes)
         if "synthesis_workers" in inspect.signature(prepare).parameters:
             prepare = functools.partial(prepare, synthesis_workers=self.caps.synthesis_concurrency)
         await asyncio.get_running_loop().run_in_executor(None, prepare, slots, budget)
@@ -332,6 +399,27 @@ class Service:
             "pinned pool ready: %d slots, %.1f GiB in %.1f s",
             slots, (pool.total_bytes if pool else 0) / 2**30, self._clock() - started,
         )  # fmt: skip
+
+    def _check_pool_fits(self, slots: int) -> None:
+        """Refuse a pinned pool larger than MemAvailable less the reserve: pinned memory is
+        neither swapped nor reclaimed, and pinning it would take the host into the OOM
+        killer."""
+        usable = self.memory.usable_bytes
+        pool_bytes = slots * self.partition_bytes
+        if usable is None or pool_bytes <= usable:
+            return
+        source = (
+            f"PACER_GPU__POOL_SLOTS={slots}"
+            if self.settings.gpu.pool_slots
+            else f"{slots}, sized by PACER_GPU__POOL_SLOTS=0 within PACER_MEMORY__BUDGET_BYTES"
+        )
+        raise ConfigurationError(
+            f"the pinned pool of {slots} slots × {bytes_text(self.partition_bytes)} = "
+            f"{bytes_text(pool_bytes)} ({source}) does not fit the host: "
+            f"{_host_room(self.memory)}. Pinned memory cannot be swapped: allocating it would "
+            "take the host into the OOM killer. Lower PACER_GPU__POOL_SLOTS or "
+            "PACER_MEMORY__BUDGET_BYTES, or free memory"
+        )
 
     def pool_slots_needed(self) -> int:
         """Pinned slots for every partition the controller keeps in flight
@@ -518,7 +606,7 @@ class Service:
             except JournalUnavailable as exc:
                 self._journal_failed(exc, "accepting a job")
                 raise JournalUnavailable(f"{exc}: not accepting new jobs") from exc
-            self._enqueue(job, list(range(partitions)))
+            self._enqueue(job, range(partitions))
         log.info("job accepted: %d partitions", partitions, extra={"job": job.id})
         return job
 
@@ -537,7 +625,7 @@ class Service:
                 self.journal.add_job_once, key, partitions, name, params, priority
             )
             if created:  # else a twin of this request was journaled meanwhile
-                self._enqueue(job, list(range(partitions)))
+                self._enqueue(job, range(partitions))
         if created:
             log.info("job accepted: %d partitions", partitions, extra={"job": job.id})
         return job, created
@@ -552,7 +640,9 @@ class Service:
             return None
         return min(self.pipeline.workers / gpu_s, self.policy.terms.rate_cap_per_s)
 
-    def _enqueue(self, job: JobRecord, indices: list[int]) -> None:
+    def _enqueue(self, job: JobRecord, indices: Iterable[int]) -> None:
+        """Queue partitions of ``job`` at its place; a ``range`` or the journal's runs stay
+        runs in the backlog."""
         order = self._orders.get(job.id)
         if order is None:
             self._order += 1
@@ -921,7 +1011,8 @@ class Service:
                 "verifying": p.verifying,
             },
             "memory": {
-                "budget_bytes": p.budget_bytes,
+                "budget_bytes": p.budget_bytes,  # in effect: clamped to the host's at start
+                **self.memory.as_dict(),
                 "inflight_bytes": p.inflight_bytes,
                 "partition_bytes": self.partition_bytes,
                 "caps": asdict(self.caps),

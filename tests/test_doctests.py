@@ -10,6 +10,9 @@ import pytest
 MODULES = [
     "pacer.attempts",
     "pacer.admission",
+    "pacer.backlog",
+    "pacer.host_memory",
+    "pacer.ranges",
     "pacer.baselines",
     "pacer.controller",
     "pacer.supervision",

@@ -35,6 +35,7 @@ from pacer.journal import (
     UnknownJob,
     result_digest,
 )
+from pacer.ranges import IndexRanges
 from tests.conftest import FakeClock
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,12 +205,24 @@ def test_incomplete_lists_pending_partitions_by_priority_then_age_across_a_reope
         journal.complete_partitions([proved(new.id, 2), proved(new.id, 0), proved(done.id, 0)])
         journal.cancel(gone.id)
     with Journal(path, clock) as journal:
-        resumed = [(job.id, job.state, pending) for job, pending in journal.incomplete()]
+        resumed = [(job.id, job.state, list(pending)) for job, pending in journal.incomplete()]
     assert resumed == [
         (urgent.id, "queued", [0, 1]),
         (old.id, "queued", [0, 1, 2]),
         (new.id, "running", [1, 3]),
     ]
+
+
+def test_a_job_of_a_million_partitions_resumes_as_the_runs_between_completed_ones(
+    journal: Journal,
+) -> None:
+    journal.add_job(MAX_PARTITIONS, None, {})
+    begun = journal.add_job(MAX_PARTITIONS, None, {})
+    journal.complete_partitions([proved(begun.id, i) for i in (0, 1, 5, MAX_PARTITIONS - 1)])
+    (_, fresh_pending), (_, begun_pending) = journal.incomplete()
+    assert fresh_pending.runs() == [(0, MAX_PARTITIONS)]
+    assert begun_pending.runs() == [(2, 5), (6, MAX_PARTITIONS - 1)]
+    assert len(begun_pending) == MAX_PARTITIONS - 4
 
 
 def test_a_job_of_100_000_partitions_resumes_with_its_pending_ones(journal: Journal) -> None:
@@ -219,8 +232,9 @@ def test_a_job_of_100_000_partitions_resumes_with_its_pending_ones(journal: Jour
     journal.complete_partitions([proved(small.id, 1)])
     (resumed_big, big_pending), (_, small_pending) = journal.incomplete()
     assert resumed_big.partitions_done == 25_000
-    assert big_pending == [i for i in range(100_000) if i % 4]
-    assert small_pending == [0]
+    assert list(big_pending) == [i for i in range(100_000) if i % 4]
+    assert len(big_pending.runs()) == 25_000  # the gaps between completed ones
+    assert small_pending.runs() == [(0, 1)]
     assert [p.state for p in journal.partitions(small.id)] == ["pending", "completed"]
 
 
@@ -489,7 +503,7 @@ def test_failed_attempts_are_numbered_kept_and_fail_the_job_at_the_limit(
     clock.now = 2.0
     number, still = journal.record_attempt(job.id, 1, "proving failed: boom", 1, 3)
     assert (number, still.state) == (2, "queued")
-    assert journal.incomplete() == [(still, [0, 1, 2])]  # pending, to be tried again
+    assert journal.incomplete() == [(still, IndexRanges([(0, 3)]))]  # pending, to be tried again
     clock.now = 3.0
     number, failed = journal.record_attempt(job.id, 1, "proving failed: boom", None, 3)
     assert (number, failed.state) == (3, "failed")

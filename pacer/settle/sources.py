@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from pacer.host_memory import meminfo_bytes
 from pacer.settle.detector import COMM_LEN
 
 
@@ -46,12 +47,7 @@ class SamplingError(Exception):
 
 def used_bytes_from_meminfo(text: str) -> int:
     """MemTotal − MemAvailable from the text of /proc/meminfo, in bytes."""
-    fields: dict[str, int] = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            fields[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    fields = meminfo_bytes(text)
     missing = [name for name in ("MemTotal", "MemAvailable") if name not in fields]
     if missing:
         raise ValueError(f"no {' or '.join(missing)} line")

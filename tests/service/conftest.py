@@ -36,9 +36,21 @@ def settings_for(tmp_path: Path, **env: str) -> Settings:
         mp.undo()
 
 
+def fake_meminfo(path: Path, *, total: int, available: int) -> Path:
+    """``path``, written as /proc/meminfo of a host of ``total`` bytes, ``available`` of them
+    available (MemAvailable)."""
+    path.write_text(
+        f"MemTotal:       {total // 1024} kB\nMemFree:        {available // 1024} kB\n"
+        f"MemAvailable:   {available // 1024} kB\nHugePages_Total:       0\n"
+    )
+    return path
+
+
 @pytest_asyncio.fixture
 async def service(tmp_path: Path) -> AsyncIterator[Service]:
-    svc = Service(settings_for(tmp_path), registry=CollectorRegistry())
+    # A host with room for the default budget, whatever the machine running the tests has.
+    roomy = fake_meminfo(tmp_path / "meminfo", total=2**41, available=2**40)
+    svc = Service(settings_for(tmp_path), registry=CollectorRegistry(), meminfo=roomy)
     await svc.start()
     yield svc
     if not svc.draining:

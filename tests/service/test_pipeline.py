@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import tracemalloc
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -90,6 +91,22 @@ async def test_backlog_runs_in_priority_then_arrival_then_index_order() -> None:
         ("urgent", 0), ("urgent", 1), ("old", 0), ("old", 1), ("old", 2), ("new", 0), ("new", 1),
     ]  # fmt: skip
     assert all(o.error is None and o.proof is not None for o in outcomes)
+
+
+async def test_a_job_of_a_million_partitions_costs_the_backlog_a_few_objects() -> None:
+    pipeline, _ = build(Recording())
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        pipeline.enqueue("big", 1, {}, range(1_000_000))
+        allocated = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert pipeline.backlog == 1_000_000
+    assert allocated < 100 * 1024  # a list of a million ints alone would be ~36 MiB
+    pending = pipeline._backlog.pending("big")
+    assert pending is not None
+    assert pending.runs() == [(0, 1_000_000)]
 
 
 async def test_memory_budget_bounds_bytes_in_flight() -> None:

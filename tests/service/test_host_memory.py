@@ -1,0 +1,163 @@
+"""The memory budget and the pinned pool against the host's memory at start, on a fake
+/proc/meminfo: silent when they fit, the budget clamped with a warning when it does not, the
+pool refused (before anything is pinned) when it does not fit."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from pacer.service import ConfigurationError, Service
+from tests.service.conftest import fake_meminfo, settings_for
+from tests.service.test_api import call, until_done
+from tests.service.test_gpu_path import LOG_N
+
+pytestmark = pytest.mark.asyncio
+GIB = 2**30
+SLOT = 3 * 8 << LOG_N  # a, b, c of Goldilocks: test_gpu_path's shared GPU workload
+GPU_PATH = {
+    "PACER_WORKLOAD": "tests.service.test_gpu_path:shared_gpu_workload",
+    "PACER_SYNTHESIS__CORES": "2",
+}
+
+
+def memory_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and "memory" in r.getMessage()
+    ]
+
+
+async def test_a_budget_that_fits_the_host_starts_silently_as_configured(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    meminfo = fake_meminfo(tmp_path / "meminfo", total=128 * GIB, available=100 * GIB)
+    service = Service(settings_for(tmp_path), CollectorRegistry(), meminfo=meminfo)
+    with caplog.at_level(logging.WARNING):
+        await service.start()
+    try:
+        assert memory_warnings(caplog) == []
+        _, status = await call(service, "GET", "/v1/status")
+        memory = status["memory"]
+        assert memory["budget_bytes"] == memory["configured_budget_bytes"] == 64 * GIB
+        assert memory["budget_clamped"] is False
+        assert memory["host_available_bytes"] == 100 * GIB
+        assert memory["host_total_bytes"] == 128 * GIB
+        assert memory["host_reserve_bytes"] == 8 * GIB  # 10% of MemTotal, at most 8 GiB
+        assert memory["host_usable_bytes"] == 92 * GIB
+    finally:
+        await service.shutdown()
+
+
+async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The default 64 GiB on a 24 GiB host (a CI machine): it starts, with the budget clamped
+    # to MemAvailable (20 GiB) less the reserve (2.4 GiB, 10% of MemTotal).
+    meminfo = fake_meminfo(tmp_path / "meminfo", total=24 * GIB, available=20 * GIB)
+    env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_SYNTHESIS__CORES": "64"}
+    service = Service(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
+    assert service.controller.bootstrap_depth == 32  # min(64 syntheses, 64 partitions) ÷ 2
+    with caplog.at_level(logging.WARNING):
+        await service.start()
+    try:
+        usable = 20 * GIB - 24 * GIB // 10
+        [warning] = memory_warnings(caplog)
+        assert "PACER_MEMORY__BUDGET_BYTES=68719476736, 64.0 GiB" in warning
+        assert "MemAvailable is 20.0 GiB; less the reserve of 2.4 GiB" in warning
+        assert "PACER_MEMORY__HOST_RESERVE_BYTES) that leaves 17.6 GiB" in warning
+        assert "17 partitions of 1.0 GiB in flight instead of 64" in warning
+        assert service.pipeline.budget_bytes == usable
+        # The policy dispatches by the budget in effect: 17 partitions, not 64.
+        assert service.caps.inflight_partitions == 17
+        assert service.pipeline.controller is service.policy
+        assert service.controller.bootstrap_depth == 8
+        _, status = await call(service, "GET", "/v1/status")
+        memory = status["memory"]
+        assert (memory["budget_bytes"], memory["configured_budget_bytes"]) == (usable, 64 * GIB)
+        assert memory["budget_clamped"] is True
+        assert memory["caps"]["inflight_partitions"] == 17
+        assert service.registry.get_sample_value("pacer_memory_budget_bytes") == usable
+        status_code, body = await call(service, "POST", "/v1/jobs", {"partitions": 3})
+        assert status_code == 202
+        assert (await until_done(service, body["id"]))["state"] == "completed"
+    finally:
+        await service.shutdown()
+
+
+async def test_a_host_without_room_for_one_partition_refuses_to_start(tmp_path: Path) -> None:
+    meminfo = fake_meminfo(tmp_path / "meminfo", total=24 * GIB, available=3 * GIB)
+    env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_MEMORY__HOST_RESERVE_BYTES": "2.5GiB"}
+    service = Service(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
+    try:
+        with pytest.raises(ConfigurationError) as refused:
+            await service.start()
+        assert str(refused.value) == (
+            "the host cannot hold one partition of 1.0 GiB: MemAvailable is 3.0 GiB; less the "
+            "reserve of 2.5 GiB (PACER_MEMORY__HOST_RESERVE_BYTES) that leaves 512.0 MiB; free "
+            "memory on the host or lower PACER_MEMORY__HOST_RESERVE_BYTES"
+        )
+    finally:
+        await service.shutdown()
+
+
+async def test_a_pinned_pool_larger_than_the_host_has_refuses_to_start(tmp_path: Path) -> None:
+    # 8 slots of 24 KiB (192 KiB) within a 1 MiB budget; the host has 100 KiB beyond the reserve.
+    meminfo = fake_meminfo(tmp_path / "meminfo", total=GIB, available=2**20 + 100 * 2**10)
+    env = {**GPU_PATH, "PACER_GPU__POOL_SLOTS": "8", "PACER_MEMORY__BUDGET_BYTES": "1MiB",
+           "PACER_MEMORY__HOST_RESERVE_BYTES": "1MiB"}  # fmt: skip
+    service = Service(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
+    try:
+        with pytest.raises(ConfigurationError) as refused:
+            await service.start()
+        assert str(refused.value) == (
+            "the pinned pool of 8 slots × 24.0 KiB = 192.0 KiB (PACER_GPU__POOL_SLOTS=8) does not "
+            "fit the host: MemAvailable is 1.1 MiB; less the reserve of 1.0 MiB "
+            "(PACER_MEMORY__HOST_RESERVE_BYTES) that leaves 100.0 KiB. Pinned memory cannot be "
+            "swapped: allocating it would take the host into the OOM killer. Lower "
+            "PACER_GPU__POOL_SLOTS or PACER_MEMORY__BUDGET_BYTES, or free memory"
+        )
+        assert service.workload.pool is None  # type: ignore[attr-defined]  # nothing pinned
+    finally:
+        await service.shutdown()
+
+
+async def test_a_pool_sized_from_a_clamped_budget_fits_the_host(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The budget (1 MiB, 42 slots) is clamped to the 5 slots the host has room for, and the pool
+    # sized from it (PACER_GPU__POOL_SLOTS=0) is pinned within that.
+    meminfo = fake_meminfo(tmp_path / "meminfo", total=GIB, available=2**20 + 5 * SLOT)
+    env = {**GPU_PATH, "PACER_MEMORY__BUDGET_BYTES": "1MiB",
+           "PACER_MEMORY__HOST_RESERVE_BYTES": "1MiB"}  # fmt: skip
+    service = Service(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
+    with caplog.at_level(logging.WARNING):
+        await service.start()
+    try:
+        assert any("is more than the host can give" in m for m in memory_warnings(caplog))
+        assert service.pipeline.pool.slots_total == 5
+        assert service.pipeline.pool.total_bytes <= service.pipeline.budget_bytes
+    finally:
+        await service.shutdown()
+
+
+async def test_without_meminfo_the_budget_stays_as_configured_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = tmp_path / "no-meminfo"
+    service = Service(settings_for(tmp_path), CollectorRegistry(), meminfo=missing)
+    with caplog.at_level(logging.WARNING):
+        await service.start()
+    try:
+        [warning] = memory_warnings(caplog)
+        assert warning.startswith("cannot read the host's memory ([Errno 2]")
+        assert "PACER_MEMORY__BUDGET_BYTES) is not checked against it" in warning
+        assert service.pipeline.budget_bytes == 64 * GIB
+        _, status = await call(service, "GET", "/v1/status")
+        assert status["memory"]["host_available_bytes"] is None
+    finally:
+        await service.shutdown()
