@@ -63,7 +63,7 @@ VARIANTS = {
         "goldilocks",
         test_gpu_path.LOG_N,
         children=True,
-        partitions=(2, 5),
+        partitions=(3, 8),
     ),
 }
 
