@@ -48,6 +48,9 @@ class _Counting:
     def observe_synthesis(self, seconds: float) -> None:
         pass
 
+    def observe_synthesis_failure(self, elapsed_s: float) -> None:
+        pass
+
     def interval_s(self) -> float:
         return 0.0
 
@@ -142,6 +145,9 @@ class CuzkPacer:
         self._await_gpu = False
 
     def observe_synthesis(self, seconds: float) -> None:
+        pass
+
+    def observe_synthesis_failure(self, elapsed_s: float) -> None:
         pass
 
     def interval_s(self) -> float:

@@ -222,6 +222,7 @@ class Pipeline:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._cancelled: set[str] = set()
         self.synthesizing = 0
+        self._synthesis_started: dict[int, float] = {}  # id(work) → dispatch time, in order
         self.verifying = 0
         self.inflight_bytes = 0
         self.inflight = 0  # partitions holding memory
@@ -271,14 +272,29 @@ class Pipeline:
     def busy_seconds(self, gpu: int) -> float:
         return self._gpus[gpu].busy_seconds()
 
+    @property
+    def live_workers(self) -> int:
+        """Proving workers whose thread runs (or has yet to start): a dead one proves nothing."""
+        return sum(w.thread is None or w.thread.is_alive() for w in self._workers)
+
     def observation(self) -> Observation:
+        now = self._clock()
+        # The oldest synthesis running is the first still in the insertion-ordered dict.
+        oldest = next(iter(self._synthesis_started.values()), None)
+        ages = []
+        for worker in self._workers:
+            since = worker.busy_since  # written by the worker's thread: read once
+            if since is not None:
+                ages.append(max(0.0, now - since))
         return Observation(
             ready=self.ready,
             synthesizing=self.synthesizing,
             gpu_busy=self.gpu_busy,
-            gpu_workers=len(self._workers),
+            gpu_workers=self.live_workers,
             backlog=self.backlog,
             pool_free=None if self.pool is None else int(self.pool.slots_free),
+            oldest_synthesis_age_s=None if oldest is None else max(0.0, now - oldest),
+            gpu_busy_ages_s=tuple(ages),
         )
 
     @property
@@ -400,6 +416,7 @@ class Pipeline:
             self.inflight += 1
             self.inflight_bytes += nbytes
             self.synthesizing += 1
+            self._synthesis_started[id(work)] = work.dispatched_at
             self._start_synthesis(work)
             return True
         return False
@@ -419,6 +436,7 @@ class Pipeline:
 
     def _synthesized(self, work: Work, done: Future[Any]) -> None:
         self.synthesizing -= 1
+        self._synthesis_started.pop(id(work), None)
         exc: BaseException | None = CancelledError() if done.cancelled() else done.exception()
         if exc is not None:
             log.error("synthesis failed: %r", exc, exc_info=exc, extra=self._context(work))

@@ -38,7 +38,7 @@ from pacer.api import build_app
 from pacer.baselines import CuzkPacer, Unpaced
 from pacer.config import ControllerSettings, Settings
 from pacer.controller import PIController
-from pacer.estimates import Estimates
+from pacer.estimates import Estimates, estimates_key
 from pacer.journal import JobRecord, JobState, Journal, PartitionResult, UnknownJob
 from pacer.metrics import Metrics
 from pacer.pipeline import Outcome, Pipeline
@@ -138,7 +138,6 @@ class Service:
         except BaseException:
             self._db.shutdown()
             raise
-        estimates = _estimates(self._db.submit(self.journal.load_estimates).result())
         self.partition_bytes = int(settings.memory.partition_bytes) or max(
             1, self.workload.partition_bytes({})
         )
@@ -159,13 +158,18 @@ class Service:
             budget_bytes=budget,
             partition_bytes=self.partition_bytes,
         )
+        workers = getattr(self.workload, "workers", settings.gpu.workers)
+        self.estimates_key = _estimates_key(
+            settings, self.workload, self.partition_bytes, self.threads_per_synthesis, workers
+        )
+        estimates = self._saved_estimates()
         self.policy = build_policy(settings.controller, self.caps, clock, estimates)
         self.pipeline = Pipeline(
             # The pipeline calls only what every DispatchPolicy has (decide, observe_*).
             self.policy,
             self.workload,
             self.caps,
-            workers=getattr(self.workload, "workers", settings.gpu.workers),
+            workers=workers,
             budget_bytes=budget,
             on_outcome=self._on_outcome,
             verify_every=self.verify_every,
@@ -173,6 +177,21 @@ class Service:
         )
         self.metrics = Metrics(self.registry, self.policy, self.pipeline, self.policy_name)
         self.pipeline.observer = self.metrics
+
+    def _saved_estimates(self) -> Estimates | None:
+        """The estimates the journal holds, if they were saved under this host's and
+        workload's key; others describe another regime, and a cold start is better."""
+        saved = self._db.submit(self.journal.load_estimates).result()
+        if saved is None:
+            return None
+        key = self._db.submit(self.journal.load_estimates_key).result()
+        if key != self.estimates_key:
+            log.info(
+                "saved estimates not used: saved for %s, this start is %s",
+                key or "an unrecorded workload", self.estimates_key,
+            )  # fmt: skip
+            return None
+        return _estimates(saved)
 
     @property
     def policy_name(self) -> str:
@@ -387,7 +406,9 @@ class Service:
         """Save the PI controller's estimates. A baseline keeps none: the saved ones stay for
         the next start under pi."""
         if isinstance(self.policy, PIController):
-            await self.db(self.journal.save_estimates, asdict(self.policy.estimates))
+            await self.db(
+                self.journal.save_estimates, asdict(self.policy.estimates), self.estimates_key
+            )
 
     async def _flush(self) -> None:
         if not self._pending:
@@ -512,6 +533,34 @@ def _or_workload_says(setting: int | None, workload: Workload, name: str, defaul
     if setting is not None:
         return setting
     return int(getattr(workload, name, default))
+
+
+def _estimates_key(
+    settings: Settings,
+    workload: Workload,
+    partition_bytes: int,
+    threads_per_synthesis: int,
+    workers: int,
+) -> str:
+    """What this start's estimates are valid for (``pacer.estimates.estimates_key``): the
+    workload and what sets its durations (field, size, kernel, executor, threads, workers),
+    the GPU model and the cores."""
+    field = getattr(workload, "field", None)
+    params: dict[str, object] = {
+        "field": getattr(field, "name", None),
+        "log_n": getattr(workload, "log_n", None),
+        "kernel": getattr(workload, "kernel", None),
+        "partition_bytes": partition_bytes,
+        "threads_per_synthesis": threads_per_synthesis,
+        "executor": settings.synthesis.executor,
+        "gpu_workers": workers,
+    }
+    return estimates_key(
+        workload=settings.workload,
+        params={name: value for name, value in params.items() if value is not None},
+        gpu_model=str(getattr(workload, "gpu_model", "none")),
+        cores=settings.synthesis.cores,
+    )
 
 
 def _estimates(saved: dict[str, float | None] | None) -> Estimates | None:

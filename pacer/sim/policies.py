@@ -17,6 +17,7 @@ import math
 from pacer.baselines import CuzkPacer, FixedConcurrency, Unpaced
 from pacer.config import Settings
 from pacer.controller import PIController
+from pacer.estimates import Estimates
 from pacer.policy import Caps
 from pacer.sim.engine import PolicyFactory
 from pacer.sim.scenario import Scenario
@@ -37,7 +38,11 @@ def policy_factory(
             budget_bytes=scenario.memory.budget_bytes,
             partition_bytes=scenario.partition.bytes,
         )
-        return lambda clock: PIController(settings.controller, caps, clock)
+        warm = scenario.warm_start
+        saved = None if warm is None else Estimates(
+            warm.gpu_service_s, warm.synthesis_s, warm.synthesis_sd_s
+        )  # fmt: skip
+        return lambda clock: PIController(settings.controller, caps, clock, saved)
     if name == "cuzk":
         return lambda clock: CuzkPacer(slots, clock)
     if name == "unpaced":

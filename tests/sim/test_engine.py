@@ -46,12 +46,16 @@ class Recorder:
         self.n = n
         self.synthesis: list[float] = []
         self.gpu: list[float] = []
+        self.failures: list[float] = []
 
     def observe_synthesis(self, seconds: float) -> None:
         self.synthesis.append(seconds)
 
     def observe_gpu_service(self, seconds: float) -> None:
         self.gpu.append(seconds)
+
+    def observe_synthesis_failure(self, elapsed_s: float) -> None:
+        self.failures.append(elapsed_s)
 
     def decide(self, obs: Observation) -> Decision:
         n, self.n = min(self.n, obs.backlog), 0
