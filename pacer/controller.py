@@ -189,6 +189,7 @@ class PIController:
         if self._drained_for_rebootstrap(obs, now):
             return self._rebootstrap(obs, room)
 
+        self._warm_start_due = False  # pacing: the start is behind us
         self._terms = terms = self._pace(obs, dt, blocked=room <= 0 or self._tokens < 1)
         if self._est.cold_cohort_open:
             # Until the cold start's first syntheses are all in, their lead time is known only

@@ -86,9 +86,11 @@ class DurationWindow:
 
     A change of level: when the median of the newest ``recent`` samples lies beyond the range
     of the older ones (their shortest ÷ ``SHIFT_RATIO`` to their longest × ``SHIFT_RATIO``,
-    trimmed as above), the older samples are dropped, so a GPU that speeds up or a synthesis
-    that slows down is followed after about ``recent / 2`` samples. Where sizes alternate the
-    older samples span both levels, and nothing is dropped.
+    trimmed as above), only the newest samples beyond that range are kept, so a GPU that
+    speeds up or a synthesis that slows down is followed after about ``recent / 2`` samples.
+    The window must hold half its size (and twice ``recent``) before it looks again: where
+    partitions of two sizes alternate in runs shorter than that, the window then spans both
+    levels, neither lies beyond its range, and nothing more is dropped.
 
     A prior (saved estimates) enters as ``PRIOR_SAMPLES`` samples; it is dropped as soon as
     the median of the fresh samples so far (the first ``PRIOR_SAMPLES`` of them) differs from
@@ -170,7 +172,8 @@ class DurationWindow:
             self._stats = None
             return
         self._since_check += 1
-        if len(self._samples) > self._recent and self._since_check >= max(1, self._recent // 4):
+        settled = max(2 * self._recent, self._size // 2)
+        if len(self._samples) >= settled and self._since_check >= max(1, self._recent // 4):
             self._since_check = 0
             self._detect_shift()
 
@@ -193,10 +196,14 @@ class DurationWindow:
     def _detect_shift(self) -> None:
         samples = list(self._samples)
         older = self._kept(samples[: -self._recent])
-        recent = _median(samples[-self._recent :])
-        if recent > older[-1] * self.SHIFT_RATIO or recent < older[0] / self.SHIFT_RATIO:
+        newest = samples[-self._recent :]
+        high, low = older[-1] * self.SHIFT_RATIO, older[0] / self.SHIFT_RATIO
+        recent = _median(newest)
+        if recent > high or recent < low:
+            # A new level: keep only the newest samples that lie beyond the old range.
             self.shifts += 1
-            self.replace(samples[-self._recent :])
+            self.replace([s for s in newest if s > high] if recent > high
+                         else [s for s in newest if s < low])  # fmt: skip
 
     def _compute(self) -> tuple[float, float, float]:
         if self._stats is None:
