@@ -161,7 +161,7 @@ class PIController:
         self._refill_tokens(dt)
         self._track_emptiness(obs, now)
         self._fit_windows(obs)
-        self._est.observe_running(now, obs.synthesizing, obs.oldest_synthesis_age_s)
+        self._est.observe_running(now, obs.synthesizing, obs.synthesis_ages_s)
         self._workers = workers = self.live_workers(obs)
         room = self._room(obs)
         credit_dt = 0.0 if self._credit_at is None else max(0.0, now - self._credit_at)

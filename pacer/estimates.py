@@ -88,7 +88,9 @@ class DurationWindow:
     of the older ones (their shortest ÷ ``SHIFT_RATIO`` to their longest × ``SHIFT_RATIO``,
     trimmed as above), only the newest samples beyond that range are kept, so a GPU that
     speeds up or a synthesis that slows down is followed after about ``recent / 2`` samples.
-    The window must hold half its size (and twice ``recent``) before it looks again: where
+    The window must hold half its size (and twice ``recent``), and ``recent`` samples added
+    one by one since it was last replaced, before it looks again (samples handed over at
+    once, as a cold start's first cohort in order of completion, are no time series): where
     partitions of two sizes alternate in runs shorter than that, the window then spans both
     levels, neither lies beyond its range, and nothing more is dropped.
 
@@ -126,6 +128,7 @@ class DurationWindow:
         self._prior: float | None = None
         self._fresh: list[float] = []  # the first fresh samples, while a prior is held
         self._since_check = 0
+        self._since_replace = 0
         self._since_stats = 0
         self._stats: tuple[float, float, float] | None = None  # (value, sd, longest), cached
         self.shifts = 0  # changes of level detected
@@ -156,7 +159,10 @@ class DurationWindow:
         self._samples = deque(self._samples, maxlen=size)
         self._stats = None
 
-    def add(self, sample: float) -> None:
+    def add(self, sample: float, *, in_order: bool = True) -> None:
+        """Add a sample; ``in_order=False`` where samples do not come as a time series (a
+        cold start's first cohort completes fastest first): no change of level is looked for.
+        """
         _check(sample)
         self._samples.append(sample)
         self._since_stats += 1
@@ -171,9 +177,17 @@ class DurationWindow:
                 self._prior, self._fresh = None, []  # confirmed: ages out as a sample
             self._stats = None
             return
+        if not in_order:
+            self._since_replace = 0
+            return
         self._since_check += 1
+        self._since_replace += 1
         settled = max(2 * self._recent, self._size // 2)
-        if len(self._samples) >= settled and self._since_check >= max(1, self._recent // 4):
+        if (
+            len(self._samples) >= settled
+            and self._since_replace >= self._recent  # the newest part: samples as they came
+            and self._since_check >= max(1, self._recent // 4)
+        ):
             self._since_check = 0
             self._detect_shift()
 
@@ -182,6 +196,7 @@ class DurationWindow:
         self._samples = deque(samples, maxlen=self._size)
         self._prior, self._fresh = None, []
         self._stats = None
+        self._since_replace = 0
 
     def _kept(self, samples: list[float]) -> list[float]:
         """``samples`` sorted, less the ``trim`` at each end and the outliers."""
@@ -322,6 +337,7 @@ class Estimator:
     RECENT_FRACTION = 4  # the newest quarter of a window detects a change of level
     SHIFT_MIN_SAMPLES = 8  # ... and holds at least this many samples
     FLOOR_SIGMAS = 2.0  # margin of the live floor, beyond the longest recent synthesis
+    FLOOR_RANK = 3  # the live floor follows the third oldest synthesis running
 
     def __init__(self, gpu_window: int, synthesis_window: int, saved: Estimates) -> None:
         self._gpu_window = gpu_window
@@ -335,7 +351,7 @@ class Estimator:
             saved.synthesis_sd_s,
         )
         self._cohort: ColdCohort | None = None if saved.known else ColdCohort()
-        self._oldest_age_s: float | None = None
+        self._ages_s: tuple[float, ...] = ()
         self.failures = 0  # syntheses that failed or timed out
         self.version = 0  # bumped by every observation, so derived values can be cached
 
@@ -390,7 +406,7 @@ class Estimator:
 
     def observe_synthesis(self, seconds: float, now: float) -> None:
         """A synthesis that took ``seconds`` finished at ``now`` (clock seconds)."""
-        self._syn.add(seconds)
+        self._syn.add(seconds, in_order=self._cohort is None)
         self.version += 1
         if self._cohort is not None:
             self._close_cohort(self._cohort.completed(now, seconds))
@@ -411,16 +427,17 @@ class Estimator:
         if self._cohort is not None:
             self._close_cohort(self._cohort.failed(now, seconds))
 
-    def observe_running(self, now: float, synthesizing: int, oldest_age_s: float | None) -> None:
-        """What the pipeline runs now: ``synthesizing`` syntheses, the oldest dispatched
-        ``oldest_age_s`` ago (None: not told). Cohort members older than that are gone."""
-        self._oldest_age_s = oldest_age_s if synthesizing > 0 else None
+    def observe_running(self, now: float, synthesizing: int, ages_s: tuple[float, ...]) -> None:
+        """What the pipeline runs now: ``synthesizing`` syntheses, the oldest of them
+        dispatched ``ages_s`` ago, oldest first (empty: not told). Cohort members older than
+        the oldest are gone."""
+        self._ages_s = ages_s if synthesizing > 0 else ()
         if self._cohort is None:
             return
         if synthesizing == 0:
             self._close_cohort(self._cohort.forget_before(math.inf))
-        elif oldest_age_s is not None:
-            self._close_cohort(self._cohort.forget_before(now - oldest_age_s))
+        elif ages_s:
+            self._close_cohort(self._cohort.forget_before(now - ages_s[0]))
 
     def _close_cohort(self, cohort_mean: float | None) -> None:
         if cohort_mean is None or self._cohort is None:
@@ -437,31 +454,35 @@ class Estimator:
             self._cohort.dispatched(at, count)
 
     def live_floor_s(self) -> float:
-        """A floor on the lead time from the oldest synthesis running: its age, less how much
-        longer than T̂syn the longest recent synthesis took and ``FLOOR_SIGMAS`` spreads.
+        """A floor on the lead time from the syntheses running: the age of the
+        ``FLOOR_RANK``-th oldest, less how much longer than T̂syn the longest recent synthesis
+        took and ``FLOOR_SIGMAS`` spreads.
 
-        In a steady state the oldest running synthesis is about as old as the longest recent
-        one, and the floor stays below T̂syn. When synthesis slows, the running ones age past
+        In a steady state the oldest running syntheses are about as old as the longest recent
+        one, and the floor stays below T̂syn. When synthesis slows, all that run age past
         anything seen, and the floor rises with them (about one second a second) long before
-        the slow ones complete and enter the window.
+        the slow ones complete and enter the window. Not the oldest: one straggler, or one
+        hung synthesis, must not raise the lead time of all.
         """
-        age = self._oldest_age_s
         estimate = self._syn.value
-        if age is None or estimate is None:
+        if not self._ages_s or estimate is None:
             return 0.0
+        age = self._ages_s[min(self.FLOOR_RANK, len(self._ages_s)) - 1]
         margin = (self._syn.longest - estimate) + self.FLOOR_SIGMAS * self._syn.sd
         return age - margin
 
     def lead_s(self, now: float) -> float:
         """T̂syn, the synthesis lead time (s) the projection looks ahead.
 
-        At least the live floor, and while the cold-start cohort is still running, at least
+        At least the live floor, or while the cold-start cohort is still running, at least
         the cohort's censored mean: its first finishers are its fastest, so their average
         alone runs low and would starve the GPUs one synthesis later.
         """
         syn = self._syn.value or 0.0
         if self._cohort is not None:
-            syn = max(syn, self._cohort.lower_bound(now))
+            # The cohort's bound plays the floor's part: its first finishers, all the window
+            # holds, are its fastest, so a margin drawn from them would be too thin.
+            return max(syn, self._cohort.lower_bound(now))
         return max(syn, self.live_floor_s())
 
     def ready_wander_sd(self, rate_per_s: float, lead_s: float) -> float:

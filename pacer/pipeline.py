@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import inspect
+import itertools
 import logging
 import queue
 import threading
@@ -279,8 +280,8 @@ class Pipeline:
 
     def observation(self) -> Observation:
         now = self._clock()
-        # The oldest synthesis running is the first still in the insertion-ordered dict.
-        oldest = next(iter(self._synthesis_started.values()), None)
+        # The oldest syntheses running are the first in the insertion-ordered dict.
+        oldest = itertools.islice(self._synthesis_started.values(), Observation.SYNTHESIS_AGES)
         ages = []
         for worker in self._workers:
             since = worker.busy_since  # written by the worker's thread: read once
@@ -293,7 +294,7 @@ class Pipeline:
             gpu_workers=self.live_workers,
             backlog=self.backlog,
             pool_free=None if self.pool is None else int(self.pool.slots_free),
-            oldest_synthesis_age_s=None if oldest is None else max(0.0, now - oldest),
+            synthesis_ages_s=tuple(max(0.0, now - at) for at in oldest),
             gpu_busy_ages_s=tuple(ages),
         )
 

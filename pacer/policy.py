@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple, Protocol
+from typing import ClassVar, NamedTuple, Protocol
 
 
 class Mode(StrEnum):
@@ -30,10 +30,17 @@ class Observation:
     gpu_workers: int  # live GPU workers (a worker whose thread died is not counted)
     backlog: int  # accepted, not yet dispatched
     pool_free: int | None = None  # pinned slots free now; None when no pool limits dispatch
-    # Age (s) of the oldest synthesis running; None when not known.
-    oldest_synthesis_age_s: float | None = None
+    # Ages (s) of the oldest syntheses running, oldest first, at most SYNTHESIS_AGES of
+    # them; empty when not known.
+    synthesis_ages_s: tuple[float, ...] = ()
     # Age (s) of the partition on each busy GPU worker; empty when not known.
     gpu_busy_ages_s: tuple[float, ...] = ()
+
+    SYNTHESIS_AGES: ClassVar[int] = 8
+
+    @property
+    def oldest_synthesis_age_s(self) -> float | None:
+        return self.synthesis_ages_s[0] if self.synthesis_ages_s else None
 
     @property
     def inflight(self) -> int:

@@ -81,28 +81,30 @@ def test_synthesis_that_slows_five_fold_is_followed_within_one_lead_time() -> No
     """At t0 the cores slow 5x, work in progress too: a synthesis dispatched a seconds before
     t0 ends at t0 + 5 × (30 − a), so at t0 + x the ones completing took 30 + 0.8x and the
     oldest running is as old. The new lead time is 150 s."""
-    est = estimator()
+    est = estimator(Estimates(gpu_service_s=1.8, synthesis_s=30.0))
     for sample in itertools.islice(jitter(30.0, 0.1), 64):
         est.observe_synthesis(sample, now=0.0)
-    est.observe_running(0.0, 33, 33.0)
+    est.observe_running(0.0, 33, (33.0, 32.0, 31.0))
     assert est.lead_s(0.0) == pytest.approx(30.0, rel=0.01)
     leads = {}
     for x in range(0, 151):
         if x % 4 == 0:  # completions slow to one every ~4.5 s
             est.observe_synthesis(30 + 0.8 * x, now=float(x))
-        est.observe_running(float(x), 33, 30 + 0.8 * x)
+        est.observe_running(float(x), 33, (30 + 0.8 * x, 30 + 0.8 * x - 0.2))
         leads[x] = est.lead_s(float(x))
     assert leads[150] >= 0.8 * 150
     assert leads[75] >= 0.8 * 75
     # An EMA at 0.02 of the same completions reads ~41 s at x = 150.
 
 
-def test_the_live_floor_stays_below_the_estimate_in_a_steady_state() -> None:
-    est = estimator()
+def test_the_live_floor_stays_below_the_estimate_and_ignores_a_straggler() -> None:
+    est = estimator(Estimates(gpu_service_s=1.8, synthesis_s=30.0))
     samples = [24 + 12 * i / 63 for i in range(64)]  # 24 to 36 s, mean 30
     for sample in samples:
         est.observe_synthesis(sample, now=0.0)
-    est.observe_running(100.0, 33, 36.0)  # the oldest as old as the longest seen
+    est.observe_running(100.0, 33, (36.0, 35.9, 35.8))  # as old as the longest seen
+    assert est.live_floor_s() < 30.0
+    est.observe_running(101.0, 33, (500.0, 35.9, 35.8))  # one straggler, or one hung
     assert est.synthesis_s == pytest.approx(30.0)
     assert est.live_floor_s() < 30.0
     assert est.lead_s(100.0) == est.synthesis_s
@@ -157,7 +159,7 @@ def test_a_lost_synthesis_leaves_the_cohort_once_nothing_that_old_runs(clock: Fa
     # The fourth never reports (a pipeline that loses it): the oldest synthesis running was
     # dispatched 5 s ago, so no cohort member (dispatched at 0) is still running.
     o = Observation(ready=3, synthesizing=4, gpu_busy=0, gpu_workers=2, backlog=1000,
-                    oldest_synthesis_age_s=5.0)  # fmt: skip
+                    synthesis_ages_s=(5.0, 5.0, 4.0, 4.0))  # fmt: skip
     c.decide(o)
     c.decide(o)
     assert c.terms.mode is Mode.PACING

@@ -174,10 +174,17 @@ class Simulation:
             share = 1.0 if n == 0 else min(1.0, cores / (n * threads))
             return share / sc.synthesis.scale_at(clock.now)
 
-        def oldest_synthesis_age() -> float | None:
+        def synthesis_ages() -> tuple[float, ...]:
+            """Ages of the oldest syntheses running, oldest first."""
             while started and started[0][1] in finished:
                 finished.discard(started.popleft()[1])
-            return clock.now - started[0][0] if started else None
+            ages: list[float] = []
+            for at, number in started:
+                if len(ages) == Observation.SYNTHESIS_AGES:
+                    break
+                if number not in finished:
+                    ages.append(clock.now - at)
+            return tuple(ages)
 
         def record() -> None:
             trace.t.append(clock.now)
@@ -268,7 +275,7 @@ class Simulation:
                 gpu_busy=busy,
                 gpu_workers=workers - len(dead),
                 backlog=len(backlog),
-                oldest_synthesis_age_s=oldest_synthesis_age(),
+                synthesis_ages_s=synthesis_ages(),
                 gpu_busy_ages_s=tuple(t - since for _, since in on_gpu.values()),
             )
             decision = self.policy.decide(obs)
