@@ -403,9 +403,10 @@ class Service:
             log.info("pruned %d finished jobs older than the retention", pruned)
 
     async def _save_estimates(self) -> None:
-        """Save the PI controller's estimates. A baseline keeps none: the saved ones stay for
-        the next start under pi."""
-        if isinstance(self.policy, PIController):
+        """Save the PI controller's estimates, with the key they are valid for. A baseline
+        keeps none, nor does a controller that has learned nothing yet: the saved ones stay
+        for the next start they fit."""
+        if isinstance(self.policy, PIController) and self.policy.estimates.known:
             await self.db(
                 self.journal.save_estimates, asdict(self.policy.estimates), self.estimates_key
             )

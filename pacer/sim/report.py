@@ -40,6 +40,7 @@ class Report:
     throughput_partitions_per_s: float
     bound_throughput_partitions_per_s: float
     bottleneck: str  # which term of the bound is smallest: gpu, synthesis or memory
+    gpu_bound_share: float  # share of the time work was available that the GPUs bound
     peak_inflight_partitions: int
     peak_inflight_bytes: int
     mean_inflight_partitions: float  # time-average while work was available
@@ -94,6 +95,9 @@ def summarize(run: RawRun) -> Report:
     gap_lengths = [float(avail(b) - avail(a)) for a, b in run.gaps]
     gap_lengths = [g for g in gap_lengths if g > 0]
     bound, bottleneck = bound_throughput(sc, avail)
+    shares = _shares(sc, avail)
+    total = sum(share for share, _ in shares)
+    gpu_time = sum(share for share, r in shares if min(r.bounds, key=r.bounds.__getitem__) == "gpu")
     little_mean, little_max = _little(sc, avail)
     return Report(
         scenario=sc.name,
@@ -104,6 +108,7 @@ def summarize(run: RawRun) -> Report:
         throughput_partitions_per_s=run.completed / avail_total if avail_total > 0 else 0.0,
         bound_throughput_partitions_per_s=bound,
         bottleneck=bottleneck,
+        gpu_bound_share=gpu_time / total if total > 0 else 1.0,
         peak_inflight_partitions=run.peak_inflight,
         peak_inflight_bytes=run.peak_inflight * sc.partition.bytes,
         mean_inflight_partitions=float(held(end)) / avail_total if avail_total > 0 else 0.0,

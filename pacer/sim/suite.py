@@ -124,7 +124,7 @@ def _scenario_targets(pi: Report, target_ready: float) -> list[Finding]:
         # A warm start is one refill (from the saved estimates); anything more is a drain.
         allowed = 1 if pi.warm_start else 0
         add("no re-bootstrap in a backlog", pi.rebootstraps <= allowed, f"{pi.rebootstraps}")
-    if pi.backlog and pi.bottleneck == "gpu":
+    if pi.backlog and pi.gpu_bound_share >= 0.999:  # the GPUs bound throughout
         add(
             f"steady GPU busy >= {STEADY_BUSY_GPU_BOUND}",
             pi.steady_gpu_busy_ratio >= STEADY_BUSY_GPU_BOUND,

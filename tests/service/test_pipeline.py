@@ -189,3 +189,53 @@ async def test_busy_time_and_outcomes_are_labelled_by_device() -> None:
     await run_until_idle(pipeline, 20, outcomes)
     assert {o.gpu for o in outcomes} <= {4, 5}
     assert all(pipeline.busy_seconds(g) >= 0 for g in pipeline.gpus)
+
+
+class Gated(Recording):
+    """Partition 0's synthesis and every proof wait for their gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.synthesis_gate = threading.Event()
+        self.prove_gate = threading.Event()
+
+    def synthesize(self, spec: PartitionSpec) -> Any:
+        if spec.index == 0:
+            self.synthesis_gate.wait(5)
+        return super().synthesize(spec)
+
+    def prove(self, buffers: Any, worker: int) -> Proof:
+        self.prove_gate.wait(5)
+        return super().prove(buffers, worker)
+
+
+async def test_observation_has_live_workers_and_the_ages_of_what_runs() -> None:
+    workload = Gated()
+    pipeline, outcomes = build(workload, workers=2, synth=2)
+    pipeline.enqueue("j", 1, {}, [0, 1])
+    pipeline.start()
+    for _ in range(400):  # partition 1 is on a GPU, partition 0 still in synthesis
+        if pipeline.gpu_busy == 1 and pipeline.synthesizing == 1:
+            break
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.02)
+    obs = pipeline.observation()
+    assert (obs.gpu_workers, obs.synthesizing, obs.gpu_busy) == (2, 1, 1)
+    assert obs.synthesis_ages_s[0] >= 0.02
+    assert len(obs.synthesis_ages_s) == len(obs.gpu_busy_ages_s) == 1
+    # A worker whose thread has ended proves nothing more and leaves the count.
+    ended = threading.Thread(target=lambda: None)
+    ended.start()
+    ended.join()
+    idle = next(w for w in pipeline._workers if w.busy_since is None)
+    running, idle.thread = idle.thread, ended
+    assert pipeline.observation().gpu_workers == 1
+    idle.thread = running
+    workload.synthesis_gate.set()
+    workload.prove_gate.set()
+    for _ in range(400):
+        if len(outcomes) == 2 and pipeline.idle:
+            break
+        await asyncio.sleep(0.005)
+    await pipeline.close()
+    assert pipeline.observation().synthesis_ages_s == ()
