@@ -92,7 +92,9 @@ class DurationWindow:
     one by one since it was last replaced, before it looks again (samples handed over at
     once, as a cold start's first cohort in order of completion, are no time series): where
     partitions of two sizes alternate in runs shorter than that, the window then spans both
-    levels, neither lies beyond its range, and nothing more is dropped.
+    levels, neither lies beyond its range, and nothing more is dropped. The samples dropped at
+    a change of level are set aside for a window's worth of samples: if the old level comes
+    back meanwhile (runs of two sizes in turn, longer than half a window), they return.
 
     A prior (saved estimates) enters as ``PRIOR_SAMPLES`` samples; it is dropped as soon as
     the median of the fresh samples so far (the first ``PRIOR_SAMPLES`` of them) differs from
@@ -130,6 +132,8 @@ class DurationWindow:
         self._since_check = 0
         self._since_replace = 0
         self._since_stats = 0
+        self._stash: list[float] = []  # the old level's samples, dropped at a change of level
+        self._stash_left = 0  # samples until the stash is forgotten
         self._stats: tuple[float, float, float] | None = None  # (value, sd, longest), cached
         self.shifts = 0  # changes of level detected
         if prior is not None:
@@ -182,6 +186,12 @@ class DurationWindow:
             return
         self._since_check += 1
         self._since_replace += 1
+        if self._stash:
+            self._stash_left -= 1
+            if self._stash_left <= 0:
+                self._stash = []
+            elif self._since_check >= max(1, self._recent // 4) and self._back_to_stash():
+                return
         settled = max(2 * self._recent, self._size // 2)
         if (
             len(self._samples) >= settled
@@ -197,6 +207,7 @@ class DurationWindow:
         self._prior, self._fresh = None, []
         self._stats = None
         self._since_replace = 0
+        self._stash = []
 
     def _kept(self, samples: list[float]) -> list[float]:
         """``samples`` sorted, less the ``trim`` at each end and the outliers."""
@@ -208,6 +219,23 @@ class DurationWindow:
         low, high = median / self.OUTLIER_RATIO, median * self.OUTLIER_RATIO
         return [s for s in ordered if low <= s <= high] or ordered
 
+    def _back_to_stash(self, level: float | None = None) -> bool:
+        """The old level is back within a window (``level``, or the median of the newest
+        samples): partitions of two sizes in turn, not a change of level. Both levels'
+        samples are kept from then on."""
+        if not self._stash:
+            return False
+        samples = list(self._samples)
+        recent = _median(samples[-self._recent :]) if level is None else level
+        stash = self._kept(self._stash)
+        if not stash[0] / self.SHIFT_RATIO <= recent <= stash[-1] * self.SHIFT_RATIO:
+            return False
+        self.shifts -= 1
+        merged = self._stash + samples
+        self.replace(merged)
+        self._since_replace = self._recent  # samples as they came: no cohort
+        return True
+
     def _detect_shift(self) -> None:
         samples = list(self._samples)
         older = self._kept(samples[: -self._recent])
@@ -215,10 +243,16 @@ class DurationWindow:
         high, low = older[-1] * self.SHIFT_RATIO, older[0] / self.SHIFT_RATIO
         recent = _median(newest)
         if recent > high or recent < low:
-            # A new level: keep only the newest samples that lie beyond the old range.
+            beyond = [s for s in newest if s > high] if recent > high else [
+                s for s in newest if s < low
+            ]
+            if self._back_to_stash(_median(beyond)):
+                return
+            # A new level: keep only the newest samples that lie beyond the old range, and
+            # the old ones aside for a window, in case the old level comes back.
             self.shifts += 1
-            self.replace([s for s in newest if s > high] if recent > high
-                         else [s for s in newest if s < low])  # fmt: skip
+            self.replace(beyond)
+            self._stash, self._stash_left = samples[: -self._recent], self._size
 
     def _compute(self) -> tuple[float, float, float]:
         if self._stats is None:

@@ -74,6 +74,16 @@ def test_partitions_of_two_sizes_in_turn_are_not_a_change_of_level() -> None:
     assert est.shifts == (0, 0)
 
 
+def test_runs_of_two_sizes_longer_than_half_a_window_are_taken_back_together() -> None:
+    # Runs of 40: the first change looks like a new level; when the old level comes back
+    # within a window, the samples set aside return and both levels count from then on.
+    est = estimator()
+    for i in range(400):
+        est.observe_gpu_service(1.8 if (i // 40) % 2 == 0 else 10.8)
+    assert est.shifts == (0, 0)  # each change was taken back
+    assert 1.8 < (est.gpu_service_s or 0.0) < 10.8
+
+
 # -- synthesis duration -------------------------------------------------------------------
 
 
