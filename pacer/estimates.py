@@ -243,9 +243,9 @@ class DurationWindow:
         high, low = older[-1] * self.SHIFT_RATIO, older[0] / self.SHIFT_RATIO
         recent = _median(newest)
         if recent > high or recent < low:
-            beyond = [s for s in newest if s > high] if recent > high else [
-                s for s in newest if s < low
-            ]
+            beyond = (
+                [s for s in newest if s > high] if recent > high else [s for s in newest if s < low]
+            )
             if self._back_to_stash(_median(beyond)):
                 return
             # A new level: keep only the newest samples that lie beyond the old range, and
