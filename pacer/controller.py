@@ -43,6 +43,7 @@ class PIController:
     """
 
     HUNG_FACTOR = 10.0
+    BLOCKED_RECHECK_S = 1.0  # while a refill waits for a cap to free, ask again at least this often
     BOOTSTRAP_SHARE = 0.9
 
     def __init__(
@@ -353,12 +354,19 @@ class PIController:
     def _refill(self, obs: Observation, room: int) -> Decision:
         """Dispatch the rest of a refill at once, as fast as caps and the pool allow."""
         self._terms = self._compute(obs, self._workers)._replace(mode=Mode.BOOTSTRAP)
-        count = min(room, self._refill_left, int(self._tokens))
-        if count <= 0:
-            return Decision(0, self._clock() + self._settings.interval_min_s)
-        self._refill_left -= count
-        self._dispatched(self._clock(), count)
-        return Decision(count, None if self._refill_left == 0 else self._clock())
+        now = self._clock()
+        count = max(0, min(room, self._refill_left, int(self._tokens)))
+        if count > 0:
+            self._refill_left -= count
+            self._dispatched(now, count)
+        if self._refill_left == 0:
+            return Decision(count, None)
+        if self._tokens < 1:  # the synthesis rate cap: tokens come back with time
+            wait = (1 - self._tokens) / self._rate_cap_per_s()
+            return Decision(count, now + max(wait, self._settings.interval_min_s))
+        # A cap is full: a completion frees it, and the pipeline asks again then; the timer
+        # only backs that up (asking every millisecond meanwhile was a busy loop).
+        return Decision(count, now + self.BLOCKED_RECHECK_S)
 
     # -- PI ------------------------------------------------------------------------------
 
