@@ -2,11 +2,12 @@
 
 GPU service time and synthesis duration are each estimated from a window of their last
 samples (``DurationWindow``), as BBR estimates a path from windowed filters rather than from
-exponential averages: one outlier moves a window's median not at all, and a real change of
-level is followed as soon as the window's newest quarter has changed (the older samples are
-then dropped). The synthesis duration also keeps its spread, because the spread of synthesis
-times sets how far the ready queue wanders, and a live floor: a synthesis still running
-after far longer than any recent one took shows a slowdown before any slow one completes.
+exponential averages: the window's extremes are trimmed, so one GPU stall (a long sample per
+worker) moves the estimate not at all, and a real change of level is followed as soon as the
+window's newest part lies beyond the older samples (those are then dropped). The synthesis
+duration also keeps its spread, because the spread of synthesis times sets how far the ready
+queue wanders, and a live floor: syntheses still running after far longer than any recent
+one took show a slowdown before any slow one completes.
 A cold start adds a censored estimate of its first cohort (``ColdCohort``).
 
 Saved estimates (``Estimates``) count as a few samples, not as settled, and are dropped when
@@ -103,8 +104,8 @@ class DurationWindow:
     >>> w = DurationWindow(size=8, recent=4, trim=1)
     >>> for s in (1.0, 1.1, 0.9, 30.0, 1.0, 1.0):
     ...     w.add(s)
-    >>> round(w.value, 3)  # the 30 s stall is trimmed
-    1.0
+    >>> round(w.value, 3)  # the 30 s stall and the 0.9 s are trimmed
+    1.025
     """
 
     SHIFT_RATIO = 1.2

@@ -10,6 +10,7 @@ import pytest
 MODULES = [
     "pacer.baselines",
     "pacer.controller",
+    "pacer.estimates",
     "pacer.table",
     "pacer.settle.detector",
     "gpu.field",
