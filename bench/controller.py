@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.controller [--markdown] [--seeds N]
 
 Prints the suite table (every policy side by side), the target checks, and how long the
-simulations took. With --seeds N it also reruns pi and cuzk on N − 1 other seeds of each
+simulations took. With --seeds N it also reruns every policy on N − 1 other seeds of each
 scenario and prints, per target, on how many seeds it held. Exits 1 if a target fails on the
 shipped seeds.
 """
@@ -31,7 +31,7 @@ def seed_sweep(settings: Settings, seeds: int, markdown: bool) -> str:
     """Per scenario and target: on how many of ``seeds`` seeds pi met it, and the failures."""
     held: dict[tuple[str, str], list[Finding]] = defaultdict(list)
     for k in range(seeds):
-        reports = run_suite(settings, policies=("pi", "cuzk"), reseed=k)
+        reports = run_suite(settings, reseed=k)
         for f in check_targets(reports, settings):
             held[(f.scenario, f.target)].append(f)
         print(f"seed set {k + 1}/{seeds} done", file=sys.stderr)

@@ -42,6 +42,19 @@ def device_count() -> int:
         return 0
 
 
+def device_name(device: int) -> str:
+    """The model of CUDA device ``device`` ("NVIDIA H200"); "unknown" where it cannot be read."""
+    if not ntt_cuda.available():
+        return "unknown"
+    import cupy as cp
+
+    try:
+        name = cp.cuda.runtime.getDeviceProperties(device)["name"]
+    except cp.cuda.runtime.CUDARuntimeError:
+        return "unknown"
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
 class GpuProver:
     """The H computation for partitions of 2^``log_n`` elements of ``field`` on GPU ``device``."""
 

@@ -51,7 +51,7 @@ class _Counting:
     def observe_synthesis(self, seconds: float) -> None:
         pass
 
-    def observe_synthesis_failure(self, seconds: float) -> None:
+    def observe_synthesis_failure(self, elapsed_s: float) -> None:
         pass
 
     def interval_s(self) -> float:
@@ -242,7 +242,7 @@ class CuzkPacer:
         """cuzk's synthesis worker pool: max(2, min(memory slots, max_parallel_synthesis))."""
         return self._workers_synth
 
-    def observe_synthesis_failure(self, seconds: float) -> None:
+    def observe_synthesis_failure(self, elapsed_s: float) -> None:
         pass
 
     def interval_s(self) -> float:

@@ -71,7 +71,11 @@ class ControllerSettings(_Section):
         4.0, ge=1, le=1000, description="Highest dispatch-rate multiplier 1+u (1)"
     )
     interval_min_s: float = Field(
-        0.001, ge=1e-6, le=3600, description="Shortest interval between two dispatches (s)"
+        0.001,
+        ge=1e-6,
+        le=3600,
+        description="Shortest wait between two dispatch decisions; dispatch runs by rate, so "
+        "what falls due meanwhile goes out together and the rate is not capped by it (s)",
     )
     interval_max_s: float = Field(
         60.0,
@@ -79,24 +83,28 @@ class ControllerSettings(_Section):
         le=86400,
         description="Longest interval between two dispatches while pacing (s)",
     )
-    gpu_ema_alpha: float = Field(
-        0.05,
-        gt=0,
-        le=1,
-        description="Smoothing weight of each new GPU service-time sample (1)",
+    gpu_window: int = Field(
+        64,
+        ge=8,
+        le=4096,
+        description="GPU service time: the mean of this many latest samples (at least 8 per "
+        "worker), less the longest and shortest one per worker; a change of level in the "
+        "newest quarter drops the older ones (samples)",
     )
-    synthesis_ema_alpha: float = Field(
-        0.02,
-        gt=0,
-        le=1,
-        description="Smoothing weight of each new synthesis-duration sample (1)",
+    synthesis_window: int = Field(
+        64,
+        ge=8,
+        le=4096,
+        description="Synthesis duration: the mean and spread of this many latest samples, "
+        "or of two lead times of them where that is more; a change of level in the newest "
+        "quarter drops the older ones (samples)",
     )
     bootstrap_depth: int = Field(
         0,
         ge=0,
         le=1_000_000,
         description="Partitions dispatched on a cold start, before any duration is known; 0: "
-        "half the smaller of the synthesis-concurrency and memory caps (partitions)",
+        "90 % of the smaller of the synthesis-concurrency and memory caps (partitions)",
     )
     spread_sigmas: float = Field(
         2.5,
@@ -145,11 +153,12 @@ class SynthesisSettings(_Section):
         "pool slots pinned with cudaHostRegister (no GIL between them; the pool must fit in "
         "/dev/shm), or threads of the service (processes/threads)",
     )
-    max_concurrent: int = Field(
-        256,
+    max_concurrent: int | None = Field(
+        None,
         ge=1,
         le=65536,
-        description="Most syntheses running at once, whatever the cores allow (partitions)",
+        description="Most syntheses running at once; unset: what the cores allow, cores ÷ "
+        "threads per synthesis (partitions)",
     )
 
 

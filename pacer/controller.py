@@ -33,13 +33,19 @@ def _clamp(value: float, low: float, high: float) -> float:
 class PIController:
     """PI pacing with feed-forward, a synthesis-throughput cap and (re-)bootstrap.
 
+    ``HUNG_FACTOR``: a worker on one partition for longer than this many T̂gpu is not counted
+    among the workers consuming (a hung worker, or a stalled GPU, consumes nothing).
+
     >>> from pacer.policy import Caps, Observation
     >>> c = PIController(ControllerSettings(), Caps(48, 50), clock=lambda: 0.0)
     >>> c.decide(Observation(ready=0, synthesizing=0, gpu_busy=0, gpu_workers=2, backlog=100))
-    Decision(dispatch=24, next_at=None)
+    Decision(dispatch=43, next_at=None)
     """
 
     synthesis_workers: int | None = None  # its caps bound synthesis; no pool of its own
+    HUNG_FACTOR = 10.0
+    BLOCKED_RECHECK_S = 1.0  # while a refill waits for a cap to free, ask again at least this often
+    BOOTSTRAP_SHARE = 0.9
 
     def __init__(
         self,
@@ -52,16 +58,21 @@ class PIController:
         self._caps = caps
         self._clock = clock
         self._est = Estimator(
-            settings.gpu_ema_alpha, settings.synthesis_ema_alpha, estimates or Estimates()
+            settings.gpu_window, settings.synthesis_window, estimates or Estimates()
         )
         self._integral = 0.0
         self._last_update: float | None = None
-        self._last_dispatch = -math.inf
+        # Dispatch by rate: credit grows by rate × elapsed time, and every whole partition of
+        # it is due (no ceiling per call: a wide host dispatches thousands a second).
+        self._credit = 1.0
+        self._credit_at: float | None = None
+        self._workers = 1  # GPU workers delivering: live, and not stuck on one partition
         self._manual_interval_s: float | None = None
         self._bootstraps = 0
         self._rebootstraps = 0
         self._booted = False  # a cold bootstrap has been started
         self._cold_refill_due = False  # refill once the cold start has its first estimates
+        self._warm_start_due = estimates is not None and estimates.known
         self._refill_left = 0  # partitions a bootstrap still has to dispatch
         # Hysteresis for re-bootstrap: the pipeline must have been empty this long, and a
         # refill must have reached a GPU before the next one can fire.
@@ -72,7 +83,7 @@ class PIController:
         self._last_obs: Observation | None = None
         self._model_key: tuple[int, int, int] | None = None
         self._model_cache = (1.0, 0.0, settings.target_ready)
-        self._terms = self._compute(None, 1)
+        self._terms = self._compute(None, 0)
 
     # -- observations ------------------------------------------------------------------
 
@@ -115,10 +126,31 @@ class PIController:
         """One partition's synthesis duration (s), dispatch to ready."""
         self._est.observe_synthesis(seconds, self._clock())
 
-    def observe_synthesis_failure(self, seconds: float) -> None:
-        """A synthesis dispatched ``seconds`` ago failed or timed out: no duration sample,
-        but a cold-start cohort no longer waits for it."""
-        self._est.synthesis_failed(seconds, self._clock())
+    def observe_synthesis_failure(self, elapsed_s: float) -> None:
+        """A synthesis failed or timed out ``elapsed_s`` after its dispatch: it leaves the
+        cold start's first cohort, and a long one counts toward T̂syn (``Estimator``)."""
+        self._est.observe_synthesis_failure(elapsed_s, self._clock())
+
+    @property
+    def synthesis_failures(self) -> int:
+        """Failed or timed-out syntheses observed."""
+        return self._est.failures
+
+    def _fit_windows(self, obs: Observation) -> None:
+        workers = max(1, obs.gpu_workers)
+        gpu = self._est.gpu_service_s
+        in_synthesis = math.inf if not gpu else workers * self._est.lead_s(self._clock()) / gpu
+        self._est.fit(workers, in_synthesis)
+
+    def live_workers(self, obs: Observation) -> int:
+        """GPU workers delivering: the live ones (``obs.gpu_workers``) less those on one
+        partition for more than ``HUNG_FACTOR`` × T̂gpu (hung, or stalled with their GPU)."""
+        gpu = self._est.gpu_service_s
+        if gpu is None or not obs.gpu_busy_ages_s:
+            return max(0, obs.gpu_workers)
+        limit = self.HUNG_FACTOR * gpu
+        stuck = sum(age > limit for age in obs.gpu_busy_ages_s)
+        return max(0, obs.gpu_workers - stuck)
 
     # -- the decision ------------------------------------------------------------------
 
@@ -130,28 +162,36 @@ class PIController:
         self._last_update = now
         self._refill_tokens(dt)
         self._track_emptiness(obs, now)
+        self._fit_windows(obs)
+        self._est.observe_running(now, obs.synthesizing, obs.synthesis_ages_s)
+        self._workers = workers = self.live_workers(obs)
         room = self._room(obs)
+        credit_dt = 0.0 if self._credit_at is None else max(0.0, now - self._credit_at)
+        self._credit_at = now
 
         if self._manual_interval_s is not None:
-            self._terms = self._compute(obs, max(1, obs.gpu_workers))
-            return self._paced(now, room, self._manual_interval_s, headroom=room)
+            self._terms = self._compute(obs, workers)
+            return self._paced(now, room, self._manual_interval_s, credit_dt, headroom=room)
+        self._credit = min(self._credit, 1.0)  # no burst saved up outside pacing
         if not self._est.known:
             return self._cold_bootstrap(obs, room)
         if self._cold_refill_due:
             # Rates just became known: top the cold start up to the Little's-law depth at once.
             self._cold_refill_due = False
-            self._refill_left = max(0, self.little_depth(obs.gpu_workers) - obs.inflight)
+            self._refill_left = max(0, self.little_depth(workers) - obs.inflight)
+
         if self._refill_left > 0 and obs.backlog > 0:
             return self._refill(obs, room)
         self._refill_left = 0
         if obs.backlog == 0:
-            self._terms = self._compute(obs, max(1, obs.gpu_workers))._replace(
+            self._terms = self._compute(obs, workers)._replace(
                 mode=Mode.DRAINED if obs.inflight == 0 else Mode.PACING
             )
             return Decision(0, None)
         if self._drained_for_rebootstrap(obs, now):
             return self._rebootstrap(obs, room)
 
+        self._warm_start_due = False  # pacing: the start is behind us
         self._terms = terms = self._pace(obs, dt, blocked=room <= 0 or self._tokens < 1)
         if self._est.cold_cohort_open:
             # Until the cold start's first syntheses are all in, their lead time is known only
@@ -162,22 +202,51 @@ class PIController:
                 self._dispatched(now, count)
                 return Decision(count, now + terms.interval_s)
         headroom = math.ceil(terms.setpoint + 1 - terms.projected_ready)
-        return self._paced(now, room, terms.interval_s, headroom=headroom)
+        # A projected shortfall (q̂ < 0: the GPUs will run dry within one lead time) goes out
+        # at once rather than at the paced rate: each partition of it arrives a lead time
+        # after its dispatch, so spreading it out only spreads out the idle time.
+        shortfall = math.ceil(-terms.projected_ready)
+        if workers == 0:
+            headroom = shortfall = 0  # no GPU consumes: nothing to pace
+        return self._paced(
+            now, room, terms.interval_s, credit_dt, headroom=headroom, at_once=shortfall
+        )
 
-    def _paced(self, now: float, room: int, interval: float, *, headroom: int) -> Decision:
-        """Dispatch what is due: one per interval since the last dispatch (a late wake-up
-        catches up), within the caps and the ``headroom`` left below the skip threshold."""
-        due = self._last_dispatch + interval
-        may_dispatch = headroom > 0
-        if may_dispatch and room > 0 and self._tokens >= 1 and now >= due:
-            overdue = 1 + int(min((now - due) / interval, float(room)))
-            count = min(room, int(self._tokens), overdue, headroom)
+    def _paced(
+        self,
+        now: float,
+        room: int,
+        interval: float,
+        credit_dt: float,
+        *,
+        headroom: int,
+        at_once: int = 0,
+    ) -> Decision:
+        """Dispatch what is due by rate: 1 ÷ ``interval`` partitions a second, as many at once
+        as fell due since the last call (a late wake-up, or a rate above the wake-ups), and
+        at least ``at_once``, within the caps and the ``headroom`` left below the skip
+        threshold. What a cap or the headroom holds back is not saved up for a burst."""
+        rate = 1 / interval if interval > 0 else math.inf
+        self._credit = math.inf if math.isinf(rate) else self._credit + rate * credit_dt
+        due = int(min(self._credit, float(2**31)))
+        count = max(0, min(max(due, at_once), room, int(self._tokens), headroom))
+        if count > 0:
             self._dispatched(now, count)
-            return Decision(count, now + interval)
-        if may_dispatch and room > 0 and self._tokens < 1:
+            self._credit = max(0.0, self._credit - count)
+        if count < due:
+            self._credit = min(self._credit, 1.0)
+        floor = self._settings.interval_min_s
+        if headroom > 0 and room > 0 and self._tokens < 1:
             wait = (1 - self._tokens) / self._terms.rate_cap_per_s
-            return Decision(0, max(due, now + wait))
-        return Decision(0, max(due, now + interval) if now >= due else due)
+            return Decision(count, now + max(wait, floor))
+        if math.isinf(rate):
+            return Decision(count, None)
+        if count < due:
+            # Held back by a cap or the headroom: the next pipeline event (a completion) asks
+            # again; the timer only backs it up, an interval from now.
+            return Decision(count, now + max(interval, floor))
+        wait = max(0.0, 1 - self._credit) / rate
+        return Decision(count, now + max(wait, floor))
 
     def _room(self, obs: Observation) -> int:
         room = min(
@@ -190,7 +259,6 @@ class PIController:
         return max(0, room)
 
     def _dispatched(self, now: float, count: int) -> None:
-        self._last_dispatch = now
         self._tokens -= count
 
     def _refill_tokens(self, dt: float) -> None:
@@ -244,11 +312,15 @@ class PIController:
     @property
     def bootstrap_depth(self) -> int:
         """Partitions a cold start dispatches at once and holds in flight until its first
-        syntheses are all in: the setting, or (0) half the smaller of the two caps."""
+        syntheses are all in: the setting, or (0) ``BOOTSTRAP_SHARE`` of the smaller cap.
+
+        The GPUs wait one synthesis whatever a cold start dispatches; what it dispatches must
+        then carry them through the second lead time, the first one dispatch can be informed
+        for. Only the caps are known, so it takes nearly all they allow."""
         if self._settings.bootstrap_depth > 0:
             return self._settings.bootstrap_depth
         smaller = min(self._caps.synthesis_concurrency, self._caps.inflight_partitions)
-        return max(1, smaller // 2)
+        return max(1, int(smaller * self.BOOTSTRAP_SHARE))
 
     def lead_s(self) -> float:
         """T̂syn, the synthesis lead time (s) the projection looks ahead."""
@@ -260,25 +332,42 @@ class PIController:
         gpu = self._est.gpu_service_s
         if gpu is None:
             raise ValueError("little_depth needs a GPU service-time estimate")
-        base = max(gpu / max(1, gpu_workers), 1e-9)
+        base = self._base(gpu, gpu_workers)
         return math.ceil(self.lead_s() / base + self._setpoint(base))
+
+    @staticmethod
+    def _base(gpu: float, workers: int) -> float:
+        """The feed-forward interval T̂gpu ÷ W (s); infinite without a worker consuming."""
+        return math.inf if workers <= 0 else max(gpu / workers, 1e-9)
 
     def _rebootstrap(self, obs: Observation, room: int) -> Decision:
         self._rebootstraps += 1
         self._rearmed = False
         self._integral = 0.0  # bumpless restart: the old integral belongs to another regime
-        self._refill_left = self.little_depth(obs.gpu_workers)
+        self._refill_left = self.little_depth(self._workers)
+        if self._warm_start_due:
+            # Saved estimates count as a few samples, not as certainty: a warm start refills
+            # at least as deep as a cold start would, in case they describe another regime.
+            self._warm_start_due = False
+            self._refill_left = max(self._refill_left, self.bootstrap_depth)
         return self._refill(obs, room)
 
     def _refill(self, obs: Observation, room: int) -> Decision:
         """Dispatch the rest of a refill at once, as fast as caps and the pool allow."""
-        self._terms = self._compute(obs, max(1, obs.gpu_workers))._replace(mode=Mode.BOOTSTRAP)
-        count = min(room, self._refill_left, int(self._tokens))
-        if count <= 0:
-            return Decision(0, self._clock() + self._settings.interval_min_s)
-        self._refill_left -= count
-        self._dispatched(self._clock(), count)
-        return Decision(count, None if self._refill_left == 0 else self._clock())
+        self._terms = self._compute(obs, self._workers)._replace(mode=Mode.BOOTSTRAP)
+        now = self._clock()
+        count = max(0, min(room, self._refill_left, int(self._tokens)))
+        if count > 0:
+            self._refill_left -= count
+            self._dispatched(now, count)
+        if self._refill_left == 0:
+            return Decision(count, None)
+        if self._tokens < 1:  # the synthesis rate cap: tokens come back with time
+            wait = (1 - self._tokens) / self._rate_cap_per_s()
+            return Decision(count, now + max(wait, self._settings.interval_min_s))
+        # A cap is full: a completion frees it, and the pipeline asks again then; the timer
+        # only backs that up (asking every millisecond meanwhile was a busy loop).
+        return Decision(count, now + self.BLOCKED_RECHECK_S)
 
     # -- PI ------------------------------------------------------------------------------
 
@@ -291,14 +380,15 @@ class PIController:
             interval = 0.0
             if self._manual_interval_s is not None:
                 mode, interval = Mode.MANUAL, self._manual_interval_s
-            return Terms(mode, 0.0, s.target_ready, 0.0, 0.0, 0.0, 0.0, 1.0, interval, rate_cap)
+            return Terms(mode, 0.0, s.target_ready, 0.0, 0.0, 0.0, 0.0, 1.0, interval, rate_cap,
+                         self.lead_s(), workers)  # fmt: skip
         base, lead, setpoint = self._model(workers)
         projected = obs.ready + obs.synthesizing - lead / base
         error = (setpoint - projected) / setpoint
         p_term = s.kp * error
         i_term = s.ki * self._integral
         multiplier = min(max(1 + p_term + i_term, s.multiplier_min), s.multiplier_max)
-        interval = min(max(base / multiplier, s.interval_min_s), s.interval_max_s)
+        interval = min(base / multiplier, s.interval_max_s)
         mode = Mode.PACING
         if self._manual_interval_s is not None:
             mode = Mode.MANUAL
@@ -307,25 +397,28 @@ class PIController:
         if mode is Mode.MANUAL:
             interval = self._manual_interval_s or interval
         return Terms(
-            mode, projected, setpoint, error, p_term, i_term, base, multiplier, interval,
-            rate_cap,
+            mode, projected, setpoint, error, p_term, i_term, min(base, s.interval_max_s),
+            multiplier, interval, rate_cap, lead, workers,
         )  # fmt: skip
 
     def _model(self, workers: int) -> tuple[float, float, float]:
-        """(base interval, lead time, setpoint) for ``workers``: recomputed only when an
-        estimate or the worker count changed, or while the cold cohort's bound is moving."""
+        """(base interval, lead time, setpoint) for ``workers``: the base interval and the
+        setpoint recomputed only when an estimate or the worker count changed; the lead time
+        each time (the cold cohort's bound and the live floor move with the clock)."""
         key = (self._est.version, workers, id(self._settings))
-        if key != self._model_key or self._est.cold_cohort_open:
+        if key != self._model_key:
             gpu = self._est.gpu_service_s or 0.0
-            base = max(gpu / workers, 1e-9)
-            self._model_cache = (base, self.lead_s(), self._setpoint(base))
+            base = self._base(gpu, workers)
+            self._model_cache = (base, 0.0, self._setpoint(base))
             self._model_key = key
-        return self._model_cache
+        base, _, setpoint = self._model_cache
+        return base, self.lead_s(), setpoint
 
     def _setpoint(self, base_interval_s: float) -> float:
-        """The effective setpoint: target_ready, or more where the spread of synthesis times
-        makes the ready queue wander further than that (``spread_sigmas`` of it)."""
-        spread = self._est.in_synthesis_sd(1 / base_interval_s)
+        """The effective setpoint: target_ready, or more where the spread of synthesis and
+        GPU times makes the ready queue wander further than that (``spread_sigmas`` of it)."""
+        rate = 1 / base_interval_s
+        spread = self._est.ready_wander_sd(rate, self._est.synthesis_s or 0.0)
         return max(self._settings.target_ready, self._settings.spread_sigmas * spread)
 
     def _pace(self, obs: Observation, dt: float, *, blocked: bool) -> Terms:
@@ -335,23 +428,25 @@ class PIController:
         (clamped multiplier or interval, or a cap blocking dispatch).
         """
         s = self._settings
-        base, lead, setpoint = self._model(max(1, obs.gpu_workers))
+        workers = self._workers
+        base, lead, setpoint = self._model(workers)
         projected = obs.ready + obs.synthesizing - lead / base
         error = (setpoint - projected) / setpoint
         p_term = s.kp * error
         u = 1 + p_term + s.ki * self._integral
         interval = base / u if u > 0 else math.inf
-        saturated_up = blocked or u >= s.multiplier_max or interval <= s.interval_min_s
+        saturated_up = blocked or u >= s.multiplier_max or workers == 0
         saturated_down = u <= s.multiplier_min or interval >= s.interval_max_s
         if not ((error > 0 and saturated_up) or (error < 0 and saturated_down)):
             integral = self._integral + error * dt
             self._integral = min(max(integral, s.integral_min), s.integral_max)
         i_term = s.ki * self._integral
         multiplier = min(max(1 + p_term + i_term, s.multiplier_min), s.multiplier_max)
-        interval = min(max(base / multiplier, s.interval_min_s), s.interval_max_s)
+        interval = min(base / multiplier, s.interval_max_s)
         mode = Mode.BOOTSTRAP if self._est.cold_cohort_open else Mode.PACING
-        return Terms(mode, projected, setpoint, error, p_term, i_term, base, multiplier, interval,
-                     self._rate_cap_per_s())  # fmt: skip
+        return Terms(mode, projected, setpoint, error, p_term, i_term,
+                     min(base, s.interval_max_s), multiplier, interval,
+                     self._rate_cap_per_s(), lead, workers)  # fmt: skip
 
     # -- run-time changes -----------------------------------------------------------------
 
@@ -402,4 +497,4 @@ class PIController:
         if self._manual_interval_s is not None or (
             self._terms.mode is not Mode.DRAINED and self._est.known and obs is not None
         ):
-            self._terms = self._compute(obs, max(1, obs.gpu_workers if obs else 1))
+            self._terms = self._compute(obs, self._workers)

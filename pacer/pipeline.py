@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import itertools
 import logging
 import queue
 import threading
@@ -264,6 +265,7 @@ class Pipeline:
         self._held = False
         self._cancelled: set[str] = set()
         self.synthesizing = 0
+        self._synthesis_started: dict[int, float] = {}  # id(work) → dispatch time, in order
         self.verifying = 0
         self.inflight_bytes = 0  # abandoned calls' partitions included: they hold memory yet
         self.inflight = 0  # partitions holding memory, but for those of abandoned calls
@@ -292,11 +294,6 @@ class Pipeline:
     @property
     def workers(self) -> int:
         return len(self._workers)
-
-    @property
-    def live_workers(self) -> int:
-        """Proving workers whose thread is running and not stuck in an abandoned call."""
-        return sum(w.thread is not None and w.thread.is_alive() for w in self._workers)
 
     @property
     def abandoned_threads(self) -> int:
@@ -329,7 +326,20 @@ class Pipeline:
     def busy_seconds(self, gpu: int) -> float:
         return self._gpus[gpu].busy_seconds()
 
+    @property
+    def live_workers(self) -> int:
+        """Proving workers whose thread runs (or has yet to start): a dead one proves nothing."""
+        return sum(w.thread is None or w.thread.is_alive() for w in self._workers)
+
     def observation(self) -> Observation:
+        now = self._clock()
+        # The oldest syntheses running are the first in the insertion-ordered dict.
+        oldest = itertools.islice(self._synthesis_started.values(), Observation.SYNTHESIS_AGES)
+        ages = []
+        for worker in self._workers:
+            since = worker.busy_since  # written by the worker's thread: read once
+            if since is not None:
+                ages.append(max(0.0, now - since))
         return Observation(
             ready=self.ready,
             synthesizing=self.synthesizing,
@@ -337,6 +347,8 @@ class Pipeline:
             gpu_workers=self.live_workers,
             backlog=0 if self._held else self.backlog,
             pool_free=None if self.pool is None else int(self.pool.slots_free),
+            synthesis_ages_s=tuple(max(0.0, now - at) for at in oldest),
+            gpu_busy_ages_s=tuple(ages),
         )
 
     @property
@@ -465,6 +477,7 @@ class Pipeline:
         self.inflight += 1
         self.inflight_bytes += nbytes
         self.synthesizing += 1
+        self._synthesis_started[id(work)] = work.dispatched_at
         self._start_synthesis(work)
         return True
 
@@ -481,6 +494,7 @@ class Pipeline:
     def _synthesized(self, running: _Running) -> None:
         self._running.discard(running)
         work, done = running.work, running.future
+        self._synthesis_started.pop(id(work), None)
         assert done is not None
         running.future = None  # the future's callback holds ``running``: no cycle for the GC
         exc = None if done.cancelled() else done.exception()
@@ -695,6 +709,7 @@ class Pipeline:
         error = CallTimedOut(running.call, limit_s, spec.job_id, spec.index)
         if running.call == "synthesis":
             self.synthesizing -= 1
+            self._synthesis_started.pop(id(work), None)  # no longer counts as running
             self.controller.observe_synthesis_failure(self._clock() - work.dispatched_at)
             outcome = Outcome(spec.job_id, spec.index, None, 0.0, 0.0, error=str(error),
                               call="synthesis")  # fmt: skip

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple, Protocol
+from typing import ClassVar, NamedTuple, Protocol
 
 
 class Mode(StrEnum):
@@ -27,9 +27,20 @@ class Observation:
     ready: int  # synthesized, waiting for a GPU worker
     synthesizing: int  # dispatched, synthesis running
     gpu_busy: int  # on a GPU worker
-    gpu_workers: int  # GPU workers in total
+    gpu_workers: int  # live GPU workers (a worker whose thread died is not counted)
     backlog: int  # accepted, not yet dispatched
     pool_free: int | None = None  # pinned slots free now; None when no pool limits dispatch
+    # Ages (s) of the oldest syntheses running, oldest first, at most SYNTHESIS_AGES of
+    # them; empty when not known.
+    synthesis_ages_s: tuple[float, ...] = ()
+    # Age (s) of the partition on each busy GPU worker; empty when not known.
+    gpu_busy_ages_s: tuple[float, ...] = ()
+
+    SYNTHESIS_AGES: ClassVar[int] = 8
+
+    @property
+    def oldest_synthesis_age_s(self) -> float | None:
+        return self.synthesis_ages_s[0] if self.synthesis_ages_s else None
 
     @property
     def inflight(self) -> int:
@@ -68,13 +79,21 @@ class Caps:
         *,
         cores: int,
         threads_per_synthesis: int,
-        max_concurrent: int,
+        max_concurrent: int | None,
         budget_bytes: int,
         partition_bytes: int,
     ) -> Caps:
-        """Caps of a host: ``Caps.from_host(cores=192, threads_per_synthesis=4, ...)``."""
+        """Caps of a host: ``Caps.from_host(cores=192, threads_per_synthesis=4, ...)``.
+
+        Syntheses at once: what the cores allow (cores ÷ threads per synthesis), and at most
+        ``max_concurrent`` where one is set (None: the cores alone decide, so a wide host is
+        not held to a fixed number).
+        """
+        concurrency = cores // threads_per_synthesis
+        if max_concurrent is not None:
+            concurrency = min(concurrency, max_concurrent)
         return cls(
-            synthesis_concurrency=max(1, min(cores // threads_per_synthesis, max_concurrent)),
+            synthesis_concurrency=max(1, concurrency),
             inflight_partitions=max(1, budget_bytes // partition_bytes),
         )
 
@@ -90,8 +109,10 @@ class Terms(NamedTuple):
     i_term: float  # ki·∫e dt
     ff_interval_s: float  # feed-forward interval T̂gpu ÷ W (s)
     multiplier: float  # clamp(1 + u)
-    interval_s: float  # interval between dispatches after all clamps (s)
+    interval_s: float  # mean interval between dispatches, 1 ÷ dispatch rate (s)
     rate_cap_per_s: float  # synthesis rate cap (partitions/s); inf until T̂syn is known
+    lead_s: float = 0.0  # the synthesis lead time the projection looks ahead (s)
+    gpu_workers: int = 0  # GPU workers counted as consuming: live, not stuck on a partition
 
 
 class PolicyConflictError(Exception):
@@ -128,9 +149,8 @@ class DispatchPolicy(Protocol):
 
     def observe_synthesis(self, seconds: float) -> None: ...
 
-    def observe_synthesis_failure(self, seconds: float) -> None:
-        """A synthesis dispatched ``seconds`` ago failed or was abandoned: it will never
-        finish, and is no sample of a synthesis duration."""
+    def observe_synthesis_failure(self, elapsed_s: float) -> None:
+        """A synthesis failed or timed out ``elapsed_s`` after its dispatch."""
         ...
 
     def decide(self, obs: Observation) -> Decision: ...

@@ -58,7 +58,7 @@ from pacer.attempts import Call, CallLimits, RetrySchedule
 from pacer.baselines import CuzkPacer, Unpaced
 from pacer.config import ControllerSettings, Settings
 from pacer.controller import PIController
-from pacer.estimates import Estimates
+from pacer.estimates import Estimates, estimates_key
 from pacer.host_memory import MEMINFO, HostMemory, MemoryPlan, bytes_text
 from pacer.journal import (
     JobRecord,
@@ -123,11 +123,11 @@ def build_policy(
     memory cap; cuzk also by its synthesis workers)."""
     if settings.policy == "unpaced":
         return Unpaced(caps.inflight_partitions)
-    if settings.policy in ("cuzk", "cuzk-default"):
-        target = CuzkPacer.TARGET if settings.policy == "cuzk" else 0
-        workers = caps.synthesis_concurrency  # cuzk's max_parallel_synthesis, set for the host
-        return CuzkPacer(caps.inflight_partitions, clock, target=target,
-                         max_parallel_synthesis=workers)  # fmt: skip
+    if settings.policy == "cuzk":  # its recommended setpoint, its workers set for the host
+        return CuzkPacer(caps.inflight_partitions, clock,
+                         max_parallel_synthesis=caps.synthesis_concurrency)  # fmt: skip
+    if settings.policy == "cuzk-default":  # as shipped: pacer off, 18 synthesis workers
+        return CuzkPacer(caps.inflight_partitions, clock, target=0)
     return PIController(settings, caps, clock, estimates)
 
 
@@ -233,13 +233,17 @@ class Service:
         # As configured until start reads the host's memory (`_fit_memory_to_host`).
         self.memory = MemoryPlan(budget, budget)
         self.caps = self._caps_for(budget)
+        workers = getattr(self.workload, "workers", settings.gpu.workers)
+        self.estimates_key = _estimates_key(
+            settings, self.workload, self.partition_bytes, self.threads_per_synthesis, workers
+        )
         # The journal lives on a thread of its own: an fsync must never stall the event loop.
         self._db = ThreadPoolExecutor(1, "pacer-journal")
         try:
             self.journal: Journal = self._db.submit(
                 Journal, settings.journal.path, time.time, settings.journal.busy_timeout_s
             ).result()
-            estimates = _estimates(self._db.submit(self.journal.load_estimates).result())
+            estimates = self._saved_estimates()
         except BaseException:
             self._db.shutdown()
             raise
@@ -250,7 +254,7 @@ class Service:
             self.policy,
             self.workload,
             self.caps,
-            workers=getattr(self.workload, "workers", settings.gpu.workers),
+            workers=workers,
             budget_bytes=budget,
             on_outcome=self._on_outcome,
             verify_every=self.verify_every,
@@ -277,6 +281,21 @@ class Service:
             budget_bytes=budget_bytes,
             partition_bytes=self.partition_bytes,
         )
+
+    def _saved_estimates(self) -> Estimates | None:
+        """The estimates the journal holds, if they were saved under this host's and
+        workload's key; others describe another regime, and a cold start is better."""
+        saved = self._db.submit(self.journal.load_estimates).result()
+        if saved is None:
+            return None
+        key = self._db.submit(self.journal.load_estimates_key).result()
+        if key != self.estimates_key:
+            log.info(
+                "saved estimates not used: saved for %s, this start is %s",
+                key or "an unrecorded workload", self.estimates_key,
+            )  # fmt: skip
+            return None
+        return _estimates(saved)
 
     @property
     def policy_name(self) -> str:
@@ -834,10 +853,13 @@ class Service:
             log.info("pruned %d finished jobs older than the retention", pruned)
 
     async def _save_estimates(self) -> None:
-        """Save the PI controller's estimates. A baseline keeps none: the saved ones stay for
-        the next start under pi."""
-        if isinstance(self.policy, PIController):
-            await self.db(self.journal.save_estimates, asdict(self.policy.estimates))
+        """Save the PI controller's estimates, with the key they are valid for. A baseline
+        keeps none, nor does a controller that has learned nothing yet: the saved ones stay
+        for the next start they fit."""
+        if isinstance(self.policy, PIController) and self.policy.estimates.known:
+            await self.db(
+                self.journal.save_estimates, asdict(self.policy.estimates), self.estimates_key
+            )
 
     async def _flush(self) -> None:
         """Commit what waits: proved partitions, then failed ones. On a journal error it
@@ -1103,6 +1125,34 @@ def _or_workload_says(setting: int | None, workload: Workload, name: str, defaul
     if setting is not None:
         return setting
     return int(getattr(workload, name, default))
+
+
+def _estimates_key(
+    settings: Settings,
+    workload: Workload,
+    partition_bytes: int,
+    threads_per_synthesis: int,
+    workers: int,
+) -> str:
+    """What this start's estimates are valid for (``pacer.estimates.estimates_key``): the
+    workload and what sets its durations (field, size, kernel, executor, threads, workers),
+    the GPU model and the cores."""
+    field = getattr(workload, "field", None)
+    params: dict[str, object] = {
+        "field": getattr(field, "name", None),
+        "log_n": getattr(workload, "log_n", None),
+        "kernel": getattr(workload, "kernel", None),
+        "partition_bytes": partition_bytes,
+        "threads_per_synthesis": threads_per_synthesis,
+        "executor": settings.synthesis.executor,
+        "gpu_workers": workers,
+    }
+    return estimates_key(
+        workload=settings.workload,
+        params={name: value for name, value in params.items() if value is not None},
+        gpu_model=str(getattr(workload, "gpu_model", "none")),
+        cores=settings.synthesis.cores,
+    )
 
 
 def _estimates(saved: dict[str, float | None] | None) -> Estimates | None:

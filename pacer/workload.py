@@ -275,6 +275,13 @@ class GpuNttWorkload(NttWorkload):
         return self.devices[worker // self.workers_per_device]
 
     @property
+    def gpu_model(self) -> str:
+        """The GPUs' model(s), "NVIDIA H200" (what saved estimates are keyed by)."""
+        from gpu.worker import device_name
+
+        return ", ".join(sorted({device_name(d) for d in self.devices}))
+
+    @property
     def synthesis_restarts(self) -> int:
         """Times the synthesis processes were replaced after one died."""
         return 0 if self._synthesizer is None else int(self._synthesizer.restarts)

@@ -63,9 +63,8 @@ def test_invariants(
             c.observe_synthesis(syn)
         d = c.decide(obs)
         t = c.terms
-        # The interval always stays within its limits.
-        if t.interval_s:
-            assert s.interval_min_s <= t.interval_s <= s.interval_max_s
+        # The interval never exceeds its limit (its floor bounds wake-ups, not the rate).
+        assert 0 <= t.interval_s <= s.interval_max_s
         # In flight never goes above the caps, nor dispatch above the work waiting.
         assert 0 <= d.dispatch <= obs.backlog
         if d.dispatch:

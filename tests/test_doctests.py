@@ -17,6 +17,7 @@ MODULES = [
     "pacer.controller",
     "pacer.supervision",
     "pacer.journal_health",
+    "pacer.estimates",
     "pacer.table",
     "pacer.threads",
     "pacer.settle.detector",

@@ -248,6 +248,16 @@ def test_estimates_round_trip_across_a_reopen(path: Path) -> None:
     assert loaded == {"gpu_service_s": 2.5, "synthesis_s": 30.0, "synthesis_sd_s": 0.0}
 
 
+def test_estimates_keep_the_key_they_were_saved_with(path: Path) -> None:
+    with Journal(path) as journal:
+        assert journal.load_estimates_key() is None
+        journal.save_estimates({"gpu_service_s": 0.16, "synthesis_s": 1.4}, key="ntt/h200/32")
+        assert journal.load_estimates() == {"gpu_service_s": 0.16, "synthesis_s": 1.4}
+        assert journal.load_estimates_key() == "ntt/h200/32"
+        journal.save_estimates({"gpu_service_s": 0.16, "synthesis_s": 1.4})  # no key: none
+        assert journal.load_estimates_key() is None
+
+
 @pytest.mark.parametrize("value", [-1.0, math.nan, math.inf, "2"], ids=["neg", "nan", "inf", "str"])
 def test_save_estimates_refuses_what_is_not_a_duration(journal: Journal, value: Any) -> None:
     with pytest.raises(ValueError, match="estimate 'gpu_service_s' must be a finite number"):

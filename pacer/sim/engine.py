@@ -45,6 +45,9 @@ class _Event(IntEnum):
     ARRIVAL = 0
     GPU_DONE = 1
     WAKE = 2
+    PHASE = 3  # the CPU speed changes: synthesis progress rates change
+    DEATH = 4  # a GPU worker dies
+    SYNTHESIS_FAILURE = 5  # the oldest synthesis running fails
 
 
 @dataclass
@@ -58,6 +61,7 @@ class Trace:
     inflight: list[int] = field(default_factory=list)
     synthesizing: list[int] = field(default_factory=list)
     interval_s: list[float] = field(default_factory=list)
+    workers: list[int] = field(default_factory=list)  # live GPU workers
 
 
 @dataclass
@@ -91,16 +95,36 @@ class Simulation:
         total = scenario.total_partitions
         # Separate streams so that, e.g., the arrival count never shifts the service times.
         syn_rng, gpu_rng, arr_rng = rng.spawn(3)
-        self._syn_work = scenario.synthesis.duration_s.sample(syn_rng, total)
-        self._gpu_base = scenario.gpu.service_s.sample(gpu_rng, total)
+        jobs = scenario.jobs
+        scales = np.asarray(jobs.work_scales)
+        work_scale = np.repeat(np.resize(scales, jobs.arrival.jobs), jobs.partitions_per_job)
+        self._syn_work = scenario.synthesis.duration_s.sample(syn_rng, total) * work_scale
+        self._gpu_base = scenario.gpu.service_s.sample(gpu_rng, total) * work_scale
         self._arrivals = self._arrival_times(arr_rng)
+        stalls = sorted(scenario.gpu.stalls, key=lambda s: s.at_s)
+        self._stalls = [(s.at_s, s.at_s + s.duration_s) for s in stalls]
 
     def _arrival_times(self, rng: np.random.Generator) -> list[float]:
         arrival = self.scenario.jobs.arrival
         if arrival.kind == "backlog":
             return [0.0] * arrival.jobs
+        if arrival.kind == "bursts":
+            return [(i // arrival.per_burst) * arrival.every_s for i in range(arrival.jobs)]
         gaps = rng.exponential(3600.0 / arrival.jobs_per_hour, arrival.jobs)
         return [float(t) for t in np.cumsum(gaps)]
+
+    def _gpu_finish(self, start: float, work: float) -> float:
+        """When GPU work of ``work`` seconds started at ``start`` ends, stalls included."""
+        t, left = start, work
+        for stall_from, stall_to in self._stalls:
+            if stall_to <= t:
+                continue
+            if stall_from >= t + left:
+                break
+            if stall_from > t:
+                left -= stall_from - t
+            t = stall_to
+        return t + left
 
     def run(self) -> RawRun:
         sc = self.scenario
@@ -117,17 +141,30 @@ class Simulation:
         next_pid = 0
         for t in self._arrivals:
             push(t, _Event.ARRIVAL)
+        for phase in sc.synthesis.phases:
+            push(phase.at_s, _Event.PHASE)
+        for death in sc.gpu.deaths:
+            push(death.at_s, _Event.DEATH, death.worker)
+        for failure in sc.synthesis.failures:
+            push(failure.at_s, _Event.SYNTHESIS_FAILURE)
 
         backlog: deque[int] = deque()
         ready: deque[int] = deque()
         idle_workers = list(range(workers - 1, -1, -1))
         last_end: list[float | None] = [None] * workers
+        on_gpu: dict[int, tuple[int, float]] = {}  # worker → (partition, start)
+        dead: set[int] = set()
         gaps: list[tuple[float, float]] = []
         # Processor sharing: V advances at the per-synthesis progress rate.
         work_done = 0.0
-        running: list[tuple[float, int, float]] = []  # (V at finish, pid, start time)
+        # (V at finish, dispatch number, pid, start time)
+        running: list[tuple[float, int, int, float]] = []
+        started: deque[tuple[float, int]] = deque()  # (dispatch, dispatch number), in order
+        finished: set[int] = set()  # dispatch numbers synthesized or failed, still in started
+        dispatches = 0
         pool = self.policy.synthesis_workers
-        queued: deque[int] = deque()  # dispatched, waiting for one of the policy's workers
+        # (pid, dispatch number) dispatched, waiting for one of the policy's workers
+        queued: deque[tuple[int, int]] = deque()
         threads, cores = sc.synthesis.threads_per_synthesis, sc.synthesis.cores
         busy = inflight = completed = outstanding = 0
         peak_inflight = peak_ready = violations = 0
@@ -139,7 +176,20 @@ class Simulation:
 
         def progress_rate() -> float:
             n = len(running)
-            return 1.0 if n == 0 else min(1.0, cores / (n * threads))
+            share = 1.0 if n == 0 else min(1.0, cores / (n * threads))
+            return share / sc.synthesis.scale_at(clock.now)
+
+        def synthesis_ages() -> tuple[float, ...]:
+            """Ages of the oldest syntheses running, oldest first."""
+            while started and started[0][1] in finished:
+                finished.discard(started.popleft()[1])
+            ages: list[float] = []
+            for at, number in started:
+                if len(ages) == Observation.SYNTHESIS_AGES:
+                    break
+                if number not in finished:
+                    ages.append(clock.now - at)
+            return tuple(ages)
 
         def record() -> None:
             trace.t.append(clock.now)
@@ -149,6 +199,7 @@ class Simulation:
             trace.inflight.append(inflight)
             trace.synthesizing.append(len(running) + len(queued))
             trace.interval_s.append(self.policy.interval_s())
+            trace.workers.append(workers - len(dead))
 
         record()
         end = sc.duration_s
@@ -164,12 +215,15 @@ class Simulation:
 
             if t_syn <= t_evt:
                 while running and running[0][0] <= work_done + 1e-9:
-                    _, pid, started = heapq.heappop(running)
+                    _, number, pid, since = heapq.heappop(running)
+                    finished.add(number)
                     ready.append(pid)
-                    self.policy.observe_synthesis(t - started)
+                    self.policy.observe_synthesis(t - since)
                 while queued and pool is not None and len(running) < pool:
-                    pid = queued.popleft()
-                    heapq.heappush(running, (work_done + float(self._syn_work[pid]), pid, t))
+                    pid, number = queued.popleft()
+                    heapq.heappush(
+                        running, (work_done + float(self._syn_work[pid]), number, pid, t)
+                    )
             else:
                 _, _, kind, a, b = heapq.heappop(events)
                 if kind == _Event.ARRIVAL:
@@ -180,6 +234,9 @@ class Simulation:
                     arrived_jobs += 1
                 elif kind == _Event.GPU_DONE:
                     worker, pid = a, b
+                    if worker in dead:
+                        continue  # its partition went back to the ready queue
+                    del on_gpu[worker]
                     busy -= 1
                     inflight -= 1
                     outstanding -= 1
@@ -187,6 +244,22 @@ class Simulation:
                     idle_workers.append(worker)
                     last_end[worker] = t
                     self.policy.observe_gpu_service(float(service[pid]))
+                elif kind == _Event.DEATH:
+                    dead.add(a)
+                    if a in on_gpu:
+                        pid, _ = on_gpu.pop(a)
+                        busy -= 1
+                        ready.appendleft(pid)
+                    elif a in idle_workers:
+                        idle_workers.remove(a)
+                elif kind == _Event.SYNTHESIS_FAILURE and running:
+                    victim = min(range(len(running)), key=lambda i: running[i][3])
+                    _, number, pid, since = running.pop(victim)
+                    heapq.heapify(running)
+                    finished.add(number)
+                    inflight -= 1
+                    backlog.appendleft(pid)
+                    self.policy.observe_synthesis_failure(t - since)
                 elif kind == _Event.WAKE and a != wake_gen:
                     continue  # superseded by a later decision
 
@@ -199,24 +272,33 @@ class Simulation:
                 prev = last_end[worker]
                 if prev is not None:
                     gaps.append((prev, t))
-                service[pid] = self._gpu_base[pid] * sc.gpu.scale_at(t)
-                push(t + float(service[pid]), _Event.GPU_DONE, worker, pid)
+                work = self._gpu_base[pid] * sc.gpu.scale_at(t)
+                done = self._gpu_finish(t, float(work))
+                service[pid] = done - t
+                on_gpu[worker] = (pid, t)
+                push(done, _Event.GPU_DONE, worker, pid)
             peak_ready = max(peak_ready, len(ready))
 
             obs = Observation(
                 ready=len(ready),
                 synthesizing=len(running) + len(queued),
                 gpu_busy=busy,
-                gpu_workers=workers,
+                gpu_workers=workers - len(dead),
                 backlog=len(backlog),
+                synthesis_ages_s=synthesis_ages(),
+                gpu_busy_ages_s=tuple(t - since for _, since in on_gpu.values()),
             )
             decision = self.policy.decide(obs)
             for _ in range(min(decision.dispatch, len(backlog))):
                 pid = backlog.popleft()
+                dispatches += 1
+                started.append((t, dispatches))
                 if pool is not None and len(running) >= pool:
-                    queued.append(pid)
+                    queued.append((pid, dispatches))
                 else:
-                    heapq.heappush(running, (work_done + float(self._syn_work[pid]), pid, t))
+                    heapq.heappush(
+                        running, (work_done + float(self._syn_work[pid]), dispatches, pid, t)
+                    )
                 inflight += 1
                 if inflight * sc.partition.bytes > sc.memory.budget_bytes:
                     violations += 1

@@ -6,10 +6,11 @@
   knowledge of the scenario that a live system does not have).
 - ``cuzk``: the cuzk proving engine's dispatch loop and DispatchPacer (setpoint 8), ported from
   its source (see ``CuzkPacer``): the reference to beat.
-- ``cuzk-default``: the same loop as cuzk ships it, its pacer off (setpoint 0).
+- ``cuzk-default``: the same loop as cuzk ships it: its pacer off (setpoint 0) and its default
+  ``max_parallel_synthesis`` of 18.
 
-Both cuzk policies get ``max_parallel_synthesis`` = the host's synthesis-concurrency cap, the
-number ``pi``'s cap uses, rather than cuzk's shipped 18 (sized for another host).
+``cuzk`` is cuzk as an operator would tune it for the host: its recommended setpoint and
+``max_parallel_synthesis`` = the host's synthesis-concurrency cap, the number ``pi``'s cap uses.
 
 The baselines themselves live in ``pacer.baselines``, where the service finds them too.
 """
@@ -21,6 +22,7 @@ import math
 from pacer.baselines import CuzkPacer, FixedConcurrency, Unpaced
 from pacer.config import Settings
 from pacer.controller import PIController
+from pacer.estimates import Estimates
 from pacer.policy import Caps
 from pacer.sim.engine import PolicyFactory
 from pacer.sim.scenario import Scenario
@@ -41,13 +43,16 @@ def policy_factory(
         partition_bytes=scenario.partition.bytes,
     )
     if name == "pi":
-        return lambda clock: PIController(settings.controller, caps, clock)
-    # cuzk's max_parallel_synthesis set for the host, to the number pi's cap uses.
-    workers = caps.synthesis_concurrency
-    if name == "cuzk":
+        warm = scenario.warm_start
+        saved = None if warm is None else Estimates(
+            warm.gpu_service_s, warm.synthesis_s, warm.synthesis_sd_s
+        )  # fmt: skip
+        return lambda clock: PIController(settings.controller, caps, clock, saved)
+    if name == "cuzk":  # max_parallel_synthesis set for the host, to the number pi's cap uses
+        workers = caps.synthesis_concurrency
         return lambda clock: CuzkPacer(slots, clock, max_parallel_synthesis=workers)
-    if name == "cuzk-default":
-        return lambda clock: CuzkPacer(slots, clock, target=0, max_parallel_synthesis=workers)
+    if name == "cuzk-default":  # as shipped: pacer off, its default 18 synthesis workers
+        return lambda clock: CuzkPacer(slots, clock, target=0)
     if name == "unpaced":
         return lambda clock: Unpaced(slots)
     if name == "fixed":

@@ -6,16 +6,26 @@ idle periods of a bursty workload count neither for nor against a policy.
 
 from __future__ import annotations
 
-import itertools
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from pacer.sim.engine import RawRun
-from pacer.sim.scenario import Scenario
+from pacer.sim.scenario import Regime, Scenario
 
 STEADY_BUSY = 0.95  # busy ratio over the trailing window that counts as steady
+RECOVERED_BUSY = 0.95  # ... and of what the new regime allows, as recovered after a change
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """How soon the GPUs were busy again after a disturbance ending at ``at_s``: the first
+    time the busy ratio over the trailing ``lead_s`` (the mean synthesis duration after it)
+    reached 0.95 of what the new regime allows, ``after_s`` past ``at_s``; None if never."""
+
+    at_s: float
+    lead_s: float
+    after_s: float | None
 
 
 @dataclass(frozen=True)
@@ -24,15 +34,18 @@ class Report:
 
     scenario: str
     policy: str
-    backlog: bool  # all jobs waiting at the start (else: Poisson arrivals)
+    backlog: bool  # all jobs waiting at the start (else: Poisson arrivals or bursts)
     gpu_busy_ratio: float
     steady_gpu_busy_ratio: float
     throughput_partitions_per_s: float
     bound_throughput_partitions_per_s: float
     bottleneck: str  # which term of the bound is smallest: gpu, synthesis or memory
+    gpu_bound_share: float  # share of the time work was available that the GPUs bound
     peak_inflight_partitions: int
     peak_inflight_bytes: int
-    little_min_inflight: float
+    mean_inflight_partitions: float  # time-average while work was available
+    little_min_inflight: float  # time-average over the scenario's regimes
+    little_max_inflight: float  # the largest of its regimes
     peak_ready: int
     time_to_first_gpu_s: float | None
     time_to_steady_s: float | None
@@ -42,6 +55,9 @@ class Report:
     budget_violations: int
     partitions_completed: int
     simulated_s: float
+    recoveries: tuple[Recovery, ...] = ()
+    target_gpu_busy_min: float | None = None  # the scenario's own target, if it sets one
+    warm_start: bool = False  # pi started from saved estimates (its start is a refill)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -62,20 +78,27 @@ def summarize(run: RawRun) -> Report:
     sc = run.scenario
     tr = run.trace
     t = np.asarray(tr.t)
-    workers = sc.gpu.workers
+    available = np.asarray(tr.available, dtype=float)
     busy = _Cumulative(t, np.asarray(tr.busy, dtype=float))
-    avail = _Cumulative(t, np.asarray(tr.available, dtype=float))
+    avail = _Cumulative(t, available)
+    # Worker-seconds of live workers while work was available: a dead worker is no capacity.
+    capacity = _Cumulative(t, available * np.asarray(tr.workers, dtype=float))
+    held = _Cumulative(t, available * np.asarray(tr.inflight, dtype=float))
     end = run.end_s
     avail_total = float(avail(end))
 
     def busy_ratio(since: float) -> float:
-        denom = workers * float(avail(end) - avail(since))
+        denom = float(capacity(end) - capacity(since))
         return float(busy(end) - busy(since)) / denom if denom > 0 else 0.0
 
     steady_from = run.first_arrival_s + 2 * sc.synthesis.duration_s.mean
     gap_lengths = [float(avail(b) - avail(a)) for a, b in run.gaps]
     gap_lengths = [g for g in gap_lengths if g > 0]
     bound, bottleneck = bound_throughput(sc, avail)
+    shares = _shares(sc, avail)
+    total = sum(share for share, _ in shares)
+    gpu_time = sum(share for share, r in shares if min(r.bounds, key=r.bounds.__getitem__) == "gpu")
+    little_mean, little_max = _little(sc, avail)
     return Report(
         scenario=sc.name,
         policy=run.policy,
@@ -85,49 +108,117 @@ def summarize(run: RawRun) -> Report:
         throughput_partitions_per_s=run.completed / avail_total if avail_total > 0 else 0.0,
         bound_throughput_partitions_per_s=bound,
         bottleneck=bottleneck,
+        gpu_bound_share=gpu_time / total if total > 0 else 1.0,
         peak_inflight_partitions=run.peak_inflight,
         peak_inflight_bytes=run.peak_inflight * sc.partition.bytes,
-        little_min_inflight=sc.little_min_inflight,
+        mean_inflight_partitions=float(held(end)) / avail_total if avail_total > 0 else 0.0,
+        little_min_inflight=little_mean,
+        little_max_inflight=little_max,
         peak_ready=run.peak_ready,
         time_to_first_gpu_s=(
             None if run.first_gpu_s is None else run.first_gpu_s - run.first_arrival_s
         ),
-        time_to_steady_s=_time_to_steady(run, busy, avail),
+        time_to_steady_s=_time_to_steady(run, busy, avail, capacity),
         idle_gap_p99_s=float(np.percentile(gap_lengths, 99)) if gap_lengths else 0.0,
         bootstraps=run.bootstraps,
         rebootstraps=run.rebootstraps,
         budget_violations=run.budget_violations,
         partitions_completed=run.completed,
         simulated_s=end,
+        recoveries=tuple(_recoveries(run, busy, avail, capacity)),
+        target_gpu_busy_min=sc.targets.gpu_busy_min,
+        warm_start=sc.warm_start is not None,
     )
+
+
+def _shares(sc: Scenario, avail: _Cumulative) -> list[tuple[float, Regime]]:
+    """Each regime of ``sc`` with the seconds work was available during it."""
+    last = float(avail.t[-1])
+    out = []
+    for regime in sc.regimes():
+        if regime.start_s >= last and regime.start_s > 0:
+            continue
+        share = float(avail(min(regime.stop_s, last)) - avail(regime.start_s))
+        out.append((share, regime))
+    return out
 
 
 def bound_throughput(sc: Scenario, avail: _Cumulative) -> tuple[float, str]:
     """The throughput no policy can beat (partitions/s) and which resource sets it.
 
-    min of: GPU capacity W ÷ mean GPU time (averaged over the time work was available, so a
-    slowdown phase lowers it), synthesis capacity (cores ÷ threads) ÷ mean synthesis time, and
-    the memory bound floor(budget ÷ partition bytes) ÷ (mean synthesis + mean GPU time).
+    In each regime (``Scenario.regimes``: GPU and CPU speeds and live workers fixed) the min
+    of: GPU capacity W ÷ mean GPU time, synthesis capacity (cores ÷ threads) ÷ mean synthesis
+    time, and the memory bound floor(budget ÷ partition bytes) ÷ (mean synthesis + mean GPU
+    time); averaged over the time work was available in each. The bottleneck named is the
+    resource that bounds for the most of that time.
     """
-    gpu_mean = sc.gpu.service_s.mean
-    syn_mean = sc.synthesis.duration_s.mean
-    total = float(avail(avail.t[-1]))
-    edges = [0.0, *(p.at_s for p in sc.gpu.phases), math.inf]
-    gpu_capacity = 0.0
-    for start, stop in itertools.pairwise(edges):
-        share = float(avail(min(stop, avail.t[-1])) - avail(start))
-        gpu_capacity += share * sc.gpu.workers / (gpu_mean * sc.gpu.scale_at(start))
-    gpu_bound = gpu_capacity / total if total > 0 else sc.gpu.workers / gpu_mean
-    terms = {
-        "gpu": gpu_bound,
-        "synthesis": sc.synthesis_slots / syn_mean,
-        "memory": sc.memory_slots / (syn_mean + gpu_mean),
-    }
-    name = min(terms, key=lambda k: terms[k])
-    return terms[name], name
+    shares = _shares(sc, avail)
+    total = sum(share for share, _ in shares)
+    if total <= 0:
+        first = sc.regimes()[0]
+        bounds = first.bounds
+        name = min(bounds, key=lambda k: bounds[k])
+        return bounds[name], name
+    bound = sum(share * regime.throughput for share, regime in shares) / total
+    time_bound: dict[str, float] = {}
+    for share, regime in shares:
+        bounds = regime.bounds
+        name = min(bounds, key=lambda k: bounds[k])
+        time_bound[name] = time_bound.get(name, 0.0) + share
+    return bound, max(time_bound, key=lambda k: time_bound[k])
 
 
-def _time_to_steady(run: RawRun, busy: _Cumulative, avail: _Cumulative) -> float | None:
+def _little(sc: Scenario, avail: _Cumulative) -> tuple[float, float]:
+    """Little's-law minimum in flight: its average over the time work was available, and
+    its largest value in any regime."""
+    shares = [(share, r) for share, r in _shares(sc, avail) if share > 0] or [
+        (1.0, sc.regimes()[0])
+    ]
+    total = sum(share for share, _ in shares)
+    mean = sum(share * r.little_min_inflight for share, r in shares) / total
+    return mean, max(r.little_min_inflight for _, r in shares)
+
+
+def _window_ratio(
+    busy: _Cumulative, avail: _Cumulative, capacity: _Cumulative, ends: np.ndarray, window: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Busy ratio over ``[end − window, end]`` for each end, and whether work was available
+    for at least half of that window."""
+    worked = busy(ends) - busy(ends - window)
+    available = avail(ends) - avail(ends - window)
+    cap = capacity(ends) - capacity(ends - window)
+    ratio = np.where(cap > 0, worked / np.maximum(cap, 1e-12), 0.0)
+    return ratio, available >= window / 2
+
+
+def _recoveries(
+    run: RawRun, busy: _Cumulative, avail: _Cumulative, capacity: _Cumulative
+) -> list[Recovery]:
+    sc = run.scenario
+    out = []
+    regimes = sc.regimes()
+    for at in sc.disturbances():
+        if at >= run.end_s:
+            continue
+        regime = next(r for r in regimes if r.start_s <= at < r.stop_s)
+        lead = regime.synthesis_s
+        target = RECOVERED_BUSY * regime.achievable_busy - 1e-12
+        t = busy.t
+        candidates = np.unique(np.concatenate((t, t + lead)))
+        candidates = candidates[(candidates >= at + lead) & (candidates <= run.end_s)]
+        after: float | None = None
+        if candidates.size:
+            ratio, ok = _window_ratio(busy, avail, capacity, candidates, lead)
+            hits = np.nonzero(ok & (ratio >= target))[0]
+            if hits.size:
+                after = float(candidates[hits[0]] - at)
+        out.append(Recovery(at, lead, after))
+    return out
+
+
+def _time_to_steady(
+    run: RawRun, busy: _Cumulative, avail: _Cumulative, capacity: _Cumulative
+) -> float | None:
     """First time the busy ratio over the trailing window reaches STEADY_BUSY.
 
     Window: max(60 s, 20 × mean GPU time). The ratio is busy worker-seconds over W × the time
@@ -141,11 +232,8 @@ def _time_to_steady(run: RawRun, busy: _Cumulative, avail: _Cumulative) -> float
     candidates = candidates[(candidates >= start) & (candidates <= run.end_s)]
     if candidates.size == 0:
         return None
-    worked = busy(candidates) - busy(candidates - window)
-    available = avail(candidates) - avail(candidates - window)
-    ok = available >= window / 2
-    ratio = np.where(ok, worked / np.maximum(available * sc.gpu.workers, 1e-12), 0.0)
-    hits = np.nonzero(ratio >= STEADY_BUSY - 1e-12)[0]
+    ratio, ok = _window_ratio(busy, avail, capacity, candidates, window)
+    hits = np.nonzero(ok & (ratio >= STEADY_BUSY - 1e-12))[0]
     if hits.size == 0:
         return None
     return float(candidates[hits[0]] - run.first_arrival_s)

@@ -6,8 +6,10 @@ A scenario that breaks a rule is refused with a ScenarioError naming the key
 
 from __future__ import annotations
 
+import itertools
 import math
 import tomllib
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal, Self
@@ -72,31 +74,89 @@ class Phase(_Strict):
     scale: float = Field(gt=0)
 
 
+def _scale_at(phases: tuple[Phase, ...], t: float) -> float:
+    scale = 1.0
+    for phase in phases:
+        if phase.at_s <= t:
+            scale = phase.scale
+    return scale
+
+
+def _sorted_phases(phases: tuple[Phase, ...]) -> None:
+    times = [p.at_s for p in phases]
+    if times != sorted(times):
+        raise ValueError("phases must be listed in increasing at_s")
+
+
+class Stall(_Strict):
+    """Every GPU worker makes no progress from ``at_s`` for ``duration_s``: the partitions on
+    them take that much longer (and report it as their GPU time)."""
+
+    at_s: float = Field(ge=0)
+    duration_s: float = Field(gt=0)
+
+
+class Death(_Strict):
+    """GPU worker ``worker`` dies at ``at_s``: it takes no more work, and the partition it
+    held goes back to the front of the ready queue (a retry on another worker)."""
+
+    at_s: float = Field(ge=0)
+    worker: int = Field(ge=0)
+
+
 class Gpu(_Strict):
     workers: int = Field(ge=1, le=1024)
     service_s: Distribution
     phases: tuple[Phase, ...] = ()
+    stalls: tuple[Stall, ...] = ()
+    deaths: tuple[Death, ...] = ()
 
     @model_validator(mode="after")
-    def _phases_sorted(self) -> Self:
-        times = [p.at_s for p in self.phases]
-        if times != sorted(times):
-            raise ValueError("phases must be listed in increasing at_s")
+    def _consistent(self) -> Self:
+        _sorted_phases(self.phases)
+        spans = sorted((s.at_s, s.at_s + s.duration_s) for s in self.stalls)
+        if any(b[0] < a[1] for a, b in itertools.pairwise(spans)):
+            raise ValueError("stalls must not overlap")
+        workers = [d.worker for d in self.deaths]
+        if any(w >= self.workers for w in workers):
+            raise ValueError(f"deaths: worker must be below workers ({self.workers})")
+        if len(set(workers)) != len(workers):
+            raise ValueError("deaths: a worker dies once")
         return self
 
     def scale_at(self, t: float) -> float:
         """Service-time multiplier in force at time ``t`` (s)."""
-        scale = 1.0
-        for phase in self.phases:
-            if phase.at_s <= t:
-                scale = phase.scale
-        return scale
+        return _scale_at(self.phases, t)
+
+    def live_at(self, t: float) -> int:
+        """Workers alive at time ``t`` (s)."""
+        return self.workers - sum(d.at_s <= t for d in self.deaths)
+
+
+class SynthesisFailure(_Strict):
+    """At ``at_s`` the oldest synthesis running fails: its memory is freed, the policy is
+    told (``observe_synthesis_failure``) and the partition goes back to the backlog."""
+
+    at_s: float = Field(ge=0)
 
 
 class Synthesis(_Strict):
     duration_s: Distribution
     threads_per_synthesis: int = Field(ge=1)
     cores: int = Field(ge=1)
+    # The host's CPU speed: from at_s on, synthesis work takes ``scale`` times as long (work
+    # in progress too, as when another process takes the cores).
+    phases: tuple[Phase, ...] = ()
+    failures: tuple[SynthesisFailure, ...] = ()
+
+    @model_validator(mode="after")
+    def _phases_sorted(self) -> Self:
+        _sorted_phases(self.phases)
+        return self
+
+    def scale_at(self, t: float) -> float:
+        """Synthesis-duration multiplier in force at time ``t`` (s)."""
+        return _scale_at(self.phases, t)
 
 
 class Partition(_Strict):
@@ -118,9 +178,45 @@ class Poisson(_Strict):
     jobs: int = Field(ge=1)
 
 
+class Bursts(_Strict):
+    """``per_burst`` jobs arrive together every ``every_s``, from time 0, ``jobs`` in all."""
+
+    kind: Literal["bursts"]
+    jobs: int = Field(ge=1)
+    per_burst: int = Field(ge=1)
+    every_s: float = Field(gt=0)
+
+
 class Jobs(_Strict):
     partitions_per_job: int = Field(ge=1)
-    arrival: Annotated[Backlog | Poisson, Field(discriminator="kind")]
+    arrival: Annotated[Backlog | Poisson | Bursts, Field(discriminator="kind")]
+    # Work per partition of job i: synthesis and GPU time × work_scales[i % len] (the bytes
+    # a partition holds stay the same).
+    work_scales: tuple[Annotated[float, Field(gt=0)], ...] = (1.0,)
+
+    @model_validator(mode="after")
+    def _scales(self) -> Self:
+        if not self.work_scales:
+            raise ValueError("work_scales must list at least one scale")
+        return self
+
+    @property
+    def mean_work_scale(self) -> float:
+        return sum(self.work_scales) / len(self.work_scales)
+
+
+class WarmStart(_Strict):
+    """Estimates the ``pi`` policy starts from, as if saved by an earlier run (s)."""
+
+    gpu_service_s: float = Field(gt=0)
+    synthesis_s: float = Field(gt=0)
+    synthesis_sd_s: float = Field(0.0, ge=0)
+
+
+class Targets(_Strict):
+    """Targets of this scenario beyond the suite's own."""
+
+    gpu_busy_min: float | None = Field(None, gt=0, le=1)
 
 
 class Scenario(_Strict):
@@ -134,6 +230,8 @@ class Scenario(_Strict):
     partition: Partition
     memory: Memory
     jobs: Jobs
+    warm_start: WarmStart | None = None
+    targets: Targets = Targets()
 
     @model_validator(mode="after")
     def _partition_fits(self) -> Self:
@@ -164,6 +262,82 @@ class Scenario(_Strict):
         gpu = self.gpu.service_s.mean
         return self.gpu.workers * (self.synthesis.duration_s.mean + gpu) / gpu
 
+    def regimes(self) -> list[Regime]:
+        """The stretches of time between changes of GPU speed, CPU speed or live workers,
+        each with what limits throughput there (during a stall, no worker delivers)."""
+        stalls = [(s.at_s, s.at_s + s.duration_s) for s in self.gpu.stalls]
+        edges = sorted(
+            {0.0}
+            | {p.at_s for p in self.gpu.phases}
+            | {p.at_s for p in self.synthesis.phases}
+            | {d.at_s for d in self.gpu.deaths}
+            | {t for span in stalls for t in span}
+        )
+        scale = self.jobs.mean_work_scale
+        out = []
+        for start, stop in itertools.pairwise([*edges, math.inf]):
+            stalled = any(a <= start < b for a, b in stalls)
+            out.append(
+                Regime(
+                    start_s=start,
+                    stop_s=stop,
+                    workers=0 if stalled else self.gpu.live_at(start),
+                    gpu_s=self.gpu.service_s.mean * self.gpu.scale_at(start) * scale,
+                    synthesis_s=self.synthesis.duration_s.mean
+                    * self.synthesis.scale_at(start)
+                    * scale,
+                    synthesis_slots=self.synthesis_slots,
+                    memory_slots=self.memory_slots,
+                )
+            )
+        return out
+
+    def disturbances(self) -> list[float]:
+        """When each disturbance ends and the pipeline must recover (s): a change of GPU or CPU
+        speed, the end of a stall, a worker's death, and a warm start (at 0)."""
+        times = {p.at_s for p in self.gpu.phases} | {p.at_s for p in self.synthesis.phases}
+        times |= {s.at_s + s.duration_s for s in self.gpu.stalls}
+        times |= {d.at_s for d in self.gpu.deaths}
+        if self.warm_start is not None:
+            times.add(0.0)
+        return sorted(times)
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A stretch of a scenario with fixed speeds and workers; means in seconds."""
+
+    start_s: float
+    stop_s: float
+    workers: int
+    gpu_s: float
+    synthesis_s: float
+    synthesis_slots: int
+    memory_slots: int
+
+    @property
+    def bounds(self) -> dict[str, float]:
+        """Throughput each resource allows (partitions/s)."""
+        return {
+            "gpu": self.workers / self.gpu_s if self.workers else 0.0,
+            "synthesis": self.synthesis_slots / self.synthesis_s,
+            "memory": self.memory_slots / (self.synthesis_s + self.gpu_s),
+        }
+
+    @property
+    def throughput(self) -> float:
+        return min(self.bounds.values())
+
+    @property
+    def little_min_inflight(self) -> float:
+        """Partitions in flight that sustain the bound throughput: X × (synthesis + GPU)."""
+        return self.throughput * (self.synthesis_s + self.gpu_s)
+
+    @property
+    def achievable_busy(self) -> float:
+        """The busy ratio of the live workers at the bound throughput."""
+        return min(1.0, self.throughput * self.gpu_s / self.workers) if self.workers else 0.0
+
 
 class ScenarioError(Exception):
     """A scenario file could not be read; the message names the file, the key and the rule."""
@@ -184,12 +358,14 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ScenarioError("\n".join(f"{path}: {line}" for line in _lines(exc))) from None
 
 
+_UNION_TAGS = ("fixed", "uniform", "lognormal", "backlog", "poisson", "bursts")
+
+
 def _lines(exc: ValidationError) -> list[str]:
     out = []
     for err in exc.errors():
         # Drop the union-member tags pydantic adds ("gpu.service_s.lognormal.median").
-        loc = [str(p) for p in err["loc"] if p not in ("fixed", "uniform", "lognormal",
-                                                         "backlog", "poisson")]  # fmt: skip
+        loc = [str(p) for p in err["loc"] if p not in _UNION_TAGS]
         key = ".".join(loc) or "(top level)"
         message = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "missing":

@@ -33,6 +33,7 @@ def single(report: Report) -> str:
             "peak in flight",
             f"{r.peak_inflight_partitions} partitions, {r.peak_inflight_bytes / 2**30:.0f} GiB",
         ),
+        ("mean in flight", f"{r.mean_inflight_partitions:.1f} partitions"),
         ("Little's-law minimum in flight", f"{r.little_min_inflight:.1f} partitions"),
         ("peak ready", f"{r.peak_ready} partitions"),
         ("time to first GPU work", _opt(r.time_to_first_gpu_s, ".1f") + " s"),
@@ -40,14 +41,28 @@ def single(report: Report) -> str:
         ("idle gap p99", f"{r.idle_gap_p99_s:.2f} s"),
         ("bootstraps / re-bootstraps", f"{r.bootstraps} / {r.rebootstraps}"),
         ("budget violations", str(r.budget_violations)),
+        *(
+            (f"busy again after t={rec.at_s:g} s", _opt(rec.after_s, ".1f") + " s")
+            for rec in r.recoveries
+        ),
     ]
     return render(["metric", "value"], rows)
 
 
 SUITE_HEADERS = (
-    "scenario", "policy", "bound by", "busy", "steady busy", "thr/bound", "peak inflight",
-    "Little min", "peak ready", "t steady s", "gap p99 s", "reboots", "violations",
+    "scenario", "policy", "bound by", "busy", "steady busy", "thr/bound", "mean inflight",
+    "peak inflight", "Little min", "peak ready", "t steady s", "recovery s", "gap p99 s",
+    "reboots", "violations",
 )  # fmt: skip
+
+
+def _recovery(r: Report) -> str:
+    """The slowest recovery after a disturbance ("never" if one never came), "-" if none."""
+    if not r.recoveries:
+        return "-"
+    if any(rec.after_s is None for rec in r.recoveries):
+        return "never"
+    return f"{max(rec.after_s or 0.0 for rec in r.recoveries):.1f}"
 
 
 def suite(reports: Sequence[Report], markdown: bool = False) -> str:
@@ -60,10 +75,12 @@ def suite(reports: Sequence[Report], markdown: bool = False) -> str:
             f"{r.gpu_busy_ratio:.4f}",
             f"{r.steady_gpu_busy_ratio:.4f}",
             f"{r.throughput_partitions_per_s / r.bound_throughput_partitions_per_s:.3f}",
+            f"{r.mean_inflight_partitions:.1f}",
             r.peak_inflight_partitions,
             f"{r.little_min_inflight:.1f}",
             r.peak_ready,
             _opt(r.time_to_steady_s, ".0f"),
+            _recovery(r),
             f"{r.idle_gap_p99_s:.2f}",
             r.rebootstraps,
             r.budget_violations,

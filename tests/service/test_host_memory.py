@@ -61,7 +61,7 @@ async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
     meminfo = fake_meminfo(tmp_path / "meminfo", total=24 * GIB, available=20 * GIB)
     env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_SYNTHESIS__CORES": "64"}
     service = Service(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
-    assert service.controller.bootstrap_depth == 32  # min(64 syntheses, 64 partitions) ÷ 2
+    assert service.controller.bootstrap_depth == 57  # 90% of min(64 syntheses, 64 partitions)
     with caplog.at_level(logging.WARNING):
         await service.start()
     try:
@@ -75,7 +75,7 @@ async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
         # The policy dispatches by the budget in effect: 17 partitions, not 64.
         assert service.caps.inflight_partitions == 17
         assert service.pipeline.controller is service.policy
-        assert service.controller.bootstrap_depth == 8
+        assert service.controller.bootstrap_depth == 15  # 90% of 17
         _, status = await call(service, "GET", "/v1/status")
         memory = status["memory"]
         assert (memory["budget_bytes"], memory["configured_budget_bytes"]) == (usable, 64 * GIB)

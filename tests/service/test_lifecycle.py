@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from pacer import service as service_module
 from pacer.config import Settings
-from pacer.journal import JobState
+from pacer.journal import JobState, Journal
 from pacer.service import Service
 from pacer.workload import NoopWorkload
 from tests.service.conftest import settings_for
@@ -40,6 +40,25 @@ async def test_restart_starts_warm_from_saved_estimates(tmp_path: Path) -> None:
     await finish(second, (await second.submit(6, {}, 0)).id)
     await second.shutdown()
     assert (second.controller.bootstraps, second.controller.rebootstraps) == (0, 1)
+
+
+async def test_restart_on_other_cores_or_another_size_starts_cold(tmp_path: Path) -> None:
+    first = Service(settings_for(tmp_path, PACER_SYNTHESIS__CORES="4"), CollectorRegistry())
+    await first.start()
+    await finish(first, (await first.submit(6, {}, 0)).id)
+    await first.shutdown()
+    with Journal(tmp_path / "journal.sqlite") as journal:
+        saved_key = journal.load_estimates_key()
+    assert saved_key == first.estimates_key
+    # Estimates saved for 4 cores, or for partitions of 2^8, describe another regime.
+    for env in ({"PACER_SYNTHESIS__CORES": "8"}, {"PACER_NTT__LOG_N": "9"}):
+        other = Service(settings_for(tmp_path, **env), CollectorRegistry())
+        assert other.estimates_key != saved_key
+        assert not other.controller.estimates.known
+        await other.shutdown()
+    same = Service(settings_for(tmp_path, PACER_SYNTHESIS__CORES="4"), CollectorRegistry())
+    assert same.controller.estimates.known
+    await same.shutdown()
 
 
 async def test_upkeep_saves_estimates_and_prunes_finished_jobs(

@@ -320,7 +320,10 @@ async def test_a_hung_synthesis_keeps_its_bytes_until_it_returns(clock: FakeCloc
         assert pipeline.backlog == 1
         workload.unblock.set()
         await until(lambda: pipeline.inflight_bytes == 0)
-        clock.advance(1.0)  # the controller's next dispatch is due
+        # The timed-out synthesis counts as a sample of at least its age (6 s): the rate cap
+        # spaces dispatches by it, so the next one is due 6 s after the last decision's.
+        clock.advance(6.0)
+        pipeline._wake.set()
         await until(lambda: len(outcomes) == 2)
         assert outcomes[1].index == 1
         assert outcomes[1].proof is not None
@@ -438,3 +441,53 @@ async def test_a_proof_unfit_to_journal_fails_the_attempt(clock: FakeClock) -> N
         assert pipeline.controller.estimates.gpu_service_s == 0.01  # no sample from them
     finally:
         await pipeline.close()
+
+
+class Gated(Recording):
+    """Partition 0's synthesis and every proof wait for their gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.synthesis_gate = threading.Event()
+        self.prove_gate = threading.Event()
+
+    def synthesize(self, spec: PartitionSpec) -> Any:
+        if spec.index == 0:
+            self.synthesis_gate.wait(5)
+        return super().synthesize(spec)
+
+    def prove(self, buffers: Any, worker: int) -> Proof:
+        self.prove_gate.wait(5)
+        return super().prove(buffers, worker)
+
+
+async def test_observation_has_live_workers_and_the_ages_of_what_runs() -> None:
+    workload = Gated()
+    pipeline, outcomes = build(workload, workers=2, synth=2)
+    pipeline.enqueue("j", 1, {}, [0, 1])
+    pipeline.start()
+    for _ in range(400):  # partition 1 is on a GPU, partition 0 still in synthesis
+        if pipeline.gpu_busy == 1 and pipeline.synthesizing == 1:
+            break
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.02)
+    obs = pipeline.observation()
+    assert (obs.gpu_workers, obs.synthesizing, obs.gpu_busy) == (2, 1, 1)
+    assert obs.synthesis_ages_s[0] >= 0.02
+    assert len(obs.synthesis_ages_s) == len(obs.gpu_busy_ages_s) == 1
+    # A worker whose thread has ended proves nothing more and leaves the count.
+    ended = threading.Thread(target=lambda: None)
+    ended.start()
+    ended.join()
+    idle = next(w for w in pipeline._workers if w.busy_since is None)
+    running, idle.thread = idle.thread, ended
+    assert pipeline.observation().gpu_workers == 1
+    idle.thread = running
+    workload.synthesis_gate.set()
+    workload.prove_gate.set()
+    for _ in range(400):
+        if len(outcomes) == 2 and pipeline.idle:
+            break
+        await asyncio.sleep(0.005)
+    await pipeline.close()
+    assert pipeline.observation().synthesis_ages_s == ()

@@ -37,16 +37,21 @@ def scenario(**over: Any) -> Scenario:
 
 
 class Recorder:
-    """Dispatch ``n`` at t=0 and record what the simulator reports."""
+    """Dispatch ``n`` at t=0 (with ``greedy``, whatever waits at every call) and record what
+    the simulator reports; ask to be woken at ``wake_at``."""
 
     bootstraps = rebootstraps = 0
     mode = Mode.PACING
     synthesis_workers: int | None = None
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, greedy: bool = False, wake_at: float | None = None) -> None:
         self.n = n
+        self.greedy = greedy
+        self.wake_at = wake_at
         self.synthesis: list[float] = []
         self.gpu: list[float] = []
+        self.failures: list[float] = []
+        self.observations: list[Observation] = []
 
     def observe_synthesis(self, seconds: float) -> None:
         self.synthesis.append(seconds)
@@ -54,12 +59,16 @@ class Recorder:
     def observe_gpu_service(self, seconds: float) -> None:
         self.gpu.append(seconds)
 
-    def observe_synthesis_failure(self, seconds: float) -> None:
-        pass
+    def observe_synthesis_failure(self, elapsed_s: float) -> None:
+        self.failures.append(elapsed_s)
 
     def decide(self, obs: Observation) -> Decision:
+        self.observations.append(obs)
         n, self.n = min(self.n, obs.backlog), 0
-        return Decision(n, None)
+        if self.greedy:
+            n = obs.backlog
+        wake, self.wake_at = self.wake_at, None
+        return Decision(n, wake)
 
     def interval_s(self) -> float:
         return 0.0
@@ -160,3 +169,71 @@ def test_virtual_clock_is_driven_by_events() -> None:
     assert clock() == 0.0
     clock.now = 12.5
     assert clock() == 12.5
+
+
+def test_a_stall_holds_the_partition_on_the_gpu_and_counts_in_its_time() -> None:
+    rec = Recorder(3)
+    sc = scenario(gpu={"workers": 1, "service_s": {"dist": "fixed", "value": 1.0},
+                       "stalls": [{"at_s": 10.5, "duration_s": 5.0}]},
+                  synthesis__cores=64, jobs__partitions_per_job=3)  # fmt: skip
+    run_with(sc, rec)
+    # All ready at 10 s; the first partition is on the GPU through the stall: 10 to 16 s.
+    assert rec.gpu == pytest.approx([6.0, 1.0, 1.0])
+
+
+def test_a_dead_worker_hands_its_partition_back_and_leaves_the_count() -> None:
+    rec = Recorder(4)
+    sc = scenario(gpu={"workers": 2, "service_s": {"dist": "fixed", "value": 1.0},
+                       "deaths": [{"at_s": 10.5, "worker": 0}]},
+                  synthesis__cores=64)  # fmt: skip
+    raw = run_with(sc, rec)
+    # At 10 s both workers take one; worker 0 dies at 10.5 s and its partition goes back to
+    # the front of the ready queue; worker 1 proves the other three, one a second.
+    assert (raw.completed, raw.end_s) == (4, pytest.approx(14.0))
+    assert rec.gpu == pytest.approx([1.0] * 4)
+    assert [o.gpu_workers for o in rec.observations if o.gpu_busy == 0][-1] == 1
+    assert raw.trace.workers[-1] == 1
+
+
+def test_a_cpu_slowdown_stretches_the_synthesis_in_progress() -> None:
+    rec = Recorder(1)
+    sc = scenario(synthesis={"duration_s": {"dist": "fixed", "value": 10.0},
+                             "threads_per_synthesis": 4, "cores": 8,
+                             "phases": [{"at_s": 5.0, "scale": 5.0}]},
+                  jobs__partitions_per_job=1)  # fmt: skip
+    run_with(sc, rec)
+    assert rec.synthesis == pytest.approx([5.0 + 5.0 * 5.0])  # half done, the rest 5x slower
+
+
+def test_a_failed_synthesis_is_reported_and_its_partition_retried() -> None:
+    rec = Recorder(2, greedy=True)
+    sc = scenario(synthesis={"duration_s": {"dist": "fixed", "value": 10.0},
+                             "threads_per_synthesis": 1, "cores": 8,
+                             "failures": [{"at_s": 4.0}]},
+                  jobs__partitions_per_job=2)  # fmt: skip
+    raw = run_with(sc, rec)
+    assert rec.failures == pytest.approx([4.0])
+    assert rec.synthesis == pytest.approx([10.0, 10.0])  # one at 10 s, the retry at 14 s
+    assert (raw.completed, raw.end_s) == (2, pytest.approx(15.0))
+
+
+def test_bursts_of_jobs_and_work_scales_per_job() -> None:
+    sc = scenario(jobs={"partitions_per_job": 1, "work_scales": [1.0, 3.0],
+                        "arrival": {"kind": "bursts", "jobs": 4, "per_burst": 2,
+                                    "every_s": 100.0}})  # fmt: skip
+    sim = Simulation(sc, "unpaced", lambda clock: Unpaced(sc.memory_slots))
+    assert sim._arrivals == [0.0, 0.0, 100.0, 100.0]
+    assert list(sim._syn_work) == [10.0, 30.0, 10.0, 30.0]
+    assert list(sim._gpu_base) == [1.0, 3.0, 1.0, 3.0]
+
+
+def test_observations_carry_the_oldest_synthesis_and_the_gpu_ages() -> None:
+    rec = Recorder(1, wake_at=4.0)
+    sc = scenario(synthesis__cores=64, jobs__partitions_per_job=1)
+    run_with(sc, rec)
+    woken = next(o for o in rec.observations if o.synthesizing == 1 and o.gpu_busy == 0
+                 and o.synthesis_ages_s)  # fmt: skip
+    assert woken.synthesis_ages_s == pytest.approx((4.0,))
+    assert woken.oldest_synthesis_age_s == pytest.approx(4.0)
+    on_gpu = next(o for o in rec.observations if o.gpu_busy == 1)
+    assert on_gpu.gpu_busy_ages_s == (0.0,)

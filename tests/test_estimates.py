@@ -1,0 +1,280 @@
+"""The duration estimates under the disturbances a proving host sees, on a virtual clock."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from pacer.config import ControllerSettings
+from pacer.controller import PIController
+from pacer.estimates import ColdCohort, DurationWindow, Estimates, Estimator, estimates_key
+from pacer.policy import Caps, Mode, Observation
+from tests.conftest import FakeClock
+
+
+def estimator(saved: Estimates | None = None, workers: int = 2) -> Estimator:
+    est = Estimator(gpu_window=64, synthesis_window=64, saved=saved or Estimates())
+    est.fit(workers, in_synthesis=0.0)
+    return est
+
+
+def jitter(value: float, spread: float = 0.05) -> itertools.cycle[float]:
+    """A steady level with a little spread: value × (1 − spread, 1, 1 + spread), repeating."""
+    return itertools.cycle((value * (1 - spread), value, value * (1 + spread)))
+
+
+# -- GPU service time ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [2, 100], ids=["h200", "wide-host"])
+def test_a_stall_of_every_worker_leaves_the_gpu_estimate_where_it_was(workers: int) -> None:
+    est = estimator(workers=workers)
+    level = jitter(0.16)
+    for _ in range(8 * workers):
+        est.observe_gpu_service(next(level))
+    for _ in range(workers):  # a 30 s stall: one long partition on each worker
+        est.observe_gpu_service(30.0)
+    for _ in range(workers):
+        est.observe_gpu_service(next(level))
+    # An EMA at 0.05 reads 0.16 + 0.05 × 29.84 ≈ 1.65 s after one such sample, ~3 s after two.
+    assert est.gpu_service_s == pytest.approx(0.16, rel=0.02)
+
+
+def test_a_gpu_that_speeds_up_is_followed_within_a_few_samples() -> None:
+    est = estimator()
+    slow, fast = jitter(0.32), jitter(0.16)
+    for _ in range(64):
+        est.observe_gpu_service(next(slow))
+    for _ in range(5):
+        est.observe_gpu_service(next(fast))
+    # Five samples: at 2 workers and 0.16 s, 0.4 s (an EMA at 0.05 needs ~60 to get within 5 %).
+    assert est.gpu_service_s == pytest.approx(0.16, rel=0.05)
+    assert est.shifts == (1, 0)
+
+
+def test_a_gpu_that_slows_down_is_followed_too() -> None:
+    est = estimator()
+    for sample in itertools.islice(jitter(1.8), 64):
+        est.observe_gpu_service(sample)
+    for sample in itertools.islice(jitter(3.24), 8):
+        est.observe_gpu_service(sample)
+    assert est.gpu_service_s == pytest.approx(3.24, rel=0.05)
+
+
+def test_partitions_of_two_sizes_in_turn_are_not_a_change_of_level() -> None:
+    # Jobs of 10 partitions alternate between 1x (1.8 s) and 6x (10.8 s): the estimate is the
+    # mixture's mean, not whichever size came last.
+    est = estimator()
+    for i in range(400):
+        est.observe_gpu_service(1.8 if (i // 10) % 2 == 0 else 10.8)
+        if i >= 64:
+            assert 0.75 * 6.3 <= (est.gpu_service_s or 0.0) <= 1.25 * 6.3
+    assert est.shifts == (0, 0)
+
+
+def test_runs_of_two_sizes_longer_than_half_a_window_are_taken_back_together() -> None:
+    # Runs of 40: the first change looks like a new level; when the old level comes back
+    # within a window, the samples set aside return and both levels count from then on.
+    est = estimator()
+    for i in range(400):
+        est.observe_gpu_service(1.8 if (i // 40) % 2 == 0 else 10.8)
+    assert est.shifts == (0, 0)  # each change was taken back
+    assert 1.8 < (est.gpu_service_s or 0.0) < 10.8
+
+
+# -- synthesis duration -------------------------------------------------------------------
+
+
+def test_synthesis_that_slows_five_fold_is_followed_within_one_lead_time() -> None:
+    """At t0 the cores slow 5x, work in progress too: a synthesis dispatched a seconds before
+    t0 ends at t0 + 5 × (30 − a), so at t0 + x the ones completing took 30 + 0.8x and the
+    oldest running is as old. The new lead time is 150 s."""
+    est = estimator(Estimates(gpu_service_s=1.8, synthesis_s=30.0))
+    for sample in itertools.islice(jitter(30.0, 0.1), 64):
+        est.observe_synthesis(sample, now=0.0)
+    est.observe_running(0.0, 33, (33.0, 32.0, 31.0))
+    assert est.lead_s(0.0) == pytest.approx(30.0, rel=0.01)
+    leads = {}
+    for x in range(0, 151):
+        if x % 4 == 0:  # completions slow to one every ~4.5 s
+            est.observe_synthesis(30 + 0.8 * x, now=float(x))
+        est.observe_running(float(x), 33, (30 + 0.8 * x, 30 + 0.8 * x - 0.2))
+        leads[x] = est.lead_s(float(x))
+    assert leads[150] >= 0.8 * 150
+    assert leads[75] >= 0.8 * 75
+    # An EMA at 0.02 of the same completions reads ~66 s at x = 150.
+
+
+def test_the_live_floor_stays_below_the_estimate_and_ignores_a_straggler() -> None:
+    est = estimator(Estimates(gpu_service_s=1.8, synthesis_s=30.0))
+    samples = [24 + 12 * i / 63 for i in range(64)]  # 24 to 36 s, mean 30
+    for sample in samples:
+        est.observe_synthesis(sample, now=0.0)
+    est.observe_running(100.0, 33, (36.0, 35.9, 35.8))  # as old as the longest seen
+    assert est.live_floor_s() < 30.0
+    est.observe_running(101.0, 33, (500.0, 35.9, 35.8))  # one straggler, or one hung
+    assert est.synthesis_s == pytest.approx(30.0)
+    assert est.live_floor_s() < 30.0
+    assert est.lead_s(100.0) == est.synthesis_s
+
+
+def test_a_timed_out_synthesis_counts_as_at_least_its_age() -> None:
+    est = estimator(Estimates(gpu_service_s=1.0, synthesis_s=10.0))
+    for _ in range(32):
+        est.observe_synthesis(10.0, now=0.0)
+    est.observe_synthesis_failure(0.5, now=1.0)  # failed quickly: says nothing of durations
+    assert est.synthesis_s == pytest.approx(10.0)
+    for _ in range(16):  # all time out at 40 s: synthesis takes at least that long now
+        est.observe_synthesis_failure(40.0, now=2.0)
+    assert est.synthesis_s == pytest.approx(40.0)
+    assert est.failures == 17
+
+
+# -- the cold start's first cohort --------------------------------------------------------
+
+
+def cold(clock: FakeClock, depth: int = 4) -> PIController:
+    c = PIController(ControllerSettings(bootstrap_depth=depth, spread_sigmas=0.0),
+                     Caps(48, 200), clock)  # fmt: skip
+    c.decide(Observation(ready=0, synthesizing=0, gpu_busy=0, gpu_workers=2, backlog=1000))
+    return c
+
+
+def test_a_failed_synthesis_closes_the_cold_start_cohort(clock: FakeClock) -> None:
+    c = cold(clock)  # 4 dispatched at t = 0
+    clock.now = 10.0
+    c.observe_synthesis_failure(10.0)  # one of them fails, and is retried later
+    for duration in (29.0, 30.0, 31.0):
+        clock.now = duration
+        c.observe_synthesis(duration)
+    c.observe_gpu_service(2.0)
+    o = Observation(ready=3, synthesizing=1, gpu_busy=0, gpu_workers=2, backlog=1000)
+    c.decide(o)  # the cohort is in: topped up to the Little's-law depth at once ...
+    c.decide(o)  # ... and pacing from there on
+    assert c.terms.mode is Mode.PACING
+    assert c.lead_s() == pytest.approx(30.0)
+    clock.now = 1000.0  # the lead time no longer grows with the clock
+    assert c.lead_s() == pytest.approx(30.0)
+
+
+def test_a_lost_synthesis_leaves_the_cohort_once_nothing_that_old_runs(clock: FakeClock) -> None:
+    c = cold(clock)
+    for duration in (29.0, 30.0, 31.0):
+        clock.now = duration
+        c.observe_synthesis(duration)
+    c.observe_gpu_service(2.0)
+    clock.now = 40.0
+    # The fourth never reports (a pipeline that loses it): the oldest synthesis running was
+    # dispatched 5 s ago, so no cohort member (dispatched at 0) is still running.
+    o = Observation(ready=3, synthesizing=4, gpu_busy=0, gpu_workers=2, backlog=1000,
+                    synthesis_ages_s=(5.0, 5.0, 4.0, 4.0))  # fmt: skip
+    c.decide(o)
+    c.decide(o)
+    assert c.terms.mode is Mode.PACING
+    clock.now = 1000.0
+    assert c.lead_s() == pytest.approx(30.0)
+
+
+def test_cohort_members_fail_or_are_forgotten_by_dispatch_time() -> None:
+    cohort = ColdCohort()
+    cohort.dispatched(0.0, 2)
+    cohort.dispatched(5.0, 2)
+    assert cohort.failed(now=8.0, seconds=3.0) is None  # dispatched at 5: a member, 3 left
+    assert cohort.lower_bound(10.0) == pytest.approx((10 + 10 + 5) / 3)
+    assert cohort.completed(now=30.0, seconds=30.0) is None
+    assert cohort.forget_before(1.0) is None  # the other one of t = 0 is gone; t = 5 runs
+    assert cohort.completed(now=35.0, seconds=30.0) == pytest.approx(30.0)
+
+
+# -- saved estimates ----------------------------------------------------------------------
+
+
+def test_saved_estimates_count_as_a_few_samples() -> None:
+    est = estimator(Estimates(gpu_service_s=0.2, synthesis_s=1.4, synthesis_sd_s=0.2))
+    assert est.gpu_service_s == pytest.approx(0.2)
+    assert est.synthesis_sd_s == pytest.approx(0.2)
+    for _ in range(4):  # within a factor of two: kept, as four samples among the fresh ones
+        est.observe_gpu_service(0.16)
+    assert 0.16 < (est.gpu_service_s or 0.0) < 0.2
+    for _ in range(64):
+        est.observe_gpu_service(0.16)
+    assert est.gpu_service_s == pytest.approx(0.16)
+
+
+@pytest.mark.parametrize(
+    ("saved", "fresh"), [(0.5, 0.16), (0.05, 0.16)], ids=["saved-slower", "saved-faster"]
+)
+def test_saved_estimates_that_the_first_sample_contradicts_are_dropped(
+    saved: float, fresh: float
+) -> None:
+    est = estimator(Estimates(gpu_service_s=saved, synthesis_s=0.6))
+    est.observe_gpu_service(fresh)
+    est.observe_synthesis(1.4, now=1.4)
+    assert (est.gpu_service_s, est.synthesis_s) == (fresh, 1.4)
+
+
+def test_saved_estimates_are_dropped_when_the_first_few_disagree() -> None:
+    window = DurationWindow(size=64, recent=16, prior=10.0)
+    for sample in (15.0, 25.0, 26.0):  # the first agrees within 2x, their median does not
+        window.add(sample)
+    assert window.value == pytest.approx(22.0)
+
+
+def test_estimates_key_names_workload_parameters_gpu_and_cores() -> None:
+    base = {"workload": "ntt", "params": {"field": "goldilocks", "log_n": 27},
+            "gpu_model": "NVIDIA H200", "cores": 32}  # fmt: skip
+    key = estimates_key(**base)  # type: ignore[arg-type]
+    assert estimates_key(**base) == key  # type: ignore[arg-type]
+    for change in ({"workload": "noop"}, {"params": {"field": "babybear", "log_n": 27}},
+                   {"gpu_model": "NVIDIA H100"}, {"cores": 64}):  # fmt: skip
+        assert estimates_key(**{**base, **change}) != key  # type: ignore[arg-type]
+
+
+# -- the controller on these estimates ----------------------------------------------------
+
+
+def test_dispatch_by_rate_goes_beyond_a_thousand_a_second(clock: FakeClock) -> None:
+    """100 workers at 80 ms consume 1,250 partitions a second; woken every millisecond (or
+    every 10 ms), the controller keeps up: no ceiling of one a call."""
+    for wake_s in (0.001, 0.01):
+        c = PIController(ControllerSettings(), Caps(768, 1024), clock, Estimates(0.08, 0.4))
+        in_synthesis, sent = 500.0, 0
+        for _ in range(round(1.0 / wake_s)):
+            clock.advance(wake_s)
+            in_synthesis -= 1250 * wake_s  # the GPUs take from a ready queue kept full
+            d = c.decide(Observation(ready=8, synthesizing=round(in_synthesis), gpu_busy=100,
+                                     gpu_workers=100, backlog=100_000))  # fmt: skip
+            in_synthesis += d.dispatch
+            sent += d.dispatch
+        assert sent >= 1200, wake_s
+
+
+def test_max_concurrent_unset_means_what_the_cores_allow() -> None:
+    wide = Caps.from_host(cores=768, threads_per_synthesis=1, max_concurrent=None,
+                          budget_bytes=2**40, partition_bytes=2**28)  # fmt: skip
+    assert wide.synthesis_concurrency == 768
+    capped = Caps.from_host(cores=768, threads_per_synthesis=1, max_concurrent=256,
+                            budget_bytes=2**40, partition_bytes=2**28)  # fmt: skip
+    assert capped.synthesis_concurrency == 256
+
+
+def test_dead_and_hung_workers_leave_the_count(clock: FakeClock) -> None:
+    c = PIController(ControllerSettings(), Caps(48, 200), clock, Estimates(2.0, 30.0))
+    c.decide(Observation(ready=8, synthesizing=30, gpu_busy=2, gpu_workers=2, backlog=100))
+    assert (c.terms.gpu_workers, c.terms.ff_interval_s) == (2, 1.0)
+    # One worker's partition has run 25 s, more than 10 × T̂gpu: it consumes nothing.
+    c.decide(Observation(ready=8, synthesizing=30, gpu_busy=2, gpu_workers=2, backlog=100,
+                         gpu_busy_ages_s=(1.0, 25.0)))  # fmt: skip
+    assert (c.terms.gpu_workers, c.terms.ff_interval_s) == (1, 2.0)
+    # The pipeline counts only live workers: one died.
+    c.decide(Observation(ready=8, synthesizing=30, gpu_busy=1, gpu_workers=1, backlog=100))
+    assert c.terms.gpu_workers == 1
+    assert c.terms.projected_ready == pytest.approx(8 + 30 - 30.0 / 2.0)
+    # Every worker stuck (a stall of the GPU): nothing is consumed, nothing dispatched.
+    clock.advance(5.0)
+    d = c.decide(Observation(ready=0, synthesizing=0, gpu_busy=2, gpu_workers=2, backlog=100,
+                             gpu_busy_ages_s=(25.0, 25.0)))  # fmt: skip
+    assert (c.terms.gpu_workers, d.dispatch) == (0, 0)
+    assert math.isfinite(c.terms.ff_interval_s)
