@@ -52,17 +52,44 @@ class ControllerSettings(_Section):
         8.0,
         gt=0,
         le=100_000,
-        description="Setpoint: partitions synthesized and waiting for a GPU (partitions)",
+        description="Least setpoint: partitions synthesized and waiting for a GPU, whatever "
+        "target_ready_s comes to (partitions)",
+    )
+    target_ready_s: float = Field(
+        0.5,
+        ge=0,
+        le=3600,
+        description="Setpoint as a ready buffer of GPU work: this many seconds of it, GPU "
+        "time ÷ workers per partition, so it scales with GPU speed and worker count; at "
+        "least target_ready partitions; 0: target_ready alone (s)",
     )
     kp: float = Field(
-        0.5, ge=0, le=100, description="Proportional gain on the normalized error (1)"
+        0.5,
+        ge=0,
+        le=100,
+        description="Proportional gain on the prediction error, the ready depth observed less "
+        "the one predicted a synthesis lead time earlier; 0: trust the model (1)",
     )
-    ki: float = Field(0.01, ge=0, le=100, description="Integral gain on the normalized error (1/s)")
+    ki: float = Field(
+        0.05,
+        ge=0,
+        le=100,
+        description="Integral gain on the prediction error, per synthesis lead time (the "
+        "loop's delay): the share of a persistent model bias removed each lead time (1/lead)",
+    )
     integral_min: float = Field(
-        -60.0, ge=-1e6, le=0, description="Lower clamp of the error integral (s)"
+        -200.0,
+        ge=-1e6,
+        le=0,
+        description="Lower clamp of the prediction-error integral over time in lead times "
+        "(partition-leads)",
     )
     integral_max: float = Field(
-        60.0, ge=0, le=1e6, description="Upper clamp of the error integral (s)"
+        200.0,
+        ge=0,
+        le=1e6,
+        description="Upper clamp of the prediction-error integral over time in lead times "
+        "(partition-leads)",
     )
     multiplier_min: float = Field(
         0.25, ge=0.001, le=1, description="Lowest dispatch-rate multiplier 1+u (1)"

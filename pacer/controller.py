@@ -1,21 +1,32 @@
-"""The PI dispatch controller: when to start the next synthesis.
+"""The dispatch controller: when to start the next synthesis.
 
 Pure and synchronous: a function of observations and an injected clock, so the simulator and
 the service drive the very same object. No asyncio, no metrics library.
 
-Process variable: the *projected* ready depth ``q̂ = q + s − λ̂·T̂syn`` (ready, plus in
-synthesis, minus what the GPUs consume during one synthesis lead time, ``λ̂ = W ÷ T̂gpu``). A
-dispatch shows in ``q̂`` at once, whereas the plain ready depth sees it one synthesis later.
+Model: the *projected* ready depth ``q̂ = q + s − λ̂·T̂syn`` (ready, plus in synthesis, minus
+what the GPUs consume during one synthesis lead time, ``λ̂ = W ÷ T̂gpu``) predicts the ready
+depth one lead time ahead. A dispatch shows in ``q̂`` at once; the ready depth sees it one
+synthesis later.
 
-Output: the interval between dispatches, ``base ÷ clamp(1 + u)`` where the feed-forward
-``base = T̂gpu ÷ W`` dispatches at the rate the GPUs consume and ``u = kp·e + ki·∫e dt`` on
-the normalized error ``e = (q* − q̂) ÷ q*``.
+Correction (a Smith predictor): each prediction is kept, and one lead time later compared with
+the ready depth then observed. PI acts on that prediction error ``ε = q − q̃(t − T̂syn)``
+(partitions): ``c = kp·ε + ki·∫ε dt ÷ T̂syn``, and the controller steers the corrected
+projection ``q̃ = q̂ + c`` to the setpoint ``q*``. The prediction kept is ``q̃`` after the
+dispatch it led to, so ε → 0 means the observed ready depth settles at ``q*``. A biased
+model (a T̂syn or T̂gpu that lags a change, or is measured short) shows as a persistent ε;
+kp answers it at once, ki removes what persists.
+
+Output: order-up-to on ``q̃`` (never more than ``q* + 1 − q̃`` partitions; a shortfall below
+zero at once), at the rate ``clamp(1 + (q* − q̃) ÷ q*) ÷ base`` where the feed-forward
+``base = T̂gpu ÷ W`` dispatches at the rate the GPUs consume. ``q*`` is the ready buffer in
+seconds of GPU work, ``target_ready_s ÷ base``, at least ``target_ready`` partitions.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +57,7 @@ class PIController:
     HUNG_FACTOR = 10.0
     BLOCKED_RECHECK_S = 1.0  # while a refill waits for a cap to free, ask again at least this often
     BOOTSTRAP_SHARE = 0.9
+    PREDICTIONS = 128
 
     def __init__(
         self,
@@ -61,6 +73,10 @@ class PIController:
             settings.gpu_window, settings.synthesis_window, estimates or Estimates()
         )
         self._integral = 0.0
+        # Predictions q̂ (after the dispatch they led to), by time: compared with the ready
+        # depth one lead time later. At most PREDICTIONS kept, one per lead ÷ PREDICTIONS s.
+        self._predictions: deque[tuple[float, float]] = deque(maxlen=self.PREDICTIONS)
+        self._matched: float | None = None  # the prediction made one lead time ago
         self._last_update: float | None = None
         # Dispatch by rate: credit grows by rate × elapsed time, and every whole partition of
         # it is due (no ceiling per call: a wide host dispatches thousands a second).
@@ -184,6 +200,7 @@ class PIController:
             return self._refill(obs, room)
         self._refill_left = 0
         if obs.backlog == 0:
+            self._forget_predictions()  # nothing paced: no prediction to hold the GPUs to
             self._terms = self._compute(obs, workers)._replace(
                 mode=Mode.DRAINED if obs.inflight == 0 else Mode.PACING
             )
@@ -202,15 +219,18 @@ class PIController:
                 self._dispatched(now, count)
                 return Decision(count, now + terms.interval_s)
         headroom = math.ceil(terms.setpoint + 1 - terms.projected_ready)
-        # A projected shortfall (q̂ < 0: the GPUs will run dry within one lead time) goes out
+        # A projected shortfall (q̃ < 0: the GPUs will run dry within one lead time) goes out
         # at once rather than at the paced rate: each partition of it arrives a lead time
         # after its dispatch, so spreading it out only spreads out the idle time.
         shortfall = math.ceil(-terms.projected_ready)
         if workers == 0:
             headroom = shortfall = 0  # no GPU consumes: nothing to pace
-        return self._paced(
+        decision = self._paced(
             now, room, terms.interval_s, credit_dt, headroom=headroom, at_once=shortfall
         )
+        if workers > 0:
+            self._predict(now, terms.lead_s, terms.projected_ready + decision.dispatch)
+        return decision
 
     def _paced(
         self,
@@ -344,6 +364,7 @@ class PIController:
         self._rebootstraps += 1
         self._rearmed = False
         self._integral = 0.0  # bumpless restart: the old integral belongs to another regime
+        self._forget_predictions()
         self._refill_left = self.little_depth(self._workers)
         if self._warm_start_due:
             # Saved estimates count as a few samples, not as certainty: a warm start refills
@@ -369,7 +390,33 @@ class PIController:
         # only backs that up (asking every millisecond meanwhile was a busy loop).
         return Decision(count, now + self.BLOCKED_RECHECK_S)
 
-    # -- PI ------------------------------------------------------------------------------
+    # -- the model, its correction and the output -----------------------------------------
+
+    def _predict(self, now: float, lead_s: float, predicted: float) -> None:
+        """Keep ``predicted`` (q̂ after this decision's dispatch) to compare one lead time on."""
+        last = self._predictions[-1][0] if self._predictions else -math.inf
+        if now - last >= lead_s / self.PREDICTIONS:
+            self._predictions.append((now, predicted))
+
+    def _forget_predictions(self) -> None:
+        self._predictions.clear()
+        self._matched = None
+
+    def _prediction_error(self, obs: Observation, now: float, lead_s: float) -> float:
+        """ε = q − q̂(t − T̂syn): the ready depth observed now less what the model predicted
+        for now one lead time ago (0 until a prediction is that old). An empty ready queue
+        tells only that the model was too optimistic (q̂ may be negative, q cannot)."""
+        while self._predictions and self._predictions[0][0] <= now - lead_s:
+            self._matched = self._predictions.popleft()[1]
+        if self._matched is None:
+            return 0.0
+        if obs.ready > 0:  # a prediction below zero is only a shortfall: q cannot go there
+            return obs.ready - max(self._matched, 0.0)
+        error = obs.ready - self._matched
+        # Saturated: an empty queue bounds the error from above only, and a GPU idle on it
+        # says the model was too optimistic by at least one partition per idle worker.
+        idle = max(0, self._workers - obs.gpu_busy)
+        return min(error, -float(idle))
 
     def _compute(self, obs: Observation | None, workers: int) -> Terms:
         s = self._settings
@@ -382,24 +429,25 @@ class PIController:
                 mode, interval = Mode.MANUAL, self._manual_interval_s
             return Terms(mode, 0.0, s.target_ready, 0.0, 0.0, 0.0, 0.0, 1.0, interval, rate_cap,
                          self.lead_s(), workers)  # fmt: skip
+        terms = self._output(obs, workers, self._terms.error)
+        if self._manual_interval_s is not None:
+            return terms._replace(mode=Mode.MANUAL, interval_s=self._manual_interval_s)
+        return terms
+
+    def _output(self, obs: Observation, workers: int, error: float) -> Terms:
+        """Terms for prediction error ``error`` and the integral as it stands."""
+        s = self._settings
         base, lead, setpoint = self._model(workers)
-        projected = obs.ready + obs.synthesizing - lead / base
-        error = (setpoint - projected) / setpoint
         p_term = s.kp * error
         i_term = s.ki * self._integral
-        multiplier = min(max(1 + p_term + i_term, s.multiplier_min), s.multiplier_max)
+        projected = obs.ready + obs.synthesizing - lead / base + p_term + i_term
+        multiplier = _clamp(1 + (setpoint - projected) / setpoint, s.multiplier_min,
+                            s.multiplier_max)  # fmt: skip
         interval = min(base / multiplier, s.interval_max_s)
-        mode = Mode.PACING
-        if self._manual_interval_s is not None:
-            mode = Mode.MANUAL
-        elif self._est.cold_cohort_open:
-            mode = Mode.BOOTSTRAP
-        if mode is Mode.MANUAL:
-            interval = self._manual_interval_s or interval
-        return Terms(
-            mode, projected, setpoint, error, p_term, i_term, min(base, s.interval_max_s),
-            multiplier, interval, rate_cap, lead, workers,
-        )  # fmt: skip
+        mode = Mode.BOOTSTRAP if self._est.cold_cohort_open else Mode.PACING
+        return Terms(mode, projected, setpoint, error, p_term, i_term,
+                     min(base, s.interval_max_s), multiplier, interval,
+                     self._rate_cap_per_s(), lead, workers)  # fmt: skip
 
     def _model(self, workers: int) -> tuple[float, float, float]:
         """(base interval, lead time, setpoint) for ``workers``: the base interval and the
@@ -415,47 +463,44 @@ class PIController:
         return base, self.lead_s(), setpoint
 
     def _setpoint(self, base_interval_s: float) -> float:
-        """The effective setpoint: target_ready, or more where the spread of synthesis and
-        GPU times makes the ready queue wander further than that (``spread_sigmas`` of it)."""
+        """The effective setpoint q* (partitions): the ready buffer of ``target_ready_s`` of
+        GPU work (÷ the base interval), at least ``target_ready``, and more where the spread
+        of synthesis and GPU times makes the ready queue wander further (``spread_sigmas``)."""
+        s = self._settings
         rate = 1 / base_interval_s
         spread = self._est.ready_wander_sd(rate, self._est.synthesis_s or 0.0)
-        return max(self._settings.target_ready, self._settings.spread_sigmas * spread)
+        buffer = s.target_ready_s * rate if math.isfinite(rate) else 0.0
+        return max(s.target_ready, buffer, s.spread_sigmas * spread)
 
     def _pace(self, obs: Observation, dt: float, *, blocked: bool) -> Terms:
-        """The PI step: error of the projected depth, integral over ``dt``, output interval.
+        """The PI step on the prediction error: integral over ``dt``, then the output.
 
         Anti-windup: no integration while the output is saturated in the error's direction
-        (clamped multiplier or interval, or a cap blocking dispatch).
+        (the multiplier at a clamp, a cap blocking dispatch, no worker consuming), and the
+        integral stays within its clamps.
         """
         s = self._settings
+        now = self._clock()
         workers = self._workers
-        base, lead, setpoint = self._model(workers)
-        projected = obs.ready + obs.synthesizing - lead / base
-        error = (setpoint - projected) / setpoint
-        p_term = s.kp * error
-        u = 1 + p_term + s.ki * self._integral
-        interval = base / u if u > 0 else math.inf
-        saturated_up = blocked or u >= s.multiplier_max or workers == 0
-        saturated_down = u <= s.multiplier_min or interval >= s.interval_max_s
-        if not ((error > 0 and saturated_up) or (error < 0 and saturated_down)):
-            integral = self._integral + error * dt
-            self._integral = min(max(integral, s.integral_min), s.integral_max)
-        i_term = s.ki * self._integral
-        multiplier = min(max(1 + p_term + i_term, s.multiplier_min), s.multiplier_max)
-        interval = min(base / multiplier, s.interval_max_s)
-        mode = Mode.BOOTSTRAP if self._est.cold_cohort_open else Mode.PACING
-        return Terms(mode, projected, setpoint, error, p_term, i_term,
-                     min(base, s.interval_max_s), multiplier, interval,
-                     self._rate_cap_per_s(), lead, workers)  # fmt: skip
+        error = self._prediction_error(obs, now, self.lead_s())
+        before = self._output(obs, workers, error)
+        saturated_up = blocked or before.multiplier >= s.multiplier_max or workers == 0
+        saturated_down = before.multiplier <= s.multiplier_min
+        if not ((error < 0 and saturated_up) or (error > 0 and saturated_down)):
+            # In lead times: the loop's delay is one lead, so ki means the same on any host.
+            integral = self._integral + error * dt / max(self.lead_s(), 1e-9)
+            self._integral = _clamp(integral, s.integral_min, s.integral_max)
+        return self._output(obs, workers, error)
 
     # -- run-time changes -----------------------------------------------------------------
 
     def retune(self, **changes: Any) -> ControllerSettings:
-        """Change gains, setpoint or limits without a jump in the output.
+        """Change gains, setpoint or limits without a jump in the correction.
 
-        The integral is re-seeded so that ``kp·e + ki·∫e`` keeps its value under the new gains
-        and setpoint (where ``ki > 0``). Unknown names, ``policy`` (fixed at start) or invalid
-        values raise ValueError naming the field and the rule; nothing changes then.
+        The integral is re-seeded so that the correction ``kp·ε + ki·∫ε`` keeps its value
+        under the new gains (where ``ki > 0``); a new setpoint moves the output as a setpoint
+        should. Unknown names, ``policy`` (fixed at start) or invalid values raise ValueError
+        naming the field and the rule; nothing changes then.
         """
         unknown = sorted(set(changes) - set(ControllerSettings.model_fields))
         if unknown:
@@ -463,13 +508,10 @@ class PIController:
         if "policy" in changes:
             raise ValueError(POLICY_FIXED)
         new = ControllerSettings.model_validate({**self._settings.model_dump(), **changes})
-        old_u = self._terms.p_term + self._terms.i_term
-        projected = self._terms.projected_ready
+        old_c = self._terms.p_term + self._terms.i_term
         self._settings = new
         if self._terms.mode is not Mode.DRAINED and self._est.known and new.ki > 0:
-            setpoint = self._setpoint(self._terms.ff_interval_s)
-            error = (setpoint - projected) / setpoint
-            seeded = (old_u - new.kp * error) / new.ki
+            seeded = (old_c - new.kp * self._terms.error) / new.ki
             self._integral = _clamp(seeded, new.integral_min, new.integral_max)
         else:
             self._integral = _clamp(self._integral, new.integral_min, new.integral_max)
@@ -482,10 +524,14 @@ class PIController:
         if interval_s is not None and not (math.isfinite(interval_s) and interval_s > 0):
             raise ValueError(f"interval_s must be a finite number > 0, got {interval_s}")
         if interval_s is None and self._manual_interval_s is not None and self._settings.ki > 0:
+            # The multiplier 1 + (q* − q̃) ÷ q* that gives the manual interval, and the
+            # correction c = q̃ − q̂ that gives it.
             t = self._terms
-            wanted_u = t.ff_interval_s / self._manual_interval_s - 1
+            wanted_m = t.ff_interval_s / self._manual_interval_s
+            model = t.projected_ready - t.p_term - t.i_term
+            wanted_c = t.setpoint * (2 - wanted_m) - model
             self._integral = _clamp(
-                (wanted_u - t.p_term) / self._settings.ki,
+                (wanted_c - t.p_term) / self._settings.ki,
                 self._settings.integral_min,
                 self._settings.integral_max,
             )

@@ -102,13 +102,13 @@ class Terms(NamedTuple):
     """The controller's last computation, for metrics, status and plots."""
 
     mode: Mode
-    projected_ready: float  # q̂ (partitions)
-    setpoint: float  # effective q*: target_ready, raised to cover the ready queue's spread
-    error: float  # e = (q* − q̂) ÷ q*
-    p_term: float  # kp·e
-    i_term: float  # ki·∫e dt
+    projected_ready: float  # corrected projection q̃ = q̂ + kp·ε + ki·∫ε (partitions)
+    setpoint: float  # effective q* (partitions): target_ready_s of GPU work, >= target_ready
+    error: float  # prediction error ε = q − q̂(t − T̂syn) (partitions)
+    p_term: float  # kp·ε (partitions)
+    i_term: float  # ki·∫ε dt ÷ T̂syn (partitions)
     ff_interval_s: float  # feed-forward interval T̂gpu ÷ W (s)
-    multiplier: float  # clamp(1 + u)
+    multiplier: float  # clamp(1 + (q* − q̃) ÷ q*)
     interval_s: float  # mean interval between dispatches, 1 ÷ dispatch rate (s)
     rate_cap_per_s: float  # synthesis rate cap (partitions/s); inf until T̂syn is known
     lead_s: float = 0.0  # the synthesis lead time the projection looks ahead (s)
