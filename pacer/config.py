@@ -56,22 +56,22 @@ class ControllerSettings(_Section):
         "target_ready_s comes to (partitions)",
     )
     target_ready_s: float = Field(
-        0.5,
+        0.0,
         ge=0,
         le=3600,
-        description="Setpoint as a ready buffer of GPU work: this many seconds of it, GPU "
-        "time ÷ workers per partition, so it scales with GPU speed and worker count; at "
-        "least target_ready partitions; 0: target_ready alone (s)",
+        description="Setpoint as a ready buffer of GPU work: this many seconds of it (GPU "
+        "time ÷ workers per partition), so it scales with GPU speed and worker count; the "
+        "setpoint is the larger of this and target_ready; 0: target_ready alone (s)",
     )
     kp: float = Field(
-        0.5,
+        0.0,
         ge=0,
         le=100,
         description="Proportional gain on the prediction error, the ready depth observed less "
         "the one predicted a synthesis lead time earlier; 0: trust the model (1)",
     )
     ki: float = Field(
-        0.05,
+        0.2,
         ge=0,
         le=100,
         description="Integral gain on the prediction error, per synthesis lead time (the "
