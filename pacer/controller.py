@@ -520,7 +520,8 @@ class PIController:
 
     def set_manual(self, interval_s: float | None) -> None:
         """Fix the dispatch interval (s), or hand control back to PI with None (bumpless:
-        the integral is seeded so the PI output starts at the manual interval)."""
+        the integral is seeded so the PI output starts at the manual interval, as far as a
+        correction of at most q* either way allows)."""
         if interval_s is not None and not (math.isfinite(interval_s) and interval_s > 0):
             raise ValueError(f"interval_s must be a finite number > 0, got {interval_s}")
         if interval_s is None and self._manual_interval_s is not None and self._settings.ki > 0:
@@ -529,7 +530,9 @@ class PIController:
             t = self._terms
             wanted_m = t.ff_interval_s / self._manual_interval_s
             model = t.projected_ready - t.p_term - t.i_term
-            wanted_c = t.setpoint * (2 - wanted_m) - model
+            # At most q* either way: a manual rate that starved the GPUs must not be read
+            # as a model that under-predicts (that would hold back the shortfall too).
+            wanted_c = _clamp(t.setpoint * (2 - wanted_m) - model, -t.setpoint, t.setpoint)
             self._integral = _clamp(
                 (wanted_c - t.p_term) / self._settings.ki,
                 self._settings.integral_min,

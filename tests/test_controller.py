@@ -167,21 +167,62 @@ def test_at_setpoint_interval_is_the_feed_forward(clock: FakeClock) -> None:
     assert t.interval_s == pytest.approx(1.0)
 
 
+def _predicted(c: PIController, clock: FakeClock, ready: int = 9) -> None:
+    """One lead time (30 s) and a second at q̂ = ``ready`` ≥ q* + 1: no dispatch, so each
+    prediction kept is ``ready`` and the error is 0 throughout."""
+    pace(c, clock, obs(ready=ready, synth=30), 31.0, step=1.0)
+    assert c.terms.error == 0.0
+
+
+def test_prediction_error_is_against_the_prediction_one_lead_time_ago(clock: FakeClock) -> None:
+    c = make(clock, kp=0.0, ki=0.0)
+    c.decide(obs(ready=5, synth=30))  # no prediction is a lead time old yet
+    assert c.terms.error == 0.0
+    _predicted(c, clock)
+    clock.advance(1.0)
+    c.decide(obs(ready=5, synth=30))  # 4 fewer ready than predicted 30 s ago
+    assert c.terms.error == pytest.approx(-4.0)
+
+
 def test_proportional_step(clock: FakeClock) -> None:
     c = make(clock, kp=0.5, ki=0.0)
-    c.decide(obs(ready=4, synth=30))  # q̂ = 4: e = 0.5, u = 0.25
-    assert c.terms.error == pytest.approx(0.5)
-    assert c.terms.p_term == pytest.approx(0.25)
-    assert c.terms.interval_s == pytest.approx(1 / 1.25)
+    _predicted(c, clock)
+    clock.advance(1.0)
+    c.decide(obs(ready=5, synth=30))  # ε = 5 − 9 = −4: c = −2, q̃ = 5 − 2 = 3
+    t = c.terms
+    assert (t.error, t.p_term, t.projected_ready) == pytest.approx((-4.0, -2.0, 3.0))
+    assert t.multiplier == pytest.approx(1 + (8 - 3) / 8)
+    assert t.interval_s == pytest.approx(1 / t.multiplier)
+
+
+def test_an_empty_queue_with_an_idle_gpu_reads_as_too_optimistic(clock: FakeClock) -> None:
+    # Synthesis full: nothing goes out, so q̂ = 0 + 30 − 30 = 0 is predicted and observed.
+    c = make(clock, caps=Caps(synthesis_concurrency=30, inflight_partitions=200), kp=1.0, ki=0.0)
+    _predicted(c, clock, ready=0)
+    clock.advance(1.0)
+    c.decide(obs(ready=0, synth=30, busy=1))  # as predicted, but a worker idles on it
+    assert c.terms.error == -1.0
+
+
+def test_the_ready_buffer_in_seconds_scales_with_the_gpu_rate(clock: FakeClock) -> None:
+    slow = make(clock, target_ready=2.0, target_ready_s=10.0)  # 1 s a partition: 10
+    fast = make(clock, estimates=Estimates(gpu_service_s=0.5, synthesis_s=30.0),
+                target_ready=2.0, target_ready_s=10.0)  # 0.25 s: 40  # fmt: skip
+    for c in (slow, fast):
+        c.decide(obs(ready=8, synth=30))
+    assert (slow.terms.setpoint, fast.terms.setpoint) == pytest.approx((10.0, 40.0))
+    floor = make(clock, target_ready=8.0, target_ready_s=1.0)  # 1 partition: the floor holds
+    floor.decide(obs(ready=8, synth=30))
+    assert floor.terms.setpoint == 8.0
 
 
 @pytest.mark.parametrize(
     ("ready", "settings", "interval"),
     [
-        (0, {"kp": 5.0, "multiplier_max": 4.0}, 1 / 4),  # multiplier clamped high
-        (0, {"kp": 5.0, "interval_min_s": 0.5}, 1 / 4),  # a wake-up floor, not a rate cap
-        (20, {"kp": 5.0, "multiplier_min": 0.25}, 4.0),  # multiplier clamped low
-        (20, {"kp": 5.0, "interval_max_s": 2.0}, 2.0),  # interval clamped high
+        (-30, {"multiplier_max": 4.0}, 1 / 4),  # q̃ = −30: multiplier clamped high
+        (-30, {"interval_min_s": 0.5}, 1 / 4),  # a wake-up floor, not a rate cap
+        (20, {"multiplier_min": 0.25}, 4.0),  # q̃ = 20: multiplier clamped low
+        (20, {"interval_max_s": 2.0}, 2.0),  # interval clamped high
     ],
     ids=["multiplier-max", "interval-min", "multiplier-min", "interval-max"],
 )
@@ -189,7 +230,7 @@ def test_output_clamps(
     clock: FakeClock, ready: int, settings: dict[str, Any], interval: float
 ) -> None:
     c = make(clock, **settings)
-    c.decide(obs(ready=ready, synth=30))
+    c.decide(obs(ready=max(ready, 0), synth=30 + min(ready, 0)))
     assert c.terms.interval_s == pytest.approx(interval)
 
 
@@ -212,18 +253,20 @@ def test_dispatches_are_spaced_by_the_interval(clock: FakeClock) -> None:
 
 
 def test_integral_accumulates_and_stays_clamped(clock: FakeClock) -> None:
-    c = make(clock, kp=0.0, ki=0.001, integral_max=5.0)
-    pace(c, clock, obs(ready=4, synth=30), 2.0, step=1.0)  # e = 0.5 for 2 s
-    assert c.integral == pytest.approx(0.5)  # first call has no dt
-    pace(c, clock, obs(ready=4, synth=30), 100.0, step=1.0)
-    assert c.integral == 5.0
+    c = make(clock, kp=0.0, ki=0.001, integral_max=1.0)
+    _predicted(c, clock)
+    pace(c, clock, obs(ready=13, synth=30), 3.0, step=1.0)  # ε = 13 − 9 = 4 for 3 s
+    assert c.integral == pytest.approx(4 * 3 / 30)  # in lead times of 30 s
+    pace(c, clock, obs(ready=13, synth=30), 20.0, step=1.0)
+    assert c.integral == 1.0
 
 
 def test_no_integration_while_saturated_in_the_error_direction(clock: FakeClock) -> None:
-    c = make(clock, kp=10.0, ki=0.01)  # u = 10·e saturates the multiplier at once
-    pace(c, clock, obs(ready=0, synth=30), 60.0)
+    c = make(clock, kp=10.0, ki=0.01)  # 10·ε saturates the multiplier at once
+    _predicted(c, clock)
+    pace(c, clock, obs(ready=1, synth=30), 10.0)  # ε < 0: multiplier at its maximum
     assert c.integral == 0.0
-    pace(c, clock, obs(ready=20, synth=30), 60.0)
+    pace(c, clock, obs(ready=20, synth=30), 10.0)  # ε > 0: multiplier at its minimum
     assert c.integral == 0.0
 
 
@@ -245,8 +288,9 @@ def test_no_integration_without_demand(clock: FakeClock) -> None:
 
 
 def _settled(clock: FakeClock) -> PIController:
-    c = make(clock, kp=0.5, ki=0.02)
-    pace(c, clock, obs(ready=6, synth=30), 30.0)  # integral winds to a nonzero value
+    c = make(clock, kp=0.5, ki=0.2)
+    _predicted(c, clock)
+    pace(c, clock, obs(ready=6, synth=30), 10.0)  # ε = −3: the integral winds
     assert c.integral != 0.0
     return c
 
@@ -257,12 +301,15 @@ def _settled(clock: FakeClock) -> PIController:
     ids=["kp", "ki", "setpoint", "kp-and-setpoint"],
 )
 def test_retune_is_bumpless(clock: FakeClock, changes: dict[str, float]) -> None:
+    """The correction kp·ε + ki·∫ε keeps its value; so does the output, unless the setpoint
+    moved (then the output follows the new setpoint, as it should)."""
     c = _settled(clock)
-    before = c.terms.interval_s
+    correction, interval = c.terms.p_term + c.terms.i_term, c.terms.interval_s
     c.retune(**changes)
-    assert c.terms.interval_s == pytest.approx(before)
-    c.decide(obs(ready=6, synth=30))  # same observation, same instant: same output
-    assert c.terms.interval_s == pytest.approx(before)
+    c.decide(obs(ready=6, synth=30))  # same observation, same instant
+    assert c.terms.p_term + c.terms.i_term == pytest.approx(correction)
+    if "target_ready" not in changes:
+        assert c.terms.interval_s == pytest.approx(interval)
     for key, value in changes.items():
         assert getattr(c.settings, key) == value
 
@@ -380,7 +427,8 @@ def test_rebootstrap_refill_continues_as_caps_allow(clock: FakeClock) -> None:
 
 def test_no_rebootstrap_on_a_momentary_empty_pipeline(clock: FakeClock) -> None:
     c = make(clock)
-    pace(c, clock, obs(ready=6, synth=30), 10.0)
+    _predicted(c, clock)
+    pace(c, clock, obs(ready=6, synth=30), 10.0)  # ε < 0: the integral winds down
     clock.advance(0.1)
     integral = c.integral
     first = c.decide(obs(ready=0, synth=0, busy=0))  # empty for a moment, work waiting
@@ -388,8 +436,8 @@ def test_no_rebootstrap_on_a_momentary_empty_pipeline(clock: FakeClock) -> None:
     c.decide(obs(ready=0, synth=first.dispatch, busy=0))
     # Not a re-bootstrap (the integral is kept); the projected shortfall went out at once.
     assert c.rebootstraps == 0
-    assert c.integral >= integral > 0
-    assert first.dispatch == 30  # q̂ = 0 + 0 − 30: up to q̂ = 0 at once
+    assert c.integral <= integral < 0
+    assert first.dispatch >= 30  # q̃ ≤ q̂ = 0 + 0 − 30: up to q̃ = 0 at once
 
 
 def test_no_second_rebootstrap_before_the_refill_reaches_a_gpu(clock: FakeClock) -> None:

@@ -8,6 +8,8 @@ sweeps the same on six disturbance scenarios (bench/RESULTS.md, "the controller'
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from bench.gains import run_pi
@@ -20,7 +22,7 @@ BIAS = 0.5
 
 def _run(name: str, **controller: float) -> Report:
     path = next(p for p in shipped_scenarios() if p.stem == name)
-    return run_pi(load_scenario(path), Settings(controller=controller), BIAS)  # type: ignore[arg-type]
+    return run_pi(load_scenario(path), Settings(controller=controller), BIAS)
 
 
 @pytest.mark.parametrize(
@@ -34,9 +36,9 @@ def test_a_larger_gain_keeps_the_gpus_busier_and_holds_more(
     reports = [_run("gpu-stall", **{knob: v}, **other) for v in values]
     busy = [r.gpu_busy_ratio for r in reports]
     held = [r.mean_inflight_partitions for r in reports]
-    assert all(b - a >= 0.0005 for a, b in zip(busy, busy[1:])), busy
+    assert all(b - a >= 0.0005 for a, b in itertools.pairwise(busy)), busy
     assert busy[-1] - busy[0] >= 0.05, busy
-    assert all(b - a >= 0.5 for a, b in zip(held, held[1:])), held
+    assert all(b - a >= 0.5 for a, b in itertools.pairwise(held)), held
 
 
 def test_without_gains_a_biased_model_never_recovers_from_a_worker_dying() -> None:
