@@ -9,9 +9,9 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -478,22 +478,31 @@ def test_partition_page_refuses_bad_bounds(
         journal.partition_page("nope", 0, 10)
 
 
-def test_a_killed_process_leaves_a_readable_journal_with_its_job(path: Path) -> None:
-    code = (
-        "import sys\nfrom pathlib import Path\nfrom pacer.journal import Journal\n"
-        "journal = Journal(Path(sys.argv[1]))\n"
-        "print(journal.add_job(2, 'w', {'a': 1}).id, flush=True)\n"
-        "sys.stdin.read()\n"
+@contextmanager
+def journal_child(code: str, path: Path) -> Iterator[tuple[subprocess.Popen[str], IO[str]]]:
+    """A Python process running ``code`` (with sys, Path, Journal and JournalLock imported and
+    the journal's path in ``sys.argv[1]``), then waiting on its stdin until killed."""
+    prelude = (
+        "import sys\nfrom pathlib import Path\nfrom pacer.journal import Journal, JournalLock\n"
     )
     with subprocess.Popen(
-        [sys.executable, "-c", code, str(path)],
+        [sys.executable, "-c", prelude + code + "sys.stdin.read()\n", str(path)],
         cwd=REPO,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     ) as process:
         assert process.stdout is not None
-        job_id = process.stdout.readline().strip()
+        yield process, process.stdout
+
+
+def test_a_killed_process_leaves_a_readable_journal_with_its_job(path: Path) -> None:
+    code = (
+        "journal = Journal(Path(sys.argv[1]))\n"
+        "print(journal.add_job(2, 'w', {'a': 1}).id, flush=True)\n"
+    )
+    with journal_child(code, path) as (process, stdout):
+        job_id = stdout.readline().strip()
         process.kill()
         assert process.wait() == -signal.SIGKILL
     with closing(sqlite3.connect(path)) as db:
@@ -606,20 +615,9 @@ def test_the_lock_refuses_a_second_holder_naming_the_first(path: Path) -> None:
 
 
 def test_the_lock_is_released_when_its_holder_is_killed(path: Path) -> None:
-    code = (
-        "import sys\nfrom pathlib import Path\nfrom pacer.journal import JournalLock\n"
-        "JournalLock(Path(sys.argv[1])).acquire()\nprint('locked', flush=True)\n"
-        "sys.stdin.read()\n"
-    )
-    with subprocess.Popen(
-        [sys.executable, "-c", code, str(path)],
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as process:
-        assert process.stdout is not None
-        assert process.stdout.readline() == "locked\n"
+    code = "JournalLock(Path(sys.argv[1])).acquire()\nprint('locked', flush=True)\n"
+    with journal_child(code, path) as (process, stdout):
+        assert stdout.readline() == "locked\n"
         with pytest.raises(JournalInUseError, match=f"in use by pid {process.pid} on "):
             JournalLock(path).acquire()
         process.kill()

@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
-from pacer.client import Client
+from pacer.client import ApiError, Client
 from pacer.config import Settings
 from pacer.service import Service
 
@@ -129,6 +129,15 @@ def server_factory(tmp_path: Path) -> Iterator[ServerFactory]:
     yield make
     for server in made:
         server.stop()
+
+
+def readyz_refuses(client: Client, reason: str) -> bool:
+    """Whether ``/readyz`` answers an error naming ``reason`` (for ``wait_for``)."""
+    try:
+        client.request("GET", "/readyz")
+    except ApiError as exc:
+        return reason in str(exc)
+    return False
 
 
 def wait_for(predicate: object, timeout: float = 30.0, what: str = "condition") -> None:

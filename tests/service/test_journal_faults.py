@@ -36,7 +36,7 @@ from pacer.journal import BUSY_TIMEOUT_S, JobRecord, Journal, PartitionResult, r
 from pacer.journal_health import Backoff
 from pacer.service import Service
 from pacer.workload import PartitionSpec, job_seed
-from tests.service.conftest import ROOT, ServerFactory, settings_for, wait_for
+from tests.service.conftest import ROOT, ServerFactory, readyz_refuses, settings_for, wait_for
 from tests.service.test_api import call, until_done
 from tests.service.test_process import completions_in, job_states
 
@@ -416,14 +416,8 @@ def test_sigterm_while_the_journal_is_locked_drains_and_exits_zero_then_a_restar
         job_id = first.client.submit(100)
         outside.execute("BEGIN EXCLUSIVE")
 
-        def refusing() -> bool:
-            try:
-                first.client.request("GET", "/readyz")
-            except ApiError as exc:
-                return "database is locked" in str(exc)
-            return False
-
-        wait_for(refusing, what="/readyz to name the lock")
+        wait_for(lambda: readyz_refuses(first.client, "database is locked"),
+                 what="/readyz to name the lock")  # fmt: skip
         with pytest.raises(ApiError, match=r"503 journal failing for .* database is locked"):
             first.client.submit(1)
         status = subprocess.run(

@@ -14,7 +14,7 @@ import pytest
 import gpu.ntt as ntt
 from pacer.client import ApiError
 from pacer.workload import job_seed
-from tests.service.conftest import ServerFactory, wait_for
+from tests.service.conftest import ServerFactory, readyz_refuses, wait_for
 
 
 def job_states(journal: Path) -> dict[str, str]:
@@ -83,14 +83,8 @@ def test_sigterm_drains_then_exits_zero(server_factory: ServerFactory, tmp_path:
     wait_for(lambda: server.client.job(job_id)["partitions_done"] >= 2, what="progress")
     server.signal(signal.SIGTERM)
 
-    def refusing() -> bool:  # draining: not ready, no new jobs
-        try:
-            server.client.request("GET", "/readyz")
-        except ApiError as exc:
-            return "503" in str(exc)
-        return False
-
-    wait_for(refusing, what="/readyz to fail")
+    # Draining: not ready, no new jobs.
+    wait_for(lambda: readyz_refuses(server.client, "503"), what="/readyz to fail")
     with pytest.raises(ApiError, match="503 draining: not accepting new jobs"):
         server.client.submit(1)
     assert server.wait(30) == 0
