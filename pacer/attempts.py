@@ -92,7 +92,7 @@ class CallLimits:
 class RetrySchedule:
     """When a partition whose attempt failed is tried again, and when its job fails.
 
-    >>> schedule = RetrySchedule(RetrySettings(max_attempts=4, backoff_s=1, backoff_max_s=3))
+    >>> schedule = RetrySchedule(RetrySettings(max=4, backoff_s=1, backoff_max_s=3))
     >>> [schedule.delay_s(failed) for failed in (1, 2, 3)], schedule.gives_up(4)
     ([1.0, 2.0, 3.0], True)
     """
@@ -102,11 +102,11 @@ class RetrySchedule:
 
     @property
     def max_attempts(self) -> int:
-        return self.settings.max_attempts
+        return self.settings.max
 
     def gives_up(self, failed: int) -> bool:
         """After ``failed`` failed attempts, the partition (and so its job) has failed."""
-        return failed >= self.settings.max_attempts
+        return failed >= self.settings.max
 
     def delay_s(self, failed: int) -> float:
         """Wait (s) before the attempt after ``failed`` failed ones: the base, doubling, capped."""

@@ -400,7 +400,7 @@ class TimeoutSettings(_Section):
 class RetrySettings(_Section):
     """What happens to a partition whose attempt failed (raised, timed out, a bad proof)."""
 
-    max_attempts: int = Field(
+    max: int = Field(
         3,
         ge=1,
         le=100,

@@ -13,7 +13,7 @@ gets at most ``CLOSE_WORKLOAD_S`` when calls are still in flight or hung.
 
 A partition whose attempt failed (raised, timed out, a proof unfit to journal, a failed
 verification) has the reason journaled and is queued again at its job's place after a backoff
-(``PACER_RETRY__*``); after ``PACER_RETRY__MAX_ATTEMPTS`` its job fails, naming it.
+(``PACER_RETRY__*``); after ``PACER_RETRY__MAX`` its job fails, naming it.
 
 The dispatch loop, the commit loop and upkeep run under a ``Supervisor`` (restarted after a
 failure); ``/readyz`` answers 503 with ``unready_reasons()``: starting, draining, a task down,
@@ -739,7 +739,7 @@ class Service:
 
     async def _commit_failure(self, job_id: str, index: int, failed: _FailedAttempt) -> None:
         """Journal one failed attempt; queue the partition again after the backoff, or fail
-        its job once it has had PACER_RETRY__MAX_ATTEMPTS. A journal error propagates: the
+        its job once it has had PACER_RETRY__MAX. A journal error propagates: the
         attempt stays queued for the commit loop's next round."""
         reason, gpu = failed.reason, failed.gpu
         context = {"job": job_id, "partition": index, "gpu": gpu}

@@ -61,7 +61,7 @@ def test_a_timed_out_call_says_which_and_after_how_long() -> None:
 
 
 def test_backoff_doubles_from_the_base_up_to_the_cap() -> None:
-    schedule = RetrySchedule(RetrySettings(max_attempts=8, backoff_s=0.5, backoff_max_s=3.0))
+    schedule = RetrySchedule(RetrySettings(max=8, backoff_s=0.5, backoff_max_s=3.0))
     assert [schedule.delay_s(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
     assert schedule.delay_s(10_000) == 3.0  # no overflow however many
 
@@ -70,7 +70,7 @@ def test_backoff_doubles_from_the_base_up_to_the_cap() -> None:
 def test_the_job_fails_once_a_partition_has_had_max_attempts(
     max_attempts: int, gives_up_after: int
 ) -> None:
-    schedule = RetrySchedule(RetrySettings(max_attempts=max_attempts))
+    schedule = RetrySchedule(RetrySettings(max=max_attempts))
     assert [schedule.gives_up(n) for n in range(1, 4)] == [n >= gives_up_after for n in (1, 2, 3)]
 
 

@@ -30,7 +30,7 @@ LIMIT_S = "0.5"
 FAULTY = {
     "PACER_WORKLOAD": "tests.faults:make",
     "PACER_GPU__WORKERS": "2",
-    "PACER_RETRY__MAX_ATTEMPTS": "3",
+    "PACER_RETRY__MAX": "3",
     "PACER_RETRY__BACKOFF_S": "0.01",
     "PACER_TIMEOUTS__SYNTHESIS_S": LIMIT_S,
     "PACER_TIMEOUTS__PROVE_S": LIMIT_S,
@@ -242,7 +242,7 @@ async def test_a_restart_fails_a_job_whose_partition_is_out_of_attempts(tmp_path
         job = journal.add_job(3, "faults", {}, 0)
         for attempt in range(2):
             journal.record_attempt(job.id, 1, f"proving failed: try {attempt}", 0, 5)
-    async with running(tmp_path, PACER_RETRY__MAX_ATTEMPTS="2") as svc:
+    async with running(tmp_path, PACER_RETRY__MAX="2") as svc:
         detail = await svc.job_detail(job.id, 100)
         assert detail is not None
         assert detail["state"] == "failed"  # not resumed
