@@ -115,8 +115,9 @@ class ControllerSettings(_Section):
         ge=8,
         le=4096,
         description="GPU service time: the mean of this many latest samples (at least 8 per "
-        "worker), less the longest and shortest one per worker; a change of level in the "
-        "newest quarter drops the older ones (samples)",
+        "worker, and doubled until the mean is known within 5 % where the samples spread "
+        "widely, as with partitions of several sizes), less the longest and shortest one "
+        "per worker; a change of level in the newest quarter drops the older ones (samples)",
     )
     synthesis_window: int = Field(
         64,

@@ -360,8 +360,9 @@ class ColdCohort:
 class Estimator:
     """Keeps the estimates up to date from observed durations.
 
-    T̂gpu is the mean of the last ``gpu_window`` GPU service times (at least 8 per worker),
-    less the W longest and W shortest: a stall that holds every worker adds one long sample
+    T̂gpu is the mean of the last ``gpu_window`` GPU service times (at least 8 per worker, and
+    more where they spread widely: enough to know the mean within ``GPU_MEAN_ERROR``), less
+    the W longest and W shortest: a stall that holds every worker adds one long sample
     each, and those are the ones left out. T̂syn is the mean of the last ``synthesis_window``
     synthesis durations (at least two lead times of them), with their spread. Both drop
     older samples on a change of level (``DurationWindow``). The lead time the projection
@@ -373,6 +374,7 @@ class Estimator:
     SHIFT_MIN_SAMPLES = 8  # ... and holds at least this many samples
     FLOOR_SIGMAS = 2.0  # margin of the live floor, beyond the longest recent synthesis
     FLOOR_RANK = 3  # the live floor follows the third oldest synthesis running
+    GPU_MEAN_ERROR = 0.05  # the GPU window holds enough samples to know T̂gpu this closely
 
     def __init__(self, gpu_window: int, synthesis_window: int, saved: Estimates) -> None:
         self._gpu_window = gpu_window
@@ -425,12 +427,23 @@ class Estimator:
 
     def fit(self, workers: int, in_synthesis: float) -> None:
         """Size the windows for the host: the GPU window holds at least 8 samples a worker,
-        trims one a worker at each end (a stall of every worker is dropped whole), and its
-        newest part holds more than 2 a worker (a stall stays a minority there); the
+        and (cv ÷ ``GPU_MEAN_ERROR``)² where its samples spread widely (partitions of several
+        sizes: fewer hold too few runs of each, and T̂gpu swings with the window's mix), trims
+        one a worker at each end (a stall of every worker is dropped whole), and its newest
+        part holds more than 2 a worker (a stall stays a minority there); the
         synthesis window holds at least two lead times of completions, ``in_synthesis`` × 2
         (its mean's noise, in partitions, does not grow with the rate)."""
-        size = min(MAX_WINDOW, max(self._gpu_window, 8 * workers))
-        self._gpu.resize(size, max(self.SHIFT_MIN_SAMPLES, 2 * workers + 1), workers)
+        size = max(self._gpu_window, 8 * workers)
+        gpu = self._gpu.value
+        if gpu:
+            # Enough samples for the mean to be known within GPU_MEAN_ERROR (its relative
+            # standard error, cv ÷ √n), in doublings of the base size so that the window
+            # is not resized at every sample.
+            needed = (self._gpu.sd / gpu / self.GPU_MEAN_ERROR) ** 2
+            size <<= max(0, math.ceil(math.log2(max(needed, 1.0) / size)))
+        self._gpu.resize(
+            min(MAX_WINDOW, size), max(self.SHIFT_MIN_SAMPLES, 2 * workers + 1), workers
+        )
         if math.isfinite(in_synthesis):
             size = min(MAX_WINDOW, max(self._synthesis_window, math.ceil(2 * in_synthesis)))
             self._syn.resize(size, self._recent(size))

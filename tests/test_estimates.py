@@ -74,6 +74,38 @@ def test_partitions_of_two_sizes_in_turn_are_not_a_change_of_level() -> None:
     assert est.shifts == (0, 0)
 
 
+def test_runs_of_two_sizes_of_uneven_length_widen_the_gpu_window() -> None:
+    # Runs of 2 to 20 partitions of 1x (1.8 s) and 6x (10.8 s) in turn, the mixture's mean
+    # 6.6 s: 64 samples hold a handful of runs and their mean swung from 4.4 s to 9 s with
+    # the mix; the window grows until the mean is known within 5 %, as the controller fits
+    # it before each decision.
+    est = estimator()
+    runs = itertools.cycle((3, 17, 9, 14, 5, 12, 20, 4, 11, 7, 16, 2))
+    size, seen = 1.8, []
+    for length in itertools.islice(runs, 120):
+        size = 10.8 if size == 1.8 else 1.8
+        for _ in range(length):
+            est.fit(2, in_synthesis=0.0)
+            est.observe_gpu_service(size)
+            seen.append(est.gpu_service_s or 0.0)
+    assert 0.9 * 6.6 <= min(seen[512:]) <= max(seen[512:]) <= 1.1 * 6.6
+    assert est.shifts == (0, 0)
+
+
+def test_one_size_keeps_the_gpu_window_it_was_given() -> None:
+    # One size (σ ≈ 5 %) needs no more than the 64 samples: a GPU twice as fast is still
+    # followed within a few samples after thousands at the old speed.
+    est = estimator()
+    slow, fast = jitter(0.32), jitter(0.16)
+    for _ in range(2000):
+        est.fit(2, in_synthesis=0.0)
+        est.observe_gpu_service(next(slow))
+    for _ in range(12):
+        est.fit(2, in_synthesis=0.0)
+        est.observe_gpu_service(next(fast))
+    assert (est.gpu_service_s or 0.0) == pytest.approx(0.16, rel=0.05)
+
+
 def test_runs_of_two_sizes_longer_than_half_a_window_are_taken_back_together() -> None:
     # Runs of 40: the first change looks like a new level; when the old level comes back
     # within a window, the samples set aside return and both levels count from then on.

@@ -22,12 +22,7 @@ from tests.sim.test_scenarios import BASE
 DISTURBANCES = [p for p in shipped_scenarios() if p.stem not in BASE]
 # Targets known to miss on the shipped seed, and why (bench/RESULTS.md has the sweep). Kept
 # strict: one that starts to hold fails the test until it is taken off this list.
-KNOWN_MISSES = {
-    # Partitions are counted, not weighed: after the cold start the GPUs prove a run of 6x
-    # partitions for minutes, T̂gpu follows it, and pi holds too few 1x partitions for when
-    # the run ends. It trails unpaced (which holds the whole budget) by ~0.012 here.
-    ("mixed-sizes", "busy ratio >= best baseline - 0.005"),
-}
+KNOWN_MISSES: set[tuple[str, str]] = set()
 CHECKED = (
     "no budget violations", "busy ratio >= best baseline", "mean in flight", "busy again",
     "GPU busy >=", "no re-bootstrap",
