@@ -3,8 +3,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.postgres_server import PostgresServer
 
 
 class FakeClock:
@@ -54,3 +59,25 @@ def promtool() -> str:
     if path is None:
         pytest.skip("promtool missing and Debian's prometheus package cannot be installed here")
     return path
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the session (Debian's package, installed when missing)."""
+    from tests.postgres_server import PostgresServer, PostgresUnavailableError
+
+    try:
+        server = PostgresServer()
+        server.start()
+    except PostgresUnavailableError as exc:
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """The URL of a fresh, empty database on the session's PostgreSQL server."""
+    return postgres_server.create_database()
