@@ -79,7 +79,20 @@ class PostgresServer:
 
     def start(self) -> None:
         initdb = str(self._bin / "initdb")
-        self._run([initdb, "-D", str(self.data), "-A", "trust", "-U", self.user, "--no-sync"])
+        self._run(
+            [
+                initdb,
+                "-D",
+                str(self.data),
+                "-A",
+                "trust",
+                "-U",
+                self.user,
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ]
+        )
         options = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
