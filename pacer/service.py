@@ -39,7 +39,6 @@ import math
 import os
 import signal
 import socket
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
@@ -63,12 +62,13 @@ from pacer.host_memory import MEMINFO, HostMemory, MemoryPlan, bytes_text
 from pacer.journal import (
     JobRecord,
     JobState,
-    Journal,
+    JournalBackend,
     JournalLock,
     PartitionRecord,
     PartitionResult,
     PartitionSummary,
     UnknownJob,
+    open_journal,
 )
 from pacer.journal_health import Backoff, JournalHealth, JournalUnavailable
 from pacer.metrics import JournalMetrics, Metrics
@@ -240,8 +240,8 @@ class Service:
         # The journal lives on a thread of its own: an fsync must never stall the event loop.
         self._db = ThreadPoolExecutor(1, "pacer-journal")
         try:
-            self.journal: Journal = self._db.submit(
-                Journal, settings.journal.path, time.time, settings.journal.busy_timeout_s
+            self.journal: JournalBackend = self._db.submit(
+                open_journal, settings.journal, time.time
             ).result()
             estimates = self._saved_estimates()
         except BaseException:
@@ -559,11 +559,11 @@ class Service:
         self._lock.release()
 
     async def db(self, call: Callable[..., T], *args: Any) -> T:
-        """Run a journal call on the journal's thread. ``JournalUnavailable`` when SQLite
-        cannot do it now (locked, disk full, I/O error: ``sqlite3.OperationalError``)."""
+        """Run a journal call on the journal's thread. ``JournalUnavailable`` when the journal
+        cannot do it now (locked, disk full, I/O error: its ``OperationalError``)."""
         try:
             return await asyncio.wrap_future(self._db.submit(call, *args))
-        except sqlite3.OperationalError as exc:
+        except self.journal.OperationalError as exc:
             raise JournalUnavailable(f"journal {self.settings.journal.path}: {exc}") from exc
 
     # -- journal health -------------------------------------------------------------------------
@@ -917,7 +917,7 @@ class Service:
             except (UnknownJob, ValueError) as exc:
                 context = {"job": item.job_id, "partition": item.index}
                 log.error("result dropped: %s", exc, extra=context)
-            except sqlite3.Error as exc:
+            except self.journal.Error as exc:
                 raise _PartialCommit(ended, batch[i:]) from exc
         return ended
 

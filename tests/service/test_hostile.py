@@ -14,6 +14,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
+from pacer.journal import SqliteJournal
 from pacer.service import Service
 from tests.service.conftest import settings_for
 from tests.service.raw_http import build, exchange
@@ -209,6 +210,7 @@ async def hostile(tmp_path: Path) -> AsyncIterator[Service]:
 
 async def journal_rows(service: Service) -> list[tuple[object, ...]]:
     def read() -> list[tuple[object, ...]]:
+        assert isinstance(service.journal, SqliteJournal)
         db = service.journal._db
         jobs = db.execute("SELECT * FROM jobs ORDER BY seq").fetchall()
         return jobs + db.execute("SELECT * FROM partitions ORDER BY job_id, idx").fetchall()

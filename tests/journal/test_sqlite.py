@@ -38,7 +38,7 @@ from pacer.journal import (
 from pacer.ranges import IndexRanges
 from tests.conftest import FakeClock
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

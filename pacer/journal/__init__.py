@@ -1,0 +1,59 @@
+"""The job journal: jobs and their partition results, kept so that a restart resumes.
+
+The service speaks to it through `JournalBackend` (`interface`), opened by `open_journal`
+(`factory`); `SqliteJournal` (`sqlite`, also named `Journal`) keeps it in an SQLite file, built
+from `schema` (versions and migrations), `writer`, `failures`, `reads` and `saved_estimates`.
+What it holds and answers, whatever stores it, is in `records`; what it checks before it
+writes, in `checks`. One service per file: `JournalLock` (`lock`) holds ``<journal>.lock``.
+"""
+
+from pacer.journal.factory import open_journal
+from pacer.journal.interface import JournalBackend
+from pacer.journal.lock import JournalInUseError, JournalLock
+from pacer.journal.records import (
+    MAX_IDEMPOTENCY_KEY,
+    MAX_PAGE,
+    MAX_PARTITIONS,
+    Attempt,
+    IdempotencyConflict,
+    JobRecord,
+    JobState,
+    JournalFileError,
+    PartitionRecord,
+    PartitionResult,
+    PartitionState,
+    PartitionSummary,
+    UnknownJob,
+    result_digest,
+)
+from pacer.journal.schema import SCHEMA_VERSION, NewerSchemaError
+from pacer.journal.sqlite import BUSY_TIMEOUT_S, JournalFileGoneError, SqliteJournal
+
+Journal = SqliteJournal  # the backend pacer runs on, by its short name
+
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "MAX_IDEMPOTENCY_KEY",
+    "MAX_PAGE",
+    "MAX_PARTITIONS",
+    "SCHEMA_VERSION",
+    "Attempt",
+    "IdempotencyConflict",
+    "JobRecord",
+    "JobState",
+    "Journal",
+    "JournalBackend",
+    "JournalFileError",
+    "JournalFileGoneError",
+    "JournalInUseError",
+    "JournalLock",
+    "NewerSchemaError",
+    "PartitionRecord",
+    "PartitionResult",
+    "PartitionState",
+    "PartitionSummary",
+    "SqliteJournal",
+    "UnknownJob",
+    "open_journal",
+    "result_digest",
+]
