@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from pacer.config import (
     Settings,
     SettingsError,
+    TimeoutSettings,
     effective,
     env_name,
     load_settings,
@@ -179,6 +180,19 @@ def numeric_fields() -> list[tuple[str, Any]]:
                 out.append((env_name((name,) if field_name is None else (name, field_name)), field))
     assert len(out) > 25
     return out
+
+
+@pytest.mark.parametrize("call", ["synthesis", "prove", "verify"])
+def test_each_call_limit_and_its_floor_are_bounded_to_a_day_and_name_each_other(call: str) -> None:
+    limit, floor = f"{call}_s", f"{call}_floor_s"
+    accepted = TimeoutSettings.model_validate({limit: 0, floor: 86400})
+    assert (getattr(accepted, limit), getattr(accepted, floor)) == (0, 86400)
+    for refused in ({limit: -1}, {limit: 86401}, {floor: 0}, {floor: 86401}):
+        with pytest.raises(ValidationError):
+            TimeoutSettings.model_validate(refused)
+    fields = TimeoutSettings.model_fields
+    assert f"; 0: max({floor}, estimate_multiple × the " in str(fields[limit].description)
+    assert str(fields[floor].description).startswith("Least derived ")
 
 
 def test_cli_invalid_setting_exits_nonzero_without_traceback() -> None:

@@ -1,0 +1,131 @@
+"""The dispatch policy's settings: which policy, and the PI controller's gains, setpoint
+and limits (``PACER_CONTROLLER__*``)."""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
+
+from pacer.config.section import Section
+
+
+class ControllerSettings(Section):
+    """The dispatch policy, and the gains, setpoint and limits of the PI controller."""
+
+    policy: Literal["pi", "unpaced", "cuzk", "cuzk-default"] = Field(
+        "pi",
+        description="Dispatch policy: pi (the PI controller), or a baseline to compare it "
+        "with: unpaced (dispatch whenever the memory budget allows), cuzk (the cuzk "
+        "engine's dispatcher with its DispatchPacer at setpoint 8) or cuzk-default (the same "
+        "dispatcher as shipped, pacer off) (pi/unpaced/cuzk/cuzk-default)",
+    )
+    target_ready: float = Field(
+        8.0,
+        gt=0,
+        le=100_000,
+        description="Least setpoint: partitions synthesized and waiting for a GPU, whatever "
+        "target_ready_s comes to (partitions)",
+    )
+    target_ready_s: float = Field(
+        0.0,
+        ge=0,
+        le=3600,
+        description="Setpoint as a ready buffer of GPU work: this many seconds of it (GPU "
+        "time ÷ workers per partition), so it scales with GPU speed and worker count; the "
+        "setpoint is the larger of this and target_ready; 0: target_ready alone (s)",
+    )
+    kp: float = Field(
+        0.0,
+        ge=0,
+        le=100,
+        description="Proportional gain on the prediction error, the ready depth observed less "
+        "the one predicted a synthesis lead time earlier; 0: trust the model (1)",
+    )
+    ki: float = Field(
+        0.2,
+        ge=0,
+        le=100,
+        description="Integral gain on the prediction error, per synthesis lead time (the "
+        "loop's delay): the share of a persistent model bias removed each lead time (1/lead)",
+    )
+    integral_min: float = Field(
+        -200.0,
+        ge=-1e6,
+        le=0,
+        description="Lower clamp of the prediction-error integral over time in lead times "
+        "(partition-leads)",
+    )
+    integral_max: float = Field(
+        200.0,
+        ge=0,
+        le=1e6,
+        description="Upper clamp of the prediction-error integral over time in lead times "
+        "(partition-leads)",
+    )
+    multiplier_min: float = Field(
+        0.25, ge=0.001, le=1, description="Lowest dispatch-rate multiplier 1+u (1)"
+    )
+    multiplier_max: float = Field(
+        4.0, ge=1, le=1000, description="Highest dispatch-rate multiplier 1+u (1)"
+    )
+    interval_min_s: float = Field(
+        0.001,
+        ge=1e-6,
+        le=3600,
+        description="Shortest wait between two dispatch decisions; dispatch runs by rate, so "
+        "what falls due meanwhile goes out together and the rate is not capped by it (s)",
+    )
+    interval_max_s: float = Field(
+        60.0,
+        gt=0,
+        le=86400,
+        description="Longest interval between two dispatches while pacing (s)",
+    )
+    gpu_window: int = Field(
+        64,
+        ge=8,
+        le=4096,
+        description="GPU service time: the mean of this many latest samples (at least 8 per "
+        "worker, and doubled until the mean is known within 5 % where the samples spread "
+        "widely, as with partitions of several sizes), less the longest and shortest one "
+        "per worker; a change of level in the newest quarter drops the older ones (samples)",
+    )
+    synthesis_window: int = Field(
+        64,
+        ge=8,
+        le=4096,
+        description="Synthesis duration: the mean and spread of this many latest samples, "
+        "or of two lead times of them where that is more; a change of level in the newest "
+        "quarter drops the older ones (samples)",
+    )
+    bootstrap_depth: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="Partitions dispatched on a cold start, before any duration is known; 0: "
+        "90 % of the smaller of the synthesis-concurrency and memory caps (partitions)",
+    )
+    spread_sigmas: float = Field(
+        2.5,
+        ge=0,
+        le=10,
+        description="Raise the setpoint to this many standard deviations of the ready "
+        "queue's wander, estimated from the spread of synthesis times; 0: off (1)",
+    )
+    rebootstrap_hold_s: float = Field(
+        1.0,
+        ge=0,
+        le=3600,
+        description="How long the pipeline must stay drained with work waiting before a "
+        "re-bootstrap (s)",
+    )
+
+    @model_validator(mode="after")
+    def _limits_ordered(self) -> Self:
+        if self.interval_min_s >= self.interval_max_s:
+            raise ValueError(
+                f"interval_min_s ({self.interval_min_s}) must be less than "
+                f"interval_max_s ({self.interval_max_s})"
+            )
+        return self

@@ -1,0 +1,58 @@
+"""Settings built from the environment, with each problem named by its variable and rule."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from pydantic import ValidationError
+
+from pacer.config.env import env_name, section_model, variables
+from pacer.config.settings import ENV_PREFIX, Settings
+
+
+class SettingsError(Exception):
+    """Settings could not be built; ``problems`` holds one line per bad variable."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def load_settings() -> Settings:
+    """Build Settings from the environment.
+
+    Raises SettingsError naming each offending variable and the rule it breaks, including
+    ``PACER_*`` variables that match no setting (a typo would otherwise be ignored silently).
+    """
+    known = {v.name for v in variables()} | {env_name((name,)) for name in Settings.model_fields}
+    unknown = sorted(key for key in os.environ if key.startswith(ENV_PREFIX) and key not in known)
+    if unknown:
+        raise SettingsError([f"{key}: not a pacer setting (see `pacer config`)" for key in unknown])
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise SettingsError([_describe(err) for err in exc.errors()]) from None
+
+
+def _describe(err: Any) -> str:
+    loc = tuple(err["loc"])
+    value = err.get("input")
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if isinstance(value, dict):
+        # A rule across fields of one section: name each field by its variable.
+        section = section_model(str(loc[0]))
+        fields = section.model_fields if section is not None else {}
+        for field in sorted(fields, key=len, reverse=True):
+            message = re.sub(rf"\b{re.escape(field)}\b", env_name((*loc, field)), message)
+        return message
+    if _is_secret(loc):
+        return f"{env_name(loc)}: {message}"  # never echo a secret
+    return f"{env_name(loc)}: {message} (got {value!r})"
+
+
+def _is_secret(loc: tuple[int | str, ...]) -> bool:
+    section = section_model(str(loc[0])) if len(loc) == 2 else None
+    field = section.model_fields.get(str(loc[1])) if section is not None else None
+    return field is not None and "SecretStr" in str(field.annotation)

@@ -1,0 +1,208 @@
+"""How the service runs: its HTTP API, the journal, shutdown, each call's time limit, retries
+and health (``PACER_API__*``, ``PACER_JOURNAL__*``, ``PACER_SHUTDOWN__*``, ``PACER_TIMEOUTS__*``,
+``PACER_RETRY__*``, ``PACER_HEALTH__*``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator
+
+from pacer.config.section import Section
+
+MIN_TOKEN_CHARS = 16
+MAX_TOKEN_CHARS = 4096
+
+
+class ApiSettings(Section):
+    """The HTTP API: jobs, status, controller, metrics and health."""
+
+    host: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        max_length=253,
+        description="Address to listen on; a non-loopback one needs a token or allow_public "
+        "(address)",
+    )
+    port: int = Field(9470, ge=0, le=65535, description="TCP port; 0 picks a free one (port)")
+    token: SecretStr | None = Field(
+        None,
+        description=f"Bearer token required by the endpoints that change state, at least "
+        f"{MIN_TOKEN_CHARS} visible ASCII characters (e.g. openssl rand -hex 32); unset: none "
+        "(secret)",
+    )
+    allow_public: bool = Field(
+        False,
+        description="Allow a non-loopback address without a token (true/false)",
+    )
+    max_body_bytes: int = Field(
+        65536, ge=1024, le=16 * 2**20, description="Largest request body accepted (bytes)"
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="A request line and headers must arrive complete within this time of the "
+        "connection opening, or of their first byte; else the connection is closed (s)",
+    )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="A request body must arrive complete within this time of the handler "
+        "starting to read it; else 408 and the connection is closed (s)",
+    )
+    keepalive_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        le=3600,
+        description="An idle connection between two requests is closed after this time (s)",
+    )
+    max_backlog: int = Field(
+        4_000_000,
+        ge=1,
+        le=100_000_000,
+        description="Most partitions waiting to be dispatched (held as runs of indices: at "
+        "most 16 bytes of service memory each); a job that would exceed it gets 429 with "
+        "Retry-After (partitions)",
+    )
+
+    @field_validator("token")
+    @classmethod
+    def _token_strong_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        secret = value.get_secret_value()
+        # Refuse without echoing the token: this message is printed and logged.
+        if len(secret) < MIN_TOKEN_CHARS:
+            raise ValueError(
+                f"must be at least {MIN_TOKEN_CHARS} characters, got {len(secret)} (a random "
+                "one: openssl rand -hex 32); leave it unset for no token"
+            )
+        if len(secret) > MAX_TOKEN_CHARS or not re.fullmatch(r"[\x21-\x7e]+", secret):
+            raise ValueError(
+                f"must be visible ASCII characters without spaces, at most {MAX_TOKEN_CHARS} "
+                "(it is sent in an HTTP header)"
+            )
+        return value
+
+
+class JournalSettings(Section):
+    """The SQLite journal that makes accepted jobs survive a restart."""
+
+    path: Path = Field(
+        Path("pacer-journal.sqlite"), description="SQLite file of the job journal (path)"
+    )
+    retention_s: float = Field(
+        7 * 86400.0,
+        gt=0,
+        le=10 * 365 * 86400.0,
+        description="How long finished jobs, their results and idempotency keys are kept (s)",
+    )
+    commit_interval_s: float = Field(
+        0.05,
+        gt=0,
+        le=5,
+        description="Partition results are committed in batches at most this far apart; a "
+        "crash redoes at most that much work (s)",
+    )
+    busy_timeout_s: float = Field(
+        5.0,
+        ge=0,
+        le=600,
+        description="How long a journal write waits for a lock another program holds on the "
+        "file before it fails and is retried later (s)",
+    )
+
+
+class ShutdownSettings(Section):
+    """SIGTERM handling."""
+
+    drain_s: float = Field(
+        60.0,
+        ge=0,
+        le=86400,
+        description="On SIGTERM, how long in-flight work may finish before the rest is left "
+        "to the journal (s)",
+    )
+
+
+def _call_limit(call: str, floor: str, estimate: str, replaced: str | None) -> Any:
+    """The time limit of one ``call`` (s), up to a day; 0: max(``floor``, estimate_multiple ×
+    the ``estimate`` estimate). ``replaced``: what is replaced when the call overruns."""
+    then = "" if replaced is None else f" and its {replaced} is replaced"
+    return Field(
+        0.0,
+        ge=0,
+        le=86400,
+        description=f"Longest one {call} may run before its attempt fails{then}; 0: "
+        f"max({floor}, estimate_multiple × the {estimate} estimate) (s)",
+    )
+
+
+def _limit_floor(default_s: float, call: str, known: str) -> Any:
+    """The least derived limit of one ``call`` (s), up to a day: the whole limit until
+    ``known`` is known."""
+    return Field(
+        default_s,
+        gt=0,
+        le=86400,
+        description=f"Least derived {call} limit; the whole limit until a {known} is known (s)",
+    )
+
+
+class TimeoutSettings(Section):
+    """How long one synthesize, prove or verify call may run before it is abandoned.
+
+    A limit left at 0 is derived: max(floor, estimate_multiple × the controller's estimate),
+    the GPU service time for prove and the synthesis duration for synthesis and verify (the
+    same buffers, read on the CPU); the floor alone until an estimate exists.
+    """
+
+    synthesis_s: float = _call_limit("synthesis", "synthesis_floor_s", "synthesis", "thread")
+    prove_s: float = _call_limit("prove", "prove_floor_s", "GPU service-time", "worker")
+    verify_s: float = _call_limit("verification", "verify_floor_s", "synthesis", None)
+    estimate_multiple: float = Field(
+        10.0,
+        ge=1,
+        le=1000,
+        description="A derived limit is this many times the controller's estimate of the "
+        "call's duration, at least its floor (1)",
+    )
+    synthesis_floor_s: float = _limit_floor(600.0, "synthesis", "synthesis duration")
+    prove_floor_s: float = _limit_floor(300.0, "prove", "GPU service time")
+    verify_floor_s: float = _limit_floor(600.0, "verification", "synthesis duration")
+
+
+class RetrySettings(Section):
+    """What happens to a partition whose attempt failed (raised, timed out, a bad proof)."""
+
+    max: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="Attempts per partition before its job fails; 1: no retry (attempts)",
+    )
+    backoff_s: float = Field(
+        1.0,
+        ge=0,
+        le=3600,
+        description="Wait before a partition's second attempt, doubling for each later one (s)",
+    )
+    backoff_max_s: float = Field(
+        60.0, ge=0, le=86400, description="Longest wait before an attempt, however many failed (s)"
+    )
+
+
+class HealthSettings(Section):
+    """What /readyz reports beside starting and draining: tasks down, and stalls."""
+
+    stall_s: float = Field(
+        300.0,
+        ge=0,
+        le=86400,
+        description="Not ready while work waits and nothing has been synthesized, proved or "
+        "committed for this long; 0: never (s)",
+    )
