@@ -34,13 +34,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bench.service import quantile
+from gpu.worker import PHASES
+from gpu.workload import GpuNttWorkload
 from pacer.attempts import Call
 from pacer.config import Settings
 from pacer.pipeline import Outcome
 from pacer.service import Service
 from pacer.table import render
-
-PHASES = ("h2d", "intt", "coset_ntt", "pointwise", "coset_intt", "d2h")
 
 
 class Gaps:
@@ -154,7 +154,7 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
     await service.start()
     start_s = time.perf_counter() - began
     p = service.pipeline
-    pool = p.pool
+    pool = service.workload.pool if isinstance(service.workload, GpuNttWorkload) else None
     warm_allocations = pool.allocations if pool is not None else 0
     await keep_backlog(service, args.partitions)
     print(f"[{policy}] ready in {start_s:.1f} s; warming up {args.warmup:.0f} s", file=sys.stderr)
@@ -212,7 +212,7 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
         "warmup_s": args.warmup,
         "start_s": start_s,
         "partitions_per_s": (proved_at_end - proved_at_start) / elapsed,
-        "synthesis_concurrency": service.caps.synthesis_concurrency,
+        "synthesis_concurrency": service.plan.caps.synthesis_concurrency,
         "executor": settings.synthesis.executor,
         "kernel": getattr(service.workload, "kernel", None),
         "synthesis_mean_s": synthesis_sum / synthesis_count if synthesis_count else None,

@@ -33,8 +33,10 @@ from gpu.babybear import BABYBEAR
 from gpu.field import FieldArray, PrimeField
 
 __all__ = [
+    "H_PHASES",
     "KERNELS",
     "HSteps",
+    "check_kernel",
     "compute_h",
     "coset_intt",
     "coset_ntt",
@@ -52,6 +54,8 @@ SYNTHESIS_CHUNK = 1 << 18
 """Elements `synthesize_into` draws and writes per step (a few MiB of cache-resident work)."""
 KERNELS = ("numpy", "numba")
 """How `synthesize_into` and `verify` compute: whole-array NumPy calls, or compiled by Numba."""
+H_PHASES = ("intt", "coset_ntt", "pointwise", "coset_intt")
+"""The four timed phases of H, the steps of `HSteps` in their order."""
 THREADED_STEP = 1 << 20
 """`synthesize_into`'s step for a synthesis on a thread that shares the GIL (bench/RESULTS.md)."""
 _PRODUCT_BYTES = 1 << 20
@@ -158,7 +162,7 @@ def synthesize_into(
                 f"out {name} must be a {' or '.join(sorted(map(str, dtypes)))} vector of "
                 f"2^{log_n} elements, got {target.dtype} {target.shape}"
             )
-    _check_kernel(kernel)
+    check_kernel(kernel)
     if kernel == "numba":
         compiled.synthesize_into(seed, index, out, field)
         return
@@ -196,7 +200,8 @@ def synthesize_into(
     c_out[size - 1] = int(a_out[size - 1]) * int(a_out[0]) % field.P
 
 
-def _check_kernel(kernel: str) -> None:
+def check_kernel(kernel: str) -> None:
+    """ValueError unless ``kernel`` is one of `KERNELS`; RuntimeError for numba without Numba."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
     if kernel == "numba" and not compiled.available():
@@ -329,7 +334,7 @@ def verify(
         r = _point_off_domain(n, rng if rng is not None else np.random.default_rng(), field)
     elif not 0 <= r < field.P or field.pow(r, n) == 1:
         raise ValueError(f"r must be a field element outside the domain (r^n ≠ 1), got {r}")
-    _check_kernel(kernel)
+    check_kernel(kernel)
     z_r = (field.pow(r, n) - 1) % field.P
     scale = z_r * field.inverse(n % field.P) % field.P
     if kernel == "numba":

@@ -17,8 +17,9 @@ import numpy.typing as npt
 from gpu import ntt_cuda
 from gpu.babybear import BABYBEAR
 from gpu.field import PrimeField
+from gpu.ntt import H_PHASES
 
-PHASES = ("h2d", "intt", "coset_ntt", "pointwise", "coset_intt", "d2h")
+PHASES = ("h2d", *H_PHASES, "d2h")
 
 
 @dataclass(frozen=True)

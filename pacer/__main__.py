@@ -170,10 +170,11 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
     from pacer import logs, service
     from pacer.journal import JournalInUseError, NewerSchemaError
     from pacer.journal_health import JournalUnavailable
+    from pacer.plan import ConfigurationError
     from pacer.workload import WorkloadError
 
     logs.setup(args.log_level)
-    refused = (service.ConfigurationError, WorkloadError, NewerSchemaError, JournalInUseError,
+    refused = (ConfigurationError, WorkloadError, NewerSchemaError, JournalInUseError,
                JournalUnavailable)  # fmt: skip
     try:
         return service.run(settings)

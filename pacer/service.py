@@ -30,12 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
-import inspect
 import ipaddress
 import logging
-import math
 import os
 import signal
 import socket
@@ -54,11 +51,10 @@ from prometheus_client import CollectorRegistry
 from pacer.admission import Admission
 from pacer.api import build_runner
 from pacer.attempts import Call, CallLimits, RetrySchedule
-from pacer.baselines import CuzkPacer, Unpaced
-from pacer.config import ControllerSettings, Settings
+from pacer.config import Settings
 from pacer.controller import PIController
-from pacer.estimates import Estimates, estimates_key
-from pacer.host_memory import MEMINFO, HostMemory, MemoryPlan, bytes_text
+from pacer.estimates import Estimates
+from pacer.host_memory import MEMINFO, HostMemory, bytes_text
 from pacer.journal import (
     JobRecord,
     JobState,
@@ -73,15 +69,16 @@ from pacer.journal import (
 from pacer.journal_health import Backoff, JournalHealth, JournalUnavailable
 from pacer.metrics import JournalMetrics, Metrics
 from pacer.pipeline import Observer, Outcome, Pipeline
-from pacer.policy import Caps, DispatchPolicy, PolicyConflictError
+from pacer.plan import ConfigurationError, Plan, host_room, resolve
+from pacer.policies import build_policy
+from pacer.policy import PolicyConflictError
 from pacer.supervision import ProgressWatchdog, ReadinessSource, Supervisor
 from pacer.threads import DaemonPool
-from pacer.workload import Workload, job_seed, load_workload
+from pacer.workload import Workload, job_seed, load_workload, pooled
 
 log = logging.getLogger("pacer.service")
 T = TypeVar("T")
 SWITCH_INTERVAL_S = 0.001
-DEFAULT_SYNTHESIS_THREADS = 4  # a workload that does not say how many threads it keeps busy
 GC_YOUNG_THRESHOLD = 50_000
 UPKEEP_S = 60.0
 CLOSE_WORKLOAD_S = 30.0  # the workload's close at shutdown (pool, processes): then exit anyway
@@ -92,10 +89,6 @@ LAST_FAILURES = 5  # failed attempts a job's detail lists, newest first
 MAX_UNCOMMITTED = 100_000
 POOL_FIELDS = ("backend", "total_bytes", "in_use_bytes", "slots_total", "slots_free", "checkouts",
                "waits", "fallbacks", "allocations_after_warmup")  # fmt: skip
-
-
-class ConfigurationError(Exception):
-    """The settings describe a service that cannot start; the message says why."""
 
 
 def check_bind(settings: Settings) -> None:
@@ -110,37 +103,6 @@ def check_bind(settings: Settings) -> None:
             f"PACER_API__HOST={host} is not a loopback address: set PACER_API__TOKEN, or "
             "PACER_API__ALLOW_PUBLIC=true to serve it without authentication"
         )
-
-
-def build_policy(
-    settings: ControllerSettings,
-    caps: Caps,
-    clock: Callable[[], float],
-    estimates: Estimates | None = None,
-) -> DispatchPolicy:
-    """The dispatch policy ``settings.policy`` names: the PI controller (warm when there are
-    ``estimates``), or a baseline to compare it with, bounded as in the simulator (the
-    memory cap; cuzk also by its synthesis workers)."""
-    if settings.policy == "unpaced":
-        return Unpaced(caps.inflight_partitions)
-    if settings.policy == "cuzk":  # its recommended setpoint, its workers set for the host
-        return CuzkPacer(caps.inflight_partitions, clock,
-                         max_parallel_synthesis=caps.synthesis_concurrency)  # fmt: skip
-    if settings.policy == "cuzk-default":  # as shipped: pacer off, 18 synthesis workers
-        return CuzkPacer(caps.inflight_partitions, clock, target=0)
-    return PIController(settings, caps, clock, estimates)
-
-
-def _host_room(plan: MemoryPlan) -> str:
-    """What the host can give, for a message: MemAvailable less the reserve."""
-    host, reserve = plan.host, plan.reserve_bytes
-    assert host is not None
-    assert reserve is not None
-    return (
-        f"MemAvailable is {bytes_text(host.available_bytes)}; less the reserve of "
-        f"{bytes_text(reserve)} (PACER_MEMORY__HOST_RESERVE_BYTES) that leaves "
-        f"{bytes_text(max(0, host.available_bytes - reserve))}"
-    )
 
 
 def sd_notify(message: str) -> bool:
@@ -215,28 +177,8 @@ class Service:
         self._retries: dict[tuple[str, int], asyncio.TimerHandle] = {}  # waiting out a backoff
         self.admission = Admission(settings.api.max_backlog)
         self.workload: Workload = load_workload(settings)
-        self.verify_every = _or_workload_says(settings.verify_every, self.workload,
-                                              "verify_every", 1)  # fmt: skip
-        self.partition_bytes = int(settings.memory.partition_bytes) or max(
-            1, self.workload.partition_bytes({})
-        )
-        budget = int(settings.memory.budget_bytes)
-        if self.partition_bytes > budget:
-            raise ConfigurationError(
-                f"one partition takes {self.partition_bytes} bytes, more than "
-                f"PACER_MEMORY__BUDGET_BYTES={budget}"
-            )
-        self.threads_per_synthesis = _or_workload_says(
-            settings.synthesis.threads_per_synthesis, self.workload, "threads_per_synthesis",
-            DEFAULT_SYNTHESIS_THREADS,
-        )  # fmt: skip
         # As configured until start reads the host's memory (`_fit_memory_to_host`).
-        self.memory = MemoryPlan(budget, budget)
-        self.caps = self._caps_for(budget)
-        workers = getattr(self.workload, "workers", settings.gpu.workers)
-        self.estimates_key = _estimates_key(
-            settings, self.workload, self.partition_bytes, self.threads_per_synthesis, workers
-        )
+        self.plan: Plan = resolve(settings, self.workload)
         # The journal lives on a thread of its own: an fsync must never stall the event loop.
         self._db = ThreadPoolExecutor(1, "pacer-journal")
         try:
@@ -247,17 +189,18 @@ class Service:
         except BaseException:
             self._db.shutdown()
             raise
-        self.policy = build_policy(settings.controller, self.caps, clock, estimates)
+        self.policy = build_policy(settings.controller.policy, settings.controller,
+                                   self.plan.caps, clock, estimates)  # fmt: skip
         self.retry = RetrySchedule(settings.retry)
         self.pipeline = Pipeline(
             # The pipeline calls only what every DispatchPolicy has (decide, observe_*).
             self.policy,
             self.workload,
-            self.caps,
-            workers=workers,
-            budget_bytes=budget,
+            self.plan.caps,
+            workers=self.plan.workers,
+            budget_bytes=self.plan.budget_bytes,
             on_outcome=self._on_outcome,
-            verify_every=self.verify_every,
+            verify_every=self.plan.verify_every,
             limits=CallLimits(settings.timeouts, self._estimates),
             clock=clock,
         )
@@ -273,15 +216,6 @@ class Service:
         self.metrics.watch_health(self.supervisor, self.watchdog, self.unready_reasons)
         self.pipeline.observer = _Progress(self.metrics, self.watchdog)
 
-    def _caps_for(self, budget_bytes: int) -> Caps:
-        return Caps.from_host(
-            cores=self.settings.synthesis.cores,
-            threads_per_synthesis=self.threads_per_synthesis,
-            max_concurrent=self.settings.synthesis.max_concurrent,
-            budget_bytes=budget_bytes,
-            partition_bytes=self.partition_bytes,
-        )
-
     def _saved_estimates(self) -> Estimates | None:
         """The estimates the journal holds, if they were saved under this host's and
         workload's key; others describe another regime, and a cold start is better."""
@@ -289,10 +223,10 @@ class Service:
         if saved is None:
             return None
         key = self._db.submit(self.journal.load_estimates_key).result()
-        if key != self.estimates_key:
+        if key != self.plan.estimates_key:
             log.info(
                 "saved estimates not used: saved for %s, this start is %s",
-                key or "an unrecorded workload", self.estimates_key,
+                key or "an unrecorded workload", self.plan.estimates_key,
             )  # fmt: skip
             return None
         return _estimates(saved)
@@ -345,111 +279,67 @@ class Service:
         sd_notify(f"READY=1\nSTATUS=serving on port {self.port}, {resumed} jobs resumed")
 
     def _fit_memory_to_host(self) -> None:
-        """Fit the memory budget to the host, read now: MemAvailable less the reserve.
+        """Fit the plan to the host, read now: the budget at most MemAvailable less the reserve.
 
         A budget larger than that is clamped to it, with a warning: partitions in flight
         could otherwise take the host into the OOM killer (the default 64 GiB on a smaller
-        host is the common case, and it must still start). Not one partition fitting is a
-        ConfigurationError. Without /proc/meminfo the budget stays as configured."""
-        budget = self.memory.configured_budget_bytes
+        host is the common case, and it must still start). Not one partition fitting, or a
+        pinned pool larger than that, is a ConfigurationError (`pacer.plan.resolve`). Without
+        /proc/meminfo the budget stays as configured."""
         try:
             host = HostMemory.read(self._meminfo)
         except (OSError, ValueError) as exc:
             log.warning("cannot read the host's memory (%s): the memory budget "
                         "(PACER_MEMORY__BUDGET_BYTES) is not checked against it", exc)  # fmt: skip
             return
-        reserve = int(self.settings.memory.host_reserve_bytes) or host.default_reserve_bytes()
-        plan = MemoryPlan.fit(budget, host, reserve)
-        if plan.budget_bytes < self.partition_bytes:
-            raise ConfigurationError(
-                f"the host cannot hold one partition of {bytes_text(self.partition_bytes)}: "
-                f"{_host_room(plan)}; free memory on the host or lower "
-                "PACER_MEMORY__HOST_RESERVE_BYTES"
-            )
-        self.memory = plan
-        if not plan.clamped:
+        configured = self.plan
+        self.plan = plan = resolve(self.settings, self.workload, host)
+        if not plan.memory.clamped:
             return
+        budget, partition_bytes = plan.memory.configured_budget_bytes, plan.partition_bytes
         log.warning(
             "the memory budget (PACER_MEMORY__BUDGET_BYTES=%d, %s) is more than the host can "
             "give: %s; the budget in effect is clamped to that, %d partitions of %s in flight "
             "instead of %d, so that they cannot take the host into the OOM killer",
-            budget, bytes_text(budget), _host_room(plan), plan.budget_bytes // self.partition_bytes,
-            bytes_text(self.partition_bytes), self.caps.inflight_partitions,
+            budget, bytes_text(budget), host_room(plan.memory), plan.caps.inflight_partitions,
+            bytes_text(partition_bytes), configured.caps.inflight_partitions,
         )  # fmt: skip
-        self.caps = self._caps_for(plan.budget_bytes)
         # Nothing has driven the policy yet: built again on the caps in effect (its estimates
         # kept), it is what the pipeline dispatches by and the metrics read. One put in the
         # pipeline's place before start (a test's) is left as it is.
         if self.pipeline.controller is self.policy:
-            self.policy = build_policy(self.settings.controller, self.caps, self._clock,
-                                       self._estimates())  # fmt: skip
+            self.policy = build_policy(self.policy_name, self.settings.controller, plan.caps,
+                                       self._clock, self._estimates())  # fmt: skip
             self.pipeline.controller = self.policy
-        self.pipeline.caps = self.caps
+        self.pipeline.caps = plan.caps
         self.pipeline.budget_bytes = plan.budget_bytes
 
     async def _prepare_workload(self) -> None:
-        """Let the workload allocate what it holds for the whole run (the pinned pool), on a
-        thread and before readiness: pinning host memory runs at about 2 GiB/s. A pool larger
-        than the host can give (`_fit_memory_to_host`) is a ConfigurationError."""
-        prepare = getattr(self.workload, "prepare", None)
-        if prepare is None:
+        """Let a pooled workload allocate its pool for the whole run, on a thread and before
+        readiness (pinning host memory runs at about 2 GiB/s), with the plan's slots."""
+        workload = pooled(self.workload)
+        if workload is None:
             return
-        slots = self.settings.gpu.pool_slots or self.pool_slots_needed()
-        budget = self.memory.budget_bytes
-        self._check_pool_fits(slots)
-        wanted = self.pool_slots_wanted()
+        plan = self.plan
+        slots, wanted, gib = plan.pool_slots, plan.pool_slots_wanted, plan.partition_bytes / 2**30
         if not self.settings.gpu.pool_slots and slots < wanted:
             log.warning(
                 "the memory budget (PACER_MEMORY__BUDGET_BYTES, %.1f GiB) holds %d partitions "
                 "of %.2f GiB, fewer than the %d (%.1f GiB) that every synthesis the cores allow, "
                 "the ready buffer and the proving workers keep in flight: the GPUs may wait on "
                 "synthesis; raise the budget if the host has the memory",
-                budget / 2**30, slots, self.partition_bytes / 2**30,
-                wanted, wanted * self.partition_bytes / 2**30,
+                plan.budget_bytes / 2**30, slots, gib, wanted, wanted * gib,
             )  # fmt: skip
-        log.info("pinning %d pool slots of %.2f GiB before ready", slots,
-                 self.partition_bytes / 2**30)  # fmt: skip
+        log.info("pinning %d pool slots of %.2f GiB before ready", slots, gib)
         started = self._clock()
-        if "synthesis_workers" in inspect.signature(prepare).parameters:
-            prepare = functools.partial(prepare, synthesis_workers=self.caps.synthesis_concurrency)
-        await asyncio.get_running_loop().run_in_executor(None, prepare, slots, budget)
-        pool = self.pipeline.pool
+        await asyncio.get_running_loop().run_in_executor(
+            None, workload.prepare, slots, plan.budget_bytes, plan.caps.synthesis_concurrency
+        )
+        pool = workload.pool
         log.info(
             "pinned pool ready: %d slots, %.1f GiB in %.1f s",
             slots, (pool.total_bytes if pool else 0) / 2**30, self._clock() - started,
         )  # fmt: skip
-
-    def _check_pool_fits(self, slots: int) -> None:
-        """Refuse a pinned pool larger than MemAvailable less the reserve: pinned memory is
-        neither swapped nor reclaimed, and pinning it would take the host into the OOM
-        killer."""
-        usable = self.memory.usable_bytes
-        pool_bytes = slots * self.partition_bytes
-        if usable is None or pool_bytes <= usable:
-            return
-        source = (
-            f"PACER_GPU__POOL_SLOTS={slots}"
-            if self.settings.gpu.pool_slots
-            else f"{slots}, sized by PACER_GPU__POOL_SLOTS=0 within PACER_MEMORY__BUDGET_BYTES"
-        )
-        raise ConfigurationError(
-            f"the pinned pool of {slots} slots × {bytes_text(self.partition_bytes)} = "
-            f"{bytes_text(pool_bytes)} ({source}) does not fit the host: "
-            f"{_host_room(self.memory)}. Pinned memory cannot be swapped: allocating it would "
-            "take the host into the OOM killer. Lower PACER_GPU__POOL_SLOTS or "
-            "PACER_MEMORY__BUDGET_BYTES, or free memory"
-        )
-
-    def pool_slots_needed(self) -> int:
-        """Pinned slots for every partition the controller keeps in flight
-        (`pool_slots_wanted`), at most what the memory budget holds."""
-        return min(self.caps.inflight_partitions, self.pool_slots_wanted())
-
-    def pool_slots_wanted(self) -> int:
-        """One slot per synthesis the cores allow, twice the ready setpoint, one per proving
-        worker."""
-        ready = math.ceil(2 * self.settings.controller.target_ready)
-        return self.caps.synthesis_concurrency + ready + self.pipeline.workers
 
     async def shutdown(self) -> bool:
         """Drain and stop. True if all in-flight work finished within the drain budget."""
@@ -488,12 +378,9 @@ class Service:
         ``bounded``, when calls are still in flight or hung, for at most CLOSE_WORKLOAD_S: a
         close stuck behind a hung call must not hold the exit, and the process's end frees
         what it held (pool blocks left in /dev/shm are removed at the next start)."""
-        close_workload = getattr(self.workload, "close", None)
-        if close_workload is None:
-            return
         closer = DaemonPool(1, "pacer-close")
         try:
-            await asyncio.wait_for(asyncio.wrap_future(closer.submit(close_workload)),
+            await asyncio.wait_for(asyncio.wrap_future(closer.submit(self.workload.close)),
                                    CLOSE_WORKLOAD_S if bounded else None)  # fmt: skip
         except TimeoutError:
             log.error("the workload's close took over %.0f s; exiting without it (a hung call?)",
@@ -858,7 +745,7 @@ class Service:
         for the next start they fit."""
         if isinstance(self.policy, PIController) and self.policy.estimates.known:
             await self.db(
-                self.journal.save_estimates, asdict(self.policy.estimates), self.estimates_key
+                self.journal.save_estimates, asdict(self.policy.estimates), self.plan.estimates_key
             )
 
     async def _flush(self) -> None:
@@ -1024,6 +911,7 @@ class Service:
                 "task_failures": self.supervisor.failures(),
             },
             "workload": self.workload.name,
+            "plan": self.plan.as_dict(),
             "controller": self.controller_state(),
             "queues": {
                 "backlog": p.backlog,
@@ -1034,10 +922,10 @@ class Service:
             },
             "memory": {
                 "budget_bytes": p.budget_bytes,  # in effect: clamped to the host's at start
-                **self.memory.as_dict(),
+                **self.plan.memory.as_dict(),
                 "inflight_bytes": p.inflight_bytes,
-                "partition_bytes": self.partition_bytes,
-                "caps": asdict(self.caps),
+                "partition_bytes": self.plan.partition_bytes,
+                "caps": asdict(self.plan.caps),
             },
             "pool": _pool_json(p.pool),
             "calls": {
@@ -1051,9 +939,9 @@ class Service:
             "retry": {**self.settings.retry.model_dump(), "waiting": len(self._retries)},
             "synthesis": {
                 # Where synthesis runs: the GPU path's setting; the CPU workloads use threads.
-                "executor": getattr(self.workload, "executor", "threads"),
+                "executor": self.plan.executor,
                 # How the ntt workload computes it (numba or numpy); None for other workloads.
-                "kernel": getattr(self.workload, "kernel", None),
+                "kernel": self.plan.kernel,
                 "restarts": p.synthesis_restarts,
             },
             "gpus": [
@@ -1117,42 +1005,6 @@ class _FailedAttempt:
 
     reason: str
     gpu: int | None
-
-
-def _or_workload_says(setting: int | None, workload: Workload, name: str, default: int) -> int:
-    """A setting left unset defers to what the workload says (its attribute ``name``), and
-    to ``default`` where it says nothing."""
-    if setting is not None:
-        return setting
-    return int(getattr(workload, name, default))
-
-
-def _estimates_key(
-    settings: Settings,
-    workload: Workload,
-    partition_bytes: int,
-    threads_per_synthesis: int,
-    workers: int,
-) -> str:
-    """What this start's estimates are valid for (``pacer.estimates.estimates_key``): the
-    workload and what sets its durations (field, size, kernel, executor, threads, workers),
-    the GPU model and the cores."""
-    field = getattr(workload, "field", None)
-    params: dict[str, object] = {
-        "field": getattr(field, "name", None),
-        "log_n": getattr(workload, "log_n", None),
-        "kernel": getattr(workload, "kernel", None),
-        "partition_bytes": partition_bytes,
-        "threads_per_synthesis": threads_per_synthesis,
-        "executor": settings.synthesis.executor,
-        "gpu_workers": workers,
-    }
-    return estimates_key(
-        workload=settings.workload,
-        params={name: value for name, value in params.items() if value is not None},
-        gpu_model=str(getattr(workload, "gpu_model", "none")),
-        cores=settings.synthesis.cores,
-    )
 
 
 def _estimates(saved: dict[str, float | None] | None) -> Estimates | None:

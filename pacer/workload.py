@@ -1,31 +1,29 @@
-"""What a partition's work is: the Workload protocol and the built-in workloads.
+"""What a partition's work is: the Workload contract, the noop workload and the loader.
 
 The pipeline calls ``synthesize`` on a CPU executor thread, ``prove`` on a proving worker's
 thread, and ``verify`` on the CPU. It reaches the GPU only through a workload.
 
-- ``ntt`` (default): the Groth16 "H" computation over a prime field (``gpu.ntt``): synthesis
-  draws a, b and c = a∘b on a domain of 2^log_n; proving interpolates, evaluates on a coset,
-  divides by the vanishing polynomial and interpolates back; verification checks
-  H(r)·Z(r) = A(r)·B(r) − C(r) at a random point.
+``PACER_WORKLOAD`` names the workload:
+
+- ``gpu.workload:ntt`` (default; ``ntt`` for short): the Groth16 "H" computation over a prime
+  field, on the GPUs when there are any (`gpu.workload`).
 - ``noop``: as little work as a partition can be, for measuring the pipeline itself.
-- ``module:factory``: your own; ``factory(settings)`` returns an object with the methods below.
+- ``module:factory``: your own; ``factory(settings)`` returns a `Workload` (subclass it: the
+  members you leave out keep its defaults), or a `PooledWorkload` when it holds a pool.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
-import logging
-import threading
-import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pacer.config import Settings
 
-logger = logging.getLogger("pacer.workload")
+WORKLOAD_ALIASES = {"ntt": "gpu.workload:ntt"}
+"""Short names of workloads that live outside pacer, as ``PACER_WORKLOAD`` accepts them."""
 
 
 @dataclass(frozen=True)
@@ -49,9 +47,27 @@ class Proof:
 
 @runtime_checkable
 class Workload(Protocol):
-    """The work of one partition. Methods run off the event loop, so they may block."""
+    """The work of one partition, and what the service asks of whatever does it.
+
+    Subclass it: the five methods without a body are the work; every other member has a
+    neutral default (a CPU workload of one worker per proving thread, holding nothing) that a
+    workload overrides where it knows better. Methods run off the event loop, so they may
+    block. The attributes are read once, at start, by `pacer.plan.resolve`.
+    """
 
     name: str
+
+    threads_per_synthesis: int = 4
+    """Threads one synthesis keeps busy, where ``PACER_SYNTHESIS__THREADS_PER_SYNTHESIS`` is
+    unset (the synthesis-concurrency cap divides the cores by it)."""
+    verify_every: int = 1
+    """Verify every n-th proved partition (0: never), where ``PACER_VERIFY_EVERY`` is unset."""
+    executor: str = "threads"
+    """Where its synthesis runs: threads of the service, or processes."""
+    log_n: int | None = None
+    """Partition size as log2 of its domain, where it has one (status, saved estimates)."""
+    kernel: str | None = None
+    """How its CPU work computes (numba, numpy), where it has a choice."""
 
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Validated job parameters; ValueError naming the parameter and the rule."""
@@ -65,22 +81,117 @@ class Workload(Protocol):
         """The partition's buffers, deterministic from the spec."""
         ...
 
-    def prove(self, buffers: Any, worker: int) -> Proof:
-        """Prove one partition on proving worker ``worker``.
-
-        A workload may take a third parameter, ``keep_output: bool``: the pipeline then passes
-        False when ``verify`` will not be called with this proof, so bulky output can stay out
-        of it.
-        """
+    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
+        """Prove one partition on proving worker ``worker``. ``keep_output`` is False when
+        ``verify`` will not be called with this proof, so bulky output can stay out of it."""
         ...
 
     def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
         """Whether ``proof`` is right for these buffers."""
         ...
 
+    def release(self, buffers: Any) -> None:
+        """The partition is done with ``buffers`` (proved, failed, or its call returned after
+        it was abandoned): what they hold may be reused."""
+        return None
+
+    @property
+    def workers(self) -> int | None:
+        """Proving workers it runs (a GPU workload: its devices × workers per device); None:
+        as many as ``PACER_GPU__WORKERS`` says."""
+        return None
+
+    def device_of(self, worker: int) -> int:
+        """The GPU proving worker ``worker`` proves on: the label of its busy time and metrics.
+        By default each worker is its own."""
+        return worker
+
+    @property
+    def field_name(self) -> str | None:
+        """The prime field it computes over, where it has one."""
+        return None
+
+    @property
+    def gpu_model(self) -> str:
+        """The GPUs' model(s), "NVIDIA H200", what saved estimates are keyed by; "none"."""
+        return "none"
+
+    @property
+    def synthesis_restarts(self) -> int:
+        """Times its synthesis processes were replaced after one died (0 without any)."""
+        return 0
+
+    def close(self) -> None:
+        """Free what it holds (at shutdown, after the last call)."""
+        return None
+
+
+class Pool(Protocol):
+    """A pinned host-memory pool as the service reads it (`gpu.pool.PinnedPool`): slots and
+    bytes, and the counters of its lending."""
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def slots_total(self) -> int: ...
+
+    @property
+    def slots_free(self) -> int: ...
+
+    @property
+    def total_bytes(self) -> int: ...
+
+    @property
+    def in_use_bytes(self) -> int: ...
+
+    @property
+    def checkouts(self) -> int: ...
+
+    @property
+    def waits(self) -> int: ...
+
+    @property
+    def fallbacks(self) -> int: ...
+
+    @property
+    def allocations_after_warmup(self) -> int: ...
+
+
+@runtime_checkable
+class PooledWorkload(Workload, Protocol):
+    """A workload whose partitions live in a pool it allocates once, before the service is
+    ready (`prepare`), and frees in ``close``; dispatch also waits for a free slot."""
+
+    @property
+    def pool(self) -> Pool | None:
+        """The pool, once ``prepare`` has allocated it."""
+        ...
+
+    def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
+        """Allocate ``slots`` partitions' worth of pool within ``budget_bytes``, and what runs
+        ``synthesis_workers`` syntheses at once (the synthesis-concurrency cap)."""
+        ...
+
+
+def pooled(workload: Workload) -> PooledWorkload | None:
+    """``workload`` as a pooled workload, or None when it holds no pool."""
+    return workload if isinstance(workload, PooledWorkload) else None
+
 
 class WorkloadError(Exception):
     """A workload could not be loaded; the message says which and why."""
+
+
+def contract_members(protocol: type) -> list[str]:
+    """The members ``protocol`` (`Workload`, `PooledWorkload`) asks for, sorted."""
+    names: set[str] = set()
+    for base in protocol.__mro__:
+        if base is Protocol or not getattr(base, "_is_protocol", False):
+            continue
+        declared = {*vars(base), *vars(base).get("__annotations__", {})}
+        names |= {name for name in declared if not name.startswith("_")}
+    return sorted(names)
 
 
 def job_seed(job_id: str, params: Mapping[str, Any]) -> int:
@@ -91,7 +202,9 @@ def job_seed(job_id: str, params: Mapping[str, Any]) -> int:
     return int.from_bytes(hashlib.sha256(job_id.encode()).digest()[:8], "little")
 
 
-def _int_param(params: Mapping[str, Any], name: str, low: int, high: int, default: int) -> int:
+def int_param(params: Mapping[str, Any], name: str, low: int, high: int, default: int) -> int:
+    """``params[name]`` (``default`` when absent), an integer from ``low`` to ``high``;
+    ValueError naming the parameter and the rule."""
     value = params.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"params.{name}: must be an integer, got {value!r}")
@@ -100,111 +213,24 @@ def _int_param(params: Mapping[str, Any], name: str, low: int, high: int, defaul
     return value
 
 
-def _check_seed(params: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def check_known(params: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
+    """Refuse a parameter not in ``known``; the checked ``seed``, if given."""
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"params.{unknown[0]}: unknown parameter (known: {', '.join(known)})")
     if "seed" in params:
-        out["seed"] = _int_param(params, "seed", 0, 2**63 - 1, 0)
-    return out
+        return {"seed": int_param(params, "seed", 0, 2**63 - 1, 0)}
+    return {}
 
 
-class NttWorkload:
-    """The H computation over ``field`` (a `gpu.field.FIELD_NAMES` name) on the CPU (NumPy);
-    ``log_n`` sets the partition size."""
-
-    name = "ntt"
-    PHASES = ("intt", "coset_ntt", "pointwise", "coset_intt")
-
-    DEFAULT_LOG_N = 18
-    threads_per_synthesis = 1  # NumPy calls on one thread
-    MAX_JOB_LOG_N = 24
-    """Largest params.log_n a job may ask for (the configured size is always allowed)."""
-    verify_every = 1
-
-    DEFAULT_FIELD = "babybear"
-    """On the CPU: a product fits 64 bits, so NumPy multiplies about five times as fast."""
-
-    def __init__(self, log_n: int, field: str | None = None, kernel: str = "numpy") -> None:
-        from gpu.field import by_name
-
-        self.field = by_name(field or self.DEFAULT_FIELD)
-        if log_n > self.field.TWO_ADICITY:
-            raise WorkloadError(
-                f"PACER_NTT__LOG_N={log_n}: {self.field.name}'s largest domain is "
-                f"2^{self.field.TWO_ADICITY}"
-            )
-        self.log_n = log_n
-        self.kernel = ntt_kernel(kernel, self.field.name)
-        if self.kernel == "numba":  # compiled now (or loaded from the cache), not on a partition
-            from gpu import compiled
-
-            compiled.warm(self.field, verification=True)
-
-    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(params) - {"log_n", "seed"})
-        if unknown:
-            raise ValueError(f"params.{unknown[0]}: unknown parameter (known: log_n, seed)")
-        out = _check_seed(params)
-        if "log_n" in params:
-            high = max(min(self.MAX_JOB_LOG_N, self.field.TWO_ADICITY), self.log_n)
-            out["log_n"] = _int_param(params, "log_n", 4, high, self.log_n)
-        return out
-
-    def _log_n(self, params: Mapping[str, Any]) -> int:
-        return int(params.get("log_n", self.log_n))
-
-    def partition_bytes(self, params: Mapping[str, Any]) -> int:
-        return 3 * 8 * (1 << self._log_n(params))  # a, b, c as uint64
-
-    def synthesize(self, spec: PartitionSpec) -> Any:
-        import gpu.ntt as ntt
-
-        return ntt.synthesize(spec.seed, spec.index, self._log_n(spec.params), field=self.field,
-                              kernel=self.kernel)  # fmt: skip
-
-    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
-        import gpu.ntt as ntt
-
-        a, b, c = buffers
-        phases: dict[str, float] = {}
-        steps = ntt.HSteps(len(a).bit_length() - 1, self.field)
-        started = time.perf_counter()
-        coeffs = steps.intt(a, b, c)
-        phases["intt"] = time.perf_counter() - started
-        started = time.perf_counter()
-        evals = steps.coset_ntt(*coeffs)
-        phases["coset_ntt"] = time.perf_counter() - started
-        started = time.perf_counter()
-        quotient = steps.pointwise(*evals)
-        phases["pointwise"] = time.perf_counter() - started
-        started = time.perf_counter()
-        h = steps.coset_intt(quotient)
-        phases["coset_intt"] = time.perf_counter() - started
-        return Proof(ntt.digest(h, field=self.field), phases, h if keep_output else None)
-
-    def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
-
-        a, b, c = buffers
-        return self._verified(a, b, c, proof)
-
-    def _verified(self, a: Any, b: Any, c: Any, proof: Proof) -> bool:
-        import gpu.ntt as ntt
-
-        field = self.field
-        holds = bool(ntt.verify(a, b, c, proof.output, field=field, kernel=self.kernel))
-        return holds and ntt.digest(proof.output, field=field) == proof.digest
-
-
-class NoopWorkload:
+class NoopWorkload(Workload):
     """A partition of a few bytes whose proof is their hash: measures the pipeline alone."""
 
     name = "noop"
     threads_per_synthesis = 1
 
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(params) - {"seed"})
-        if unknown:
-            raise ValueError(f"params.{unknown[0]}: unknown parameter (known: seed)")
-        return _check_seed(params)
+        return check_known(params, ("seed",))
 
     def partition_bytes(self, params: Mapping[str, Any]) -> int:
         return 64
@@ -219,236 +245,14 @@ class NoopWorkload:
         return proof.digest == hashlib.sha256(buffers).hexdigest()
 
 
-class GpuNttWorkload(NttWorkload):
-    """The same H computation proved on CUDA GPUs, from a pinned host-memory pool.
-
-    Synthesis writes each partition into a pinned pool slot (the field's storage dtype, so the
-    GPU copies it at full speed and nothing is allocated on the hot path); proving worker ``w``
-    runs on device ``devices[w // workers_per_device]`` with a stream of its own; the slot goes
-    back to the pool once the partition is done. ``prepare`` allocates the pool and sets up
-    every worker's device buffers, tables and kernels (and, with ``executor="processes"``, the
-    synthesis processes) before the service is ready; ``close`` stops those and frees the pool.
-    A proof carries H's digest, folded on the GPU; H itself comes back only for partitions
-    that will be verified (every ``verify_every``-th by default: a CPU check of 2^27 elements
-    costs seconds of a core).
-    """
-
-    DEFAULT_LOG_N = 27
-    """Seven transforms of 2^27 points a partition: with Goldilocks, 3 GiB of a, b, c to copy
-    in and 130 ms of H200 time; with BabyBear (its largest domain), 1.5 GiB and 85 ms
-    (bench/RESULTS.md)."""
-    DEFAULT_FIELD = "goldilocks"
-    """On GPUs: the field whose partitions take at least 100 ms of an H200 (bench/RESULTS.md).
-    As NumPy calls its synthesis costs about 3.6 times BabyBear's CPU time per partition;
-    compiled by Numba, about what BabyBear's takes as NumPy calls (1.6 s with 32 cores busy)."""
-    verify_every = 100
-
-    def __init__(
-        self,
-        log_n: int,
-        devices: list[int],
-        workers_per_device: int,
-        on_empty: Literal["wait", "fallback"],
-        executor: Literal["threads", "processes"] = "threads",
-        pool_backend: Literal["cuda", "shared", "shared-cuda"] | None = None,
-        field: str | None = None,
-        kernel: str = "numpy",
-    ) -> None:
-        super().__init__(log_n, field, kernel)
-        self.devices = devices
-        self.workers_per_device = workers_per_device
-        self.on_empty = on_empty
-        self.executor = executor
-        # Processes need slots they can map: named shared memory, pinned by cudaHostRegister.
-        self.pool_backend: Literal["cuda", "shared", "shared-cuda"] = pool_backend or (
-            "shared-cuda" if executor == "processes" else "cuda"
-        )
-        self.pool: Any = None
-        self._provers: dict[int, Any] = {}
-        self._synthesizer: Any = None
-
-    @property
-    def workers(self) -> int:
-        return len(self.devices) * self.workers_per_device
-
-    def device_of(self, worker: int) -> int:
-        return self.devices[worker // self.workers_per_device]
-
-    @property
-    def gpu_model(self) -> str:
-        """The GPUs' model(s), "NVIDIA H200" (what saved estimates are keyed by)."""
-        from gpu.worker import device_name
-
-        return ", ".join(sorted({device_name(d) for d in self.devices}))
-
-    @property
-    def synthesis_restarts(self) -> int:
-        """Times the synthesis processes were replaced after one died."""
-        return 0 if self._synthesizer is None else int(self._synthesizer.restarts)
-
-    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        out = super().check_params(params)
-        if out.get("log_n", self.log_n) != self.log_n:
-            raise ValueError(
-                f"params.log_n: must equal PACER_NTT__LOG_N ({self.log_n}) when proving on the "
-                "GPU, whose pinned pool holds partitions of that size"
-            )
-        return out
-
-    def partition_bytes(self, params: Mapping[str, Any]) -> int:
-        return 3 * self.field.storage.itemsize * (1 << self.log_n)  # a, b, c as stored
-
-    def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int = 1) -> None:
-        """Allocate the pinned pool (before readiness: pinning runs at ~2 GiB/s), every
-        worker's prover (device buffers, uploaded tables, compiled kernels) and, with the
-        processes executor, ``synthesis_workers`` synthesis processes."""
-
-        from gpu import ntt_cuda
-        from gpu.pool import PinnedPool
-
-        n = 1 << self.log_n
-        on_cuda = self.pool_backend.endswith("cuda")  # else provers come from elsewhere (tests)
-        # The provers' tables take seconds of NumPy at 2^27: build them while pinning runs.
-        tables = threading.Thread(target=ntt_cuda.host_tables, args=(self.log_n, self.field))
-        if on_cuda:
-            tables.start()
-        try:
-            self.pool = PinnedPool(slots, [(n,)] * 3, dtype=self.field.storage,
-                                   backend=self.pool_backend, on_empty=self.on_empty,
-                                   budget_bytes=budget_bytes)  # fmt: skip
-        finally:
-            if on_cuda:
-                tables.join()
-        # The synthesis processes fill in their page tables for every slot (seconds per 100 GiB)
-        # while the provers are built.
-        with ThreadPoolExecutor(1, thread_name_prefix="synthesis-start") as starter:
-            starting = None
-            if self.executor == "processes":
-                from gpu.synthesis import ProcessSynthesizer
-
-                self._synthesizer = ProcessSynthesizer(
-                    synthesis_workers, self.pool.block_names, kernel=self.kernel, field=self.field
-                )
-                starting = starter.submit(self._synthesizer.start)
-            if on_cuda:
-                from gpu.worker import GpuProver
-
-                for worker in range(self.workers):
-                    device = self.device_of(worker)
-                    self._provers[worker] = GpuProver(device, self.log_n, self.field)
-                ntt_cuda.release_host_tables()  # every device has its copy now
-            if starting is not None:
-                starting.result()
-
-    def synthesize(self, spec: PartitionSpec) -> Any:
-        import gpu.ntt as ntt
-
-        slot = self.pool.checkout()
-        block = self.pool.slot_block(slot) if self._synthesizer is not None else None
-        try:
-            if block is not None:  # in a worker process, straight into the shared slot
-                self._synthesizer.fill(block, spec.seed, spec.index, self.field)
-            else:  # on this thread (also a pageable fallback slot, which no process can map)
-                ntt.synthesize_into(spec.seed, spec.index, slot.arrays, step=ntt.THREADED_STEP,
-                                    field=self.field, kernel=self.kernel)  # fmt: skip
-        except BaseException:
-            slot.release()
-            raise
-        return slot
-
-    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
-        from gpu.worker import GpuProver
-
-        prover = self._provers.get(worker)
-        if prover is None:  # without prepare (tests): created on the worker's own thread
-            prover = GpuProver(self.device_of(worker), self.log_n, self.field)
-            self._provers[worker] = prover
-        result = prover.prove(*buffers.arrays, keep_h=keep_output)
-        return Proof(result.digest, result.phases_s, result.h)
-
-    def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
-        import numpy as np
-
-        if proof.output is None:
-            raise ValueError("the proof carries no H: prove with keep_output=True to verify it")
-        # Goldilocks slots are uint64 already: read in place, not copied (3 GiB at 2^27).
-        a, b, c = (array.astype(np.uint64, copy=False) for array in buffers.arrays)
-        return self._verified(a, b, c, proof)
-
-    def release(self, buffers: Any) -> None:
-        """The partition is done: its pinned slot goes back to the pool."""
-        if buffers is not None and getattr(buffers, "arrays", None) is not None:
-            buffers.release()
-
-    def close(self) -> None:
-        if self._synthesizer is not None:
-            self._synthesizer.close()
-        if self.pool is not None:
-            self.pool.close()
-
-
-def ntt_kernel(setting: str, field: str = "goldilocks") -> str:
-    """How the ntt workload synthesizes and verifies, as ``PACER_NTT__KERNEL`` selects for
-    ``field``: auto takes numba where it is installed. Logged, as their speed depends on it:
-    falling back to NumPy is a warning for Goldilocks, whose products NumPy makes at less than
-    half the compiled rate."""
-    from gpu import compiled
-    from gpu.ntt import KERNELS
-
-    if setting not in ("auto", *KERNELS):
-        raise WorkloadError(f"PACER_NTT__KERNEL={setting}: must be auto, {', '.join(KERNELS)}")
-    if setting == "numpy":
-        return setting
-    if compiled.available():
-        logger.info("synthesis and verification compiled by Numba (PACER_NTT__KERNEL=%s)", setting)
-        return "numba"
-    if setting == "numba":
-        raise WorkloadError(
-            "PACER_NTT__KERNEL=numba: Numba is not installed (pip install 'pacer[fast]')"
-        )
-    logger.log(
-        logging.WARNING if field == "goldilocks" else logging.INFO,
-        "Numba is not installed: %s synthesis and verification run as NumPy calls%s (pip "
-        "install 'pacer[fast]', or PACER_NTT__KERNEL=numpy to say so)",
-        field, ", at less than half the compiled rate" if field == "goldilocks" else "",
-    )  # fmt: skip
-    return "numpy"
-
-
-def gpu_devices(setting: str) -> list[int]:
-    """The CUDA devices ``PACER_GPU__DEVICES`` selects among those present."""
-    if setting == "none":
-        return []
-    from gpu.worker import device_count
-
-    present = device_count()
-    if setting == "all":
-        return list(range(present))
-    wanted = [int(part) for part in setting.split(",")]
-    missing = [d for d in wanted if d >= present]
-    if missing:
-        raise WorkloadError(
-            f"PACER_GPU__DEVICES={setting}: device {missing[0]} is not present ({present} visible)"
-        )
-    return wanted
-
-
 def load_workload(settings: Settings) -> Workload:
-    """The workload ``PACER_WORKLOAD`` names (``ntt`` proves on the GPUs when there are any)."""
+    """The workload ``PACER_WORKLOAD`` names: ``noop``, or what ``module:factory`` (or its
+    short name) returns for ``settings``. WorkloadError says why one cannot be loaded, naming
+    the members it lacks."""
     name = settings.workload
-    if name == "ntt":
-        devices = gpu_devices(settings.gpu.devices)
-        if devices:
-            log_n = settings.ntt.log_n or GpuNttWorkload.DEFAULT_LOG_N
-            return GpuNttWorkload(log_n, devices, settings.gpu.workers_per_device,
-                                  settings.gpu.pool_on_empty, settings.synthesis.executor,
-                                  field=settings.ntt.field,
-                                  kernel=settings.ntt.kernel)  # fmt: skip
-        return NttWorkload(settings.ntt.log_n or NttWorkload.DEFAULT_LOG_N, settings.ntt.field,
-                           settings.ntt.kernel)  # fmt: skip
     if name == "noop":
         return NoopWorkload()
-    module_name, _, factory_name = name.partition(":")
+    module_name, _, factory_name = WORKLOAD_ALIASES.get(name, name).partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -457,9 +261,11 @@ def load_workload(settings: Settings) -> Workload:
     if not callable(factory):
         raise WorkloadError(f"PACER_WORKLOAD={name}: {module_name} has no callable {factory_name}")
     workload = factory(settings)
-    if not isinstance(workload, Workload):
+    missing = [m for m in contract_members(Workload) if not hasattr(workload, m)]
+    if missing or not isinstance(workload, Workload):
         raise WorkloadError(
             f"PACER_WORKLOAD={name}: the factory returned {type(workload).__name__}, which lacks "
-            "name, check_params, partition_bytes, synthesize, prove or verify"
+            f"{', '.join(missing)} of the Workload contract (subclass pacer.workload.Workload: "
+            "what it leaves out keeps the defaults)"
         )
     return workload

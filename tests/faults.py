@@ -25,8 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpu.workload import NttWorkload
 from pacer.config import Settings
-from pacer.workload import NoopWorkload, NttWorkload, PartitionSpec, Proof
+from pacer.workload import NoopWorkload, PartitionSpec, Proof, Workload
 
 CALLS = ("synthesis", "prove", "verify")
 KINDS = {
@@ -89,7 +90,7 @@ class Buffers:
     inner: Any
 
 
-class FaultWorkload:
+class FaultWorkload(Workload):
     """The inner workload, with the faults each job's params name."""
 
     name = "faults"

@@ -18,6 +18,8 @@ MODULES = [
     "pacer.supervision",
     "pacer.journal_health",
     "pacer.estimates",
+    "pacer.plan",
+    "pacer.policies",
     "pacer.table",
     "pacer.threads",
     "pacer.settle.detector",

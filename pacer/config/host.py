@@ -117,7 +117,7 @@ class GpuSettings(Section):
 
 
 class NttSettings(Section):
-    """The built-in workload: the Groth16 H computation over a prime field."""
+    """The ntt workload (`gpu.workload`): the Groth16 H computation over a prime field."""
 
     field: Literal["babybear", "goldilocks"] | None = Field(
         None,
@@ -142,12 +142,3 @@ class NttSettings(Section):
         "rate; pip install 'pacer[fast]', included in the gpu extras), or as whole-array NumPy "
         "calls; auto: numba where it is installed (auto/numba/numpy)",
     )
-
-    @model_validator(mode="after")
-    def _log_n_fits_the_field(self) -> Self:
-        if self.field == "babybear" and self.log_n is not None and self.log_n > 27:
-            raise ValueError(
-                f"log_n: {self.log_n} exceeds 27, the largest power-of-two domain of babybear "
-                "(its two-adicity); use PACER_NTT__FIELD=goldilocks for larger partitions"
-            )
-        return self

@@ -34,9 +34,11 @@ class Settings(BaseSettings):
     )
 
     workload: str = Field(
-        "ntt",
-        description="What a partition's work is: ntt (built-in), noop (pipeline benchmarks) or "
-        "module:factory of your own (name)",
+        "gpu.workload:ntt",
+        description="What a partition's work is: module:factory, the factory returning a "
+        "pacer.workload.Workload for these settings; gpu.workload:ntt (ntt for short) proves "
+        "the H computation on the GPUs, or on the CPU without any; noop is built in "
+        "(pipeline benchmarks) (name)",
     )
     verify_every: int | None = Field(
         None,

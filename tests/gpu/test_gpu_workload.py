@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from gpu.workload import GpuNttWorkload, NttWorkload, gpu_devices
 from pacer.config import Settings
-from pacer.workload import (
-    GpuNttWorkload,
-    NttWorkload,
-    PartitionSpec,
-    WorkloadError,
-    gpu_devices,
-    load_workload,
-)
+from pacer.workload import PartitionSpec, PooledWorkload, WorkloadError, load_workload, pooled
 
 
 def test_devices_none_proves_on_the_cpu() -> None:
     assert gpu_devices("none") == []
     workload = load_workload(Settings(gpu={"devices": "none"}))
     assert type(workload) is NttWorkload
+    assert pooled(workload) is None  # on the CPU: no pinned pool
 
 
 def test_a_missing_device_is_refused() -> None:
@@ -41,9 +36,10 @@ def test_gpu_workload_proves_from_the_pool_like_the_cpu(field: str) -> None:
     workload = load_workload(settings)
     assert isinstance(workload, GpuNttWorkload)
     assert workload.workers == 2 * len(devices)
-    workload.prepare(slots=4, budget_bytes=2**30)
+    workload.prepare(slots=4, budget_bytes=2**30, synthesis_workers=1)
     try:
         pool = workload.pool
+        assert pool is not None
         assert pool.slot_bytes == workload.partition_bytes({})
         cpu = NttWorkload(12, field)
         for index in range(6):
@@ -81,3 +77,18 @@ def test_a_size_past_the_fields_domains_is_refused_naming_the_setting() -> None:
     ):
         NttWorkload(28)
     assert NttWorkload(28, "goldilocks").log_n == 28
+
+
+def test_the_gpu_workload_is_pooled_and_says_what_the_plan_reads() -> None:
+    gpu = GpuNttWorkload(12, [0, 1], 2, "wait", pool_backend="shared")
+    assert isinstance(gpu, PooledWorkload)
+    assert pooled(gpu) is gpu
+    assert (gpu.workers, gpu.device_of(3), gpu.verify_every, gpu.executor) == (4, 1, 100, "threads")
+    assert (gpu.field_name, gpu.log_n, gpu.kernel) == ("goldilocks", 12, "numpy")
+    assert gpu.pool is None  # until prepare
+
+
+def test_a_size_past_the_chosen_fields_domains_is_refused_at_load() -> None:
+    settings = Settings(gpu={"devices": "none"}, ntt={"field": "babybear", "log_n": 28})
+    with pytest.raises(WorkloadError, match=r"PACER_NTT__LOG_N=28: babybear's largest domain"):
+        load_workload(settings)

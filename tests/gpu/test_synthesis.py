@@ -20,7 +20,8 @@ from gpu import lifeline, ntt, synthesis
 from gpu.babybear import BABYBEAR
 from gpu.pool import BLOCK_PREFIX, PinnedPool, remove_stale_blocks
 from gpu.synthesis import SYNTHESIS_PROCESS_NAME, ProcessSynthesizer
-from pacer.workload import GpuNttWorkload, PartitionSpec
+from gpu.workload import GpuNttWorkload
+from pacer.workload import PartitionSpec
 from tests.pool_holder import kill_holder, start_pool_holder, start_synthesis_holder
 from tests.processes import descendants, mapping_blocks_of, parent_of, wait_until_gone
 
@@ -150,6 +151,7 @@ def test_the_gpu_workload_synthesizes_in_processes_and_frees_them(kernel: str) -
             expected = ntt.synthesize(spec.seed, spec.index, 10, field=workload.field)
             assert all((a == e).all() for a, e in zip(slot.arrays, expected, strict=True))
             workload.release(slot)
+        assert workload.pool is not None
         block = workload.pool.slot_block(workload.pool.checkout())
         assert block is not None
         assert shm_exists(block.name)

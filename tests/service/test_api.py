@@ -12,7 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pacer.journal import PartitionResult
-from pacer.service import ConfigurationError, Service
+from pacer.plan import ConfigurationError
+from pacer.service import Service
 from tests.service.conftest import settings_for
 
 pytestmark = pytest.mark.asyncio

@@ -300,7 +300,11 @@ async def test_a_close_stuck_behind_a_hung_call_does_not_hold_the_shutdown(
     unblock = threading.Event()
     env = {"PACER_SHUTDOWN__DRAIN_S": "0.2", "PACER_TIMEOUTS__PROVE_S": "0"}  # 300 s: hung on
     async with running(tmp_path, **env) as svc:
-        svc.workload.close = lambda: unblock.wait(30)  # type: ignore[attr-defined]
+
+        def stuck_close() -> None:
+            unblock.wait(30)
+
+        svc.workload.close = stuck_close  # type: ignore[method-assign]
         try:
             await svc.submit(1, {"faults": [fault("prove", "hang", 0)]}, 0)
             await until(lambda: svc.pipeline.gpu_busy == 1, "the hung prove")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from pacer.pipeline import BusyMeter, _Gpu
+from pacer.pipeline import BusyMeter, GpuBusy
 
 
 def test_a_gpu_is_busy_while_any_of_its_workers_proves() -> None:
     now = [0.0]
-    gpu = _Gpu(0, BusyMeter(lambda: now[0]))
+    gpu = GpuBusy(0, BusyMeter(lambda: now[0]))
     assert gpu.begin(1.0) is None  # the first partition ends no gap
     assert gpu.begin(1.5) is None  # a second worker joins: still busy, no gap
     gpu.end(2.0)
@@ -23,7 +23,7 @@ def test_a_gpu_is_busy_while_any_of_its_workers_proves() -> None:
 
 def test_busy_ratio_counts_a_partition_still_running() -> None:
     now = [0.0]
-    gpu = _Gpu(1, BusyMeter(lambda: now[0]))
+    gpu = GpuBusy(1, BusyMeter(lambda: now[0]))
     gpu.begin(0.0)
     now[0] = 10.0
     assert gpu.ratio() == pytest.approx(1.0)

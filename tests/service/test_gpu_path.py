@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry
 from gpu import ntt
 from gpu.field import PrimeField
 from gpu.worker import PHASES, GpuResult
+from gpu.workload import GpuNttWorkload
 from pacer.config import Settings
 from pacer.service import Service
-from pacer.workload import GpuNttWorkload
 from tests.service.conftest import settings_for
 from tests.service.test_api import call, until_done
 
@@ -72,9 +72,11 @@ async def started_service(tmp_path: Path, **env: str) -> tuple[Service, GpuNttWo
 async def test_partitions_synthesized_in_processes_prove_and_verify(tmp_path: Path) -> None:
     service, workload = await started_service(tmp_path, PACER_VERIFY_EVERY="3")
     try:
-        pool = service.pipeline.pool
+        pool = workload.pool
+        assert pool is not None
+        assert service.pipeline.pool is pool
         assert pool.backend == "shared"
-        assert pool.slots_total == service.pool_slots_needed()
+        assert pool.slots_total == service.plan.pool_slots
         status, body = await call(
             service, "POST", "/v1/jobs", {"partitions": 9, "params": {"seed": 4}}
         )
@@ -106,8 +108,10 @@ async def test_a_budget_too_small_for_the_cores_is_logged_at_start(
     with caplog.at_level(logging.WARNING, logger="pacer.service"):
         service, _ = await started_service(tmp_path, PACER_MEMORY__BUDGET_BYTES=str(3 * slot))
     try:
-        assert service.pipeline.pool.slots_total == 3
-        wanted = service.pool_slots_wanted()
+        pool = service.pipeline.pool
+        assert pool is not None
+        assert pool.slots_total == 3
+        wanted = service.plan.pool_slots_wanted
         assert wanted > 3
         assert f"holds 3 partitions of 0.00 GiB, fewer than the {wanted}" in caplog.text
         assert "PACER_MEMORY__BUDGET_BYTES" in caplog.text
@@ -120,8 +124,10 @@ async def test_a_killed_synthesis_process_is_replaced_and_the_job_completes(
 ) -> None:
     service, workload = await started_service(tmp_path)
     try:
+        assert workload._synthesizer is not None
         for worker in list(workload._synthesizer._executor._processes.values()):
             # The OOM killer, between partitions; the executor may end the others first.
+            assert worker.pid is not None
             with contextlib.suppress(ProcessLookupError):
                 os.kill(worker.pid, signal.SIGKILL)
             worker.join()

@@ -211,24 +211,18 @@ async def test_syntheses_and_proofs_are_progress_and_still_reach_the_metrics(
     await svc.shutdown()
 
 
-class Blocking:
+class Blocking(NoopWorkload):
     """The noop workload, whose synthesis waits until ``unblock`` is set: a stuck pipeline."""
 
     name = "blocking"
-    threads_per_synthesis = 1
 
     def __init__(self) -> None:
-        self._noop = NoopWorkload()
         self.unblock = threading.Event()  # not "release": the pipeline calls that one
-        self.check_params = self._noop.check_params
-        self.partition_bytes = self._noop.partition_bytes
-        self.prove = self._noop.prove
-        self.verify = self._noop.verify
 
     def synthesize(self, spec: PartitionSpec) -> Any:
         if not self.unblock.wait(timeout=30):
             raise TimeoutError("synthesis was never released")
-        return self._noop.synthesize(spec)
+        return super().synthesize(spec)
 
 
 def blocking_workload(settings: Settings) -> Blocking:

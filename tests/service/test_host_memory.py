@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pacer.service import ConfigurationError, Service
+from pacer.plan import ConfigurationError
+from pacer.service import Service
 from tests.service.conftest import fake_meminfo, settings_for
 from tests.service.test_api import call, until_done
 from tests.service.test_gpu_path import LOG_N
@@ -73,7 +74,7 @@ async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
         assert "17 partitions of 1.0 GiB in flight instead of 64" in warning
         assert service.pipeline.budget_bytes == usable
         # The policy dispatches by the budget in effect: 17 partitions, not 64.
-        assert service.caps.inflight_partitions == 17
+        assert service.plan.caps.inflight_partitions == 17
         assert service.pipeline.controller is service.policy
         assert service.controller.bootstrap_depth == 15  # 90% of 17
         _, status = await call(service, "GET", "/v1/status")
@@ -139,8 +140,10 @@ async def test_a_pool_sized_from_a_clamped_budget_fits_the_host(
         await service.start()
     try:
         assert any("is more than the host can give" in m for m in memory_warnings(caplog))
-        assert service.pipeline.pool.slots_total == 5
-        assert service.pipeline.pool.total_bytes <= service.pipeline.budget_bytes
+        pool = service.pipeline.pool
+        assert pool is not None
+        assert pool.slots_total == 5
+        assert pool.total_bytes <= service.pipeline.budget_bytes
     finally:
         await service.shutdown()
 

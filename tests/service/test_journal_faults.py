@@ -376,7 +376,7 @@ async def test_dispatch_holds_while_too_many_results_wait_then_resumes(
     )  # fmt: skip
     assert svc.pipeline.backlog > 0  # work waits, undispatched
     # What was in flight when the limit was reached comes on top of it, no more.
-    assert limit <= svc.uncommitted() <= limit + svc.caps.inflight_partitions
+    assert limit <= svc.uncommitted() <= limit + svc.plan.caps.inflight_partitions
     faulty(svc).failing.clear()
     await assert_completed_exactly(svc, body["id"], PARTITIONS)
     _, status = await call(svc, "GET", "/v1/status")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -12,7 +14,7 @@ from pacer import service as service_module
 from pacer.config import Settings
 from pacer.journal import JobState, Journal
 from pacer.service import Service
-from pacer.workload import NoopWorkload
+from pacer.workload import NoopWorkload, PartitionSpec, Proof, Workload
 from tests.service.conftest import settings_for
 
 pytestmark = pytest.mark.asyncio
@@ -49,11 +51,11 @@ async def test_restart_on_other_cores_or_another_size_starts_cold(tmp_path: Path
     await first.shutdown()
     with Journal(tmp_path / "journal.sqlite") as journal:
         saved_key = journal.load_estimates_key()
-    assert saved_key == first.estimates_key
+    assert saved_key == first.plan.estimates_key
     # Estimates saved for 4 cores, or for partitions of 2^8, describe another regime.
     for env in ({"PACER_SYNTHESIS__CORES": "8"}, {"PACER_NTT__LOG_N": "9"}):
         other = Service(settings_for(tmp_path, **env), CollectorRegistry())
-        assert other.estimates_key != saved_key
+        assert other.plan.estimates_key != saved_key
         assert not other.controller.estimates.known
         await other.shutdown()
     same = Service(settings_for(tmp_path, PACER_SYNTHESIS__CORES="4"), CollectorRegistry())
@@ -78,18 +80,29 @@ async def test_upkeep_saves_estimates_and_prunes_finished_jobs(
     await svc.shutdown()
 
 
-class Silent:
-    """A workload that does not say how many threads its synthesis keeps busy."""
+class Silent(Workload):
+    """A workload that does not say how many threads its synthesis keeps busy: the noop
+    workload's work, the contract's default for the rest."""
 
     name = "silent"
 
     def __init__(self) -> None:
         self._noop = NoopWorkload()
-        self.check_params = self._noop.check_params
-        self.partition_bytes = self._noop.partition_bytes
-        self.synthesize = self._noop.synthesize
-        self.prove = self._noop.prove
-        self.verify = self._noop.verify
+
+    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return self._noop.check_params(params)
+
+    def partition_bytes(self, params: Mapping[str, Any]) -> int:
+        return self._noop.partition_bytes(params)
+
+    def synthesize(self, spec: PartitionSpec) -> Any:
+        return self._noop.synthesize(spec)
+
+    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
+        return self._noop.prove(buffers, worker, keep_output)
+
+    def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
+        return self._noop.verify(spec, buffers, proof)
 
 
 def silent_workload(settings: Settings) -> Silent:
@@ -115,5 +128,5 @@ async def test_synthesis_concurrency_follows_the_threads_one_synthesis_keeps_bus
         journal={"path": tmp_path / "journal.sqlite"},
     )
     service = Service(settings, CollectorRegistry())
-    assert service.caps.synthesis_concurrency == expected
+    assert service.plan.caps.synthesis_concurrency == expected
     await service.shutdown()

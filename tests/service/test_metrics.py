@@ -69,7 +69,7 @@ async def test_synthesis_cap_appears_once_a_synthesis_time_is_known(service: Ser
     synthesis_s = service.policy.estimates.synthesis_s
     assert synthesis_s
     # The cap is the last decision's, a synthesis or two behind the estimate at most.
-    expected = service.caps.synthesis_concurrency / synthesis_s
+    expected = service.plan.caps.synthesis_concurrency / synthesis_s
     assert value("pacer_controller_synthesis_cap") == pytest.approx(expected, rel=0.5)
 
 

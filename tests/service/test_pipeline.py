@@ -17,13 +17,13 @@ from pacer.controller import PIController
 from pacer.estimates import Estimates
 from pacer.pipeline import Outcome, Pipeline
 from pacer.policy import Caps
-from pacer.workload import PartitionSpec, Proof
+from pacer.workload import PartitionSpec, Proof, Workload
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.asyncio
 
 
-class Recording:
+class Recording(Workload):
     """Records what it is asked to do; fails where told; 100 bytes a partition."""
 
     name = "recording"
@@ -35,6 +35,7 @@ class Recording:
         self.fail_prove = fail_prove
         self.pipeline: Pipeline | None = None
         self.lock = threading.Lock()
+        self.verified: list[int] = []
 
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return dict(params)
@@ -51,12 +52,14 @@ class Recording:
             raise RuntimeError("no witness")
         return spec.index
 
-    def prove(self, buffers: Any, worker: int) -> Proof:
+    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
         if buffers == self.fail_prove:
             raise RuntimeError("device lost")
         return Proof(f"d{buffers}", {"work": 0.0})
 
     def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
+        with self.lock:
+            self.verified.append(spec.index)
         return proof.digest == f"d{buffers}"
 
 
@@ -140,6 +143,7 @@ async def test_verification_runs_on_every_nth_partition() -> None:
     await run_until_idle(pipeline, 6, outcomes)
     assert len(outcomes) == 6
     assert all(o.error is None for o in outcomes)
+    assert sorted(workload.verified) == [1, 3, 5]  # every second dispatched, in index order
 
 
 async def test_cancel_drops_the_backlog_and_silences_the_job() -> None:
@@ -231,9 +235,9 @@ class Hanging(Recording):
         self._maybe_hang("synthesis", spec.index)
         return super().synthesize(spec)
 
-    def prove(self, buffers: Any, worker: int) -> Proof:
+    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
         self._maybe_hang("prove", buffers)
-        return super().prove(buffers, worker)
+        return super().prove(buffers, worker, keep_output)
 
 
 def build_timed(
@@ -268,7 +272,7 @@ async def test_a_prove_past_its_limit_is_abandoned_and_its_worker_replaced(
     pipeline.start()
     try:
         await asyncio.to_thread(workload.entered.wait, 10)
-        hung_thread = pipeline._workers[0].thread
+        hung_thread = pipeline.provers.workers[0].thread
         clock.advance(4.0)
         assert pipeline.check_limits() == 0  # within its limit
         clock.advance(2.0)
@@ -280,7 +284,7 @@ async def test_a_prove_past_its_limit_is_abandoned_and_its_worker_replaced(
         assert [(task, str(exc)) for task, exc in failures] == [
             ("prove-0", "prove timed out after 5 s")
         ]
-        assert pipeline._workers[0].thread is not hung_thread
+        assert pipeline.provers.workers[0].thread is not hung_thread
         assert (pipeline.live_workers, pipeline.abandoned_threads) == (1, 1)
         assert (pipeline.inflight, pipeline.abandoned, pipeline.inflight_bytes) == (0, 1, 100)
         assert pipeline.idle
@@ -361,10 +365,10 @@ class Fatal(BaseException):
 
 
 class RaisingBase(Recording):
-    def prove(self, buffers: Any, worker: int) -> Proof:
+    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
         if buffers == 0:
             raise Fatal("a native binding's exit")
-        return super().prove(buffers, worker)
+        return super().prove(buffers, worker, keep_output)
 
 
 async def test_a_base_exception_from_prove_fails_the_attempt_not_the_worker(
@@ -393,7 +397,7 @@ async def test_a_worker_thread_that_dies_is_replaced_and_its_partition_failed(
 ) -> None:
     workload = Recording()
     pipeline, outcomes, failures = build_timed(workload, clock)
-    gpu = pipeline._gpus[0]
+    gpu = pipeline.provers.gpus[0]
     begin = gpu.begin
 
     def broken_once(now: float) -> float | None:
@@ -418,7 +422,7 @@ async def test_a_worker_thread_that_dies_is_replaced_and_its_partition_failed(
 
 
 class BadProofs(Recording):
-    def prove(self, buffers: Any, worker: int) -> Any:
+    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Any:
         return {0: None, 1: Proof("two words"), 2: Proof("ok", {"ntt": math.nan})}[buffers]
 
 
@@ -456,9 +460,9 @@ class Gated(Recording):
             self.synthesis_gate.wait(5)
         return super().synthesize(spec)
 
-    def prove(self, buffers: Any, worker: int) -> Proof:
+    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
         self.prove_gate.wait(5)
-        return super().prove(buffers, worker)
+        return super().prove(buffers, worker, keep_output)
 
 
 async def test_observation_has_live_workers_and_the_ages_of_what_runs() -> None:
@@ -479,7 +483,7 @@ async def test_observation_has_live_workers_and_the_ages_of_what_runs() -> None:
     ended = threading.Thread(target=lambda: None)
     ended.start()
     ended.join()
-    idle = next(w for w in pipeline._workers if w.busy_since is None)
+    idle = next(w for w in pipeline.provers.workers if w.busy_since is None)
     running, idle.thread = idle.thread, ended
     assert pipeline.observation().gpu_workers == 1
     idle.thread = running

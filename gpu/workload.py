@@ -1,0 +1,349 @@
+"""The ntt workload: ``PACER_WORKLOAD=gpu.workload:ntt`` (the default; ``ntt`` for short).
+
+The Groth16 "H" computation over a prime field (`gpu.ntt`): synthesis draws a, b and
+c = a∘b on a domain of 2^log_n; proving interpolates, evaluates on a coset, divides by the
+vanishing polynomial and interpolates back; verification checks H(r)·Z(r) = A(r)·B(r) − C(r)
+at a random point. `ntt` proves on the CUDA GPUs ``PACER_GPU__DEVICES`` selects
+(`GpuNttWorkload`), or on the CPU with NumPy where there are none (`NttWorkload`).
+
+This module is the adapter between pacer and the device code: the one module of ``gpu`` that
+imports pacer (its Workload contract and settings), and that names pacer's settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Literal
+
+from gpu import compiled
+from gpu.field import by_name
+from pacer.config import Settings
+from pacer.workload import (
+    PartitionSpec,
+    Proof,
+    Workload,
+    WorkloadError,
+    check_known,
+    int_param,
+)
+
+if TYPE_CHECKING:
+    from gpu.pool import PinnedPool, Slot
+    from gpu.synthesis import ProcessSynthesizer
+    from gpu.worker import GpuProver
+
+logger = logging.getLogger("gpu.workload")
+
+
+class NttWorkload(Workload):
+    """The H computation over ``field`` (a `gpu.field.FIELD_NAMES` name) on the CPU (NumPy);
+    ``log_n`` sets the partition size."""
+
+    name = "ntt"
+    DEFAULT_LOG_N = 18
+    threads_per_synthesis = 1  # NumPy calls on one thread
+    MAX_JOB_LOG_N = 24
+    """Largest params.log_n a job may ask for (the configured size is always allowed)."""
+
+    DEFAULT_FIELD = "babybear"
+    """On the CPU: a product fits 64 bits, so NumPy multiplies about five times as fast."""
+
+    def __init__(self, log_n: int, field: str | None = None, kernel: str = "numpy") -> None:
+        self.field = by_name(field or self.DEFAULT_FIELD)
+        if log_n > self.field.TWO_ADICITY:
+            raise WorkloadError(
+                f"PACER_NTT__LOG_N={log_n}: {self.field.name}'s largest domain is "
+                f"2^{self.field.TWO_ADICITY}"
+            )
+        self.log_n: int = log_n
+        self.kernel: str = ntt_kernel(kernel, self.field.name)
+        if self.kernel == "numba":  # compiled now (or loaded from the cache), not on a partition
+            compiled.warm(self.field, verification=True)
+
+    @property
+    def field_name(self) -> str:
+        return self.field.name
+
+    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        out = check_known(params, ("log_n", "seed"))
+        if "log_n" in params:
+            high = max(min(self.MAX_JOB_LOG_N, self.field.TWO_ADICITY), self.log_n)
+            out["log_n"] = int_param(params, "log_n", 4, high, self.log_n)
+        return out
+
+    def _log_n(self, params: Mapping[str, Any]) -> int:
+        return int(params.get("log_n", self.log_n))
+
+    def partition_bytes(self, params: Mapping[str, Any]) -> int:
+        return 3 * 8 * (1 << self._log_n(params))  # a, b, c as uint64
+
+    def synthesize(self, spec: PartitionSpec) -> Any:
+        import gpu.ntt as ntt
+
+        return ntt.synthesize(spec.seed, spec.index, self._log_n(spec.params), field=self.field,
+                              kernel=self.kernel)  # fmt: skip
+
+    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
+        import gpu.ntt as ntt
+
+        a, b, c = buffers
+        phases: dict[str, float] = {}
+        steps = ntt.HSteps(len(a).bit_length() - 1, self.field)
+        started = time.perf_counter()
+        coeffs = steps.intt(a, b, c)
+        phases["intt"] = time.perf_counter() - started
+        started = time.perf_counter()
+        evals = steps.coset_ntt(*coeffs)
+        phases["coset_ntt"] = time.perf_counter() - started
+        started = time.perf_counter()
+        quotient = steps.pointwise(*evals)
+        phases["pointwise"] = time.perf_counter() - started
+        started = time.perf_counter()
+        h = steps.coset_intt(quotient)
+        phases["coset_intt"] = time.perf_counter() - started
+        return Proof(ntt.digest(h, field=self.field), phases, h if keep_output else None)
+
+    def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
+        a, b, c = buffers
+        return self._verified(a, b, c, proof)
+
+    def _verified(self, a: Any, b: Any, c: Any, proof: Proof) -> bool:
+        import gpu.ntt as ntt
+
+        field = self.field
+        holds = bool(ntt.verify(a, b, c, proof.output, field=field, kernel=self.kernel))
+        return holds and ntt.digest(proof.output, field=field) == proof.digest
+
+
+class GpuNttWorkload(NttWorkload):
+    """The same H computation proved on CUDA GPUs, from a pinned host-memory pool: a
+    `pacer.workload.PooledWorkload`.
+
+    Synthesis writes each partition into a pinned pool slot (the field's storage dtype, so the
+    GPU copies it at full speed and nothing is allocated on the hot path); proving worker ``w``
+    runs on device ``devices[w // workers_per_device]`` with a stream of its own; the slot goes
+    back to the pool once the partition is done. ``prepare`` allocates the pool and sets up
+    every worker's device buffers, tables and kernels (and, with ``executor="processes"``, the
+    synthesis processes) before the service is ready; ``close`` stops those and frees the pool.
+    A proof carries H's digest, folded on the GPU; H itself comes back only for partitions
+    that will be verified (every ``verify_every``-th by default: a CPU check of 2^27 elements
+    costs seconds of a core).
+    """
+
+    DEFAULT_LOG_N = 27
+    """Seven transforms of 2^27 points a partition: with Goldilocks, 3 GiB of a, b, c to copy
+    in and 130 ms of H200 time; with BabyBear (its largest domain), 1.5 GiB and 85 ms
+    (bench/RESULTS.md)."""
+    DEFAULT_FIELD = "goldilocks"
+    """On GPUs: the field whose partitions take at least 100 ms of an H200 (bench/RESULTS.md).
+    As NumPy calls its synthesis costs about 3.6 times BabyBear's CPU time per partition;
+    compiled by Numba, about what BabyBear's takes as NumPy calls (1.6 s with 32 cores busy)."""
+    verify_every = 100
+
+    def __init__(
+        self,
+        log_n: int,
+        devices: list[int],
+        workers_per_device: int,
+        on_empty: Literal["wait", "fallback"],
+        executor: Literal["threads", "processes"] = "threads",
+        pool_backend: Literal["cuda", "shared", "shared-cuda"] | None = None,
+        field: str | None = None,
+        kernel: str = "numpy",
+    ) -> None:
+        super().__init__(log_n, field, kernel)
+        self.devices = devices
+        self.workers_per_device = workers_per_device
+        self.on_empty = on_empty
+        self.executor = executor
+        # Processes need slots they can map: named shared memory, pinned by cudaHostRegister.
+        self.pool_backend: Literal["cuda", "shared", "shared-cuda"] = pool_backend or (
+            "shared-cuda" if executor == "processes" else "cuda"
+        )
+        self.pool: PinnedPool | None = None
+        self._provers: dict[int, Any] = {}
+        self._synthesizer: ProcessSynthesizer | None = None
+
+    @property
+    def workers(self) -> int:
+        return len(self.devices) * self.workers_per_device
+
+    def device_of(self, worker: int) -> int:
+        return self.devices[worker // self.workers_per_device]
+
+    @property
+    def gpu_model(self) -> str:
+        from gpu.worker import device_name
+
+        return ", ".join(sorted({device_name(d) for d in self.devices}))
+
+    @property
+    def synthesis_restarts(self) -> int:
+        return 0 if self._synthesizer is None else int(self._synthesizer.restarts)
+
+    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        out = super().check_params(params)
+        if out.get("log_n", self.log_n) != self.log_n:
+            raise ValueError(
+                f"params.log_n: must equal PACER_NTT__LOG_N ({self.log_n}) when proving on the "
+                "GPU, whose pinned pool holds partitions of that size"
+            )
+        return out
+
+    def partition_bytes(self, params: Mapping[str, Any]) -> int:
+        return 3 * self.field.storage.itemsize * (1 << self.log_n)  # a, b, c as stored
+
+    def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
+        """Allocate the pinned pool (before readiness: pinning runs at ~2 GiB/s), every
+        worker's prover (device buffers, uploaded tables, compiled kernels) and, with the
+        processes executor, ``synthesis_workers`` synthesis processes."""
+
+        from gpu import ntt_cuda
+        from gpu.pool import PinnedPool
+
+        n = 1 << self.log_n
+        on_cuda = self.pool_backend.endswith("cuda")  # else provers come from elsewhere (tests)
+        # The provers' tables take seconds of NumPy at 2^27: build them while pinning runs.
+        tables = threading.Thread(target=ntt_cuda.host_tables, args=(self.log_n, self.field))
+        if on_cuda:
+            tables.start()
+        try:
+            pool = PinnedPool(slots, [(n,)] * 3, dtype=self.field.storage,
+                              backend=self.pool_backend, on_empty=self.on_empty,
+                              budget_bytes=budget_bytes)  # fmt: skip
+        finally:
+            if on_cuda:
+                tables.join()
+        self.pool = pool
+        # The synthesis processes fill in their page tables for every slot (seconds per 100 GiB)
+        # while the provers are built.
+        with ThreadPoolExecutor(1, thread_name_prefix="synthesis-start") as starter:
+            starting = None
+            if self.executor == "processes":
+                from gpu.synthesis import ProcessSynthesizer
+
+                self._synthesizer = ProcessSynthesizer(
+                    synthesis_workers, pool.block_names, kernel=self.kernel, field=self.field
+                )
+                starting = starter.submit(self._synthesizer.start)
+            if on_cuda:
+                from gpu.worker import GpuProver
+
+                for worker in range(self.workers):
+                    device = self.device_of(worker)
+                    self._provers[worker] = GpuProver(device, self.log_n, self.field)
+                ntt_cuda.release_host_tables()  # every device has its copy now
+            if starting is not None:
+                starting.result()
+
+    def synthesize(self, spec: PartitionSpec) -> Slot:
+        import gpu.ntt as ntt
+
+        if self.pool is None:
+            raise RuntimeError("the pinned pool is not allocated yet: call prepare first")
+        slot = self.pool.checkout()
+        block = self.pool.slot_block(slot) if self._synthesizer is not None else None
+        try:
+            if block is not None and self._synthesizer is not None:
+                # In a worker process, straight into the shared slot.
+                self._synthesizer.fill(block, spec.seed, spec.index, self.field)
+            else:  # on this thread (also a pageable fallback slot, which no process can map)
+                ntt.synthesize_into(spec.seed, spec.index, slot.arrays, step=ntt.THREADED_STEP,
+                                    field=self.field, kernel=self.kernel)  # fmt: skip
+        except BaseException:
+            slot.release()
+            raise
+        return slot
+
+    def prove(self, buffers: Slot, worker: int, keep_output: bool = True) -> Proof:
+        prover: GpuProver | None = self._provers.get(worker)
+        if prover is None:  # without prepare (tests): created on the worker's own thread
+            from gpu.worker import GpuProver
+
+            prover = GpuProver(self.device_of(worker), self.log_n, self.field)
+            self._provers[worker] = prover
+        result = prover.prove(*buffers.arrays, keep_h=keep_output)
+        return Proof(result.digest, result.phases_s, result.h)
+
+    def verify(self, spec: PartitionSpec, buffers: Slot, proof: Proof) -> bool:
+        import numpy as np
+
+        if proof.output is None:
+            raise ValueError("the proof carries no H: prove with keep_output=True to verify it")
+        # Goldilocks slots are uint64 already: read in place, not copied (3 GiB at 2^27).
+        a, b, c = (array.astype(np.uint64, copy=False) for array in buffers.arrays)
+        return self._verified(a, b, c, proof)
+
+    def release(self, buffers: Slot) -> None:
+        """The partition is done: its pinned slot goes back to the pool."""
+        if not buffers.released:
+            buffers.release()
+
+    def close(self) -> None:
+        if self._synthesizer is not None:
+            self._synthesizer.close()
+        if self.pool is not None:
+            self.pool.close()
+
+
+def ntt_kernel(setting: str, field: str = "goldilocks") -> str:
+    """How the ntt workload synthesizes and verifies, as ``PACER_NTT__KERNEL`` selects for
+    ``field``: auto takes numba where it is installed. Logged, as their speed depends on it:
+    falling back to NumPy is a warning for Goldilocks, whose products NumPy makes at less than
+    half the compiled rate."""
+    from gpu.ntt import check_kernel
+
+    if setting != "auto":
+        try:
+            check_kernel(setting)
+        except (ValueError, RuntimeError) as exc:
+            raise WorkloadError(f"PACER_NTT__KERNEL={setting}: {exc}") from None
+        if setting == "numba":
+            logger.info("synthesis and verification compiled by Numba (PACER_NTT__KERNEL=numba)")
+        return setting
+    if compiled.available():
+        logger.info("synthesis and verification compiled by Numba (PACER_NTT__KERNEL=auto)")
+        return "numba"
+    logger.log(
+        logging.WARNING if field == "goldilocks" else logging.INFO,
+        "Numba is not installed: %s synthesis and verification run as NumPy calls%s (pip "
+        "install 'pacer[fast]', or PACER_NTT__KERNEL=numpy to say so)",
+        field, ", at less than half the compiled rate" if field == "goldilocks" else "",
+    )  # fmt: skip
+    return "numpy"
+
+
+def gpu_devices(setting: str) -> list[int]:
+    """The CUDA devices ``PACER_GPU__DEVICES`` selects among those present."""
+    if setting == "none":
+        return []
+    from gpu.worker import device_count
+
+    present = device_count()
+    if setting == "all":
+        return list(range(present))
+    wanted = [int(part) for part in setting.split(",")]
+    missing = [d for d in wanted if d >= present]
+    if missing:
+        raise WorkloadError(
+            f"PACER_GPU__DEVICES={setting}: device {missing[0]} is not present ({present} visible)"
+        )
+    return wanted
+
+
+def ntt(settings: Settings) -> NttWorkload:
+    """The factory ``PACER_WORKLOAD=gpu.workload:ntt`` names: on the GPUs when there are any,
+    else on the CPU; an unset ``PACER_NTT__LOG_N`` or ``PACER_NTT__FIELD`` takes the default
+    of the one chosen."""
+    devices = gpu_devices(settings.gpu.devices)
+    if devices:
+        return GpuNttWorkload(settings.ntt.log_n or GpuNttWorkload.DEFAULT_LOG_N, devices,
+                              settings.gpu.workers_per_device, settings.gpu.pool_on_empty,
+                              settings.synthesis.executor, field=settings.ntt.field,
+                              kernel=settings.ntt.kernel)  # fmt: skip
+    return NttWorkload(settings.ntt.log_n or NttWorkload.DEFAULT_LOG_N, settings.ntt.field,
+                       settings.ntt.kernel)  # fmt: skip

@@ -1,0 +1,88 @@
+"""Busy time per GPU: a GPU is busy while any of its workers proves, and an idle gap is a
+stretch when none does (from one partition's end to the next one's start on that device)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+class BusyMeter:
+    """Busy time (a GPU's, in the pipeline): in total, and as a fraction of the trailing
+    ``window_s``.
+
+    Busy intervals are added when they end, into per-second buckets (constant work and memory
+    per partition); an interval still running is passed in by the reader.
+    """
+
+    def __init__(self, clock: Callable[[], float], window_s: int = 60) -> None:
+        self._clock = clock
+        self._window_s = window_s
+        self._started = clock()
+        self._buckets: dict[int, float] = {}  # whole second → busy seconds within it
+        self.total_s = 0.0
+
+    def add(self, start: float, end: float) -> None:
+        self.total_s += end - start
+        t = start
+        while t < end:
+            second = int(t)
+            edge = min(end, second + 1.0)
+            self._buckets[second] = self._buckets.get(second, 0.0) + edge - t
+            t = edge
+        if len(self._buckets) > self._window_s + 2:
+            horizon = int(end) - self._window_s - 1
+            for second in [k for k in self._buckets if k < horizon]:
+                del self._buckets[second]
+
+    def busy_seconds(self, busy_since: float | None) -> float:
+        ongoing = 0.0 if busy_since is None else max(0.0, self._clock() - busy_since)
+        return self.total_s + ongoing
+
+    def ratio(self, busy_since: float | None) -> float:
+        now = self._clock()
+        since = max(self._started, now - self._window_s)
+        if now <= since:
+            return 0.0
+        busy = sum(v for second, v in self._buckets.items() if second >= int(since))
+        if busy_since is not None:
+            busy += now - max(busy_since, since)
+        return min(1.0, busy / (now - since))
+
+
+@dataclass
+class GpuBusy:
+    """A device's busy time, shared by its workers' threads (under ``lock``)."""
+
+    label: int
+    meter: BusyMeter
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    active: int = 0  # workers proving on it now
+    busy_since: float | None = None  # when ``active`` last rose from 0
+    last_end: float | None = None  # when it last fell to 0
+
+    def begin(self, now: float) -> float | None:
+        """A worker starts a partition; returns the idle gap that this ends, if any."""
+        with self.lock:
+            self.active += 1
+            if self.active > 1:
+                return None
+            self.busy_since = now
+            return None if self.last_end is None else now - self.last_end
+
+    def end(self, now: float) -> None:
+        with self.lock:
+            self.active -= 1
+            if self.active == 0 and self.busy_since is not None:
+                self.meter.add(self.busy_since, now)
+                self.busy_since = None
+                self.last_end = now
+
+    def ratio(self) -> float:
+        with self.lock:
+            return self.meter.ratio(self.busy_since)
+
+    def busy_seconds(self) -> float:
+        with self.lock:
+            return self.meter.busy_seconds(self.busy_since)

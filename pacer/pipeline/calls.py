@@ -1,0 +1,111 @@
+"""Synthesis and verification calls on a pool of daemon threads: what runs and since when, and
+the abandoning of a call past its limit, whose thread another takes the place of."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from pacer.attempts import Call
+from pacer.pipeline.work import Outcome, Running, Work, threadsafe
+from pacer.policy import Observation
+from pacer.threads import DaemonPool
+from pacer.workload import Workload
+
+
+class PoolCalls:
+    """``workload``'s synthesize and verify calls, at most ``threads`` at once.
+
+    Each call's end is heard on the loop through ``synthesized`` or ``verified`` (the call);
+    `finished` then says whether it is still the partition's attempt or was abandoned.
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        threads: int,
+        *,
+        synthesized: Callable[[Running], None],
+        verified: Callable[[Running], None],
+    ) -> None:
+        self.workload = workload
+        self._on_synthesized = synthesized
+        self._on_verified = verified
+        # Daemon threads nothing joins: a hung synthesis or verification must not keep the
+        # process alive at exit, and the pool replaces a thread stuck in an abandoned call.
+        self._pool = DaemonPool(threads, "pacer-synth")
+        self._running: set[Running] = set()
+        self.synthesizing = 0
+        self.verifying = 0
+        self._synthesis_started: dict[int, float] = {}  # id(work) → dispatch time, in order
+
+    @property
+    def abandoned_threads(self) -> int:
+        """Threads still running a call that was abandoned."""
+        return self._pool.abandoned
+
+    def synthesis_ages(self, now: float) -> tuple[float, ...]:
+        """Ages (s) of the oldest syntheses running, oldest first (at most
+        ``Observation.SYNTHESIS_AGES``)."""
+        # The oldest syntheses running are the first in the insertion-ordered dict.
+        oldest = itertools.islice(self._synthesis_started.values(), Observation.SYNTHESIS_AGES)
+        return tuple(max(0.0, now - at) for at in oldest)
+
+    def synthesize(self, work: Work) -> None:
+        self.synthesizing += 1
+        self._synthesis_started[id(work)] = work.dispatched_at
+        self._submit(Running("synthesis", work, work.dispatched_at), self._on_synthesized,
+                     self.workload.synthesize, work.spec)  # fmt: skip
+
+    def verify(self, work: Work, outcome: Outcome, now: float) -> None:
+        self.verifying += 1
+        self._submit(Running("verify", work, now, outcome=outcome), self._on_verified,
+                     self.workload.verify, work.spec, work.buffers, outcome.proof)  # fmt: skip
+
+    def _submit(
+        self, running: Running, then: Callable[[Running], None], call: Callable[..., Any],
+        *args: Any,
+    ) -> None:  # fmt: skip
+        # A bare future and a callback rather than a task per partition: cheaper on the loop.
+        loop = asyncio.get_running_loop()
+        running.future = self._pool.submit(call, *args)
+        self._running.add(running)
+        running.future.add_done_callback(lambda _: threadsafe(loop, then, running))
+
+    def finished(self, running: Running) -> tuple[Future[Any], bool]:
+        """The call's future, and whether the call is still its partition's attempt (False:
+        it was abandoned, and its attempt failed already)."""
+        self._running.discard(running)
+        done = running.future
+        assert done is not None
+        running.future = None  # the future's callback holds ``running``: no cycle for the GC
+        current = running.state.finish()
+        if current:
+            self._uncount(running)
+        return done, current
+
+    def late(self, now: float, limits: dict[Call, float]) -> list[Running]:
+        """The calls that have run past their limit."""
+        return [r for r in self._running if now - r.started > limits[r.call]]
+
+    def abandon(self, running: Running) -> None:
+        """``running`` was abandoned (``running.state.abandon()`` won): cancelled if it has not
+        started, else another thread takes its place."""
+        self._running.discard(running)
+        assert running.future is not None
+        if not running.future.cancel():  # running, not queued: another thread takes its place
+            self._pool.replace(running.future)
+        self._uncount(running)
+
+    def _uncount(self, running: Running) -> None:
+        if running.call == "synthesis":
+            self.synthesizing -= 1
+            self._synthesis_started.pop(id(running.work), None)
+        else:
+            self.verifying -= 1
+
+    def shutdown(self) -> None:
+        self._pool.shutdown()

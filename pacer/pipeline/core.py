@@ -1,0 +1,187 @@
+"""The `Pipeline`: the backlog of accepted jobs and the dispatch loop that paces them into
+the partitions in flight (`pacer.pipeline.inflight`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pacer.attempts import CallLimits
+from pacer.backlog import Backlog
+from pacer.config import TimeoutSettings
+from pacer.pipeline.inflight import InFlight
+from pacer.pipeline.work import Observer, Outcome, Work
+from pacer.policy import Caps, DispatchPolicy, Observation
+from pacer.supervision import Supervisor
+from pacer.workload import Workload
+
+MIN_WAIT_S = 0.001
+
+
+class Pipeline(InFlight):
+    """Runs partitions of accepted jobs through synthesis and proving, paced by ``controller``.
+
+    ``on_outcome`` is called on the event loop for every partition that leaves the pipeline;
+    ``budget_bytes`` bounds what partitions in flight hold; every ``verify_every``-th
+    dispatched is verified (0: none). See `InFlight` for ``on_task_failure``.
+    """
+
+    def __init__(
+        self,
+        controller: DispatchPolicy,
+        workload: Workload,
+        caps: Caps,
+        *,
+        workers: int,
+        budget_bytes: int,
+        on_outcome: Callable[[Outcome], None],
+        observer: Observer | None = None,
+        verify_every: int = 0,
+        limits: CallLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(controller, workload, caps, workers=workers, on_outcome=on_outcome,
+                         observer=observer, limits=limits or CallLimits(TimeoutSettings()),
+                         clock=clock)  # fmt: skip
+        self.budget_bytes = budget_bytes
+        self._verify_every = verify_every
+        # A heap of jobs, each with its pending partitions as runs: a job of a million
+        # partitions costs one heap entry and one run.
+        self._backlog = Backlog()
+        self._dispatched = 0
+        self._dispatching = False
+        self._held = False
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+
+    @property
+    def backlog(self) -> int:
+        return len(self._backlog)
+
+    def observation(self) -> Observation:
+        now = self._clock()
+        pool = self.pool
+        return Observation(
+            ready=self.ready,
+            synthesizing=self.synthesizing,
+            gpu_busy=self.gpu_busy,
+            gpu_workers=self.live_workers,
+            backlog=0 if self._held else self.backlog,
+            pool_free=None if pool is None else int(pool.slots_free),
+            synthesis_ages_s=self.calls.synthesis_ages(now),
+            gpu_busy_ages_s=self.provers.busy_ages(now),
+        )
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def enqueue(
+        self, job_id: str, seed: int, params: dict[str, Any], indices: Iterable[int],
+        *, priority: int = 0, order: int = 0,
+    ) -> None:  # fmt: skip
+        """Add partitions of a job to the backlog: higher ``priority`` first, then lower
+        ``order`` (the job's arrival), then lower partition index. ``indices``: a ``range``
+        or an `IndexRanges` stays a few runs however many partitions it holds."""
+        self._cancelled.discard(job_id)
+        self._backlog.add(job_id, seed, params, indices, priority=priority, order=order)
+        self._wake.set()
+
+    def cancel(self, job_id: str) -> int:
+        """Drop a job's partitions from the backlog (in-flight ones finish, unreported).
+        Returns how many were dropped."""
+        self._cancelled.add(job_id)
+        dropped = self._backlog.cancel(job_id)
+        self._wake.set()
+        return dropped
+
+    # -- running --------------------------------------------------------------------------
+
+    def start(self, supervisor: Supervisor | None = None) -> None:
+        """Start the dispatch loop, the watchdog and the proving workers on the running loop;
+        the dispatch loop and the watchdog run as the tasks ``dispatch`` and ``call-watchdog``
+        of ``supervisor`` (restarted if they fail), if any."""
+        self._dispatching = True
+        if supervisor is None:
+            self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="pacer-dispatch")
+            self._watchdog = asyncio.create_task(self._watch_loop(), name="pacer-watchdog")
+        else:
+            self._dispatcher = supervisor.start("dispatch", self._dispatch_loop)
+            self._watchdog = supervisor.start("call-watchdog", self._watch_loop)
+        self.provers.start()
+
+    def hold(self, held: bool) -> None:
+        """Dispatch nothing new while ``held`` (in-flight work goes on); False resumes. Held,
+        the policy sees no backlog, so it neither dispatches nor winds its integral up."""
+        self._held = held
+        self._wake.set()
+
+    def stop_dispatching(self) -> None:
+        self._dispatching = False
+        self._wake.set()
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Stop dispatching and wait up to ``timeout_s`` for in-flight partitions to finish.
+        True if everything finished."""
+        self.stop_dispatching()
+        deadline = self._clock() + timeout_s
+        while not self.idle:
+            left = deadline - self._clock()
+            if left <= 0:
+                return False
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(min(left, 0.5)):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+        return True
+
+    async def close(self) -> None:
+        """Stop the workers and release the threads (running calls are not interrupted, and
+        not waited for: every thread is a daemon)."""
+        self._closing = True
+        self.stop_dispatching()
+        if self._dispatcher is not None:
+            await self._dispatcher
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+        self.provers.stop()
+        self.calls.shutdown()
+
+    async def _dispatch_loop(self) -> None:
+        while self._dispatching:
+            decision = self.controller.decide(self.observation())
+            for _ in range(decision.dispatch):
+                if not self._dispatch_one():
+                    break
+            self._wake.clear()
+            timeout = None
+            if decision.next_at is not None:
+                # Timers are good to about a millisecond; the controller catches up on what
+                # fell due meanwhile, so waking more often would only spin.
+                timeout = max(decision.next_at - self._clock(), MIN_WAIT_S)
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    def _dispatch_one(self) -> bool:
+        queued = None if self._held else self._backlog.peek()
+        if queued is None:
+            return False
+        nbytes = self.workload.partition_bytes(queued.params)
+        if not self.holdings.fits(nbytes, self.budget_bytes):
+            return False  # exact byte budget: wait for memory to come back
+        spec = self._backlog.pop()
+        assert spec is not None
+        work = Work(spec, nbytes, dispatched_at=self._clock())
+        self._dispatched += 1
+        work.verify = bool(self._verify_every) and self._dispatched % self._verify_every == 0
+        self.holdings.take(work)
+        self.calls.synthesize(work)
+        return True

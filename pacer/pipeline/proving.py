@@ -1,0 +1,197 @@
+"""The proving workers: each a thread of its own that takes the next ready partition from a
+queue, proves it, and reports back on the event loop.
+
+A worker's thread marks itself busy in its `Worker` fields (read by the loop for
+observations), so a partition costs the loop one callback, not a task and a future. Busy time
+is kept per GPU (`GpuBusy`), the workload saying which device each worker proves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pacer.attempts import proof_problem
+from pacer.pipeline.busy import BusyMeter, GpuBusy
+from pacer.pipeline.work import Running, Work, threadsafe
+from pacer.workload import Proof, Workload
+
+log = logging.getLogger("pacer.pipeline")
+
+
+@dataclass
+class Worker:
+    """A proving worker. ``takes``, ``busy_since`` and ``running`` are written by its thread,
+    and by the loop when it abandons the thread's call (the thread writes none of them after)."""
+
+    index: int
+    gpu: GpuBusy
+    thread: threading.Thread | None = field(default=None, repr=False)
+    takes: int = 0
+    busy_since: float | None = None
+    running: Running | None = None
+
+
+Proved = Callable[
+    [Worker, Work, float, float, float | None, Proof | None, str | None, BaseException | None],
+    None,
+]
+"""On the loop: (worker, work, start, end, the idle gap it ended, proof, error, what prove
+raised)."""
+
+
+class ProvingWorkers:
+    """``count`` workers proving ``workload``'s partitions put in their queue.
+
+    The loop hears of each partition through ``proved``; of a thread ended by an error of
+    pacer's own through ``died`` (worker, thread, error); of an abandoned prove that returned
+    at last through ``returned`` (the call, None).
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        count: int,
+        clock: Callable[[], float],
+        *,
+        proved: Proved,
+        died: Callable[[Worker, threading.Thread, BaseException], None],
+        returned: Callable[[Running, None], None],
+    ) -> None:
+        self.workload = workload
+        self._clock = clock
+        self._on_proved = proved
+        self._on_died = died
+        self._on_returned = returned
+        # Thread-safe: each worker's thread takes the next ready partition itself.
+        self._ready: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
+        self._puts = 0
+        self.gpus: dict[int, GpuBusy] = {}
+        for index in range(count):
+            label = workload.device_of(index)
+            self.gpus.setdefault(label, GpuBusy(label, BusyMeter(clock)))
+        self.workers = [Worker(i, self.gpus[workload.device_of(i)]) for i in range(count)]
+        self._abandoned: set[threading.Thread] = set()
+
+    @property
+    def ready(self) -> int:
+        """Partitions waiting in the queue for a worker."""
+        return self._puts - sum(w.takes for w in self.workers)
+
+    @property
+    def busy(self) -> int:
+        """Workers proving now."""
+        return sum(w.busy_since is not None for w in self.workers)
+
+    @property
+    def live(self) -> int:
+        """Workers whose thread runs (or has yet to start): a dead one proves nothing."""
+        return sum(w.thread is None or w.thread.is_alive() for w in self.workers)
+
+    @property
+    def abandoned_threads(self) -> int:
+        """Threads still running a prove that was abandoned."""
+        self._abandoned = {t for t in self._abandoned if t.is_alive()}
+        return len(self._abandoned)
+
+    def busy_ages(self, now: float) -> tuple[float, ...]:
+        """Age (s) of the partition on each busy worker."""
+        ages = []
+        for worker in self.workers:
+            since = worker.busy_since  # written by the worker's thread: read once
+            if since is not None:
+                ages.append(max(0.0, now - since))
+        return tuple(ages)
+
+    def put(self, work: Work) -> None:
+        self._puts += 1
+        self._ready.put(work)
+
+    def start(self) -> None:
+        """Start every worker's thread (on the running loop)."""
+        for worker in self.workers:
+            self.start_thread(worker)
+
+    def start_thread(self, worker: Worker) -> None:
+        """Start a thread for ``worker``, in place of any it had."""
+        loop = asyncio.get_running_loop()
+        worker.thread = threading.Thread(
+            target=self._prove_loop, args=(worker, loop), name=f"pacer-prove-{worker.index}",
+            daemon=True,
+        )  # fmt: skip
+        worker.thread.start()
+
+    def stop(self) -> None:
+        """Each thread ends after the partition it proves (none is waited for)."""
+        for _ in self.workers:
+            self._ready.put(None)
+
+    def late(self, now: float, limit_s: float) -> list[tuple[Worker, Running]]:
+        """The workers whose prove has run past ``limit_s``, with the call."""
+        out = []
+        for worker in self.workers:
+            running = worker.running
+            if running is not None and now - running.started > limit_s:
+                out.append((worker, running))
+        return out
+
+    def vacate(self, worker: Worker, now: float, *, abandoned: bool) -> None:
+        """``worker`` no longer proves what it held (its thread died, or its call was
+        ``abandoned``: the thread is left to finish, and counted until it does)."""
+        worker.running = None
+        worker.busy_since = None
+        worker.gpu.end(now)
+        if abandoned and worker.thread is not None:
+            self._abandoned.add(worker.thread)
+
+    def _prove_loop(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+        """A worker's thread. Whatever prove does is caught in `_prove_one`; should pacer's
+        own code here fail, the loop hears of it and starts another thread."""
+        try:
+            self._prove_until_closed(worker, loop)
+        except BaseException as exc:
+            threadsafe(loop, self._on_died, worker, threading.current_thread(), exc)
+
+    def _prove_until_closed(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+        """Take the next ready partition, prove it, report; until told to stop (None). If the
+        call was abandoned meanwhile, another thread has this worker's place: this one hands
+        the partition's memory back and ends."""
+        while True:
+            work = self._ready.get()
+            if work is None:
+                return
+            start = self._clock()
+            running = Running("prove", work, start)
+            worker.running = running
+            worker.busy_since = start
+            worker.takes += 1
+            gap = worker.gpu.begin(start)
+            proof, error, raised = self._prove_one(worker, work)
+            end = self._clock()
+            if not running.state.finish():
+                threadsafe(loop, self._on_returned, running, None)
+                return
+            worker.running = None
+            worker.gpu.end(end)
+            threadsafe(loop, self._on_proved, worker, work, start, end, gap, proof, error, raised)
+            worker.busy_since = None
+
+    def _prove_one(
+        self, worker: Worker, work: Work
+    ) -> tuple[Proof | None, str | None, BaseException | None]:
+        """(proof, None, None), or (None, the reason, what prove raised if it did)."""
+        context = work.context(worker.gpu.label)
+        try:
+            proof = self.workload.prove(work.buffers, worker.index, keep_output=work.verify)
+        except BaseException as exc:
+            log.error("proving failed: %r", exc, exc_info=exc, extra=context)
+            return None, f"proving failed: {exc!r}", exc
+        problem = proof_problem(proof)
+        if problem is not None:
+            log.error("proving failed: %s", problem, extra=context)
+            return None, problem, None
+        return proof, None, None

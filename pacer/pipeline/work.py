@@ -1,0 +1,81 @@
+"""What travels through the pipeline: a partition's `Work`, the `Outcome` it leaves with, the
+`Running` call watched against its limit, and the `Observer` that hears of it all."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pacer.attempts import Call
+from pacer.threads import CallState
+from pacer.workload import PartitionSpec, Proof
+
+
+@dataclass
+class Work:
+    """One partition on its way through the pipeline."""
+
+    spec: PartitionSpec
+    nbytes: int
+    dispatched_at: float = 0.0
+    synthesis_s: float = 0.0
+    buffers: Any = None
+    verify: bool = False  # chosen at dispatch, so proving can keep what verification reads
+
+    def context(self, gpu: int | None = None) -> dict[str, object]:
+        """The log record's context: job, partition and GPU."""
+        return {"job": self.spec.job_id, "partition": self.spec.index, "gpu": gpu}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A partition's attempt that left the pipeline: proved (``proof``) or failed (``error``,
+    the reason, and ``call``, the one that failed: synthesis, prove or verify)."""
+
+    job_id: str
+    index: int
+    gpu: int | None  # the device it was proved on (the worker, when proving on the CPU)
+    synthesis_s: float
+    gpu_s: float
+    proof: Proof | None = None
+    error: str | None = None
+    call: Call | None = None
+
+
+class Observer(Protocol):
+    """What the pipeline reports as it happens (metrics implement it)."""
+
+    def synthesized(self, seconds: float) -> None: ...
+
+    def proved(self, gpu: int, gpu_s: float, phases_s: dict[str, float]) -> None: ...
+
+    def idle_gap(self, gpu: int, seconds: float) -> None: ...
+
+    def finished(self, outcome: Outcome) -> None: ...
+
+    def hung_call(self, call: Call) -> None:
+        """A ``call`` ran past its limit and was abandoned."""
+        ...
+
+
+@dataclass(eq=False)
+class Running:
+    """A workload call under way, watched against its limit."""
+
+    call: Call
+    work: Work
+    started: float
+    future: Future[Any] | None = None  # on the pool (synthesis, verify); None for prove
+    outcome: Outcome | None = None  # verify: what proving produced
+    state: CallState = field(default_factory=CallState)
+
+
+def threadsafe(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
+    """Call back on the loop from a thread; nothing when the loop is closed (the process is on
+    its way out and a late call's result has nowhere to go)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)

@@ -1,0 +1,202 @@
+"""The plan: every value the service runs by, resolved once from the settings and the workload.
+
+Where a setting is unset, the workload decides (``PACER_VERIFY_EVERY``,
+``PACER_SYNTHESIS__THREADS_PER_SYNTHESIS``, ``PACER_MEMORY__PARTITION_BYTES``); where the
+settings and the host together decide (the budget in effect, the caps, the pinned pool's
+slots), `resolve` works it out. Nothing else derives these: the service, the pipeline, the
+policy and the workload's ``prepare`` read them from the `Plan`, and ``/v1/status`` shows it
+(``plan``), as `describe` does for ``pacer config``. The workload's own parameters (field,
+size, kernel) are its factory's to resolve (`gpu.workload.ntt`); the plan records them.
+
+>>> from pacer.workload import NoopWorkload
+>>> plan = resolve(Settings(synthesis={"cores": 8}, memory={"budget_bytes": 640}),
+...                NoopWorkload())
+>>> plan.verify_every, plan.threads_per_synthesis, plan.partition_bytes
+(1, 1, 64)
+>>> plan.caps.synthesis_concurrency, plan.caps.inflight_partitions, plan.pool_slots
+(8, 10, 0)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pacer.config import Settings
+from pacer.estimates import estimates_key
+from pacer.host_memory import HostMemory, MemoryPlan, bytes_text
+from pacer.policy import Caps
+from pacer.workload import Workload, pooled
+
+
+class ConfigurationError(Exception):
+    """The settings describe a service that cannot start; the message says why."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the service runs by (``resolve`` builds it; sizes in bytes)."""
+
+    workload: str  # the workload's name
+    field: str | None  # the prime field, where the workload has one
+    log_n: int | None  # partition size as log2 of the workload's domain, where it has one
+    kernel: str | None  # how its CPU work computes, where it has a choice
+    executor: str  # where synthesis runs: threads or processes
+    gpu_model: str  # "none" when proving on the CPU
+    cores: int  # CPU cores synthesis may use
+    verify_every: int  # verify every n-th proved partition; 0: never
+    threads_per_synthesis: int
+    workers: int  # proving workers
+    partition_bytes: int
+    memory: MemoryPlan  # the budget configured and in effect, and the host's figures
+    caps: Caps  # syntheses at once, partitions in flight
+    pool_slots: int  # pinned slots to allocate; 0: the workload holds no pool
+    pool_slots_wanted: int  # what keeps every synthesis, the ready buffer and each worker fed
+
+    @property
+    def budget_bytes(self) -> int:
+        """The memory budget in effect."""
+        return self.memory.budget_bytes
+
+    @property
+    def estimates_key(self) -> str:
+        """What estimates saved under this plan are valid for (`pacer.estimates`)."""
+        params: dict[str, object] = {
+            "field": self.field,
+            "log_n": self.log_n,
+            "kernel": self.kernel,
+            "partition_bytes": self.partition_bytes,
+            "threads_per_synthesis": self.threads_per_synthesis,
+            "executor": self.executor,
+            "gpu_workers": self.workers,
+        }
+        return estimates_key(
+            workload=self.workload,
+            params={name: value for name, value in params.items() if value is not None},
+            gpu_model=self.gpu_model,
+            cores=self.cores,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The plan as ``/v1/status`` shows it: flat, the memory figures and caps included."""
+        out = asdict(self)
+        del out["memory"], out["caps"]
+        return {
+            **out,
+            "budget_bytes": self.budget_bytes,
+            "configured_budget_bytes": self.memory.configured_budget_bytes,
+            "host_usable_bytes": self.memory.usable_bytes,
+            **asdict(self.caps),
+        }
+
+
+def resolve(settings: Settings, workload: Workload, host: HostMemory | None = None) -> Plan:
+    """The plan for ``workload`` under ``settings``, fitted to ``host`` where it was read (the
+    budget clamped to MemAvailable less the reserve; without it, as configured).
+
+    ConfigurationError when one partition exceeds the budget, the host cannot hold one, or a
+    pinned pool would not fit the host.
+    """
+    partition_bytes = int(settings.memory.partition_bytes) or max(1, workload.partition_bytes({}))
+    memory = _memory(settings, partition_bytes, host)
+    threads = settings.synthesis.threads_per_synthesis or workload.threads_per_synthesis
+    workers = settings.gpu.workers if workload.workers is None else workload.workers
+    caps = Caps.from_host(
+        cores=settings.synthesis.cores,
+        threads_per_synthesis=threads,
+        max_concurrent=settings.synthesis.max_concurrent,
+        budget_bytes=memory.budget_bytes,
+        partition_bytes=partition_bytes,
+    )
+    slots = wanted = 0
+    if pooled(workload) is not None:
+        # One slot per synthesis the cores allow, twice the ready setpoint, one per worker.
+        wanted = caps.synthesis_concurrency + math.ceil(2 * settings.controller.target_ready)
+        wanted += workers
+        slots = settings.gpu.pool_slots or min(caps.inflight_partitions, wanted)
+        _check_pool_fits(settings, slots, partition_bytes, memory)
+    return Plan(
+        workload=workload.name,
+        field=workload.field_name,
+        log_n=workload.log_n,
+        kernel=workload.kernel,
+        executor=workload.executor,
+        gpu_model=workload.gpu_model,
+        cores=settings.synthesis.cores,
+        verify_every=(
+            workload.verify_every if settings.verify_every is None else settings.verify_every
+        ),
+        threads_per_synthesis=threads,
+        workers=workers,
+        partition_bytes=partition_bytes,
+        memory=memory,
+        caps=caps,
+        pool_slots=slots,
+        pool_slots_wanted=wanted,
+    )
+
+
+def _memory(settings: Settings, partition_bytes: int, host: HostMemory | None) -> MemoryPlan:
+    budget = int(settings.memory.budget_bytes)
+    if partition_bytes > budget:
+        raise ConfigurationError(
+            f"one partition takes {partition_bytes} bytes, more than "
+            f"PACER_MEMORY__BUDGET_BYTES={budget}"
+        )
+    if host is None:
+        return MemoryPlan(budget, budget)
+    reserve = int(settings.memory.host_reserve_bytes) or host.default_reserve_bytes()
+    memory = MemoryPlan.fit(budget, host, reserve)
+    if memory.budget_bytes < partition_bytes:
+        raise ConfigurationError(
+            f"the host cannot hold one partition of {bytes_text(partition_bytes)}: "
+            f"{host_room(memory)}; free memory on the host or lower "
+            "PACER_MEMORY__HOST_RESERVE_BYTES"
+        )
+    return memory
+
+
+def _check_pool_fits(
+    settings: Settings, slots: int, partition_bytes: int, memory: MemoryPlan
+) -> None:
+    """Refuse a pinned pool larger than MemAvailable less the reserve: pinned memory is
+    neither swapped nor reclaimed, and pinning it would take the host into the OOM killer."""
+    usable = memory.usable_bytes
+    pool_bytes = slots * partition_bytes
+    if usable is None or pool_bytes <= usable:
+        return
+    source = (
+        f"PACER_GPU__POOL_SLOTS={slots}"
+        if settings.gpu.pool_slots
+        else f"{slots}, sized by PACER_GPU__POOL_SLOTS=0 within PACER_MEMORY__BUDGET_BYTES"
+    )
+    raise ConfigurationError(
+        f"the pinned pool of {slots} slots × {bytes_text(partition_bytes)} = "
+        f"{bytes_text(pool_bytes)} ({source}) does not fit the host: "
+        f"{host_room(memory)}. Pinned memory cannot be swapped: allocating it would "
+        "take the host into the OOM killer. Lower PACER_GPU__POOL_SLOTS or "
+        "PACER_MEMORY__BUDGET_BYTES, or free memory"
+    )
+
+
+def host_room(memory: MemoryPlan) -> str:
+    """What the host can give, for a message: MemAvailable less the reserve."""
+    host, reserve = memory.host, memory.reserve_bytes
+    assert host is not None
+    assert reserve is not None
+    return (
+        f"MemAvailable is {bytes_text(host.available_bytes)}; less the reserve of "
+        f"{bytes_text(reserve)} (PACER_MEMORY__HOST_RESERVE_BYTES) that leaves "
+        f"{bytes_text(max(0, host.available_bytes - reserve))}"
+    )
+
+
+def describe(plan: Plan) -> list[tuple[str, str]]:
+    """The plan as (name, value) rows for ``pacer config``: the names of `Plan.as_dict`,
+    values as text (sizes in bytes; an empty value: none)."""
+    return [
+        (name, "" if value is None else json.dumps(value).strip('"'))
+        for name, value in plan.as_dict().items()
+    ]
