@@ -31,7 +31,7 @@ from pacer.admission import BacklogFullError
 from pacer.config import ControllerSettings
 from pacer.connection import Runner
 from pacer.controller import POLICY_FIXED, PIController
-from pacer.journal import MAX_IDEMPOTENCY_KEY, MAX_PAGE, IdempotencyConflict
+from pacer.journal import MAX_IDEMPOTENCY_KEY, MAX_PAGE, MAX_PARTITIONS, IdempotencyConflict
 from pacer.journal_health import JournalUnavailable
 from pacer.policy import PolicyConflictError
 from pacer.strict_json import BadInputError, dumps, parse_object
@@ -44,7 +44,6 @@ __all__ = ["BadInputError", "build_app", "build_runner", "respond"]
 log = logging.getLogger("pacer.api")
 SERVICE: web.AppKey[Service] = web.AppKey("service")
 REFUSALS: web.AppKey[Counter] = web.AppKey("refusals")
-MAX_PARTITIONS = 1_000_000
 JOB_FIELDS = {"partitions", "workload", "params", "priority"}
 CONTROLLER_FIELDS = set(ControllerSettings.model_fields) | {"manual_interval_s"}
 # Job ids are 16 hex digits; anything else is no job, answered without asking the journal.

@@ -210,6 +210,12 @@ async def test_status_reports_the_pipeline(service: Service) -> None:
     assert body["controller"]["terms"]["mode"] in ("bootstrap", "pacing", "drained")
     # The CPU workload, with Numba (a dev dependency) taken by PACER_NTT__KERNEL=auto.
     assert body["synthesis"] == {"executor": "threads", "kernel": "numba", "restarts": 0}
+    plan = body["plan"]  # what the service runs by, the workload's say where settings are unset
+    assert (plan["workload"], plan["field"], plan["kernel"]) == ("ntt", "babybear", "numba")
+    assert (plan["verify_every"], plan["threads_per_synthesis"], plan["pool_slots"]) == (1, 1, 0)
+    assert plan["budget_bytes"] == body["memory"]["budget_bytes"]
+    assert plan["synthesis_concurrency"] == body["memory"]["caps"]["synthesis_concurrency"]
+    assert plan["partition_bytes"] == body["memory"]["partition_bytes"]
 
 
 def strict_loads(text: str) -> Any:
