@@ -85,8 +85,7 @@ class ProcessSynthesizer:
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
-        if kernel not in ntt.KERNELS:
-            raise ValueError(f"kernel must be one of {', '.join(ntt.KERNELS)}, got {kernel!r}")
+        ntt.check_kernel(kernel)
         self.processes = processes
         self.blocks = tuple(blocks)
         self.kernel = kernel

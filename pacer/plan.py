@@ -4,9 +4,10 @@ Where a setting is unset, the workload decides (``PACER_VERIFY_EVERY``,
 ``PACER_SYNTHESIS__THREADS_PER_SYNTHESIS``, ``PACER_MEMORY__PARTITION_BYTES``); where the
 settings and the host together decide (the budget in effect, the caps, the pinned pool's
 slots), `resolve` works it out. Nothing else derives these: the service, the pipeline, the
-policy and the workload's ``prepare`` read them from the `Plan`, and ``/v1/status`` shows it
-(``plan``), as `describe` does for ``pacer config``. The workload's own parameters (field,
-size, kernel) are its factory's to resolve (`gpu.workload.ntt`); the plan records them.
+policy and the workload's ``prepare`` read them from the `Plan`; ``/v1/status`` shows it
+(``plan``), and `describe` lists `host_plan`, the plan on this host, for ``pacer config``. The
+workload's own parameters (field, size, kernel) are its factory's to resolve
+(`gpu.workload.ntt`); the plan records them.
 
 >>> from pacer.workload import NoopWorkload
 >>> plan = resolve(Settings(synthesis={"cores": 8}, memory={"budget_bytes": 640}),
@@ -22,13 +23,14 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from pacer.config import Settings
 from pacer.estimates import estimates_key
-from pacer.host_memory import HostMemory, MemoryPlan, bytes_text
+from pacer.host_memory import MEMINFO, HostMemory, MemoryPlan, bytes_text
 from pacer.policy import Caps
-from pacer.workload import Workload, pooled
+from pacer.workload import Workload, load_workload, pooled
 
 
 class ConfigurationError(Exception):
@@ -200,3 +202,19 @@ def describe(plan: Plan) -> list[tuple[str, str]]:
         (name, "" if value is None else json.dumps(value).strip('"'))
         for name, value in plan.as_dict().items()
     ]
+
+
+def host_plan(settings: Settings, meminfo: Path = MEMINFO) -> Plan:
+    """The plan ``settings`` give on this host, as the service would resolve it at start: the
+    workload they name loaded (and closed again; nothing is allocated), the budget fitted to
+    ``meminfo`` where it can be read. What ``pacer config`` shows. WorkloadError or
+    ConfigurationError when the service would refuse to start."""
+    workload = load_workload(settings)
+    try:
+        try:
+            host: HostMemory | None = HostMemory.read(meminfo)
+        except (OSError, ValueError):
+            host = None
+        return resolve(settings, workload, host)
+    finally:
+        workload.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,8 +13,8 @@ import pytest
 from gpu.workload import ntt
 from pacer.config import Settings
 from pacer.host_memory import HostMemory
-from pacer.plan import ConfigurationError, describe, resolve
-from pacer.workload import NoopWorkload, PartitionSpec, Pool, Proof, Workload
+from pacer.plan import ConfigurationError, describe, host_plan, resolve
+from pacer.workload import NoopWorkload, PartitionSpec, Pool, Proof, Workload, WorkloadError
 
 GIB = 2**30
 
@@ -209,3 +210,16 @@ def test_describe_lists_the_plan_for_pacer_config() -> None:
     assert rows["pool_slots"] == str(8 + 16 + 2)
     assert rows["budget_bytes"] == str(64 * GIB)
     assert set(rows) == set(resolve(settings(), Sized()).as_dict())
+
+
+def test_the_plan_on_this_host_loads_the_workload_and_reads_its_memory(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 41943040 kB\nMemAvailable: 20971520 kB\n")  # 40 GiB, 20 free
+    chosen = Settings(workload="noop", memory={"budget_bytes": 64 * GIB})
+    plan = host_plan(chosen, meminfo)
+    assert (plan.workload, plan.partition_bytes) == ("noop", 64)
+    assert plan.budget_bytes == 16 * GIB  # 20 GiB available less the 4 GiB reserve
+    unread = host_plan(chosen, tmp_path / "absent")
+    assert unread.budget_bytes == 64 * GIB  # as configured, as the service does without it
+    with pytest.raises(WorkloadError, match="cannot import no_such_module"):
+        host_plan(Settings(workload="no_such_module:make"))
