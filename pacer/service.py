@@ -74,7 +74,7 @@ from pacer.policies import build_policy
 from pacer.policy import PolicyConflictError
 from pacer.supervision import ProgressWatchdog, ReadinessSource, Supervisor
 from pacer.threads import DaemonPool
-from pacer.workload import Workload, job_seed, load_workload, pooled
+from pacer.workload import Pool, Workload, job_seed, load_workload, pooled
 
 log = logging.getLogger("pacer.service")
 T = TypeVar("T")
@@ -87,8 +87,6 @@ LAST_FAILURES = 5  # failed attempts a job's detail lists, newest first
 # are ~60 MiB). Past that, dispatch holds until the journal takes them: nothing proved is
 # durable meanwhile, and more of it would only be more to redo if the process died.
 MAX_UNCOMMITTED = 100_000
-POOL_FIELDS = ("backend", "total_bytes", "in_use_bytes", "slots_total", "slots_free", "checkouts",
-               "waits", "fallbacks", "allocations_after_warmup")  # fmt: skip
 
 
 def check_bind(settings: Settings) -> None:
@@ -1016,10 +1014,20 @@ def _estimates(saved: dict[str, float | None] | None) -> Estimates | None:
     )
 
 
-def _pool_json(pool: Any) -> dict[str, Any]:
+def _pool_json(pool: Pool | None) -> dict[str, Any]:
     if pool is None:
         return {"total_bytes": 0, "in_use_bytes": 0}
-    return {name: getattr(pool, name) for name in POOL_FIELDS}
+    return {
+        "backend": pool.backend,
+        "total_bytes": pool.total_bytes,
+        "in_use_bytes": pool.in_use_bytes,
+        "slots_total": pool.slots_total,
+        "slots_free": pool.slots_free,
+        "checkouts": pool.checkouts,
+        "waits": pool.waits,
+        "fallbacks": pool.fallbacks,
+        "allocations_after_warmup": pool.allocations_after_warmup,
+    }
 
 
 def _job_json(job: JobRecord) -> dict[str, Any]:
