@@ -3,34 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import json
+import shlex
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from pacer import config
-from pacer.sim.policies import POLICIES
+from pacer import __version__, cli_args, cli_client, cli_run, config
+from pacer.config.env import SECRET_MASK
+from pacer.sim import cli as sim_cli
 
 DESCRIPTION = """\
 pacer paces partition dispatch between CPU synthesis and GPU workers of a proving pipeline.
 
+Start with `pacer run`: it serves on this host, submits jobs, follows them and prints a summary.
 Settings come from PACER_* environment variables (`pacer config` lists them all).
-"""
-
-SIMULATE_EPILOG = """\
-policies:
-  pi             pacer's controller (PI on the projected ready depth, synthesis cap, bootstrap)
-  cuzk           the cuzk proving engine's dispatch loop (DispatchPacer at setpoint 8),
-                 ported from its source
-  cuzk-default   the same loop as cuzk ships it, its pacer off
-  unpaced        dispatch whenever the memory budget allows
-  fixed          keep --concurrency partitions in flight (default: Little's-law minimum + target)
-
-examples:
-  pacer simulate pacer/sim/scenarios/steady-backlog.toml
-  pacer simulate my-host.toml --policy cuzk --plot cuzk.png
-  PACER_CONTROLLER__KP=0.3 pacer simulate my-host.toml --json
-  pacer simulate --suite
 """
 
 
@@ -38,34 +23,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pacer", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"pacer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    sim = sub.add_parser(
-        "simulate",
-        help="run the pacing controller against a simulated host, on a virtual clock",
-        description="Simulate a scenario (a TOML file, see README) under a dispatch policy "
-        "and print what happened. An hour of simulated time takes about a second.",
-        epilog=SIMULATE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sim.add_argument("scenario", nargs="?", type=Path, help="scenario TOML file")
-    sim.add_argument(
-        "--policy", choices=POLICIES, default="pi", help="dispatch policy (default: pi)"
-    )
-    sim.add_argument(
-        "--concurrency", type=int, metavar="N", help="partitions in flight for --policy fixed"
-    )
-    sim.add_argument("--json", action="store_true", help="print one JSON object instead")
-    sim.add_argument(
-        "--plot", type=Path, metavar="FILE.png", help="also draw the run over time (matplotlib)"
-    )
-    sim.add_argument(
-        "--suite",
-        action="store_true",
-        help="run every shipped scenario (or the given one) under every policy, check the "
-        "targets, and print the table",
-    )
-    sim.add_argument("--markdown", action="store_true", help="with --suite: print Markdown tables")
+    cli_run.add_arguments(sub.add_parser("run", help=cli_run.HELP))
 
     srv = sub.add_parser(
         "serve",
@@ -74,38 +35,24 @@ def _parser() -> argparse.ArgumentParser:
         "partitions through synthesis and proving, export metrics. The first SIGTERM/SIGINT "
         "drains in-flight work (PACER_SHUTDOWN__DRAIN_S) and exits 0; a second exits at once.",
     )
-    srv.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    srv.add_argument("--host", help="address to listen on (PACER_API__HOST: 127.0.0.1)")
+    srv.add_argument(
+        "--port", type=cli_args.count(0), help="TCP port, 0 for a free one (PACER_API__PORT: 9470)"
+    )
+    cli_args.add_log_arguments(srv)
 
-    sbm = sub.add_parser(
-        "submit",
-        help="submit jobs to a running service through its HTTP API",
-        description="Submit jobs through the HTTP API; with --wait, follow them to the end.",
+    cli_client.add_submit_arguments(
+        sub.add_parser(
+            "submit",
+            help="submit jobs to a running service through its HTTP API",
+            description="Submit jobs through the HTTP API; with --wait, follow them to the end.",
+        )
     )
-    sbm.add_argument("--jobs", type=int, default=1, metavar="N", help="jobs to submit (1)")
-    sbm.add_argument(
-        "--partitions", type=int, default=8, metavar="K", help="partitions per job (8)"
+    cli_client.add_status_arguments(
+        sub.add_parser("status", help="print a running service's state, or a job's")
     )
-    sbm.add_argument("--priority", type=int, default=0, help="higher runs first (0)")
-    sbm.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="NAME=INT",
-        help="workload parameter, e.g. --param log_n=18 (repeatable)",
-    )
-    sbm.add_argument("--wait", action="store_true", help="wait until the jobs end, with progress")
-    _client_args(sbm)
 
-    sts = sub.add_parser("status", help="print a running service's state, or a job's")
-    sts.add_argument("job", nargs="?", help="a job's id: that job's state instead")
-    sts.add_argument("--json", action="store_true", help="print the raw JSON")
-    sts.add_argument(
-        "--limit", type=int, default=0, metavar="N", help="with JOB: list N of its partitions"
-    )
-    sts.add_argument(
-        "--offset", type=int, default=0, metavar="I", help="with JOB: from partition I (0)"
-    )
-    _client_args(sts)
+    sim_cli.add_arguments(sub.add_parser("simulate", help=sim_cli.HELP))
 
     from pacer import settle
 
@@ -118,21 +65,13 @@ def _parser() -> argparse.ArgumentParser:
         "config",
         help="print the effective settings as PACER_* variables",
         description="Print every setting with its effective value, as an environment file "
-        "(usable as a systemd EnvironmentFile), each preceded by its meaning and unit.",
+        "(usable as a systemd EnvironmentFile, or sourced by a shell), each preceded by its "
+        "meaning and unit. Unset settings are commented out; a secret is never printed.",
     )
     cfg.add_argument(
         "--markdown", action="store_true", help="print the README table of variables instead"
     )
     return parser
-
-
-def _client_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--url", help="service address (default: from PACER_API__HOST and PACER_API__PORT)"
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for the service (30)"
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,20 +91,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {problem}", file=sys.stderr)
         return 2
     if args.command == "config":
-        for var, value in config.effective(settings):
-            print(f"# {var.description}\n{var.name}={value}")
+        print(environment_file(settings))
         return 0
     if args.command == "serve":
         return _serve(args, settings)
+    if args.command == "run":
+        return cli_run.main(args, settings)
     if args.command in ("submit", "status"):
-        from pacer import cli_client
-
         return cli_client.run(args, settings)
-    return _simulate(args, settings)
+    return sim_cli.main(args, settings)
+
+
+def environment_file(settings: config.Settings) -> str:
+    """``settings`` as an environment file that reads back to equal settings (a systemd
+    EnvironmentFile, or a shell's ``set -a; . FILE``): each variable after its meaning, quoted
+    where it must be; an unset one commented out (an empty value is refused), a secret too."""
+    lines = []
+    for var, value in config.effective(settings):
+        lines.append(f"# {var.description}")
+        if value == "":
+            lines.append(f"#{var.name}=")
+        elif value == SECRET_MASK:
+            lines.append(f"#{var.name}=<set, not shown>")
+        else:
+            lines.append(f"{var.name}={shlex.quote(value)}")
+    return "\n".join(lines)
 
 
 def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
     import sqlite3
+
+    from pydantic import ValidationError
 
     from pacer import logs, service
     from pacer.journal import JournalInUseError, NewerSchemaError
@@ -173,7 +129,16 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
     from pacer.plan import ConfigurationError
     from pacer.workload import WorkloadError
 
-    logs.setup(args.log_level)
+    try:
+        if args.host is not None:
+            settings.api.host = args.host
+        if args.port is not None:
+            settings.api.port = args.port
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        print(f"pacer: --{error['loc'][0]}: {error['msg']}", file=sys.stderr)
+        return 2
+    logs.setup(args.log_level, args.log_format)
     refused = (ConfigurationError, WorkloadError, NewerSchemaError, JournalInUseError,
                JournalUnavailable)  # fmt: skip
     try:
@@ -187,53 +152,6 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
     except OSError as exc:
         print(f"pacer: cannot serve: {exc}", file=sys.stderr)
         return 2
-
-
-def _simulate(args: argparse.Namespace, settings: config.Settings) -> int:
-    from pacer.sim import table
-    from pacer.sim.plot import PlotUnavailableError, plot_run
-    from pacer.sim.scenario import ScenarioError, load_scenario
-    from pacer.sim.suite import check_targets, run_policy, run_suite
-
-    if args.concurrency is not None and (args.policy != "fixed" or args.concurrency < 1):
-        print("pacer: --concurrency takes a number >= 1 and needs --policy fixed", file=sys.stderr)
-        return 2
-    try:
-        if args.suite:
-            paths = None if args.scenario is None else [args.scenario]
-            reports = run_suite(settings, paths, progress=_progress)
-            findings = check_targets(reports, settings)
-            if args.json:
-                print(json.dumps([r.as_dict() for r in reports], indent=2))
-            else:
-                print(table.suite(reports, markdown=args.markdown))
-                print()
-                print(table.findings(findings, markdown=args.markdown))
-            return 0 if all(f.passed for f in findings) else 1
-        if args.scenario is None:
-            print("pacer: simulate needs a SCENARIO file (or --suite)", file=sys.stderr)
-            return 2
-        scenario = load_scenario(args.scenario)
-        raw, report = run_policy(scenario, args.policy, settings, args.concurrency)
-    except ScenarioError as exc:
-        print(f"pacer: invalid scenario:\n{exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(report.as_dict(), indent=2) if args.json else table.single(report))
-    if args.plot is not None:
-        try:
-            plot_run(raw, args.plot, settings.controller.target_ready)
-        except PlotUnavailableError as exc:
-            print(f"pacer: {exc}", file=sys.stderr)
-            return 2
-        print(f"plot written to {args.plot}", file=sys.stderr)
-    return 0
-
-
-def _progress(done: int, total: int, report: object) -> None:
-    from pacer.sim.report import Report
-
-    assert isinstance(report, Report)
-    print(f"[{done}/{total}] {report.scenario} / {report.policy}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

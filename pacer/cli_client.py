@@ -5,70 +5,201 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
+from pacer.cli_args import Progress, count, param, seconds
 from pacer.client import ApiError, Client
 from pacer.config import Settings
 from pacer.table import render
 
 TERMINAL = ("completed", "failed", "cancelled")
+POLL_S = 0.5
+
+
+def add_job_arguments(parser: argparse.ArgumentParser, jobs: int, partitions: int) -> None:
+    """What a submission says: ``--jobs``, ``--partitions``, ``--priority``, ``--param``."""
+    parser.add_argument(
+        "--jobs", type=count(1), default=jobs, metavar="N", help=f"jobs to submit ({jobs})"
+    )
+    parser.add_argument(
+        "--partitions",
+        type=count(1),
+        default=partitions,
+        metavar="K",
+        help=f"partitions per job ({partitions})",
+    )
+    parser.add_argument("--priority", type=int, default=0, help="higher runs first (0)")
+    parser.add_argument(
+        "--param",
+        type=param,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="workload parameter, e.g. --param log_n=18; the value is JSON, or else a string "
+        "(repeatable)",
+    )
+
+
+def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
+    add_job_arguments(parser, jobs=1, partitions=8)
+    parser.add_argument(
+        "--wait", action="store_true", help="wait until the jobs end, with progress"
+    )
+    _client_args(parser)
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", nargs="?", help="a job's id: that job's state instead")
+    parser.add_argument("--json", action="store_true", help="print the raw JSON")
+    parser.add_argument(
+        "--limit", type=count(0), default=0, metavar="N", help="with JOB: list N of its partitions"
+    )
+    parser.add_argument(
+        "--offset", type=count(0), default=0, metavar="I", help="with JOB: from partition I (0)"
+    )
+    _client_args(parser)
+
+
+def _client_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        help="service address, http://HOST[:PORT] (default: from PACER_API__HOST and "
+        "PACER_API__PORT)",
+    )
+    parser.add_argument(
+        "--timeout", type=seconds, default=30.0, help="seconds to wait for the service (30)"
+    )
+
+
+def service_url(host: str, port: int) -> str:
+    """The address of a service listening on ``host`` and ``port``.
+
+    >>> service_url("::1", 9470)
+    'http://[::1]:9470'
+    """
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def token(settings: Settings) -> str | None:
+    return settings.api.token.get_secret_value() if settings.api.token else None
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    url = args.url or f"http://{settings.api.host}:{settings.api.port}"
-    token = settings.api.token.get_secret_value() if settings.api.token else None
-    client = Client(url, token)
+    refused = _unused_page_arguments(args) if args.command == "status" else None
+    if refused:
+        print(f"pacer: {refused}", file=sys.stderr)
+        return 2
+    try:
+        client = Client(args.url or service_url(settings.api.host, settings.api.port),
+                        token(settings))  # fmt: skip
+    except ValueError as exc:
+        print(f"pacer: --url: {exc}", file=sys.stderr)
+        return 2
+    progress = Progress()
     try:
         if args.command == "submit":
-            client.wait_ready(args.timeout)
-            return _submit(client, args)
-        client.wait_ready(args.timeout, "/healthz")  # the status of a service not ready, too
+            wait_ready(client, args.timeout, progress)
+            return _submit(client, args, progress)
+        # The status of a service not ready, too.
+        wait_ready(client, args.timeout, progress, "/healthz")
         if args.job:
             return _job_status(client, args)
         return _status(client, args)
     except ApiError as exc:
+        progress.end()
         print(f"pacer: {exc}", file=sys.stderr)
         return 1
 
 
-def _params(pairs: list[str]) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise ApiError(f"--param takes NAME=INT, got {pair!r}")
-        try:
-            params[name] = int(value)
-        except ValueError:
-            raise ApiError(f"--param {name}: {value!r} is not an integer") from None
-    return params
+def _unused_page_arguments(args: argparse.Namespace) -> str | None:
+    """Why ``pacer status`` refuses its page arguments, if it does: they would be ignored."""
+    if args.job is None and (args.limit or args.offset):
+        return "--limit and --offset page a job's partitions: give a JOB"
+    if args.offset and not args.limit:
+        return "--offset needs --limit (the partitions to list from it)"
+    return None
 
 
-def _submit(client: Client, args: argparse.Namespace) -> int:
-    params = _params(args.param)
-    ids = [client.submit(args.partitions, params, args.priority) for _ in range(args.jobs)]
+def wait_ready(
+    client: Client,
+    timeout_s: float,
+    progress: Progress,
+    path: str = "/readyz",
+    check: Callable[[], None] | None = None,
+    what: str = "",
+) -> float:
+    """Wait for the service, saying so while it is not up; the seconds it took. ``check()``
+    runs between attempts and may raise to stop waiting; ``what`` names the service
+    (default: pacer at its address)."""
+    what = what or f"pacer at {client.base_url}"
+    started = time.monotonic()
+    waited = False
+
+    def waiting(elapsed_s: float, error: ApiError) -> None:
+        nonlocal waited
+        waited = True
+        if check is not None:
+            check()
+        progress.show(f"waiting for {what} ({error.reason}), {elapsed_s:.0f} s of "
+                      f"{timeout_s:g}")  # fmt: skip
+
+    client.wait_ready(timeout_s, path, waiting)
+    took = time.monotonic() - started
+    if waited:
+        progress.show(f"{what} is up after {took:.1f} s", final=True)
+    return took
+
+
+def follow(
+    client: Client,
+    ids: list[str],
+    total: int,
+    progress: Progress,
+    check: Callable[[], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Poll jobs ``ids`` (``total`` partitions) until every one has ended, showing progress;
+    their last states. ``check()`` runs before each poll and may raise to stop following."""
+    started = time.monotonic()
+    while True:
+        if check is not None:
+            check()
+        jobs = [client.job(job_id) for job_id in ids]
+        done = sum(j["partitions_done"] for j in jobs)
+        ended = sum(j["state"] in TERMINAL for j in jobs)
+        elapsed = time.monotonic() - started
+        rate = f", {done / elapsed:.1f} partitions/s" if done and elapsed > 0 else ""
+        finished = ended == len(jobs)
+        progress.show(f"{done}/{total} partitions, {ended}/{len(jobs)} jobs ended, "
+                      f"{elapsed:.0f} s{rate}", final=finished)  # fmt: skip
+        if finished:
+            progress.end()
+            return jobs
+        time.sleep(POLL_S)
+
+
+def submit(client: Client, args: argparse.Namespace) -> list[str]:
+    """Submit ``args.jobs`` jobs as ``args`` says; their ids."""
+    params = dict(args.param)
+    return [client.submit(args.partitions, params, args.priority) for _ in range(args.jobs)]
+
+
+def jobs_table(jobs: list[dict[str, Any]], most: int = 20) -> str:
+    """Each job's id, state, partitions and result digest (or error); ``most`` of them."""
+    rows = [(j["id"], j["state"], j["partitions"], (j["result_digest"] or j["error"] or "")[:40])
+            for j in jobs[:most]]  # fmt: skip
+    table = render(("job", "state", "partitions", "result digest / error"), rows)
+    return table + (f"\n({len(jobs) - most} more)" if len(jobs) > most else "")
+
+
+def _submit(client: Client, args: argparse.Namespace, progress: Progress) -> int:
+    ids = submit(client, args)
     for job_id in ids:
         print(job_id)
     if not args.wait:
         return 0
-    started = time.monotonic()
-    total = args.jobs * args.partitions
-    last = ""
-    while True:
-        jobs = [client.job(job_id) for job_id in ids]
-        done = sum(j["partitions_done"] for j in jobs)
-        ended = [j for j in jobs if j["state"] in TERMINAL]
-        line = (f"{done}/{total} partitions, {len(ended)}/{len(jobs)} jobs ended, "
-                f"{time.monotonic() - started:.0f} s")  # fmt: skip
-        if line != last:
-            print(line, file=sys.stderr, flush=True)
-            last = line
-        if len(ended) == len(jobs):
-            break
-        time.sleep(0.5)
-    rows = [(j["id"], j["state"], j["partitions"], (j["result_digest"] or j["error"] or "")[:40])
-            for j in jobs]  # fmt: skip
-    print(render(("job", "state", "partitions", "result digest / error"), rows))
+    jobs = follow(client, ids, args.jobs * args.partitions, progress)
+    print(jobs_table(jobs, most=len(jobs)))
     return 0 if all(j["state"] == "completed" for j in jobs) else 1
 
 
@@ -160,7 +291,7 @@ def _journal_rows(journal: dict[str, Any] | None) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
-def _synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
+def synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
     """Where synthesis runs, how it computes, and how often its processes had to be replaced."""
     if not synthesis:  # a service from before this field
         return []
@@ -200,7 +331,7 @@ def _status(client: Client, args: argparse.Namespace) -> int:
         ("memory", f"{m['inflight_bytes'] / 2**30:.2f} / {m['budget_bytes'] / 2**30:.1f} GiB "
                    "in flight"),
         *_pool_rows(status["pool"]),
-        *_synthesis_rows(status.get("synthesis")),
+        *synthesis_rows(status.get("synthesis")),
         ("gpus", ", ".join(f"{g['gpu']}: {g['busy_ratio']:.0%} busy ({g['workers']} "
                            f"worker{'s' if g['workers'] != 1 else ''})"
                            for g in status["gpus"])),

@@ -7,18 +7,47 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 
 class ApiError(Exception):
-    """The service answered with an error, or could not be reached."""
+    """The service answered with an error, or could not be reached; ``reason`` says why in a
+    few words (``Connection refused``, ``503 starting``)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
+def checked_url(url: str) -> str:
+    """``url`` without a trailing slash, if it is a service address: ``http://HOST[:PORT]``
+    (or https, with a path prefix behind a proxy). ValueError saying what is wrong otherwise.
+
+    >>> checked_url("http://127.0.0.1:9470/")
+    'http://127.0.0.1:9470'
+    """
+    rule = "a service address is http://HOST[:PORT]"
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{rule}, got {url!r}: it must start with http:// or https://")
+    if not parts.hostname:
+        raise ValueError(f"{rule}, got {url!r}: no host")
+    try:
+        parts.port  # noqa: B018 - parses the port: ValueError when it is not one
+    except ValueError as exc:
+        raise ValueError(f"{rule}, got {url!r}: {exc}") from None
+    if parts.query or parts.fragment or parts.username is not None:
+        raise ValueError(f"{rule}, got {url!r}: no user, query or fragment")
+    return url.rstrip("/")
 
 
 class Client:
-    """Talks to a pacer service at ``base_url`` (``http://127.0.0.1:9470``)."""
+    """Talks to a pacer service at ``base_url`` (``http://127.0.0.1:9470``); ValueError at
+    construction when that is no service address."""
 
     def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 10.0) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = checked_url(base_url)
         self.token = token
         self.timeout_s = timeout_s
 
@@ -43,22 +72,36 @@ class Client:
                 detail = json.loads(exc.read()).get("error", exc.reason)
             except (ValueError, AttributeError):
                 detail = exc.reason
-            raise ApiError(f"{method} {path}: {exc.code} {detail}") from None
+            answer = f"{exc.code} {detail}"
+            raise ApiError(f"{method} {path}: {answer}", answer) from None
         except (urllib.error.URLError, OSError) as exc:
-            raise ApiError(f"cannot reach pacer at {self.base_url}: {exc}") from None
+            cause = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else cause
+            raise ApiError(f"cannot reach pacer at {self.base_url}: {exc}", str(reason)) from None
 
-    def wait_ready(self, timeout_s: float, path: str = "/readyz") -> None:
+    def wait_ready(
+        self,
+        timeout_s: float,
+        path: str = "/readyz",
+        waiting: Callable[[float, ApiError], None] | None = None,
+    ) -> None:
         """Poll /readyz until the service is ready (it may still be starting); with
         ``path="/healthz"``, only until it answers (ready or not: draining, its journal failing).
+
+        ``waiting(elapsed_s, error)`` is called after each attempt that failed: to say so, or
+        to stop waiting by raising (when the process serving has exited, say).
         """
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
         while True:
             try:
                 self.request("GET", path)
                 return
             except ApiError as exc:
-                if time.monotonic() >= deadline:
-                    raise ApiError(f"not ready after {timeout_s:.0f} s: {exc}") from None
+                elapsed = time.monotonic() - started
+                if elapsed >= timeout_s:
+                    raise ApiError(f"not ready after {timeout_s:g} s: {exc}", exc.reason) from None
+                if waiting is not None:
+                    waiting(elapsed, exc)
                 time.sleep(0.2)
 
     def submit(

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ByteSize, SecretStr
 
 from pacer.config.settings import ENV_NESTED_DELIMITER, ENV_PREFIX, Settings
 
+SECRET_MASK = "**********"  # what `pacer config` shows of a secret that is set
+
 
 def env_name(loc: tuple[int | str, ...]) -> str:
     """The variable of a field path: ``("controller", "kp")`` → ``PACER_CONTROLLER__KP``."""
@@ -53,7 +55,7 @@ def _render(value: object) -> str:
     if isinstance(value, ByteSize):
         return str(int(value))
     if isinstance(value, SecretStr):
-        return "**********"
+        return SECRET_MASK
     if value is None:
         return ""
     if isinstance(value, bool):

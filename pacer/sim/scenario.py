@@ -223,6 +223,7 @@ class Scenario(_Strict):
     """One simulated host and workload; see README "Scenario files"."""
 
     name: str = Field(min_length=1)
+    description: str = Field("", max_length=200)  # one line, for `pacer simulate --list`
     duration_s: float = Field(gt=0)
     seed: int = 0
     gpu: Gpu
@@ -380,3 +381,18 @@ def shipped_scenarios() -> list[Path]:
     """The scenario files shipped in ``pacer/sim/scenarios/``, sorted by name."""
     folder = resources.files("pacer.sim") / "scenarios"
     return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def scenario_path(spec: str) -> Path:
+    """The file a scenario argument names: ``spec`` itself when it is a path (it holds a
+    ``/`` or ends in ``.toml``), else the shipped scenario of that name (``h200``).
+    ScenarioError listing the shipped names when there is none."""
+    if "/" in spec or spec.endswith(".toml"):
+        return Path(spec)
+    shipped = {p.stem: p for p in shipped_scenarios()}
+    if spec in shipped:
+        return shipped[spec]
+    raise ScenarioError(
+        f"{spec}: no shipped scenario of that name (a file's name ends in .toml); shipped: "
+        + ", ".join(shipped)
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pacer.sim.report import Report
+from pacer.sim.scenario import Scenario
 from pacer.sim.suite import Finding
 from pacer.table import render
 
@@ -93,3 +94,8 @@ def suite(reports: Sequence[Report], markdown: bool = False) -> str:
 def findings(items: Sequence[Finding], markdown: bool = False) -> str:
     rows = [(f.scenario, f.target, "pass" if f.passed else "FAIL", f.detail) for f in items]
     return render(("scenario", "target", "result", "measured"), rows, markdown=markdown)
+
+
+def scenarios(items: Sequence[Scenario]) -> str:
+    """Each scenario's name and one-line description."""
+    return render(("scenario", "description"), [(s.name, s.description) for s in items])
