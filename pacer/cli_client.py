@@ -186,7 +186,8 @@ def submit(client: Client, args: argparse.Namespace) -> list[str]:
 
 def jobs_table(jobs: list[dict[str, Any]], most: int = 20) -> str:
     """Each job's id, state, partitions and result digest (or error); ``most`` of them."""
-    rows = [(j["id"], j["state"], j["partitions"], (j["result_digest"] or j["error"] or "")[:40])
+    rows = [(j["id"], j["state"], j["partitions"],
+             j["result_digest"][:40] if j["result_digest"] else j["error"] or "")
             for j in jobs[:most]]  # fmt: skip
     table = render(("job", "state", "partitions", "result digest / error"), rows)
     return table + (f"\n({len(jobs) - most} more)" if len(jobs) > most else "")

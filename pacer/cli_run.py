@@ -249,7 +249,7 @@ def _run(
         started = time.monotonic()
         ids = submit(client, args)
         jobs = follow(client, ids, args.jobs * args.partitions, progress, check=alive)
-        run_s = time.monotonic() - started
+        run_s = _span(jobs) or time.monotonic() - started
         status = client.status()
     except Interrupted as exc:
         progress.end()
@@ -292,8 +292,21 @@ def _run(
     return 0
 
 
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+def _size(n: float) -> str:
+    """``n`` bytes in the largest binary unit that keeps a digit before the point."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} bytes"
+
+
+def _span(jobs: list[dict[str, Any]]) -> float | None:
+    """Seconds from the first job's submission to the last one's end, on the service's clock
+    (finer than polling for them); None from a service that does not say."""
+    try:
+        return float(max(j["updated_at"] for j in jobs) - min(j["created_at"] for j in jobs))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _plural(n: int, word: str) -> str:
@@ -327,11 +340,11 @@ def _controller_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _memory_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
     """The budget in effect (and what was asked, when the host had less) and the caps."""
-    text = f"{_gib(m['budget_bytes'])} budget"
+    text = f"{_size(m['budget_bytes'])} budget"
     if m.get("budget_clamped"):
-        text += f" ({_gib(m['configured_budget_bytes'])} configured, clamped to the host)"
+        text += f" ({_size(m['configured_budget_bytes'])} configured, clamped to the host)"
     if m.get("partition_bytes"):
-        text += f", {_gib(m['partition_bytes'])} a partition"
+        text += f", {_size(m['partition_bytes'])} a partition"
     rows = [("memory", text)]
     if caps := m.get("caps"):
         rows.append(("caps", f"{caps['inflight_partitions']} partitions in flight, "
@@ -349,7 +362,11 @@ def summary(run: Run) -> str:
     rows: list[tuple[str, str]] = [
         ("jobs", _jobs_text(run.jobs)),
         ("partitions", f"{done} of {run.partitions} done"),
-        ("time", f"{run.run_s:.1f} s from the first submit to the last job's end"),
+        (
+            "time",
+            f"{run.run_s:.{2 if run.run_s < 10 else 1}f} s from the first submit to the "
+            "last job's end",
+        ),
         ("throughput", f"{rate} partitions/s"),
         ("workload", s["workload"]),
         *synthesis_rows(s.get("synthesis")),

@@ -2,15 +2,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import pacer
 from pacer import cli_client
 from pacer.__main__ import main
-from pacer.sim.scenario import shipped_scenarios
+from pacer.config import Settings, load_settings
+from pacer.sim.plot import Window, disturbances, draw
+from pacer.sim.scenario import load_scenario, scenario_path, shipped_scenarios
+from pacer.sim.suite import run_policy
+from tests import env_file
 
 SMALL = """\
 name = "small"
@@ -291,3 +298,208 @@ def test_status_says_whether_the_journal_takes_writes(
     client: Any = StatusOnly({**status_body({}), "journal": journal})
     assert cli_client._status(client, argparse.Namespace(json=False)) == 0
     assert re.search(rf"^journal +{re.escape(shown)}$", capsys.readouterr().out, re.M)
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"pacer {pacer.__version__}\n"
+
+
+def test_simulate_runs_a_shipped_scenario_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "h200", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["scenario"] == "h200"
+    assert report["partitions_completed"] > 0
+
+
+def test_simulate_names_the_shipped_scenarios_when_one_is_unknown(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", "h300"]) == 2
+    err = capsys.readouterr().err
+    assert "h300: no shipped scenario of that name" in err
+    assert "gpu-stall" in err
+    assert "Traceback" not in err
+
+
+def test_simulate_list_names_each_shipped_scenario_with_its_description(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", "--list"]) == 0
+    out = capsys.readouterr().out
+    for path in shipped_scenarios():
+        scenario = load_scenario(path)
+        assert re.search(rf"^{re.escape(scenario.name)} +{re.escape(scenario.description)}$",
+                         out, re.M), scenario.name  # fmt: skip
+
+
+def test_every_shipped_scenario_has_a_one_line_description() -> None:
+    for path in shipped_scenarios():
+        scenario = load_scenario(path)
+        assert scenario.name == path.stem  # the name --list shows is the one simulate takes
+        assert 10 <= len(scenario.description) <= 90, scenario.name
+        assert "\n" not in scenario.description
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--list", "h200"], "--list takes nothing else (got h200)"),
+        (["--list", "--json"], "--list takes nothing else (got --json)"),
+        (["--suite", "--policy", "cuzk"], "--suite runs every policy and draws nothing: drop "
+                                          "--policy"),
+        (["--suite", "--plot", "x.png"], "drop --plot"),
+        (["--suite", "--json", "--markdown"], "--json and --markdown contradict each other"),
+        (["h200", "--markdown"], "--markdown goes with --suite"),
+        (["h200", "--concurrency", "4"], "needs --policy fixed"),
+        (["h200", "--policy", "cuzk", "--concurrency", "4"], "needs --policy fixed"),
+        ([], "simulate needs a SCENARIO"),
+    ],
+    ids=["list-scenario", "list-json", "suite-policy", "suite-plot", "json-markdown",
+         "markdown-alone", "concurrency-alone", "concurrency-cuzk", "nothing"],
+)  # fmt: skip
+def test_simulate_refuses_flags_it_would_ignore_or_that_contradict(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", *argv]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert captured.out == ""  # refused before anything ran
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("missing/run.png", "no directory"),
+        ("run.xyz", "the name must end in a type matplotlib writes: "),
+        ("run", "the name must end in a type matplotlib writes: "),
+    ],
+    ids=["missing-directory", "unknown-extension", "no-extension"],
+)
+def test_plot_where_none_can_be_written_is_refused_in_one_line(
+    name: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "h200", "--plot", str(tmp_path / name)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # refused before the simulation ran
+    assert captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith(f"pacer: --plot {tmp_path / name}: {message}")
+
+
+@pytest.mark.parametrize(
+    ("scenario", "windows"),
+    [
+        ("gpu-stall", [Window(100, 130, "GPU stalled")]),
+        ("gpu-slowdown", [Window(1200, 2100, "GPU time x1.8")]),
+        ("gpu-speedup", [Window(0, 100, "GPU time x2")]),
+        ("synthesis-jump", [Window(1200, 3000, "synthesis x5")]),  # to the run's end
+        ("worker-dies", [Window(1200, 3000, "3 of 4 workers")]),
+        ("steady-backlog", []),
+    ],
+)
+def test_disturbance_windows_come_from_the_scenario(scenario: str, windows: list[Window]) -> None:
+    assert disturbances(load_scenario(scenario_path(scenario)), end_s=3000) == windows
+
+
+def test_plot_keeps_legends_off_the_data_and_shows_the_budget_and_intervals(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import matplotlib.pyplot as plt
+
+    raw, _ = run_policy(load_scenario(scenario_path("memory-bound")), "pi", Settings())
+    fig = draw(raw, target_ready=8.0)
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            assert legend is not None
+            assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+        memory = fig.axes[2]
+        budget = [line for line in memory.get_lines() if "memory budget" in line.get_label()]
+        assert budget
+        assert budget[0].get_ydata()[0] == raw.scenario.memory_slots
+        assert budget[0].get_zorder() > max(line.get_zorder() for line in memory.get_lines()
+                                            if line is not budget[0])  # fmt: skip
+        assert memory.get_ylim()[1] > raw.scenario.memory_slots * 1.05  # not on the frame
+        interval = fig.axes[1]
+        assert interval.get_yscale() == "log"
+        used = [v for v in raw.trace.interval_s if v > 0]
+        low, high = interval.get_ylim()
+        assert low < min(used)
+        assert max(used) < high < 10 * max(used)  # the data fills it
+        labels = [t.get_text() for t in interval.get_yticklabels(minor=True) if t.get_text()]
+        assert labels
+        assert all("e" not in text and "^" not in text for text in labels), labels
+    finally:
+        plt.close(fig)
+
+
+def test_serve_port_out_of_range_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--port", "70000"]) == 2
+    assert "pacer: --port: Input should be less than or equal to 65535" in capsys.readouterr().err
+
+
+def test_the_systemd_reading_used_below_follows_systemd() -> None:
+    text = (
+        '# a comment\nA=plain\nB=\'it\'"\'"\'s here\'\nC="say \\"hi\\" \\$x"\n'
+        "D=trailing   \n  E = x\nF=\n;G=no\n"
+    )
+    assert env_file.parse(text) == {
+        "A": "plain", "B": "it's here", "C": 'say "hi" $x', "D": "trailing", "E": "x", "F": "",
+    }  # fmt: skip
+
+
+def read_with_a_shell(path: Path) -> dict[str, str]:
+    """The variables a POSIX shell sets from ``set -a; . FILE`` (a real one)."""
+    script = f'set -a; . "{path}"; exec env -0'
+    out = subprocess.run(["sh", "-c", script], env={"PATH": os.environ["PATH"]},
+                         capture_output=True, check=True).stdout  # fmt: skip
+    pairs = (entry.decode().partition("=") for entry in out.split(b"\0") if entry)
+    return {name: value for name, _, value in pairs if name.startswith("PACER_")}
+
+
+@pytest.mark.parametrize("reader", ["systemd", "sh"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"PACER_CONTROLLER__KI": "0.02", "PACER_VERIFY_EVERY": "5", "PACER_NTT__LOG_N": "12",
+         "PACER_JOURNAL__PATH": "/var/lib/pacer's state/a \"b\" $HOME `x` \\ j.sqlite",
+         "PACER_MEMORY__BUDGET_BYTES": "700GiB"},
+    ],
+    ids=["defaults", "changed"],
+)  # fmt: skip
+def test_config_reads_back_as_an_environment_file_to_equal_settings(
+    reader: str,
+    changes: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, value in changes.items():
+        monkeypatch.setenv(name, value)
+    printed = Settings()
+    assert main(["config"]) == 0
+    path = tmp_path / "pacer.env"
+    path.write_text(capsys.readouterr().out)
+    variables = env_file.parse(path.read_text()) if reader == "systemd" else read_with_a_shell(path)
+    assert "" not in variables.values()  # an empty value is refused: unset ones are comments
+    for name in changes:
+        monkeypatch.delenv(name)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert load_settings() == printed
+
+
+def test_config_never_prints_a_secret(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = "0123456789abcdef-secret"
+    monkeypatch.setenv("PACER_API__TOKEN", token)
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    assert token not in out
+    assert "\n#PACER_API__TOKEN=<set, not shown>\n" in out

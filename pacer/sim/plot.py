@@ -120,7 +120,7 @@ def _interval_axis(ax: Any, t: np.ndarray, interval_s: np.ndarray) -> None:
 
 def _mantissa(y: float) -> int:
     """The leading digit of ``y`` > 0 (3 for 0.3)."""
-    return int(round(y / 10 ** math.floor(math.log10(y) + 1e-9)))
+    return round(y / 10.0 ** math.floor(math.log10(y) + 1e-9))
 
 
 def _busy(run: RawRun, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
@@ -136,6 +136,18 @@ def _busy(run: RawRun, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
 def plot_run(run: RawRun, path: Path, target_ready: float | None = None) -> None:
     """Write a four-panel figure of one run to ``path`` (its type from the name: .png, .svg,
     .pdf, ...)."""
+    plt = _pyplot()
+    fig = draw(run, target_ready)
+    try:
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+
+
+def draw(run: RawRun, target_ready: float | None = None) -> Any:
+    """The figure of one run (a matplotlib Figure; the caller closes it): ready depth against
+    the target, dispatch interval, partitions in flight and in synthesis against the memory
+    budget, and the GPU busy ratio, over simulated time."""
     plt = _pyplot()
     tr, sc = run.trace, run.scenario
     t = np.asarray(tr.t)
@@ -176,8 +188,7 @@ def plot_run(run: RawRun, path: Path, target_ready: float | None = None) -> None
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(**LEGEND)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def _shade(axes: Any, scenario: Scenario, end_s: float) -> None:

@@ -1,0 +1,140 @@
+"""`pacer submit` and `pacer status` before they reach a service: addresses, counts, waiting."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from pacer.__main__ import main
+from pacer.cli_args import Progress, param
+from pacer.client import Client
+from tests.conftest import FakeClock
+from tests.service.conftest import free_port
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("localhost:9470", "it must start with http:// or https://"),
+        ("htp://127.0.0.1:9470", "it must start with http:// or https://"),
+        ("http://", "no host"),
+        ("http://:9470", "no host"),
+        ("http://127.0.0.1:99999", "Port out of range 0-65535"),
+        ("http://127.0.0.1:port", "Port could not be cast to integer"),
+        ("http://127.0.0.1:9470/?jobs=1", "no user, query or fragment"),
+    ],
+    ids=["no-scheme", "bad-scheme", "empty", "no-host", "port-range", "port-word", "query"],
+)
+@pytest.mark.parametrize("command", ["status", "submit"])
+def test_a_malformed_url_fails_at_once(
+    command: str, url: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pacer: --url: a service address is http://HOST[:PORT], got {url!r}: ")
+    assert why in err
+    assert err.count("\n") == 1
+
+
+def test_a_service_address_keeps_its_path_prefix() -> None:
+    assert Client("https://proxy.example/pacer/").base_url == "https://proxy.example/pacer"
+
+
+def test_waiting_for_the_service_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    assert main(["status", "--url", url, "--timeout", "0.3"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"waiting for pacer at {url} (Connection refused), 0 s of 0.3\n")
+    assert err.endswith(f"pacer: not ready after 0.3 s: cannot reach pacer at {url}: "
+                        "<urlopen error [Errno 111] Connection refused>\n")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["submit", "--jobs", "0"], "argument --jobs: must be at least 1, got 0"),
+        (["submit", "--jobs", "-3"], "argument --jobs: must be at least 1, got -3"),
+        (["submit", "--jobs", "two"], "argument --jobs: must be a whole number, got 'two'"),
+        (["submit", "--partitions", "0"], "argument --partitions: must be at least 1, got 0"),
+        (["submit", "--timeout", "0"], "argument --timeout: must be more than 0 seconds"),
+        (["submit", "--timeout", "nan"], "argument --timeout: must be more than 0 seconds"),
+        (["submit", "--param", "=3"], "argument --param: takes NAME=VALUE, got '=3'"),
+        (["status", "j1", "--limit", "-1"], "argument --limit: must be at least 0, got -1"),
+        (["run", "--jobs", "0"], "argument --jobs: must be at least 1, got 0"),
+        (["run", "--partitions", "0"], "argument --partitions: must be at least 1, got 0"),
+        (["run", "--port", "0"], "argument --port: must be at least 1, got 0"),
+        (["simulate", "h200", "--policy", "fixed", "--concurrency", "0"],
+         "argument --concurrency: must be at least 1, got 0"),
+    ],
+    ids=["jobs-0", "jobs-negative", "jobs-word", "partitions-0", "timeout-0", "timeout-nan",
+         "param-no-name", "limit-negative", "run-jobs-0", "run-partitions-0", "run-port-0",
+         "concurrency-0"],
+)  # fmt: skip
+def test_nonsensical_counts_are_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["status", "--limit", "5"], "--limit and --offset page a job's partitions: give a JOB"),
+        (["status", "j1", "--offset", "5"], "--offset needs --limit"),
+    ],
+    ids=["limit-without-job", "offset-without-limit"],
+)
+def test_status_refuses_page_arguments_it_would_ignore(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("log_n=18", ("log_n", 18)),
+        ("field=goldilocks", ("field", "goldilocks")),
+        ('faults=[{"call": "prove", "kind": "raise"}]',
+         ("faults", [{"call": "prove", "kind": "raise"}])),
+        ("x=NaN", ("x", "NaN")),  # not JSON: the API takes no NaN
+        ("x=", ("x", "")),
+    ],
+    ids=["int", "word", "json", "nan", "empty"],
+)  # fmt: skip
+def test_param_values_are_json_or_else_strings(text: str, parsed: tuple[str, object]) -> None:
+    assert param(text) == parsed
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_a_terminal_rewrites_one_line() -> None:
+    stream = Terminal()
+    progress = Progress(stream)
+    progress.show("1/4")
+    progress.show("2/4")
+    progress.show("4/4", final=True)
+    progress.end()  # already ended: nothing more
+    assert stream.getvalue() == "\r1/4\x1b[K\r2/4\x1b[K\r4/4\x1b[K\n"
+
+
+def test_progress_elsewhere_writes_a_line_at_most_every_interval(clock: FakeClock) -> None:
+    stream = io.StringIO()
+    progress = Progress(stream, every_s=5.0, clock=clock)
+    progress.show("0/64")
+    clock.advance(1.0)
+    progress.show("8/64")  # too soon
+    clock.advance(4.0)
+    progress.show("20/64")
+    progress.show("20/64", final=True)  # unchanged
+    progress.show("64/64", final=True)
+    progress.show("next stage")  # at once after a final line
+    assert stream.getvalue().splitlines() == ["0/64", "20/64", "64/64", "next stage"]

@@ -1,0 +1,105 @@
+"""`pacer serve`'s flags (as uvicorn names them) and its log formats."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from pacer import logs
+from pacer.client import Client
+from tests.service.conftest import FAST, ROOT, free_port, wait_for
+
+
+def record(**context: object) -> logging.LogRecord:
+    made = logging.LogRecord("pacer.service", logging.ERROR, __file__, 1, "job failed: %s",
+                             ("out of memory",), None)  # fmt: skip
+    for key, value in context.items():
+        setattr(made, key, value)
+    return made
+
+
+def test_json_lines_carry_the_context_as_fields() -> None:
+    entry = json.loads(logs.JsonFormatter().format(record(job="ab12", partition=3, gpu=0)))
+    assert entry.pop("time").endswith("+00:00")
+    assert entry == {"level": "ERROR", "logger": "pacer.service",
+                     "message": "job failed: out of memory", "job": "ab12", "partition": 3,
+                     "gpu": 0}  # fmt: skip
+
+
+def test_json_lines_carry_the_traceback() -> None:
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        made = record(task="dispatch")
+        made.exc_info = sys.exc_info()
+    entry = json.loads(logs.JsonFormatter().format(made))
+    assert entry["task"] == "dispatch"
+    assert "RuntimeError: boom" in entry["exception"]
+
+
+def test_text_lines_carry_the_context_in_brackets() -> None:
+    line = logs.ContextFormatter("%(levelname)s %(message)s").format(record(job="ab12", gpu=None))
+    assert line == "ERROR job failed: out of memory [job=ab12]"
+
+
+def test_setup_refuses_an_unknown_format() -> None:
+    with pytest.raises(ValueError, match="log format must be one of text, json, got 'xml'"):
+        logs.setup("info", "xml")
+
+
+def test_setup_logs_json_at_the_level_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        logs.setup("warning", "json")
+        logging.getLogger("pacer.test").info("not shown")
+        logging.getLogger("pacer.test").warning("shown", extra={"job": "j1"})
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    lines = stream.getvalue().splitlines()
+    assert [json.loads(line)["message"] for line in lines] == ["shown"]
+    assert json.loads(lines[0])["job"] == "j1"
+
+
+def test_serve_takes_host_and_port_and_logs_json_with_context(tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "serve.log"
+    env = {**os.environ, **FAST, "PACER_JOURNAL__PATH": str(tmp_path / "journal.sqlite"),
+           "PACER_API__PORT": "1", "PACER_WORKLOAD": "tests.faults:make",
+           "PACER_RETRY__BACKOFF_S": "0"}  # fmt: skip
+    command = [sys.executable, "-m", "pacer", "serve", "--host", "127.0.0.1", "--port", str(port),
+               "--log-level", "INFO", "--log-format", "json"]  # fmt: skip
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, env=env, cwd=ROOT, stderr=out)
+    try:
+        client = Client(f"http://127.0.0.1:{port}")  # the flag's port, not PACER_API__PORT's
+        client.wait_ready(30)
+        fault = {"call": "prove", "index": 1, "kind": "raise", "times": 1}
+        job = client.submit(2, {"faults": [fault]})
+        wait_for(lambda: client.job(job)["state"] == "completed", what="the job")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    entries = [json.loads(line) for line in log.read_text().splitlines()]  # each line is JSON
+    ready = next(e for e in entries if e["message"].startswith("pacer ready on"))
+    assert f"http://127.0.0.1:{port} " in ready["message"]
+    assert (ready["level"], ready["logger"]) == ("INFO", "pacer.service")
+    datetime.fromisoformat(ready["time"])
+    failed = next(e for e in entries if e["message"].startswith("proving failed"))
+    assert (failed["job"], failed["partition"], failed["gpu"]) == (job, 1, 0)
+    assert "RuntimeError: injected prove fault" in failed["exception"]
