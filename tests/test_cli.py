@@ -503,3 +503,9 @@ def test_config_never_prints_a_secret(
     out = capsys.readouterr().out
     assert token not in out
     assert "\n#PACER_API__TOKEN=<set, not shown>\n" in out
+
+
+def test_the_readme_starts_with_pacer_run_in_one_line() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    first = re.findall(r"```sh\n(.+?)\n```", readme, flags=re.S)[0]
+    assert first == "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/pacer run"
