@@ -102,10 +102,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return sim_cli.main(args, settings)
 
 
-def environment_file(settings: config.Settings) -> str:
+def environment_file(settings: config.Settings, resolved: Sequence[tuple[str, str]] = ()) -> str:
     """``settings`` as an environment file that reads back to equal settings (a systemd
     EnvironmentFile, or a shell's ``set -a; . FILE``): each variable after its meaning, quoted
-    where it must be; an unset one commented out (an empty value is refused), a secret too."""
+    where it must be; an unset one commented out (an empty value is refused), a secret too.
+
+    ``resolved``: what the settings come to on this host, as (name, value) rows (the service's
+    plan: ``pacer.plan.describe``), printed after the variables as comments, never read back.
+    """
     lines = []
     for var, value in config.effective(settings):
         lines.append(f"# {var.description}")
@@ -115,6 +119,9 @@ def environment_file(settings: config.Settings) -> str:
             lines.append(f"#{var.name}=<set, not shown>")
         else:
             lines.append(f"{var.name}={shlex.quote(value)}")
+    if resolved:
+        lines += ["", "# Resolved on this host from the settings above (not read back):"]
+        lines += [f"#   {name} = {value or '(none)'}" for name, value in resolved]
     return "\n".join(lines)
 
 

@@ -509,3 +509,23 @@ def test_the_readme_starts_with_pacer_run_in_one_line() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     first = re.findall(r"```sh\n(.+?)\n```", readme, flags=re.S)[0]
     assert first == "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/pacer run"
+
+
+def test_config_shows_resolved_values_as_comments_that_are_not_read_back() -> None:
+    from pacer.__main__ import environment_file
+
+    text = environment_file(Settings(), [("log_n", "18"), ("field", "goldilocks"), ("gpu", "")])
+    assert text.endswith("\n\n# Resolved on this host from the settings above (not read back):\n"
+                         "#   log_n = 18\n#   field = goldilocks\n#   gpu = (none)")  # fmt: skip
+    assert env_file.parse(text) == env_file.parse(environment_file(Settings()))
+
+
+def test_run_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--help"])
+    assert info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for text in ("--jobs N", "--partitions K", "--journal PATH", "temporary directory",
+                 "Exit status: 0 when every job completed", "Ctrl-C drains the service",
+                 "examples:"):  # fmt: skip
+        assert text in out, text
