@@ -91,8 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {problem}", file=sys.stderr)
         return 2
     if args.command == "config":
-        print(environment_file(settings))
-        return 0
+        return _config(settings)
     if args.command == "serve":
         return _serve(args, settings)
     if args.command == "run":
@@ -123,6 +122,22 @@ def environment_file(settings: config.Settings, resolved: Sequence[tuple[str, st
         lines += ["", "# Resolved on this host from the settings above (not read back):"]
         lines += [f"#   {name} = {value or '(none)'}" for name, value in resolved]
     return "\n".join(lines)
+
+
+def _config(settings: config.Settings) -> int:
+    """``pacer config``: the settings, then what they resolve to on this host; exit 2 when the
+    service would refuse them here (the file is printed all the same)."""
+    from pacer.plan import ConfigurationError, describe, host_plan
+    from pacer.workload import WorkloadError
+
+    try:
+        resolved = describe(host_plan(settings))
+    except (WorkloadError, ConfigurationError) as exc:
+        print(environment_file(settings))
+        print(f"pacer: the service would not start on this host: {exc}", file=sys.stderr)
+        return 2
+    print(environment_file(settings, resolved))
+    return 0
 
 
 def _serve(args: argparse.Namespace, settings: config.Settings) -> int:

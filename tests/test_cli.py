@@ -529,3 +529,27 @@ def test_run_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
                  "Exit status: 0 when every job completed", "Ctrl-C drains the service",
                  "examples:"):  # fmt: skip
         assert text in out, text
+
+
+def test_config_shows_what_the_settings_resolve_to_on_this_host(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PACER_NTT__LOG_N", "12")
+    monkeypatch.setenv("PACER_VERIFY_EVERY", "7")
+    assert main(["config"]) == 0
+    resolved = capsys.readouterr().out.split("# Resolved on this host", 1)[1]
+    rows = dict(re.findall(r"^#   (\w+) = (.*)$", resolved, re.M))
+    assert (rows["workload"], rows["log_n"], rows["verify_every"]) == ("ntt", "12", "7")
+    assert int(rows["partition_bytes"]) > 0  # decided by the workload: unset in the settings
+
+
+def test_config_says_when_the_service_would_not_start_here(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PACER_WORKLOAD", "no_such_module:make")
+    assert main(["config"]) == 2
+    captured = capsys.readouterr()
+    assert "\nPACER_WORKLOAD=no_such_module:make\n" in captured.out  # the file all the same
+    assert "# Resolved on this host" not in captured.out
+    assert captured.err.startswith("pacer: the service would not start on this host: "
+                                   "PACER_WORKLOAD=no_such_module:make: cannot import")  # fmt: skip
