@@ -45,6 +45,7 @@ DECLARE
     remaining integer := wanted;
     until timestamptz := now() + make_interval(secs => lease_s);
     cut integer;
+    head integer;
     finished integer[];
     pending integer;
 BEGIN
@@ -60,10 +61,18 @@ BEGIN
             DELETE FROM batches WHERE CURRENT OF free;  -- its job ended meanwhile
             CONTINUE;
         END IF;
-        cut := LEAST(r.stop, r.start + remaining);
-        finished := ARRAY(SELECT p.idx FROM partitions p WHERE p.job_id = r.job_id
-                          AND p.idx >= r.start AND p.idx < cut ORDER BY p.idx);
-        pending := cut - r.start - cardinality(finished);
+        -- The shortest head of the run with as many partitions without a result as wanted
+        -- (or all of it): a result found makes the head grow by one.
+        cut := r.start;
+        finished := '{}';
+        pending := 0;
+        WHILE pending < remaining AND cut < r.stop LOOP
+            head := LEAST(r.stop, cut + remaining - pending);
+            finished := finished || ARRAY(SELECT p.idx FROM partitions p
+                WHERE p.job_id = r.job_id AND p.idx >= cut AND p.idx < head ORDER BY p.idx);
+            cut := head;
+            pending := cut - r.start - cardinality(finished);
+        END LOOP;
         claimed_batch := r.id;
         IF cut < r.stop THEN  -- the rest of the run stays free for anyone
             UPDATE batches SET start = cut, claimed_by = NULL, lease_until = NULL
