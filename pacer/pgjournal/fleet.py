@@ -2,9 +2,10 @@
 lease they renew, and give back what they did not start.
 
 A job's partitions are index runs in ``batches``, never a row per partition: at submit, its
-lanes (up to `LANES` unclaimed runs); a claim takes runs off the front of the free ones in the
-fleet's order (priority, then age, then index), leasing each to the host (``claimed_by``,
-``lease_until`` on the database's clock) and leaving the rest of a run free. ``FOR UPDATE SKIP
+lanes (up to `LANES` free runs); a claim takes the heads of the free runs in the fleet's order
+(higher priority, then older job; within a job, runs given back first, then its lanes, each
+from its lowest index), leasing each to the host (``claimed_by``, ``lease_until`` on the
+database's clock) and leaving the rest of a run free. ``FOR UPDATE SKIP
 LOCKED`` lets claimers pass the runs another claim holds: with a job's lanes, concurrent
 claimers take different runs of it instead of queueing on one row.
 
@@ -72,10 +73,10 @@ class FleetQueue(Database):
     """Claims, leases and their release: what a host of a fleet asks of the shared journal."""
 
     def claim(self, host: str, n: int) -> list[Claim]:
-        """Lease up to ``n`` pending partitions to ``host``, in the fleet's order (higher
-        priority, then older job, then lower index), taking free runs and runs whose lease
-        expired; one round trip. Fewer, or none, when there are no more free now (or the
-        others are held by concurrent claims for the instant they take)."""
+        """Lease up to ``n`` pending partitions to ``host`` in the fleet's order, from the
+        free runs and the runs whose lease expired; one round trip. Fewer, or none, when no
+        more are free now (or the others are held by concurrent claims for the instant their
+        transactions take)."""
         _check_host(host)
         if not is_int(n) or not 1 <= n <= MAX_CLAIM:
             raise ValueError(f"a claim takes from 1 to {MAX_CLAIM} partitions, got {n!r}")
@@ -109,8 +110,8 @@ class FleetQueue(Database):
         _check_host(host)
         with self._connection() as conn:
             rows = conn.execute(
-                "UPDATE batches SET claimed_by = NULL, lease_until = NULL WHERE claimed_by = %s"
-                " RETURNING stop - start",
+                "UPDATE batches SET claimed_by = NULL, lease_until = NULL, given_back = true,"
+                " first = start WHERE claimed_by = %s RETURNING stop - start",
                 (host,),
             ).fetchall()
         return sum(count for (count,) in rows)

@@ -157,8 +157,8 @@ class PgJournal(JournalReads, FleetQueue):
             return None
         starts, stops = zip(*lanes(partitions), strict=True)
         conn.execute(
-            "INSERT INTO batches (job_id, priority, created_at, seq, start, stop)"
-            " SELECT %s, %s, %s, %s, l.start, l.stop"
+            "INSERT INTO batches (job_id, priority, created_at, seq, first, start, stop)"
+            " SELECT %s, %s, %s, %s, l.start, l.start, l.stop"
             " FROM unnest(%s::integer[], %s::integer[]) AS l (start, stop)",
             (job_id, priority, now, row[0], list(starts), list(stops)),
         )

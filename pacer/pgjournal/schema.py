@@ -36,12 +36,21 @@ RETURNS TABLE (claimed_batch bigint, claimed_job text, claimed_start integer,
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
+    -- The free runs, and the leased ones whose lease ran out, each in the fleet's order (one
+    -- partial index each: the leases in flight are never scanned), merged as they are read.
     free CURSOR FOR
-        SELECT b.id, b.job_id, b.start, b.stop, b.claimed_by FROM batches b
-        WHERE b.claimed_by IS NULL OR b.lease_until < now()
-        ORDER BY b.priority DESC, b.created_at, b.seq, b.start
+        SELECT * FROM batches b WHERE b.claimed_by IS NULL
+        ORDER BY b.priority DESC, b.created_at, b.seq, b.given_back DESC, b.first
         FOR UPDATE SKIP LOCKED;
-    r record;
+    lapsed CURSOR FOR
+        SELECT * FROM batches b WHERE b.claimed_by IS NOT NULL AND b.lease_until < now()
+        ORDER BY b.priority DESC, b.created_at, b.seq, b.given_back DESC, b.first
+        FOR UPDATE SKIP LOCKED;
+    f batches%ROWTYPE;
+    l batches%ROWTYPE;
+    r batches%ROWTYPE;
+    next_free boolean := true;
+    next_lapsed boolean := true;
     remaining integer := wanted;
     until timestamptz := now() + make_interval(secs => lease_s);
     cut integer;
@@ -53,16 +62,38 @@ BEGIN
     -- WAL to reach the disk.
     PERFORM set_config('synchronous_commit', 'off', true);
     OPEN free;
+    OPEN lapsed;
     WHILE remaining > 0 LOOP
-        FETCH free INTO r;
-        EXIT WHEN NOT FOUND;
+        IF next_free THEN
+            FETCH free INTO f;  -- all NULL past the last row
+            next_free := f.id IS NOT NULL;
+        END IF;
+        IF next_lapsed THEN
+            FETCH lapsed INTO l;
+            next_lapsed := l.id IS NOT NULL;
+        END IF;
+        next_free := false;
+        next_lapsed := false;
+        EXIT WHEN f.id IS NULL AND l.id IS NULL;
+        IF l.id IS NOT NULL AND (f.id IS NULL OR l.priority > f.priority
+                OR (l.priority = f.priority
+                    AND (l.created_at, l.seq, NOT l.given_back, l.first)
+                        < (f.created_at, f.seq, NOT f.given_back, f.first))) THEN
+            r := l;
+            l.id := NULL;
+            next_lapsed := true;
+        ELSE
+            r := f;
+            f.id := NULL;
+            next_free := true;
+        END IF;
         IF NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = r.job_id
                        AND j.state IN ('queued', 'running')) THEN
-            DELETE FROM batches WHERE CURRENT OF free;  -- its job ended meanwhile
+            DELETE FROM batches WHERE id = r.id;  -- its job ended meanwhile
             CONTINUE;
         END IF;
         -- The shortest head of the run with as many partitions without a result as wanted
-        -- (or all of it): a result found makes the head grow by one.
+        -- (or all of it): each result found in it makes it one longer.
         cut := r.start;
         finished := '{}';
         pending := 0;
@@ -74,20 +105,24 @@ BEGIN
             pending := cut - r.start - cardinality(finished);
         END LOOP;
         claimed_batch := r.id;
-        IF cut < r.stop THEN  -- the rest of the run stays free for anyone
-            UPDATE batches SET start = cut, claimed_by = NULL, lease_until = NULL
-            WHERE CURRENT OF free;
+        IF cut < r.stop THEN
+            -- The rest of the run stays free for anyone: of a free run, a HOT update (no
+            -- indexed column changes); of a lapsed lease, a run given back.
+            UPDATE batches SET start = cut, claimed_by = NULL, lease_until = NULL,
+                first = CASE WHEN r.claimed_by IS NULL THEN first ELSE cut END,
+                given_back = given_back OR r.claimed_by IS NOT NULL
+            WHERE id = r.id;
             IF pending > 0 THEN
-                INSERT INTO batches (job_id, priority, created_at, seq, start, stop,
+                INSERT INTO batches (job_id, priority, created_at, seq, first, start, stop,
                                      claimed_by, lease_until)
-                SELECT job_id, priority, created_at, seq, r.start, cut, holder, until
-                FROM batches WHERE id = r.id
+                VALUES (r.job_id, r.priority, r.created_at, r.seq, r.start, r.start, cut,
+                        holder, until)
                 RETURNING id INTO claimed_batch;
             END IF;
         ELSIF pending > 0 THEN
-            UPDATE batches SET claimed_by = holder, lease_until = until WHERE CURRENT OF free;
+            UPDATE batches SET claimed_by = holder, lease_until = until WHERE id = r.id;
         ELSE
-            DELETE FROM batches WHERE CURRENT OF free;  -- every partition has its result
+            DELETE FROM batches WHERE id = r.id;  -- every partition has its result
         END IF;
         IF pending > 0 THEN
             remaining := remaining - pending;
@@ -100,6 +135,7 @@ BEGIN
         END IF;
     END LOOP;
     CLOSE free;
+    CLOSE lapsed;
 END $$
 """
 
@@ -125,17 +161,23 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     job_id text NOT NULL, idx integer NOT NULL, attempt integer NOT NULL, reason text NOT NULL,
     gpu integer, at double precision NOT NULL, PRIMARY KEY (job_id, idx, attempt))""",
         "CREATE TABLE estimates (host text PRIMARY KEY, estimates text NOT NULL)",
-        # Each row a run [start, stop) of a job's partitions, with the job's place in the
-        # fleet's order (priority, then age) so that claims read one index in order.
+        # Each row a run [start, stop) of a job's partitions, with its place in the fleet's
+        # order: its job's (priority, then age), then runs given back (a release, the rest
+        # of a lapsed lease) before the job's lanes, each by where it began (``first``); so
+        # claims read the free runs in order from one index. Room is left in each page: a
+        # claim's update of a lane's start is then a HOT update, which no index sees.
         """CREATE TABLE batches (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, job_id text NOT NULL,
     priority bigint NOT NULL, created_at double precision NOT NULL, seq bigint NOT NULL,
-    start integer NOT NULL, stop integer NOT NULL, claimed_by text, lease_until timestamptz,
-    CHECK (0 <= start AND start < stop),
-    CHECK ((claimed_by IS NULL) = (lease_until IS NULL)))""",
-        "CREATE INDEX batches_in_order ON batches (priority DESC, created_at, seq, start)",
-        "CREATE INDEX batches_by_job ON batches (job_id, start)",
+    given_back boolean NOT NULL DEFAULT false, first integer NOT NULL, start integer NOT NULL,
+    stop integer NOT NULL, claimed_by text, lease_until timestamptz, CHECK (0 <= first AND first <= start AND start < stop),
+    CHECK ((claimed_by IS NULL) = (lease_until IS NULL))) WITH (fillfactor = 50)""",
+        "CREATE INDEX batches_free ON batches"
+        " (priority DESC, created_at, seq, given_back DESC, first)"
+        " WHERE claimed_by IS NULL",
+        "CREATE INDEX batches_by_lease ON batches (lease_until) WHERE claimed_by IS NOT NULL",
         "CREATE INDEX batches_by_holder ON batches (claimed_by) WHERE claimed_by IS NOT NULL",
+        "CREATE INDEX batches_by_job ON batches (job_id)",
         _CLAIM_FUNCTION,
     ),
 }
