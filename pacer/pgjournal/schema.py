@@ -170,7 +170,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, job_id text NOT NULL,
     priority bigint NOT NULL, created_at double precision NOT NULL, seq bigint NOT NULL,
     given_back boolean NOT NULL DEFAULT false, first integer NOT NULL, start integer NOT NULL,
-    stop integer NOT NULL, claimed_by text, lease_until timestamptz, CHECK (0 <= first AND first <= start AND start < stop),
+    stop integer NOT NULL, claimed_by text, lease_until timestamptz,
+    CHECK (0 <= first AND first <= start AND start < stop),
     CHECK ((claimed_by IS NULL) = (lease_until IS NULL))) WITH (fillfactor = 50)""",
         "CREATE INDEX batches_free ON batches"
         " (priority DESC, created_at, seq, given_back DESC, first)"
