@@ -320,3 +320,41 @@ def test_a_database_too_slow_fails_a_call_at_the_timeout(postgres_url: str) -> N
             with pytest.raises(PgJournal.OperationalError, match="statement timeout"):
                 journal.complete_partitions([proved(job.id, 0)])
         assert journal.complete_partitions([proved(job.id, 0)]) != []
+
+
+def test_a_fleet_proves_every_job_exactly_once_though_a_host_dies_holding_work(
+    postgres_url: str,
+) -> None:
+    with PgJournal.connect(postgres_url) as journal:
+        jobs = [journal.add_job(300, None, {}, priority=i % 2) for i in range(5)]
+        dead = journal.claim("host-dead", 40)  # claimed, then the host is gone
+    assert sum(len(claim.pending) for claim in dead) == 40
+    left = threading.Event()  # set when the living hosts find nothing more to claim
+
+    def host(i: int) -> list[str]:
+        ended: list[str] = []
+        with PgJournal.connect(postgres_url, host=f"host-{i}") as journal:
+            while True:
+                claims = journal.claim(f"host-{i}", 16)
+                if not claims:
+                    if journal.incomplete() == [] or left.is_set():
+                        return ended
+                    left.set()
+                    continue
+                results = [proved(c.job_id, index) for c in claims for index in c.pending]
+                ended += [job.id for job in journal.complete_partitions(results)]
+
+    with ThreadPoolExecutor(2) as pool:
+        first = list(pool.map(host, range(2)))
+    assert left.is_set()  # the dead host's 40 were held: the others ran dry
+    expire(postgres_url, "host-dead")  # its lease runs out
+    second = at_once(2, host)
+    ended = [job_id for each in first + second for job_id in each]
+    assert sorted(ended) == sorted(job.id for job in jobs)
+    with PgJournal.connect(postgres_url) as journal:
+        assert journal.incomplete() == []
+        assert journal.leases() == []
+        for job in jobs:
+            assert current(journal, job.id).result_digest == result_digest(
+                f"d{i}" for i in range(300)
+            )
