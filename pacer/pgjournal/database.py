@@ -13,11 +13,9 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from pacer.journal import _ACTIVE as ACTIVE
-from pacer.journal import _JOB_COLUMNS as JOB_COLUMNS
-from pacer.journal import _TERMINAL as TERMINAL
-from pacer.journal import JobRecord, UnknownJob
-from pacer.journal import _job as job_record
+from pacer.journal.connection import job_from_row as job_record
+from pacer.journal.records import ACTIVE, TERMINAL, JobRecord, UnknownJob
+from pacer.journal.schema import JOB_COLUMNS
 
 __all__ = ["ACTIVE", "JOB_COLUMNS", "TERMINAL", "Connection", "Database", "job_record", "open_pool"]
 

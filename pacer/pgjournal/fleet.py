@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
-from pacer.journal import _is_int as is_int
+from pacer.journal.records import is_int
 from pacer.pgjournal.database import ACTIVE, Database
 from pacer.pgjournal.reads import free_runs
 from pacer.pgjournal.schema import LANE_PARTITIONS, LANES

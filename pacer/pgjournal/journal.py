@@ -1,7 +1,7 @@
 """`PgJournal`: the job journal in a PostgreSQL database that a fleet of pacers shares.
 
-The SQLite journal's methods with its semantics (`pacer.journal.Journal` states each one's
-contract), plus the fleet's queue (`pacer.pgjournal.fleet`). Every write is one transaction,
+The SQLite journal's methods with its semantics (`pacer.journal.SqliteJournal` states each
+one's contract), plus the fleet's queue (`pacer.pgjournal.fleet`). Every write is one transaction,
 committed when the method returns. The writers of a job lock its row (``FOR NO KEY UPDATE``)
 for their transaction: completers of one job, on any hosts, run one after another, so that a
 partition's result counts once and only the transaction that completes a job returns it.
@@ -15,21 +15,23 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self
 
-from pacer.journal import _ESTIMATES_KEY as ESTIMATES_KEY
-from pacer.journal import (
+from pacer.journal.checks import (
+    check_index,
+    check_limit,
+    checked_params_json,
+    exhausted,
+    keyed_request,
+)
+from pacer.journal.records import (
     IdempotencyConflict,
     JobRecord,
     JobState,
     PartitionResult,
     PartitionState,
     UnknownJob,
+    check_duration,
 )
-from pacer.journal import _check_duration as check_duration
-from pacer.journal import _check_index as check_index
-from pacer.journal import _checked_params_json as checked_params_json
-from pacer.journal import _exhausted as exhausted
-from pacer.journal import _is_int as is_int
-from pacer.journal import _keyed_request as keyed_request
+from pacer.journal.saved_estimates import estimates_json
 from pacer.pgjournal.database import (
     ACTIVE,
     JOB_COLUMNS,
@@ -290,8 +292,7 @@ class PgJournal(JournalReads, FleetQueue):
         for a finished job or partition (number 0)."""
         if not isinstance(reason, str) or not reason:
             raise ValueError(f"reason must be a non-empty string, got {reason!r}")
-        if not is_int(max_attempts) or max_attempts < 1:
-            raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+        check_limit("max_attempts", max_attempts)
         with self._transaction() as conn:
             job = self._require(conn, job_id, lock=True)
             check_index(job, index)
@@ -324,8 +325,7 @@ class PgJournal(JournalReads, FleetQueue):
     def fail_exhausted(self, max_attempts: int) -> list[JobRecord]:
         """Fail every queued or running job with a pending partition that has had
         ``max_attempts`` failed attempts or more; the jobs failed."""
-        if not is_int(max_attempts) or max_attempts < 1:
-            raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+        check_limit("max_attempts", max_attempts)
         failed: list[JobRecord] = []
         with self._transaction() as conn:
             rows = conn.execute(
@@ -346,15 +346,7 @@ class PgJournal(JournalReads, FleetQueue):
     def save_estimates(self, values: Mapping[str, float | None], key: str | None = None) -> None:
         """Store this host's controller's estimates (seconds, or None if unknown), replacing
         those it saved before, with ``key``: what they are valid for. Each host has its own."""
-        for name, value in values.items():
-            if not isinstance(name, str) or name == ESTIMATES_KEY:
-                raise ValueError(f"estimate names must be strings other than {ESTIMATES_KEY!r}, "
-                                 f"got {name!r}")  # fmt: skip
-            if value is not None:
-                check_duration(f"estimate {name!r}", value)
-        if key is not None and not isinstance(key, str):
-            raise ValueError(f"the estimates' key must be a string, got {key!r}")
-        blob = json.dumps({**values, ESTIMATES_KEY: key}, sort_keys=True)
+        blob = estimates_json(values, key)
         with self._connection() as conn:
             conn.execute(
                 "INSERT INTO estimates (host, estimates) VALUES (%s, %s)"

@@ -4,26 +4,23 @@ any transaction, with the semantics of the SQLite journal's."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from typing import Any
 
-from pacer.journal import _ESTIMATES_KEY as ESTIMATES_KEY
-from pacer.journal import (
+from pacer.journal.checks import check_limit
+from pacer.journal.reads import page_from_rows
+from pacer.journal.records import (
     MAX_PAGE,
     Attempt,
     JobRecord,
     JobState,
     PartitionRecord,
-    PartitionState,
     PartitionSummary,
+    is_int,
 )
-from pacer.journal import _is_int as is_int
+from pacer.journal.saved_estimates import estimates_key_of, estimates_of
+from pacer.journal.schema import ATTEMPT_COLUMNS, PARTITION_COLUMNS
 from pacer.pgjournal.database import ACTIVE, JOB_COLUMNS, Connection, Database, job_record
 from pacer.ranges import IndexRanges
-
-PARTITION_COLUMNS = "idx, state, synthesis_s, gpu_s, phases, digest, error, gpu, completed_at"
-ATTEMPT_COLUMNS = "idx, attempt, reason, gpu, at"
 
 
 def free_runs(start: int, stop: int, taken: Iterable[tuple[int, int]]) -> IndexRanges:
@@ -46,7 +43,7 @@ def free_runs(start: int, stop: int, taken: Iterable[tuple[int, int]]) -> IndexR
 
 
 class JournalReads(Database):
-    """Reads of the PostgreSQL journal; see `pacer.journal.Journal` for each one's contract."""
+    """Reads of the PostgreSQL journal, each with the SQLite journal's contract."""
 
     def get_job(self, job_id: str) -> JobRecord | None:
         """The job with this id, or None."""
@@ -55,8 +52,7 @@ class JournalReads(Database):
 
     def list_jobs(self, state: JobState | None = None, limit: int = 100) -> list[JobRecord]:
         """Up to ``limit`` jobs, newest first; only those in ``state`` if given."""
-        if not is_int(limit) or limit < 1:
-            raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+        check_limit("limit", limit)
         newest = "ORDER BY created_at DESC, seq DESC LIMIT %s"
         with self._connection() as conn:
             if state is None:
@@ -77,8 +73,7 @@ class JournalReads(Database):
 
     def failures(self, job_id: str, limit: int = 5) -> list[Attempt]:
         """The job's last ``limit`` failed attempts, newest first (any partition)."""
-        if not is_int(limit) or limit < 1:
-            raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+        check_limit("limit", limit)
         with self._connection() as conn:
             rows = conn.execute(
                 f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job_id = %s"
@@ -140,24 +135,18 @@ class JournalReads(Database):
 
     def load_estimates(self) -> dict[str, float | None] | None:
         """The estimates this host last saved, or None if it saved none."""
-        values = self._saved_estimates()
-        if values is None:
-            return None
-        values.pop(ESTIMATES_KEY, None)
-        return {k: None if v is None else float(v) for k, v in values.items()}
+        return estimates_of(self._saved_estimates())
 
     def load_estimates_key(self) -> str | None:
         """The key this host's estimates were saved with; None if none was (or none saved)."""
-        values = self._saved_estimates()
-        key = None if values is None else values.get(ESTIMATES_KEY)
-        return key if isinstance(key, str) else None
+        return estimates_key_of(self._saved_estimates())
 
-    def _saved_estimates(self) -> dict[str, Any] | None:
+    def _saved_estimates(self) -> str | None:
         with self._connection() as conn:
             row = conn.execute(
                 "SELECT estimates FROM estimates WHERE host = %s", (self.host,)
             ).fetchone()
-        return None if row is None else dict(json.loads(row[0]))
+        return None if row is None else str(row[0])
 
 
 def _pending(conn: Connection, job: JobRecord) -> IndexRanges:
@@ -183,21 +172,9 @@ def _page(conn: Connection, job: JobRecord, offset: int, limit: int) -> list[Par
         " AND idx < %s ORDER BY idx LIMIT %s",
         (job.id, offset, end, end - offset),
     ).fetchall()
-    attempts: dict[int, list[Attempt]] = {}
-    for row in conn.execute(
+    attempts = conn.execute(
         f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job_id = %s AND idx >= %s AND idx < %s"
         " ORDER BY idx, attempt",
         (job.id, offset, end),
-    ):
-        attempts.setdefault(row[0], []).append(Attempt(*row))
-    stored = {
-        idx: PartitionRecord(job.id, idx, PartitionState(state), synthesis_s, gpu_s,
-                             json.loads(phases), digest, error, gpu, completed_at,
-                             attempts.get(idx, []))
-        for idx, state, synthesis_s, gpu_s, phases, digest, error, gpu, completed_at in rows
-    }  # fmt: skip
-    pending = PartitionState.PENDING
-    return [
-        stored.get(i) or PartitionRecord(job.id, i, pending, attempts=attempts.get(i, []))
-        for i in range(offset, end)
-    ]
+    )
+    return page_from_rows(job, offset, end, rows, attempts)

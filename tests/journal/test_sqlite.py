@@ -1,5 +1,5 @@
 """The SQLite journal's own: its file, lock, schema versions and process deaths. What every
-backend holds to is in test_journal_contract."""
+backend holds to is in test_contract."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from pacer.journal import (
     PartitionSummary,
 )
 from tests.conftest import FakeClock
-from tests.journal_stores import current, proved
+from tests.journal.stores import current, proved
 
 REPO = Path(__file__).resolve().parents[2]
 

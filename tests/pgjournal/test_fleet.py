@@ -1,15 +1,14 @@
-"""The PostgreSQL journal's own: its schema and migrations, and the fleet's queue (claims,
-leases, reclaims, release) with several hosts and threads on a real server. Leases expire by
-moving ``lease_until`` in the database, but for one short real lease."""
+"""The fleet's queue in the PostgreSQL journal: claims, leases, reclaims, release, and results
+stored once, with several hosts and threads on a real server. Leases run out by moving
+``lease_until`` in the database, but for one short real lease."""
 
 from __future__ import annotations
 
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
 
 import psycopg
 import pytest
@@ -17,90 +16,22 @@ import pytest
 from pacer.journal import JobState, result_digest
 from pacer.pgjournal import (
     MAX_CLAIM,
-    SCHEMA_VERSION,
     Claim,
-    NewerDatabaseSchemaError,
     PgJournal,
-    migrate,
 )
-from pacer.pgjournal.schema import LANES, schema_version
-from tests.journal_stores import current, proved
-
-T = TypeVar("T")
-
-
-@pytest.fixture
-def journal(postgres_url: str) -> Iterator[PgJournal]:
-    with PgJournal.connect(postgres_url, host="host-a", lease_s=30) as journal:
-        yield journal
-
-
-def sql(url: str, query: str, *params: object) -> list[tuple[object, ...]]:
-    """Run one statement past the journal; its rows (none for a statement without)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        cursor = conn.execute(query, params or None)
-        return cursor.fetchall() if cursor.description else []
-
-
-def expire(url: str, host: str) -> None:
-    """``host``'s leases run out now, as if it had died a lease ago."""
-    sql(url, "UPDATE batches SET lease_until = now() - interval '1 s' WHERE claimed_by = %s", host)
+from pacer.pgjournal.schema import LANES
+from tests.journal.stores import current, proved
+from tests.pgjournal.database import at_once, expire, sql
 
 
 def taken(claims: list[Claim]) -> list[tuple[str, list[tuple[int, int]]]]:
     return [(c.job_id, c.pending.runs()) for c in claims]
 
 
-def at_once(count: int, call: Callable[[int], T]) -> list[T]:
-    """``call(i)`` for i in range(count), on as many threads released together."""
-    barrier = threading.Barrier(count)
-
-    def run(i: int) -> T:
-        barrier.wait()
-        return call(i)
-
-    with ThreadPoolExecutor(count) as pool:
-        return list(pool.map(run, range(count)))
-
-
-# -- schema -----------------------------------------------------------------------------------
-def test_migrate_creates_the_schema_on_an_empty_database_and_a_rerun_changes_nothing(
-    postgres_url: str,
-) -> None:
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        assert schema_version(conn) == 0
-        assert migrate(conn) == 0
-        assert schema_version(conn) == SCHEMA_VERSION
-    with PgJournal.connect(postgres_url) as journal:
-        job = journal.add_job(3, "w", {})
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        assert migrate(conn) == SCHEMA_VERSION  # found current: nothing to do
-    with PgJournal.connect(postgres_url) as journal:
-        assert journal.get_job(job.id) == job
-    tables = sql(postgres_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
-    assert sorted(str(t) for (t,) in tables) == [
-        "attempts", "batches", "estimates", "jobs", "pacer_schema", "partitions"
-    ]  # fmt: skip
-
-
-def test_hosts_starting_at_once_migrate_the_database_once(postgres_url: str) -> None:
-    def start(_: int) -> int:
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            return migrate(conn)
-
-    assert sorted(at_once(4, start)) == [0, SCHEMA_VERSION, SCHEMA_VERSION, SCHEMA_VERSION]
-    journals = at_once(3, lambda i: PgJournal.connect(postgres_url, host=f"host-{i}"))
-    for journal in journals:
-        journal.add_job(1, None, {})
-        journal.close()
-    assert sql(postgres_url, "SELECT version FROM pacer_schema") == [(SCHEMA_VERSION,)]
-
-
-def test_a_database_of_a_newer_pacer_is_refused(postgres_url: str) -> None:
-    PgJournal.connect(postgres_url).close()
-    sql(postgres_url, "UPDATE pacer_schema SET version = %s", SCHEMA_VERSION + 1)
-    with pytest.raises(NewerDatabaseSchemaError, match="has schema version 2; this pacer reads"):
-        PgJournal.connect(postgres_url)
+@pytest.fixture
+def journal(postgres_url: str) -> Iterator[PgJournal]:
+    with PgJournal.connect(postgres_url, host="host-a", lease_s=30) as journal:
+        yield journal
 
 
 # -- claims -----------------------------------------------------------------------------------

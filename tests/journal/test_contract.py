@@ -16,6 +16,7 @@ from pacer.journal import (
     Attempt,
     IdempotencyConflict,
     JobState,
+    JournalBackend,
     PartitionRecord,
     PartitionResult,
     PartitionState,
@@ -25,7 +26,7 @@ from pacer.journal import (
 )
 from pacer.ranges import IndexRanges
 from tests.conftest import FakeClock
-from tests.journal_stores import AnyJournal, PgStore, SqliteStore, Store, current, proved
+from tests.journal.stores import AnyJournal, PgStore, SqliteStore, Store, current, proved
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -39,6 +40,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
 def journal(store: Store, clock: FakeClock) -> Iterator[AnyJournal]:
     with store.open(clock) as journal:
         yield journal
+
+
+def test_each_store_is_a_journal_backend(journal: AnyJournal) -> None:
+    assert isinstance(journal, JournalBackend)
+    assert issubclass(journal.OperationalError, journal.Error)
 
 
 def test_add_job_returns_the_queued_job_as_stored(journal: AnyJournal, clock: FakeClock) -> None:

@@ -12,10 +12,10 @@ from typing import Any
 
 import psycopg
 
-from pacer.journal import JobRecord, Journal, PartitionResult
+from pacer.journal import JobRecord, PartitionResult, SqliteJournal
 from pacer.pgjournal import PgJournal
 
-AnyJournal = Journal | PgJournal
+AnyJournal = SqliteJournal | PgJournal
 HOST = "host-a"
 
 
@@ -46,8 +46,8 @@ class SqliteStore:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def open(self, clock: Callable[[], float] | None = None) -> Journal:
-        return Journal(self.path) if clock is None else Journal(self.path, clock)
+    def open(self, clock: Callable[[], float] | None = None) -> SqliteJournal:
+        return SqliteJournal(self.path) if clock is None else SqliteJournal(self.path, clock)
 
     def ids_in(self, table: str, column: str = "job_id") -> list[str]:
         """The distinct values of ``column`` in ``table``, read past the journal."""
@@ -57,7 +57,7 @@ class SqliteStore:
 
     @contextmanager
     def counting_rows(self, journal: AnyJournal) -> Iterator[Rows]:
-        assert isinstance(journal, Journal)
+        assert isinstance(journal, SqliteJournal)
         rows = Rows()
 
         def counting(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> tuple[Any, ...]:
