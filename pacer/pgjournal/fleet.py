@@ -30,6 +30,9 @@ from pacer.ranges import IndexRanges
 MAX_CLAIM = 10_000  # partitions one claim may ask for
 
 _ACTIVE_JOB = "EXISTS (SELECT 1 FROM jobs j WHERE j.id = b.job_id AND j.state IN (%s, %s))"
+# Before a statement on a host's leases: drop those of jobs that ended (a lease taken as its
+# job ended outlives the job's deletion of its runs). Parameters: the host, ACTIVE.
+_DROP_ENDED = f"WITH ended AS (DELETE FROM batches b WHERE b.claimed_by = %s AND NOT {_ACTIVE_JOB})"
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,8 @@ class FleetQueue(Database):
         _check_host(host)
         with self._connection() as conn:
             rows = conn.execute(
-                f"WITH ended AS (DELETE FROM batches b WHERE b.claimed_by = %s"
-                f" AND NOT {_ACTIVE_JOB})"
-                " UPDATE batches b SET lease_until = now() + make_interval(secs => %s)"
+                f"{_DROP_ENDED} UPDATE batches b"
+                " SET lease_until = now() + make_interval(secs => %s)"
                 f" WHERE b.claimed_by = %s AND {_ACTIVE_JOB} RETURNING b.id",
                 (host, *ACTIVE, self.lease_s, host, *ACTIVE),
             ).fetchall()
@@ -106,13 +108,15 @@ class FleetQueue(Database):
 
     def release(self, host: str) -> int:
         """Give back every lease ``host`` holds, at once free for any claim (a clean drain: what
-        it proved is committed, the rest it did not start); how many partitions they cover."""
+        it proved is committed, the rest it did not start); how many partitions they cover.
+        Leases of jobs that ended are dropped instead."""
         _check_host(host)
         with self._connection() as conn:
             rows = conn.execute(
-                "UPDATE batches SET claimed_by = NULL, lease_until = NULL, given_back = true,"
-                " first = start WHERE claimed_by = %s RETURNING stop - start",
-                (host,),
+                f"{_DROP_ENDED} UPDATE batches b SET claimed_by = NULL, lease_until = NULL,"
+                " given_back = true, first = start"
+                f" WHERE b.claimed_by = %s AND {_ACTIVE_JOB} RETURNING stop - start",
+                (host, *ACTIVE, host, *ACTIVE),
             ).fetchall()
         return sum(count for (count,) in rows)
 

@@ -87,9 +87,12 @@ BEGIN
             f.id := NULL;
             next_free := true;
         END IF;
-        IF NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = r.job_id
-                       AND j.state IN ('queued', 'running')) THEN
-            DELETE FROM batches WHERE id = r.id;  -- its job ended meanwhile
+        -- A job that ends deletes its runs, but a lease taken as it ended survives that:
+        -- a lapsed lease is of a job still active only if its job says so. (A free run is:
+        -- a release deletes the leases of ended jobs rather than free them.)
+        IF r.claimed_by IS NOT NULL AND NOT EXISTS (SELECT 1 FROM jobs j
+                WHERE j.id = r.job_id AND j.state IN ('queued', 'running')) THEN
+            DELETE FROM batches WHERE id = r.id;
             CONTINUE;
         END IF;
         -- The shortest head of the run with as many partitions without a result as wanted

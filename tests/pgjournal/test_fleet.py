@@ -289,3 +289,25 @@ def test_a_fleet_proves_every_job_exactly_once_though_a_host_dies_holding_work(
             assert current(journal, job.id).result_digest == result_digest(
                 f"d{i}" for i in range(300)
             )
+
+
+def test_a_lease_that_outlived_its_job_is_dropped_not_handed_out(
+    journal: PgJournal, postgres_url: str
+) -> None:
+    gone, kept = journal.add_job(8, None, {}, priority=1), journal.add_job(8, None, {})
+    journal.cancel(gone.id)
+    for host, lease in (
+        ("host-a", "now() + interval '1 min'"),
+        ("host-b", "now() - interval '1 s'"),
+    ):
+        # As a claim taken while its job was cancelled leaves it (after the job's runs went).
+        sql(
+            postgres_url,
+            "INSERT INTO batches (job_id, priority, created_at, seq, first, start, stop,"
+            f" claimed_by, lease_until) VALUES (%s, 1, 0, 0, 0, 0, 8, %s, {lease})",
+            gone.id,
+            host,
+        )
+    assert journal.release("host-a") == 0  # dropped, not given back
+    assert taken(journal.claim("host-c", 16)) == [(kept.id, [(0, 8)])]  # host-b's: dropped
+    assert [lease.job_id for lease in journal.leases()] == [kept.id]
