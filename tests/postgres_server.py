@@ -49,9 +49,13 @@ def _free_port() -> int:
 
 
 class PostgresServer:
-    """One PostgreSQL cluster: ``start()``, ``url(database)``, ``create_database()``, ``stop()``."""
+    """One PostgreSQL cluster: ``start()``, ``url(database)``, ``create_database()``, ``stop()``.
 
-    def __init__(self) -> None:
+    For tests it does not flush to disk (``fsync=off``, ``synchronous_commit=off``); a
+    ``durable`` one, for benchmarks, commits as a production server does."""
+
+    def __init__(self, durable: bool = False) -> None:
+        self.durable = durable
         self._bin = _binaries()
         self._as_user: list[str] = []
         owner: pwd.struct_passwd | None = None
@@ -94,9 +98,10 @@ class PostgresServer:
             ]
         )
         options = (
-            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200"
         )
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         log = str(self.root / "log")
         pg_ctl = str(self._bin / "pg_ctl")
         wait = ["-w", "-t", str(START_TIMEOUT_S)]

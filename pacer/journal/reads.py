@@ -4,6 +4,8 @@ state, and what a restarted service resumes, as runs of indices."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from pacer.journal.checks import check_limit
 from pacer.journal.connection import SqliteConnection, job_from_row
@@ -20,6 +22,29 @@ from pacer.journal.records import (
 )
 from pacer.journal.schema import ATTEMPT_COLUMNS, BY_FAILURES, JOB_COLUMNS, PARTITION_COLUMNS
 from pacer.ranges import IndexRanges
+
+
+def page_from_rows(
+    job: JobRecord, offset: int, end: int, rows: Iterable[Sequence[Any]],
+    attempts: Iterable[Sequence[Any]],
+) -> list[PartitionRecord]:  # fmt: skip
+    """The job's partitions ``offset`` to ``end - 1``, from the ``rows`` of PARTITION_COLUMNS
+    that a journal holds for them and their ``attempts`` (rows of ATTEMPT_COLUMNS, by index
+    then attempt): the partitions without a row are pending."""
+    tried: dict[int, list[Attempt]] = {}
+    for row in attempts:
+        tried.setdefault(row[0], []).append(Attempt(*row))
+    stored = {
+        idx: PartitionRecord(job.id, idx, PartitionState(state), synthesis_s, gpu_s,
+                             json.loads(phases), digest, error, gpu, completed_at,
+                             tried.get(idx, []))
+        for idx, state, synthesis_s, gpu_s, phases, digest, error, gpu, completed_at in rows
+    }  # fmt: skip
+    pending = PartitionState.PENDING
+    return [
+        stored.get(i) or PartitionRecord(job.id, i, pending, attempts=tried.get(i, []))
+        for i in range(offset, end)
+    ]
 
 
 class JobReads(SqliteConnection):
@@ -67,24 +92,12 @@ class JobReads(SqliteConnection):
             " AND idx < ? ORDER BY idx LIMIT ?",
             (job.id, offset, end, end - offset),
         )
-        attempts: dict[int, list[Attempt]] = {}
-        for row in self._db.execute(
+        attempts = self._db.execute(
             f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job_id = ? AND idx >= ? AND idx < ?"
             " ORDER BY idx, attempt",
             (job.id, offset, end),
-        ):
-            attempts.setdefault(row[0], []).append(Attempt(*row))
-        stored = {
-            idx: PartitionRecord(job.id, idx, PartitionState(state), synthesis_s, gpu_s,
-                                 json.loads(phases), digest, error, gpu, completed_at,
-                                 attempts.get(idx, []))
-            for idx, state, synthesis_s, gpu_s, phases, digest, error, gpu, completed_at in rows
-        }  # fmt: skip
-        pending = PartitionState.PENDING
-        return [
-            stored.get(i) or PartitionRecord(job.id, i, pending, attempts=attempts.get(i, []))
-            for i in range(offset, end)
-        ]
+        )
+        return page_from_rows(job, offset, end, rows, attempts)
 
     def partition_summary(self, job_id: str, failures: int = 5) -> PartitionSummary:
         """Counts of the job's partitions by state and its first ``failures`` failures, without

@@ -17,6 +17,7 @@ from pacer.journal import (
     SqliteJournal,
     open_journal,
 )
+from pacer.pgjournal import PgJournal
 from tests.conftest import FakeClock
 
 
@@ -49,10 +50,13 @@ def test_the_sqlite_journal_is_a_journal_backend(journal: SqliteJournal) -> None
     assert (journal.Error, journal.OperationalError) == (sqlite3.Error, sqlite3.OperationalError)
 
 
+@pytest.mark.parametrize("backend", [SqliteJournal, PgJournal], ids=["sqlite", "postgres"])
 @pytest.mark.parametrize("name", [n for n in backend_members() if "Error" not in n])
-def test_the_sqlite_journal_takes_the_arguments_the_protocol_names(name: str) -> None:
+def test_each_journal_takes_the_arguments_the_protocol_names(
+    backend: type[JournalBackend], name: str
+) -> None:
     declared = inspect.signature(getattr(JournalBackend, name))
-    implemented = inspect.signature(getattr(SqliteJournal, name))
+    implemented = inspect.signature(getattr(backend, name))
     assert implemented == declared
 
 

@@ -1,0 +1,26 @@
+"""The job journal in PostgreSQL, shared by a fleet of pacers, and the fleet's queue.
+
+`PgJournal` (`journal`) has the SQLite journal's methods and semantics, and the fleet's:
+`claim`, `renew`, `release` and `leases` (`fleet`), which hand a job's partitions to hosts as
+leased index runs. `schema` holds the versions and migrates a database as a host starts;
+`database` the pool and what the parts share; `reads` the queries.
+"""
+
+from pacer.pgjournal.database import LEASE_S, POOL_SIZE, TIMEOUT_S, open_pool
+from pacer.pgjournal.fleet import MAX_CLAIM, Claim, Lease
+from pacer.pgjournal.journal import PgJournal
+from pacer.pgjournal.schema import SCHEMA_VERSION, NewerDatabaseSchemaError, migrate
+
+__all__ = [
+    "LEASE_S",
+    "MAX_CLAIM",
+    "POOL_SIZE",
+    "SCHEMA_VERSION",
+    "TIMEOUT_S",
+    "Claim",
+    "Lease",
+    "NewerDatabaseSchemaError",
+    "PgJournal",
+    "migrate",
+    "open_pool",
+]

@@ -1,0 +1,50 @@
+"""The PostgreSQL journal's schema: created on an empty database, migrated once however many
+hosts start at once, refused when a newer pacer wrote it."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from pacer.pgjournal import SCHEMA_VERSION, NewerDatabaseSchemaError, PgJournal, migrate
+from pacer.pgjournal.schema import schema_version
+from tests.pgjournal.database import at_once, sql
+
+
+def test_migrate_creates_the_schema_on_an_empty_database_and_a_rerun_changes_nothing(
+    postgres_url: str,
+) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert schema_version(conn) == 0
+        assert migrate(conn) == 0
+        assert schema_version(conn) == SCHEMA_VERSION
+    with PgJournal.connect(postgres_url) as journal:
+        job = journal.add_job(3, "w", {})
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert migrate(conn) == SCHEMA_VERSION  # found current: nothing to do
+    with PgJournal.connect(postgres_url) as journal:
+        assert journal.get_job(job.id) == job
+    tables = sql(postgres_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    assert sorted(str(t) for (t,) in tables) == [
+        "attempts", "batches", "estimates", "jobs", "pacer_schema", "partitions"
+    ]  # fmt: skip
+
+
+def test_hosts_starting_at_once_migrate_the_database_once(postgres_url: str) -> None:
+    def start(_: int) -> int:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            return migrate(conn)
+
+    assert sorted(at_once(4, start)) == [0, SCHEMA_VERSION, SCHEMA_VERSION, SCHEMA_VERSION]
+    journals = at_once(3, lambda i: PgJournal.connect(postgres_url, host=f"host-{i}"))
+    for journal in journals:
+        journal.add_job(1, None, {})
+        journal.close()
+    assert sql(postgres_url, "SELECT version FROM pacer_schema") == [(SCHEMA_VERSION,)]
+
+
+def test_a_database_of_a_newer_pacer_is_refused(postgres_url: str) -> None:
+    PgJournal.connect(postgres_url).close()
+    sql(postgres_url, "UPDATE pacer_schema SET version = %s", SCHEMA_VERSION + 1)
+    with pytest.raises(NewerDatabaseSchemaError, match="has schema version 2; this pacer reads"):
+        PgJournal.connect(postgres_url)
