@@ -24,8 +24,11 @@ import numpy as np
 import numpy.typing as npt
 
 from gpu import ntt_cuda
+from gpu.devices import device_count
+from gpu.digest import digest
 from gpu.field import FIELD_NAMES, by_name
-from gpu.ntt import HSteps, digest, synthesize
+from gpu.ntt import HSteps
+from gpu.synthesis import synthesize
 from pacer.table import render
 
 SIZES_LOG_N = (16, 18, 20)
@@ -62,8 +65,8 @@ def time_phases(cupy: Any, steps: ntt_cuda.CudaHSteps, repeats: int) -> dict[str
     for vector in (a, b, c):
         field.random_elements(bits, vector)
     stream = steps.stream
-    events = [cupy.cuda.Event() for _ in range(len(ntt_cuda.phase_names) + 1)]
-    times_ms: dict[str, list[float]] = {name: [] for name in (*ntt_cuda.phase_names, "total")}
+    events = [cupy.cuda.Event() for _ in range(len(ntt_cuda.GPU_PHASES) + 1)]
+    times_ms: dict[str, list[float]] = {name: [] for name in (*ntt_cuda.GPU_PHASES, "total")}
     for run in range(WARMUP_RUNS + repeats):
         events[0].record(stream)
         inputs = steps.h2d(a, b, c)
@@ -81,7 +84,7 @@ def time_phases(cupy: Any, steps: ntt_cuda.CudaHSteps, repeats: int) -> dict[str
         events[6].synchronize()
         if run < WARMUP_RUNS:
             continue
-        for i, name in enumerate(ntt_cuda.phase_names):
+        for i, name in enumerate(ntt_cuda.GPU_PHASES):
             times_ms[name].append(cupy.cuda.get_elapsed_time(events[i], events[i + 1]))
         times_ms["total"].append(cupy.cuda.get_elapsed_time(events[0], events[-1]))
     return times_ms
@@ -104,7 +107,7 @@ def main() -> int:
     for log_n in args.log_n:
         if not 1 <= log_n <= field.TWO_ADICITY:
             parser.error(f"--log-n must be between 1 and {field.TWO_ADICITY}, got {log_n}")
-    if not ntt_cuda.available():
+    if device_count() == 0:
         print("no CUDA device: needs cupy and a GPU", file=sys.stderr)
         return 2
     import cupy
@@ -128,7 +131,7 @@ def main() -> int:
             (
                 log_n,
                 steps.n,
-                *(f"{median_ms[name]:.3f}" for name in (*ntt_cuda.phase_names, "total")),
+                *(f"{median_ms[name]:.3f}" for name in (*ntt_cuda.GPU_PHASES, "total")),
                 f"{h2d_gb_s:.1f}",
             )
         )
@@ -143,7 +146,7 @@ def main() -> int:
                 "h2d_gb_s": h2d_gb_s,
             }
         )
-    headers = ("log_n", "n", *(f"{name} ms" for name in ntt_cuda.phase_names), "total ms")
+    headers = ("log_n", "n", *(f"{name} ms" for name in ntt_cuda.GPU_PHASES), "total ms")
     print(render((*headers, "H2D GB/s"), rows, markdown=args.markdown))
     print()
     print(

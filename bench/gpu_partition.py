@@ -3,11 +3,11 @@
     python -m bench.gpu_partition [--log-n 24 26 27] [--repeats 10] [--threads 1 8 16]
                                   [--workers 1 2] [--chunk-log2 20]
                                   [--executor threads|processes] [--field goldilocks|babybear]
-                                  [--kernel numba numpy]
+                                  [--cpu-backend numba numpy]
 
-Per size, on device 0: the prover's time per partition (`gpu.worker.GpuProver.prove` from
+Per size, on device 0: the prover's time per partition (`gpu.prover.GpuProver.prove` from
 pinned slots, digest only, as the service runs it; median of N after a warm-up) and its phases;
-one partition proved with H kept and checked by `gpu.ntt.verify` on the CPU; the GPU's own
+one partition proved with H kept and checked by `gpu.verification.verify` on the CPU; the GPU's own
 throughput with 1, 2 ... provers (threads, each with its stream) on the device, fed from slots
 synthesized beforehand; synthesis into pinned slots by 1, 8, 16 ... threads at once
 (partitions/s, median seconds per partition) beside the host's memory-copy bandwidth with as
@@ -32,11 +32,14 @@ from typing import Any
 import numpy as np
 
 from bench.threads import timed_threads
-from gpu import compiled, ntt
+from gpu import cpu_backend, synthesis
+from gpu.digest import digest
 from gpu.field import FIELD_NAMES, PrimeField, by_name
+from gpu.ntt_cuda import GPU_PHASES
 from gpu.pool import PinnedPool
-from gpu.synthesis import ProcessSynthesizer
-from gpu.worker import PHASES, GpuProver
+from gpu.process_executor import ProcessSynthesizer
+from gpu.prover import GpuProver
+from gpu.verification import verify
 from pacer.table import render
 
 WARMUP_RUNS = 2
@@ -48,7 +51,7 @@ def synthesis_rate(
     partitions: int,
     processes: ProcessSynthesizer | None,
     field: PrimeField,
-    kernel: str,
+    backend: str,
 ) -> tuple[float, float]:
     """(partitions/s, median seconds per partition) with ``threads`` synthesizing at once (each
     through a worker process when ``processes`` is given)."""
@@ -65,8 +68,8 @@ def synthesis_rate(
             with pool.checkout() as slot:
                 started = time.perf_counter()
                 if processes is None:
-                    ntt.synthesize_into(7, index, slot.arrays, step=ntt.THREADED_STEP,
-                                        field=field, kernel=kernel)  # fmt: skip
+                    synthesis.synthesize_into(7, index, slot.arrays, step=synthesis.THREADED_STEP,
+                                        field=field, backend=backend)  # fmt: skip
                 else:
                     processes.fill(pool.slot_block(slot), 7, index, field)
                 took = time.perf_counter() - started
@@ -96,7 +99,7 @@ def gpu_throughput(
     slots = [pool.checkout() for _ in provers]
     try:
         for i, slot in enumerate(slots):
-            ntt.synthesize_into(11, i, slot.arrays, field=field)
+            synthesis.synthesize_into(11, i, slot.arrays, field=field)
             provers[i].prove(*slot.arrays)  # warm
 
         def prove_rounds(prover: GpuProver, slot: Any) -> None:
@@ -119,7 +122,7 @@ def measure(
     worker_counts: list[int],
     executor: str,
     field: PrimeField,
-    kernels: list[str],
+    backends: list[str],
 ) -> dict[str, Any]:
     n = 1 << log_n
     slots = max(thread_counts)
@@ -132,20 +135,20 @@ def measure(
     try:
         prover = GpuProver(0, log_n, field)
         with pool.checkout() as slot:
-            ntt.synthesize_into(3, 0, slot.arrays, field=field)
+            synthesis.synthesize_into(3, 0, slot.arrays, field=field)
             checked = prover.prove(*slot.arrays, keep_h=True)
             assert checked.h is not None
             began = time.perf_counter()
             a, b, c = (v.astype(np.uint64, copy=False) for v in slot.arrays)
             verified = (
-                bool(ntt.verify(a, b, c, checked.h, field=field))
-                and ntt.digest(checked.h, field=field) == checked.digest
+                bool(verify(a, b, c, checked.h, field=field))
+                and digest(checked.h, field=field) == checked.digest
             )
             verify_s = time.perf_counter() - began
             for _ in range(WARMUP_RUNS):
                 prover.prove(*slot.arrays)
             totals: list[float] = []
-            phases: dict[str, list[float]] = {p: [] for p in PHASES}
+            phases: dict[str, list[float]] = {p: [] for p in GPU_PHASES}
             for _ in range(repeats):
                 began = time.perf_counter()
                 result = prover.prove(*slot.arrays)
@@ -156,30 +159,30 @@ def measure(
         provers = [prover] + [GpuProver(0, log_n, field) for _ in range(max(worker_counts) - 1)]
         rounds = max(repeats, 10)
         gpu_rates = {w: gpu_throughput(provers[:w], pool, rounds, field) for w in worker_counts}
-        rates: dict[str, dict[int, tuple[float, float]]] = {k: {} for k in kernels}
-        for kernel in kernels:
+        rates: dict[str, dict[int, tuple[float, float]]] = {k: {} for k in backends}
+        for backend in backends:
             for threads in thread_counts:
-                print(f"2^{log_n}: synthesis ({kernel}) on {threads} threads", file=sys.stderr)
+                print(f"2^{log_n}: synthesis ({backend}) on {threads} threads", file=sys.stderr)
                 processes = None
                 if executor == "processes":
-                    processes = ProcessSynthesizer(threads, pool.block_names, kernel=kernel,
+                    processes = ProcessSynthesizer(threads, pool.block_names, backend=backend,
                                                    field=field)  # fmt: skip
                     processes.start()
-                elif kernel == "numba":
-                    compiled.warm(field)
+                elif backend == "numba":
+                    cpu_backend.warm(field)
                 try:
                     partitions = max(3 * threads, 4)
-                    rates[kernel][threads] = synthesis_rate(pool, threads, partitions, processes,
-                                                            field, kernel)  # fmt: skip
+                    rates[backend][threads] = synthesis_rate(pool, threads, partitions, processes,
+                                                            field, backend)  # fmt: skip
                 finally:
                     if processes is not None:
                         processes.close()
         copy_rates = {t: copy_bandwidth(t) for t in thread_counts}
     finally:
         pool.close()
-    # Pacing follows the first kernel named (the one the service would use).
-    single = rates[kernels[0]][min(thread_counts)][1]
-    best_rate = max(rate for rate, _ in rates[kernels[0]].values())
+    # Pacing follows the first CPU backend named (the one the service would use).
+    single = rates[backends[0]][min(thread_counts)][1]
+    best_rate = max(rate for rate, _ in rates[backends[0]].values())
     return {
         "log_n": log_n,
         "field": field.name,
@@ -212,7 +215,7 @@ def main() -> int:
     parser.add_argument(
         "--chunk-log2",
         type=int,
-        default=ntt.THREADED_STEP.bit_length() - 1,
+        default=synthesis.THREADED_STEP.bit_length() - 1,
         help="threads executor: log2 of the elements a synthesis handles per step (fewer "
         "steps: fewer GIL handoffs); worker processes keep cache-sized steps",
     )
@@ -225,26 +228,26 @@ def main() -> int:
     )
     parser.add_argument("--field", choices=FIELD_NAMES, default="goldilocks")
     parser.add_argument(
-        "--kernel",
-        choices=ntt.KERNELS,
+        "--cpu-backend",
+        choices=cpu_backend.CPU_BACKENDS,
         nargs="+",
-        default=["numba" if compiled.available() else "numpy"],
-        help="synthesis kernels to time, each at every thread count (default: the one "
-        "PACER_NTT__KERNEL=auto picks here); pacing figures follow the first",
+        default=["numba" if cpu_backend.numba_available() else "numpy"],
+        help="CPU backends of synthesis to time, each at every thread count (default: the one "
+        "PACER_NTT__CPU_BACKEND=auto picks here); pacing figures follow the first",
     )
     args = parser.parse_args()
-    ntt.THREADED_STEP = 1 << args.chunk_log2
+    synthesis.THREADED_STEP = 1 << args.chunk_log2
     field = by_name(args.field)
     print(f"{field.name}; synthesis on {args.executor}", file=sys.stderr)
     if args.executor == "threads":
         print(f"synthesis steps of 2^{args.chunk_log2} elements", file=sys.stderr)
     results = [
-        measure(n, args.repeats, args.threads, args.workers, args.executor, field, args.kernel)
+        measure(n, args.repeats, args.threads, args.workers, args.executor, field, args.cpu_backend)
         for n in args.log_n
     ]
-    headers = ("log_n", "GPU ms/partition", *(f"{p} ms" for p in PHASES), "verified (CPU s)")
+    headers = ("log_n", "GPU ms/partition", *(f"{p} ms" for p in GPU_PHASES), "verified (CPU s)")
     rows = [
-        (r["log_n"], f"{1000 * r['gpu_s']:.1f}", *(f"{r['phases_ms'][p]:.1f}" for p in PHASES),
+        (r["log_n"], f"{1000 * r['gpu_s']:.1f}", *(f"{r['phases_ms'][p]:.1f}" for p in GPU_PHASES),
          f"{r['verified']} ({r['verify_s']:.1f})")
         for r in results
     ]  # fmt: skip
@@ -256,7 +259,7 @@ def main() -> int:
         for w, rate in r["gpu_partitions_per_s"].items()
     ]
     print(render(headers, rows))
-    headers = ("log_n", "kernel", "threads", "synthesis partitions/s", "s/partition (median)",
+    headers = ("log_n", "CPU backend", "threads", "synthesis partitions/s", "s/partition (median)",
                "host copy GB/s", "pin s")  # fmt: skip
     rows = [
         (r["log_n"], k, t, f"{s['per_s']:.2f}", f"{s['median_s']:.2f}",

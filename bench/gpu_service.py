@@ -34,7 +34,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bench.service import quantile
-from gpu.worker import PHASES
+from gpu.ntt_cuda import GPU_PHASES
 from gpu.workload import GpuNttWorkload
 from pacer.attempts import Call
 from pacer.config import Settings
@@ -111,7 +111,7 @@ def nvml_sampler(stop: threading.Event, samples: dict[int, list[int]]) -> None:
 
 def phase_means_ms(registry: CollectorRegistry, gpu: int) -> dict[str, float]:
     means = {}
-    for phase in PHASES:
+    for phase in GPU_PHASES:
         labels = {"gpu": str(gpu), "phase": phase}
         total = registry.get_sample_value("pacer_gpu_phase_seconds_sum", labels) or 0.0
         count = registry.get_sample_value("pacer_gpu_phase_seconds_count", labels) or 0.0
@@ -295,13 +295,13 @@ def main() -> int:
         type=int,
         default=None,
         help="threads executor: log2 of the elements a synthesis handles per step (default: "
-        "gpu.ntt.THREADED_STEP); worker processes keep cache-sized steps",
+        "gpu.synthesis.THREADED_STEP); worker processes keep cache-sized steps",
     )
     args = parser.parse_args()
     if args.chunk_log2 is not None:
-        import gpu.ntt
+        import gpu.synthesis
 
-        gpu.ntt.THREADED_STEP = 1 << args.chunk_log2
+        gpu.synthesis.THREADED_STEP = 1 << args.chunk_log2
     import uvloop
 
     results: list[dict[str, Any]] = []

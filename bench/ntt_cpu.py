@@ -1,13 +1,14 @@
 """Time the NumPy NTT workload: one compute_h and one forward NTT per size.
 
     .venv/bin/python -m bench.ntt_cpu [--markdown] [--repeats N] [--field babybear goldilocks]
-                                      [--log-n 14 16 18 20] [--kernel numpy numba]
+                                      [--log-n 14 16 18 20] [--cpu-backend numpy numba]
 
 Prints, per field and log_n, the median wall time over N repeats (default 3) of
-`gpu.ntt.compute_h` on one synthesized partition, of one `gpu.ntt.ntt` of the same length and,
-with each synthesis kernel named, of one `gpu.ntt.synthesize_into` into arrays of the field's
-storage dtype and one `gpu.ntt.verify` of that partition's H. A warm-up call first builds the
-cached twiddle tables (and compiles a Numba kernel), so the times are of the steady state.
+`gpu.ntt.compute_h` on one synthesized partition, of one `gpu.ntt.ntt` of the same length
+and, with each CPU backend named, of one `gpu.synthesis.synthesize_into` into arrays of the
+field's storage dtype and one `gpu.verification.verify` of that partition's H. A warm-up
+call first builds the cached twiddle tables (and compiles a Numba kernel), so the times are of
+the steady state.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ from functools import partial
 
 import numpy as np
 
+from gpu.cpu_backend import CPU_BACKENDS
 from gpu.field import FIELD_NAMES, by_name
-from gpu.ntt import KERNELS, compute_h, ntt, synthesize, synthesize_into, verify
+from gpu.ntt import compute_h, ntt
+from gpu.synthesis import synthesize, synthesize_into
+from gpu.verification import verify
 from pacer.table import render
 
 SIZES_LOG_N = (14, 16, 18, 20)
@@ -51,7 +55,7 @@ def main() -> int:
     )
     parser.add_argument("--log-n", nargs="+", type=int, default=list(SIZES_LOG_N))
     parser.add_argument(
-        "--kernel", nargs="+", choices=KERNELS, default=["numpy"], help="default: numpy"
+        "--cpu-backend", nargs="+", choices=CPU_BACKENDS, default=["numpy"], help="default: numpy"
     )
     args = parser.parse_args()
     if args.repeats < 1:
@@ -64,14 +68,14 @@ def main() -> int:
             h_ms = median_ms(partial(compute_h, a, b, c, field=field), args.repeats)
             ntt_ms = median_ms(partial(ntt, a, field=field), args.repeats)
             out = [np.empty(1 << log_n, dtype=field.storage) for _ in range(3)]
-            by_kernel = []
-            for kernel in args.kernel:
-                fill = partial(synthesize_into, 0, 1, out, field=field, kernel=kernel)
-                check = partial(verify, a, b, c, h, 2**20 + 1, field=field, kernel=kernel)
-                by_kernel += [median_ms(fill, args.repeats), median_ms(check, args.repeats)]
+            by_backend = []
+            for backend in args.cpu_backend:
+                fill = partial(synthesize_into, 0, 1, out, field=field, backend=backend)
+                check = partial(verify, a, b, c, h, 2**20 + 1, field=field, backend=backend)
+                by_backend += [median_ms(fill, args.repeats), median_ms(check, args.repeats)]
             rows.append((field.name, log_n, 1 << log_n, f"{h_ms:.1f}", f"{ntt_ms:.2f}",
-                         *(f"{ms:.2f}" for ms in by_kernel)))  # fmt: skip
-    timed = [f"{what} ms ({k})" for k in args.kernel for what in ("synthesis", "verify")]
+                         *(f"{ms:.2f}" for ms in by_backend)))  # fmt: skip
+    timed = [f"{what} ms ({k})" for k in args.cpu_backend for what in ("synthesis", "verify")]
     headers = ("field", "log_n", "n", "compute_h ms", "ntt ms", *timed)
     print(render(headers, rows, markdown=args.markdown))
     print()

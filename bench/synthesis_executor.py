@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.synthesis_executor [--log-n K ...] [--partitions N] [--workers W]
         [--repeats R] [--start-method {forkserver,spawn,fork}] [--markdown]
 
-For each log_n (default 16 and 18) it synthesizes partitions (`gpu.ntt.synthesize`: a, b, c,
+For each log_n (default 16 and 18) it synthesizes partitions (`gpu.synthesis.synthesize`: a, b, c,
 24 bytes per element) with W workers (default: the CPU count) through three executors, the
 buffers always ending up in this process, where the service needs them:
 
@@ -29,8 +29,8 @@ executors take turns batch by batch, in a rotating order, so drift in a shared m
 favours none. Start-up (from creating a pool until every worker has synthesized one partition
 of the size, numpy imported; for shm also allocating and writing the blocks) is timed apart
 from the batches. Process pools use the forkserver start method by default, preloading
-`gpu.ntt`: the service runs threads, which `fork` does not survive safely. The first batch's
-partitions 0, N/2 and N − 1 are hashed (`gpu.ntt.digest`) and compared across executors;
+`gpu.synthesis`: the service runs threads, which `fork` does not survive safely. The first batch's
+partitions 0, N/2 and N − 1 are hashed (`gpu.digest.digest`) and compared across executors;
 exits 1 if they differ.
 """
 
@@ -62,7 +62,8 @@ from typing import Any, Protocol, Self, TypeVar
 
 import numpy as np
 
-from gpu import ntt
+from gpu import ntt, synthesis
+from gpu.digest import digest
 from gpu.field import FieldArray
 from pacer.table import render
 
@@ -90,7 +91,7 @@ def join_warm_up(barrier: threading.Barrier) -> None:
 
 def warm_up(log_n: int) -> None:
     """Runs on a pool worker: one synthesis of this size, then waits for the other workers."""
-    ntt.synthesize(SEED, 0, log_n)
+    synthesis.synthesize(SEED, 0, log_n)
     if _warm_up_barrier is not None:
         _warm_up_barrier.wait(timeout=60)
 
@@ -101,7 +102,7 @@ def synthesize_into(block_name: str, seed: int, index: int, log_n: int) -> None:
     if block is None:
         block = _attached[block_name] = SharedMemory(name=block_name)
     rows = np.ndarray((VECTORS, 1 << log_n), dtype=np.uint64, buffer=block.buf)
-    for row, values in zip(rows, ntt.synthesize(seed, index, log_n), strict=True):
+    for row, values in zip(rows, synthesis.synthesize(seed, index, log_n), strict=True):
         np.copyto(row, values)
 
 
@@ -122,14 +123,14 @@ class Synthesis(Protocol[_Result]):
 
 
 class PoolSynthesis:
-    """`gpu.ntt.synthesize` on an executor; the buffers are the call's result."""
+    """`gpu.synthesis.synthesize` on an executor; the buffers are the call's result."""
 
     def __init__(self, executor: Executor, log_n: int) -> None:
         self.executor = executor
         self.log_n = log_n
 
     def submit(self, index: int) -> Future[Buffers]:
-        return self.executor.submit(ntt.synthesize, SEED, index, self.log_n)
+        return self.executor.submit(synthesis.synthesize, SEED, index, self.log_n)
 
     def collect(self, index: int, result: Buffers) -> Buffers:
         return result
@@ -330,7 +331,7 @@ def _stamp(finished_at: dict[int, float], index: int, _: object) -> None:
 
 def _digests(buffers: Buffers) -> Digests:
     a, b, c = buffers
-    return ntt.digest(a), ntt.digest(b), ntt.digest(c)
+    return digest(a), digest(b), digest(c)
 
 
 @dataclass
@@ -407,7 +408,7 @@ def measure_size(
     The executors take turns, batch by batch, in an order that rotates every round, so that a
     machine that speeds up or slows down over the run (a shared VM does) favours none of them.
     """
-    prover_buffers = ntt.synthesize(SEED, plan.partitions, log_n)  # not one of the batch's
+    prover_buffers = synthesis.synthesize(SEED, plan.partitions, log_n)  # not one of the batch's
     ntt.compute_h(*prover_buffers)  # builds the cached twiddle tables
     with contextlib.ExitStack() as stack:
         barrier = threading.Barrier(plan.workers)
@@ -534,9 +535,9 @@ def main() -> int:
     context = contexts[args.start_method]
     server_s = 0.0
     if args.start_method == "forkserver":
-        # Children fork from a server that has numpy and gpu.ntt imported already. It imports
-        # them in the background; the first process it forks waits for that.
-        context.set_forkserver_preload(["gpu.ntt"])
+        # Children fork from a server that has numpy and gpu.synthesis imported already. It
+        # imports them in the background; the first process it forks waits for that.
+        context.set_forkserver_preload(["gpu.synthesis"])
         started = time.perf_counter()
         multiprocessing.forkserver.ensure_running()
         _time_process_start(context)
@@ -560,7 +561,11 @@ def main() -> int:
     )
     print(
         f"process start method {args.start_method}: one bare process {process_s * 1e3:.0f} ms"
-        + (f"; the server, once, preloading gpu.ntt: {server_s * 1e3:.0f} ms" if server_s else "")
+        + (
+            f"; the server, once, preloading gpu.synthesis: {server_s * 1e3:.0f} ms"
+            if server_s
+            else ""
+        )
     )
     print()
     print(render(HEADERS, rows, markdown=args.markdown))

@@ -2,7 +2,7 @@
 
     python -m bench.synthesis_gil [--log-n 24] [--chunks-log2 18 20 22] [--threads 1 2 4]
 
-`gpu.ntt.synthesize_into` makes a few NumPy calls per step; each call gives up the GIL and
+`gpu.synthesis.synthesize_into` makes a few NumPy calls per step; each call gives up the GIL and
 must take it back. Its default (`cache` below) takes steps of `SYNTHESIS_CHUNK` elements and
 makes c in `_PRODUCT_CHUNK` pieces, all in a core's cache; ``step=2^k`` takes steps of 2^k and
 makes c in one go per step (fewer calls). Beside a thread that runs Python (here: counting, as
@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from bench.threads import timed_threads
-from gpu import ntt
+from gpu import synthesis
 from pacer.table import render
 
 
@@ -45,7 +45,7 @@ def synthesis_time(
     if beside_python:
         counter.start()
     started = time.perf_counter()
-    ntt.synthesize_into(1, 0, out, step=step)
+    synthesis.synthesize_into(1, 0, out, step=step)
     seconds = time.perf_counter() - started
     if not beside_python:  # the counting thread alone, for as long
         counter.start()
@@ -62,11 +62,11 @@ def threads_rate(n: int, step: int | None, threads: int, repeats: int = 3) -> fl
     """Elements/s that ``threads`` threads synthesizing at once make together."""
     outs = [tuple(np.zeros(n, np.uint32) for _ in range(3)) for _ in range(threads)]
     for out in outs:
-        ntt.synthesize_into(1, 0, out, step=step)
+        synthesis.synthesize_into(1, 0, out, step=step)
 
     def run(out: tuple[np.ndarray, ...]) -> None:
         for index in range(repeats):
-            ntt.synthesize_into(1, index, out, step=step)
+            synthesis.synthesize_into(1, index, out, step=step)
 
     return threads * repeats * n / timed_threads([functools.partial(run, out) for out in outs])
 
@@ -88,7 +88,7 @@ def main() -> int:
     steps += [(f"step=2^{k}", 1 << k) for k in args.chunks_log2]
     rows: list[tuple[str, ...]] = []
     for label, step in steps:
-        ntt.synthesize_into(1, 0, out, step=step)  # warm: pages touched, tables built
+        synthesis.synthesize_into(1, 0, out, step=step)  # warm: pages touched, tables built
         alone, counting_alone = synthesis_time(out, step, beside_python=False)
         beside, counting_beside = synthesis_time(out, step, beside_python=True)
         rows.append((

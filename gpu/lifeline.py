@@ -15,7 +15,7 @@ notices. Two things do, whatever the signal:
   service starts from a passing thread.
 
 `name_process` sets the name the kernel shows (``ps -o comm``), so that ``pacer settle`` can
-tell pacer's processes from others.
+tell pacer's processes from others (`SYNTHESIS_PROCESS_NAME`). This module imports no NumPy.
 
 >>> lifeline = Lifeline.open()
 >>> lifeline.cut()  # children watching it exit now
@@ -32,10 +32,20 @@ import threading
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 
-__all__ = ["EXIT_ORPHANED", "Lifeline", "die_with_parent", "name_process", "watch"]
+__all__ = [
+    "EXIT_ORPHANED",
+    "SYNTHESIS_PROCESS_NAME",
+    "Lifeline",
+    "die_with_parent",
+    "name_process",
+    "watch",
+]
 
 EXIT_ORPHANED = 70
 """A watching child's exit status when its parent has gone."""
+SYNTHESIS_PROCESS_NAME = "pacer-synth"
+"""What the kernel calls a synthesis process (``ps -o comm``, /proc/PID/stat): the name
+`gpu.process_executor` gives its workers, which ``pacer settle --kill-orphans`` looks for."""
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15

@@ -1,240 +1,132 @@
-"""Synthesis in worker processes that write straight into shared pool slots.
+"""A partition's witness vectors a, b and c = a∘b, drawn from (seed, index), on the CPU.
 
-Threads of one process share the GIL: each NumPy call a synthesis makes (thousands a partition)
-gives it up and takes it back, and with many threads, or a busy event loop, taking it back
-waits. Worker processes each have their own. A `ProcessSynthesizer` keeps a pool of them; each
-maps the pool's shared-memory blocks by name (once per block) and runs
-`gpu.ntt.synthesize_into` on the slot it is told, so only a slot reference crosses the process
-boundary and the buffers are written once, in place, where the GPU copies them from.
+a is drawn from the field and b is a rotated by one place, so A·B − C vanishes on the domain
+<ω> as in a satisfied circuit. `synthesize` returns new vectors; `synthesize_into` writes
+buffers given to it (a pinned pool slot), each once, so a GPU copies them without another host
+copy. Either computes on a CPU backend (`gpu.cpu_backend.CPU_BACKENDS`): whole-array NumPy
+calls (here) or a compiled pass (``backend="numba"``), with the same values bit for bit.
 
-A process's first write to each 4 KiB page of a mapping it did not create is a page fault: for
-a 3 GiB slot, 786,432 of them, which made synthesis about half as slow again until every worker
-had written every slot, minutes into a run. Each worker therefore fills in its page tables for
-every block when it starts (``MADV_POPULATE_WRITE``, Linux 5.14 or later; older kernels fault
-pages in on first write, as before): an up-front cost of about a second per 3 GiB, paid before
-the service reports ready, and 1/512 of the pool's bytes in page tables per worker.
-
-The workers end with the service, however it ends (SIGKILL included): left running, each would
-keep every pool block mapped, the pool's memory held though its names are gone from /dev/shm.
-Each watches a `gpu.lifeline.Lifeline` whose write end only the service holds and exits when
-it closes; each is killed by the kernel should the forkserver die (``PR_SET_PDEATHSIG``; the
-forkserver forks on its one thread); and the forkserver and multiprocessing's resource
-tracker exit by themselves once every process holding their pipes has gone. The workers are
-named ``pacer-synth`` (`SYNTHESIS_PROCESS_NAME`), which ``pacer settle --kill-orphans`` looks
-for.
-
->>> import numpy as np
->>> from gpu.pool import PinnedPool
->>> with PinnedPool(1, [(8,)] * 3, np.uint32, backend="shared") as pool, \\
-...         ProcessSynthesizer(1) as synthesizer, pool.checkout() as slot:
-...     synthesizer.fill(pool.slot_block(slot), seed=3, index=1)
-...     bool((slot.arrays[2] == ntt.synthesize(3, 1, 3)[2]).all())
+>>> a, b, c = synthesize(seed=7, index=0, log_n=3)
+>>> bool((BABYBEAR.mul(a, b) == c).all())
 True
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import mmap
-import multiprocessing
-import os
-import threading
-import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from multiprocessing.connection import Connection
-from types import TracebackType
+from typing import Any
 
-from gpu import compiled, lifeline, ntt
+import numpy as np
+import numpy.typing as npt
+
+from gpu import cpu_backend
 from gpu.babybear import BABYBEAR
-from gpu.field import PrimeField
-from gpu.pool import SHM_DIR, SlotBlock
+from gpu.field import FieldArray, PrimeField
+from gpu.ntt import check_log_n
 
-__all__ = ["SYNTHESIS_PROCESS_NAME", "ProcessSynthesizer"]
+__all__ = ["SYNTHESIS_CHUNK", "THREADED_STEP", "synthesize", "synthesize_into"]
 
-SYNTHESIS_PROCESS_NAME = "pacer-synth"
-"""What the kernel calls a synthesis process (``ps -o comm``, /proc/PID/stat)."""
+SYNTHESIS_CHUNK = 1 << 18
+"""Elements `synthesize_into` draws and writes per step (a few MiB of cache-resident work)."""
+THREADED_STEP = 1 << 20
+"""`synthesize_into`'s step for a synthesis on a thread that shares the GIL (bench/RESULTS.md)."""
+_PRODUCT_BYTES = 1 << 20
+"""Bytes of c's multiplication buffers per inner step, so they stay in a core's L2: 2^16
+elements of BabyBear (two buffers), 2^14 of Goldilocks (five)."""
 
-logger = logging.getLogger("gpu.synthesis")
 
+def synthesize(
+    seed: int, index: int, log_n: int, *, field: PrimeField = BABYBEAR, backend: str = "numpy"
+) -> tuple[FieldArray, FieldArray, FieldArray]:
+    """A partition's witness vectors (a, b, c = a∘b) of length 2^log_n, a function of (seed, index).
 
-class ProcessSynthesizer:
-    """``processes`` worker processes filling shared pool slots; `fill` blocks until done.
-
-    Started with forkserver (the workers never touch CUDA, and a fork of a process holding a
-    CUDA context is not safe to use). `start` launches them all, so none is forked on the hot
-    path, and has each map the shared-memory ``blocks`` (names) with their page tables filled
-    and, with ``kernel="numba"``, load ``field``'s compiled kernel; `close` stops them. A block
-    not among them is mapped on its first fill in each worker.
-
-    A worker that dies (the OOM killer, a signal) breaks the whole set: the syntheses in flight
-    then start over once on a new set (``restarts`` counts them), instead of every later
-    partition failing. The workers end when this process does, however it ends (see the
-    module's docstring).
+    a is drawn from the field and b is a rotated by one place; c makes A·B − C vanish on <ω>,
+    as in a satisfied circuit. Equal to what `synthesize_into` writes, as uint64.
     """
-
-    def __init__(
-        self,
-        processes: int,
-        blocks: Sequence[str] = (),
-        *,
-        kernel: str = "numpy",
-        field: PrimeField | None = None,
-    ) -> None:
-        if processes < 1:
-            raise ValueError(f"processes must be at least 1, got {processes}")
-        ntt.check_kernel(kernel)
-        self.processes = processes
-        self.blocks = tuple(blocks)
-        self.kernel = kernel
-        self.field = field
-        self.restarts = 0
-        self._lock = threading.Lock()
-        self._lifeline = lifeline.Lifeline.open()
-        self._executor = self._new_executor()
-
-    def _new_executor(self) -> ProcessPoolExecutor:
-        context = multiprocessing.get_context("forkserver")
-        return ProcessPoolExecutor(
-            self.processes, mp_context=context, initializer=_tie_to_service,
-            initargs=(self._lifeline.reader,),
-        )  # fmt: skip
-
-    def start(self) -> None:
-        """Launch every worker process now (each imports NumPy once) and map the blocks in each.
-
-        One mapping task per process, all submitted at once: each process takes one, as none
-        is free before it has started. Should one take two, the second finds its blocks mapped
-        and the process that got none maps each block on its first fill.
-        """
-        began = time.monotonic()
-        tasks = [
-            self._executor.submit(_start_worker, self.blocks, self.kernel, self.field)
-            for _ in range(self.processes)
-        ]
-        started = [task.result() for task in tasks]
-        populated = [size for size, _ in started]  # bytes each task populated
-        logger.info(
-            "synthesis processes (%s) end with this process (pid %d), however it ends: each "
-            "exits when a pipe only this process holds open closes; %s; the forkserver and the "
-            "resource tracker exit once they have",
-            SYNTHESIS_PROCESS_NAME, os.getpid(),
-            "each is killed should the forkserver die (PR_SET_PDEATHSIG)"
-            if all(armed for _, armed in started)
-            else "PR_SET_PDEATHSIG is not available here",
-        )  # fmt: skip
-        if self.blocks:
-            # A page-table entry of 8 bytes for each 4 KiB page each process maps.
-            logger.info(
-                "%d synthesis processes started in %.1f s; %d of them filled in the page tables "
-                "of the pool's %d slot blocks (%.1f GiB): %.1f MiB of page tables in all",
-                self.processes, time.monotonic() - began, sum(1 for size in populated if size),
-                len(self.blocks), max(populated) / 2**30, sum(populated) / 512 / 2**20,
-            )  # fmt: skip
-
-    def fill(
-        self, block: SlotBlock | None, seed: int, index: int, field: PrimeField = BABYBEAR
-    ) -> None:
-        """Write partition (seed, index) of ``field`` into the slot ``block`` describes, in a
-        worker."""
-        if block is None:
-            raise ValueError("the slot is not in shared memory: synthesize it in this process")
-        executor = self._executor
-        try:
-            executor.submit(_fill, block, seed, index, field, self.kernel).result()
-        except BrokenProcessPool:
-            self._replace(executor)
-            # The slot is written whole again; a second break is an error for the partition.
-            self._executor.submit(_fill, block, seed, index, field, self.kernel).result()
-
-    def _replace(self, broken: ProcessPoolExecutor) -> None:
-        """A new set of workers for a broken one, once however many fills saw it break."""
-        with self._lock:
-            if self._executor is not broken:
-                return
-            broken.shutdown(wait=False, cancel_futures=True)
-            self._executor = self._new_executor()
-            self.restarts += 1
-            logger.error(
-                "a synthesis worker process died (killed, or out of memory?); started a new set "
-                "of %d, and the syntheses it had start over (restart %d)",
-                self.processes, self.restarts,
-            )  # fmt: skip
-
-    def close(self) -> None:
-        """Stop the workers, then cut the lifeline (any worker left exits with it)."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
-        self._lifeline.cut()
-
-    def __enter__(self) -> ProcessSynthesizer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    _check_partition(seed, index, log_n, field)
+    a, b, c = (np.empty(1 << log_n, dtype=np.uint64) for _ in range(3))
+    synthesize_into(seed, index, (a, b, c), field=field, backend=backend)
+    return a, b, c
 
 
-# In each worker process: the blocks it has mapped, by name, and those whose page tables it
-# filled in.
-_mapped: dict[str, mmap.mmap] = {}
-_populated: set[str] = set()
+def synthesize_into(
+    seed: int,
+    index: int,
+    out: Sequence[npt.NDArray[Any]],
+    *,
+    step: int | None = None,
+    field: PrimeField = BABYBEAR,
+    backend: str = "numpy",
+) -> None:
+    """`synthesize` written into ``out`` (three arrays of 2^log_n elements, of the field's
+    storage dtype or uint64, e.g. a pinned pool slot), so a GPU can copy them without another
+    host copy.
 
-MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
-"""Fill in a mapping's page tables as writes would, without writing (Linux 5.14+)."""
+    a is drawn from an SFC64 generator seeded by (seed, index) (``field.random_elements``).
+    b is a rotated by one place, b_i = a_(i+1 mod n): half the draws, and A·B − C still
+    vanishes on the domain. Each output is written once.
 
+    ``step`` unset: steps of `SYNTHESIS_CHUNK` elements, c in `_PRODUCT_BYTES` of buffers at a
+    time, all in a core's cache; fastest where synthesis has its core to itself (a worker
+    process). Each NumPy call gives up the GIL, though, and on a thread beside others each
+    waits to take it back: there, pass a larger power of two (`THREADED_STEP`), which makes c
+    in one go per step and so far fewer calls. The same values come out either way.
 
-_dies_with_forkserver = False
-
-
-def _tie_to_service(lifeline_reader: Connection) -> None:
-    """First thing in each worker: its name, and its end when the service or the forkserver
-    (its parent, one thread) ends."""
-    global _dies_with_forkserver
-    lifeline.name_process(SYNTHESIS_PROCESS_NAME)
-    _dies_with_forkserver = lifeline.die_with_parent()
-    lifeline.watch(lifeline_reader)
-
-
-def _start_worker(names: Sequence[str], kernel: str, field: PrimeField | None) -> tuple[int, bool]:
-    """Map each block not yet mapped in this process and load the compiled kernel; the bytes
-    whose page tables it filled in (0 where the kernel cannot), and whether the kernel kills
-    this process should the forkserver die."""
-    if kernel == "numba" and field is not None:
-        compiled.warm(field)
-    new = [name for name in names if name not in _mapped]
-    mappings = {name: _mapping(name) for name in new}
-    populated = sum(len(mapping) for name, mapping in mappings.items() if name in _populated)
-    return populated, _dies_with_forkserver
-
-
-def _mapping(name: str) -> mmap.mmap:
-    """This process's mapping of shared block ``name``, made (and populated) on first use.
-
-    The block is the pool owner's: opened by path, not through `SharedMemory`, so no resource
-    tracker here learns of it and none unlinks it when this process ends.
+    ``backend="numba"``: the same values from one compiled pass that holds no GIL
+    (`gpu.cpu_backend`; ``step`` is then moot): for Goldilocks 2.2 to 2.8 times the rate.
     """
-    mapping = _mapped.get(name)
-    if mapping is None:
-        descriptor = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)
-        try:
-            mapping = mmap.mmap(descriptor, os.fstat(descriptor).st_size)
-        finally:
-            os.close(descriptor)
-        # An older kernel refuses: each page then faults in on its first write instead.
-        with contextlib.suppress(OSError):
-            mapping.madvise(MADV_POPULATE_WRITE)
-            _populated.add(name)
-        _mapped[name] = mapping
-    return mapping
+    size = out[0].size
+    log_n = size.bit_length() - 1
+    _check_partition(seed, index, log_n, field)
+    if step is not None and (step < 2 or step & (step - 1)):
+        raise ValueError(f"step must be a power of two of at least 2, got {step}")
+    dtypes = {field.storage, np.dtype(np.uint64)}
+    for name, target in zip("abc", out, strict=True):
+        if target.shape != (1 << log_n,) or target.dtype not in dtypes:
+            raise ValueError(
+                f"out {name} must be a {' or '.join(sorted(map(str, dtypes)))} vector of "
+                f"2^{log_n} elements, got {target.dtype} {target.shape}"
+            )
+    cpu_backend.check(backend)
+    if backend == "numba":
+        cpu_backend.synthesize_into(seed, index, out, field)
+        return
+    a_out, b_out, c_out = out
+    bits = np.random.SFC64([seed, index])
+    chunk = min(size, step or SYNTHESIS_CHUNK)
+    # window[0] is the element before this step's (a_(start − 1)), window[1:] this step's.
+    window = np.empty(chunk + 1, dtype=np.uint64)
+    values = np.empty(chunk, dtype=field.storage)
+    fitting = 1 << ((_PRODUCT_BYTES // (8 * field.CONSECUTIVE_BUFFERS)).bit_length() - 1)
+    inner = min(chunk, fitting) if step is None else chunk
+    buffers = tuple(np.empty(inner + 1, dtype=np.uint64) for _ in range(field.CONSECUTIVE_BUFFERS))
+
+    def products(span: FieldArray, at: int) -> None:
+        """c[at + i] = span[i]·span[i + 1] mod p, ``inner`` at a time (buffers in L2)."""
+        count = span.size - 1
+        for offset in range(0, count, inner):
+            end = min(offset + inner, count)
+            target = c_out[at + offset : at + end]
+            field.consecutive_products(span[offset : end + 1], target, buffers)
+
+    for start in range(0, size, chunk):
+        field.random_elements(bits, values)
+        # Each output is written once, from cache: a_i, b_(i−1) = a_i, c_(i−1) = a_(i−1)·a_i.
+        a_out[start : start + chunk] = values
+        window[1:] = values
+        if start == 0:
+            b_out[: chunk - 1] = values[1:]
+            products(window[1:], 0)
+        else:
+            b_out[start - 1 : start + chunk - 1] = values
+            products(window, start - 1)
+        window[0] = window[-1]
+    b_out[size - 1] = a_out[0]
+    c_out[size - 1] = int(a_out[size - 1]) * int(a_out[0]) % field.P
 
 
-def _fill(block: SlotBlock, seed: int, index: int, field: PrimeField, kernel: str) -> None:
-    arrays = block.arrays(_mapping(block.name))
-    ntt.synthesize_into(seed, index, arrays, field=field, kernel=kernel)
+def _check_partition(seed: int, index: int, log_n: int, field: PrimeField) -> None:
+    for name, number in (("seed", seed), ("index", index)):
+        if number < 0:
+            raise ValueError(f"{name} must be non-negative, got {number}")
+    check_log_n(log_n, field, low=0)

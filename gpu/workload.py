@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 
-from gpu import compiled
+from gpu import cpu_backend
 from gpu.field import by_name
 from pacer.config import Settings
 from pacer.workload import (
@@ -32,9 +32,10 @@ from pacer.workload import (
 )
 
 if TYPE_CHECKING:
-    from gpu.pool import PinnedPool, Slot
-    from gpu.synthesis import ProcessSynthesizer
-    from gpu.worker import GpuProver
+    from gpu.pool import PinnedPool
+    from gpu.process_executor import ProcessSynthesizer
+    from gpu.prover import GpuProver
+    from gpu.slots import Slot
 
 logger = logging.getLogger("gpu.workload")
 
@@ -62,7 +63,7 @@ class NttWorkload(Workload):
         self.log_n: int = log_n
         self.kernel: str = ntt_kernel(kernel, self.field.name)
         if self.kernel == "numba":  # compiled now (or loaded from the cache), not on a partition
-            compiled.warm(self.field, verification=True)
+            cpu_backend.warm(self.field, verification=True)
 
     @property
     def field_name(self) -> str:
@@ -82,13 +83,14 @@ class NttWorkload(Workload):
         return 3 * 8 * (1 << self._log_n(params))  # a, b, c as uint64
 
     def synthesize(self, spec: PartitionSpec) -> Any:
-        import gpu.ntt as ntt
+        import gpu.synthesis as synthesis
 
-        return ntt.synthesize(spec.seed, spec.index, self._log_n(spec.params), field=self.field,
-                              kernel=self.kernel)  # fmt: skip
+        return synthesis.synthesize(spec.seed, spec.index, self._log_n(spec.params),
+                                    field=self.field, backend=self.kernel)  # fmt: skip
 
     def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
         import gpu.ntt as ntt
+        from gpu.digest import digest
 
         a, b, c = buffers
         phases: dict[str, float] = {}
@@ -105,18 +107,19 @@ class NttWorkload(Workload):
         started = time.perf_counter()
         h = steps.coset_intt(quotient)
         phases["coset_intt"] = time.perf_counter() - started
-        return Proof(ntt.digest(h, field=self.field), phases, h if keep_output else None)
+        return Proof(digest(h, field=self.field), phases, h if keep_output else None)
 
     def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
         a, b, c = buffers
         return self._verified(a, b, c, proof)
 
     def _verified(self, a: Any, b: Any, c: Any, proof: Proof) -> bool:
-        import gpu.ntt as ntt
+        from gpu.digest import digest
+        from gpu.verification import verify
 
         field = self.field
-        holds = bool(ntt.verify(a, b, c, proof.output, field=field, kernel=self.kernel))
-        return holds and ntt.digest(proof.output, field=field) == proof.digest
+        holds = bool(verify(a, b, c, proof.output, field=field, backend=self.kernel))
+        return holds and digest(proof.output, field=field) == proof.digest
 
 
 class GpuNttWorkload(NttWorkload):
@@ -177,7 +180,7 @@ class GpuNttWorkload(NttWorkload):
 
     @property
     def gpu_model(self) -> str:
-        from gpu.worker import device_name
+        from gpu.devices import device_name
 
         return ", ".join(sorted({device_name(d) for d in self.devices}))
 
@@ -224,14 +227,14 @@ class GpuNttWorkload(NttWorkload):
         with ThreadPoolExecutor(1, thread_name_prefix="synthesis-start") as starter:
             starting = None
             if self.executor == "processes":
-                from gpu.synthesis import ProcessSynthesizer
+                from gpu.process_executor import ProcessSynthesizer
 
                 self._synthesizer = ProcessSynthesizer(
-                    synthesis_workers, pool.block_names, kernel=self.kernel, field=self.field
+                    synthesis_workers, pool.block_names, backend=self.kernel, field=self.field
                 )
                 starting = starter.submit(self._synthesizer.start)
             if on_cuda:
-                from gpu.worker import GpuProver
+                from gpu.prover import GpuProver
 
                 for worker in range(self.workers):
                     device = self.device_of(worker)
@@ -241,7 +244,7 @@ class GpuNttWorkload(NttWorkload):
                 starting.result()
 
     def synthesize(self, spec: PartitionSpec) -> Slot:
-        import gpu.ntt as ntt
+        import gpu.synthesis as synthesis
 
         if self.pool is None:
             raise RuntimeError("the pinned pool is not allocated yet: call prepare first")
@@ -252,8 +255,9 @@ class GpuNttWorkload(NttWorkload):
                 # In a worker process, straight into the shared slot.
                 self._synthesizer.fill(block, spec.seed, spec.index, self.field)
             else:  # on this thread (also a pageable fallback slot, which no process can map)
-                ntt.synthesize_into(spec.seed, spec.index, slot.arrays, step=ntt.THREADED_STEP,
-                                    field=self.field, kernel=self.kernel)  # fmt: skip
+                synthesis.synthesize_into(spec.seed, spec.index, slot.arrays,
+                                          step=synthesis.THREADED_STEP, field=self.field,
+                                          backend=self.kernel)  # fmt: skip
         except BaseException:
             slot.release()
             raise
@@ -262,7 +266,7 @@ class GpuNttWorkload(NttWorkload):
     def prove(self, buffers: Slot, worker: int, keep_output: bool = True) -> Proof:
         prover: GpuProver | None = self._provers.get(worker)
         if prover is None:  # without prepare (tests): created on the worker's own thread
-            from gpu.worker import GpuProver
+            from gpu.prover import GpuProver
 
             prover = GpuProver(self.device_of(worker), self.log_n, self.field)
             self._provers[worker] = prover
@@ -295,17 +299,15 @@ def ntt_kernel(setting: str, field: str = "goldilocks") -> str:
     ``field``: auto takes numba where it is installed. Logged, as their speed depends on it:
     falling back to NumPy is a warning for Goldilocks, whose products NumPy makes at less than
     half the compiled rate."""
-    from gpu.ntt import check_kernel
-
     if setting != "auto":
         try:
-            check_kernel(setting)
+            cpu_backend.check(setting)
         except (ValueError, RuntimeError) as exc:
             raise WorkloadError(f"PACER_NTT__KERNEL={setting}: {exc}") from None
         if setting == "numba":
             logger.info("synthesis and verification compiled by Numba (PACER_NTT__KERNEL=numba)")
         return setting
-    if compiled.available():
+    if cpu_backend.numba_available():
         logger.info("synthesis and verification compiled by Numba (PACER_NTT__KERNEL=auto)")
         return "numba"
     logger.log(
@@ -321,7 +323,7 @@ def gpu_devices(setting: str) -> list[int]:
     """The CUDA devices ``PACER_GPU__DEVICES`` selects among those present."""
     if setting == "none":
         return []
-    from gpu.worker import device_count
+    from gpu.devices import device_count
 
     present = device_count()
     if setting == "all":

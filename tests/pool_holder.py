@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from gpu.pool import BLOCK_PREFIX
+from gpu.shm_blocks import BLOCK_PREFIX
 
 # A service's pool that is still open: it reports its block names, then waits to be killed.
 # Its blocks are taken off multiprocessing's resource tracker, as when the tracker dies with it
@@ -58,7 +58,7 @@ import sys
 from multiprocessing import forkserver
 import numpy as np
 from gpu.pool import PinnedPool
-from gpu.synthesis import ProcessSynthesizer
+from gpu.process_executor import ProcessSynthesizer
 pool = PinnedPool(2, [(1024,)] * 3, np.uint32, backend="shared")
 synthesizer = ProcessSynthesizer(2, pool.block_names)
 synthesizer.start()

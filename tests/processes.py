@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gpu.pool import BLOCK_PREFIX
+from gpu.shm_blocks import BLOCK_PREFIX
 from pacer.settle.held import HeldBlockScanner
 from pacer.settle.sources import _read_stat
 

@@ -27,12 +27,19 @@ MODULES = [
     "pacer.client",
     "pacer.cli_args",
     "pacer.cli_client",
+    "gpu.allocators",
+    "gpu.cuda_kernels",
+    "gpu.digest",
     "gpu.field",
+    "gpu.lifeline",
     "gpu.ntt",
     "gpu.pool",
+    "gpu.process_executor",
+    "gpu.shm_blocks",
+    "gpu.sizes",
+    "gpu.slots",
     "gpu.synthesis",
-    "gpu.lifeline",
-    "gpu.ntt_cuda",
+    "gpu.verification",
 ]
 
 

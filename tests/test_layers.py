@@ -10,8 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTLE = ROOT / "pacer" / "settle"
-"""`pacer settle` cleans up after the GPU pool (its /dev/shm blocks, named by gpu.pool) and the
-synthesis processes (named by gpu.synthesis): it reads their names from where they are made."""
+"""`pacer settle` cleans up after the GPU pool (its /dev/shm blocks, named by gpu.shm_blocks) and
+the synthesis processes (named by gpu.lifeline): it reads their names from where they are made."""
 ADAPTER = ROOT / "gpu" / "workload.py"
 
 

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu.pool import BLOCK_PREFIX
+from gpu.shm_blocks import BLOCK_PREFIX
 from pacer import settle
 from pacer.settle import (
     GIB,
@@ -719,7 +719,7 @@ def test_kill_orphans_kills_pacers_synthesis_processes_and_only_names_the_others
 HOLD_AN_ORPHANED_BLOCK = """
 import mmap, os, sys
 from gpu import lifeline
-from gpu.synthesis import SYNTHESIS_PROCESS_NAME
+from gpu.lifeline import SYNTHESIS_PROCESS_NAME
 name, size = sys.argv[1], int(sys.argv[2])
 if sys.argv[3] == "synthesis":
     lifeline.name_process(SYNTHESIS_PROCESS_NAME)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gpu.synthesis import SYNTHESIS_PROCESS_NAME
+from gpu.lifeline import SYNTHESIS_PROCESS_NAME
 from pacer.settle.detector import (
     DEFAULT_INTERVAL_S,
     DEFAULT_PROCESS_NAME,

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from gpu.pool import BLOCK_PREFIX, SHM_DIR, block_owner
-from gpu.synthesis import SYNTHESIS_PROCESS_NAME
+from gpu.lifeline import SYNTHESIS_PROCESS_NAME
+from gpu.shm_blocks import BLOCK_PREFIX, SHM_DIR, block_owner
 from pacer.settle.detector import GIB, gib
 from pacer.settle.sources import self_and_ancestors
 
@@ -100,7 +100,7 @@ def size(n_bytes: int) -> str:
 
 def is_synthesis_process(name: str, cmdline: str) -> bool:
     """Whether a process that maps pacer's pool blocks is one of pacer's synthesis processes:
-    named `gpu.synthesis.SYNTHESIS_PROCESS_NAME`, or forked by multiprocessing's forkserver
+    named `gpu.lifeline.SYNTHESIS_PROCESS_NAME`, or forked by multiprocessing's forkserver
     (as they were before they had a name)."""
     return name == SYNTHESIS_PROCESS_NAME or FORKSERVER_COMMAND in cmdline
 

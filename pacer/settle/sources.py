@@ -111,7 +111,7 @@ class StaleBlocksRemoved:
 
     Shared memory outlives a process killed with SIGKILL, so a killed service's pool (tens of
     GiB) would hold used memory up until the next service starts and removes it; only blocks
-    whose process is gone are touched (`gpu.pool.remove_stale_blocks`). ``report`` hears what
+    whose process is gone are touched (`gpu.shm_blocks.remove_stale_blocks`). ``report`` hears what
     went.
     """
 
@@ -120,7 +120,7 @@ class StaleBlocksRemoved:
         self.report = report
 
     def sample(self) -> Sample:
-        from gpu.pool import remove_stale_blocks
+        from gpu.shm_blocks import remove_stale_blocks
 
         removed, freed = remove_stale_blocks()
         if removed:

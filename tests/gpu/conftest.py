@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from gpu import worker
+from gpu.devices import device_count
 
 
 @pytest.fixture(scope="session")
 def cupy_module() -> Any:
     """CuPy, where it sees a CUDA device; the test is skipped elsewhere."""
-    if worker.device_count() == 0:
+    if device_count() == 0:
         pytest.skip("no CUDA device")
     import cupy
 

@@ -1,4 +1,5 @@
-"""The NTT against a naive DFT, and compute_h against verify, over BabyBear and Goldilocks."""
+"""The CPU reference over BabyBear and Goldilocks: the NTT against a naive DFT, compute_h
+against verify, synthesis and the digest."""
 
 from __future__ import annotations
 
@@ -9,23 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-import gpu.ntt as ntt_module
+import gpu.synthesis as synthesis_module
+import gpu.verification as verification_module
 from gpu.babybear import BABYBEAR
+from gpu.digest import DIGEST_LANES, digest, digest_lanes
 from gpu.field import FieldArray, PrimeField
 from gpu.goldilocks import GOLDILOCKS
-from gpu.ntt import (
-    HSteps,
-    compute_h,
-    coset_intt,
-    coset_ntt,
-    digest,
-    digest_lanes,
-    intt,
-    ntt,
-    synthesize,
-    synthesize_into,
-    verify,
-)
+from gpu.ntt import HSteps, compute_h, coset_intt, coset_ntt, intt, ntt
+from gpu.synthesis import synthesize, synthesize_into
+from gpu.verification import barycentric_sums, verify
 
 FIELDS = [BABYBEAR, GOLDILOCKS]
 each_field = pytest.mark.parametrize("field", FIELDS, ids=lambda f: f.name)
@@ -251,7 +244,7 @@ CHUNKS = [pytest.param(None, id="one-chunk"), pytest.param(16, id="chunks-of-16"
 
 def use_chunk(monkeypatch: pytest.MonkeyPatch, chunk: int | None) -> None:
     if chunk is not None:
-        monkeypatch.setattr(ntt_module, "_VERIFY_CHUNK", chunk)
+        monkeypatch.setattr(verification_module, "_VERIFY_CHUNK", chunk)
 
 
 def points_off_domain(field: PrimeField, log_n: int, count: int) -> list[int]:
@@ -275,7 +268,7 @@ def test_barycentric_sums_evaluate_the_interpolating_polynomial(
     coeffs = [field.to_ints(intt(v, field=field)) for v in vectors]
     for r in points_off_domain(field, log_n, count=2):
         scale = (pow(r, n, field.P) - 1) * pow(n, -1, field.P)
-        sums = ntt_module._barycentric_sums(r, log_n, field, *vectors)
+        sums = barycentric_sums(r, log_n, field, *vectors)
         assert [scale * s % field.P for s in sums] == [evaluate(field, c, r) for c in coeffs]
 
 
@@ -288,7 +281,9 @@ def test_evaluate_matches_horner(
     use_chunk(monkeypatch, chunk)
     coeffs = random_vector(field, log_n, seed=1)
     for x in points_off_domain(field, log_n, count=2):
-        assert ntt_module._evaluate(coeffs, x, field) == evaluate(field, field.to_ints(coeffs), x)
+        assert verification_module.evaluate(coeffs, x, field) == evaluate(
+            field, field.to_ints(coeffs), x
+        )
 
 
 @each_field
@@ -368,7 +363,7 @@ def fnv_lanes_by_loop(values: list[int], lanes: int) -> list[int]:
 @pytest.mark.parametrize("log_n", [0, 3, 17], ids=lambda n: f"2^{n}")
 def test_digest_is_sha256_of_the_size_and_fnv_lanes(field: PrimeField, log_n: int) -> None:
     h = random_vector(field, log_n, seed=log_n)
-    lanes = min(1 << log_n, ntt_module.DIGEST_LANES)
+    lanes = min(1 << log_n, DIGEST_LANES)
     state = fnv_lanes_by_loop(h.tolist(), lanes)
     assert digest_lanes(h).tolist() == state
     packed = (1 << log_n).to_bytes(8, "little") + b"".join(x.to_bytes(8, "little") for x in state)
@@ -379,7 +374,7 @@ def test_digest_is_sha256_of_the_size_and_fnv_lanes(field: PrimeField, log_n: in
 @each_field
 def test_digest_tells_apart_a_swap_within_a_lane_and_across_lanes(field: PrimeField) -> None:
     h = random_vector(field, 17, seed=1)
-    lanes = ntt_module.DIGEST_LANES
+    lanes = DIGEST_LANES
     for i, j in ((0, lanes), (0, 1)):  # same lane, different rows; neighbouring lanes
         swapped = h.copy()
         swapped[[i, j]] = h[[j, i]]
@@ -453,9 +448,9 @@ def test_synthesis_steps_do_not_change_what_is_written(
     field: PrimeField, monkeypatch: pytest.MonkeyPatch, chunk: int, product_chunk: int
 ) -> None:
     expected = synthesize(seed=3, index=5, log_n=9, field=field)
-    monkeypatch.setattr(ntt_module, "SYNTHESIS_CHUNK", chunk)
+    monkeypatch.setattr(synthesis_module, "SYNTHESIS_CHUNK", chunk)
     # Buffers of product_chunk elements each: c is made product_chunk elements at a time.
-    monkeypatch.setattr(ntt_module, "_PRODUCT_BYTES", product_chunk * 8 * field.MUL_BUFFERS)
+    monkeypatch.setattr(synthesis_module, "_PRODUCT_BYTES", product_chunk * 8 * field.MUL_BUFFERS)
     a, b, c = synthesize(seed=3, index=5, log_n=9, field=field)
     assert all((x == e).all() for x, e in zip((a, b, c), expected, strict=True))
     ints = a.tolist()

@@ -15,14 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu.pool import (
-    ALIGNMENT_BYTES,
-    NumpyHostAllocator,
-    PinnedPool,
-    PoolClosedError,
-    PoolExhausted,
-    Slot,
-)
+from gpu.allocators import ALIGNMENT_BYTES, NumpyHostAllocator
+from gpu.pool import PinnedPool, PoolClosedError, PoolExhausted
+from gpu.slots import Slot
 from tests.conftest import FakeClock
 
 N = 1000

@@ -17,9 +17,12 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpu import ntt
+from gpu.digest import digest
 from gpu.field import PrimeField
-from gpu.worker import PHASES, GpuResult
+from gpu.ntt import HSteps, compute_h
+from gpu.ntt_cuda import GPU_PHASES
+from gpu.prover import GpuResult
+from gpu.synthesis import synthesize
 from gpu.workload import GpuNttWorkload
 from pacer.config import Settings
 from pacer.service import Service
@@ -31,19 +34,19 @@ LOG_N = 10
 
 
 class NumpyProver:
-    """`gpu.worker.GpuProver`'s interface on the CPU."""
+    """`gpu.prover.GpuProver`'s interface on the CPU."""
 
     def __init__(self, field: PrimeField) -> None:
         self.field = field
-        self.steps = ntt.HSteps(LOG_N, field)
+        self.steps = HSteps(LOG_N, field)
         self.kept = 0
 
     def prove(self, a: Any, b: Any, c: Any, *, keep_h: bool = False) -> GpuResult:
         started = time.perf_counter()
         h = self.steps.run(*(v.astype(np.uint64) for v in (a, b, c)))
-        phases = dict.fromkeys(PHASES, (time.perf_counter() - started) / len(PHASES))
+        phases = dict.fromkeys(GPU_PHASES, (time.perf_counter() - started) / len(GPU_PHASES))
         self.kept += keep_h
-        return GpuResult(ntt.digest(h, field=self.field), h if keep_h else None, phases)
+        return GpuResult(digest(h, field=self.field), h if keep_h else None, phases)
 
 
 def shared_gpu_workload(settings: Settings) -> GpuNttWorkload:
@@ -85,8 +88,8 @@ async def test_partitions_synthesized_in_processes_prove_and_verify(tmp_path: Pa
         assert job["state"] == "completed", job.get("error")
         for part in job["partition_results"]:
             field = workload.field
-            vectors = ntt.synthesize(4, part["index"], LOG_N, field=field)
-            assert part["digest"] == ntt.digest(ntt.compute_h(*vectors, field=field), field=field)
+            vectors = synthesize(4, part["index"], LOG_N, field=field)
+            assert part["digest"] == digest(compute_h(*vectors, field=field), field=field)
             assert part["gpu"] == 3  # the device, not the worker
         provers = workload._provers.values()
         assert sum(p.kept for p in provers) == 3  # H came back only for the verified ones

@@ -29,7 +29,9 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
-import gpu.ntt as ntt
+from gpu.digest import digest
+from gpu.ntt import compute_h
+from gpu.synthesis import synthesize
 from pacer import service as service_module
 from pacer.client import ApiError, Client
 from pacer.journal import BUSY_TIMEOUT_S, JobRecord, Journal, PartitionResult, result_digest
@@ -172,8 +174,8 @@ def expected_digest(job_id: str, partitions: int) -> str:
     seed = job_seed(job_id, {})
     digests = []
     for index in range(partitions):
-        a, b, c = ntt.synthesize(seed, index, LOG_N)
-        digests.append(ntt.digest(ntt.compute_h(a, b, c)))
+        a, b, c = synthesize(seed, index, LOG_N)
+        digests.append(digest(compute_h(a, b, c)))
     return result_digest(digests)
 
 

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
-import gpu.ntt as ntt
+from gpu.digest import digest
 from gpu.field import by_name
-from gpu.synthesis import SYNTHESIS_PROCESS_NAME
+from gpu.lifeline import SYNTHESIS_PROCESS_NAME
+from gpu.ntt import compute_h
+from gpu.synthesis import synthesize
 from pacer.client import ApiError
 from pacer.journal import result_digest
 from pacer.workload import job_seed
@@ -140,8 +142,8 @@ def expected_digest(variant: Variant, job_id: str, partitions: int) -> str:
     seed = job_seed(job_id, {})
     digests = []
     for index in range(partitions):
-        vectors = ntt.synthesize(seed, index, variant.log_n, field=prime)
-        digests.append(ntt.digest(ntt.compute_h(*vectors, field=prime), field=prime))
+        vectors = synthesize(seed, index, variant.log_n, field=prime)
+        digests.append(digest(compute_h(*vectors, field=prime), field=prime))
     return result_digest(digests)
 
 
@@ -203,8 +205,8 @@ def test_killed_at_random_moments_every_job_completes_once_and_nothing_outlives_
                 "GROUP BY job_id"
             ).fetchall()
         )
-    for job_id, (state, partitions, done, digest) in jobs.items():
+    for job_id, (state, partitions, done, job_digest) in jobs.items():
         assert (state, done) == ("completed", partitions), job_id
         assert rows[job_id] == distinct[job_id] == partitions, f"{job_id}: duplicate results"
         assert completions[job_id] <= 1, f"{job_id} completed twice"
-        assert digest == expected_digest(variant, job_id, partitions), job_id
+        assert job_digest == expected_digest(variant, job_id, partitions), job_id

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import gpu.ntt as ntt
+from gpu.digest import digest
+from gpu.ntt import compute_h
+from gpu.synthesis import synthesize
+from gpu.verification import verify
 from pacer.client import ApiError
 from pacer.workload import job_seed
 from tests.service.conftest import ServerFactory, readyz_refuses, wait_for
@@ -35,10 +38,10 @@ def test_jobs_complete_with_verifiable_results(server_factory: ServerFactory) ->
         job = server.client.job(job_id)
         seed = job_seed(job_id, {})
         for part in job["partition_results"]:
-            a, b, c = ntt.synthesize(seed, part["index"], 9)
-            h = ntt.compute_h(a, b, c)
-            assert ntt.verify(a, b, c, h)
-            assert part["digest"] == ntt.digest(h)  # the service proved what we recompute
+            a, b, c = synthesize(seed, part["index"], 9)
+            h = compute_h(a, b, c)
+            assert verify(a, b, c, h)
+            assert part["digest"] == digest(h)  # the service proved what we recompute
     server.signal(signal.SIGTERM)
     assert server.wait() == 0
 

@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu import compiled, ntt
+from gpu import cpu_backend, synthesis, verification
 from gpu.babybear import BABYBEAR
 from gpu.field import FIELD_NAMES, PrimeField, by_name
 from gpu.goldilocks import GOLDILOCKS
-from gpu.synthesis import ProcessSynthesizer
+from gpu.ntt import compute_h
+from gpu.process_executor import ProcessSynthesizer
 from gpu.workload import NttWorkload, ntt_kernel
 from pacer.workload import PartitionSpec, WorkloadError
 from tests.gpu.test_field import GOLDILOCKS_CARRIES
@@ -35,19 +36,19 @@ def test_compiled_writes_what_numpy_writes(field: PrimeField, uint64: bool, log_
     dtype = np.dtype(np.uint64) if uint64 else field.storage
     for seed, index in [(0, 0), (7, 3), (2**63 - 1, 10**9)]:
         expected, fast = outputs(field, log_n, dtype), outputs(field, log_n, dtype)
-        ntt.synthesize_into(seed, index, expected, field=field)
-        ntt.synthesize_into(seed, index, fast, field=field, kernel="numba")
+        synthesis.synthesize_into(seed, index, expected, field=field)
+        synthesis.synthesize_into(seed, index, fast, field=field, backend="numba")
         for name, want, got in zip("abc", expected, fast, strict=True):
             assert (want == got).all(), f"{field.name} 2^{log_n} ({seed}, {index}): {name} differs"
 
 
 @each_field
 def test_compiled_satisfies_the_circuit(field: PrimeField) -> None:
-    a, b, c = ntt.synthesize(5, 1, 10, field=field, kernel="numba")
+    a, b, c = synthesis.synthesize(5, 1, 10, field=field, backend="numba")
     assert (b == np.roll(a, -1)).all()
     assert (field.mul(a, b) == c).all()
     assert int(a.max()) < field.P
-    other = ntt.synthesize(5, 2, 10, field=field, kernel="numba")[0]
+    other = synthesis.synthesize(5, 2, 10, field=field, backend="numba")[0]
     assert not (a == other).all()  # another partition, other draws
 
 
@@ -56,7 +57,7 @@ def test_compiled_goldilocks_products_at_the_carries(a: int, b: int) -> None:
     p = GOLDILOCKS.P
     window = np.array([a % p, b % p, a % p], dtype=np.uint64)
     out = np.zeros(2, dtype=np.uint64)
-    compiled.consecutive_products(window, out, GOLDILOCKS)
+    cpu_backend.consecutive_products(window, out, GOLDILOCKS)
     assert out.tolist() == [a % p * (b % p) % p] * 2
 
 
@@ -68,24 +69,26 @@ def test_compiled_products_match_python_integers(field: PrimeField, x: list[int]
     window = np.array(values, dtype=np.uint64)
     for dtype in (field.storage, np.uint64):
         out = np.zeros(len(values) - 1, dtype=dtype)
-        compiled.consecutive_products(window, out, field)
+        cpu_backend.consecutive_products(window, out, field)
         assert out.tolist() == [i * j % field.P for i, j in pairwise(values)]
 
 
-def test_an_unknown_kernel_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match=r"kernel must be one of numpy, numba, got 'fast'"):
-        ntt.synthesize(1, 0, 4, kernel="fast")
-    with pytest.raises(ValueError, match="kernel must be one of"):
-        ProcessSynthesizer(1, kernel="fast")
+def test_an_unknown_backend_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"backend must be one of numpy, numba, got 'fast'"):
+        synthesis.synthesize(1, 0, 4, backend="fast")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        ProcessSynthesizer(1, backend="fast")
 
 
-def test_without_numba_the_kernel_is_refused_or_falls_back(
+def test_without_numba_the_numba_backend_is_refused_or_falls_back(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(compiled, "available", lambda: False)
+    monkeypatch.setattr(cpu_backend, "numba_available", lambda: False)
     with pytest.raises(RuntimeError, match="needs Numba"):
-        ntt.synthesize(1, 0, 4, kernel="numba")
-    with pytest.raises(WorkloadError, match=r"PACER_NTT__KERNEL=numba: kernel 'numba' needs Numba"):
+        synthesis.synthesize(1, 0, 4, backend="numba")
+    with pytest.raises(
+        WorkloadError, match=r"PACER_NTT__KERNEL=numba: backend 'numba' needs Numba"
+    ):
         NttWorkload(8, kernel="numba")
     with caplog.at_level(logging.INFO, logger="gpu.workload"):
         assert ntt_kernel("auto", "goldilocks") == "numpy"
@@ -108,10 +111,10 @@ def test_auto_takes_numba_where_it_is_installed(caplog: pytest.LogCaptureFixture
     assert workload.kernel == "numba"
     assert "synthesis and verification compiled by Numba" in caplog.text
     a, b, c = workload.synthesize(PartitionSpec("job", 2, 9, {}))
-    expected = ntt.synthesize(9, 2, 8, field=GOLDILOCKS)
+    expected = synthesis.synthesize(9, 2, 8, field=GOLDILOCKS)
     assert all((x == y).all() for x, y in zip((a, b, c), expected, strict=True))
     with pytest.raises(
-        WorkloadError, match="PACER_NTT__KERNEL=fast: kernel must be one of numpy, numba"
+        WorkloadError, match="PACER_NTT__KERNEL=fast: backend must be one of numpy, numba"
     ):
         ntt_kernel("fast")
 
@@ -124,15 +127,15 @@ def test_without_a_writable_cache_the_kernels_compile_anyway(
     # A locator that finds no place (it serves only IPython cells): as with no writable
     # directory, Numba refuses to cache.
     monkeypatch.setattr(config, "CACHE_LOCATOR_CLASSES", "_IPythonCacheLocator")
-    compiled._kernels.cache_clear()
+    cpu_backend._kernels.cache_clear()
     try:
-        with caplog.at_level(logging.WARNING, logger="gpu.compiled"):
-            fast = ntt.synthesize(4, 1, 6, field=GOLDILOCKS, kernel="numba")
+        with caplog.at_level(logging.WARNING, logger="gpu.cpu_backend"):
+            fast = synthesis.synthesize(4, 1, 6, field=GOLDILOCKS, backend="numba")
         assert caplog.text.count("compile without a disk cache") == 1  # once, not per kernel
-        expected = ntt.synthesize(4, 1, 6, field=GOLDILOCKS)
+        expected = synthesis.synthesize(4, 1, 6, field=GOLDILOCKS)
         assert all((x == y).all() for x, y in zip(fast, expected, strict=True))
     finally:
-        compiled._kernels.cache_clear()
+        cpu_backend._kernels.cache_clear()
 
 
 @pytest.mark.parametrize(
@@ -150,23 +153,25 @@ def test_compiled_verification_sums_match_numpy(
     vectors[0][:2] = [0, field.P - 1][: 1 << log_n]
     stored = [v.astype(np.uint32) if uint32 else v for v in vectors]
     for seed in range(3):
-        r = ntt._point_off_domain(1 << log_n, np.random.default_rng(seed), field)
-        assert compiled.barycentric_sums(r, log_n, field, *stored[:3]) == (
-            ntt._barycentric_sums(r, log_n, field, *vectors[:3])
+        r = verification._point_off_domain(1 << log_n, np.random.default_rng(seed), field)
+        assert cpu_backend.barycentric_sums(r, log_n, field, *stored[:3]) == (
+            verification.barycentric_sums(r, log_n, field, *vectors[:3])
         )
-        assert compiled.evaluate(stored[3], r, field) == ntt._evaluate(vectors[3], r, field)
+        assert cpu_backend.evaluate(stored[3], r, field) == verification.evaluate(
+            vectors[3], r, field
+        )
 
 
 @each_field
 def test_compiled_verification_accepts_a_proof_and_rejects_a_wrong_one(field: PrimeField) -> None:
-    a, b, c = ntt.synthesize(3, 1, 9, field=field)
-    h = ntt.compute_h(a, b, c, field=field)
+    a, b, c = synthesis.synthesize(3, 1, 9, field=field)
+    h = compute_h(a, b, c, field=field)
     for seed in range(3):
-        r = ntt._point_off_domain(1 << 9, np.random.default_rng(seed), field)
-        assert ntt.verify(a, b, c, h, r, field=field, kernel="numba")
+        r = verification._point_off_domain(1 << 9, np.random.default_rng(seed), field)
+        assert verification.verify(a, b, c, h, r, field=field, backend="numba")
     wrong = c.copy()
     wrong[7] = (int(wrong[7]) + 1) % field.P  # a constraint no longer holds
-    assert not ntt.verify(a, b, wrong, h, field=field, kernel="numba")
-    assert not ntt.verify(a, b, c, np.roll(h, 1), field=field, kernel="numba")
-    with pytest.raises(ValueError, match="kernel must be one of"):
-        ntt.verify(a, b, c, h, field=field, kernel="fast")
+    assert not verification.verify(a, b, wrong, h, field=field, backend="numba")
+    assert not verification.verify(a, b, c, np.roll(h, 1), field=field, backend="numba")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        verification.verify(a, b, c, h, field=field, backend="fast")

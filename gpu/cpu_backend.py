@@ -1,4 +1,7 @@
-"""The ntt workload's CPU work compiled with Numba: synthesis and verification's sums.
+"""The CPU backends of the ntt workload's synthesis and verification, and the compiled one.
+
+`CPU_BACKENDS` names them: "numpy", whole-array NumPy calls (`gpu.synthesis`,
+`gpu.verification`), and "numba", the same work compiled by Numba, here.
 
 NumPy has no 128-bit product, so a Goldilocks c_i = a_i·a_(i+1) costs 28 whole-array calls
 (`Goldilocks.consecutive_products`), each a pass over a cache-sized step: about 27 ns an
@@ -8,13 +11,13 @@ three stores: the draws are SFC64's, stepped here on the state NumPy's SeedSeque
 ``SFC64([seed, index])``, so the outputs are identical bit for bit to the NumPy path's (tested
 for both fields). The kernels release the GIL, so synthesis on threads runs in parallel too.
 
-`gpu.ntt.verify`'s sums compile the same way (`barycentric_sums`, `evaluate`): the same field
-values as the NumPy path's, at 1.8 (BabyBear) to 3.6 (Goldilocks) times its rate.
+`gpu.verification.verify`'s sums compile the same way (`barycentric_sums`, `evaluate`): the
+same field values as the NumPy path's, at 1.8 (BabyBear) to 3.6 (Goldilocks) times its rate.
 
-Numba is optional (``pip install 'pacer[fast]'``; the ``gpu`` extras include it): `available`
-says whether it imports. The kernels compile on first use, per output dtype, and are cached
-on disk (``NUMBA_CACHE_DIR``, else beside this module or in the user's cache directory; with
-none writable, each process compiles them, about 2 s); `warm` does it up front.
+Numba is optional (``pip install 'pacer[fast]'``; the ``gpu`` extras include it):
+`numba_available` says whether it imports. The kernels compile on first use, per output dtype,
+and are cached on disk (``NUMBA_CACHE_DIR``, else beside this module or in the user's cache
+directory; with none writable, each process compiles them, about 2 s); `warm` does it up front.
 """
 
 from __future__ import annotations
@@ -30,22 +33,27 @@ import numpy.typing as npt
 from gpu.field import PrimeField
 
 __all__ = [
+    "CPU_BACKENDS",
     "VERIFY_BLOCK",
-    "available",
     "barycentric_sums",
+    "check",
     "consecutive_products",
     "evaluate",
+    "numba_available",
     "synthesize_into",
     "warm",
 ]
 
+CPU_BACKENDS = ("numpy", "numba")
+"""How synthesis and verification compute: whole-array NumPy calls, or compiled by Numba."""
+
 _Kernel = Callable[..., Any]
 
-logger = logging.getLogger("gpu.compiled")
+logger = logging.getLogger("gpu.cpu_backend")
 
 
 @functools.cache
-def available() -> bool:
+def numba_available() -> bool:
     """Whether Numba imports here."""
     try:
         import numba  # noqa: F401
@@ -54,11 +62,21 @@ def available() -> bool:
     return True
 
 
+def check(backend: str) -> None:
+    """ValueError unless ``backend`` is one of `CPU_BACKENDS`; RuntimeError for "numba" where
+    Numba is not installed."""
+    if backend not in CPU_BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(CPU_BACKENDS)}, got {backend!r}")
+    if backend == "numba" and not numba_available():
+        raise RuntimeError("backend 'numba' needs Numba: pip install 'pacer[fast]'")
+
+
 def synthesize_into(
     seed: int, index: int, out: Sequence[npt.NDArray[Any]], field: PrimeField
 ) -> None:
-    """Partition (seed, index) of ``field`` into ``out`` (a, b, c), as `gpu.ntt.synthesize_into`
-    writes it. The caller checks the arguments; this takes them as given."""
+    """Partition (seed, index) of ``field`` into ``out`` (a, b, c), as
+    `gpu.synthesis.synthesize_into` writes it. The caller checks the arguments; this takes them
+    as given."""
     state = np.random.SFC64([seed, index]).state["state"]["state"].astype(np.uint64)
     a_out, b_out, c_out = out
     _kernels()[field.name](state, a_out, b_out, c_out)
@@ -74,7 +92,7 @@ def consecutive_products(
 
 def barycentric_sums(r: int, log_n: int, field: PrimeField, *evals: npt.NDArray[Any]) -> list[int]:
     """Σ_i v_i·ω^i / (r − ω^i) mod p for each of three vectors v (values on <ω>, of 2^log_n
-    elements, any unsigned dtype), as `gpu.ntt` computes them for `verify`: the weights
+    elements, any unsigned dtype), as `gpu.verification` computes them: the weights
     1 / (r·ω^−i − 1) inverted in blocks of `VERIFY_BLOCK` (one exponentiation a block), each
     weight used by the three at once. r must lie outside <ω>."""
     omega_inverse = field.inverse(field.root_of_unity(log_n))
@@ -97,8 +115,8 @@ def warm(
 ) -> None:
     """Compile (or load from the cache) ``field``'s synthesis kernel for outputs of each of
     ``dtypes`` (default: the field's storage) and, with ``verification``, its verification
-    kernels for the uint64 inputs `gpu.ntt.verify` passes, so the first partition does not
-    wait for them."""
+    kernels for the uint64 inputs `gpu.verification.verify` passes, so the first partition does
+    not wait for them."""
     for dtype in dtypes or (field.storage,):
         tiny = [np.zeros(2, dtype=dtype) for _ in range(3)]
         synthesize_into(0, 0, tiny, field)

@@ -2,8 +2,8 @@
 
 Each ``GpuProver`` owns one device, one non-blocking stream and its work buffers, so two
 provers on one GPU overlap one partition's copies with another's kernels. Phase times come
-from CUDA events recorded on the stream between the phases (h2d, intt, coset_ntt, pointwise,
-coset_intt, d2h), read once the partition is done.
+from CUDA events recorded on the stream between the phases (`gpu.ntt_cuda.GPU_PHASES`), read
+once the partition is done.
 """
 
 from __future__ import annotations
@@ -14,46 +14,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpu import ntt_cuda
 from gpu.babybear import BABYBEAR
 from gpu.field import PrimeField
-from gpu.ntt import H_PHASES
+from gpu.ntt_cuda import GPU_PHASES, CudaHSteps
 
-PHASES = ("h2d", *H_PHASES, "d2h")
+__all__ = ["GpuProver", "GpuResult"]
 
 
 @dataclass(frozen=True)
 class GpuResult:
-    """H's digest (`gpu.ntt.digest`), its coefficients when kept, and each phase's time (s)."""
+    """H's digest (`gpu.digest.digest`), its coefficients when kept, and each phase's time (s)."""
 
     digest: str
     h: npt.NDArray[np.uint64] | None
     phases_s: dict[str, float]
-
-
-def device_count() -> int:
-    """Visible CUDA devices; 0 without CuPy or a driver."""
-    if not ntt_cuda.available():
-        return 0
-    import cupy as cp
-
-    try:
-        return int(cp.cuda.runtime.getDeviceCount())
-    except cp.cuda.runtime.CUDARuntimeError:
-        return 0
-
-
-def device_name(device: int) -> str:
-    """The model of CUDA device ``device`` ("NVIDIA H200"); "unknown" where it cannot be read."""
-    if not ntt_cuda.available():
-        return "unknown"
-    import cupy as cp
-
-    try:
-        name = cp.cuda.runtime.getDeviceProperties(device)["name"]
-    except cp.cuda.runtime.CUDARuntimeError:
-        return "unknown"
-    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 class GpuProver:
@@ -67,8 +41,8 @@ class GpuProver:
         self.log_n = log_n
         with cp.cuda.Device(device):
             self.stream = cp.cuda.Stream(non_blocking=True)
-            self.steps = ntt_cuda.CudaHSteps(log_n, stream=self.stream, field=field)
-            self._events = [cp.cuda.Event() for _ in range(len(PHASES) + 1)]
+            self.steps = CudaHSteps(log_n, stream=self.stream, field=field)
+            self._events = [cp.cuda.Event() for _ in range(len(GPU_PHASES) + 1)]
 
     def prove(
         self,
@@ -102,6 +76,6 @@ class GpuProver:
             events[6].synchronize()
             phases = {
                 name: cp.cuda.get_elapsed_time(events[i], events[i + 1]) / 1000.0
-                for i, name in enumerate(PHASES)
+                for i, name in enumerate(GPU_PHASES)
             }
         return GpuResult(digest, None if h is None else np.asarray(h, dtype=np.uint64), phases)

@@ -16,13 +16,16 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from gpu import lifeline, ntt, synthesis
+from gpu import lifeline, process_executor
 from gpu.babybear import BABYBEAR
-from gpu.pool import BLOCK_PREFIX, PinnedPool, remove_stale_blocks
-from gpu.synthesis import SYNTHESIS_PROCESS_NAME, ProcessSynthesizer
+from gpu.lifeline import SYNTHESIS_PROCESS_NAME
+from gpu.pool import PinnedPool
+from gpu.process_executor import ProcessSynthesizer
+from gpu.shm_blocks import remove_stale_blocks
+from gpu.synthesis import synthesize
 from gpu.workload import GpuNttWorkload
 from pacer.workload import PartitionSpec
-from tests.pool_holder import kill_holder, start_pool_holder, start_synthesis_holder
+from tests.pool_holder import kill_holder, start_synthesis_holder
 from tests.processes import descendants, mapping_blocks_of, parent_of, wait_until_gone
 
 
@@ -44,7 +47,7 @@ def test_a_worker_process_writes_the_slot_the_parent_reads(
         for index in range(3):  # the same slots again: the workers map each block once
             with pool.checkout() as slot:
                 synthesizer.fill(pool.slot_block(slot), seed=5, index=index)
-                expected = ntt.synthesize(5, index, log_n)
+                expected = synthesize(5, index, log_n)
                 assert all((s == e).all() for s, e in zip(slot.arrays, expected, strict=True))
 
 
@@ -53,7 +56,7 @@ def faults_of_two_fills(block: object, seed: int) -> tuple[int, int]:
     faults = []
     for index in range(2):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        synthesis._fill(block, seed, index, BABYBEAR, "numpy")  # type: ignore[arg-type]
+        process_executor._fill(block, seed, index, BABYBEAR, "numpy")  # type: ignore[arg-type]
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     return faults[0], faults[1]
 
@@ -62,7 +65,7 @@ def kernel_populates() -> bool:
     """Whether this kernel fills in page tables on request (MADV_POPULATE_WRITE, Linux 5.14+)."""
     with mmap.mmap(-1, mmap.PAGESIZE) as probe:
         try:
-            probe.madvise(synthesis.MADV_POPULATE_WRITE)
+            probe.madvise(process_executor.MADV_POPULATE_WRITE)
         except OSError:
             return False
     return True
@@ -73,7 +76,7 @@ def kernel_populates() -> bool:
 def test_workers_fill_in_every_blocks_page_tables_when_they_start(
     at_start: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gpu.synthesis")
+    caplog.set_level(logging.INFO, logger="gpu.process_executor")
     log_n = 21  # a 24 MiB slot, 6,144 pages
     pages = 3 * 4 * (1 << log_n) // mmap.PAGESIZE
     with PinnedPool(1, [(1 << log_n,)] * 3, np.uint32, backend="shared") as pool:
@@ -83,7 +86,7 @@ def test_workers_fill_in_every_blocks_page_tables_when_they_start(
             first, second = synthesizer._executor.submit(
                 faults_of_two_fills, pool.slot_block(slot), 4
             ).result()
-            assert (slot.arrays[2] == ntt.synthesize(4, 1, log_n)[2]).all()
+            assert (slot.arrays[2] == synthesize(4, 1, log_n)[2]).all()
     # The second fill faults only for synthesis's own buffers; so does the first, unless it
     # is the one that maps the block and fills in its page tables.
     messages = [record.getMessage() for record in caplog.records]
@@ -110,7 +113,7 @@ def test_threads_fill_slots_through_the_processes_at_once(
         for t in threads:
             t.join()
         for i, slot in enumerate(slots):
-            assert (slot.arrays[2] == ntt.synthesize(9, i, 12)[2]).all()
+            assert (slot.arrays[2] == synthesize(9, i, 12)[2]).all()
             slot.release()
 
 
@@ -138,17 +141,17 @@ def test_shared_blocks_are_unlinked_when_the_pool_closes() -> None:
     assert not shm_exists(block.name)
 
 
-@pytest.mark.parametrize("kernel", ["numpy", "numba"])
-def test_the_gpu_workload_synthesizes_in_processes_and_frees_them(kernel: str) -> None:
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_the_gpu_workload_synthesizes_in_processes_and_frees_them(backend: str) -> None:
     workload = GpuNttWorkload(10, [0], 1, "fallback", executor="processes", pool_backend="shared",
-                              field="goldilocks", kernel=kernel)  # fmt: skip
+                              field="goldilocks", kernel=backend)  # fmt: skip
     workload.prepare(slots=2, budget_bytes=2**30, synthesis_workers=2)
     try:
         specs = [PartitionSpec("job", i, 77, {}) for i in range(3)]
         slots = [workload.synthesize(spec) for spec in specs]  # the third is a fallback
         assert [s.index is None for s in slots] == [False, False, True]
         for spec, slot in zip(specs, slots, strict=True):
-            expected = ntt.synthesize(spec.seed, spec.index, 10, field=workload.field)
+            expected = synthesize(spec.seed, spec.index, 10, field=workload.field)
             assert all((a == e).all() for a, e in zip(slot.arrays, expected, strict=True))
             workload.release(slot)
         assert workload.pool is not None
@@ -158,75 +161,6 @@ def test_the_gpu_workload_synthesizes_in_processes_and_frees_them(kernel: str) -
     finally:
         workload.close()
     assert not shm_exists(block.name)
-
-
-def test_a_pool_larger_than_dev_shm_is_refused_before_anything_is_written(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    class Tiny:
-        f_bavail, f_frsize = 16, 4096  # 64 KiB free
-
-    monkeypatch.setattr("gpu.pool.os.statvfs", lambda path: Tiny())
-    with pytest.raises(
-        RuntimeError, match=r"need 96\.0 KiB in /dev/shm, which has 64\.0 KiB"
-    ) as raised:
-        PinnedPool(3, [(8192,)], np.uint32, backend="shared")
-    assert "PACER_SYNTHESIS__EXECUTOR=threads" in str(raised.value)
-    assert not any(name.startswith(BLOCK_PREFIX) for name in os.listdir("/dev/shm"))
-
-
-def test_blocks_of_a_killed_service_are_removed_by_the_next_pool(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    holder, names = start_pool_holder()
-    kill_holder(holder)
-    assert all(shm_exists(name) for name in names)
-    with caplog.at_level(logging.WARNING, logger="gpu.pool"):
-        pool = PinnedPool(1, [(64,)], np.uint32, backend="shared")
-    pool.close()
-    assert not any(shm_exists(name) for name in names)
-    assert f"removed 2 shared slot blocks (8.0 KiB) from /dev/shm that process {holder.pid}" in (
-        caplog.text
-    )
-
-
-def test_blocks_of_a_live_service_and_of_this_process_stay() -> None:
-    holder, names = start_pool_holder()
-    try:
-        pool = PinnedPool(2, [(64,)], np.uint32, backend="shared")
-        slot = pool.checkout()
-        mine = pool.slot_block(slot)
-        assert mine is not None
-        assert remove_stale_blocks() == (0, 0)
-        assert all(shm_exists(name) for name in [*names, mine.name])
-        slot.release()
-        pool.close()
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait()
-        holder.stdout.close()  # type: ignore[union-attr]
-    assert not shm_exists(mine.name)
-    assert remove_stale_blocks()[0] == 2  # the holder is gone now
-    assert not any(shm_exists(name) for name in names)
-
-
-def test_a_block_with_this_pid_that_this_process_did_not_make_is_stale(tmp_path: object) -> None:
-    # A restarted container's service has the PID its predecessor had (often 1).
-    name = f"{BLOCK_PREFIX}{os.getpid()}-999999"
-    with open(f"/dev/shm/{name}", "wb") as block:
-        block.write(b"x" * 5000)
-    other = f"{BLOCK_PREFIX.removesuffix('-')}x-{os.getpid()}-1"  # not one of ours: kept
-    with open(f"/dev/shm/{other}", "wb"):
-        pass
-    try:
-        removed, freed = remove_stale_blocks()
-        assert removed == 1
-        assert freed >= 5000
-        assert not shm_exists(name)
-        assert shm_exists(other)
-    finally:
-        os.unlink(f"/dev/shm/{other}")
 
 
 def test_a_killed_worker_is_replaced_and_the_synthesis_starts_over(
@@ -245,35 +179,14 @@ def test_a_killed_worker_is_replaced_and_the_synthesis_starts_over(
                 os.kill(worker.pid, signal.SIGKILL)
             worker.join()
         slot.arrays[2][:] = 0
-        with caplog.at_level(logging.ERROR, logger="gpu.synthesis"):
+        with caplog.at_level(logging.ERROR, logger="gpu.process_executor"):
             synthesizer.fill(block, 5, 1)
-        expected = ntt.synthesize(5, 1, 8)
+        expected = synthesize(5, 1, 8)
         assert all((a == e).all() for a, e in zip(slot.arrays, expected, strict=True))
         assert synthesizer.restarts == 1
         assert "a synthesis worker process died" in caplog.text
         synthesizer.fill(block, 5, 2)  # the new set keeps working
         assert synthesizer.restarts == 1
-
-
-def test_a_stale_block_that_cannot_be_removed_is_reported_and_skipped(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    holder, names = start_pool_holder()
-    kill_holder(holder)
-    real_unlink = os.unlink
-
-    def unlink(path: str) -> None:
-        if path.endswith(names[0]):
-            raise PermissionError(1, "Operation not permitted", path)  # root's, say
-        real_unlink(path)
-
-    monkeypatch.setattr("gpu.pool.os.unlink", unlink)
-    with caplog.at_level(logging.WARNING, logger="gpu.pool"):
-        assert remove_stale_blocks()[0] == 1
-    assert f"cannot remove stale shared slot block /dev/shm/{names[0]}" in caplog.text
-    assert shm_exists(names[0])
-    assert not shm_exists(names[1])
-    real_unlink(f"/dev/shm/{names[0]}")
 
 
 # --- the workers end with the service ---------------------------------------------------------
@@ -320,7 +233,7 @@ def test_synthesis_processes_end_when_the_forkserver_is_killed() -> None:
 def test_the_start_log_says_how_the_workers_are_tied_to_the_service(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="gpu.synthesis"), ProcessSynthesizer(1):
+    with caplog.at_level(logging.INFO, logger="gpu.process_executor"), ProcessSynthesizer(1):
         pass
     assert f"synthesis processes ({SYNTHESIS_PROCESS_NAME}) end with this process" in caplog.text
     assert "each is killed should the forkserver die (PR_SET_PDEATHSIG)" in caplog.text
