@@ -38,9 +38,6 @@ class BabyBear(PrimeField):
     MUL_BUFFERS = 2
     CONSECUTIVE_BUFFERS = 2
     CUDA = r"""
-typedef u32 elem;
-#define FIELD_P 2013265921u
-
 static __device__ __forceinline__ elem fmul(elem a, elem b) {
     return (elem)(((u64)a * b) % FIELD_P);  /* a constant divisor: a multiply-high sequence */
 }

@@ -161,8 +161,11 @@ extern "C" __global__ void h_digest(const elem* __restrict__ values, u64* __rest
 
 
 def cuda_source(field: PrimeField) -> str:
-    """The CUDA C++ of every kernel for ``field``: its arithmetic, then the kernels."""
-    return _TYPES + field.CUDA + _KERNELS
+    """The CUDA C++ of every kernel for ``field``: ``elem`` (its storage type) and ``FIELD_P``
+    (its prime), its arithmetic, then the kernels."""
+    elem, suffix = ("u32", "u") if field.storage.itemsize == 4 else ("u64", "ull")
+    constants = f"typedef {elem} elem;\n#define FIELD_P {field.P:#x}{suffix}\n"
+    return _TYPES + constants + field.CUDA + _KERNELS
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,8 @@ class PrimeField:
     CONSECUTIVE_BUFFERS: ClassVar[int]
     """Scratch arrays `consecutive_products` needs, each as long as its window."""
     CUDA: ClassVar[str]
-    """CUDA C++ defining ``elem`` (the storage type) and ``fmul``, ``fadd``, ``fsub`` on it."""
+    """CUDA C++ defining ``fmul``, ``fadd``, ``fsub`` on ``elem`` (the storage type), which
+    `gpu.cuda_kernels.cuda_source` defines before it with ``FIELD_P``, the prime."""
 
     def add(self, a: FieldArray, b: FieldArray | np.uint64) -> FieldArray:
         """(a + b) mod p, elementwise; ``b`` may be one element that broadcasts."""

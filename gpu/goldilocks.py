@@ -40,8 +40,6 @@ class Goldilocks(PrimeField):
     MUL_BUFFERS = 5
     CONSECUTIVE_BUFFERS = 6
     CUDA = r"""
-typedef u64 elem;
-#define FIELD_P 0xffffffff00000001ull
 #define FIELD_EPSILON 0xffffffffull  /* 2^64 mod p */
 
 static __device__ __forceinline__ elem fmul(elem a, elem b) {

@@ -54,6 +54,14 @@ def test_source_brackets_balance(field: PrimeField) -> None:
         assert depth == 0, f"unbalanced {opening}"
 
 
+@each_field
+def test_source_defines_the_fields_element_type_and_prime_once(field: PrimeField) -> None:
+    source = cuda_source(field)
+    assert re.findall(r"typedef (\w+) elem;", source) == [f"u{8 * field.storage.itemsize}"]
+    (prime,) = re.findall(r"#define FIELD_P (0x[0-9a-f]+)u", source)
+    assert int(prime, 16) == field.P
+
+
 def test_head_tile_fits_the_shared_array() -> None:
     assert f"tile[1 << {HEAD_LOG_TILE}]" in cuda_source(GOLDILOCKS)
     assert all(launch.block <= 1024 for n in range(1, 28) for launch in launch_plan(n))
