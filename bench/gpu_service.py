@@ -4,7 +4,7 @@
                                 [--policies pi,unpaced,cuzk,cuzk-default]
                                 [--log-n 27] [--workers-per-device 2] [--devices all]
                                 [--chunk-log2 20] [--executor threads|processes]
-                                [--field goldilocks|babybear] [--kernel numba|numpy]
+                                [--field goldilocks|babybear] [--cpu-backend numba|numpy]
 
 For each policy in turn, starts the service in-process with the ntt workload on the GPUs
 (synthesis on this host's cores into the pinned pool), keeps a backlog of jobs waiting, lets it
@@ -132,7 +132,7 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
     settings = Settings(
         ntt={"log_n": args.log_n}
         | ({} if args.field is None else {"field": args.field})
-        | ({} if args.kernel is None else {"kernel": args.kernel}),
+        | ({} if args.cpu_backend is None else {"cpu_backend": args.cpu_backend}),
         gpu={"devices": args.devices}
         | (
             {}
@@ -214,7 +214,7 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
         "partitions_per_s": (proved_at_end - proved_at_start) / elapsed,
         "synthesis_concurrency": service.plan.caps.synthesis_concurrency,
         "executor": settings.synthesis.executor,
-        "kernel": getattr(service.workload, "kernel", None),
+        "cpu_backend": getattr(service.workload, "kernel", None),
         "synthesis_mean_s": synthesis_sum / synthesis_count if synthesis_count else None,
         "synthesis_cap_per_s": synthesis_cap,
         "gpu_rate_per_s": 1 / ff_term if ff_term else None,
@@ -283,8 +283,8 @@ def main() -> int:
         help="PACER_SYNTHESIS__EXECUTOR (default: the setting's default)",
     )  # fmt: skip
     parser.add_argument(
-        "--kernel", choices=("auto", "numba", "numpy"), default=None,
-        help="PACER_NTT__KERNEL (default: the setting's default)",
+        "--cpu-backend", choices=("auto", "numba", "numpy"), default=None,
+        help="PACER_NTT__CPU_BACKEND (default: the setting's default)",
     )  # fmt: skip
     parser.add_argument(
         "--field", choices=("babybear", "goldilocks"), default=None,
@@ -310,7 +310,7 @@ def main() -> int:
     first = results[0]
     print(f"partition 2^{first['log_n']} of {first['field']}, "
           f"synthesis concurrency {first['synthesis_concurrency']} on {first['executor']} "
-          f"({first['kernel']} kernel), "
+          f"(CPU backend {first['cpu_backend']}), "
           f"pool {first['pool']['slots']} slots ({first['pool']['gib']:.1f} GiB), "
           f"{args.warmup:.0f} s warm-up, {args.seconds:.0f} s measured")  # fmt: skip
     print(table(results))

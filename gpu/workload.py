@@ -53,7 +53,7 @@ class NttWorkload(Workload):
     DEFAULT_FIELD = "babybear"
     """On the CPU: a product fits 64 bits, so NumPy multiplies about five times as fast."""
 
-    def __init__(self, log_n: int, field: str | None = None, kernel: str = "numpy") -> None:
+    def __init__(self, log_n: int, field: str | None = None, backend: str = "numpy") -> None:
         self.field = by_name(field or self.DEFAULT_FIELD)
         if log_n > self.field.TWO_ADICITY:
             raise WorkloadError(
@@ -61,7 +61,8 @@ class NttWorkload(Workload):
                 f"2^{self.field.TWO_ADICITY}"
             )
         self.log_n: int = log_n
-        self.kernel: str = ntt_kernel(kernel, self.field.name)
+        # The CPU backend (`gpu.cpu_backend`), under the name the Workload contract reads it by.
+        self.kernel: str = cpu_backend_for(backend, self.field.name)
         if self.kernel == "numba":  # compiled now (or loaded from the cache), not on a partition
             cpu_backend.warm(self.field, verification=True)
 
@@ -156,9 +157,9 @@ class GpuNttWorkload(NttWorkload):
         executor: Literal["threads", "processes"] = "threads",
         pool_backend: Literal["cuda", "shared", "shared-cuda"] | None = None,
         field: str | None = None,
-        kernel: str = "numpy",
+        backend: str = "numpy",
     ) -> None:
-        super().__init__(log_n, field, kernel)
+        super().__init__(log_n, field, backend)
         self.devices = devices
         self.workers_per_device = workers_per_device
         self.on_empty = on_empty
@@ -294,26 +295,28 @@ class GpuNttWorkload(NttWorkload):
             self.pool.close()
 
 
-def ntt_kernel(setting: str, field: str = "goldilocks") -> str:
-    """How the ntt workload synthesizes and verifies, as ``PACER_NTT__KERNEL`` selects for
-    ``field``: auto takes numba where it is installed. Logged, as their speed depends on it:
-    falling back to NumPy is a warning for Goldilocks, whose products NumPy makes at less than
-    half the compiled rate."""
+def cpu_backend_for(setting: str, field: str = "goldilocks") -> str:
+    """The CPU backend the ntt workload synthesizes and verifies on, as
+    ``PACER_NTT__CPU_BACKEND`` selects for ``field``: auto takes numba where it is installed.
+    Logged, as their speed depends on it: falling back to NumPy is a warning for Goldilocks,
+    whose products NumPy makes at less than half the compiled rate."""
     if setting != "auto":
         try:
             cpu_backend.check(setting)
         except (ValueError, RuntimeError) as exc:
-            raise WorkloadError(f"PACER_NTT__KERNEL={setting}: {exc}") from None
+            raise WorkloadError(f"PACER_NTT__CPU_BACKEND={setting}: {exc}") from None
         if setting == "numba":
-            logger.info("synthesis and verification compiled by Numba (PACER_NTT__KERNEL=numba)")
+            logger.info(
+                "synthesis and verification compiled by Numba (PACER_NTT__CPU_BACKEND=numba)"
+            )
         return setting
     if cpu_backend.numba_available():
-        logger.info("synthesis and verification compiled by Numba (PACER_NTT__KERNEL=auto)")
+        logger.info("synthesis and verification compiled by Numba (PACER_NTT__CPU_BACKEND=auto)")
         return "numba"
     logger.log(
         logging.WARNING if field == "goldilocks" else logging.INFO,
         "Numba is not installed: %s synthesis and verification run as NumPy calls%s (pip "
-        "install 'pacer[fast]', or PACER_NTT__KERNEL=numpy to say so)",
+        "install 'pacer[fast]', or PACER_NTT__CPU_BACKEND=numpy to say so)",
         field, ", at less than half the compiled rate" if field == "goldilocks" else "",
     )  # fmt: skip
     return "numpy"
@@ -346,6 +349,6 @@ def ntt(settings: Settings) -> NttWorkload:
         return GpuNttWorkload(settings.ntt.log_n or GpuNttWorkload.DEFAULT_LOG_N, devices,
                               settings.gpu.workers_per_device, settings.gpu.pool_on_empty,
                               settings.synthesis.executor, field=settings.ntt.field,
-                              kernel=settings.ntt.kernel)  # fmt: skip
+                              backend=settings.ntt.cpu_backend)  # fmt: skip
     return NttWorkload(settings.ntt.log_n or NttWorkload.DEFAULT_LOG_N, settings.ntt.field,
-                       settings.ntt.kernel)  # fmt: skip
+                       settings.ntt.cpu_backend)  # fmt: skip

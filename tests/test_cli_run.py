@@ -86,7 +86,7 @@ def pacer_run(tmp_path: Path) -> Any:
 def test_run_completes_the_jobs_prints_a_summary_and_leaves_nothing_behind(
     pacer_run: Any, tmp_path: Path
 ) -> None:
-    run = pacer_run("--jobs", "2", "--partitions", "3", PACER_NTT__KERNEL="numpy")  # no JIT
+    run = pacer_run("--jobs", "2", "--partitions", "3", PACER_NTT__CPU_BACKEND="numpy")  # no JIT
     status, out, err = run.finish()
     assert status == 0, err
     assert "the service is up after" in err

@@ -56,6 +56,10 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         ),
         ({"PACER_CONTROLLER__KPP": "1"}, "PACER_CONTROLLER__KPP: not a pacer setting"),
         (
+            {"PACER_NTT__KERNEL": "numba"},
+            "PACER_NTT__KERNEL: renamed PACER_NTT__CPU_BACKEND; set that instead",
+        ),
+        (
             {"PACER_CONTROLLER__POLICY": "fixed"},
             "PACER_CONTROLLER__POLICY: Input should be 'pi', 'unpaced', 'cuzk' or 'cuzk-default' "
             "(got 'fixed')",
@@ -106,6 +110,7 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         "limits-order",
         "partition-too-big",
         "typo",
+        "renamed",
         "unknown-policy",
         "bad-size",
         "unknown-executor",

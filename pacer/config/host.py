@@ -135,7 +135,7 @@ class NttSettings(Section):
         "(log2 of elements)",
     )
 
-    kernel: Literal["auto", "numba", "numpy"] = Field(
+    cpu_backend: Literal["auto", "numba", "numpy"] = Field(
         "auto",
         description="How the ntt workload's CPU work, synthesis and verification, computes: "
         "compiled by Numba, holding no GIL (Goldilocks synthesis at 2.2 to 2.4 times NumPy's "

@@ -11,6 +11,10 @@ from pydantic import ValidationError
 from pacer.config.env import env_name, section_model, variables
 from pacer.config.settings import ENV_PREFIX, Settings
 
+RENAMED = {"PACER_NTT__KERNEL": "PACER_NTT__CPU_BACKEND"}
+"""Variables that were renamed, by their old name: set in the environment, each is refused with
+its new name, so a unit file written for an older pacer does not quietly lose the setting."""
+
 
 class SettingsError(Exception):
     """Settings could not be built; ``problems`` holds one line per bad variable."""
@@ -29,7 +33,12 @@ def load_settings() -> Settings:
     known = {v.name for v in variables()} | {env_name((name,)) for name in Settings.model_fields}
     unknown = sorted(key for key in os.environ if key.startswith(ENV_PREFIX) and key not in known)
     if unknown:
-        raise SettingsError([f"{key}: not a pacer setting (see `pacer config`)" for key in unknown])
+        raise SettingsError([
+            f"{key}: renamed {RENAMED[key]}; set that instead"
+            if key in RENAMED
+            else f"{key}: not a pacer setting (see `pacer config`)"
+            for key in unknown
+        ])  # fmt: skip
     try:
         return Settings()
     except ValidationError as exc:

@@ -16,7 +16,7 @@ from gpu.field import FIELD_NAMES, PrimeField, by_name
 from gpu.goldilocks import GOLDILOCKS
 from gpu.ntt import compute_h
 from gpu.process_executor import ProcessSynthesizer
-from gpu.workload import NttWorkload, ntt_kernel
+from gpu.workload import NttWorkload, cpu_backend_for
 from pacer.workload import PartitionSpec, WorkloadError
 from tests.gpu.test_field import GOLDILOCKS_CARRIES
 
@@ -87,12 +87,12 @@ def test_without_numba_the_numba_backend_is_refused_or_falls_back(
     with pytest.raises(RuntimeError, match="needs Numba"):
         synthesis.synthesize(1, 0, 4, backend="numba")
     with pytest.raises(
-        WorkloadError, match=r"PACER_NTT__KERNEL=numba: backend 'numba' needs Numba"
+        WorkloadError, match=r"PACER_NTT__CPU_BACKEND=numba: backend 'numba' needs Numba"
     ):
-        NttWorkload(8, kernel="numba")
+        NttWorkload(8, backend="numba")
     with caplog.at_level(logging.INFO, logger="gpu.workload"):
-        assert ntt_kernel("auto", "goldilocks") == "numpy"
-        assert ntt_kernel("auto", "babybear") == "numpy"
+        assert cpu_backend_for("auto", "goldilocks") == "numpy"
+        assert cpu_backend_for("auto", "babybear") == "numpy"
     levels = [(r.levelname, r.getMessage().split(":")[1].split(" (")[0]) for r in caplog.records]
     assert levels == [
         (
@@ -102,21 +102,21 @@ def test_without_numba_the_numba_backend_is_refused_or_falls_back(
         ),
         ("INFO", " babybear synthesis and verification run as NumPy calls"),
     ]
-    assert ntt_kernel("numpy") == "numpy"
+    assert cpu_backend_for("numpy") == "numpy"
 
 
 def test_auto_takes_numba_where_it_is_installed(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="gpu.workload"):
-        workload = NttWorkload(8, "goldilocks", kernel="auto")
+        workload = NttWorkload(8, "goldilocks", backend="auto")
     assert workload.kernel == "numba"
     assert "synthesis and verification compiled by Numba" in caplog.text
     a, b, c = workload.synthesize(PartitionSpec("job", 2, 9, {}))
     expected = synthesis.synthesize(9, 2, 8, field=GOLDILOCKS)
     assert all((x == y).all() for x, y in zip((a, b, c), expected, strict=True))
     with pytest.raises(
-        WorkloadError, match="PACER_NTT__KERNEL=fast: backend must be one of numpy, numba"
+        WorkloadError, match="PACER_NTT__CPU_BACKEND=fast: backend must be one of numpy, numba"
     ):
-        ntt_kernel("fast")
+        cpu_backend_for("fast")
 
 
 def test_without_a_writable_cache_the_kernels_compile_anyway(

@@ -144,7 +144,7 @@ def test_shared_blocks_are_unlinked_when_the_pool_closes() -> None:
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_the_gpu_workload_synthesizes_in_processes_and_frees_them(backend: str) -> None:
     workload = GpuNttWorkload(10, [0], 1, "fallback", executor="processes", pool_backend="shared",
-                              field="goldilocks", kernel=backend)  # fmt: skip
+                              field="goldilocks", backend=backend)  # fmt: skip
     workload.prepare(slots=2, budget_bytes=2**30, synthesis_workers=2)
     try:
         specs = [PartitionSpec("job", i, 77, {}) for i in range(3)]

@@ -208,7 +208,7 @@ async def test_status_reports_the_pipeline(service: Service) -> None:
     assert body["memory"]["budget_bytes"] == 64 * 2**30
     assert body["gpus"][0]["gpu"] == 0
     assert body["controller"]["terms"]["mode"] in ("bootstrap", "pacing", "drained")
-    # The CPU workload, with Numba (a dev dependency) taken by PACER_NTT__KERNEL=auto.
+    # The CPU workload, with Numba (a dev dependency) taken by PACER_NTT__CPU_BACKEND=auto.
     assert body["synthesis"] == {"executor": "threads", "kernel": "numba", "restarts": 0}
     plan = body["plan"]  # what the service runs by, the workload's say where settings are unset
     assert (plan["workload"], plan["field"], plan["kernel"]) == ("ntt", "babybear", "numba")

@@ -51,7 +51,7 @@ class Variant:
 
 VARIANTS = {
     "threads": Variant(
-        {"PACER_NTT__LOG_N": "8", "PACER_NTT__KERNEL": "numpy"},
+        {"PACER_NTT__LOG_N": "8", "PACER_NTT__CPU_BACKEND": "numpy"},
         "babybear",
         8,
         children=False,
