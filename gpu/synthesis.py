@@ -1,10 +1,9 @@
 """A partition's witness vectors a, b and c = a∘b, drawn from (seed, index), on the CPU.
 
-a is drawn from the field and b is a rotated by one place, so A·B − C vanishes on the domain
-<ω> as in a satisfied circuit. `synthesize` returns new vectors; `synthesize_into` writes
-buffers given to it (a pinned pool slot), each once, so a GPU copies them without another host
-copy. Either computes on a CPU backend (`gpu.cpu_backend.CPU_BACKENDS`): whole-array NumPy
-calls (here) or a compiled pass (``backend="numba"``), with the same values bit for bit.
+`synthesize` returns new vectors; `synthesize_into` writes buffers given to it (a pinned pool
+slot), each once, so a GPU copies them without another host copy. Either computes on a CPU
+backend (`gpu.cpu_backend.CPU_BACKENDS`): whole-array NumPy calls (here) or a compiled pass
+(``backend="numba"``), with the same values bit for bit.
 
 >>> a, b, c = synthesize(seed=7, index=0, log_n=3)
 >>> bool((BABYBEAR.mul(a, b) == c).all())
