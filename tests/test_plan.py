@@ -185,7 +185,7 @@ def test_a_pool_larger_than_the_host_is_refused() -> None:
 
 
 def test_the_ntt_workloads_own_parameters_are_recorded() -> None:
-    chosen = Settings(gpu={"devices": "none"}, ntt={"kernel": "numpy"}, verify_every=None)
+    chosen = Settings(gpu={"devices": "none"}, ntt={"cpu_backend": "numpy"}, verify_every=None)
     plan = resolve(chosen, ntt(chosen))
     assert (plan.workload, plan.field, plan.log_n, plan.kernel) == ("ntt", "babybear", 18, "numpy")
     assert (plan.executor, plan.gpu_model, plan.verify_every) == ("threads", "none", 1)
