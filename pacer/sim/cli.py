@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pacer.cli_args import count
 from pacer.config import Settings
-from pacer.sim.policies import POLICIES
+from pacer.policies import POLICIES
 
 HELP = "run the pacing controller against a simulated host, on a virtual clock"
 DESCRIPTION = """\

@@ -21,11 +21,11 @@ def shm_exists(name: str) -> bool:
 
 
 def test_settle_removes_stale_blocks_without_importing_numpy() -> None:
-    # The package `pacer settle` runs, its stale-block sweep included: ExecStartPre on a host
+    # The command line and the package `pacer settle` runs, its stale-block sweep included: ExecStartPre on a host
     # whose pool just died should not pay for NumPy's import.
     code = (
         "import sys\n"
-        "import pacer.settle, pacer.settle.cli\n"
+        "import pacer.__main__, pacer.settle, pacer.settle.cli\n"
         "from pacer.settle.sources import StaleBlocksRemoved\n"
         "class Still:\n"
         "    def sample(self): return None\n"
