@@ -39,7 +39,7 @@ from gpu.workload import GpuNttWorkload
 from pacer.attempts import Call
 from pacer.config import Settings
 from pacer.pipeline import Outcome
-from pacer.service import Service
+from pacer.server import Server
 from pacer.table import render
 
 
@@ -119,7 +119,7 @@ def phase_means_ms(registry: CollectorRegistry, gpu: int) -> dict[str, float]:
     return means
 
 
-async def keep_backlog(service: Service, partitions: int) -> None:
+async def keep_backlog(service: Server, partitions: int) -> None:
     if service.pipeline.backlog < partitions * 2:
         await service.submit(partitions, {}, 0)
 
@@ -147,7 +147,8 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
         api={"port": 0},
     )
     registry = CollectorRegistry()
-    service = Service(settings, registry)
+    service = Server(settings, registry)
+    await service.open()  # the workload loaded and the journal open: start_s is the start's
     gaps = Gaps(service.pipeline.observer)  # the metrics, and progress for readiness
     service.pipeline.observer = gaps
     began = time.perf_counter()

@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry
 from pacer.config import Settings
 from pacer.journal import JobState
 from pacer.policy import Decision, Observation
-from pacer.service import Service
+from pacer.server import Server
 from pacer.table import render
 
 
@@ -69,7 +69,8 @@ async def pipeline_run(
     """Run ``partitions`` no-op partitions in ``jobs`` jobs: all submitted at once, or (with
     ``rate``) one job every jobs-worth of ``rate`` partitions/s."""
     name = "paced" if rate else "saturated"
-    service = Service(bench_settings(tmp / f"{name}.sqlite", workers), CollectorRegistry())
+    service = Server(bench_settings(tmp / f"{name}.sqlite", workers), CollectorRegistry())
+    await service.open()
     decide_ns: list[int] = []  # on-CPU time of the loop's thread
     decide_wall_ns: list[int] = []  # wall time: adds what other threads and the OS took
     original = service.controller.decide
@@ -139,7 +140,7 @@ async def pipeline_run(
 
 
 async def scrape_run(tmp: Path, scrapes: int = 300) -> dict[str, Any]:
-    service = Service(bench_settings(tmp / "scrape.sqlite", 8), CollectorRegistry())
+    service = Server(bench_settings(tmp / "scrape.sqlite", 8), CollectorRegistry())
     await service.start()
     job = await service.submit(2000, {}, 0)
     while (rec := await service.db(service.journal.get_job, job.id)) and rec.state != "completed":

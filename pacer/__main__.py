@@ -145,7 +145,7 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
 
     from pydantic import ValidationError
 
-    from pacer import logs, service
+    from pacer import logs, server
     from pacer.journal import JournalInUseError, NewerSchemaError
     from pacer.journal_health import JournalUnavailable
     from pacer.plan import ConfigurationError
@@ -164,7 +164,7 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
     refused = (ConfigurationError, WorkloadError, NewerSchemaError, JournalInUseError,
                JournalUnavailable)  # fmt: skip
     try:
-        return service.run(settings)
+        return server.run(settings)
     except refused as exc:
         print(f"pacer: {exc}", file=sys.stderr)
         return 2

@@ -59,7 +59,8 @@ examples:
   PACER_WORKLOAD=noop pacer run --jobs 100     the pipeline alone, no proving work
   pacer run --journal run.sqlite --log-level info
 """
-# The service's own limit on its workload's close, beyond the drain budget (service.py).
+# The service's own limit on its workload's close, beyond the drain budget
+# (pacer.service.host.CLOSE_WORKLOAD_S; not imported: pacer run loads no service).
 CLOSE_GRACE_S = 30.0
 
 

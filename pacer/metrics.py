@@ -11,7 +11,15 @@ import platform
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -23,6 +31,7 @@ from prometheus_client.registry import Collector
 from pacer import __version__
 from pacer.attempts import CALLS, Call
 from pacer.controller import PIController
+from pacer.journal import JobRecord
 from pacer.journal_health import JournalHealth
 from pacer.pipeline import Outcome, Pipeline
 from pacer.policy import Mode
@@ -31,6 +40,8 @@ from pacer.supervision import ProgressWatchdog, Supervisor
 IDLE_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 SYNTHESIS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 120, 300)
+JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200,
+               86400)  # fmt: skip
 
 
 class PoolView(Protocol):
@@ -154,8 +165,10 @@ class _StateCollector(Collector):
 
 
 class Metrics:
-    """All of pacer's metrics on ``registry``; pass it to the pipeline as its observer. The
-    dispatch policy's state is read from ``pipeline.controller`` at scrape time.
+    """All of pacer's metrics on ``registry``, with the process (CPU, memory, open files),
+    platform (Python) and garbage-collector collectors a default registry has; pass it to the
+    pipeline as its observer. The dispatch policy's state is read from
+    ``pipeline.controller`` at scrape time.
 
     ``policy_name`` labels ``pacer_controller_policy_info``, so that dashboards and comparisons
     can tell which dispatch policy a series was recorded under."""
@@ -168,6 +181,9 @@ class Metrics:
     ) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
         registry.register(_StateCollector(pipeline))
         self.idle_gaps = Histogram(
             "pacer_gpu_idle_gap_seconds",
@@ -197,6 +213,13 @@ class Metrics:
             registry=registry,
         )
         self.jobs = Counter("pacer_jobs", "Jobs that ended", ["outcome"], registry=registry)
+        self.job_seconds = Histogram(
+            "pacer_job_duration_seconds",
+            "Time from a job's submission to its end, by how it ended (s)",
+            ["outcome"],
+            buckets=JOB_BUCKETS,
+            registry=registry,
+        )
         self.hung_calls = Counter(
             "pacer_hung_calls",
             "Workload calls abandoned past their time limit, by call",
@@ -214,6 +237,7 @@ class Metrics:
             self.partitions.labels(outcome)
         for outcome in ("completed", "failed", "cancelled"):
             self.jobs.labels(outcome)
+            self.job_seconds.labels(outcome)
         for gpu in pipeline.gpus:
             self.idle_gaps.labels(str(gpu))
         build = GaugeMetricFamily("pacer_build_info", "pacer build", labels=["version", "python"])
@@ -253,8 +277,12 @@ class Metrics:
     def hung_call(self, call: Call) -> None:
         self.hung_calls.labels(call).inc()
 
-    def job_ended(self, outcome: str) -> None:
+    def job_ended(self, job: JobRecord) -> None:
+        """``job`` ended (completed, failed or cancelled): counted, and its time from
+        submission to the end (journal times) observed."""
+        outcome = job.state.value
         self.jobs.labels(outcome).inc()
+        self.job_seconds.labels(outcome).observe(max(0.0, job.updated_at - job.created_at))
 
 
 class _HealthCollector(Collector):

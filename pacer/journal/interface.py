@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pacer.journal.records import (
     Attempt,
+    JobKey,
     JobRecord,
     JobState,
     PartitionRecord,
@@ -65,6 +66,14 @@ class JournalBackend(Protocol):
 
     def list_jobs(self, state: JobState | None = None, limit: int = 100) -> list[JobRecord]:
         """Up to ``limit`` jobs, newest first; only those in ``state`` if given."""
+        ...
+
+    def jobs_page(
+        self, state: JobState | None, limit: int, after: JobKey | None = None
+    ) -> tuple[list[JobRecord], JobKey | None]:
+        """A page of ``list_jobs`` from the job after ``after`` (the key the page before gave),
+        with the key of its last job, or None after the last page. Jobs added meanwhile
+        never shift a page."""
         ...
 
     def counts(self) -> dict[JobState, int]:

@@ -13,6 +13,7 @@ from pacer.journal.records import (
     ACTIVE,
     MAX_PAGE,
     Attempt,
+    JobKey,
     JobRecord,
     JobState,
     PartitionRecord,
@@ -52,15 +53,36 @@ class JobReads(SqliteConnection):
 
     def list_jobs(self, state: JobState | None = None, limit: int = 100) -> list[JobRecord]:
         """Up to ``limit`` jobs, newest first; only those in ``state`` if given."""
+        return self.jobs_page(state, limit)[0]
+
+    def jobs_page(
+        self, state: JobState | None, limit: int, after: JobKey | None = None
+    ) -> tuple[list[JobRecord], JobKey | None]:
+        """Up to ``limit`` jobs, newest first (only those in ``state`` if given), from the one
+        after ``after``: the key this method gave with the page before. Returns the page and
+        the key of its last job, or None when no job follows it.
+
+        Keyset, not offset: jobs accepted meanwhile sort before the first page, so they never
+        shift a later one, and pruned ones leave no hole to skip across.
+        """
         check_limit("limit", limit)
-        newest = "ORDER BY created_at DESC, seq DESC LIMIT ?"
-        if state is None:
-            rows = self._db.execute(f"SELECT {JOB_COLUMNS} FROM jobs {newest}", (limit,))
-        else:
-            rows = self._db.execute(
-                f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = ? {newest}", (state, limit)
-            )
-        return [job_from_row(row) for row in rows]
+        where: list[str] = []
+        args: list[object] = []
+        if state is not None:
+            where.append("state = ?")
+            args.append(state)
+        if after is not None:
+            where.append("(created_at, seq) < (?, ?)")
+            args += after
+        rows = self._db.execute(
+            f"SELECT {JOB_COLUMNS}, seq FROM jobs {'WHERE ' if where else ''}"
+            f"{' AND '.join(where)} ORDER BY created_at DESC, seq DESC LIMIT ?",
+            (*args, limit + 1),
+        ).fetchall()
+        page = rows[:limit]
+        more = len(rows) > limit
+        last = (page[-1][7], page[-1][-1]) if more else None  # created_at, seq
+        return [job_from_row(row[:-1]) for row in page], last
 
     def partitions(self, job_id: str) -> list[PartitionRecord]:
         """All the job's partitions in index order, pending ones included; ``UnknownJob`` if

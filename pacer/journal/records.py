@@ -14,6 +14,8 @@ from typing import Any
 MAX_PARTITIONS = 1_000_000
 MAX_PAGE = 1_000
 MAX_IDEMPOTENCY_KEY = 128
+JobKey = tuple[float, int]
+"""Where a job sorts in lists, newest first: (created_at, its row's sequence number)."""
 
 
 class JobState(StrEnum):

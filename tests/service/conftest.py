@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from pacer.client import ApiError, Client
 from pacer.config import Settings
-from pacer.service import Service
+from pacer.server import Server
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"PACER_NTT__LOG_N": "8", "PACER_SYNTHESIS__THREADS_PER_SYNTHESIS": "1"}
@@ -47,10 +47,10 @@ def fake_meminfo(path: Path, *, total: int, available: int) -> Path:
 
 
 @pytest_asyncio.fixture
-async def service(tmp_path: Path) -> AsyncIterator[Service]:
+async def service(tmp_path: Path) -> AsyncIterator[Server]:
     # A host with room for the default budget, whatever the machine running the tests has.
     roomy = fake_meminfo(tmp_path / "meminfo", total=2**41, available=2**40)
-    svc = Service(settings_for(tmp_path), registry=CollectorRegistry(), meminfo=roomy)
+    svc = Server(settings_for(tmp_path), registry=CollectorRegistry(), meminfo=roomy)
     await svc.start()
     yield svc
     if not svc.draining:

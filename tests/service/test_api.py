@@ -11,9 +11,10 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
+from pacer.api import views
 from pacer.journal import PartitionResult
 from pacer.plan import ConfigurationError
-from pacer.service import Service
+from pacer.server import Server
 from tests.service.conftest import settings_for
 
 pytestmark = pytest.mark.asyncio
@@ -21,12 +22,12 @@ JSON = {"Content-Type": "application/json"}
 TOKEN = "0123456789abcdef-token"
 
 
-def url(service: Service, path: str) -> str:
+def url(service: Server, path: str) -> str:
     return f"http://127.0.0.1:{service.port}{path}"
 
 
 async def call(
-    service: Service, method: str, path: str, body: Any = None, raw: bytes | None = None,
+    service: Server, method: str, path: str, body: Any = None, raw: bytes | None = None,
     headers: dict[str, str] | None = None,
 ) -> tuple[int, Any]:  # fmt: skip
     async with aiohttp.ClientSession() as session:
@@ -36,7 +37,7 @@ async def call(
             return r.status, payload
 
 
-async def until_done(service: Service, job_id: str) -> dict[str, Any]:
+async def until_done(service: Server, job_id: str) -> dict[str, Any]:
     for _ in range(600):
         status, job = await call(service, "GET", f"/v1/jobs/{job_id}")
         assert status == 200
@@ -46,12 +47,12 @@ async def until_done(service: Service, job_id: str) -> dict[str, Any]:
     raise AssertionError(f"job {job_id} did not finish")
 
 
-async def test_health_and_readiness(service: Service) -> None:
+async def test_health_and_readiness(service: Server) -> None:
     assert await call(service, "GET", "/healthz") == (200, {"status": "alive"})
     assert await call(service, "GET", "/readyz") == (200, {"status": "ready"})
 
 
-async def test_submit_runs_a_job_to_completion(service: Service) -> None:
+async def test_submit_runs_a_job_to_completion(service: Server) -> None:
     status, body = await call(service, "POST", "/v1/jobs", {"partitions": 4, "priority": 2})
     assert status == 202
     job = await until_done(service, body["id"])
@@ -105,7 +106,7 @@ BAD_JOBS = [
     ],
 )
 async def test_bad_job_is_refused_and_nothing_is_journaled(
-    service: Service, raw: bytes, status: int, field: str | None, message: str
+    service: Server, raw: bytes, status: int, field: str | None, message: str
 ) -> None:
     got, body = await call(service, "POST", "/v1/jobs", raw=raw, headers=JSON)
     assert got == status
@@ -116,7 +117,7 @@ async def test_bad_job_is_refused_and_nothing_is_journaled(
 
 
 async def test_oversized_body_is_refused(tmp_path: Path) -> None:
-    svc = Service(settings_for(tmp_path, PACER_API__MAX_BODY_BYTES="1024"), CollectorRegistry())
+    svc = Server(settings_for(tmp_path, PACER_API__MAX_BODY_BYTES="1024"), CollectorRegistry())
     await svc.start()
     try:
         big = b'{"partitions": 1, "params": {"seed": 1, "pad": "' + b"x" * 4000 + b'"}}'
@@ -129,7 +130,7 @@ async def test_oversized_body_is_refused(tmp_path: Path) -> None:
 
 
 async def test_token_guards_the_endpoints_that_change_state(tmp_path: Path) -> None:
-    svc = Service(settings_for(tmp_path, PACER_API__TOKEN=TOKEN), CollectorRegistry())
+    svc = Server(settings_for(tmp_path, PACER_API__TOKEN=TOKEN), CollectorRegistry())
     await svc.start()
     try:
         status, body = await call(svc, "POST", "/v1/jobs", {"partitions": 1})
@@ -162,13 +163,13 @@ async def test_non_loopback_needs_a_token(
 ) -> None:
     settings = settings_for(tmp_path, **env)
     if allowed:
-        await Service(settings, CollectorRegistry()).shutdown()
+        await Server(settings, CollectorRegistry()).shutdown()
     else:
         with pytest.raises(ConfigurationError, match="set PACER_API__TOKEN"):
-            Service(settings, CollectorRegistry())
+            Server(settings, CollectorRegistry())
 
 
-async def test_cancel(service: Service) -> None:
+async def test_cancel(service: Server) -> None:
     service.pipeline.stop_dispatching()  # keep the job queued
     _, body = await call(service, "POST", "/v1/jobs", {"partitions": 50})
     status, job = await call(service, "DELETE", f"/v1/jobs/{body['id']}")
@@ -178,7 +179,7 @@ async def test_cancel(service: Service) -> None:
     assert service.registry.get_sample_value("pacer_jobs_total", {"outcome": "cancelled"}) == 1
 
 
-async def test_controller_patch_is_bumpless_and_validated(service: Service) -> None:
+async def test_controller_patch_is_bumpless_and_validated(service: Server) -> None:
     _, before = await call(service, "GET", "/v1/controller")
     status, after = await call(service, "PATCH", "/v1/controller", {"kp": 0.9, "ki": 0.02})
     assert status == 200
@@ -200,7 +201,7 @@ async def test_controller_patch_is_bumpless_and_validated(service: Service) -> N
     assert (status, manual["terms"]["mode"], manual["terms"]["interval_s"]) == (200, "manual", 2.5)
 
 
-async def test_status_reports_the_pipeline(service: Service) -> None:
+async def test_status_reports_the_pipeline(service: Server) -> None:
     status, body = await call(service, "GET", "/v1/status")
     assert status == 200
     assert body["workload"] == "ntt"
@@ -227,12 +228,12 @@ def strict_loads(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
-async def raw_get(service: Service, path: str) -> tuple[int, str]:
+async def raw_get(service: Server, path: str) -> tuple[int, str]:
     async with aiohttp.ClientSession() as session, session.get(url(service, path)) as r:
         return r.status, await r.text()
 
 
-async def test_status_and_controller_are_strict_json_on_a_cold_start(service: Service) -> None:
+async def test_status_and_controller_are_strict_json_on_a_cold_start(service: Server) -> None:
     for path in ("/v1/status", "/v1/controller"):
         status, text = await raw_get(service, path)
         assert status == 200
@@ -255,7 +256,7 @@ async def test_status_and_controller_are_strict_json_on_a_cold_start(service: Se
     ids=["target-overflow", "spread-overflow", "kp-overflow", "ki-string", "kp-bool"],
 )
 async def test_a_refused_retune_leaves_dispatch_running(
-    service: Service, raw: bytes, field: str
+    service: Server, raw: bytes, field: str
 ) -> None:
     status, err = await call(service, "PATCH", "/v1/controller", raw=raw, headers=JSON)
     assert (status, err["field"]) == (422, field)
@@ -265,7 +266,7 @@ async def test_a_refused_retune_leaves_dispatch_running(
     assert not service.pipeline._dispatcher.done()
 
 
-async def test_job_detail_and_a_page_of_a_million_partitions_stay_small(service: Service) -> None:
+async def test_job_detail_and_a_page_of_a_million_partitions_stay_small(service: Server) -> None:
     # Journaled directly: the backlog's share of a million partitions is not the subject.
     job = await service.db(service.journal.add_job, 1_000_000, "ntt", {})
     results = [PartitionResult(job.id, i, f"d{i}", 1.0, 0.5) for i in range(0, 4000, 2)]
@@ -293,7 +294,7 @@ async def test_job_detail_and_a_page_of_a_million_partitions_stay_small(service:
     assert (page["partitions"], page["offset"], page["next_offset"]) == (1_000_000, 999_000, None)
 
 
-async def test_pages_walk_a_job_to_its_end(service: Service) -> None:
+async def test_pages_walk_a_job_to_its_end(service: Server) -> None:
     _, created = await call(service, "POST", "/v1/jobs", {"partitions": 5})
     await until_done(service, created["id"])
     seen: list[int] = []
@@ -312,7 +313,7 @@ async def test_pages_walk_a_job_to_its_end(service: Service) -> None:
 
 
 async def test_a_job_past_the_backlog_bound_gets_429_with_retry_after(tmp_path: Path) -> None:
-    svc = Service(settings_for(tmp_path, PACER_API__MAX_BACKLOG="10"), CollectorRegistry())
+    svc = Server(settings_for(tmp_path, PACER_API__MAX_BACKLOG="10"), CollectorRegistry())
     await svc.start()
     try:
         svc.pipeline.stop_dispatching()
@@ -337,7 +338,7 @@ async def test_a_job_past_the_backlog_bound_gets_429_with_retry_after(tmp_path: 
         await svc.shutdown()
 
 
-async def test_retry_after_follows_the_proving_rate(service: Service) -> None:
+async def test_retry_after_follows_the_proving_rate(service: Server) -> None:
     controller = service.controller
     for _ in range(5):
         controller.observe_gpu_service(0.5)  # one worker: 2 partitions/s
@@ -353,7 +354,7 @@ async def test_retry_after_follows_the_proving_rate(service: Service) -> None:
 async def test_an_idempotency_key_makes_a_retried_submit_return_the_same_job(
     tmp_path: Path,
 ) -> None:
-    svc = Service(settings_for(tmp_path, PACER_API__MAX_BACKLOG="10"), CollectorRegistry())
+    svc = Server(settings_for(tmp_path, PACER_API__MAX_BACKLOG="10"), CollectorRegistry())
     await svc.start()
     try:
         svc.pipeline.stop_dispatching()
@@ -373,7 +374,7 @@ async def test_an_idempotency_key_makes_a_retried_submit_return_the_same_job(
         assert [j.id for j in await svc.db(svc.journal.list_jobs)] == [first[1]["id"]]
     finally:
         await svc.shutdown()
-    again_svc = Service(settings_for(tmp_path), CollectorRegistry())  # the key is journaled
+    again_svc = Server(settings_for(tmp_path), CollectorRegistry())  # the key is journaled
     await again_svc.start()
     try:
         after = await call(again_svc, "POST", "/v1/jobs", {"partitions": 6}, headers=key)
@@ -382,7 +383,7 @@ async def test_an_idempotency_key_makes_a_retried_submit_return_the_same_job(
         await again_svc.shutdown()
 
 
-async def test_concurrent_submits_with_one_key_make_one_job(service: Service) -> None:
+async def test_concurrent_submits_with_one_key_make_one_job(service: Server) -> None:
     service.pipeline.stop_dispatching()
     key = {"Idempotency-Key": "twin"}
     answers = await asyncio.gather(
@@ -393,19 +394,19 @@ async def test_concurrent_submits_with_one_key_make_one_job(service: Service) ->
     assert service.pipeline.backlog == 2
 
 
-async def test_a_json_body_with_a_utf8_charset_is_accepted(service: Service) -> None:
+async def test_a_json_body_with_a_utf8_charset_is_accepted(service: Server) -> None:
     headers = {"Content-Type": "application/json; charset=UTF-8"}
     status, _ = await call(service, "POST", "/v1/jobs", raw=b'{"partitions": 1}', headers=headers)
     assert status == 202
 
 
 async def test_an_unexpected_error_is_a_logged_500_with_a_json_body(
-    service: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    service: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def broken() -> dict[str, Any]:
+    async def broken(_: Server) -> dict[str, Any]:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(service, "status", broken)
+    monkeypatch.setattr(views, "status", broken)
     status, body = await call(service, "GET", "/v1/status")
     assert (status, body) == (500, {"error": "internal error; the service's log has the details"})
     assert "unexpected error answering GET /v1/status" in caplog.text

@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
-from pacer.service import Service
+from pacer.server import Server
 from tests.service.conftest import settings_for
 from tests.service.raw_http import build, closed_within, exchange
 
@@ -22,28 +22,28 @@ TIMEOUT_S = 0.2
 
 
 @pytest_asyncio.fixture
-async def quick(tmp_path: Path) -> AsyncIterator[Service]:
+async def quick(tmp_path: Path) -> AsyncIterator[Server]:
     """A service whose head and body timeouts are TIMEOUT_S; idle connections live 5 s."""
     settings = settings_for(
         tmp_path, PACER_API__HEADER_TIMEOUT_S=str(TIMEOUT_S),
         PACER_API__BODY_TIMEOUT_S=str(TIMEOUT_S), PACER_API__KEEPALIVE_TIMEOUT_S="5",
     )  # fmt: skip
-    svc = Service(settings, registry=CollectorRegistry())
+    svc = Server(settings, registry=CollectorRegistry())
     await svc.start()
     yield svc
     await svc.shutdown()
 
 
-async def connect(service: Service) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def connect(service: Server) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     assert service.port is not None
     return await asyncio.open_connection("127.0.0.1", service.port)
 
 
-def refused(service: Service, reason: str) -> float | None:
+def refused(service: Server, reason: str) -> float | None:
     return service.registry.get_sample_value("pacer_api_refusals_total", {"reason": reason})
 
 
-async def test_a_stalled_half_head_is_closed_while_healthz_answers(quick: Service) -> None:
+async def test_a_stalled_half_head_is_closed_while_healthz_answers(quick: Server) -> None:
     reader, writer = await connect(quick)
     started = time.monotonic()
     writer.write(b"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
@@ -56,7 +56,7 @@ async def test_a_stalled_half_head_is_closed_while_healthz_answers(quick: Servic
     writer.close()
 
 
-async def test_a_head_dripped_a_byte_at_a_time_is_cut_at_the_deadline(quick: Service) -> None:
+async def test_a_head_dripped_a_byte_at_a_time_is_cut_at_the_deadline(quick: Server) -> None:
     reader, writer = await connect(quick)
     started = time.monotonic()
     with pytest.raises(ConnectionError):
@@ -76,7 +76,7 @@ async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data:
         await asyncio.sleep(0.02)
 
 
-async def test_a_connection_that_sends_nothing_is_closed(quick: Service) -> None:
+async def test_a_connection_that_sends_nothing_is_closed(quick: Server) -> None:
     reader, writer = await connect(quick)
     started = time.monotonic()
     assert await closed_within(reader, 2.0) == b""
@@ -85,7 +85,7 @@ async def test_a_connection_that_sends_nothing_is_closed(quick: Service) -> None
     writer.close()
 
 
-async def test_a_head_in_two_pieces_within_the_deadline_is_served(quick: Service) -> None:
+async def test_a_head_in_two_pieces_within_the_deadline_is_served(quick: Server) -> None:
     reader, writer = await connect(quick)
     request = build("GET", "/healthz")
     writer.write(request[:10])
@@ -97,7 +97,7 @@ async def test_a_head_in_two_pieces_within_the_deadline_is_served(quick: Service
 
 
 async def test_the_deadline_covers_each_head_not_the_idle_time_between_requests(
-    quick: Service,
+    quick: Server,
 ) -> None:
     reader, writer = await connect(quick)
     keep_alive = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
@@ -112,7 +112,7 @@ async def test_the_deadline_covers_each_head_not_the_idle_time_between_requests(
 
 
 async def test_a_body_that_never_arrives_gets_408_and_the_connection_closes(
-    quick: Service,
+    quick: Server,
 ) -> None:
     reader, writer = await connect(quick)
     head = build("POST", "/v1/jobs", b"", {"Content-Type": "application/json",
@@ -131,7 +131,7 @@ async def test_a_body_that_never_arrives_gets_408_and_the_connection_closes(
 
 async def test_an_idle_keep_alive_connection_is_closed(tmp_path: Path) -> None:
     settings = settings_for(tmp_path, PACER_API__KEEPALIVE_TIMEOUT_S=str(TIMEOUT_S))
-    svc = Service(settings, registry=CollectorRegistry())
+    svc = Server(settings, registry=CollectorRegistry())
     await svc.start()
     try:
         reader, writer = await connect(svc)

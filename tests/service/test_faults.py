@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pacer import service as service_module
+from pacer.api import views
 from pacer.journal import Journal
-from pacer.service import Service
+from pacer.server import Server
+from pacer.service import host
 from pacer.workload import job_seed
 from tests import faults
 from tests.service.conftest import ServerFactory, settings_for, wait_for
@@ -40,10 +41,10 @@ ENDED = ("completed", "failed", "cancelled")
 
 
 @contextlib.asynccontextmanager
-async def running(tmp_path: Path, **env: str) -> AsyncIterator[Service]:
+async def running(tmp_path: Path, **env: str) -> AsyncIterator[Server]:
     """A service on the fault workload; hung calls are let go at the end."""
     faults.reset()
-    svc = Service(settings_for(tmp_path, **{**FAULTY, **env}), CollectorRegistry())
+    svc = Server(settings_for(tmp_path, **{**FAULTY, **env}), CollectorRegistry())
     await svc.start()
     try:
         yield svc
@@ -61,11 +62,11 @@ async def until(predicate: Callable[[], bool], what: str, timeout_s: float = 20.
         await asyncio.sleep(0.01)
 
 
-async def ended(svc: Service, job_id: str, timeout_s: float = 20.0) -> dict[str, Any]:
+async def ended(svc: Server, job_id: str, timeout_s: float = 20.0) -> dict[str, Any]:
     """The job's detail once it has ended; an AssertionError if it is stuck."""
     deadline = time.monotonic() + timeout_s
     while True:
-        detail = await svc.job_detail(job_id, 100)
+        detail = await views.job_detail(svc, job_id, 100)
         assert detail is not None
         if detail["state"] in ENDED:
             return detail
@@ -243,7 +244,7 @@ async def test_a_restart_fails_a_job_whose_partition_is_out_of_attempts(tmp_path
         for attempt in range(2):
             journal.record_attempt(job.id, 1, f"proving failed: try {attempt}", 0, 5)
     async with running(tmp_path, PACER_RETRY__MAX="2") as svc:
-        detail = await svc.job_detail(job.id, 100)
+        detail = await views.job_detail(svc, job.id, 100)
         assert detail is not None
         assert detail["state"] == "failed"  # not resumed
         assert detail["error"] == "partition 1 failed after 2 attempts: proving failed: try 1"
@@ -254,9 +255,9 @@ async def test_a_restart_fails_a_job_whose_partition_is_out_of_attempts(tmp_path
 async def test_a_cancelled_job_is_not_queued_again_after_its_backoff(tmp_path: Path) -> None:
     async with running(tmp_path, PACER_RETRY__BACKOFF_S="0.3") as svc:
         job = await svc.submit(1, {"faults": [fault("prove", "raise", 0)]}, 0)
-        await until(lambda: bool(svc._retries), "a backoff to start")
+        await until(lambda: bool(svc.jobs._retries), "a backoff to start")
         await svc.cancel(job.id)
-        assert not svc._retries
+        assert not svc.jobs._retries
         await asyncio.sleep(0.4)  # the backoff would have ended: nothing runs again
         assert svc.pipeline.backlog == 0
         assert svc.pipeline.idle
@@ -296,7 +297,7 @@ def test_sigterm_exits_within_the_drain_budget_whatever_call_hangs(
 async def test_a_close_stuck_behind_a_hung_call_does_not_hold_the_shutdown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(service_module, "CLOSE_WORKLOAD_S", 0.2)
+    monkeypatch.setattr(host, "CLOSE_WORKLOAD_S", 0.2)
     unblock = threading.Event()
     env = {"PACER_SHUTDOWN__DRAIN_S": "0.2", "PACER_TIMEOUTS__PROVE_S": "0"}  # 300 s: hung on
     async with running(tmp_path, **env) as svc:

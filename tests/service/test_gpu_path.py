@@ -25,7 +25,7 @@ from gpu.prover import GpuResult
 from gpu.synthesis import synthesize
 from gpu.workload import GpuNttWorkload
 from pacer.config import Settings
-from pacer.service import Service
+from pacer.server import Server
 from tests.service.conftest import settings_for
 from tests.service.test_api import call, until_done
 
@@ -58,7 +58,7 @@ def shared_gpu_workload(settings: Settings) -> GpuNttWorkload:
     return workload
 
 
-async def started_service(tmp_path: Path, **env: str) -> tuple[Service, GpuNttWorkload]:
+async def started_service(tmp_path: Path, **env: str) -> tuple[Server, GpuNttWorkload]:
     """A started service on `shared_gpu_workload` with two synthesis processes."""
     settings = settings_for(
         tmp_path,
@@ -66,7 +66,7 @@ async def started_service(tmp_path: Path, **env: str) -> tuple[Service, GpuNttWo
         PACER_SYNTHESIS__CORES="2",
         **env,
     )
-    service = Service(settings, CollectorRegistry())
+    service = Server(settings, CollectorRegistry())
     await service.start()
     assert isinstance(service.workload, GpuNttWorkload)
     return service, service.workload

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from pacer.config import Settings
 from pacer.journal import JobState
 from pacer.policy import Decision, DispatchPolicy, Mode, Observation
-from pacer.service import Service
+from pacer.server import Server
 from pacer.workload import NoopWorkload, PartitionSpec
 from tests.conftest import FakeClock
 from tests.service.conftest import settings_for
@@ -26,7 +26,7 @@ from tests.service.conftest import settings_for
 pytestmark = pytest.mark.asyncio
 
 
-async def get(service: Service, path: str) -> tuple[int, Any]:
+async def get(service: Server, path: str) -> tuple[int, Any]:
     async with (
         aiohttp.ClientSession() as session,
         session.get(f"http://127.0.0.1:{service.port}{path}") as response,
@@ -44,7 +44,7 @@ async def until(predicate: Any, what: str, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def completed(service: Service, job_id: str) -> bool:
+async def completed(service: Server, job_id: str) -> bool:
     job = await service.db(service.journal.get_job, job_id)
     return job is not None and job.state is JobState.COMPLETED
 
@@ -109,7 +109,8 @@ async def test_a_failed_dispatch_loop_is_unready_then_restarted_and_jobs_complet
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     registry = CollectorRegistry()
-    svc = Service(settings_for(tmp_path), registry)
+    svc = Server(settings_for(tmp_path), registry)
+    await svc.open()
     svc.pipeline.controller = FailsFirstDecision(svc.pipeline.controller)
     held = svc.supervisor.sleep = HeldSleep()
     try:
@@ -146,7 +147,7 @@ async def test_a_failed_dispatch_loop_is_unready_then_restarted_and_jobs_complet
 
 async def test_every_task_is_supervised_and_shutdown_counts_no_failure(tmp_path: Path) -> None:
     registry = CollectorRegistry()
-    svc = Service(settings_for(tmp_path, PACER_GPU__WORKERS="2"), registry)
+    svc = Server(settings_for(tmp_path, PACER_GPU__WORKERS="2"), registry)
     await svc.start()
     job = await svc.submit(4, {}, 0)
     await until(lambda: completed(svc, job.id), "the job")
@@ -169,7 +170,7 @@ async def test_a_short_task_that_raises_is_logged_and_counted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     registry = CollectorRegistry()
-    svc = Service(settings_for(tmp_path), registry)
+    svc = Server(settings_for(tmp_path), registry)
     await svc.start()
     try:
 
@@ -177,9 +178,9 @@ async def test_a_short_task_that_raises_is_logged_and_counted(
             raise RuntimeError("lost")
 
         async def short_task_done() -> bool:
-            return not svc._tasks
+            return not svc.jobs._tasks
 
-        svc._spawn(broken())
+        svc.jobs._spawn(broken())
         await until(short_task_done, "the short task")
         assert registry.get_sample_value("pacer_task_failures_total", {"task": "requeue"}) == 1.0
         (record,) = [r for r in caplog.records if r.getMessage().startswith("requeue failed")]
@@ -194,7 +195,8 @@ async def test_syntheses_and_proofs_are_progress_and_still_reach_the_metrics(
 ) -> None:
     clock = FakeClock()
     registry = CollectorRegistry()
-    svc = Service(settings_for(tmp_path), registry, clock)
+    svc = Server(settings_for(tmp_path), registry, clock)
+    await svc.open()
     clock.advance(100.0)
     observer = svc.pipeline.observer
     assert observer is not None
@@ -237,7 +239,8 @@ async def test_a_stalled_pipeline_is_unready_until_it_moves_again(tmp_path: Path
         PACER_WORKLOAD="tests.service.test_health:blocking_workload",
         PACER_HEALTH__STALL_S=str(stall_s),
     )
-    svc = Service(settings, registry)
+    svc = Server(settings, registry)
+    await svc.open()
     workload = svc.workload
     assert isinstance(workload, Blocking)
     try:

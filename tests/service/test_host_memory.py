@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pacer.plan import ConfigurationError
-from pacer.service import Service
+from pacer.server import Server
 from tests.service.conftest import fake_meminfo, settings_for
 from tests.service.test_api import call, until_done
 from tests.service.test_gpu_path import LOG_N
@@ -37,7 +37,7 @@ async def test_a_budget_that_fits_the_host_starts_silently_as_configured(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     meminfo = fake_meminfo(tmp_path / "meminfo", total=128 * GIB, available=100 * GIB)
-    service = Service(settings_for(tmp_path), CollectorRegistry(), meminfo=meminfo)
+    service = Server(settings_for(tmp_path), CollectorRegistry(), meminfo=meminfo)
     with caplog.at_level(logging.WARNING):
         await service.start()
     try:
@@ -61,7 +61,8 @@ async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
     # to MemAvailable (20 GiB) less the reserve (2.4 GiB, 10% of MemTotal).
     meminfo = fake_meminfo(tmp_path / "meminfo", total=24 * GIB, available=20 * GIB)
     env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_SYNTHESIS__CORES": "64"}
-    service = Service(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
+    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
+    await service.open()
     assert service.controller.bootstrap_depth == 57  # 90% of min(64 syntheses, 64 partitions)
     with caplog.at_level(logging.WARNING):
         await service.start()
@@ -93,7 +94,7 @@ async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
 async def test_a_host_without_room_for_one_partition_refuses_to_start(tmp_path: Path) -> None:
     meminfo = fake_meminfo(tmp_path / "meminfo", total=24 * GIB, available=3 * GIB)
     env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_MEMORY__HOST_RESERVE_BYTES": "2.5GiB"}
-    service = Service(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
+    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
     try:
         with pytest.raises(ConfigurationError) as refused:
             await service.start()
@@ -111,7 +112,7 @@ async def test_a_pinned_pool_larger_than_the_host_has_refuses_to_start(tmp_path:
     meminfo = fake_meminfo(tmp_path / "meminfo", total=GIB, available=2**20 + 100 * 2**10)
     env = {**GPU_PATH, "PACER_GPU__POOL_SLOTS": "8", "PACER_MEMORY__BUDGET_BYTES": "1MiB",
            "PACER_MEMORY__HOST_RESERVE_BYTES": "1MiB"}  # fmt: skip
-    service = Service(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
+    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
     try:
         with pytest.raises(ConfigurationError) as refused:
             await service.start()
@@ -135,7 +136,7 @@ async def test_a_pool_sized_from_a_clamped_budget_fits_the_host(
     meminfo = fake_meminfo(tmp_path / "meminfo", total=GIB, available=2**20 + 5 * SLOT)
     env = {**GPU_PATH, "PACER_MEMORY__BUDGET_BYTES": "1MiB",
            "PACER_MEMORY__HOST_RESERVE_BYTES": "1MiB"}  # fmt: skip
-    service = Service(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
+    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
     with caplog.at_level(logging.WARNING):
         await service.start()
     try:
@@ -152,7 +153,7 @@ async def test_without_meminfo_the_budget_stays_as_configured_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     missing = tmp_path / "no-meminfo"
-    service = Service(settings_for(tmp_path), CollectorRegistry(), meminfo=missing)
+    service = Server(settings_for(tmp_path), CollectorRegistry(), meminfo=missing)
     with caplog.at_level(logging.WARNING):
         await service.start()
     try:

@@ -14,8 +14,9 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
+from pacer.api import views
 from pacer.journal import SqliteJournal
-from pacer.service import Service
+from pacer.server import Server
 from tests.service.conftest import settings_for
 from tests.service.raw_http import build, exchange
 
@@ -198,9 +199,9 @@ CASES = [
 
 
 @pytest_asyncio.fixture
-async def hostile(tmp_path: Path) -> AsyncIterator[Service]:
+async def hostile(tmp_path: Path) -> AsyncIterator[Server]:
     settings = settings_for(tmp_path, PACER_API__TOKEN=TOKEN)
-    svc = Service(settings, registry=CollectorRegistry())
+    svc = Server(settings, registry=CollectorRegistry())
     await svc.start()
     svc.pipeline.stop_dispatching()  # the existing job stays as it is
     await svc.submit(3, {}, 0)
@@ -208,7 +209,7 @@ async def hostile(tmp_path: Path) -> AsyncIterator[Service]:
     await svc.shutdown()
 
 
-async def journal_rows(service: Service) -> list[tuple[object, ...]]:
+async def journal_rows(service: Server) -> list[tuple[object, ...]]:
     def read() -> list[tuple[object, ...]]:
         assert isinstance(service.journal, SqliteJournal)
         db = service.journal._db
@@ -226,11 +227,11 @@ def test_the_table_has_at_least_sixty_cases() -> None:
 @pytest.mark.asyncio
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 async def test_hostile_request_gets_its_4xx_and_changes_nothing(
-    hostile: Service, case: Case, caplog: pytest.LogCaptureFixture
+    hostile: Server, case: Case, caplog: pytest.LogCaptureFixture
 ) -> None:
     [job] = await hostile.db(hostile.journal.list_jobs)
     before = await journal_rows(hostile)
-    controller = hostile.controller_state()
+    controller = views.controller_state(hostile)
     headers = dict(case.headers) if case.plain else {**AUTH, **JSON, **case.headers}
     path = case.path.replace("{job}", job.id) if isinstance(case.path, str) else case.path
     request = build(case.method, path, case.body, headers)
@@ -251,7 +252,7 @@ async def test_hostile_request_gets_its_4xx_and_changes_nothing(
     ready = await exchange(hostile.port, build("GET", "/readyz"))
     assert (ready.status, json.loads(ready.body)) == (200, {"status": "ready"})
     assert await journal_rows(hostile) == before
-    assert hostile.controller_state()["settings"] == controller["settings"]
+    assert views.controller_state(hostile)["settings"] == controller["settings"]
     assert hostile.pipeline.backlog == 3
     # The client's fault: nothing for the operator to act on, and no traceback to flood the log.
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -32,11 +32,11 @@ from prometheus_client import CollectorRegistry
 from gpu.digest import digest
 from gpu.ntt import compute_h
 from gpu.synthesis import synthesize
-from pacer import service as service_module
 from pacer.client import ApiError, Client
 from pacer.journal import BUSY_TIMEOUT_S, JobRecord, Journal, PartitionResult, result_digest
 from pacer.journal_health import Backoff
-from pacer.service import Service
+from pacer.server import Server
+from pacer.service import commits
 from pacer.workload import PartitionSpec, job_seed
 from tests.service.conftest import ROOT, ServerFactory, readyz_refuses, settings_for, wait_for
 from tests.service.test_api import call, until_done
@@ -85,12 +85,12 @@ class Fault(Protocol):
 
     reason: str  # what /readyz and the 503s say meanwhile
 
-    async def start(self, svc: Service) -> None: ...
+    async def start(self, svc: Server) -> None: ...
 
-    async def stop(self, svc: Service) -> None: ...
+    async def stop(self, svc: Server) -> None: ...
 
 
-def faulty(svc: Service) -> FaultyJournal:
+def faulty(svc: Server) -> FaultyJournal:
     assert isinstance(svc.journal, FaultyJournal)
     return svc.journal
 
@@ -98,20 +98,20 @@ def faulty(svc: Service) -> FaultyJournal:
 class FailingWrites:
     reason = "disk I/O error"
 
-    async def start(self, svc: Service) -> None:
+    async def start(self, svc: Server) -> None:
         faulty(svc).failing.set()
 
-    async def stop(self, svc: Service) -> None:
+    async def stop(self, svc: Server) -> None:
         faulty(svc).failing.clear()
 
 
 class FullDisk:
     reason = "database or disk is full"
 
-    async def start(self, svc: Service) -> None:
+    async def start(self, svc: Server) -> None:
         await svc.db(faulty(svc).fill_disk)
 
-    async def stop(self, svc: Service) -> None:
+    async def stop(self, svc: Server) -> None:
         await svc.db(faulty(svc).free_disk)
 
 
@@ -123,11 +123,11 @@ class OutsideLock:
     def __init__(self) -> None:
         self._db: sqlite3.Connection | None = None
 
-    async def start(self, svc: Service) -> None:
+    async def start(self, svc: Server) -> None:
         self._db = sqlite3.connect(svc.settings.journal.path, isolation_level=None)
         self._db.execute("BEGIN EXCLUSIVE")
 
-    async def stop(self, svc: Service) -> None:
+    async def stop(self, svc: Server) -> None:
         assert self._db is not None
         self._db.execute("ROLLBACK")
         self._db.close()
@@ -138,11 +138,11 @@ class MovedAway:
 
     reason = "was deleted or moved away"
 
-    async def start(self, svc: Service) -> None:
+    async def start(self, svc: Server) -> None:
         path = svc.settings.journal.path
         path.rename(path.with_name("moved-away.sqlite"))
 
-    async def stop(self, svc: Service) -> None:
+    async def stop(self, svc: Server) -> None:
         path = svc.settings.journal.path
         path.with_name("moved-away.sqlite").rename(path)
 
@@ -156,13 +156,15 @@ FAULTS: dict[str, type[Fault]] = {
 
 
 @pytest_asyncio.fixture
-async def svc(tmp_path: Path) -> AsyncIterator[Service]:
+async def svc(tmp_path: Path) -> AsyncIterator[Server]:
     """A started service whose journal is a `FaultyJournal`, retrying fast."""
-    service = Service(
+    service = Server(
         settings_for(tmp_path, **FAST_JOURNAL), CollectorRegistry(), backoff=FAST_RETRY
     )
+    await service.open()
     await service.db(service.journal.close)
-    service.journal = await service.db(FaultyJournal, service.settings.journal.path, 0.05)
+    faulty_journal = await service.db(FaultyJournal, service.settings.journal.path, 0.05)
+    service.journal_access.journal = faulty_journal
     await service.start()
     yield service
     if not service.draining:
@@ -179,12 +181,12 @@ def expected_digest(job_id: str, partitions: int) -> str:
     return result_digest(digests)
 
 
-def client_of(svc: Service) -> Client:
+def client_of(svc: Server) -> Client:
     """A blocking client: call it from a thread (the loop serves it meanwhile)."""
     return Client(f"http://127.0.0.1:{svc.port}", timeout_s=5)
 
 
-async def until_readyz(svc: Service, says: str) -> None:
+async def until_readyz(svc: Server, says: str) -> None:
     """Wait (polling /readyz over HTTP from a thread) until it answers what ``says`` names:
     ``ready``, or a reason it gives with 503."""
     client = client_of(svc)
@@ -198,7 +200,7 @@ async def until_readyz(svc: Service, says: str) -> None:
     await asyncio.to_thread(wait_for, answers, 20, f"/readyz to say {says!r}")
 
 
-async def assert_completed_exactly(svc: Service, job_id: str, partitions: int) -> None:
+async def assert_completed_exactly(svc: Server, job_id: str, partitions: int) -> None:
     job = await until_done(svc, job_id)
     assert job["state"] == "completed", job["error"]
     assert job["partitions_done"] == partitions
@@ -209,7 +211,7 @@ async def assert_completed_exactly(svc: Service, job_id: str, partitions: int) -
 @pytest.mark.asyncio
 @pytest.mark.parametrize("fault", FAULTS.values(), ids=FAULTS.keys())
 async def test_jobs_accepted_before_a_fault_complete_once_it_clears(
-    svc: Service, fault: type[Fault]
+    svc: Server, fault: type[Fault]
 ) -> None:
     value = svc.registry.get_sample_value
     svc.pipeline.hold(True)  # the job's results come only once the fault is on
@@ -251,7 +253,7 @@ async def test_jobs_accepted_before_a_fault_complete_once_it_clears(
 
 @pytest.mark.asyncio
 async def test_a_job_that_fails_during_a_fault_fails_once_it_clears(
-    svc: Service, monkeypatch: pytest.MonkeyPatch
+    svc: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synthesize = svc.workload.synthesize
 
@@ -282,7 +284,7 @@ async def test_a_job_that_fails_during_a_fault_fails_once_it_clears(
 
 @pytest.mark.asyncio
 async def test_a_write_that_fails_as_a_job_is_accepted_answers_503_and_keeps_nothing(
-    svc: Service,
+    svc: Server,
 ) -> None:
     faulty(svc).failing.set()
     status, refused = await call(svc, "POST", "/v1/jobs", {"partitions": 2})
@@ -297,7 +299,7 @@ async def test_a_write_that_fails_as_a_job_is_accepted_answers_503_and_keeps_not
 
 @pytest.mark.asyncio
 async def test_a_write_failing_part_way_through_a_one_by_one_commit_keeps_what_is_left(
-    svc: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    svc: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     svc.pipeline.hold(True)  # the results below are the only ones
     job = await svc.submit(3, {}, 0)
@@ -314,12 +316,14 @@ async def test_a_write_failing_part_way_through_a_one_by_one_commit_keeps_what_i
     monkeypatch.setattr(journal, "complete_partitions", last_one_fails)
     last_fails.set()
     # An unknown job's result makes the journal refuse the batch, so it commits one by one.
-    svc._pending += [PartitionResult(job.id, 0, "d0", 1.0, 0.1),
+    svc.journal_access.pending += [PartitionResult(job.id, 0, "d0", 1.0, 0.1),
                      PartitionResult("no-such-job", 0, "x", 1.0, 0.1),
                      PartitionResult(job.id, 1, "d1", 1.0, 0.1),
                      PartitionResult(job.id, 2, "d2", 1.0, 0.1)]  # fmt: skip
     await until_readyz(svc, "disk I/O error")
-    assert [(r.job_id, r.index) for r in svc._pending] == [(job.id, 2)]  # only what was left
+    assert [(r.job_id, r.index) for r in svc.journal_access.pending] == [
+        (job.id, 2)
+    ]  # only what was left
     _, meanwhile = await call(svc, "GET", f"/v1/jobs/{job.id}")
     assert meanwhile["partitions_done"] == 2
     last_fails.clear()
@@ -332,7 +336,7 @@ async def test_a_write_failing_part_way_through_a_one_by_one_commit_keeps_what_i
 @pytest.mark.asyncio
 @pytest.mark.parametrize("how", ["deleted", "replaced"])
 async def test_a_deleted_or_replaced_journal_file_refuses_work_and_is_written_no_more(
-    svc: Service, how: str, caplog: pytest.LogCaptureFixture
+    svc: Server, how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     svc.pipeline.hold(True)
     _, body = await call(svc, "POST", "/v1/jobs", {"partitions": PARTITIONS})
@@ -363,10 +367,10 @@ async def test_a_deleted_or_replaced_journal_file_refuses_work_and_is_written_no
 
 @pytest.mark.asyncio
 async def test_dispatch_holds_while_too_many_results_wait_then_resumes(
-    svc: Service, monkeypatch: pytest.MonkeyPatch
+    svc: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     limit = 8
-    monkeypatch.setattr(service_module, "MAX_UNCOMMITTED", limit)
+    monkeypatch.setattr(commits, "MAX_UNCOMMITTED", limit)
     svc.pipeline.hold(True)
     _, body = await call(svc, "POST", "/v1/jobs", {"partitions": PARTITIONS})
     faulty(svc).failing.set()

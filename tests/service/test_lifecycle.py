@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pacer import service as service_module
 from pacer.config import Settings
 from pacer.journal import JobState, Journal
-from pacer.service import Service
+from pacer.service import Service, commits
 from pacer.workload import NoopWorkload, PartitionSpec, Proof, Workload
 from tests.service.conftest import settings_for
 
@@ -37,6 +36,7 @@ async def test_restart_starts_warm_from_saved_estimates(tmp_path: Path) -> None:
     assert first.controller.bootstraps == 1
 
     second = Service(settings_for(tmp_path), CollectorRegistry())
+    await second.open()
     assert second.controller.estimates.known  # read back from the journal
     await second.start()
     await finish(second, (await second.submit(6, {}, 0)).id)
@@ -55,10 +55,12 @@ async def test_restart_on_other_cores_or_another_size_starts_cold(tmp_path: Path
     # Estimates saved for 4 cores, or for partitions of 2^8, describe another regime.
     for env in ({"PACER_SYNTHESIS__CORES": "8"}, {"PACER_NTT__LOG_N": "9"}):
         other = Service(settings_for(tmp_path, **env), CollectorRegistry())
+        await other.open()
         assert other.plan.estimates_key != saved_key
         assert not other.controller.estimates.known
         await other.shutdown()
     same = Service(settings_for(tmp_path, PACER_SYNTHESIS__CORES="4"), CollectorRegistry())
+    await same.open()
     assert same.controller.estimates.known
     await same.shutdown()
 
@@ -66,7 +68,7 @@ async def test_restart_on_other_cores_or_another_size_starts_cold(tmp_path: Path
 async def test_upkeep_saves_estimates_and_prunes_finished_jobs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(service_module, "UPKEEP_S", 0.0)
+    monkeypatch.setattr(commits, "UPKEEP_S", 0.0)
     svc = Service(settings_for(tmp_path, PACER_JOURNAL__RETENTION_S="0.05"), CollectorRegistry())
     await svc.start()
     job = await svc.submit(3, {}, 0)
@@ -128,5 +130,6 @@ async def test_synthesis_concurrency_follows_the_threads_one_synthesis_keeps_bus
         journal={"path": tmp_path / "journal.sqlite"},
     )
     service = Service(settings, CollectorRegistry())
+    await service.open()
     assert service.plan.caps.synthesis_concurrency == expected
     await service.shutdown()

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from pacer.controller import PIController
-from pacer.service import Service
+from pacer.server import Server
 
 pytestmark = pytest.mark.asyncio
 
@@ -33,7 +33,7 @@ REQUIRED = [
 ]  # fmt: skip
 
 
-async def run_job(service: Service, partitions: int) -> None:
+async def run_job(service: Server, partitions: int) -> None:
     job = await service.submit(partitions, {}, 0)
     for _ in range(1000):
         record = await service.db(service.journal.get_job, job.id)
@@ -43,7 +43,7 @@ async def run_job(service: Service, partitions: int) -> None:
     raise AssertionError("job did not complete")
 
 
-async def test_metrics_follow_the_work(service: Service) -> None:
+async def test_metrics_follow_the_work(service: Server) -> None:
     await run_job(service, 6)
     value = service.registry.get_sample_value
     assert value("pacer_jobs_total", {"outcome": "completed"}) == 1
@@ -61,7 +61,7 @@ async def test_metrics_follow_the_work(service: Service) -> None:
     assert sorted(modes) == [0, 0, 0, 1]
 
 
-async def test_synthesis_cap_appears_once_a_synthesis_time_is_known(service: Service) -> None:
+async def test_synthesis_cap_appears_once_a_synthesis_time_is_known(service: Server) -> None:
     value = service.registry.get_sample_value
     assert value("pacer_controller_synthesis_cap") is None  # a fresh journal: no estimate yet
     await run_job(service, 6)
@@ -73,7 +73,7 @@ async def test_synthesis_cap_appears_once_a_synthesis_time_is_known(service: Ser
     assert value("pacer_controller_synthesis_cap") == pytest.approx(expected, rel=0.5)
 
 
-async def test_exposition_has_every_metric_and_no_created_series(service: Service) -> None:
+async def test_exposition_has_every_metric_and_no_created_series(service: Server) -> None:
     await run_job(service, 2)
     text = generate_latest(service.registry).decode()
     for name in REQUIRED:
@@ -81,7 +81,7 @@ async def test_exposition_has_every_metric_and_no_created_series(service: Servic
     assert "_created" not in text
 
 
-async def test_exposition_passes_promtool(service: Service, promtool: str) -> None:
+async def test_exposition_passes_promtool(service: Server, promtool: str) -> None:
     await run_job(service, 2)
     text = generate_latest(service.registry)
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)

@@ -15,12 +15,12 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry, generate_latest
 
-from pacer import service as service_module
 from pacer.__main__ import main
 from pacer.controller import POLICY_FIXED
 from pacer.journal import Journal
 from pacer.policy import Mode, PolicyConflictError
-from pacer.service import Service
+from pacer.server import Server
+from pacer.service import commits
 from tests.service.conftest import ServerFactory, settings_for, wait_for
 from tests.service.test_api import call, until_done
 from tests.service.test_lifecycle import finish
@@ -33,13 +33,13 @@ NOOP = {"PACER_WORKLOAD": "noop"}
 RUNS = [("pi", 2, 4), ("unpaced", 2, 4), ("cuzk", 1, 1), ("cuzk-default", 2, 4)]
 
 
-def noop_service(tmp_path: Path, policy: str) -> Service:
+def noop_service(tmp_path: Path, policy: str) -> Server:
     settings = settings_for(tmp_path, **NOOP, PACER_CONTROLLER__POLICY=policy)
-    return Service(settings, CollectorRegistry())
+    return Server(settings, CollectorRegistry())
 
 
 @pytest_asyncio.fixture(params=BASELINES)
-async def baseline(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Service]:
+async def baseline(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Server]:
     svc = noop_service(tmp_path, request.param)
     await svc.start()
     yield svc
@@ -80,7 +80,7 @@ async def test_each_policy_proves_jobs_end_to_end(
 
 
 @pytest.mark.asyncio
-async def test_retune_and_manual_mode_under_a_baseline_answer_409(baseline: Service) -> None:
+async def test_retune_and_manual_mode_under_a_baseline_answer_409(baseline: Server) -> None:
     policy = baseline.policy_name
     _, before = await call(baseline, "GET", "/v1/controller")
     for body, rule in [
@@ -102,7 +102,7 @@ async def test_retune_and_manual_mode_under_a_baseline_answer_409(baseline: Serv
 
 @pytest.mark.asyncio
 async def test_baseline_exposition_names_the_policy_and_passes_promtool(
-    baseline: Service, promtool: str
+    baseline: Server, promtool: str
 ) -> None:
     text = generate_latest(baseline.registry)
     assert f'pacer_controller_policy_info{{policy="{baseline.policy_name}"}} 1.0' in text.decode()
@@ -114,7 +114,7 @@ async def test_baseline_exposition_names_the_policy_and_passes_promtool(
 
 
 @pytest.mark.asyncio
-async def test_policy_cannot_change_at_run_time(service: Service) -> None:
+async def test_policy_cannot_change_at_run_time(service: Server) -> None:
     status, error = await call(service, "PATCH", "/v1/controller", {"policy": "unpaced"})
     assert (status, error) == (422, {"error": POLICY_FIXED, "field": "policy"})
     with pytest.raises(ValueError, match="cannot be retuned"):
@@ -135,7 +135,7 @@ async def test_a_baseline_run_keeps_the_estimates_pi_saved(
         saved = journal.load_estimates()
     assert saved is not None
 
-    monkeypatch.setattr(service_module, "UPKEEP_S", 0.0)  # upkeep at every commit
+    monkeypatch.setattr(commits, "UPKEEP_S", 0.0)  # upkeep at every commit
     unpaced = noop_service(tmp_path, "unpaced")
     await unpaced.start()
     await finish(unpaced, (await unpaced.submit(4, {}, 0)).id)
@@ -144,6 +144,7 @@ async def test_a_baseline_run_keeps_the_estimates_pi_saved(
         assert journal.load_estimates() == saved
 
     warm = noop_service(tmp_path, "pi")
+    await warm.open()
     assert warm.controller.estimates.known
     await warm.shutdown()
 

@@ -1,0 +1,113 @@
+"""What every request goes through, outermost first: its duration observed by route and
+status, errors turned into JSON answers, the token checked, and the content type of writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from pacer.api.answers import DURATIONS, SERVICE, error, too_large
+from pacer.journal_health import JournalUnavailable
+from pacer.strict_json import BadInputError
+
+log = logging.getLogger("pacer.api")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+METHODS = frozenset({"GET", "HEAD", "POST", "PATCH", "DELETE", "OPTIONS"})
+UNMATCHED = "unmatched"  # the route label of a request for no route (404, a hostile path)
+
+
+def route_of(request: web.Request) -> str:
+    """The route's template (``/v1/jobs/{id}``), never the raw path, so that the label's
+    values are the routes and not every id a client sends; ``unmatched`` for no route."""
+    route = request.match_info.route
+    resource = route.resource if route is not None else None
+    if resource is None or request.match_info.http_exception is not None:
+        return UNMATCHED
+    return resource.canonical
+
+
+@web.middleware
+async def timed(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    except asyncio.CancelledError:
+        status = 499  # the client went away before the answer (nginx's code for it)
+        raise
+    finally:
+        method = request.method if request.method in METHODS else "other"
+        request.app[DURATIONS].labels(method, route_of(request), str(status)).observe(
+            time.perf_counter() - started
+        )
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except BadInputError as exc:
+        response = error(exc.status, exc.rule, exc.field)
+        if exc.status == 408:
+            response.force_close()
+        return response
+    except JournalUnavailable as exc:
+        return error(503, str(exc))
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[SERVICE].settings.api.max_body_bytes
+        return error(413, too_large(limit).rule)
+    except web.HTTPException as exc:
+        if exc.status >= 400 and exc.content_type != "application/json":
+            allow = exc.headers.get("Allow")
+            return error(exc.status, exc.reason, headers={"Allow": allow} if allow else None)
+        raise
+    except (asyncio.CancelledError, ConnectionError):
+        raise  # the client went away: aiohttp closes the connection
+    except Exception:
+        log.exception("unexpected error answering %s %s", request.method, request.path[:200])
+        return error(500, "internal error; the service's log has the details")
+
+
+@web.middleware
+async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    token = request.app[SERVICE].settings.api.token
+    if token is not None and request.method not in ("GET", "HEAD", "OPTIONS"):
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        # aiohttp decodes header bytes that are not UTF-8 as surrogates: encode them back.
+        given_bytes = given.strip().encode("utf-8", "surrogateescape")
+        expected = token.get_secret_value().encode()
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given_bytes, expected):
+            return error(
+                401, "this endpoint needs Authorization: Bearer <PACER_API__TOKEN>",
+                headers={"WWW-Authenticate": 'Bearer realm="pacer"'},
+            )  # fmt: skip
+    return await handler(request)
+
+
+@web.middleware
+async def content_type(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.match_info.http_exception is None:  # a route matched: 404 and 405 go first
+        if request.method in ("POST", "PATCH"):
+            charset = (request.charset or "utf-8").lower()
+            if request.content_type != "application/json" or charset != "utf-8":
+                raise BadInputError(
+                    None, f"{request.method} needs Content-Type: application/json (UTF-8), got "
+                    f"{request.headers.get('Content-Type', 'none')[:100]!r}", 415,
+                )  # fmt: skip
+        elif request.method == "DELETE" and request.body_exists:
+            raise BadInputError(None, "DELETE takes no body", 400)
+    return await handler(request)
+
+
+MIDDLEWARES = [timed, errors, auth, content_type]

@@ -1,0 +1,257 @@
+"""The JSON the API answers with, built from the service's state and the journal's records.
+
+Times are epoch seconds (``created_at``) with the same instant beside them as ISO 8601 in UTC
+(``created_at_iso``: ``2026-01-01T00:00:00.000Z``). Lists come in pages: ``next_cursor`` is
+where the next one starts (null after the last). Pages are built on the journal's thread, and
+never hold a whole job of a million partitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pacer.api.inputs import encode_cursor
+from pacer.controller import PIController
+from pacer.journal import (
+    Attempt,
+    JobKey,
+    JobRecord,
+    JobState,
+    PartitionRecord,
+    PartitionSummary,
+    UnknownJob,
+)
+from pacer.workload import Pool
+
+if TYPE_CHECKING:
+    from pacer.service import Service
+
+LAST_FAILURES = 5  # failed attempts a job's detail lists, newest first
+JOBS_CURSOR = ("jobs", (float, int))  # a job's list key: created_at, sequence
+PARTITIONS_CURSOR = ("partitions", (int,))  # the next partition's index
+
+
+def iso(seconds: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 in UTC, to the millisecond.
+
+    >>> iso(1767225600.25)
+    '2026-01-01T00:00:00.250Z'
+    """
+    if seconds is None:
+        return None
+    moment = datetime.fromtimestamp(seconds, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _with_iso(out: dict[str, Any], *names: str) -> dict[str, Any]:
+    for name in names:
+        out[f"{name}_iso"] = iso(out[name])
+    return out
+
+
+def job_json(job: JobRecord) -> dict[str, Any]:
+    out = asdict(job)
+    out["state"] = job.state.value
+    return _with_iso(out, "created_at", "updated_at")
+
+
+def attempt_json(attempt: Attempt) -> dict[str, Any]:
+    return _with_iso(asdict(attempt), "at")
+
+
+def partition_json(record: PartitionRecord) -> dict[str, Any]:
+    out = asdict(record)
+    del out["job_id"]
+    out["state"] = record.state.value
+    out["attempts"] = [attempt_json(a) for a in record.attempts]
+    return _with_iso(out, "completed_at")
+
+
+def summary_json(summary: PartitionSummary) -> dict[str, Any]:
+    return {
+        "pending": summary.pending,
+        "completed": summary.completed,
+        "failed": summary.failed,
+        "first_failures": [{"index": i, "error": e} for i, e in summary.first_failures],
+    }
+
+
+def pool_json(pool: Pool | None) -> dict[str, Any]:
+    if pool is None:
+        return {"total_bytes": 0, "in_use_bytes": 0}
+    return {
+        "backend": pool.backend,
+        "total_bytes": pool.total_bytes,
+        "in_use_bytes": pool.in_use_bytes,
+        "slots_total": pool.slots_total,
+        "slots_free": pool.slots_free,
+        "checkouts": pool.checkouts,
+        "waits": pool.waits,
+        "fallbacks": pool.fallbacks,
+        "allocations_after_warmup": pool.allocations_after_warmup,
+    }
+
+
+def _partitions_cursor(job: JobRecord, end: int) -> str | None:
+    return encode_cursor(PARTITIONS_CURSOR[0], end) if end < job.partitions else None
+
+
+async def jobs_page(
+    service: Service, state: JobState | None, limit: int, after: JobKey | None
+) -> dict[str, Any]:
+    """Up to ``limit`` jobs, newest first, from the one after ``after``."""
+
+    def build() -> dict[str, Any]:
+        jobs, last = service.journal.jobs_page(state, limit, after)
+        return {
+            "jobs": [job_json(j) for j in jobs],
+            "next_cursor": None if last is None else encode_cursor(JOBS_CURSOR[0], *last),
+        }
+
+    return await service.db(build)
+
+
+async def job_detail(service: Service, job_id: str, page: int) -> dict[str, Any] | None:
+    """The job, counts of its partitions by state with its first failures, and its first
+    ``page`` partitions (``partitions_next_offset`` and ``partitions_next_cursor``: where the
+    next page starts, or None); None if there is no such job."""
+
+    def build() -> dict[str, Any] | None:
+        journal = service.journal
+        job = journal.get_job(job_id)
+        if job is None:
+            return None
+        summary = journal.partition_summary(job_id)
+        records = journal.partition_page(job_id, 0, page)
+        return {
+            **job_json(job),
+            "partitions_summary": summary_json(summary),
+            "last_failures": [attempt_json(a) for a in journal.failures(job_id, LAST_FAILURES)],
+            "partition_results": [partition_json(p) for p in records],
+            "partitions_next_offset": page if job.partitions > page else None,
+            "partitions_next_cursor": _partitions_cursor(job, page),
+        }
+
+    try:
+        return await service.db(build)
+    except UnknownJob:  # pruned between two reads
+        return None
+
+
+async def partition_page(
+    service: Service, job_id: str, offset: int, limit: int
+) -> dict[str, Any] | None:
+    """Partitions ``offset`` to ``offset + limit - 1`` of a job, pending ones included, with
+    ``next_offset`` and ``next_cursor`` (None after the last); None if there is no such job."""
+
+    def build() -> dict[str, Any] | None:
+        job = service.journal.get_job(job_id)
+        if job is None:
+            return None
+        records = service.journal.partition_page(job_id, offset, limit)
+        end = offset + limit
+        return {
+            "id": job_id,
+            "partitions": job.partitions,
+            "offset": offset,
+            "limit": limit,
+            "next_offset": end if end < job.partitions else None,
+            "next_cursor": _partitions_cursor(job, end),
+            "partition_results": [partition_json(p) for p in records],
+        }
+
+    try:
+        return await service.db(build)
+    except UnknownJob:
+        return None
+
+
+def controller_state(service: Service) -> dict[str, Any]:
+    """The dispatch policy: its name, mode, interval (s) and bootstrap counters; under pi
+    also the controller's settings, terms and estimates."""
+    policy = service.policy
+    state: dict[str, Any] = {
+        "policy": service.policy_name,
+        "mode": policy.mode.value,
+        "interval_s": policy.interval_s(),
+        "bootstraps": policy.bootstraps,
+        "rebootstraps": policy.rebootstraps,
+    }
+    if isinstance(policy, PIController):
+        state["settings"] = policy.settings.model_dump()
+        state["terms"] = policy.terms._asdict()
+        state["estimates"] = asdict(policy.estimates)
+    return state
+
+
+async def status(service: Service) -> dict[str, Any]:
+    """Readiness and its reasons, health, the controller, queues, memory, pool, calls,
+    retries, synthesis, GPUs, job counts and the journal's health."""
+    p = service.pipeline
+    counts = await service.db(service.journal.counts)
+    reasons = service.unready_reasons()
+    health = service.health
+    return {
+        "ready": not reasons,
+        "draining": service.draining,
+        "reasons": reasons,
+        "health": {
+            "since_progress_s": round(service.watchdog.since_progress_s(), 3),
+            "stalled_s": round(service.watchdog.stalled_s(), 3),
+            "stall_s": service.watchdog.stall_s,
+            "task_failures": service.supervisor.failures(),
+        },
+        "workload": service.workload.name,
+        "plan": service.plan.as_dict(),
+        "controller": controller_state(service),
+        "queues": {
+            "backlog": p.backlog,
+            "synthesizing": p.synthesizing,
+            "ready": p.ready,
+            "proving": p.gpu_busy,
+            "verifying": p.verifying,
+        },
+        "memory": {
+            "budget_bytes": p.budget_bytes,  # in effect: clamped to the host's at start
+            **service.plan.memory.as_dict(),
+            "inflight_bytes": p.inflight_bytes,
+            "partition_bytes": service.plan.partition_bytes,
+            "caps": asdict(service.plan.caps),
+        },
+        "pool": pool_json(p.pool),
+        "calls": {
+            # What a call may take now (s), and what became of those that took longer.
+            "limits_s": p.limits.limits(),
+            "hung": dict(p.hung_calls),
+            "abandoned_threads": p.abandoned_threads,
+            "abandoned_bytes": p.abandoned_bytes,
+            "live_workers": p.live_workers,
+        },
+        "retry": {**service.settings.retry.model_dump(), "waiting": service.jobs.retries_waiting},
+        "synthesis": {
+            # Where synthesis runs: the GPU path's setting; the CPU workloads use threads.
+            "executor": service.plan.executor,
+            # How the ntt workload computes it (numba or numpy); None for other workloads.
+            "kernel": service.plan.kernel,
+            "restarts": p.synthesis_restarts,
+        },
+        "gpus": [
+            {
+                "gpu": g,
+                "workers": p.workers_on(g),
+                "busy_ratio": round(p.busy_ratio(g), 4),
+                "busy_seconds": round(p.busy_seconds(g), 3),
+            }
+            for g in p.gpus
+        ],
+        "jobs": {state.value: n for state, n in counts.items()},
+        "journal": {
+            "healthy": health.healthy,
+            "failing_s": round(health.failing_s(), 3),
+            "error": health.error,
+            "uncommitted_results": service.uncommitted(),
+            "dispatch_held": service.commits.dispatch_held,
+        },
+    }

@@ -1,0 +1,41 @@
+"""The service: journal, dispatch policy, pipeline, metrics and jobs, without its HTTP API.
+
+- ``lifecycle``: `Service`. Construction does no I/O. ``open`` takes the journal's lock, opens
+  it, loads the workload and restores the controller's estimates; ``start`` fits the memory
+  budget to the host, prepares the workload (the pinned pool), resumes the jobs the journal
+  holds unfinished (completed partitions are not redone) and starts the pipeline, the commit
+  loop and upkeep; ``shutdown`` drains and closes.
+- ``jobs``: accepting and cancelling jobs, resuming them, and what follows a failed attempt: it
+  is queued again at its job's place after a backoff (``PACER_RETRY__*``); after
+  ``PACER_RETRY__MAX`` its job fails, naming it.
+- ``commits``: the commit loop, batching results and failed attempts into the journal; upkeep.
+- ``journal_access``: the journal's lock, its thread, its health, and what waits for it.
+- ``assembly``: what is decided without I/O: the bind check, saved estimates read back, the
+  pipeline's observer. What the service runs by is `pacer.plan.Plan`; its policy comes from
+  `pacer.policies.build_policy`.
+- ``host``: the host's memory read for the plan, the pinned pool, the workload's close.
+
+A drain stops dispatch; in-flight partitions may finish within ``PACER_SHUTDOWN__DRAIN_S``
+(`Service.hurry` cuts it short), results and estimates are committed, and what did not finish
+stays in the journal for the next start. A call that hangs does not hold it: its thread is a
+daemon, and the workload's close gets at most ``host.CLOSE_WORKLOAD_S`` when calls are still
+in flight or hung.
+
+The dispatch loop, the commit loop and upkeep run under a ``Supervisor`` (restarted after a
+failure); ``unready_reasons()`` says why the service is not ready: starting, draining, a task
+down, stalled (``ProgressWatchdog``), and what any other readiness source says.
+
+A failing journal (disk full, I/O errors, a lock held elsewhere, the file deleted) stops
+nothing that was accepted: results wait in memory and their commit is retried with backoff;
+meanwhile the service is not ready and refuses new jobs with the reason. A drain tries to
+commit them within its budget: what was not committed stays pending in the journal and is
+proved again on the next start.
+
+Nothing here imports the HTTP layer: `pacer.api` reads the service, and `pacer.server` serves
+one over HTTP with signals and sd_notify.
+"""
+
+from pacer.service.assembly import check_bind
+from pacer.service.lifecycle import Service
+
+__all__ = ["Service", "check_bind"]

@@ -1,0 +1,304 @@
+"""The commit loop: proved results and failed attempts written to the journal in batches.
+
+A failing journal stops nothing that was accepted: what waits is kept in memory, in order, and
+its commit retried with backoff (`JournalAccess.backoff`); past ``MAX_UNCOMMITTED`` results
+dispatch holds until the journal takes them. Upkeep (saving the estimates, pruning old jobs)
+runs beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import asdict
+
+from pacer.attempts import RetrySchedule
+from pacer.controller import PIController
+from pacer.journal import JobRecord, PartitionResult, UnknownJob
+from pacer.journal_health import JournalUnavailable
+from pacer.pipeline import Outcome, Pipeline
+from pacer.policy import DispatchPolicy
+from pacer.service.jobs import Jobs
+from pacer.service.journal_access import FailedAttempt, JournalAccess
+from pacer.supervision import ProgressWatchdog, Supervisor
+
+log = logging.getLogger("pacer.service")
+UPKEEP_S = 60.0
+# Results proved but not committed, held while the journal fails (about 0.6 KiB each: 100,000
+# are ~60 MiB). Past that, dispatch holds until the journal takes them: nothing proved is
+# durable meanwhile, and more of it would only be more to redo if the process died.
+MAX_UNCOMMITTED = 100_000
+
+
+class Commits:
+    """Writes what the pipeline reports to the journal: ``on_outcome`` takes each outcome,
+    `start` runs the commit loop and upkeep under a supervisor, `stop` and `last_commit` end
+    them at shutdown. ``policy()`` is the policy whose estimates are saved under
+    ``estimates_key``."""
+
+    def __init__(
+        self,
+        access: JournalAccess,
+        pipeline: Pipeline,
+        jobs: Jobs,
+        *,
+        retry: RetrySchedule,
+        watchdog: ProgressWatchdog,
+        policy: Callable[[], DispatchPolicy],
+        estimates_key: str,
+        clock: Callable[[], float],
+    ) -> None:
+        self._access = access
+        self._pipeline = pipeline
+        self._jobs = jobs
+        self._retry = retry
+        self._watchdog = watchdog
+        self._policy = policy
+        self._estimates_key = estimates_key
+        self._clock = clock
+        self.dispatch_held = False
+        self._closing = asyncio.Event()
+        self._committer: asyncio.Task[None] | None = None
+        self._upkeeper: asyncio.Task[None] | None = None
+
+    def uncommitted(self) -> int:
+        """Proved partitions whose results wait for the journal."""
+        return len(self._access.pending)
+
+    def start(self, supervisor: Supervisor) -> None:
+        """Run the commit loop (task ``journal``) and upkeep (task ``upkeep``)."""
+        self._committer = supervisor.start("journal", self._commit_loop)
+        self._upkeeper = supervisor.start("upkeep", self._upkeep_loop)
+
+    # -- what the pipeline reports ------------------------------------------------------------
+
+    def on_outcome(self, outcome: Outcome) -> None:
+        # No separate write marks a job running: its first committed result does, in the
+        # same transaction (Journal.complete_partitions).
+        if outcome.error is not None or outcome.proof is None:
+            error = outcome.error or "proving returned no proof"
+            self.attempt_failed(outcome.job_id, outcome.index, error, outcome.gpu)
+            return
+        try:
+            result = PartitionResult(
+                job_id=outcome.job_id,
+                index=outcome.index,
+                digest=outcome.proof.digest,
+                synthesis_s=outcome.synthesis_s,
+                gpu_s=outcome.gpu_s,
+                phases=outcome.proof.phases_s,
+                gpu=outcome.gpu,
+            )
+        except ValueError as exc:  # the pipeline checks proofs; this is the journal's own rule
+            reason = f"the journal refuses the result: {exc}"
+            self.attempt_failed(outcome.job_id, outcome.index, reason, outcome.gpu)
+            return
+        pending = self._access.pending
+        pending.append(result)
+        if len(pending) >= MAX_UNCOMMITTED and not self.dispatch_held:
+            self.dispatch_held = True
+            self._pipeline.hold(True)
+            cause = self._access.health.error
+            log.error(
+                "dispatch held: %d proved results wait for the journal%s; in-flight work "
+                "goes on, dispatch resumes once they are committed",
+                len(pending), f" ({cause})" if cause else "",
+            )  # fmt: skip
+
+    def attempt_failed(self, job_id: str, index: int, reason: str, gpu: int | None) -> None:
+        """A partition's attempt failed: journal it with the next commit (retried until it
+        lands, so the job cannot stay running); then retry the partition or fail its job."""
+        self._access.failures.setdefault((job_id, index), []).append(FailedAttempt(reason, gpu))
+
+    # -- the loops ----------------------------------------------------------------------------
+
+    async def _commit_loop(self) -> None:
+        """Commit results and failed attempts in batches.
+
+        Never ends on an error: a failed write is counted, logged and retried with backoff,
+        and what it held stays queued. Ends when `stop` sets ``_closing``."""
+        interval = self._access.settings.commit_interval_s
+        failures = 0
+        while not self._closing.is_set():
+            delay = interval if failures == 0 else self._access.backoff.delay_s(failures)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), delay)
+            if self._closing.is_set():
+                return
+            try:
+                await self.flush()
+            except Exception as exc:
+                failures += 1
+                self._access.failed(exc, "committing results")
+            else:
+                failures = 0
+                self._journal_ok()
+
+    async def _upkeep_loop(self) -> None:
+        """Every ``UPKEEP_S``, save the estimates and prune old jobs. A journal error is the
+        journal's failure (the commit loop tells when it recovers), not this task's."""
+        access = self._access
+        while True:
+            try:
+                # Estimates saved as we go, so that even a killed service restarts warm.
+                await self.save_estimates()
+                pruned = await access.run(access.journal.prune, access.settings.retention_s)
+                if pruned:
+                    log.info("pruned %d finished jobs older than the retention", pruned)
+            except Exception as exc:
+                access.failed(exc, "saving estimates and pruning finished jobs")
+            await asyncio.sleep(UPKEEP_S)
+
+    async def save_estimates(self) -> None:
+        """Save the PI controller's estimates, with the key they are valid for. A baseline
+        keeps none, nor does a controller that has learned nothing yet: the saved ones stay
+        for the next start they fit."""
+        policy = self._policy()
+        if isinstance(policy, PIController) and policy.estimates.known:
+            access = self._access
+            await access.run(
+                access.journal.save_estimates, asdict(policy.estimates), self._estimates_key
+            )
+
+    def _journal_ok(self) -> None:
+        self._access.succeeded()
+        if self.dispatch_held and len(self._access.pending) < MAX_UNCOMMITTED:
+            self.dispatch_held = False
+            self._pipeline.hold(False)
+            log.warning("dispatch resumed: the journal takes results again")
+
+    # -- a commit -----------------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Commit what waits: proved partitions, then failed ones. On a journal error it
+        raises, and what did not land stays queued, in order, for the next attempt (the
+        journal ignores a result it already has, so a repeat is harmless). While the journal
+        fails and nothing waits, a probe write tells when it takes writes again."""
+        access = self._access
+        await access.run(access.journal.check_file)
+        wrote = False
+        if access.pending:
+            batch, access.pending = access.pending, []
+            try:
+                ended = await access.run(self._commit, batch)
+            except _PartialCommit as partial:
+                access.pending[:0] = partial.left
+                self._jobs.completed(partial.ended)
+                cause = partial.__cause__
+                raise JournalUnavailable(f"journal {access.settings.path}: {cause}") from cause
+            except BaseException:
+                access.pending[:0] = batch
+                raise
+            self._jobs.completed(ended)
+            self._watchdog.progress()
+            wrote = True
+        while access.failures:
+            (job_id, index), attempts = next(iter(access.failures.items()))
+            while attempts:
+                await self._commit_failure(job_id, index, attempts[0])
+                attempts.pop(0)
+            del access.failures[(job_id, index)]
+            wrote = True
+        if not wrote and not access.health.healthy:
+            await access.run(access.journal.probe)
+
+    def _commit(self, batch: list[PartitionResult]) -> list[JobRecord]:
+        """On the journal's thread: commit a batch; one bad result must not lose the others.
+        A journal error in the one-by-one pass raises ``_PartialCommit``: what it committed,
+        and what is left."""
+        journal = self._access.journal
+        try:
+            return journal.complete_partitions(batch)
+        except (UnknownJob, ValueError) as exc:
+            log.error("journal refused a batch (%s); committing one by one", exc)
+        ended: list[JobRecord] = []
+        for i, item in enumerate(batch):
+            try:
+                ended += journal.complete_partitions([item])
+            except (UnknownJob, ValueError) as exc:
+                context = {"job": item.job_id, "partition": item.index}
+                log.error("result dropped: %s", exc, extra=context)
+            except journal.Error as exc:
+                raise _PartialCommit(ended, batch[i:]) from exc
+        return ended
+
+    async def _commit_failure(self, job_id: str, index: int, failed: FailedAttempt) -> None:
+        """Journal one failed attempt, then let the jobs retry the partition or fail its job.
+        A journal error propagates: the attempt stays queued for the commit loop's next
+        round."""
+        access = self._access
+        reason, gpu = failed.reason, failed.gpu
+        try:
+            attempt, job = await access.run(access.journal.record_attempt, job_id, index, reason,
+                                            gpu, self._retry.max_attempts)  # fmt: skip
+        except (UnknownJob, ValueError) as exc:
+            log.warning("attempt failed (%s) and was not journaled: %s", reason, exc,
+                        extra={"job": job_id, "partition": index, "gpu": gpu})  # fmt: skip
+            return
+        self._jobs.attempt_journaled(job_id, index, reason, gpu, attempt, job)
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    async def stop(self, deadline: float) -> None:
+        """Let the commit loop finish the round it is in (a write waits at most the busy
+        timeout for a lock), then stop it and upkeep."""
+        self._closing.set()
+        if self._committer is not None:
+            busy_s = self._access.settings.busy_timeout_s
+            grace_s = max(deadline - self._clock(), busy_s + 1.0)
+            done, _ = await asyncio.wait({self._committer}, timeout=grace_s)
+            if not done:
+                log.warning("journal write still running after %.1f s; abandoned", grace_s)
+                self._committer.cancel()
+            try:
+                await self._committer
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                log.exception("the commit loop had ended on an error")
+        if self._upkeeper is not None:
+            self._upkeeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._upkeeper
+
+    async def last_commit(self, deadline: float) -> None:
+        """Commit what waits, retrying with backoff while the drain budget lasts, then save
+        the estimates. What is left is logged: it stays pending in the journal."""
+        access = self._access
+        failures = 0
+        while access.pending or access.failures:
+            try:
+                await self.flush()
+            except Exception as exc:
+                failures += 1
+                access.failed(exc, "committing before exit")
+                delay = access.backoff.delay_s(failures)
+                if self._clock() + delay > deadline:
+                    break
+                await asyncio.sleep(delay)
+            else:
+                self._journal_ok()
+        if access.health.healthy:
+            try:
+                await self.save_estimates()
+            except Exception as exc:
+                access.failed(exc, "saving the estimates")
+        if access.pending or access.failures:
+            log.error(
+                "exiting with %d results and %d failed attempts not committed to the journal "
+                "(%s): those partitions stay pending there and are proved again on the next "
+                "start",
+                len(access.pending), sum(map(len, access.failures.values())),
+                access.health.error,
+            )  # fmt: skip
+
+
+class _PartialCommit(Exception):  # noqa: N818 - carries data, never leaves the service
+    """A journal error part-way through committing results one by one."""
+
+    def __init__(self, ended: list[JobRecord], left: list[PartitionResult]) -> None:
+        super().__init__(f"{len(left)} results left")
+        self.ended = ended
+        self.left = left

@@ -1,0 +1,141 @@
+"""The service's way to the journal: its lock, the thread it runs on, its health, and what waits
+in memory to be written to it.
+
+Nothing happens on construction; `JournalAccess.open` takes the lock (one service per journal:
+a second one would resume and prove the same jobs) and opens the file on the journal's own
+thread, where every call runs after it (an fsync must never stall the event loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pacer.config import JournalSettings
+from pacer.estimates import Estimates
+from pacer.journal import JournalBackend, JournalLock, PartitionResult, open_journal
+from pacer.journal_health import Backoff, JournalHealth, JournalUnavailable
+from pacer.service.assembly import saved_estimates
+
+log = logging.getLogger("pacer.service")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class FailedAttempt:
+    """A failed attempt of a partition, waiting to be journaled."""
+
+    reason: str
+    gpu: int | None
+
+
+class JournalAccess:
+    """The journal at ``settings.path`` on a thread of its own, once `open`.
+
+    ``pending``: results proved but not committed, in order; ``failures``: failed attempts to
+    journal, by (job, partition), oldest first. Both wait here while the journal fails;
+    ``backoff`` paces the retries of writes that fail, and ``health`` says since when."""
+
+    def __init__(
+        self, settings: JournalSettings, clock: Callable[[], float], backoff: Backoff
+    ) -> None:
+        self.settings = settings
+        self.backoff = backoff
+        self.health = JournalHealth(clock)
+        self.pending: list[PartitionResult] = []
+        self.failures: dict[tuple[str, int], list[FailedAttempt]] = {}
+        self._lock = JournalLock(settings.path)
+        self._thread: ThreadPoolExecutor | None = None
+        self._journal: JournalBackend | None = None
+
+    @property
+    def journal(self) -> JournalBackend:
+        """The open journal; RuntimeError before `open`."""
+        if self._journal is None:
+            raise RuntimeError("the journal is not open: open() the service first")
+        return self._journal
+
+    @journal.setter
+    def journal(self, journal: JournalBackend) -> None:
+        self._journal = journal
+
+    async def open(self) -> None:
+        """Take the journal's lock (``JournalInUseError`` naming the holder if another
+        service has it), then open the journal the settings name (`open_journal`) on the
+        journal's thread."""
+        self._lock.acquire()
+        self._thread = ThreadPoolExecutor(1, "pacer-journal")
+        try:
+            self._journal = await asyncio.wrap_future(
+                self._thread.submit(open_journal, self.settings, time.time)
+            )
+        except BaseException:
+            self._thread.shutdown()
+            self._thread = None
+            self._lock.release()
+            raise
+
+    async def run(self, call: Callable[..., T], *args: Any) -> T:
+        """Run a journal call on the journal's thread. ``JournalUnavailable`` when the journal
+        cannot do it now (locked, disk full, I/O error: its ``OperationalError``)."""
+        if self._thread is None or self._journal is None:
+            raise RuntimeError("the journal is not open: open() the service first")
+        try:
+            return await asyncio.wrap_future(self._thread.submit(call, *args))
+        except self._journal.OperationalError as exc:
+            raise JournalUnavailable(f"journal {self.settings.path}: {exc}") from exc
+
+    async def close(self) -> None:
+        """Close the journal and give its lock up; what is not open is left as it is."""
+        if self._journal is not None:
+            try:
+                await self.run(self._journal.close)
+            except Exception as exc:
+                log.warning("closing the journal: %s", exc)
+        if self._thread is not None:
+            self._thread.shutdown()
+            self._thread = None
+        self._lock.release()
+
+    async def saved_estimates(self, key: str) -> Estimates | None:
+        """The estimates the journal holds, if they were saved under ``key`` (this host's and
+        workload's); others describe another regime, and a cold start is better."""
+        saved = await self.run(self.journal.load_estimates)
+        if saved is None:
+            return None
+        saved_key = await self.run(self.journal.load_estimates_key)
+        if saved_key != key:
+            log.info(
+                "saved estimates not used: saved for %s, this start is %s",
+                saved_key or "an unrecorded workload", key,
+            )  # fmt: skip
+            return None
+        return saved_estimates(saved)
+
+    def failed(self, exc: BaseException, doing: str) -> None:
+        """Count a failed journal write, and log it when it starts a failing spell (with the
+        exception), changes error, or has been repeating quietly for a while."""
+        error = str(exc) or type(exc).__name__
+        if not self.health.failed(error):
+            return
+        attempts = sum(map(len, self.failures.values()))
+        waiting = f"{len(self.pending)} results and {attempts} failed attempts"
+        if self.health.failures_in_spell == 1:
+            log.error("journal write failed while %s: %s; %s wait in memory, retrying",
+                      doing, error, waiting, exc_info=exc)  # fmt: skip
+        else:
+            log.error(
+                "journal still failing after %d attempts over %.0f s: %s; %s wait in memory",
+                self.health.failures_in_spell, self.health.failing_s(), error, waiting,
+            )  # fmt: skip
+
+    def succeeded(self) -> None:
+        """A write went through: log the recovery if the journal had been failing."""
+        failed_for = self.health.succeeded()
+        if failed_for is not None:
+            log.warning("journal recovered after %.1f s of failures", failed_for)

@@ -1,0 +1,332 @@
+"""The service's lifecycle: construction (no I/O), open, start, drain, close."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import EllipsisType
+from typing import Any, TypeVar
+
+from prometheus_client import CollectorRegistry
+
+from pacer.admission import Admission
+from pacer.attempts import CallLimits, RetrySchedule
+from pacer.config import Settings
+from pacer.controller import PIController
+from pacer.estimates import Estimates
+from pacer.host_memory import MEMINFO
+from pacer.journal import JobRecord, JournalBackend
+from pacer.journal_health import Backoff
+from pacer.metrics import JournalMetrics, Metrics
+from pacer.pipeline import Pipeline
+from pacer.plan import Plan, resolve
+from pacer.policies import build_policy
+from pacer.policy import DispatchPolicy, PolicyConflictError
+from pacer.service import host
+from pacer.service.assembly import Progress, check_bind
+from pacer.service.commits import Commits
+from pacer.service.jobs import Jobs
+from pacer.service.journal_access import JournalAccess
+from pacer.supervision import ProgressWatchdog, ReadinessSource, Supervisor
+from pacer.workload import Workload, load_workload, pooled
+
+log = logging.getLogger("pacer.service")
+T = TypeVar("T")
+
+
+class Service:
+    """One pacer instance: journal, dispatch policy, pipeline, metrics and jobs.
+
+    Construction checks and keeps the settings and does nothing else. `open` takes the
+    journal's lock (held until `close`), opens it and assembles the parts below; `start`
+    (opening first if need be) fits the memory budget to the host, prepares the workload,
+    resumes the journal's jobs and starts dispatching; `shutdown` drains and closes.
+    ``backoff`` paces the retries of journal writes that fail. `pacer.server.Server` serves
+    the HTTP API around it."""
+
+    # Assembled by `open`.
+    workload: Workload
+    plan: Plan  # as configured until start fits it to the host (`_fit_memory_to_host`)
+    policy: DispatchPolicy
+    retry: RetrySchedule
+    pipeline: Pipeline
+    metrics: Metrics
+    jobs: Jobs
+    commits: Commits
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        backoff: Backoff | None = None,
+        meminfo: Path = MEMINFO,
+    ) -> None:
+        check_bind(settings)
+        self.settings = settings
+        self.registry = registry or CollectorRegistry()
+        self.ready = False
+        self.draining = False
+        self.resumed = 0  # jobs resumed from the journal by `start`
+        self._clock = clock
+        self._meminfo = meminfo  # read by start, to fit the memory budget to the host
+        self._opened = False
+        self._started = False
+        self._hurry = asyncio.Event()
+        self.journal_access = JournalAccess(settings.journal, clock, backoff or Backoff())
+        self.health = self.journal_access.health
+        self.admission = Admission(settings.api.max_backlog)
+        self.supervisor = Supervisor(clock)
+        self.watchdog = ProgressWatchdog(settings.health.stall_s, self._work_waiting, clock)
+        # Why /readyz answers 503, beside starting and draining: each source lists its reasons,
+        # and a component with an opinion of its own appends itself.
+        self.readiness: list[ReadinessSource] = [self.supervisor, self.watchdog, self.health]
+
+    @property
+    def journal(self) -> JournalBackend:
+        """The open journal; call it through `db`, on its thread."""
+        return self.journal_access.journal
+
+    async def db(self, call: Callable[..., T], *args: Any) -> T:
+        """Run a journal call on the journal's thread (`JournalAccess.run`)."""
+        return await self.journal_access.run(call, *args)
+
+    @property
+    def policy_name(self) -> str:
+        """The dispatch policy running: pi, or a baseline (``PACER_CONTROLLER__POLICY``)."""
+        return self.settings.controller.policy
+
+    @property
+    def controller(self) -> PIController:
+        """The PI controller; PolicyConflictError while a baseline policy dispatches."""
+        if isinstance(self.policy, PIController):
+            return self.policy
+        raise PolicyConflictError(self.policy_name, "only the pi policy has a PI controller")
+
+    def _estimates(self) -> Estimates | None:
+        """The PI controller's estimates, which derived call limits scale; a baseline has none."""
+        return self.policy.estimates if isinstance(self.policy, PIController) else None
+
+    # -- open ---------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Take the journal's lock and open the journal, load the workload, and assemble the
+        policy (warm from the journal's estimates where they fit this start), the pipeline,
+        the metrics and the job operations. Nothing runs yet. Once only; `start` opens."""
+        if self._opened:
+            return
+        # The lock first, so that a second service refuses at once: it would resume and prove
+        # the same jobs (JournalInUseError names the holder).
+        await self.journal_access.open()
+        try:
+            await self._assemble()
+        except BaseException:
+            await self.journal_access.close()
+            raise
+        self._opened = True
+
+    async def _assemble(self) -> None:
+        settings = self.settings
+        self.workload = load_workload(settings)
+        self.plan = resolve(settings, self.workload)
+        estimates = await self.journal_access.saved_estimates(self.plan.estimates_key)
+        self.policy = build_policy(settings.controller.policy, settings.controller,
+                                   self.plan.caps, self._clock, estimates)  # fmt: skip
+        self.retry = RetrySchedule(settings.retry)
+        self.pipeline = Pipeline(
+            # The pipeline calls only what every DispatchPolicy has (decide, observe_*).
+            self.policy,
+            self.workload,
+            self.plan.caps,
+            workers=self.plan.workers,
+            budget_bytes=self.plan.budget_bytes,
+            on_outcome=lambda outcome: self.commits.on_outcome(outcome),
+            verify_every=self.plan.verify_every,
+            limits=CallLimits(settings.timeouts, self._estimates),
+            clock=self._clock,
+        )
+        self.metrics = Metrics(self.registry, self.pipeline, self.policy_name)
+        self.jobs = Jobs(
+            self.journal_access, self.pipeline, workload=self.workload.name,
+            admission=self.admission, retry=self.retry, metrics=self.metrics,
+            watchdog=self.watchdog, supervisor=self.supervisor, policy=lambda: self.policy,
+            draining=lambda: self.draining,
+        )  # fmt: skip
+        self.commits = Commits(
+            self.journal_access, self.pipeline, self.jobs, retry=self.retry,
+            watchdog=self.watchdog, policy=lambda: self.policy,
+            estimates_key=self.plan.estimates_key, clock=self._clock,
+        )  # fmt: skip
+        self.registry.register(JournalMetrics(self.health, self.commits.uncommitted))
+        self.supervisor.expect(*(f"prove-{i}" for i in range(self.pipeline.workers)))
+        self.pipeline.on_task_failure = self.supervisor.record_failure
+        self.metrics.watch_health(self.supervisor, self.watchdog, self.unready_reasons)
+        self.pipeline.observer = Progress(self.metrics, self.watchdog)
+
+    # -- start --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open if not yet open; fit the memory budget to the host, prepare the workload,
+        resume the jobs the journal holds unfinished (completed partitions are not redone),
+        and start the pipeline, the commit loop and upkeep. Ready on return."""
+        await self.open()
+        self._fit_memory_to_host()
+        await self._prepare_workload()
+        self.resumed = await self.jobs.resume()
+        self._started = True  # from here on, a drain has work to wait for and commit
+        self.pipeline.start(self.supervisor)
+        self.commits.start(self.supervisor)
+        self.ready = True
+
+    def _fit_memory_to_host(self) -> None:
+        """Fit the plan to the host, read now: the budget at most MemAvailable less the
+        reserve (`host.warn_if_clamped` says why). Not one partition fitting, or a pinned pool
+        larger than that, is a ConfigurationError (`pacer.plan.resolve`). Without
+        /proc/meminfo the budget stays as configured."""
+        found = host.read_host(self._meminfo)
+        if found is None:
+            return
+        configured = self.plan
+        self.plan = plan = resolve(self.settings, self.workload, found)
+        if not plan.memory.clamped:
+            return
+        host.warn_if_clamped(configured, plan)
+        # Nothing has driven the policy yet: built again on the caps in effect (its estimates
+        # kept), it is what the pipeline dispatches by and the metrics read. One put in the
+        # pipeline's place before start (a test's) is left as it is.
+        if self.pipeline.controller is self.policy:
+            self.policy = build_policy(self.policy_name, self.settings.controller, plan.caps,
+                                       self._clock, self._estimates())  # fmt: skip
+            self.pipeline.controller = self.policy
+        self.pipeline.caps = plan.caps
+        self.pipeline.budget_bytes = plan.budget_bytes
+
+    async def _prepare_workload(self) -> None:
+        """A pooled workload's pool, pinned before readiness (`host.prepare_pool`)."""
+        workload = pooled(self.workload)
+        if workload is not None:
+            slots_set = bool(self.settings.gpu.pool_slots)
+            await host.prepare_pool(workload, self.plan, slots_set, self._clock)
+
+    # -- jobs and the controller --------------------------------------------------------------
+
+    async def submit(self, partitions: int, params: dict[str, Any], priority: int) -> JobRecord:
+        """`Jobs.submit`: journal a job, then queue its partitions."""
+        return await self.jobs.submit(partitions, params, priority)
+
+    async def submit_once(
+        self, key: str, partitions: int, params: dict[str, Any], priority: int
+    ) -> tuple[JobRecord, bool]:
+        """`Jobs.submit_once`: ``submit`` under an idempotency key."""
+        return await self.jobs.submit_once(key, partitions, params, priority)
+
+    async def cancel(self, job_id: str) -> JobRecord | None:
+        """`Jobs.cancel`: cancel a queued or running job."""
+        return await self.jobs.cancel(job_id)
+
+    def uncommitted(self) -> int:
+        """Proved partitions whose results wait for the journal."""
+        return len(self.journal_access.pending)
+
+    def retune(self, changes: dict[str, Any], manual: float | EllipsisType | None) -> None:
+        """Apply new gains/limits (bumpless) and, unless ``manual`` is ``...``, set or clear a
+        manual interval. PolicyConflictError under a baseline policy: it has neither."""
+        if not isinstance(self.policy, PIController):
+            retuning = bool(changes) or isinstance(manual, EllipsisType)
+            rule = "can be retuned" if retuning else "has a manual mode"
+            raise PolicyConflictError(self.policy_name, f"only the pi policy {rule}")
+        if changes:
+            self.policy.retune(**changes)
+        if not isinstance(manual, EllipsisType):
+            self.policy.set_manual(manual)
+            changes = {**changes, "manual_interval_s": manual}
+        log.info("controller retuned: %s", changes)
+
+    # -- readiness ----------------------------------------------------------------------------
+
+    def _work_waiting(self) -> bool:
+        """Work this service owes: partitions in the backlog (not while draining: they stay
+        for the next start), in flight, or results not yet committed."""
+        if not self._opened:
+            return False
+        p = self.pipeline
+        return (p.backlog > 0 and not self.draining) or not p.idle or bool(self.uncommitted())
+
+    def unready_reasons(self) -> list[str]:
+        """Why /readyz answers 503: starting or draining, then every readiness source's
+        reasons (tasks down or crash-looping, a stall, ...); empty when ready."""
+        if self.draining:
+            reasons = ["draining: not accepting work"]
+        else:
+            reasons = [] if self.ready else ["starting"]
+        for source in self.readiness:
+            reasons += source.reasons()
+        return reasons
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    def hurry(self) -> None:
+        """Cut the drain short (a second signal): in-flight work is left to the journal; what
+        was proved is still committed, once, and the workload closed."""
+        self._hurry.set()
+
+    async def shutdown(self) -> bool:
+        """Drain and close. True if all in-flight work finished within the drain budget."""
+        finished = await self.drain()
+        await self.close()
+        log.info("stopped")
+        return finished
+
+    async def drain(self) -> bool:
+        """Stop dispatch, give in-flight work ``PACER_SHUTDOWN__DRAIN_S`` to finish (less if
+        hurried), commit what it proved, stop the loops and close the workload; what did not
+        finish stays pending in the journal for the next start. True if everything did."""
+        self.draining = True
+        if not self._opened:
+            return True
+        finished = await self._drain_work() if self._started else True
+        await self.pipeline.close()
+        # Bounded only where something may be stuck: a large pinned pool takes its time.
+        stuck = not finished or self.pipeline.abandoned_threads > 0
+        await host.close_workload(self.workload.close, bounded=stuck)
+        return finished
+
+    async def _drain_work(self) -> bool:
+        drain_s = self.settings.shutdown.drain_s
+        deadline = self._clock() + drain_s
+        log.info("draining: dispatch stopped, %.0f s for in-flight work", drain_s)
+        self.jobs.cancel_retries(None)  # partitions waiting out a backoff stay pending
+        finished = bool(await self._unless_hurried(self.pipeline.drain(drain_s)))
+        if self._hurry.is_set():
+            deadline = self._clock()  # one commit of what was proved, no retries
+            log.warning("drain cut short; %d partitions left to the journal",
+                        self.pipeline.inflight)  # fmt: skip
+        elif not finished:
+            log.warning(
+                "drain budget of %.0f s spent; %d partitions left to the journal",
+                drain_s, self.pipeline.inflight,
+            )  # fmt: skip
+        self.supervisor.stop()
+        await self.commits.stop(deadline)
+        await self.jobs.settle()
+        await self.commits.last_commit(deadline)
+        return finished
+
+    async def _unless_hurried(self, work: Awaitable[T]) -> T | None:
+        """``work``'s result, or None once `hurry` is called (``work`` is then cancelled)."""
+        task = asyncio.ensure_future(work)
+        hurried = asyncio.ensure_future(self._hurry.wait())
+        await asyncio.wait({task, hurried}, return_when=asyncio.FIRST_COMPLETED)
+        hurried.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return None
+
+    async def close(self) -> None:
+        """Close the journal and give its lock up (after `drain`)."""
+        await self.journal_access.close()

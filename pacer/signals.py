@@ -1,0 +1,77 @@
+"""What the process hears from and tells whoever runs it: signals in, sd_notify out.
+
+The first SIGTERM or SIGINT asks for a drain; a second cuts it short. Either way the service
+stops in order (committing what it proved, closing the journal) and the exit status comes back
+through ``main``: 0 after a drain, 1 when a second signal cut it short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable, Iterator
+
+log = logging.getLogger("pacer.service")
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Signals:
+    """First SIGTERM/SIGINT: set ``stop``. Second: call ``on_second`` (cut the drain short)
+    and set ``forced``. `installed` puts the handlers on the running loop and restores the
+    ones there were on exit."""
+
+    def __init__(self, on_second: Callable[[], None]) -> None:
+        self.stop = asyncio.Event()
+        self.forced = False
+        self.received: list[int] = []
+        self._on_second = on_second
+
+    def _handle(self, signum: int) -> None:
+        self.received.append(signum)
+        name = signal.Signals(signum).name
+        if len(self.received) == 1:
+            log.info("signal %s: draining", name)
+            self.stop.set()
+        elif not self.forced:
+            log.warning("second signal: exiting now, in-flight work left to the journal")
+            self.forced = True
+            self._on_second()
+            self.stop.set()
+        else:
+            log.warning("signal %s: already stopping", name)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[Signals]:
+        loop = asyncio.get_running_loop()
+        previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
+        for signum in SIGNALS:
+            loop.add_signal_handler(signum, self._handle, signum)
+        try:
+            yield self
+        finally:
+            for signum in SIGNALS:
+                loop.remove_signal_handler(signum)
+                handler = previous[signum]
+                if handler is not None:
+                    signal.signal(signum, handler)
+
+
+def sd_notify(message: str) -> bool:
+    """Send ``message`` to systemd's notify socket, if there is one (sd_notify protocol)."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(address)
+            sock.sendall(message.encode())
+        except OSError as exc:
+            log.warning("sd_notify failed: %s", exc)
+            return False
+    return True
