@@ -27,6 +27,8 @@ MODULES = [
     "pacer.client",
     "pacer.cli_args",
     "pacer.cli_client",
+    "pacer.api.inputs",
+    "pacer.api.views",
     "gpu.allocators",
     "gpu.cuda_kernels",
     "gpu.digest",

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import platform
 import subprocess
+import sys
 
 import pytest
 from prometheus_client import generate_latest
 
 from pacer.controller import PIController
 from pacer.server import Server
+from tests.service.test_api import call
 
 pytestmark = pytest.mark.asyncio
 
@@ -29,7 +32,8 @@ REQUIRED = [
     "pacer_memory_abandoned_bytes", "pacer_gpu_workers_live",
     "pacer_journal_healthy",
     "pacer_journal_failing_seconds", "pacer_journal_commit_failures_total",
-    "pacer_journal_uncommitted_results",
+    "pacer_journal_uncommitted_results", "pacer_job_duration_seconds",
+    "pacer_http_request_duration_seconds", "pacer_api_refusals_total",
 ]  # fmt: skip
 
 
@@ -86,3 +90,54 @@ async def test_exposition_passes_promtool(service: Server, promtool: str) -> Non
     text = generate_latest(service.registry)
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+
+
+async def test_the_process_and_platform_collectors_are_on_the_service_registry(
+    service: Server,
+) -> None:
+    value = service.registry.get_sample_value
+    assert (value("process_cpu_seconds_total") or 0) > 0
+    assert (value("process_resident_memory_bytes") or 0) > 0
+    assert value("python_info", {
+        "implementation": platform.python_implementation(), "major": str(sys.version_info[0]),
+        "minor": str(sys.version_info[1]), "patchlevel": str(sys.version_info[2]),
+        "version": platform.python_version(),
+    }) == 1  # fmt: skip
+    assert value("python_gc_collections_total", {"generation": "0"}) is not None
+
+
+async def test_request_durations_are_labelled_by_route_template_and_status(
+    service: Server,
+) -> None:
+    job = await service.submit(1, {}, 0)
+    assert (await call(service, "GET", f"/v1/jobs/{job.id}"))[0] == 200
+    assert (await call(service, "GET", "/v1/jobs/nope-0123"))[0] == 404
+    assert (await call(service, "GET", f"/no/such/{job.id}"))[0] == 404
+    count = "pacer_http_request_duration_seconds_count"
+    value = service.registry.get_sample_value
+    assert value(count, {"method": "GET", "route": "/v1/jobs/{id}", "status": "200"}) == 1
+    assert value(count, {"method": "GET", "route": "/v1/jobs/{id}", "status": "404"}) == 1
+    assert value(count, {"method": "GET", "route": "unmatched", "status": "404"}) == 1
+    routes = {
+        sample.labels["route"]
+        for family in service.registry.collect()
+        if family.name == "pacer_http_request_duration_seconds"
+        for sample in family.samples
+    }
+    assert routes == {"/v1/jobs/{id}", "unmatched"}  # never a raw path
+
+
+async def test_job_time_from_submission_to_end_is_observed_by_outcome(service: Server) -> None:
+    await run_job(service, 3)
+    [done] = await service.db(service.journal.list_jobs)
+    value = service.registry.get_sample_value
+    completed = {"outcome": "completed"}
+    assert value("pacer_job_duration_seconds_count", completed) == 1
+    assert value("pacer_job_duration_seconds_sum", completed) == pytest.approx(
+        done.updated_at - done.created_at
+    )
+    service.pipeline.stop_dispatching()
+    queued = await service.submit(2, {}, 0)
+    await service.cancel(queued.id)
+    assert value("pacer_job_duration_seconds_count", {"outcome": "cancelled"}) == 1
+    assert value("pacer_job_duration_seconds_count", {"outcome": "failed"}) == 0

@@ -1,0 +1,96 @@
+"""The service's shape: built without I/O, opened and started explicitly, and free of the HTTP
+layer that serves it."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from pacer.journal import JournalInUseError
+from pacer.service import Service
+from pacer.workload import WorkloadError
+from tests.service.conftest import ROOT, settings_for
+
+SERVICE_DIR = ROOT / "pacer" / "service"
+
+
+def test_importing_the_service_imports_neither_the_api_nor_the_server() -> None:
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import pacer.service as service\n"
+        "for module in pkgutil.iter_modules(service.__path__):\n"
+        "    importlib.import_module('pacer.service.' + module.name)\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[:2] in "
+        "(['pacer', 'api'], ['pacer', 'server'])))\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("path", sorted(SERVICE_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_no_service_module_names_the_api_even_in_a_function(path: Path) -> None:
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    assert not {n for n in imported if n.startswith(("pacer.api", "pacer.server"))}, path
+
+
+def test_construction_does_no_io(tmp_path: Path) -> None:
+    journal = tmp_path / "nowhere-yet" / "journal.sqlite"
+    settings = settings_for(tmp_path, PACER_JOURNAL__PATH=str(journal),
+                            PACER_WORKLOAD="no_such_module_xyz:make")  # fmt: skip
+    registry = CollectorRegistry()
+    threads = set(threading.enumerate())
+    service = Service(settings, registry)
+    assert not journal.parent.exists()  # no journal, no lock file
+    assert set(threading.enumerate()) == threads  # no journal thread, no pool
+    assert list(registry.collect()) == []  # nothing registered yet
+    assert service.unready_reasons() == ["starting"]
+
+
+@pytest.mark.asyncio
+async def test_open_takes_the_lock_first_and_a_failed_open_gives_it_back(tmp_path: Path) -> None:
+    first = Service(settings_for(tmp_path), CollectorRegistry())
+    await first.open()
+    assert (tmp_path / "journal.sqlite").exists()
+    # The lock comes before the workload: a second service names the holder, not its workload.
+    unloadable = settings_for(tmp_path, PACER_WORKLOAD="no_such_module_xyz:make")
+    with pytest.raises(JournalInUseError):
+        await Service(unloadable, CollectorRegistry()).open()
+    assert await first.shutdown()
+    with pytest.raises(WorkloadError):
+        await Service(unloadable, CollectorRegistry()).open()
+    again = Service(settings_for(tmp_path), CollectorRegistry())
+    await again.open()  # the failed open left the lock free
+    await again.shutdown()
+
+
+@pytest.mark.asyncio
+async def test_a_hurried_drain_leaves_in_flight_work_to_the_journal(tmp_path: Path) -> None:
+    env = {"PACER_NTT__LOG_N": "14", "PACER_SHUTDOWN__DRAIN_S": "600"}
+    service = Service(settings_for(tmp_path, **env), CollectorRegistry())
+    await service.start()
+    job = await service.submit(50, {}, 0)
+    while service.pipeline.idle:  # something in flight, which the drain would wait for
+        await asyncio.sleep(0.001)
+    service.hurry()
+    assert not await service.shutdown()  # at once, not after the 600 s budget
+    assert service.pipeline.backlog > 0
+    with_journal = Service(settings_for(tmp_path), CollectorRegistry())
+    await with_journal.open()
+    record = await with_journal.db(with_journal.journal.get_job, job.id)
+    assert record is not None
+    assert record.partitions_done < 50
+    await with_journal.shutdown()

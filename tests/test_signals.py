@@ -1,0 +1,43 @@
+"""Signals: the first drains, a second cuts the drain short, a third changes nothing, and the
+handlers there were come back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from pacer.signals import SIGNALS, Signals, sd_notify
+
+
+@pytest.mark.asyncio
+async def test_first_signal_stops_a_second_hurries_and_the_old_handlers_return() -> None:
+    before = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    hurried = asyncio.Event()
+    calls: list[int] = []
+
+    def on_second() -> None:
+        calls.append(1)
+        hurried.set()
+
+    signals = Signals(on_second)
+    with signals.installed():
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(signals.stop.wait(), 10)
+        assert (signals.forced, calls) == (False, [])
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.wait_for(hurried.wait(), 10)
+        assert signals.forced
+        os.kill(os.getpid(), signal.SIGTERM)
+        while len(signals.received) < 3:
+            await asyncio.sleep(0)
+    assert calls == [1]
+    assert signals.received == [signal.SIGTERM, signal.SIGINT, signal.SIGTERM]
+    assert {signum: signal.getsignal(signum) for signum in SIGNALS} == before
+
+
+def test_sd_notify_without_a_socket_says_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    assert sd_notify("READY=1") is False
