@@ -51,6 +51,12 @@ def test_gpu_imports_pacer_only_in_its_workload_adapter(path: Path) -> None:
     assert within("pacer", imports(path)) == []
 
 
+@pytest.mark.parametrize("path", sources("pacer/service"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_service_imports_neither_the_api_nor_the_server_around_it(path: Path) -> None:
+    found = imports(path)
+    assert within("pacer.api", found) + within("pacer.server", found) == []
+
+
 def test_the_check_sees_imports_of_every_form(tmp_path: Path) -> None:
     source = tmp_path / "module.py"
     source.write_text(

@@ -48,6 +48,39 @@ def page_from_rows(
     ]
 
 
+def jobs_page_statement(
+    state: JobState | None, limit: int, after: JobKey | None, mark: str
+) -> tuple[str, tuple[object, ...]]:
+    """The query of a page of jobs (`JobReads.jobs_page`) and its arguments, ``mark`` the
+    parameter marker (``?``, or ``%s`` for psycopg): JOB_COLUMNS and the row's ``seq``.
+
+    Keyset, not offset: newest first by (created_at, seq), from the key after ``after``. Jobs
+    accepted meanwhile sort before the first page, so they never shift a later one, and
+    pruned ones leave no hole to skip across.
+    """
+    check_limit("limit", limit)
+    where: list[str] = []
+    args: list[object] = []
+    if state is not None:
+        where.append(f"state = {mark}")
+        args.append(state)
+    if after is not None:
+        where.append(f"(created_at, seq) < ({mark}, {mark})")
+        args += after
+    condition = f"WHERE {' AND '.join(where)} " if where else ""
+    statement = (f"SELECT {JOB_COLUMNS}, seq FROM jobs {condition}"
+                 f"ORDER BY created_at DESC, seq DESC LIMIT {mark}")  # fmt: skip
+    return statement, (*args, limit + 1)
+
+
+def jobs_page_of(rows: list[Any], limit: int) -> tuple[list[JobRecord], JobKey | None]:
+    """The page of jobs in ``rows`` (up to ``limit`` + 1 rows of `jobs_page_statement`) and
+    the key of its last job, or None when no job follows it."""
+    page = rows[:limit]
+    last = (page[-1][7], page[-1][-1]) if len(rows) > limit else None  # created_at, seq
+    return [job_from_row(tuple(row[:-1])) for row in page], last
+
+
 class JobReads(SqliteConnection):
     """Reads jobs and their partitions; never more rows than the answer holds."""
 
@@ -60,29 +93,9 @@ class JobReads(SqliteConnection):
     ) -> tuple[list[JobRecord], JobKey | None]:
         """Up to ``limit`` jobs, newest first (only those in ``state`` if given), from the one
         after ``after``: the key this method gave with the page before. Returns the page and
-        the key of its last job, or None when no job follows it.
-
-        Keyset, not offset: jobs accepted meanwhile sort before the first page, so they never
-        shift a later one, and pruned ones leave no hole to skip across.
-        """
-        check_limit("limit", limit)
-        where: list[str] = []
-        args: list[object] = []
-        if state is not None:
-            where.append("state = ?")
-            args.append(state)
-        if after is not None:
-            where.append("(created_at, seq) < (?, ?)")
-            args += after
-        rows = self._db.execute(
-            f"SELECT {JOB_COLUMNS}, seq FROM jobs {'WHERE ' if where else ''}"
-            f"{' AND '.join(where)} ORDER BY created_at DESC, seq DESC LIMIT ?",
-            (*args, limit + 1),
-        ).fetchall()
-        page = rows[:limit]
-        more = len(rows) > limit
-        last = (page[-1][7], page[-1][-1]) if more else None  # created_at, seq
-        return [job_from_row(row[:-1]) for row in page], last
+        the key of its last job, or None when no job follows it (`jobs_page_statement`)."""
+        statement, args = jobs_page_statement(state, limit, after, "?")
+        return jobs_page_of(self._db.execute(statement, args).fetchall(), limit)
 
     def partitions(self, job_id: str) -> list[PartitionRecord]:
         """All the job's partitions in index order, pending ones included; ``UnknownJob`` if

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from pacer.journal.checks import check_limit
-from pacer.journal.reads import page_from_rows
+from pacer.journal.reads import jobs_page_of, jobs_page_statement, page_from_rows
 from pacer.journal.records import (
     MAX_PAGE,
     Attempt,
+    JobKey,
     JobRecord,
     JobState,
     PartitionRecord,
@@ -62,6 +63,15 @@ class JournalReads(Database):
                     f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = %s {newest}", (state, limit)
                 )
             return [job_record(row) for row in rows]
+
+    def jobs_page(
+        self, state: JobState | None, limit: int, after: JobKey | None = None
+    ) -> tuple[list[JobRecord], JobKey | None]:
+        """A page of ``list_jobs`` from the job after ``after`` (the key the page before gave),
+        with the key of its last job, or None after the last page (`jobs_page_statement`)."""
+        statement, args = jobs_page_statement(state, limit, after, "%s")
+        with self._connection() as conn:
+            return jobs_page_of(conn.execute(statement, args).fetchall(), limit)
 
     def counts(self) -> dict[JobState, int]:
         """How many jobs are in each state (every state present, 0 if none)."""

@@ -71,6 +71,29 @@ def test_list_jobs_is_newest_first_and_filters_by_state(journal: AnyJournal) -> 
         journal.list_jobs(limit=0)
 
 
+def test_jobs_page_by_page_sees_each_job_once_while_jobs_arrive(
+    journal: AnyJournal, clock: FakeClock
+) -> None:
+    ids = [journal.add_job(1, None, {}).id for _ in range(5)]  # one created_at: seq decides
+    seen: list[str] = []
+    page, key = journal.jobs_page(None, 2)
+    while True:
+        seen += [j.id for j in page]
+        journal.add_job(1, None, {})  # newer: before the first page, never on a later one
+        clock.now += 1.0
+        if key is None:
+            break
+        page, key = journal.jobs_page(None, 2, key)
+    assert seen == ids[::-1]
+    journal.cancel(ids[2])  # 7 queued: the 3 added while paging, then 4 of ids
+    page, key = journal.jobs_page(JobState.QUEUED, 4)
+    rest, end = journal.jobs_page(JobState.QUEUED, 4, key)
+    assert [j.id for j in page + rest][-4:] == [ids[4], ids[3], ids[1], ids[0]]
+    assert (len(rest), end) == (3, None)
+    with pytest.raises(ValueError, match="limit must be an integer >= 1"):
+        journal.jobs_page(None, 0)
+
+
 def test_a_job_is_durable_when_add_job_returns(journal: AnyJournal, store: Store) -> None:
     job = journal.add_job(2, "w", {"a": 1})
     with store.open() as other:
