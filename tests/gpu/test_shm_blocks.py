@@ -21,8 +21,8 @@ def shm_exists(name: str) -> bool:
 
 
 def test_settle_removes_stale_blocks_without_importing_numpy() -> None:
-    # The command line and the package `pacer settle` runs, its stale-block sweep included: ExecStartPre on a host
-    # whose pool just died should not pay for NumPy's import.
+    # The command line and the package `pacer settle` runs, its stale-block sweep included:
+    # ExecStartPre on a host whose pool just died should not pay for NumPy's import.
     code = (
         "import sys\n"
         "import pacer.__main__, pacer.settle, pacer.settle.cli\n"
