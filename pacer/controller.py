@@ -73,6 +73,7 @@ class PIController:
             settings.gpu_window, settings.synthesis_window, estimates or Estimates()
         )
         self._integral = 0.0
+        self._rebased = 0  # the estimator's re-basings seen
         # Predictions q̂ (after the dispatch they led to), by time: compared with the ready
         # depth one lead time later. At most PREDICTIONS kept, one per lead ÷ PREDICTIONS s.
         self._predictions: deque[tuple[float, float]] = deque(maxlen=self.PREDICTIONS)
@@ -209,6 +210,12 @@ class PIController:
             return self._rebootstrap(obs, room)
 
         self._warm_start_due = False  # pacing: the start is behind us
+        if self._est.rebased != self._rebased:
+            # The model was re-based: the predictions made with the old one, and the integral
+            # of their errors, describe the old model's bias, which the new estimates removed.
+            self._rebased = self._est.rebased
+            self._forget_predictions()
+            self._integral = 0.0
         self._terms = terms = self._pace(obs, dt, blocked=room <= 0 or self._tokens < 1)
         if self._est.cold_cohort_open:
             # Until the cold start's first syntheses are all in, their lead time is known only
@@ -222,7 +229,11 @@ class PIController:
         # A projected shortfall (q̃ < 0: the GPUs will run dry within one lead time) goes out
         # at once rather than at the paced rate: each partition of it arrives a lead time
         # after its dispatch, so spreading it out only spreads out the idle time.
-        shortfall = math.ceil(-terms.projected_ready)
+        shortfall = 0
+        if terms.projected_ready < 0:
+            shortfall = math.ceil(terms.setpoint - terms.projected_ready)
+        if obs.backlog <= headroom:
+            shortfall = obs.backlog  # the end of the backlog: nothing after it to pace for
         if workers == 0:
             headroom = shortfall = 0  # no GPU consumes: nothing to pace
         decision = self._paced(

@@ -1,14 +1,12 @@
 """Duration estimates the controller paces by, from windows of recent samples.
 
 GPU service time and synthesis duration are each estimated from a window of their last
-samples (``DurationWindow``), as BBR estimates a path from windowed filters rather than from
-exponential averages: the window's extremes are trimmed, so one GPU stall (a long sample per
-worker) moves the estimate not at all, and a real change of level is followed as soon as the
-window's newest part lies beyond the older samples (those are then dropped). The synthesis
+samples (``pacer.windows.DurationWindow``): one GPU stall moves the estimate not at all, and
+a real change of level is followed within a few samples. The synthesis
 duration also keeps its spread, because the spread of synthesis times sets how far the ready
 queue wanders, and a live floor: syntheses still running after far longer than any recent
 one took show a slowdown before any slow one completes.
-A cold start adds a censored estimate of its first cohort (``ColdCohort``).
+A cold start adds a censored estimate of its first cohort (``pacer.cohort.ColdCohort``).
 
 Saved estimates (``Estimates``) count as a few samples, not as settled, and are dropped when
 the first fresh samples disagree with them by more than a factor of two; the service keeps
@@ -20,9 +18,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from pacer.cohort import ColdCohort
+from pacer.windows import MAX_WINDOW, DurationWindow, check_duration
+
+__all__ = ["ColdCohort", "DurationWindow", "Estimates", "Estimator", "estimates_key"]
 
 
 @dataclass(frozen=True)
@@ -61,302 +63,6 @@ def estimates_key(
     )
 
 
-MAX_WINDOW = 4096  # samples: a window is summed again every 1/32 of it
-
-
-def _check(sample: float) -> None:
-    if not math.isfinite(sample) or sample < 0:
-        raise ValueError(f"a duration must be a finite number of seconds >= 0, got {sample}")
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    n = len(ordered)
-    mid = n // 2
-    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-class DurationWindow:
-    """A duration estimated from the last ``size`` samples.
-
-    The estimate is a trimmed mean: the ``trim`` longest and ``trim`` shortest samples are
-    left out (a GPU stall shows as one long sample per worker: with ``trim`` = the workers
-    it moves nothing), and so are samples beyond ``OUTLIER_RATIO`` times the median either
-    way. A mean rather than a median because Little's law counts the mean, and because a
-    median flips from one level to the other where partitions of two sizes alternate.
-
-    A change of level: when the median of the newest ``recent`` samples lies beyond the range
-    of the older ones (their shortest ÷ ``SHIFT_RATIO`` to their longest × ``SHIFT_RATIO``,
-    trimmed as above), only the newest samples beyond that range are kept, so a GPU that
-    speeds up or a synthesis that slows down is followed after about ``recent / 2`` samples.
-    The window must hold half its size (and twice ``recent``), and ``recent`` samples added
-    one by one since it was last replaced, before it looks again (samples handed over at
-    once, as a cold start's first cohort in order of completion, are no time series): where
-    partitions of two sizes alternate in runs shorter than that, the window then spans both
-    levels, neither lies beyond its range, and nothing more is dropped. The samples dropped at
-    a change of level are set aside for a window's worth of samples: if the old level comes
-    back meanwhile (runs of two sizes in turn, longer than half a window), they return.
-
-    A prior (saved estimates) enters as ``PRIOR_SAMPLES`` samples; it is dropped as soon as
-    the median of the fresh samples so far (the first ``PRIOR_SAMPLES`` of them) differs from
-    it by more than ``PRIOR_RATIO``.
-
-    >>> w = DurationWindow(size=8, recent=4, trim=1)
-    >>> for s in (1.0, 1.1, 0.9, 30.0, 1.0, 1.0):
-    ...     w.add(s)
-    >>> round(w.value, 3)  # the 30 s stall and the 0.9 s are trimmed
-    1.025
-    """
-
-    SHIFT_RATIO = 1.2
-    OUTLIER_RATIO = 8.0
-    PRIOR_SAMPLES = 4
-    PRIOR_RATIO = 2.0
-
-    def __init__(
-        self,
-        size: int,
-        recent: int,
-        trim: int = 0,
-        prior: float | None = None,
-        prior_sd: float = 0.0,
-    ) -> None:
-        if size < 2 or not 1 <= recent <= size or trim < 0:
-            rule = "size >= 2, 1 <= recent <= size, trim >= 0"
-            raise ValueError(f"need {rule}; got size {size}, recent {recent}, trim {trim}")
-        self._size = size
-        self._recent = recent
-        self._trim = trim
-        self._samples: deque[float] = deque(maxlen=size)
-        self._prior: float | None = None
-        self._fresh: list[float] = []  # the first fresh samples, while a prior is held
-        self._since_check = 0
-        self._since_replace = 0
-        self._since_stats = 0
-        self._stash: list[float] = []  # the old level's samples, dropped at a change of level
-        self._stash_left = 0  # samples until the stash is forgotten
-        self._stats: tuple[float, float, float] | None = None  # (value, sd, longest), cached
-        self.shifts = 0  # changes of level detected
-        if prior is not None:
-            _check(prior)
-            self._prior = prior
-            # PRIOR_SAMPLES samples with the saved mean and spread (sample sd = prior_sd).
-            half = self.PRIOR_SAMPLES // 2
-            step = prior_sd * math.sqrt((self.PRIOR_SAMPLES - 1) / self.PRIOR_SAMPLES)
-            for i in range(self.PRIOR_SAMPLES):
-                self._samples.append(max(0.0, prior + (step if i < half else -step)))
-
-    def __len__(self) -> int:
-        return len(self._samples)
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    def resize(self, size: int, recent: int, trim: int | None = None) -> None:
-        """Hold ``size`` samples, detect shifts over the newest ``recent``, and trim
-        ``trim`` at each end (a wider host needs a wider window: each of its W workers may
-        add one stalled sample at once)."""
-        trim = self._trim if trim is None else trim
-        if (size, recent, trim) == (self._size, self._recent, self._trim):
-            return
-        self._size, self._recent, self._trim = size, min(recent, size), trim
-        self._samples = deque(self._samples, maxlen=size)
-        self._stats = None
-
-    def add(self, sample: float, *, in_order: bool = True) -> None:
-        """Add a sample; ``in_order=False`` where samples do not come as a time series (a
-        cold start's first cohort completes fastest first): no change of level is looked for.
-        """
-        _check(sample)
-        self._samples.append(sample)
-        self._since_stats += 1
-        if self._since_stats >= max(1, self._size // 32):
-            self._stats = None  # a wide window is summed again every 1/32 of it
-        if self._prior is not None:
-            self._fresh.append(sample)
-            ratio = _median(self._fresh) / self._prior if self._prior > 0 else math.inf
-            if not 1 / self.PRIOR_RATIO <= ratio <= self.PRIOR_RATIO:
-                self.replace(self._fresh)  # the saved estimates describe something else
-            elif len(self._fresh) >= self.PRIOR_SAMPLES:
-                self._prior, self._fresh = None, []  # confirmed: ages out as a sample
-            self._stats = None
-            return
-        if not in_order:
-            self._since_replace = 0
-            return
-        self._since_check += 1
-        self._since_replace += 1
-        if self._stash:
-            self._stash_left -= 1
-            if self._stash_left <= 0:
-                self._stash = []
-            elif self._since_check >= max(1, self._recent // 4) and self._back_to_stash():
-                return
-        settled = max(2 * self._recent, self._size // 2)
-        if (
-            len(self._samples) >= settled
-            and self._since_replace >= self._recent  # the newest part: samples as they came
-            and self._since_check >= max(1, self._recent // 4)
-        ):
-            self._since_check = 0
-            self._detect_shift()
-
-    def replace(self, samples: list[float]) -> None:
-        """Hold exactly ``samples`` (the newest ``size`` of them), forgetting the rest."""
-        self._samples = deque(samples, maxlen=self._size)
-        self._prior, self._fresh = None, []
-        self._stats = None
-        self._since_replace = 0
-        self._stash = []
-
-    def _kept(self, samples: list[float]) -> list[float]:
-        """``samples`` sorted, less the ``trim`` at each end and the outliers."""
-        ordered = sorted(samples)
-        trim = min(self._trim, (len(ordered) - 1) // 2)
-        if trim:
-            ordered = ordered[trim:-trim]
-        median = _median(ordered)
-        low, high = median / self.OUTLIER_RATIO, median * self.OUTLIER_RATIO
-        return [s for s in ordered if low <= s <= high] or ordered
-
-    def _back_to_stash(self, level: float | None = None) -> bool:
-        """The old level is back within a window (``level``, or the median of the newest
-        samples): partitions of two sizes in turn, not a change of level. Both levels'
-        samples are kept from then on."""
-        if not self._stash:
-            return False
-        samples = list(self._samples)
-        recent = _median(samples[-self._recent :]) if level is None else level
-        stash = self._kept(self._stash)
-        if not stash[0] / self.SHIFT_RATIO <= recent <= stash[-1] * self.SHIFT_RATIO:
-            return False
-        self.shifts -= 1
-        merged = self._stash + samples
-        self.replace(merged)
-        self._since_replace = self._recent  # samples as they came: no cohort
-        return True
-
-    def _detect_shift(self) -> None:
-        samples = list(self._samples)
-        older = self._kept(samples[: -self._recent])
-        newest = samples[-self._recent :]
-        high, low = older[-1] * self.SHIFT_RATIO, older[0] / self.SHIFT_RATIO
-        recent = _median(newest)
-        if recent > high or recent < low:
-            beyond = (
-                [s for s in newest if s > high] if recent > high else [s for s in newest if s < low]
-            )
-            if self._back_to_stash(_median(beyond)):
-                return
-            # A new level: keep only the newest samples that lie beyond the old range, and
-            # the old ones aside for a window, in case the old level comes back.
-            self.shifts += 1
-            self.replace(beyond)
-            self._stash, self._stash_left = samples[: -self._recent], self._size
-
-    def _compute(self) -> tuple[float, float, float]:
-        if self._stats is None:
-            kept = self._kept(list(self._samples))
-            n = len(kept)
-            mean = sum(kept) / n
-            var = sum((s - mean) ** 2 for s in kept) / (n - 1) if n > 1 else 0.0
-            self._stats = (mean, math.sqrt(var), kept[-1])
-            self._since_stats = 0
-        return self._stats
-
-    @property
-    def value(self) -> float | None:
-        return self._compute()[0] if self._samples else None
-
-    @property
-    def sd(self) -> float:
-        """Standard deviation of one sample (trimmed samples and outliers left out)."""
-        return self._compute()[1] if self._samples else 0.0
-
-    @property
-    def longest(self) -> float:
-        """The longest sample in the window (trimmed samples and outliers left out)."""
-        return self._compute()[2] if self._samples else 0.0
-
-
-class ColdCohort:
-    """The syntheses of a cold start, for a censored estimate of their mean duration.
-
-    All were dispatched before any duration was known; the first to finish are the fastest.
-    While some still run, ``(Σ finished + Σ age of those running) ÷ N`` bounds the cohort's
-    mean from below, and rises toward it as the cohort completes; once all are in, their mean
-    is unbiased. A completion belongs to the cohort when its dispatch time (now − duration)
-    matches a cohort dispatch within ``MATCH_S``: later partitions that overtake a slow cohort
-    member must not stand in for it, or the mean comes out low.
-
-    A member that failed (``failed``), or that is no longer running (``forget_before``: older
-    than the oldest synthesis the pipeline still runs), leaves the cohort without a duration,
-    so one lost synthesis cannot hold the cohort open, and its bound growing, for ever.
-    """
-
-    MATCH_S = 0.25
-
-    def __init__(self) -> None:
-        self._pending: dict[float, int] = {}  # dispatch time → members still running
-        self._size = 0
-        self._finished: list[float] = []
-
-    @property
-    def finished(self) -> list[float]:
-        return list(self._finished)
-
-    def dispatched(self, at: float, count: int) -> None:
-        self._pending[at] = self._pending.get(at, 0) + count
-        self._size += count
-
-    def _take(self, origin: float) -> bool:
-        match = min(self._pending, key=lambda at: abs(at - origin), default=None)
-        if match is None or abs(match - origin) > self.MATCH_S:
-            return False
-        self._pending[match] -= 1
-        if self._pending[match] == 0:
-            del self._pending[match]
-        return True
-
-    def _mean_if_complete(self) -> float | None:
-        if self._pending or not self._finished:
-            return None
-        return sum(self._finished) / len(self._finished)
-
-    def completed(self, now: float, seconds: float) -> float | None:
-        """Record a finished synthesis; the cohort mean once all members are in, else None."""
-        if not self._take(now - seconds):
-            return None
-        self._finished.append(seconds)
-        return self._mean_if_complete()
-
-    def failed(self, now: float, seconds: float) -> float | None:
-        """A member failed after ``seconds``: it leaves the cohort without a duration.
-        The cohort mean if that was the last one running (and some finished), else None."""
-        if not self._take(now - seconds):
-            return None
-        self._size -= 1
-        return self._mean_if_complete()
-
-    def forget_before(self, at: float) -> float | None:
-        """Members dispatched before ``at`` are no longer running (the oldest synthesis still
-        running started at ``at``): they leave the cohort. The cohort mean if none is left
-        running (and some finished), else None."""
-        gone = [t for t in self._pending if t < at - self.MATCH_S]
-        if not gone:
-            return None
-        for t in gone:
-            self._size -= self._pending.pop(t)
-        return self._mean_if_complete()
-
-    def lower_bound(self, now: float) -> float:
-        if self._size <= 0:
-            return 0.0
-        running = sum(count * (now - at) for at, count in self._pending.items())
-        return (sum(self._finished) + running) / self._size
-
-
 class Estimator:
     """Keeps the estimates up to date from observed durations.
 
@@ -375,11 +81,14 @@ class Estimator:
     FLOOR_SIGMAS = 2.0  # margin of the live floor, beyond the longest recent synthesis
     FLOOR_RANK = 3  # the live floor follows the third oldest synthesis running
     GPU_MEAN_ERROR = 0.05  # the GPU window holds enough samples to know T̂gpu this closely
+    DROP_RUN_MIN = 3  # a GPU speed-up: this many GPU times in a row, at least one a worker more
 
     def __init__(self, gpu_window: int, synthesis_window: int, saved: Estimates) -> None:
         self._gpu_window = gpu_window
         self._synthesis_window = synthesis_window
-        self._gpu = DurationWindow(gpu_window, self.SHIFT_MIN_SAMPLES, 1, saved.gpu_service_s)
+        self._gpu = DurationWindow(
+            gpu_window, self.SHIFT_MIN_SAMPLES, 1, saved.gpu_service_s, drop_run=self.DROP_RUN_MIN
+        )
         self._syn = DurationWindow(
             synthesis_window,
             self._recent(synthesis_window),
@@ -421,6 +130,12 @@ class Estimator:
         return self._cohort is not None
 
     @property
+    def rebased(self) -> int:
+        """Times either window was re-based (a change of level, saved estimates dropped, the
+        cold start's cohort in): predictions made before then used another model."""
+        return self._gpu.rebased + self._syn.rebased
+
+    @property
     def shifts(self) -> tuple[int, int]:
         """Changes of level detected so far: (GPU service time, synthesis duration)."""
         return self._gpu.shifts, self._syn.shifts
@@ -442,7 +157,10 @@ class Estimator:
             needed = (self._gpu.sd / gpu / self.GPU_MEAN_ERROR) ** 2
             size <<= max(0, math.ceil(math.log2(max(needed, 1.0) / size)))
         self._gpu.resize(
-            min(MAX_WINDOW, size), max(self.SHIFT_MIN_SAMPLES, 2 * workers + 1), workers
+            min(MAX_WINDOW, size),
+            max(self.SHIFT_MIN_SAMPLES, 2 * workers + 1),
+            workers,
+            drop_run=max(self.DROP_RUN_MIN, workers + 1),
         )
         if math.isfinite(in_synthesis):
             size = min(MAX_WINDOW, max(self._synthesis_window, math.ceil(2 * in_synthesis)))
@@ -466,7 +184,7 @@ class Estimator:
         sample (censored: it would have taken at least that long), so syntheses that all time
         out still raise the estimate; a quicker failure says nothing about durations.
         """
-        _check(seconds)
+        check_duration(seconds)
         self.failures += 1
         self.version += 1
         current = self._syn.value

@@ -5,9 +5,10 @@ from typing import Any
 
 import pytest
 
+from pacer.cohort import ColdCohort
 from pacer.config import ControllerSettings
 from pacer.controller import PIController
-from pacer.estimates import ColdCohort, Estimates
+from pacer.estimates import Estimates
 from pacer.policy import Caps, Mode, Observation
 from tests.conftest import FakeClock
 

@@ -20,6 +20,7 @@ MODULES = [
     "pacer.estimates",
     "pacer.plan",
     "pacer.policies",
+    "pacer.windows",
     "pacer.table",
     "pacer.threads",
     "pacer.settle.detector",

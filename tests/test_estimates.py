@@ -7,10 +7,12 @@ import math
 
 import pytest
 
+from pacer.cohort import ColdCohort
 from pacer.config import ControllerSettings
 from pacer.controller import PIController
-from pacer.estimates import ColdCohort, DurationWindow, Estimates, Estimator, estimates_key
+from pacer.estimates import Estimates, Estimator, estimates_key
 from pacer.policy import Caps, Mode, Observation
+from pacer.windows import DurationWindow
 from tests.conftest import FakeClock
 
 

@@ -1,0 +1,272 @@
+"""A duration estimated from a window of its recent samples (``DurationWindow``).
+
+BBR estimates a network path from windowed filters rather than from exponential averages;
+pacer's durations follow the same idea. The window's extremes are trimmed, so one GPU stall
+(a long sample per worker) moves the estimate not at all, and a real change of level is
+followed as soon as the window's newest part lies beyond the older samples (those are then
+dropped).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+MAX_WINDOW = 4096  # samples: a window is summed again every 1/32 of it
+
+
+def check_duration(sample: float) -> None:
+    if not math.isfinite(sample) or sample < 0:
+        raise ValueError(f"a duration must be a finite number of seconds >= 0, got {sample}")
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+class DurationWindow:
+    """A duration estimated from the last ``size`` samples.
+
+    The estimate is a trimmed mean: the ``trim`` longest and ``trim`` shortest samples are
+    left out (a GPU stall shows as one long sample per worker: with ``trim`` = the workers
+    it moves nothing), and so are samples beyond ``OUTLIER_RATIO`` times the median either
+    way. A mean rather than a median because Little's law counts the mean, and because a
+    median flips from one level to the other where partitions of two sizes alternate.
+
+    A change of level: when the median of the newest ``recent`` samples lies beyond the range
+    of the older ones (their shortest ÷ ``SHIFT_RATIO`` to their longest × ``SHIFT_RATIO``,
+    trimmed as above), only the newest samples beyond that range are kept, so a GPU that
+    speeds up or a synthesis that slows down is followed after about ``recent / 2`` samples.
+    The window must hold half its size (and twice ``recent``), and ``recent`` samples added
+    one by one since it was last replaced, before it looks again (samples handed over at
+    once, as a cold start's first cohort in order of completion, are no time series): where
+    partitions of two sizes alternate in runs shorter than that, the window then spans both
+    levels, neither lies beyond its range, and nothing more is dropped. The samples dropped at
+    a change of level are set aside for a window's worth of samples: if the old level comes
+    back meanwhile (runs of two sizes in turn, longer than half a window), they return.
+
+    A drop, at once: with ``drop_run`` set, a run of that many newest samples, every one
+    shorter than the older ones' range, is a new level as soon as it is complete, without
+    waiting for the median of ``recent``. Interference on a proving host (a stall, a
+    neighbour, contention) only lengthens a duration, so a sample shorter than anything the
+    window holds is news, not noise, as in BBR where a delivery rate above the windowed
+    maximum is believed at once; a longer one may be a stall, and needs the median.
+
+    A prior (saved estimates) enters as ``PRIOR_SAMPLES`` samples; it is dropped as soon as
+    the median of the fresh samples so far (the first ``PRIOR_SAMPLES`` of them) differs from
+    it by more than ``PRIOR_RATIO``.
+
+    >>> w = DurationWindow(size=8, recent=4, trim=1)
+    >>> for s in (1.0, 1.1, 0.9, 30.0, 1.0, 1.0):
+    ...     w.add(s)
+    >>> round(w.value, 3)  # the 30 s stall and the 0.9 s are trimmed
+    1.025
+    """
+
+    SHIFT_RATIO = 1.2
+    OUTLIER_RATIO = 8.0
+    PRIOR_SAMPLES = 4
+    PRIOR_RATIO = 2.0
+
+    def __init__(
+        self,
+        size: int,
+        recent: int,
+        trim: int = 0,
+        prior: float | None = None,
+        prior_sd: float = 0.0,
+        drop_run: int | None = None,
+    ) -> None:
+        if size < 2 or not 1 <= recent <= size or trim < 0:
+            rule = "size >= 2, 1 <= recent <= size, trim >= 0"
+            raise ValueError(f"need {rule}; got size {size}, recent {recent}, trim {trim}")
+        self._size = size
+        self._recent = recent
+        self._trim = trim
+        self._drop_run = drop_run
+        self._drop_below = 0.0  # the older samples' range starts here (0: not settled)
+        self._below = 0  # newest samples in a row below _drop_below
+        self._samples: deque[float] = deque(maxlen=size)
+        self._prior: float | None = None
+        self._fresh: list[float] = []  # the first fresh samples, while a prior is held
+        self._since_check = 0
+        self._since_replace = 0
+        self._since_stats = 0
+        self._stash: list[float] = []  # the old level's samples, dropped at a change of level
+        self._stash_left = 0  # samples until the stash is forgotten
+        self._stats: tuple[float, float, float] | None = None  # (value, sd, longest), cached
+        self.shifts = 0  # changes of level detected
+        self.rebased = 0  # times the samples were replaced: a new level, the old one back, ...
+        if prior is not None:
+            check_duration(prior)
+            self._prior = prior
+            # PRIOR_SAMPLES samples with the saved mean and spread (sample sd = prior_sd).
+            half = self.PRIOR_SAMPLES // 2
+            step = prior_sd * math.sqrt((self.PRIOR_SAMPLES - 1) / self.PRIOR_SAMPLES)
+            for i in range(self.PRIOR_SAMPLES):
+                self._samples.append(max(0.0, prior + (step if i < half else -step)))
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def resize(
+        self, size: int, recent: int, trim: int | None = None, drop_run: int | None = None
+    ) -> None:
+        """Hold ``size`` samples, detect shifts over the newest ``recent`` (and drops over a
+        run of ``drop_run``), and trim ``trim`` at each end (a wider host needs a wider
+        window: each of its W workers may add one stalled sample at once)."""
+        trim = self._trim if trim is None else trim
+        drop_run = self._drop_run if drop_run is None else drop_run
+        if (size, recent, trim, drop_run) == (self._size, self._recent, self._trim,
+                                              self._drop_run):  # fmt: skip
+            return
+        self._size, self._recent, self._trim = size, min(recent, size), trim
+        self._drop_run = drop_run
+        self._samples = deque(self._samples, maxlen=size)
+        self._stats = None
+
+    def add(self, sample: float, *, in_order: bool = True) -> None:
+        """Add a sample; ``in_order=False`` where samples do not come as a time series (a
+        cold start's first cohort completes fastest first): no change of level is looked for.
+        """
+        check_duration(sample)
+        self._samples.append(sample)
+        self._since_stats += 1
+        if self._since_stats >= max(1, self._size // 32):
+            self._stats = None  # a wide window is summed again every 1/32 of it
+        if self._prior is not None:
+            self._fresh.append(sample)
+            ratio = _median(self._fresh) / self._prior if self._prior > 0 else math.inf
+            if not 1 / self.PRIOR_RATIO <= ratio <= self.PRIOR_RATIO:
+                self.replace(self._fresh)  # the saved estimates describe something else
+            elif len(self._fresh) >= self.PRIOR_SAMPLES:
+                self._prior, self._fresh = None, []  # confirmed: ages out as a sample
+            self._stats = None
+            return
+        if not in_order:
+            self._since_replace = 0
+            return
+        self._since_check += 1
+        self._since_replace += 1
+        self._below = self._below + 1 if sample < self._drop_below else 0
+        if self._drop_run and self._below >= self._drop_run and self._dropped():
+            return
+        if self._stash:
+            self._stash_left -= 1
+            if self._stash_left <= 0:
+                self._stash = []
+            elif self._since_check >= max(1, self._recent // 4) and self._back_to_stash():
+                return
+        settled = max(2 * self._recent, self._size // 2)
+        if (
+            len(self._samples) >= settled
+            and self._since_replace >= self._recent  # the newest part: samples as they came
+            and self._since_check >= max(1, self._recent // 4)
+        ):
+            self._since_check = 0
+            self._detect_shift()
+            if self._drop_run and len(self._samples) > self._drop_run:
+                older = self._kept(list(self._samples)[: -self._drop_run])
+                self._drop_below = older[0] / self.SHIFT_RATIO
+
+    def replace(self, samples: list[float]) -> None:
+        """Hold exactly ``samples`` (the newest ``size`` of them), forgetting the rest."""
+        self.rebased += 1
+        self._samples = deque(samples, maxlen=self._size)
+        self._prior, self._fresh = None, []
+        self._stats = None
+        self._since_replace = 0
+        self._stash = []
+        self._drop_below, self._below = 0.0, 0
+
+    def _kept(self, samples: list[float]) -> list[float]:
+        """``samples`` sorted, less the ``trim`` at each end and the outliers."""
+        ordered = sorted(samples)
+        trim = min(self._trim, (len(ordered) - 1) // 2)
+        if trim:
+            ordered = ordered[trim:-trim]
+        median = _median(ordered)
+        low, high = median / self.OUTLIER_RATIO, median * self.OUTLIER_RATIO
+        return [s for s in ordered if low <= s <= high] or ordered
+
+    def _back_to_stash(self, level: float | None = None) -> bool:
+        """The old level is back within a window (``level``, or the median of the newest
+        samples): partitions of two sizes in turn, not a change of level. Both levels'
+        samples are kept from then on."""
+        if not self._stash:
+            return False
+        samples = list(self._samples)
+        recent = _median(samples[-self._recent :]) if level is None else level
+        stash = self._kept(self._stash)
+        if not stash[0] / self.SHIFT_RATIO <= recent <= stash[-1] * self.SHIFT_RATIO:
+            return False
+        self.shifts -= 1
+        merged = self._stash + samples
+        self.replace(merged)
+        self._since_replace = self._recent  # samples as they came: no cohort
+        return True
+
+    def _detect_shift(self) -> None:
+        samples = list(self._samples)
+        older = self._kept(samples[: -self._recent])
+        newest = samples[-self._recent :]
+        high, low = older[-1] * self.SHIFT_RATIO, older[0] / self.SHIFT_RATIO
+        recent = _median(newest)
+        if recent > high or recent < low:
+            beyond = (
+                [s for s in newest if s > high] if recent > high else [s for s in newest if s < low]
+            )
+            self._new_level(samples, beyond, len(newest))
+
+    def _dropped(self) -> bool:
+        """The newest ``drop_run`` samples all lie below the older ones' range: a new level."""
+        assert self._drop_run is not None
+        samples = list(self._samples)
+        if len(samples) <= self._drop_run or self._since_replace < self._drop_run:
+            return False
+        newest = samples[-self._drop_run :]
+        if max(newest) >= self._kept(samples[: -self._drop_run])[0] / self.SHIFT_RATIO:
+            return False
+        self._new_level(samples, newest, len(newest))
+        return True
+
+    def _new_level(self, samples: list[float], beyond: list[float], newest: int) -> None:
+        """Keep only ``beyond``, the newest samples that lie beyond the old range, and the
+        older ones (all but the ``newest``) aside for a window, in case the old level comes
+        back (unless it is back already)."""
+        if self._back_to_stash(_median(beyond)):
+            return
+        self.shifts += 1
+        self.replace(beyond)
+        self._stash, self._stash_left = samples[:-newest], self._size
+
+    def _compute(self) -> tuple[float, float, float]:
+        if self._stats is None:
+            kept = self._kept(list(self._samples))
+            n = len(kept)
+            mean = sum(kept) / n
+            var = sum((s - mean) ** 2 for s in kept) / (n - 1) if n > 1 else 0.0
+            self._stats = (mean, math.sqrt(var), kept[-1])
+            self._since_stats = 0
+        return self._stats
+
+    @property
+    def value(self) -> float | None:
+        return self._compute()[0] if self._samples else None
+
+    @property
+    def sd(self) -> float:
+        """Standard deviation of one sample (trimmed samples and outliers left out)."""
+        return self._compute()[1] if self._samples else 0.0
+
+    @property
+    def longest(self) -> float:
+        """The longest sample in the window (trimmed samples and outliers left out)."""
+        return self._compute()[2] if self._samples else 0.0
