@@ -1,21 +1,25 @@
-"""What the controller's knobs do: kp, ki and the ready buffer swept on the disturbances.
+"""What the controller's knobs do: the ready buffer, kp and ki on the disturbances.
 
-    .venv/bin/python -m bench.gains [--markdown] [--plot FILE.png] [--full] [--seeds N]
+    .venv/bin/python -m bench.gains [--markdown] [--plot FILE.png] [--seeds N]
 
-Runs pi on the disturbance scenarios for each setting, twice: as shipped, and with the model
-biased (T̂syn read as ``LEAD_BIAS`` of itself, as a lead time measured without the wait for a
-core would be). It prints, per setting and model: the recovery
-after each disturbance in synthesis lead times (mean and worst over the disturbances; a
-disturbance never recovered from counts as 10), the GPU busy ratio (mean over the scenarios,
-and the lowest) and the memory in flight (mean partitions ÷ Little's law, and GiB, means over
-the scenarios). The default sweep moves one knob at a time around the defaults on the shipped
-seed; --full crosses kp and ki and adds seeds. --plot draws recovery against memory in flight.
+Runs pi on the disturbance scenarios (``SCENARIOS``) and prints three sweeps:
+
+- **the ready buffer**, model as shipped: ``target_ready_s`` set to a share of each scenario's
+  synthesis lead time (``BUFFER_LEADS``; ``target_ready`` 1, so that the seconds decide);
+- **kp and ki with a biased model**: T̂syn read as ``LEAD_BIAS`` of itself (a lead time
+  measured without the wait for a core), each gain swept with the other at 0;
+- **kp and ki with the model as shipped**: the same sweep, unbiased.
+
+Per setting: the recovery after each disturbance in synthesis lead times (mean and worst; one
+never reached counts as ``NEVER_LEADS``), the GPU busy ratio (mean and lowest over the
+scenarios) and the memory in flight (mean partitions ÷ Little's law, and GiB, means over the
+scenarios); for the buffer, also per scenario. --plot draws recovery and busy ratio against
+memory in flight.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import statistics
 import sys
 import time
@@ -32,10 +36,13 @@ from pacer.sim.report import Report, summarize
 from pacer.sim.scenario import Scenario, load_scenario, shipped_scenarios
 from pacer.table import render
 
-SCENARIOS = ("gpu-stall", "gpu-speedup", "synthesis-jump", "mixed-sizes", "worker-dies", "h200")
-KP = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
-KI = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
-TARGET_READY_S = (0.0, 0.5, 2.0, 5.0)
+SCENARIOS = (
+    "gpu-stall", "gpu-speedup", "gpu-slowdown", "synthesis-jump", "worker-dies",
+    "warm-start-elsewhere",
+)  # fmt: skip
+BUFFER_LEADS = (0.0, 0.125, 0.25, 0.5, 1.0)
+KP = (0.0, 0.25, 0.5, 1.0, 2.0)
+KI = (0.0, 0.05, 0.1, 0.2, 0.5)
 NEVER_LEADS = 10.0  # a recovery that never came, in lead times
 LEAD_BIAS = 0.5  # the biased model reads T̂syn as this share of itself
 
@@ -58,54 +65,67 @@ def run_pi(scenario: Scenario, settings: Settings, lead_bias: float = 1.0) -> Re
 class Row:
     """One setting's results over the scenarios and seeds."""
 
-    setting: dict[str, float]
+    label: str
+    knob: str  # the knob swept: "buffer", "kp" or "ki"
+    value: float
     recovery_leads: float
     worst_recovery_leads: float
     busy: float
     lowest_busy: float
     inflight_vs_little: float
     inflight_gib: float
+    per_scenario: tuple[tuple[str, float, float], ...]  # (scenario, recovery, in flight ÷ L)
 
 
-def sweep_settings(full: bool) -> list[dict[str, float]]:
-    """The settings to run: one knob at a time around the defaults, or (``full``) kp × ki and
-    the buffer sweep."""
-    if full:
-        crossed = [{"kp": kp, "ki": ki} for kp, ki in itertools.product(KP, KI)]
-    else:
-        crossed = [{"kp": kp} for kp in KP] + [{"ki": ki} for ki in KI]
-    buffers = [{"target_ready_s": b} for b in TARGET_READY_S]
-    unique = {tuple(sorted(s.items())): s for s in crossed + buffers}
-    return list(unique.values())
-
-
-def run_setting(setting: dict[str, float], seeds: int, lead_bias: float = 1.0) -> Row:
-    """pi on every scenario of ``SCENARIOS`` and ``seeds`` seeds under ``setting``."""
-    settings = Settings(controller=ControllerSettings(**setting))
+def _scenarios(seeds: int) -> list[Scenario]:
     paths = [p for p in shipped_scenarios() if p.stem in SCENARIOS]
-    recoveries: list[float] = []
-    reports: list[tuple[Report, int]] = []
-    for path, k in itertools.product(paths, range(seeds)):
-        scenario = load_scenario(path)
-        scenario = scenario.model_copy(update={"seed": scenario.seed + 101 * k})
-        report = run_pi(scenario, settings, lead_bias)
-        reports.append((report, scenario.partition.bytes))
-        recoveries += [
-            NEVER_LEADS if r.after_s is None else r.after_s / r.lead_s for r in report.recoveries
-        ]
+    return [
+        (sc := load_scenario(path)).model_copy(update={"seed": sc.seed + 101 * k})
+        for path in paths
+        for k in range(seeds)
+    ]
+
+
+def _recoveries(report: Report) -> list[float]:
+    return [NEVER_LEADS if r.after_s is None else r.after_s / r.lead_s for r in report.recoveries]
+
+
+def run_row(
+    knob: str, value: float, scenarios: Sequence[Scenario], lead_bias: float = 1.0
+) -> Row:
+    """pi on every scenario with ``knob`` at ``value``: "buffer" (``target_ready_s`` at
+    ``value`` × the scenario's lead time, ``target_ready`` 1), "kp" or "ki" (the other at 0)."""
+    results: list[tuple[Scenario, Report]] = []
+    for scenario in scenarios:
+        if knob == "buffer":
+            lead_s = scenario.synthesis.duration_s.mean
+            controller = ControllerSettings(target_ready=1, target_ready_s=value * lead_s)
+        else:
+            other = "ki" if knob == "kp" else "kp"
+            controller = ControllerSettings(**{knob: value, other: 0.0})
+        report = run_pi(scenario, Settings(controller=controller), lead_bias)
+        results.append((scenario, report))
+    recoveries = [x for _, r in results for x in _recoveries(r)]
     return Row(
-        setting,
-        statistics.fmean(recoveries),
-        max(recoveries),
-        statistics.fmean(r.gpu_busy_ratio for r, _ in reports),
-        min(r.gpu_busy_ratio for r, _ in reports),
-        statistics.fmean(r.mean_inflight_partitions / r.little_min_inflight for r, _ in reports),
-        statistics.fmean(r.mean_inflight_partitions * b / 2**30 for r, b in reports),
+        label=f"{knob}={value:g}" + (" leads" if knob == "buffer" else ""),
+        knob=knob,
+        value=value,
+        recovery_leads=statistics.fmean(recoveries),
+        worst_recovery_leads=max(recoveries),
+        busy=statistics.fmean(r.gpu_busy_ratio for _, r in results),
+        lowest_busy=min(r.gpu_busy_ratio for _, r in results),
+        inflight_vs_little=statistics.fmean(
+            r.mean_inflight_partitions / r.little_min_inflight for _, r in results
+        ),
+        inflight_gib=statistics.fmean(
+            r.mean_inflight_partitions * sc.partition.bytes / 2**30 for sc, r in results
+        ),
+        per_scenario=tuple(
+            (sc.name, statistics.fmean(_recoveries(r) or [0.0]),
+             r.mean_inflight_partitions / r.little_min_inflight)
+            for sc, r in results
+        ),  # fmt: skip
     )
-
-
-def _label(setting: dict[str, float]) -> str:
-    return " ".join(f"{k}={v:g}" for k, v in setting.items())
 
 
 def render_rows(rows: Sequence[Row], markdown: bool) -> str:
@@ -114,43 +134,64 @@ def render_rows(rows: Sequence[Row], markdown: bool) -> str:
         "in flight ÷ Little", "in flight (GiB)",
     )  # fmt: skip
     cells = [
-        (_label(r.setting), f"{r.recovery_leads:.2f}", f"{r.worst_recovery_leads:.2f}",
-         f"{r.busy:.4f}", f"{r.lowest_busy:.4f}", f"{r.inflight_vs_little:.3f}",
-         f"{r.inflight_gib:.0f}")
+        (r.label, f"{r.recovery_leads:.2f}", f"{r.worst_recovery_leads:.2f}", f"{r.busy:.4f}",
+         f"{r.lowest_busy:.4f}", f"{r.inflight_vs_little:.3f}", f"{r.inflight_gib:.0f}")
         for r in rows
     ]  # fmt: skip
     return render(headers, cells, markdown=markdown)
 
 
-def plot(tables: Sequence[tuple[str, Sequence[Row]]], path: Path) -> None:
-    """Recovery (lead times) and busy ratio against memory in flight (÷ Little's law), one
-    series per knob, one row of panels per model."""
+def render_per_scenario(rows: Sequence[Row], markdown: bool) -> str:
+    """Recovery (lead times) and in flight ÷ Little's law per scenario, one column a setting."""
+    names = sorted({name for r in rows for name, _, _ in r.per_scenario})
+    headers = ("scenario", *(r.label for r in rows))
+    cells = []
+    for name in names:
+        cell = []
+        for r in rows:
+            found = [(rec, held) for n, rec, held in r.per_scenario if n == name]
+            rec = statistics.fmean(x for x, _ in found)
+            held = statistics.fmean(y for _, y in found)
+            cell.append(f"{rec:.2f} / {held:.2f}")
+        cells.append((name, *cell))
+    return render(headers, cells, markdown=markdown)
+
+
+def plot(buffer: Sequence[Row], biased: Sequence[Row], shipped: Sequence[Row], path: Path) -> None:
+    """Three panels: the buffer's recovery per scenario, then the busy ratio under kp and ki
+    with the model biased and as shipped, each against memory in flight ÷ Little's law."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(tables), 2, figsize=(11, 4 * len(tables)), squeeze=False)
-    for (title, rows), (rec_ax, busy_ax) in zip(tables, axes, strict=True):
-        series: dict[str, list[Row]] = {}
-        for r in rows:
-            if len(r.setting) == 1:
-                series.setdefault(next(iter(r.setting)), []).append(r)
-        for name, items in series.items():
-            x = [r.inflight_vs_little for r in items]
-            for ax, y in ((rec_ax, [r.recovery_leads for r in items]),
-                          (busy_ax, [r.busy for r in items])):  # fmt: skip
-                ax.plot(x, y, marker="o", label=name)
-                for r, yi in zip(items, y, strict=True):
-                    ax.annotate(f"{next(iter(r.setting.values())):g}", (r.inflight_vs_little, yi),
-                                fontsize=7, xytext=(3, 3), textcoords="offset points")  # fmt: skip
-        rec_ax.set_ylabel("recovery (synthesis lead times, mean)")
-        busy_ax.set_ylabel("GPU busy ratio (mean)")
-        for ax in (rec_ax, busy_ax):
-            ax.set_xlabel("mean in flight ÷ Little's law")
-            ax.set_title(title)
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8)
+    fig, (buf_ax, bias_ax, ship_ax) = plt.subplots(1, 3, figsize=(16, 4.8))
+    names = sorted({name for r in buffer for name, _, _ in buffer[0].per_scenario})
+    for name in names:
+        points = [next((rec, held) for n, rec, held in r.per_scenario if n == name)
+                  for r in buffer]  # fmt: skip
+        buf_ax.plot([h for _, h in points], [rec for rec, _ in points], marker="o", label=name)
+        for r, (rec, held) in zip(buffer, points, strict=True):
+            buf_ax.annotate(f"{r.value:g}", (held, rec), fontsize=7, xytext=(3, 3),
+                            textcoords="offset points")  # fmt: skip
+    buf_ax.axhline(2.0, color="grey", linestyle=":", linewidth=1)
+    buf_ax.set_title("target_ready_s (in lead times), model as shipped")
+    buf_ax.set_ylabel("recovery after the disturbance (lead times)")
+    for ax, rows, title in ((bias_ax, biased, f"kp, ki: T̂syn read as {LEAD_BIAS:g}×"),
+                            (ship_ax, shipped, "kp, ki: model as shipped")):  # fmt: skip
+        for knob in ("ki", "kp"):
+            items = [r for r in rows if r.knob == knob]
+            ax.plot([r.inflight_vs_little for r in items], [r.busy for r in items], marker="o",
+                    label=f"{knob} (the other 0)")  # fmt: skip
+            for r in items:
+                ax.annotate(f"{r.value:g}", (r.inflight_vs_little, r.busy), fontsize=7,
+                            xytext=(3, 3), textcoords="offset points")  # fmt: skip
+        ax.set_title(title)
+        ax.set_ylabel("GPU busy ratio (mean over the scenarios)")
+    for ax in (buf_ax, bias_ax, ship_ax):
+        ax.set_xlabel("mean in flight ÷ Little's law")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
     fig.suptitle("pacer's knobs on the disturbance scenarios (bench/gains.py)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -159,36 +200,42 @@ def plot(tables: Sequence[tuple[str, Sequence[Row]]], path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--markdown", action="store_true", help="a Markdown table")
-    parser.add_argument("--plot", type=Path, metavar="FILE.png", help="plot recovery vs memory")
-    parser.add_argument("--full", action="store_true", help="kp × ki crossed, and 3 seeds")
-    parser.add_argument("--seeds", type=int, default=0, metavar="N", help="seeds per scenario")
+    parser.add_argument("--markdown", action="store_true", help="Markdown tables")
+    parser.add_argument("--plot", type=Path, metavar="FILE.png", help="plot the three sweeps")
+    parser.add_argument("--seeds", type=int, default=1, metavar="N", help="seeds per scenario")
     args = parser.parse_args()
-    seeds = args.seeds or (3 if args.full else 1)
     started = time.perf_counter()
-    settings = sweep_settings(args.full)
-    tables = []
-    for bias, title in ((1.0, "model as shipped"), (LEAD_BIAS, f"T̂syn read as {LEAD_BIAS:g}×")):
-        rows = []
-        for i, setting in enumerate(settings, 1):
-            rows.append(run_setting(setting, seeds, bias))
-            print(f"[{i}/{len(settings)}] {title}: {_label(setting)}", file=sys.stderr)
-        tables.append((title, rows))
+    scenarios = _scenarios(args.seeds)
+    gains = [("kp", v) for v in KP] + [("ki", v) for v in KI]
+    buffer = [run_row("buffer", f, scenarios) for f in BUFFER_LEADS]
+    biased = [run_row(knob, v, scenarios, LEAD_BIAS) for knob, v in gains]
+    shipped = [run_row(knob, v, scenarios) for knob, v in gains]
+    sections = (
+        ("The ready buffer (target_ready_s in lead times, target_ready 1), model as shipped",
+         buffer),
+        (f"kp and ki, T̂syn read as {LEAD_BIAS:g}×", biased),
+        ("kp and ki, model as shipped", shipped),
+    )  # fmt: skip
+    for title, rows in sections:
         print(f"{title}:\n")
         print(render_rows(rows, args.markdown))
         print()
-    print(
-        f"{len(settings)} settings × 2 models × {len(SCENARIOS)} scenarios × {seeds} seed(s) "
-        f"in {time.perf_counter() - started:.0f} s; defaults: {_defaults()}"
-    )
+    print("The ready buffer per scenario (recovery in lead times / in flight ÷ Little):\n")
+    print(render_per_scenario(buffer, args.markdown))
+    print()
+    runs = len(scenarios) * (len(buffer) + len(biased) + len(shipped))
+    print(f"{runs} runs ({len(SCENARIOS)} scenarios × {args.seeds} seed(s)) in "
+          f"{time.perf_counter() - started:.0f} s; defaults: {_defaults()}")  # fmt: skip
     if args.plot:
-        plot(tables, args.plot)
+        plot(buffer, biased, shipped, args.plot)
     return 0
 
 
 def _defaults() -> str:
     d = ControllerSettings()
-    return f"kp={d.kp:g} ki={d.ki:g} target_ready_s={d.target_ready_s:g}"
+    return f"kp={d.kp:g} ki={d.ki:g} target_ready={d.target_ready:g} " + (
+        f"target_ready_s={d.target_ready_s:g}"
+    )
 
 
 if __name__ == "__main__":

@@ -26,19 +26,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from pacer.bootstrap import Bootstrap
 from pacer.config import ControllerSettings
 from pacer.estimates import Estimates, Estimator
+from pacer.pi_law import PILaw, Predictions
 from pacer.policy import Caps, Decision, Mode, Observation, Terms
+from pacer.rate_dispatch import RateDispatch
 
 POLICY_FIXED = "policy is chosen at start (PACER_CONTROLLER__POLICY) and cannot be retuned"
-
-
-def _clamp(value: float, low: float, high: float) -> float:
-    return min(max(value, low), high)
 
 
 class PIController:
@@ -50,14 +48,11 @@ class PIController:
     >>> from pacer.policy import Caps, Observation
     >>> c = PIController(ControllerSettings(), Caps(48, 50), clock=lambda: 0.0)
     >>> c.decide(Observation(ready=0, synthesizing=0, gpu_busy=0, gpu_workers=2, backlog=100))
-    Decision(dispatch=43, next_at=None)
+    Decision(dispatch=45, next_at=None)
     """
 
     synthesis_workers: int | None = None  # its caps bound synthesis; no pool of its own
     HUNG_FACTOR = 10.0
-    BLOCKED_RECHECK_S = 1.0  # while a refill waits for a cap to free, ask again at least this often
-    BOOTSTRAP_SHARE = 0.9
-    PREDICTIONS = 128
 
     def __init__(
         self,
@@ -72,34 +67,17 @@ class PIController:
         self._est = Estimator(
             settings.gpu_window, settings.synthesis_window, estimates or Estimates()
         )
-        self._integral = 0.0
+        self._law = PILaw(settings)
+        self._predictions = Predictions()  # q̃ after each dispatch, to compare a lead later
         self._rebased = 0  # the estimator's re-basings seen
-        # Predictions q̂ (after the dispatch they led to), by time: compared with the ready
-        # depth one lead time later. At most PREDICTIONS kept, one per lead ÷ PREDICTIONS s.
-        self._predictions: deque[tuple[float, float]] = deque(maxlen=self.PREDICTIONS)
-        self._matched: float | None = None  # the prediction made one lead time ago
         self._last_update: float | None = None
-        # Dispatch by rate: credit grows by rate × elapsed time, and every whole partition of
-        # it is due (no ceiling per call: a wide host dispatches thousands a second).
-        self._credit = 1.0
-        self._credit_at: float | None = None
+        self._rate = RateDispatch(caps)
         self._workers = 1  # GPU workers delivering: live, and not stuck on one partition
         self._manual_interval_s: float | None = None
-        self._bootstraps = 0
-        self._rebootstraps = 0
-        self._booted = False  # a cold bootstrap has been started
-        self._cold_refill_due = False  # refill once the cold start has its first estimates
-        self._warm_start_due = estimates is not None and estimates.known
-        self._refill_left = 0  # partitions a bootstrap still has to dispatch
-        # Hysteresis for re-bootstrap: the pipeline must have been empty this long, and a
-        # refill must have reached a GPU before the next one can fire.
-        self._empty_since: float | None = -math.inf
-        self._rearmed = True
-        # Token bucket of the synthesis rate cap (burst: the concurrency cap).
-        self._tokens = float(caps.synthesis_concurrency)
+        self._starts = Bootstrap(caps, warm=estimates is not None and estimates.known)
         self._last_obs: Observation | None = None
         self._model_key: tuple[int, int, int] | None = None
-        self._model_cache = (1.0, 0.0, settings.target_ready)
+        self._model_cache = (1.0, settings.target_ready)  # (base interval, setpoint)
         self._terms = self._compute(None, 0)
 
     # -- observations ------------------------------------------------------------------
@@ -114,15 +92,15 @@ class PIController:
 
     @property
     def bootstraps(self) -> int:
-        return self._bootstraps
+        return self._starts.bootstraps
 
     @property
     def rebootstraps(self) -> int:
-        return self._rebootstraps
+        return self._starts.rebootstraps
 
     @property
     def integral(self) -> float:
-        return self._integral
+        return self._law.integral
 
     @property
     def terms(self) -> Terms:
@@ -177,53 +155,53 @@ class PIController:
         self._last_obs = obs
         dt = 0.0 if self._last_update is None else max(0.0, now - self._last_update)
         self._last_update = now
-        self._refill_tokens(dt)
-        self._track_emptiness(obs, now)
+        self._rate.elapse(dt, self._rate_cap_per_s())
+        self._starts.track(obs, now)
         self._fit_windows(obs)
         self._est.observe_running(now, obs.synthesizing, obs.synthesis_ages_s)
         self._workers = workers = self.live_workers(obs)
-        room = self._room(obs)
-        credit_dt = 0.0 if self._credit_at is None else max(0.0, now - self._credit_at)
-        self._credit_at = now
+        room = self._rate.room(obs)
+        credit_dt = self._rate.credit_dt(now)
 
         if self._manual_interval_s is not None:
             self._terms = self._compute(obs, workers)
             return self._paced(now, room, self._manual_interval_s, credit_dt, headroom=room)
-        self._credit = min(self._credit, 1.0)  # no burst saved up outside pacing
+        self._rate.hold()
         if not self._est.known:
             return self._cold_bootstrap(obs, room)
-        if self._cold_refill_due:
+        starts = self._starts
+        if starts.cold_refill_due:
             # Rates just became known: top the cold start up to the Little's-law depth at once.
-            self._cold_refill_due = False
-            self._refill_left = max(0, self.little_depth(workers) - obs.inflight)
+            starts.cold_refill_due = False
+            starts.refill_left = max(0, self.little_depth(workers) - obs.inflight)
 
-        if self._refill_left > 0 and obs.backlog > 0:
+        if starts.refill_left > 0 and obs.backlog > 0:
             return self._refill(obs, room)
-        self._refill_left = 0
+        starts.refill_left = 0
         if obs.backlog == 0:
-            self._forget_predictions()  # nothing paced: no prediction to hold the GPUs to
+            self._predictions.forget()  # nothing paced: no prediction to hold the GPUs to
             self._terms = self._compute(obs, workers)._replace(
                 mode=Mode.DRAINED if obs.inflight == 0 else Mode.PACING
             )
             return Decision(0, None)
-        if self._drained_for_rebootstrap(obs, now):
+        if starts.drained(obs, now, self._settings.rebootstrap_hold_s):
             return self._rebootstrap(obs, room)
 
-        self._warm_start_due = False  # pacing: the start is behind us
+        starts.started()
         if self._est.rebased != self._rebased:
             # The model was re-based: the predictions made with the old one, and the integral
             # of their errors, describe the old model's bias, which the new estimates removed.
             self._rebased = self._est.rebased
-            self._forget_predictions()
-            self._integral = 0.0
-        self._terms = terms = self._pace(obs, dt, blocked=room <= 0 or self._tokens < 1)
+            self._predictions.forget()
+            self._law.reset()
+        self._terms = terms = self._pace(obs, dt, blocked=room <= 0 or self._rate.tokens < 1)
         if self._est.cold_cohort_open:
             # Until the cold start's first syntheses are all in, their lead time is known only
             # from below; hold in flight at least at the bootstrap depth meanwhile, so the GPUs
             # are fed through the first synthesis lead time whatever the estimate says.
-            count = min(room, self.bootstrap_depth - obs.inflight, int(self._tokens))
+            count = min(room, self.bootstrap_depth - obs.inflight, int(self._rate.tokens))
             if count > 0:
-                self._dispatched(now, count)
+                self._rate.take(count)
                 return Decision(count, now + terms.interval_s)
         headroom = math.ceil(terms.setpoint + 1 - terms.projected_ready)
         # A projected shortfall (q̃ < 0: the GPUs will run dry within one lead time) goes out
@@ -240,7 +218,7 @@ class PIController:
             now, room, terms.interval_s, credit_dt, headroom=headroom, at_once=shortfall
         )
         if workers > 0:
-            self._predict(now, terms.lead_s, terms.projected_ready + decision.dispatch)
+            self._predictions.keep(now, terms.lead_s, terms.projected_ready + decision.dispatch)
         return decision
 
     def _paced(
@@ -253,51 +231,8 @@ class PIController:
         headroom: int,
         at_once: int = 0,
     ) -> Decision:
-        """Dispatch what is due by rate: 1 ÷ ``interval`` partitions a second, as many at once
-        as fell due since the last call (a late wake-up, or a rate above the wake-ups), and
-        at least ``at_once``, within the caps and the ``headroom`` left below the skip
-        threshold. What a cap or the headroom holds back is not saved up for a burst."""
-        rate = 1 / interval if interval > 0 else math.inf
-        self._credit = math.inf if math.isinf(rate) else self._credit + rate * credit_dt
-        due = int(min(self._credit, float(2**31)))
-        count = max(0, min(max(due, at_once), room, int(self._tokens), headroom))
-        if count > 0:
-            self._dispatched(now, count)
-            self._credit = max(0.0, self._credit - count)
-        if count < due:
-            self._credit = min(self._credit, 1.0)
-        floor = self._settings.interval_min_s
-        if headroom > 0 and room > 0 and self._tokens < 1:
-            wait = (1 - self._tokens) / self._terms.rate_cap_per_s
-            return Decision(count, now + max(wait, floor))
-        if math.isinf(rate):
-            return Decision(count, None)
-        if count < due:
-            # Held back by a cap or the headroom: the next pipeline event (a completion) asks
-            # again; the timer only backs it up, an interval from now.
-            return Decision(count, now + max(interval, floor))
-        wait = max(0.0, 1 - self._credit) / rate
-        return Decision(count, now + max(wait, floor))
-
-    def _room(self, obs: Observation) -> int:
-        room = min(
-            self._caps.synthesis_concurrency - obs.synthesizing,
-            self._caps.inflight_partitions - obs.inflight,
-            obs.backlog,
-        )
-        if obs.pool_free is not None:
-            room = min(room, obs.pool_free)
-        return max(0, room)
-
-    def _dispatched(self, now: float, count: int) -> None:
-        self._tokens -= count
-
-    def _refill_tokens(self, dt: float) -> None:
-        if dt == 0.0 and self._tokens >= 1:
-            return
-        rate = self._rate_cap_per_s()
-        burst = float(self._caps.synthesis_concurrency)
-        self._tokens = burst if math.isinf(rate) else min(burst, self._tokens + rate * dt)
+        return self._rate.paced(now, room, interval, credit_dt, headroom=headroom,
+                                floor_s=self._settings.interval_min_s, at_once=at_once)  # fmt: skip
 
     def _rate_cap_per_s(self) -> float:
         # From the per-item synthesis duration, never from the completion rate: a cap from
@@ -311,47 +246,16 @@ class PIController:
 
     def _cold_bootstrap(self, obs: Observation, room: int) -> Decision:
         self._terms = self._terms._replace(mode=Mode.BOOTSTRAP)
-        if obs.backlog == 0:
-            return Decision(0, None)
-        if not self._booted:
-            self._booted = True
-            self._cold_refill_due = True
-            self._bootstraps += 1
-        count = min(room, self.bootstrap_depth - obs.inflight)
-        if count <= 0:
-            return Decision(0, None)
-        self._dispatched(self._clock(), count)
-        self._est.cold_dispatched(self._clock(), count)
+        count = self._starts.cold(obs, room, self.bootstrap_depth)
+        if count > 0:
+            self._rate.take(count)
+            self._est.cold_dispatched(self._clock(), count)
         return Decision(count, None)
-
-    def _track_emptiness(self, obs: Observation, now: float) -> None:
-        if obs.inflight > 0:
-            self._empty_since = None
-        elif self._empty_since is None:
-            self._empty_since = now
-        if obs.gpu_busy > 0:
-            self._rearmed = True
-
-    def _drained_for_rebootstrap(self, obs: Observation, now: float) -> bool:
-        return (
-            obs.inflight == 0
-            and self._rearmed
-            and self._empty_since is not None
-            and now - self._empty_since >= self._settings.rebootstrap_hold_s
-        )
 
     @property
     def bootstrap_depth(self) -> int:
-        """Partitions a cold start dispatches at once and holds in flight until its first
-        syntheses are all in: the setting, or (0) ``BOOTSTRAP_SHARE`` of the smaller cap.
-
-        The GPUs wait one synthesis whatever a cold start dispatches; what it dispatches must
-        then carry them through the second lead time, the first one dispatch can be informed
-        for. Only the caps are known, so it takes nearly all they allow."""
-        if self._settings.bootstrap_depth > 0:
-            return self._settings.bootstrap_depth
-        smaller = min(self._caps.synthesis_concurrency, self._caps.inflight_partitions)
-        return max(1, int(smaller * self.BOOTSTRAP_SHARE))
+        """Partitions a cold start dispatches at once (``Bootstrap.depth``)."""
+        return self._starts.depth(self._settings.bootstrap_depth)
 
     def lead_s(self) -> float:
         """T̂syn, the synthesis lead time (s) the projection looks ahead."""
@@ -372,62 +276,17 @@ class PIController:
         return math.inf if workers <= 0 else max(gpu / workers, 1e-9)
 
     def _rebootstrap(self, obs: Observation, room: int) -> Decision:
-        self._rebootstraps += 1
-        self._rearmed = False
-        self._integral = 0.0  # bumpless restart: the old integral belongs to another regime
-        self._forget_predictions()
-        self._refill_left = self.little_depth(self._workers)
-        if self._warm_start_due:
-            # Saved estimates count as a few samples, not as certainty: a warm start refills
-            # at least as deep as a cold start would, in case they describe another regime.
-            self._warm_start_due = False
-            self._refill_left = max(self._refill_left, self.bootstrap_depth)
+        self._law.reset()  # bumpless restart: the old integral belongs to another regime
+        self._predictions.forget()
+        self._starts.restart(self.little_depth(self._workers), self.bootstrap_depth)
         return self._refill(obs, room)
 
     def _refill(self, obs: Observation, room: int) -> Decision:
-        """Dispatch the rest of a refill at once, as fast as caps and the pool allow."""
         self._terms = self._compute(obs, self._workers)._replace(mode=Mode.BOOTSTRAP)
-        now = self._clock()
-        count = max(0, min(room, self._refill_left, int(self._tokens)))
-        if count > 0:
-            self._refill_left -= count
-            self._dispatched(now, count)
-        if self._refill_left == 0:
-            return Decision(count, None)
-        if self._tokens < 1:  # the synthesis rate cap: tokens come back with time
-            wait = (1 - self._tokens) / self._rate_cap_per_s()
-            return Decision(count, now + max(wait, self._settings.interval_min_s))
-        # A cap is full: a completion frees it, and the pipeline asks again then; the timer
-        # only backs that up (asking every millisecond meanwhile was a busy loop).
-        return Decision(count, now + self.BLOCKED_RECHECK_S)
+        floor = self._settings.interval_min_s
+        return self._starts.refill(self._clock(), room, self._rate, floor)
 
     # -- the model, its correction and the output -----------------------------------------
-
-    def _predict(self, now: float, lead_s: float, predicted: float) -> None:
-        """Keep ``predicted`` (q̂ after this decision's dispatch) to compare one lead time on."""
-        last = self._predictions[-1][0] if self._predictions else -math.inf
-        if now - last >= lead_s / self.PREDICTIONS:
-            self._predictions.append((now, predicted))
-
-    def _forget_predictions(self) -> None:
-        self._predictions.clear()
-        self._matched = None
-
-    def _prediction_error(self, obs: Observation, now: float, lead_s: float) -> float:
-        """ε = q − q̂(t − T̂syn): the ready depth observed now less what the model predicted
-        for now one lead time ago (0 until a prediction is that old). An empty ready queue
-        tells only that the model was too optimistic (q̂ may be negative, q cannot)."""
-        while self._predictions and self._predictions[0][0] <= now - lead_s:
-            self._matched = self._predictions.popleft()[1]
-        if self._matched is None:
-            return 0.0
-        if obs.ready > 0:  # a prediction below zero is only a shortfall: q cannot go there
-            return obs.ready - max(self._matched, 0.0)
-        error = obs.ready - self._matched
-        # Saturated: an empty queue bounds the error from above only, and a GPU idle on it
-        # says the model was too optimistic by at least one partition per idle worker.
-        idle = max(0, self._workers - obs.gpu_busy)
-        return min(error, -float(idle))
 
     def _compute(self, obs: Observation | None, workers: int) -> Terms:
         s = self._settings
@@ -449,11 +308,9 @@ class PIController:
         """Terms for prediction error ``error`` and the integral as it stands."""
         s = self._settings
         base, lead, setpoint = self._model(workers)
-        p_term = s.kp * error
-        i_term = s.ki * self._integral
+        p_term, i_term = self._law.terms(error)
         projected = obs.ready + obs.synthesizing - lead / base + p_term + i_term
-        multiplier = _clamp(1 + (setpoint - projected) / setpoint, s.multiplier_min,
-                            s.multiplier_max)  # fmt: skip
+        multiplier = self._law.multiplier(projected, setpoint)
         interval = min(base / multiplier, s.interval_max_s)
         mode = Mode.BOOTSTRAP if self._est.cold_cohort_open else Mode.PACING
         return Terms(mode, projected, setpoint, error, p_term, i_term,
@@ -468,9 +325,9 @@ class PIController:
         if key != self._model_key:
             gpu = self._est.gpu_service_s or 0.0
             base = self._base(gpu, workers)
-            self._model_cache = (base, 0.0, self._setpoint(base))
+            self._model_cache = (base, self._setpoint(base))
             self._model_key = key
-        base, _, setpoint = self._model_cache
+        base, setpoint = self._model_cache
         return base, self.lead_s(), setpoint
 
     def _setpoint(self, base_interval_s: float) -> float:
@@ -484,23 +341,13 @@ class PIController:
         return max(s.target_ready, buffer, s.spread_sigmas * spread)
 
     def _pace(self, obs: Observation, dt: float, *, blocked: bool) -> Terms:
-        """The PI step on the prediction error: integral over ``dt``, then the output.
-
-        Anti-windup: no integration while the output is saturated in the error's direction
-        (the multiplier at a clamp, a cap blocking dispatch, no worker consuming), and the
-        integral stays within its clamps.
-        """
-        s = self._settings
-        now = self._clock()
-        workers = self._workers
-        error = self._prediction_error(obs, now, self.lead_s())
+        """The PI step on the prediction error (``PILaw.step``), then the output."""
+        now, workers, lead = self._clock(), self._workers, self.lead_s()
+        idle = max(0, workers - obs.gpu_busy)
+        error = self._predictions.error(now, lead, obs.ready, idle)
         before = self._output(obs, workers, error)
-        saturated_up = blocked or before.multiplier >= s.multiplier_max or workers == 0
-        saturated_down = before.multiplier <= s.multiplier_min
-        if not ((error < 0 and saturated_up) or (error > 0 and saturated_down)):
-            # In lead times: the loop's delay is one lead, so ki means the same on any host.
-            integral = self._integral + error * dt / max(self.lead_s(), 1e-9)
-            self._integral = _clamp(integral, s.integral_min, s.integral_max)
+        dt_leads = dt / max(lead, 1e-9)
+        self._law.step(error, dt_leads, before.multiplier, blocked=blocked or workers == 0)
         return self._output(obs, workers, error)
 
     # -- run-time changes -----------------------------------------------------------------
@@ -519,13 +366,9 @@ class PIController:
         if "policy" in changes:
             raise ValueError(POLICY_FIXED)
         new = ControllerSettings.model_validate({**self._settings.model_dump(), **changes})
-        old_c = self._terms.p_term + self._terms.i_term
         self._settings = new
-        if self._terms.mode is not Mode.DRAINED and self._est.known and new.ki > 0:
-            seeded = (old_c - new.kp * self._terms.error) / new.ki
-            self._integral = _clamp(seeded, new.integral_min, new.integral_max)
-        else:
-            self._integral = _clamp(self._integral, new.integral_min, new.integral_max)
+        keep = self._terms.mode is not Mode.DRAINED and self._est.known
+        self._law.retune(new, self._terms.error, keep=keep)
         self._refresh_terms()
         return new
 
@@ -535,20 +378,12 @@ class PIController:
         correction of at most q* either way allows)."""
         if interval_s is not None and not (math.isfinite(interval_s) and interval_s > 0):
             raise ValueError(f"interval_s must be a finite number > 0, got {interval_s}")
-        if interval_s is None and self._manual_interval_s is not None and self._settings.ki > 0:
-            # The multiplier 1 + (q* − q̃) ÷ q* that gives the manual interval, and the
-            # correction c = q̃ − q̂ that gives it.
+        if interval_s is None and self._manual_interval_s is not None:
+            # The correction under which the PI output gives the manual rate.
             t = self._terms
-            wanted_m = t.ff_interval_s / self._manual_interval_s
             model = t.projected_ready - t.p_term - t.i_term
-            # At most q* either way: a manual rate that starved the GPUs must not be read
-            # as a model that under-predicts (that would hold back the shortfall too).
-            wanted_c = _clamp(t.setpoint * (2 - wanted_m) - model, -t.setpoint, t.setpoint)
-            self._integral = _clamp(
-                (wanted_c - t.p_term) / self._settings.ki,
-                self._settings.integral_min,
-                self._settings.integral_max,
-            )
+            wanted = t.ff_interval_s / self._manual_interval_s
+            self._law.seed(self._law.correction_for(wanted, t.setpoint, model), t.error)
         self._manual_interval_s = interval_s
         self._refresh_terms()
 

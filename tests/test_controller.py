@@ -57,10 +57,10 @@ def test_cold_start_fills_to_bootstrap_depth(clock: FakeClock) -> None:
 
 @pytest.mark.parametrize(
     ("caps", "depth"),
-    [(Caps(48, 50), 43), (Caps(160, 160), 144), (Caps(6, 50), 5), (Caps(1, 1), 1)],
-    ids=["cores-bound", "large-host", "few-cores", "tiny"],
+    [(Caps(48, 50), 45), (Caps(160, 160), 144), (Caps(6, 50), 6), (Caps(1, 1), 1)],
+    ids=["memory-bound", "large-host", "few-cores", "tiny"],
 )
-def test_automatic_bootstrap_depth_is_most_of_the_smaller_cap(
+def test_automatic_bootstrap_depth_fills_every_synthesis_slot_within_most_of_memory(
     clock: FakeClock, caps: Caps, depth: int
 ) -> None:
     c = make(clock, estimates=None, caps=caps)
@@ -455,7 +455,7 @@ def test_no_second_rebootstrap_before_the_refill_reaches_a_gpu(clock: FakeClock)
 
 
 def test_warm_start_refills_without_a_cold_bootstrap(clock: FakeClock) -> None:
-    c = make(clock, caps=Caps(synthesis_concurrency=40, inflight_partitions=200))
+    c = make(clock, caps=Caps(synthesis_concurrency=40, inflight_partitions=40))
     assert c.bootstrap_depth == 36
     assert c.decide(obs(busy=0)).dispatch == 38  # Little's-law depth ceil(30 ÷ 1 + 8)
     assert (c.bootstraps, c.rebootstraps) == (0, 1)
@@ -465,7 +465,7 @@ def test_warm_start_refills_at_least_a_cold_bootstraps_depth(clock: FakeClock) -
     # Saved estimates are a few samples: a warm start trusts them no more than a cold start
     # trusts nothing, and dispatches at least the cold bootstrap depth.
     c = make(clock, estimates=Estimates(gpu_service_s=2.0, synthesis_s=3.0))
-    assert c.decide(obs(busy=0)).dispatch == c.bootstrap_depth == 43
+    assert c.decide(obs(busy=0)).dispatch == c.bootstrap_depth == 48
     # Later refills (a true drain) use the estimates alone.
     pace(c, clock, obs(ready=0, synth=0, busy=0, backlog=0), 5.0)
     c.decide(obs(ready=0, synth=1, busy=1))  # work reached a GPU: re-armed
