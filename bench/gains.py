@@ -10,16 +10,19 @@ Runs pi on the disturbance scenarios (``SCENARIOS``) and prints three sweeps:
   measured without the wait for a core), each gain swept with the other at 0;
 - **kp and ki with the model as shipped**: the same sweep, unbiased.
 
-Per setting: the recovery after each disturbance in synthesis lead times (mean and worst; one
-never reached counts as ``NEVER_LEADS``), the GPU busy ratio (mean and lowest over the
-scenarios) and the memory in flight (mean partitions ÷ Little's law, and GiB, means over the
-scenarios); for the buffer, also per scenario. --plot draws recovery and busy ratio against
-memory in flight.
+Per setting: the GPU time lost in the two lead times after each disturbance (idle
+worker-seconds while work waited, ÷ the live workers, in lead times; mean over the
+disturbances), the recovery after each (in lead times, as the report measures it: a trailing
+lead time back at 0.95, so 1.00 is the soonest it can read; one never reached counts as
+``NEVER_LEADS``), the GPU busy ratio (mean and lowest over the scenarios) and the memory in
+flight (mean partitions ÷ Little's law, and GiB, means over the scenarios); for the buffer,
+also per scenario. --plot draws the time lost and the busy ratio against memory in flight.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -27,10 +30,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from pacer.config import ControllerSettings, Settings
 from pacer.controller import PIController
 from pacer.policy import DispatchPolicy
-from pacer.sim.engine import Simulation, VirtualClock
+from pacer.sim.engine import RawRun, Simulation, VirtualClock
 from pacer.sim.policies import policy_factory
 from pacer.sim.report import Report, summarize
 from pacer.sim.scenario import Scenario, load_scenario, shipped_scenarios
@@ -40,14 +45,16 @@ SCENARIOS = (
     "gpu-stall", "gpu-speedup", "gpu-slowdown", "synthesis-jump", "worker-dies",
     "warm-start-elsewhere",
 )  # fmt: skip
-BUFFER_LEADS = (0.0, 0.125, 0.25, 0.5, 1.0)
+BUFFER_LEADS = (0.0, 0.25, 0.5, 0.75, 1.0)
 KP = (0.0, 0.25, 0.5, 1.0, 2.0)
 KI = (0.0, 0.05, 0.1, 0.2, 0.5)
 NEVER_LEADS = 10.0  # a recovery that never came, in lead times
 LEAD_BIAS = 0.5  # the biased model reads T̂syn as this share of itself
 
 
-def run_pi(scenario: Scenario, settings: Settings, lead_bias: float = 1.0) -> Report:
+def simulate_pi(
+    scenario: Scenario, settings: Settings, lead_bias: float = 1.0
+) -> tuple[RawRun, Report]:
     """pi on ``scenario``; with ``lead_bias`` != 1 its T̂syn is read as that share of itself."""
     factory = policy_factory("pi", scenario, settings)
 
@@ -58,7 +65,35 @@ def run_pi(scenario: Scenario, settings: Settings, lead_bias: float = 1.0) -> Re
         setattr(controller, "lead_s", lambda: lead_bias * lead_s())  # noqa: B010
         return controller
 
-    return summarize(Simulation(scenario, "pi", factory if lead_bias == 1.0 else biased).run())
+    raw = Simulation(scenario, "pi", factory if lead_bias == 1.0 else biased).run()
+    return raw, summarize(raw)
+
+
+def run_pi(scenario: Scenario, settings: Settings, lead_bias: float = 1.0) -> Report:
+    """The report of ``simulate_pi``."""
+    return simulate_pi(scenario, settings, lead_bias)[1]
+
+
+def lost_leads(raw: RawRun, report: Report) -> list[float]:
+    """Per disturbance: GPU time lost in the two lead times after it, in lead times: the
+    worker-seconds the GPUs stood idle while work waited, beyond what the new regime leaves
+    idle anyway (synthesis bound after a slowdown), ÷ the live workers. Starts (t = 0, warm
+    or not) are left out: the GPUs wait a lead time for the first syntheses whatever the
+    buffer."""
+    sc, tr = raw.scenario, raw.trace
+    t = np.asarray(tr.t)
+    out = []
+    for rec in report.recoveries:
+        if rec.at_s == 0:
+            continue
+        regime = next(r for r in sc.regimes() if r.start_s <= rec.at_s < r.stop_s)
+        achievable = regime.achievable_busy * np.asarray(tr.workers)
+        short = np.asarray(tr.available) * (achievable - np.asarray(tr.busy))
+        cum = np.concatenate(([0.0], np.cumsum(short[:-1] * np.diff(t))))
+        end = min(rec.at_s + 2 * rec.lead_s, raw.end_s)
+        lost = float(np.interp(end, t, cum) - np.interp(rec.at_s, t, cum))
+        out.append(max(0.0, lost) / max(1, regime.workers) / rec.lead_s)
+    return out
 
 
 @dataclass(frozen=True)
@@ -68,13 +103,14 @@ class Row:
     label: str
     knob: str  # the knob swept: "buffer", "kp" or "ki"
     value: float
+    lost_leads: float
     recovery_leads: float
     worst_recovery_leads: float
     busy: float
     lowest_busy: float
     inflight_vs_little: float
     inflight_gib: float
-    per_scenario: tuple[tuple[str, float, float], ...]  # (scenario, recovery, in flight ÷ L)
+    per_scenario: tuple[tuple[str, float, float], ...]  # (scenario, time lost, in flight ÷ L)
 
 
 def _scenarios(seeds: int) -> list[Scenario]:
@@ -90,12 +126,10 @@ def _recoveries(report: Report) -> list[float]:
     return [NEVER_LEADS if r.after_s is None else r.after_s / r.lead_s for r in report.recoveries]
 
 
-def run_row(
-    knob: str, value: float, scenarios: Sequence[Scenario], lead_bias: float = 1.0
-) -> Row:
+def run_row(knob: str, value: float, scenarios: Sequence[Scenario], lead_bias: float = 1.0) -> Row:
     """pi on every scenario with ``knob`` at ``value``: "buffer" (``target_ready_s`` at
     ``value`` × the scenario's lead time, ``target_ready`` 1), "kp" or "ki" (the other at 0)."""
-    results: list[tuple[Scenario, Report]] = []
+    results: list[tuple[Scenario, Report, list[float]]] = []
     for scenario in scenarios:
         if knob == "buffer":
             lead_s = scenario.synthesis.duration_s.mean
@@ -103,38 +137,45 @@ def run_row(
         else:
             other = "ki" if knob == "kp" else "kp"
             controller = ControllerSettings(**{knob: value, other: 0.0})
-        report = run_pi(scenario, Settings(controller=controller), lead_bias)
-        results.append((scenario, report))
-    recoveries = [x for _, r in results for x in _recoveries(r)]
+        raw, report = simulate_pi(scenario, Settings(controller=controller), lead_bias)
+        results.append((scenario, report, lost_leads(raw, report)))
+    recoveries = [x for _, r, _ in results for x in _recoveries(r)]
+    lost = [x for _, _, losses in results for x in losses]
     return Row(
         label=f"{knob}={value:g}" + (" leads" if knob == "buffer" else ""),
         knob=knob,
         value=value,
+        lost_leads=statistics.fmean(lost) if lost else math.nan,
         recovery_leads=statistics.fmean(recoveries),
         worst_recovery_leads=max(recoveries),
-        busy=statistics.fmean(r.gpu_busy_ratio for _, r in results),
-        lowest_busy=min(r.gpu_busy_ratio for _, r in results),
+        busy=statistics.fmean(r.gpu_busy_ratio for _, r, _ in results),
+        lowest_busy=min(r.gpu_busy_ratio for _, r, _ in results),
         inflight_vs_little=statistics.fmean(
-            r.mean_inflight_partitions / r.little_min_inflight for _, r in results
+            r.mean_inflight_partitions / r.little_min_inflight for _, r, _ in results
         ),
         inflight_gib=statistics.fmean(
-            r.mean_inflight_partitions * sc.partition.bytes / 2**30 for sc, r in results
+            r.mean_inflight_partitions * sc.partition.bytes / 2**30 for sc, r, _ in results
         ),
         per_scenario=tuple(
-            (sc.name, statistics.fmean(_recoveries(r) or [0.0]),
-             r.mean_inflight_partitions / r.little_min_inflight)
-            for sc, r in results
-        ),  # fmt: skip
+            (
+                sc.name,
+                statistics.fmean(losses),
+                r.mean_inflight_partitions / r.little_min_inflight,
+            )
+            for sc, r, losses in results
+            if losses
+        ),
     )
 
 
 def render_rows(rows: Sequence[Row], markdown: bool) -> str:
     headers = (
-        "setting", "recovery (leads)", "worst (leads)", "busy", "lowest busy",
-        "in flight ÷ Little", "in flight (GiB)",
+        "setting", "GPU time lost (leads)", "recovery (leads)", "worst (leads)", "busy",
+        "lowest busy", "in flight ÷ Little", "in flight (GiB)",
     )  # fmt: skip
     cells = [
-        (r.label, f"{r.recovery_leads:.2f}", f"{r.worst_recovery_leads:.2f}", f"{r.busy:.4f}",
+        (r.label, f"{r.lost_leads:.3f}", f"{r.recovery_leads:.2f}",
+         f"{r.worst_recovery_leads:.2f}", f"{r.busy:.4f}",
          f"{r.lowest_busy:.4f}", f"{r.inflight_vs_little:.3f}", f"{r.inflight_gib:.0f}")
         for r in rows
     ]  # fmt: skip
@@ -142,41 +183,46 @@ def render_rows(rows: Sequence[Row], markdown: bool) -> str:
 
 
 def render_per_scenario(rows: Sequence[Row], markdown: bool) -> str:
-    """Recovery (lead times) and in flight ÷ Little's law per scenario, one column a setting."""
+    """GPU time lost (lead times) and in flight ÷ Little's law per scenario, one column a
+    setting."""
     names = sorted({name for r in rows for name, _, _ in r.per_scenario})
     headers = ("scenario", *(r.label for r in rows))
     cells = []
     for name in names:
         cell = []
         for r in rows:
-            found = [(rec, held) for n, rec, held in r.per_scenario if n == name]
-            rec = statistics.fmean(x for x, _ in found)
+            found = [(lost, held) for n, lost, held in r.per_scenario if n == name]
+            lost = statistics.fmean(x for x, _ in found)
             held = statistics.fmean(y for _, y in found)
-            cell.append(f"{rec:.2f} / {held:.2f}")
+            cell.append(f"{lost:.3f} / {held:.2f}")
         cells.append((name, *cell))
     return render(headers, cells, markdown=markdown)
 
 
 def plot(buffer: Sequence[Row], biased: Sequence[Row], shipped: Sequence[Row], path: Path) -> None:
-    """Three panels: the buffer's recovery per scenario, then the busy ratio under kp and ki
-    with the model biased and as shipped, each against memory in flight ÷ Little's law."""
+    """Three panels against memory in flight ÷ Little's law: the GPU time the buffer saves
+    after the disturbances, per scenario; the busy ratio under kp and ki with the model
+    biased; the same with the model as shipped."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (buf_ax, bias_ax, ship_ax) = plt.subplots(1, 3, figsize=(16, 4.8))
-    names = sorted({name for r in buffer for name, _, _ in buffer[0].per_scenario})
+    ship_ax.sharey(bias_ax)  # one scale: the gains' effect, biased, against none unbiased
+    names = sorted({name for name, _, _ in buffer[0].per_scenario})
     for name in names:
-        points = [next((rec, held) for n, rec, held in r.per_scenario if n == name)
-                  for r in buffer]  # fmt: skip
-        buf_ax.plot([h for _, h in points], [rec for rec, _ in points], marker="o", label=name)
-        for r, (rec, held) in zip(buffer, points, strict=True):
-            buf_ax.annotate(f"{r.value:g}", (held, rec), fontsize=7, xytext=(3, 3),
+        points = [
+            (statistics.fmean(x for n, x, _ in r.per_scenario if n == name),
+             statistics.fmean(y for n, _, y in r.per_scenario if n == name))
+            for r in buffer
+        ]  # fmt: skip
+        buf_ax.plot([h for _, h in points], [x for x, _ in points], marker="o", label=name)
+        for r, (lost, held) in zip(buffer, points, strict=True):
+            buf_ax.annotate(f"{r.value:g}", (held, lost), fontsize=7, xytext=(3, 3),
                             textcoords="offset points")  # fmt: skip
-    buf_ax.axhline(2.0, color="grey", linestyle=":", linewidth=1)
     buf_ax.set_title("target_ready_s (in lead times), model as shipped")
-    buf_ax.set_ylabel("recovery after the disturbance (lead times)")
+    buf_ax.set_ylabel("GPU time lost after a disturbance (lead times)")
     for ax, rows, title in ((bias_ax, biased, f"kp, ki: T̂syn read as {LEAD_BIAS:g}×"),
                             (ship_ax, shipped, "kp, ki: model as shipped")):  # fmt: skip
         for knob in ("ki", "kp"):
@@ -220,7 +266,7 @@ def main() -> int:
         print(f"{title}:\n")
         print(render_rows(rows, args.markdown))
         print()
-    print("The ready buffer per scenario (recovery in lead times / in flight ÷ Little):\n")
+    print("The ready buffer per scenario (GPU time lost in lead times / in flight ÷ Little):\n")
     print(render_per_scenario(buffer, args.markdown))
     print()
     runs = len(scenarios) * (len(buffer) + len(biased) + len(shipped))

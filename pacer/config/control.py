@@ -104,7 +104,8 @@ class ControllerSettings(Section):
         ge=0,
         le=1_000_000,
         description="Partitions dispatched on a cold start, before any duration is known; 0: "
-        "90 % of the smaller of the synthesis-concurrency and memory caps (partitions)",
+        "every synthesis slot (the synthesis-concurrency cap), within 90 % of the memory cap "
+        "(partitions)",
     )
     spread_sigmas: float = Field(
         2.5,
