@@ -253,6 +253,35 @@ def test_dispatches_are_spaced_by_the_interval(clock: FakeClock) -> None:
     assert c.decide(o).dispatch == 1
 
 
+def test_a_projected_shortfall_goes_out_at_once_with_the_buffer(clock: FakeClock) -> None:
+    c = make(clock)
+    # q̂ = 0 + 20 − 30 = −10: the GPUs run dry within a lead time; the shortfall and the
+    # buffer q* = 8 go out together, not at the paced rate.
+    assert c.decide(obs(ready=0, synth=20)).dispatch == 18
+
+
+@pytest.mark.parametrize(("backlog", "sent"), [(2, 2), (3, 3), (5, 1)])
+def test_the_end_of_the_backlog_goes_out_together(
+    clock: FakeClock, backlog: int, sent: int
+) -> None:
+    c = make(clock)
+    # q̂ = 8 + 28 − 30 = 6: room for 3 below q* + 1. A backlog that fits goes at once; a
+    # longer one is paced (one partition of credit now).
+    assert c.decide(obs(ready=8, synth=28, backlog=backlog)).dispatch == sent
+
+
+def test_a_change_of_model_forgets_the_predictions_and_the_integral(clock: FakeClock) -> None:
+    c = make(clock, kp=0.0, ki=0.2)
+    _predicted(c, clock)
+    pace(c, clock, obs(ready=13, synth=30), 3.0, step=1.0)  # ε = 13 − 9 = 4
+    assert c.integral > 0 and c.terms.error == pytest.approx(4.0)
+    c.observe_gpu_service(0.5)  # a quarter of the saved 2 s: the saved estimates are dropped
+    clock.advance(1.0)
+    c.decide(obs(ready=13, synth=30))
+    # The errors were the saved estimates' bias, which the fresh ones have removed.
+    assert (c.integral, c.terms.error) == (0.0, 0.0)
+
+
 def test_integral_accumulates_and_stays_clamped(clock: FakeClock) -> None:
     c = make(clock, kp=0.0, ki=0.001, integral_max=1.0)
     _predicted(c, clock)
@@ -438,7 +467,7 @@ def test_no_rebootstrap_on_a_momentary_empty_pipeline(clock: FakeClock) -> None:
     # Not a re-bootstrap (the integral is kept); the projected shortfall went out at once.
     assert c.rebootstraps == 0
     assert c.integral <= integral < 0
-    assert first.dispatch >= 30  # q̃ ≤ q̂ = 0 + 0 − 30: up to q̃ = 0 at once
+    assert first.dispatch >= 38  # q̃ ≤ q̂ = 0 + 0 − 30: up to q̃ = q* = 8 at once
 
 
 def test_no_second_rebootstrap_before_the_refill_reaches_a_gpu(clock: FakeClock) -> None:
