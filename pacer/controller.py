@@ -17,9 +17,13 @@ model (a T̂syn or T̂gpu that lags a change, or is measured short) shows as a p
 kp answers it at once, ki removes what persists.
 
 Output: order-up-to on ``q̃`` (never more than ``q* + 1 − q̃`` partitions; a shortfall below
-zero at once), at the rate ``clamp(1 + (q* − q̃) ÷ q*) ÷ base`` where the feed-forward
-``base = T̂gpu ÷ W`` dispatches at the rate the GPUs consume. ``q*`` is the ready buffer in
-seconds of GPU work, ``target_ready_s ÷ base``, at least ``target_ready`` partitions.
+zero at once, up to ``q*``; the end of the backlog together), at the rate
+``clamp(1 + (q* − q̃) ÷ q*) ÷ base`` where the feed-forward ``base = T̂gpu ÷ W`` dispatches at
+the rate the GPUs consume. ``q*`` is the ready buffer in seconds of GPU work,
+``target_ready_s ÷ base``, at least ``target_ready`` partitions.
+
+The PI arithmetic is ``pacer.pi_law``; dispatch by rate within the caps,
+``pacer.rate_dispatch``; the cold start and the refills after a drain, ``pacer.bootstrap``.
 """
 
 from __future__ import annotations
