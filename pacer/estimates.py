@@ -71,7 +71,8 @@ class Estimator:
     the W longest and W shortest: a stall that holds every worker adds one long sample
     each, and those are the ones left out. T̂syn is the mean of the last ``synthesis_window``
     synthesis durations (at least two lead times of them), with their spread. Both drop
-    older samples on a change of level (``DurationWindow``). The lead time the projection
+    older samples on a change of level (``DurationWindow``); a GPU that speeds up is believed
+    after a run of W + 1 shorter times (at least ``DROP_RUN_MIN``). The lead time the projection
     looks ahead is T̂syn, raised by the cold start's censored cohort mean and by the live
     floor (``lead_s``).
     """
