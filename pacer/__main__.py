@@ -147,7 +147,7 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
     from pydantic import ValidationError
 
     from pacer import logs, server
-    from pacer.journal import JournalInUseError, NewerSchemaError
+    from pacer.journal import JournalRefusedError
     from pacer.journal_health import JournalUnavailable
     from pacer.plan import ConfigurationError
     from pacer.workload import WorkloadError
@@ -162,15 +162,14 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
         print(f"pacer: --{error['loc'][0]}: {error['msg']}", file=sys.stderr)
         return 2
     logs.setup(args.log_level, args.log_format)
-    refused = (ConfigurationError, WorkloadError, NewerSchemaError, JournalInUseError,
-               JournalUnavailable)  # fmt: skip
+    refused = (ConfigurationError, WorkloadError, JournalRefusedError, JournalUnavailable)
     try:
         return server.run(settings)
     except refused as exc:
         print(f"pacer: {exc}", file=sys.stderr)
         return 2
     except sqlite3.Error as exc:
-        print(f"pacer: journal {settings.journal.path}: {exc}", file=sys.stderr)
+        print(f"pacer: journal {settings.journal.location}: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"pacer: cannot serve: {exc}", file=sys.stderr)

@@ -82,6 +82,18 @@ class Backlog:
         self._count -= dropped
         return dropped
 
+    def discard(self, job_id: str, indices: IndexRanges) -> int:
+        """Drop those of ``indices`` that wait in the job's backlog (partitions no longer this
+        service's to prove); how many were dropped."""
+        queued = self._jobs.get(job_id)
+        if queued is None:
+            return 0
+        dropped = sum(queued.pending.discard(start, stop) for start, stop in indices.runs())
+        if not queued.pending:
+            del self._jobs[job_id]  # its heap entry goes when peek meets it
+        self._count -= dropped
+        return dropped
+
     def pending(self, job_id: str) -> IndexRanges | None:
         """The job's partitions waiting (not a copy), or None when it has none."""
         queued = self._jobs.get(job_id)

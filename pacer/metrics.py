@@ -344,8 +344,9 @@ class JournalMetrics(Collector):
         )
         yield CounterMetricFamily(
             "pacer_journal_commit_failures",
-            "Journal writes that failed (results, job failures, estimates, pruning, new jobs); "
-            "each is retried but a new job's, which is refused (503)",
+            "Journal writes that failed (results, job failures, estimates, pruning, new jobs; "
+            "a fleet's claims and renewals); each is retried but a new job's, which is refused "
+            "(503)",
             value=health.failures,
         )
         yield GaugeMetricFamily(

@@ -160,6 +160,31 @@ class IndexRanges:
         b[i:j] = new
         self._count += stop - start - covered
 
+    def discard(self, start: int, stop: int) -> int:
+        """Remove the indices of ``[start, stop)``; how many of them were in the set.
+
+        >>> pending = IndexRanges([(0, 10)])
+        >>> pending.discard(3, 5), pending.discard(0, 4), pending.runs()
+        (2, 3, [(5, 10)])
+        """
+        if not 0 <= start <= stop:
+            raise ValueError(f"a run needs 0 <= start <= stop, got [{start}, {stop})")
+        b = self._bounds
+        i = bisect_left(b, start, self._head)  # odd: a run holds indices before start
+        j = bisect_right(b, stop, self._head)  # odd: a run holds indices from stop on
+        first, last = i - i % 2, j + j % 2
+        covered = sum(max(0, min(b[k + 1], stop) - max(b[k], start)) for k in range(first, last, 2))
+        if not covered:
+            return 0
+        kept = array("q")
+        if i % 2:
+            kept.append(start)
+        if j % 2:
+            kept.append(stop)
+        b[i:j] = kept
+        self._count -= covered
+        return covered
+
     def update(self, other: IndexRanges) -> None:
         """Add every index of ``other``."""
         if not self._count:

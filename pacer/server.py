@@ -46,12 +46,17 @@ class Server(Service):
         # Young collections every 700 allocations land inside one dispatch decision in twenty
         # at thousands of partitions/s; fifty thousand makes them rare, each still ~1 ms.
         gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+        work = (
+            f"{self.resumed} jobs resumed"
+            if self.fleet is None
+            else f"host {self.fleet.host} of the fleet at {self.settings.journal.location}"
+        )
         log.info(
-            "pacer ready on http://%s:%d (workload %s, policy %s, %d workers, %d jobs resumed)",
+            "pacer ready on http://%s:%d (workload %s, policy %s, %d workers, %s)",
             self.settings.api.host, self.port, self.workload.name, self.policy_name,
-            self.pipeline.workers, self.resumed,
+            self.pipeline.workers, work,
         )  # fmt: skip
-        sd_notify(f"READY=1\nSTATUS=serving on port {self.port}, {self.resumed} jobs resumed")
+        sd_notify(f"READY=1\nSTATUS=serving on port {self.port}, {work}")
 
     async def shutdown(self) -> bool:
         """Drain (the API answers meanwhile: not ready, no new jobs), stop serving, close.

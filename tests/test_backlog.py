@@ -119,6 +119,7 @@ operations = st.lists(
         st.tuples(st.just("add"), st.integers(0, 200), st.integers(0, 40)),
         st.tuples(st.just("one"), st.integers(0, 200), st.just(0)),
         st.tuples(st.just("pop"), st.just(0), st.just(0)),
+        st.tuples(st.just("discard"), st.integers(0, 200), st.integers(0, 60)),
     ),
     max_size=150,
 )
@@ -135,6 +136,10 @@ def test_index_ranges_behave_as_a_sorted_set(ops: list[tuple[str, int, int]]) ->
         elif op == "one":
             ranges.add(start)
             model.add(start)
+        elif op == "discard":
+            gone = model & set(range(start, start + length))
+            assert ranges.discard(start, start + length) == len(gone)
+            model -= gone
         elif model:
             lowest = min(model)
             model.remove(lowest)
@@ -198,6 +203,7 @@ backlog_operations = st.lists(
         st.tuples(st.just("retry"), Job, st.integers(0, 60), st.just(0), st.just(0)),
         st.tuples(st.just("cancel"), Job, st.just(0), st.just(0), st.just(0)),
         st.tuples(st.just("pop"), Job, st.integers(1, 20), st.just(0), st.just(0)),
+        st.tuples(st.just("discard"), Job, st.integers(0, 60), st.integers(0, 30), st.just(0)),
     ),
     max_size=60,
 )
@@ -224,6 +230,14 @@ def test_dispatch_order_is_priority_then_order_then_index(ops: list[tuple[Any, .
         elif op == "cancel":
             gone = model.pop(job, (None, set()))[1]
             assert backlog.cancel(job) == len(gone)
+        elif op == "discard":  # a lease lost: those of its partitions still waiting leave
+            key, pending = model.get(job, ((0, 0, job), set()))
+            gone = pending & set(range(arg, arg + priority))
+            assert backlog.discard(job, IndexRanges([(arg, arg + priority)])) == len(gone)
+            if pending - gone:
+                model[job] = (key, pending - gone)
+            else:
+                model.pop(job, None)
         else:
             for _ in range(arg):
                 spec = backlog.pop()

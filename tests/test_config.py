@@ -145,6 +145,61 @@ def test_a_refused_token_is_not_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "hunter2" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("env", "location", "fleet"),
+    [
+        ({}, "pacer-journal.sqlite", False),
+        ({"PACER_JOURNAL__PATH": "/var/j.sqlite"}, "/var/j.sqlite", False),
+        ({"PACER_JOURNAL__URL": "sqlite:///rel/j.sqlite"}, "rel/j.sqlite", False),
+        ({"PACER_JOURNAL__URL": "sqlite:////abs/j.sqlite"}, "/abs/j.sqlite", False),
+        ({"PACER_JOURNAL__URL": "plain.sqlite"}, "plain.sqlite", False),
+        ({"PACER_JOURNAL__URL": "postgresql://pacer:pw@db:5432/pacer"},
+         "postgresql://pacer:***@db:5432/pacer", True),
+        ({"PACER_JOURNAL__URL": "postgres://db/pacer?password=pw&sslmode=require"},
+         "postgres://db/pacer?password=%2A%2A%2A&sslmode=require", True),
+    ],
+    ids=["default", "path", "relative", "absolute", "bare-path", "postgresql", "password-param"],
+)  # fmt: skip
+def test_the_journal_url_names_an_sqlite_file_or_a_fleets_database(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], location: str, fleet: bool
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    journal = load_settings().journal
+    assert (journal.location, journal.fleet) == (location, fleet)
+    assert "pw" not in journal.location
+    if fleet:
+        assert journal.postgres_url == env["PACER_JOURNAL__URL"]
+        assert journal.write_timeout_s == journal.timeout_s
+    else:
+        assert str(journal.sqlite_path) == location
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"PACER_JOURNAL__URL": "mysql://u:hunter2@db/x"},
+         "PACER_JOURNAL__URL: must be postgresql://…, sqlite:///… (with a path) or a path"),
+        ({"PACER_JOURNAL__URL": "sqlite:///"}, "PACER_JOURNAL__URL: must be postgresql://…"),
+        ({"PACER_JOURNAL__URL": "a.sqlite", "PACER_JOURNAL__PATH": "b.sqlite"},
+         "PACER_JOURNAL__URL and PACER_JOURNAL__PATH both name the SQLite file"),
+        ({"PACER_JOURNAL__HOST": "gpu 1"}, "PACER_JOURNAL__HOST: must be visible ASCII"),
+        ({"PACER_JOURNAL__LEASE_S": "0.1"}, "PACER_JOURNAL__LEASE_S: Input should be greater"),
+        ({"PACER_JOURNAL__CLAIM_MAX": "10001"}, "PACER_JOURNAL__CLAIM_MAX: Input should be less"),
+    ],
+    ids=["scheme", "no-path", "url-and-path", "host-space", "lease-short", "claim-max"],
+)  # fmt: skip
+def test_a_bad_journal_setting_is_named_and_a_url_never_echoed(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
+    assert "hunter2" not in str(info.value)
+
+
 def test_every_number_of_the_schema_is_bounded_on_both_sides() -> None:
     for var_name, field in numeric_fields():
         bounds = {type(rule).__name__ for rule in field.metadata}

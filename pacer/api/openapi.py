@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Iterable
+from dataclasses import fields
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -19,6 +20,7 @@ from pacer.config import ControllerSettings
 from pacer.estimates import Estimates
 from pacer.journal import MAX_PARTITIONS, JobRecord, JobState, PartitionRecord
 from pacer.policy import Mode, Terms
+from pacer.service.fleet import FleetCounts
 
 Schema = dict[str, Any]
 REF = "#/components/schemas/{model}"
@@ -110,11 +112,18 @@ def schemas() -> dict[str, Schema]:
             "pending": INTEGER, "completed": INTEGER, "failed": INTEGER,
             "first_failures": {"type": "array", "items": {"type": "object", "properties": {
                 "index": INTEGER, "error": STRING}}}}},
+        "Holder": {"type": "object", "required": ["host", "leases", "partitions"], "properties": {
+            "host": STRING, "leases": INTEGER, "partitions": INTEGER,
+            "runs": {"type": "array", "items": {"type": "array", "items": INTEGER}},
+            "expires_in_s": {"type": "number", "description": "The soonest of its leases "
+                             "lapses in (s, the database's clock; <= 0: lapsed)"}}},
         "JobDetail": {"allOf": [ref("Job"), {
             "type": "object", "required": ["partition_results", *page_end], "properties": {
                 "partitions_summary": ref("PartitionSummary"),
                 "last_failures": {"type": "array", "items": ref("Attempt")},
                 "partition_results": {"type": "array", "items": ref("Partition")},
+                "holders": {"type": "array", "items": ref("Holder"), "description": "With a "
+                            "fleet's journal: the hosts holding leases of its partitions"},
                 **page_end}}]},
         "PartitionPage": {
             "type": "object", "required": ["id", "partition_results", "next_cursor"],
@@ -132,7 +141,11 @@ def schemas() -> dict[str, Schema]:
                            "terms": ref("Terms"), "estimates": ref("Estimates")}},
         "ControllerPatch": {"type": "object", "additionalProperties": False,
                             "properties": patch},
-        "Status": {"type": "object", "required": list(STATUS), "properties": STATUS},
+        "Status": {"type": "object", "required": list(STATUS), "properties": {
+            **STATUS, "fleet": ref("FleetStatus")}},
+        "FleetStatus": {"type": "object", "required": list(FLEET), "properties": FLEET,
+                        "description": "With a fleet's journal: this host's claims and leases, "
+                        "the fleet's partitions left and the hosts holding leases"},
     }  # fmt: skip
     return out
 
@@ -154,6 +167,20 @@ STATUS: dict[str, Schema] = {
     "jobs": {"type": "object", "properties": {s.value: INTEGER for s in JobState}},
     "journal": OBJECT,
 }
+
+
+FLEET: dict[str, Schema] = {
+    "host": STRING,
+    "lease_s": {"type": "number"},
+    "claim_max": INTEGER,
+    "claim_target": INTEGER,
+    "leases": INTEGER,
+    "leased_partitions": INTEGER,
+    "since_renewal_s": {"type": "number"},
+    **{counter.name: INTEGER for counter in fields(FleetCounts)},
+    "pending_partitions": INTEGER,
+    "hosts": {"type": "array", "items": ref("Holder")},
+}  # fmt: skip
 
 
 def _answer(answer: Answer) -> Schema:

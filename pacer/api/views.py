@@ -19,6 +19,7 @@ from pacer.journal import (
     JobKey,
     JobRecord,
     JobState,
+    Lease,
     PartitionRecord,
     PartitionSummary,
     UnknownJob,
@@ -113,10 +114,35 @@ async def jobs_page(
     return await service.db(build)
 
 
+def holders_json(leases: list[Lease]) -> list[dict[str, Any]]:
+    """Leases grouped by the host holding them, by host name: how many, their partitions
+    (runs ``[start, stop)``, some of them maybe proved already) and the soonest expiry (s on
+    the database's clock; ≤ 0: lapsed, any host's to reclaim)."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for lease in leases:
+        held = hosts.setdefault(
+            lease.host,
+            {
+                "host": lease.host,
+                "leases": 0,
+                "partitions": 0,
+                "runs": [],
+                "expires_in_s": lease.expires_in_s,
+            },
+        )
+        held["leases"] += 1
+        held["partitions"] += lease.stop - lease.start
+        held["runs"].append([lease.start, lease.stop])
+        held["expires_in_s"] = round(min(held["expires_in_s"], lease.expires_in_s), 3)
+    return [hosts[host] for host in sorted(hosts)]
+
+
 async def job_detail(service: Service, job_id: str, page: int) -> dict[str, Any] | None:
     """The job, counts of its partitions by state with its first failures, and its first
     ``page`` partitions (``partitions_next_offset`` and ``partitions_next_cursor``: where the
-    next page starts, or None); None if there is no such job."""
+    next page starts, or None); with a fleet's journal, which hosts hold its partitions
+    (``holders``). None if there is no such job."""
+    fleet = service.fleet is not None
 
     def build() -> dict[str, Any] | None:
         journal = service.journal
@@ -125,7 +151,7 @@ async def job_detail(service: Service, job_id: str, page: int) -> dict[str, Any]
             return None
         summary = journal.partition_summary(job_id)
         records = journal.partition_page(job_id, 0, page)
-        return {
+        detail = {
             **job_json(job),
             "partitions_summary": summary_json(summary),
             "last_failures": [attempt_json(a) for a in journal.failures(job_id, LAST_FAILURES)],
@@ -133,6 +159,9 @@ async def job_detail(service: Service, job_id: str, page: int) -> dict[str, Any]
             "partitions_next_offset": page if job.partitions > page else None,
             "partitions_next_cursor": _partitions_cursor(job, page),
         }
+        if fleet:
+            detail["holders"] = holders_json(service.journal_access.fleet_journal.leases(job_id))
+        return detail
 
     try:
         return await service.db(build)
@@ -186,14 +215,48 @@ def controller_state(service: Service) -> dict[str, Any]:
     return state
 
 
+def fleet_status(service: Service) -> dict[str, Any] | None:
+    """This host's part in its fleet (None without one): its name, lease, claims and leases."""
+    fleet = service.fleet
+    if fleet is None:
+        return None
+    return {
+        "host": fleet.host,
+        "lease_s": fleet.lease_s,
+        "claim_max": service.settings.journal.claim_max,
+        "claim_target": fleet.target(),
+        "leases": len(fleet.held),
+        "leased_partitions": fleet.leased_partitions(),
+        "since_renewal_s": round(fleet.since_renewal_s(), 3),
+        **asdict(fleet.counts),
+    }
+
+
+def _fleet_wide(service: Service) -> dict[str, Any]:
+    """On the journal's thread: the fleet's partitions left to prove and every host holding
+    leases."""
+    journal = service.journal_access.fleet_journal
+    return {
+        "pending_partitions": journal.pending_partitions(),
+        "hosts": [{k: v for k, v in held.items() if k != "runs"}
+                  for held in holders_json(journal.leases())],
+    }  # fmt: skip
+
+
 async def status(service: Service) -> dict[str, Any]:
     """Readiness and its reasons, health, the controller, queues, memory, pool, calls,
-    retries, synthesis, GPUs, job counts and the journal's health."""
+    retries, synthesis, GPUs, job counts and the journal's health; with a fleet's journal,
+    the fleet (``fleet``: this host's claims and leases, the hosts holding leases)."""
     p = service.pipeline
-    counts = await service.db(service.journal.counts)
+    fleet = fleet_status(service)
+
+    def read() -> tuple[dict[JobState, int], dict[str, Any]]:
+        return service.journal.counts(), {} if fleet is None else _fleet_wide(service)
+
+    counts, fleet_wide = await service.db(read)
     reasons = service.unready_reasons()
     health = service.health
-    return {
+    answer = {
         "ready": not reasons,
         "draining": service.draining,
         "reasons": reasons,
@@ -255,3 +318,6 @@ async def status(service: Service) -> dict[str, Any]:
             "dispatch_held": service.commits.dispatch_held,
         },
     }
+    if fleet is not None:
+        answer["fleet"] = {**fleet, **fleet_wide}
+    return answer

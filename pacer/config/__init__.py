@@ -6,20 +6,21 @@ reads the environment and nothing else: no logging set-up, no files written.
 
 The sections are declared by what they set: `control` (the dispatch policy), `host` (cores,
 memory, GPUs, the built-in workload) and `operation` (API, journal, shutdown, time limits,
-retries, health); `settings` puts them together. `load` builds Settings from the environment
+retries, health) and `journal` (the SQLite file or the fleet's PostgreSQL database);
+`settings` puts them together. `load` builds Settings from the environment
 with each problem named by its variable; `env` lists the variables and renders them.
 """
 
 from pacer.config.control import ControllerSettings
 from pacer.config.env import Variable, effective, env_name, markdown_table, variables
 from pacer.config.host import GpuSettings, MemorySettings, NttSettings, SynthesisSettings
+from pacer.config.journal import JournalSettings, redacted
 from pacer.config.load import SettingsError, load_settings
 from pacer.config.operation import (
     MAX_TOKEN_CHARS,
     MIN_TOKEN_CHARS,
     ApiSettings,
     HealthSettings,
-    JournalSettings,
     RetrySettings,
     ShutdownSettings,
     TimeoutSettings,
@@ -49,5 +50,6 @@ __all__ = [
     "env_name",
     "load_settings",
     "markdown_table",
+    "redacted",
     "variables",
 ]

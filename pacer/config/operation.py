@@ -1,11 +1,10 @@
-"""How the service runs: its HTTP API, the journal, shutdown, each call's time limit, retries
-and health (``PACER_API__*``, ``PACER_JOURNAL__*``, ``PACER_SHUTDOWN__*``, ``PACER_TIMEOUTS__*``,
-``PACER_RETRY__*``, ``PACER_HEALTH__*``)."""
+"""How the service runs: its HTTP API, shutdown, each call's time limit, retries and health
+(``PACER_API__*``, ``PACER_SHUTDOWN__*``, ``PACER_TIMEOUTS__*``, ``PACER_RETRY__*``,
+``PACER_HEALTH__*``); the journal's section is `pacer.config.journal`."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field, SecretStr, field_validator
@@ -87,34 +86,6 @@ class ApiSettings(Section):
                 "(it is sent in an HTTP header)"
             )
         return value
-
-
-class JournalSettings(Section):
-    """The SQLite journal that makes accepted jobs survive a restart."""
-
-    path: Path = Field(
-        Path("pacer-journal.sqlite"), description="SQLite file of the job journal (path)"
-    )
-    retention_s: float = Field(
-        7 * 86400.0,
-        gt=0,
-        le=10 * 365 * 86400.0,
-        description="How long finished jobs, their results and idempotency keys are kept (s)",
-    )
-    commit_interval_s: float = Field(
-        0.05,
-        gt=0,
-        le=5,
-        description="Partition results are committed in batches at most this far apart; a "
-        "crash redoes at most that much work (s)",
-    )
-    busy_timeout_s: float = Field(
-        5.0,
-        ge=0,
-        le=600,
-        description="How long a journal write waits for a lock another program holds on the "
-        "file before it fails and is retried later (s)",
-    )
 
 
 class ShutdownSettings(Section):

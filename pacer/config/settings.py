@@ -9,10 +9,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pacer.config.control import ControllerSettings
 from pacer.config.host import GpuSettings, MemorySettings, NttSettings, SynthesisSettings
+from pacer.config.journal import JournalSettings
 from pacer.config.operation import (
     ApiSettings,
     HealthSettings,
-    JournalSettings,
     RetrySettings,
     ShutdownSettings,
     TimeoutSettings,

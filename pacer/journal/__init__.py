@@ -1,13 +1,16 @@
 """The job journal: jobs and their partition results, kept so that a restart resumes.
 
 The service speaks to it through `JournalBackend` (`interface`), opened by `open_journal`
-(`factory`); `SqliteJournal` (`sqlite`, also named `Journal`) keeps it in an SQLite file, built
-from `schema` (versions and migrations), `writer`, `failures`, `reads` and `saved_estimates`.
+(`factory`); a journal a fleet of pacers shares is also a `FleetBackend` (`fleet`: claims and
+leases; `pacer.pgjournal` keeps it in PostgreSQL). `SqliteJournal` (`sqlite`, also named
+`Journal`) keeps it in an SQLite file, built from `schema` (versions and migrations), `writer`,
+`failures`, `reads` and `saved_estimates`.
 What it holds and answers, whatever stores it, is in `records`; what it checks before it
 writes, in `checks`. One service per file: `JournalLock` (`lock`) holds ``<journal>.lock``.
 """
 
-from pacer.journal.factory import open_journal
+from pacer.journal.factory import open_fleet_journal, open_journal
+from pacer.journal.fleet import Claim, FleetBackend, HostInUseError, Lease
 from pacer.journal.interface import JournalBackend
 from pacer.journal.lock import JournalInUseError, JournalLock
 from pacer.journal.records import (
@@ -20,6 +23,7 @@ from pacer.journal.records import (
     JobRecord,
     JobState,
     JournalFileError,
+    JournalRefusedError,
     PartitionRecord,
     PartitionResult,
     PartitionState,
@@ -39,6 +43,9 @@ __all__ = [
     "MAX_PARTITIONS",
     "SCHEMA_VERSION",
     "Attempt",
+    "Claim",
+    "FleetBackend",
+    "HostInUseError",
     "IdempotencyConflict",
     "JobKey",
     "JobRecord",
@@ -49,6 +56,8 @@ __all__ = [
     "JournalFileGoneError",
     "JournalInUseError",
     "JournalLock",
+    "JournalRefusedError",
+    "Lease",
     "NewerSchemaError",
     "PartitionRecord",
     "PartitionResult",
@@ -56,6 +65,7 @@ __all__ = [
     "PartitionSummary",
     "SqliteJournal",
     "UnknownJob",
+    "open_fleet_journal",
     "open_journal",
     "result_digest",
 ]

@@ -63,7 +63,13 @@ class IdempotencyConflict(ValueError):  # noqa: N818 - a domain name, like Unkno
         self.job_id = job_id
 
 
-class JournalFileError(RuntimeError):
+class JournalRefusedError(RuntimeError):
+    """This service cannot use the journal as it is (``pacer serve`` exits 2 with the message,
+    which says why and what to do about it): a file of a newer schema or in use by another
+    service, a database of a newer schema, a host name another pacer of the fleet holds."""
+
+
+class JournalFileError(JournalRefusedError):
     """The journal file at ``path`` cannot be used as it is; the message says why and what to
     do about it. `NewerSchemaError`, `JournalInUseError` and `JournalFileGoneError` say which."""
 

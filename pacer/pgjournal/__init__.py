@@ -2,12 +2,14 @@
 
 `PgJournal` (`journal`) has the SQLite journal's methods and semantics, and the fleet's:
 `claim`, `renew`, `release` and `leases` (`fleet`), which hand a job's partitions to hosts as
-leased index runs. `schema` holds the versions and migrates a database as a host starts;
-`database` the pool and what the parts share; `reads` the queries.
+leased index runs, and the host's own connection (`host`: its name held, word of work heard).
+`schema` holds the versions and migrates a database as a host starts; `database` the pool and
+what the parts share; `reads` the queries.
 """
 
+from pacer.journal.fleet import Claim, HostInUseError, Lease
 from pacer.pgjournal.database import LEASE_S, POOL_SIZE, TIMEOUT_S, open_pool
-from pacer.pgjournal.fleet import MAX_CLAIM, Claim, Lease
+from pacer.pgjournal.fleet import MAX_CLAIM, WORK_CHANNEL
 from pacer.pgjournal.journal import PgJournal
 from pacer.pgjournal.schema import SCHEMA_VERSION, NewerDatabaseSchemaError, migrate
 
@@ -17,7 +19,9 @@ __all__ = [
     "POOL_SIZE",
     "SCHEMA_VERSION",
     "TIMEOUT_S",
+    "WORK_CHANNEL",
     "Claim",
+    "HostInUseError",
     "Lease",
     "NewerDatabaseSchemaError",
     "PgJournal",

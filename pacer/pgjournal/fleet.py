@@ -18,47 +18,22 @@ again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import pairwise
 
+from pacer.journal.fleet import Claim, Lease
 from pacer.journal.records import is_int
 from pacer.pgjournal.database import ACTIVE, Database
 from pacer.pgjournal.reads import free_runs
 from pacer.pgjournal.schema import LANE_PARTITIONS, LANES
-from pacer.ranges import IndexRanges
 
 MAX_CLAIM = 10_000  # partitions one claim may ask for
+# What hosts LISTEN on: a job accepted, or leases given back (partitions free to claim now).
+WORK_CHANNEL = "pacer_work"
 
 _ACTIVE_JOB = "EXISTS (SELECT 1 FROM jobs j WHERE j.id = b.job_id AND j.state IN (%s, %s))"
 # Before a statement on a host's leases: drop those of jobs that ended (a lease taken as its
 # job ended outlives the job's deletion of its runs). Parameters: the host, ACTIVE.
 _DROP_ENDED = f"WITH ended AS (DELETE FROM batches b WHERE b.claimed_by = %s AND NOT {_ACTIVE_JOB})"
-
-
-@dataclass(frozen=True)
-class Claim:
-    """Partitions of one job leased to a host: ``batch`` names the lease, ``pending`` the
-    partitions to prove (its run less those that have a result), ``reclaimed_from`` the host
-    whose lease had expired (None for partitions never handed out, or given back)."""
-
-    batch: int
-    job_id: str
-    pending: IndexRanges
-    reclaimed_from: str | None
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A run ``[start, stop)`` of a job's partitions that ``host`` holds (``batch``), for
-    ``expires_in_s`` more seconds on the database's clock (≤ 0: expired, anyone's to claim).
-    Some of its partitions may already have results."""
-
-    batch: int
-    job_id: str
-    host: str
-    start: int
-    stop: int
-    expires_in_s: float
 
 
 def lanes(partitions: int) -> list[tuple[int, int]]:
@@ -118,6 +93,8 @@ class FleetQueue(Database):
                 f" WHERE b.claimed_by = %s AND {_ACTIVE_JOB} RETURNING stop - start",
                 (host, *ACTIVE, host, *ACTIVE),
             ).fetchall()
+            if rows:
+                conn.execute(f"NOTIFY {WORK_CHANNEL}")
         return sum(count for (count,) in rows)
 
     def leases(self, job_id: str | None = None) -> list[Lease]:
@@ -134,6 +111,17 @@ class FleetQueue(Database):
             else:
                 rows = conn.execute(query + " AND job_id = %s ORDER BY start", (job_id,)).fetchall()
             return [Lease(*row) for row in rows]
+
+    def pending_partitions(self) -> int:
+        """Partitions of queued and running jobs without a result, fleet-wide: what the
+        fleet has left to prove, whoever holds it."""
+        with self._connection() as conn:
+            row = conn.execute(
+                "SELECT coalesce(sum(partitions - partitions_done), 0) FROM jobs"
+                " WHERE state IN (%s, %s)",
+                ACTIVE,
+            ).fetchone()
+        return 0 if row is None else int(row[0])
 
 
 def _check_host(host: str) -> None:

@@ -43,7 +43,8 @@ from pacer.pgjournal.database import (
     job_record,
     open_pool,
 )
-from pacer.pgjournal.fleet import FleetQueue, lanes
+from pacer.pgjournal.fleet import WORK_CHANNEL, FleetQueue, lanes
+from pacer.pgjournal.host import HostConnection
 from pacer.pgjournal.reads import JournalReads
 from pacer.pgjournal.schema import migrate
 
@@ -79,11 +80,37 @@ class PgJournal(JournalReads, FleetQueue):
             pool.close()
             raise
 
+    _host_connection: HostConnection | None = None
+
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def close(self) -> None:
+        """Let the host's name go and close the pool; later calls raise. Idempotent."""
+        if self._host_connection is not None:
+            self._host_connection.close()
+        super().close()
+
+    def hold_host(self) -> None:
+        """Take this host's name (``host``) on a connection of its own, held until `close`:
+        a second pacer of the same name is refused (`HostInUseError`, naming the holder)."""
+        conninfo = self._pool.conninfo
+        conninfo = conninfo if isinstance(conninfo, str) else conninfo()
+        connection = HostConnection(conninfo, self.host, self._pool.timeout)
+        connection.open()
+        self._host_connection = connection
+
+    def wait_for_work(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for word that partitions may be free to claim (a job
+        accepted or leases given back, by any host); whether word came. A lost connection is
+        opened again, the host's name taken back (`HostInUseError` if another pacer took it);
+        ``OperationalError`` while the server cannot be reached. After `hold_host` only."""
+        if self._host_connection is None:
+            raise RuntimeError("wait_for_work needs the host's name: call hold_host() first")
+        return self._host_connection.wait(timeout_s)
 
     def check_file(self) -> None:
         """Nothing to check: the journal is a server's, not a file this host could lose."""
@@ -164,6 +191,7 @@ class PgJournal(JournalReads, FleetQueue):
             " FROM unnest(%s::integer[], %s::integer[]) AS l (start, stop)",
             (job_id, priority, now, row[0], list(starts), list(stops)),
         )
+        conn.execute(f"NOTIFY {WORK_CHANNEL}")  # delivered when the transaction commits
         return JobRecord(
             job_id, JobState.QUEUED, partitions, 0, workload, json.loads(params_json), priority,
             now, now, None, None,

@@ -18,6 +18,8 @@ from __future__ import annotations
 import psycopg
 from psycopg.rows import TupleRow
 
+from pacer.journal.records import JournalRefusedError
+
 SCHEMA_VERSION = 1
 
 # pg_advisory_xact_lock's key for migrations: any constant no other application takes.
@@ -187,7 +189,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 
 
-class NewerDatabaseSchemaError(RuntimeError):
+class NewerDatabaseSchemaError(JournalRefusedError):
     """The database was migrated by a newer pacer, to a schema this version cannot read."""
 
     def __init__(self, found: int) -> None:

@@ -15,6 +15,7 @@ from pacer.config import TimeoutSettings
 from pacer.pipeline.inflight import InFlight
 from pacer.pipeline.work import Observer, Outcome, Work
 from pacer.policy import Caps, DispatchPolicy, Observation
+from pacer.ranges import IndexRanges
 from pacer.supervision import Supervisor
 from pacer.workload import Workload
 
@@ -26,7 +27,9 @@ class Pipeline(InFlight):
 
     ``on_outcome`` is called on the event loop for every partition that leaves the pipeline;
     ``budget_bytes`` bounds what partitions in flight hold; every ``verify_every``-th
-    dispatched is verified (0: none). See `InFlight` for ``on_task_failure``.
+    dispatched is verified (0: none). ``after_dispatch``, when set, is called on the loop after
+    each round of the dispatch loop (a fleet's host claims more when its backlog runs low).
+    See `InFlight` for ``on_task_failure``.
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class Pipeline(InFlight):
         # partitions costs one heap entry and one run.
         self._backlog = Backlog()
         self._dispatched = 0
+        self.after_dispatch: Callable[[], None] | None = None
         self._dispatching = False
         self._held = False
         self._dispatcher: asyncio.Task[None] | None = None
@@ -60,6 +64,16 @@ class Pipeline(InFlight):
     @property
     def backlog(self) -> int:
         return len(self._backlog)
+
+    @property
+    def dispatched(self) -> int:
+        """Partitions dispatched since the pipeline was made."""
+        return self._dispatched
+
+    @property
+    def dispatching(self) -> bool:
+        """Whether the pipeline may dispatch now: started, not draining, not held."""
+        return self._dispatching and not self._held
 
     def observation(self) -> Observation:
         now = self._clock()
@@ -93,6 +107,18 @@ class Pipeline(InFlight):
         Returns how many were dropped."""
         self._cancelled.add(job_id)
         dropped = self._backlog.cancel(job_id)
+        self._wake.set()
+        return dropped
+
+    def waiting(self, job_id: str) -> int:
+        """The job's partitions in the backlog."""
+        pending = self._backlog.pending(job_id)
+        return 0 if pending is None else len(pending)
+
+    def discard(self, job_id: str, indices: IndexRanges) -> int:
+        """Drop those of ``indices`` that wait in the backlog (in-flight ones finish and are
+        reported); how many were dropped."""
+        dropped = self._backlog.discard(job_id, indices)
         self._wake.set()
         return dropped
 
@@ -159,6 +185,8 @@ class Pipeline(InFlight):
                 if not self._dispatch_one():
                     break
             self._wake.clear()
+            if self.after_dispatch is not None:
+                self.after_dispatch()
             timeout = None
             if decision.next_at is not None:
                 # Timers are good to about a millisecond; the controller catches up on what

@@ -187,7 +187,7 @@ class Commits:
                 access.pending[:0] = partial.left
                 self._jobs.completed(partial.ended)
                 cause = partial.__cause__
-                raise JournalUnavailable(f"journal {access.settings.path}: {cause}") from cause
+                raise JournalUnavailable(f"journal {access.settings.location}: {cause}") from cause
             except BaseException:
                 access.pending[:0] = batch
                 raise
@@ -242,11 +242,11 @@ class Commits:
     # -- shutdown -----------------------------------------------------------------------------
 
     async def stop(self, deadline: float) -> None:
-        """Let the commit loop finish the round it is in (a write waits at most the busy
-        timeout for a lock), then stop it and upkeep."""
+        """Let the commit loop finish the round it is in (a write waits at most the journal's
+        write timeout), then stop it and upkeep."""
         self._closing.set()
         if self._committer is not None:
-            busy_s = self._access.settings.busy_timeout_s
+            busy_s = self._access.settings.write_timeout_s
             grace_s = max(deadline - self._clock(), busy_s + 1.0)
             done, _ = await asyncio.wait({self._committer}, timeout=grace_s)
             if not done:

@@ -28,7 +28,8 @@ LIVE = (JobState.QUEUED, JobState.RUNNING)
 class Jobs:
     """The service's jobs: each accepted job's place in the backlog (kept for its retries) and
     the partitions waiting out a backoff. ``policy()`` is the policy dispatching now;
-    ``draining()`` whether the service drains."""
+    ``draining()`` whether the service drains. ``to_fleet``, when set (a host of a fleet),
+    is called for each accepted job instead of queueing it here: the fleet's hosts claim it."""
 
     def __init__(
         self,
@@ -58,19 +59,25 @@ class Jobs:
         self._orders: dict[str, int] = {}  # job → its place in the backlog, kept for retries
         self._retries: dict[tuple[str, int], asyncio.TimerHandle] = {}  # waiting out a backoff
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.to_fleet: Callable[[], None] | None = None
 
     @property
     def retries_waiting(self) -> int:
         """Partitions waiting out a backoff before they are queued again."""
         return len(self._retries)
 
-    async def resume(self) -> int:
-        """Fail the jobs with a partition out of attempts (rather than resuming them for
-        ever), then queue what the journal holds unfinished; how many jobs were resumed."""
+    async def fail_exhausted(self) -> None:
+        """Fail the jobs with a partition out of attempts, rather than resuming them for ever."""
         access = self._access
         for job in await access.run(access.journal.fail_exhausted, self._retry.max_attempts):
             self._metrics.job_ended(job)
             log.error("job failed: %s", job.error, extra={"job": job.id})
+
+    async def resume(self) -> int:
+        """`fail_exhausted`, then queue what the journal holds unfinished; how many jobs were
+        resumed."""
+        await self.fail_exhausted()
+        access = self._access
         jobs = await access.run(access.journal.incomplete)
         for job, pending in jobs:
             self.enqueue(job, pending)
@@ -92,7 +99,7 @@ class Jobs:
             except JournalUnavailable as exc:
                 access.failed(exc, "accepting a job")
                 raise JournalUnavailable(f"{exc}: not accepting new jobs") from exc
-            self.enqueue(job, range(partitions))
+            self._accepted(job)
         log.info("job accepted: %d partitions", partitions, extra={"job": job.id})
         return job
 
@@ -112,10 +119,17 @@ class Jobs:
                 access.journal.add_job_once, key, partitions, name, params, priority
             )
             if created:  # else a twin of this request was journaled meanwhile
-                self.enqueue(job, range(partitions))
+                self._accepted(job)
         if created:
             log.info("job accepted: %d partitions", partitions, extra={"job": job.id})
         return job, created
+
+    def _accepted(self, job: JobRecord) -> None:
+        """A new job is journaled: queue it here, or tell the fleet's claims."""
+        if self.to_fleet is None:
+            self.enqueue(job, range(job.partitions))
+        else:
+            self.to_fleet()
 
     def _backlog_rate(self) -> float | None:
         """Partitions per second leaving the backlog, from the PI controller's estimates: the
@@ -222,6 +236,14 @@ class Jobs:
         """Forget what the service kept for a job that ended."""
         self._orders.pop(job_id, None)
         self.cancel_retries(job_id)
+
+    def forget(self, job_id: str) -> None:
+        """Forget a job's place in the backlog once none of its partitions waits here (a
+        fleet's host that holds no lease of it: the job goes on elsewhere)."""
+        if not self._pipeline.waiting(job_id) and not any(
+            key[0] == job_id for key in self._retries
+        ):
+            self._orders.pop(job_id, None)
 
     async def settle(self) -> None:
         """Wait for the requeues under way (at shutdown)."""

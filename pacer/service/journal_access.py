@@ -3,7 +3,9 @@ in memory to be written to it.
 
 Nothing happens on construction; `JournalAccess.open` takes the lock (one service per journal:
 a second one would resume and prove the same jobs) and opens the file on the journal's own
-thread, where every call runs after it (an fsync must never stall the event loop).
+thread, where every call runs after it (an fsync must never stall the event loop). A fleet's
+journal (PostgreSQL) has no file to lock: the host's name is held in the database instead (one
+pacer per name), once the journal is open.
 """
 
 from __future__ import annotations
@@ -12,13 +14,20 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pacer.config import JournalSettings
 from pacer.estimates import Estimates
-from pacer.journal import JournalBackend, JournalLock, PartitionResult, open_journal
+from pacer.journal import (
+    FleetBackend,
+    JournalBackend,
+    JournalLock,
+    PartitionResult,
+    open_fleet_journal,
+    open_journal,
+)
 from pacer.journal_health import Backoff, JournalHealth, JournalUnavailable
 from pacer.service.assembly import saved_estimates
 
@@ -35,7 +44,7 @@ class FailedAttempt:
 
 
 class JournalAccess:
-    """The journal at ``settings.path`` on a thread of its own, once `open`.
+    """The journal ``settings`` name on a thread of its own, once `open`.
 
     ``pending``: results proved but not committed, in order; ``failures``: failed attempts to
     journal, by (job, partition), oldest first. Both wait here while the journal fails;
@@ -49,9 +58,10 @@ class JournalAccess:
         self.health = JournalHealth(clock)
         self.pending: list[PartitionResult] = []
         self.failures: dict[tuple[str, int], list[FailedAttempt]] = {}
-        self._lock = JournalLock(settings.path)
+        self._lock = None if settings.fleet else JournalLock(settings.sqlite_path)
         self._thread: ThreadPoolExecutor | None = None
         self._journal: JournalBackend | None = None
+        self._fleet: FleetBackend | None = None
 
     @property
     def journal(self) -> JournalBackend:
@@ -64,31 +74,65 @@ class JournalAccess:
     def journal(self, journal: JournalBackend) -> None:
         self._journal = journal
 
+    @property
+    def fleet_journal(self) -> FleetBackend:
+        """The open journal of a fleet; RuntimeError for an SQLite one, or before `open`."""
+        if self._fleet is None:
+            raise RuntimeError("the journal is not a fleet's: PACER_JOURNAL__URL is no database")
+        return self._fleet
+
     async def open(self) -> None:
         """Take the journal's lock (``JournalInUseError`` naming the holder if another
         service has it), then open the journal the settings name (`open_journal`) on the
-        journal's thread."""
-        self._lock.acquire()
+        journal's thread; a fleet's journal, then take the host's name in it
+        (``HostInUseError`` naming the holder). ``JournalUnavailable`` when a database
+        cannot be reached."""
+        if self._lock is not None:
+            self._lock.acquire()
         self._thread = ThreadPoolExecutor(1, "pacer-journal")
         try:
-            self._journal = await asyncio.wrap_future(
-                self._thread.submit(open_journal, self.settings, time.time)
-            )
+            self._journal = await self._open()
         except BaseException:
             self._thread.shutdown()
             self._thread = None
-            self._lock.release()
+            if self._lock is not None:
+                self._lock.release()
             raise
+
+    async def _open(self) -> JournalBackend:
+        assert self._thread is not None
+        if not self.settings.fleet:
+            return await asyncio.wrap_future(
+                self._thread.submit(open_journal, self.settings, time.time)
+            )
+        fleet = await asyncio.wrap_future(self._thread.submit(open_fleet_journal, self.settings))
+        try:
+            await asyncio.wrap_future(self._thread.submit(fleet.hold_host))
+        except fleet.OperationalError as exc:
+            fleet.close()
+            raise JournalUnavailable(f"journal {self.settings.location}: {exc}") from exc
+        except BaseException:
+            fleet.close()
+            raise
+        self._fleet = fleet
+        return fleet
 
     async def run(self, call: Callable[..., T], *args: Any) -> T:
         """Run a journal call on the journal's thread. ``JournalUnavailable`` when the journal
-        cannot do it now (locked, disk full, I/O error: its ``OperationalError``)."""
-        if self._thread is None or self._journal is None:
+        cannot do it now (locked, disk full, I/O error, the server out of reach: its
+        ``OperationalError``)."""
+        if self._thread is None:
+            raise RuntimeError("the journal is not open: open() the service first")
+        return await self.run_on(self._thread, call, *args)
+
+    async def run_on(self, thread: Executor, call: Callable[..., T], *args: Any) -> T:
+        """`run` on another ``thread`` (a fleet's claims and leases have their own)."""
+        if self._journal is None:
             raise RuntimeError("the journal is not open: open() the service first")
         try:
-            return await asyncio.wrap_future(self._thread.submit(call, *args))
+            return await asyncio.wrap_future(thread.submit(call, *args))
         except self._journal.OperationalError as exc:
-            raise JournalUnavailable(f"journal {self.settings.path}: {exc}") from exc
+            raise JournalUnavailable(f"journal {self.settings.location}: {exc}") from exc
 
     async def close(self) -> None:
         """Close the journal and give its lock up; what is not open is left as it is."""
@@ -100,7 +144,8 @@ class JournalAccess:
         if self._thread is not None:
             self._thread.shutdown()
             self._thread = None
-        self._lock.release()
+        if self._lock is not None:
+            self._lock.release()
 
     async def saved_estimates(self, key: str) -> Estimates | None:
         """The estimates the journal holds, if they were saved under ``key`` (this host's and

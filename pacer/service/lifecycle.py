@@ -17,6 +17,7 @@ from pacer.attempts import CallLimits, RetrySchedule
 from pacer.config import Settings
 from pacer.controller import PIController
 from pacer.estimates import Estimates
+from pacer.fleet_metrics import FleetMetrics, claim_histogram
 from pacer.host_memory import MEMINFO
 from pacer.journal import JobRecord, JournalBackend
 from pacer.journal_health import Backoff
@@ -28,6 +29,7 @@ from pacer.policy import DispatchPolicy, PolicyConflictError
 from pacer.service import host
 from pacer.service.assembly import Progress, check_bind
 from pacer.service.commits import Commits
+from pacer.service.fleet import Fleet
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import JournalAccess
 from pacer.supervision import ProgressWatchdog, ReadinessSource, Supervisor
@@ -43,7 +45,8 @@ class Service:
     Construction checks and keeps the settings and does nothing else. `open` takes the
     journal's lock (held until `close`), opens it and assembles the parts below; `start`
     (opening first if need be) fits the memory budget to the host, prepares the workload,
-    resumes the journal's jobs and starts dispatching; `shutdown` drains and closes.
+    resumes the journal's jobs and starts dispatching; `shutdown` drains and closes. With a
+    fleet's journal (PostgreSQL) there is no resume: ``fleet`` claims partitions from it.
     ``backoff`` paces the retries of journal writes that fail. `pacer.server.Server` serves
     the HTTP API around it."""
 
@@ -56,6 +59,7 @@ class Service:
     metrics: Metrics
     jobs: Jobs
     commits: Commits
+    fleet: Fleet | None = None  # a host of a fleet (PACER_JOURNAL__URL=postgresql://…)
 
     def __init__(
         self,
@@ -161,24 +165,44 @@ class Service:
             estimates_key=self.plan.estimates_key, clock=self._clock,
         )  # fmt: skip
         self.registry.register(JournalMetrics(self.health, self.commits.uncommitted))
+        if settings.journal.fleet:
+            self._assemble_fleet()
         self.supervisor.expect(*(f"prove-{i}" for i in range(self.pipeline.workers)))
         self.pipeline.on_task_failure = self.supervisor.record_failure
         self.metrics.watch_health(self.supervisor, self.watchdog, self.unready_reasons)
         self.pipeline.observer = Progress(self.metrics, self.watchdog)
+
+    def _assemble_fleet(self) -> None:
+        self.fleet = fleet = Fleet(
+            self.journal_access, self.pipeline, self.jobs,
+            claim_max=self.settings.journal.claim_max,
+            synthesis_concurrency=lambda: self.plan.caps.synthesis_concurrency,
+            claim_seconds=claim_histogram(self.registry), clock=self._clock,
+        )  # fmt: skip
+        self.jobs.to_fleet = fleet.heard
+        self.registry.register(FleetMetrics(fleet))
+        self.readiness.append(fleet)
 
     # -- start --------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Open if not yet open; fit the memory budget to the host, prepare the workload,
         resume the jobs the journal holds unfinished (completed partitions are not redone),
-        and start the pipeline, the commit loop and upkeep. Ready on return."""
+        and start the pipeline, the commit loop and upkeep. A host of a fleet resumes nothing
+        itself: it gives back what a previous run of it held and claims. Ready on return."""
         await self.open()
         self._fit_memory_to_host()
         await self._prepare_workload()
-        self.resumed = await self.jobs.resume()
+        if self.fleet is None:
+            self.resumed = await self.jobs.resume()
+        else:
+            await self.jobs.fail_exhausted()
+            await self.fleet.take_over()
         self._started = True  # from here on, a drain has work to wait for and commit
         self.pipeline.start(self.supervisor)
         self.commits.start(self.supervisor)
+        if self.fleet is not None:
+            self.fleet.start(self.supervisor)
         self.ready = True
 
     def _fit_memory_to_host(self) -> None:
@@ -287,7 +311,11 @@ class Service:
         self.draining = True
         if not self._opened:
             return True
+        if self.fleet is not None:
+            self.fleet.stop_claiming()
         finished = await self._drain_work() if self._started else True
+        if self.fleet is not None:
+            await self.fleet.close()
         await self.pipeline.close()
         # Bounded only where something may be stuck: a large pinned pool takes its time.
         stuck = not finished or self.pipeline.abandoned_threads > 0
@@ -313,6 +341,8 @@ class Service:
         await self.commits.stop(deadline)
         await self.jobs.settle()
         await self.commits.last_commit(deadline)
+        if self.fleet is not None:  # what was not started goes to the other hosts at once
+            await self.fleet.give_back()
         return finished
 
     async def _unless_hurried(self, work: Awaitable[T]) -> T | None:
