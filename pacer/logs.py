@@ -66,3 +66,6 @@ def setup(level: str = "info", log_format: str = "text") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # The PostgreSQL pool warns at each reconnection attempt while the server is out of
+    # reach; the journal's health says it once, then once a minute.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)

@@ -30,6 +30,15 @@ PI_ONLY_SERIES = frozenset(f"pacer_controller_{term}" for term in PI_TERMS)
 """The series exported under the ``pi`` dispatch policy only (README, Metrics): under a baseline
 policy they are absent, so a query of them has no data for that instance."""
 
+FLEET_PREFIX = "pacer_fleet_"
+"""The series a host of a fleet (a PostgreSQL journal) exports, and only such a host: a query of
+them has no data for an instance on an SQLite journal."""
+
+
+def fleet_only(names: set[str]) -> bool:
+    """Whether ``names`` (a query's series) include one only a fleet's host exports."""
+    return any(name.startswith(FLEET_PREFIX) for name in names)
+
 # $name, ${name} and ${name:format}
 _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
 # Strings first (a regex may hold braces), then label matchers and grouping and matching

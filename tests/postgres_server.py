@@ -49,7 +49,9 @@ def _free_port() -> int:
 
 
 class PostgresServer:
-    """One PostgreSQL cluster: ``start()``, ``url(database)``, ``create_database()``, ``stop()``.
+    """One PostgreSQL cluster: ``start()``, ``url(database)``, ``create_database()``, ``stop()``;
+    ``halt()`` and ``resume()`` stop the server and start it again on its data and port (the
+    database out of reach for a while).
 
     For tests it does not flush to disk (``fsync=off``, ``synchronous_commit=off``); a
     ``durable`` one, for benchmarks, commits as a production server does."""
@@ -97,6 +99,10 @@ class PostgresServer:
                 "UTF8",
             ]
         )
+        self.resume()
+
+    def resume(self) -> None:
+        """Start the server on its data directory and port (after `halt`, or `start`'s)."""
         options = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200"
         )
@@ -106,6 +112,11 @@ class PostgresServer:
         pg_ctl = str(self._bin / "pg_ctl")
         wait = ["-w", "-t", str(START_TIMEOUT_S)]
         self._run([pg_ctl, "-D", str(self.data), "-o", options, "-l", log, *wait, "start"])
+
+    def halt(self) -> None:
+        """Stop the server at once (its clients disconnected), keeping its data."""
+        pg_ctl = str(self._bin / "pg_ctl")
+        self._run([pg_ctl, "-D", str(self.data), "-m", "fast", "-w", "stop"])
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"

@@ -17,6 +17,7 @@ from pacer.policy import Mode
 from tests import dashboard_queries
 from tests.dashboard_queries import (
     PI_ONLY_SERIES,
+    fleet_only,
     load,
     metric_names,
     panel_queries,
@@ -27,7 +28,7 @@ from tests.dashboard_queries import (
 ROOT = Path(__file__).resolve().parents[1]
 PROVISIONING = ROOT / "dashboards" / "provisioning"
 DASHBOARDS_PATH = "/var/lib/grafana/dashboards"
-ROWS = ["Controller", "Pipeline", "Pinned pool", "GPUs", "Jobs", "Health"]
+ROWS = ["Controller", "Pipeline", "Pinned pool", "GPUs", "Jobs", "Health", "Fleet"]
 PANEL_TYPES = {"timeseries", "stat", "state-timeline", "heatmap"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 GRID_WIDTH = 24
@@ -224,6 +225,21 @@ def test_panels_of_pi_terms_say_they_are_empty_under_a_baseline(
     assert pi_panels
     for panel in pi_panels:
         assert "empty when the policy is not pi" in panel["description"].lower(), panel["title"]
+
+
+def test_panels_of_fleet_series_say_hosts_without_a_fleet_show_nothing(
+    dashboard: dict[str, Any],
+) -> None:
+    fleet_panels = [
+        panel
+        for panel in panels(dashboard)
+        if any(fleet_only(metric_names(t["expr"])) for t in panel["targets"])
+    ]
+    top = dashboard["panels"]
+    row = next(i for i, p in enumerate(top) if p["type"] == "row" and p["title"] == "Fleet")
+    assert [p["title"] for p in fleet_panels] == [p["title"] for p in top[row + 1 :]]
+    described = " ".join(panel["description"] for panel in fleet_panels)
+    assert "SQLite journal are not in a fleet and show nothing" in described
 
 
 @pytest.mark.parametrize(("title", "expr"), QUERIES, ids=[f"{t}: {e}" for t, e in QUERIES])

@@ -1,5 +1,6 @@
-"""A real Prometheus scraping real `pacer serve`s, one under the pi policy and one under a
-baseline: every dashboard query has data, the baseline instance lacks only the PI terms, every
+"""A real Prometheus scraping real `pacer serve`s, one under the pi policy, a host of a fleet
+(a PostgreSQL journal), and one under a baseline on its own SQLite journal: every dashboard
+query has data, the baseline instance lacks only the PI terms and the fleet's series, every
 legend's labels are on the series, every metric the dashboard and the alerts use is exported,
 and promtool accepts the rules and the live exposition."""
 
@@ -22,12 +23,14 @@ import yaml
 from tests.conftest import ensure_debian_package
 from tests.dashboard_queries import (
     PI_ONLY_SERIES,
+    fleet_only,
     load,
     metric_names,
     panel_queries,
     panels,
     substitute,
 )
+from tests.postgres_server import PostgresServer
 from tests.service.conftest import ROOT, ServerProcess, free_port, wait_for
 
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
@@ -61,7 +64,8 @@ class Prometheus:
 
 @dataclass
 class Stack:
-    """``pi`` and ``baseline`` (under :data:`BASELINE`) scraped by ``prom``."""
+    """``pi`` (a host of a fleet) and ``baseline`` (under :data:`BASELINE`, on SQLite)
+    scraped by ``prom``."""
 
     pi: ServerProcess
     baseline: ServerProcess
@@ -74,13 +78,21 @@ def instance(server: ServerProcess) -> str:
 
 
 @pytest.fixture(scope="module")
-def stack(prometheus_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(
+    prometheus_binary: str,
+    postgres_server: PostgresServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("stack")
     env = {"PACER_NTT__LOG_N": "11", "PACER_GPU__WORKERS": "2"}
+    fleet = {"PACER_JOURNAL__URL": postgres_server.create_database(), "PACER_JOURNAL__HOST": "pi"}
     servers: dict[str, ServerProcess] = {}
     for policy in ("pi", BASELINE):
         (tmp / policy).mkdir()  # a journal each
-        servers[policy] = ServerProcess(tmp / policy, **env, PACER_CONTROLLER__POLICY=policy)
+        journal = fleet if policy == "pi" else {}
+        servers[policy] = ServerProcess(
+            tmp / policy, **env, **journal, PACER_CONTROLLER__POLICY=policy
+        )
     port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
@@ -148,12 +160,16 @@ def test_every_dashboard_query_has_data(stack: Stack, title: str, expr: str) -> 
     assert stack.prom.query(expr), f"panel {title!r}: no data for {expr}"
 
 
-def test_a_baseline_instance_lacks_only_the_pi_terms(stack: Stack) -> None:
-    """With the instance variable on the baseline, the queries of PI terms have no data (their
-    panels' descriptions say so) and every other query has."""
+def test_a_baseline_instance_lacks_only_the_pi_terms_and_the_fleets_series(stack: Stack) -> None:
+    """With the instance variable on the baseline (on SQLite), the queries of PI terms and of
+    the fleet have no data (their panels' descriptions say so) and every other query has."""
     queries = panel_queries(instance=instance(stack.baseline))
     has_data = {(title, expr): bool(stack.prom.query(expr)) for title, expr in queries}
-    expected = {(title, expr): not metric_names(expr) & PI_ONLY_SERIES for title, expr in queries}
+    expected = {
+        (title, expr): not metric_names(expr) & PI_ONLY_SERIES
+        and not fleet_only(metric_names(expr))
+        for title, expr in queries
+    }
     assert has_data == expected
 
 

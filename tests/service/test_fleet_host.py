@@ -1,0 +1,190 @@
+"""A service as a host of a fleet, in process, on a real PostgreSQL: jobs go to the shared
+queue and come back as claims; a lease lost to another host (or to a cancel there) leaves the
+backlog at the next renewal; a restart gives back what the previous run held; one pacer per
+host name; readiness says when the leases were not renewed; the fleet's view in the API and the
+metrics."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from prometheus_client import CollectorRegistry
+
+from pacer.api.openapi import document
+from pacer.journal import HostInUseError, JobState
+from pacer.journal_health import JournalUnavailable
+from pacer.pgjournal import PgJournal
+from pacer.server import Server
+from tests.conftest import FakeClock
+from tests.json_schema import problems
+from tests.pgjournal.database import expire
+from tests.service.conftest import fake_meminfo, free_port, settings_for
+from tests.service.test_api import call, until_done
+
+pytestmark = pytest.mark.asyncio
+HOST = "gpu-a"
+
+
+def fleet_server(
+    tmp_path: Path, url: str, host: str = HOST, clock: FakeClock | None = None, **env: str
+) -> Server:
+    """A host of the fleet at ``url``, with the noop workload, not started."""
+    roomy = fake_meminfo(tmp_path / "meminfo", total=2**41, available=2**40)
+    settings = settings_for(tmp_path, PACER_WORKLOAD="noop", PACER_JOURNAL__URL=url,
+                            PACER_JOURNAL__HOST=host, **env)  # fmt: skip
+    if clock is None:
+        return Server(settings, CollectorRegistry(), meminfo=roomy)
+    return Server(settings, CollectorRegistry(), clock, meminfo=roomy)
+
+
+@pytest_asyncio.fixture
+async def host(tmp_path: Path, postgres_url: str) -> AsyncIterator[Server]:
+    server = fleet_server(tmp_path, postgres_url)
+    await server.start()
+    yield server
+    if not server.draining:
+        await server.shutdown()
+
+
+@pytest.fixture
+def other(postgres_url: str) -> Iterator[PgJournal]:
+    """Another host of the fleet, as its journal calls."""
+    with PgJournal.connect(postgres_url, host="gpu-b") as journal:
+        yield journal
+
+
+async def held_claims(server: Server, partitions: int) -> str:
+    """Hold dispatch, submit a job and claim it all: its partitions wait in the backlog."""
+    fleet = server.fleet
+    assert fleet is not None
+    server.pipeline.hold(True)
+    job = await server.submit(partitions, {}, 0)
+    assert server.pipeline.backlog == 0  # accepted into the fleet's queue, not this backlog
+    assert await fleet.claim(partitions) == partitions
+    assert server.pipeline.backlog == partitions
+    return job.id
+
+
+def check_schema(answer: Any, path: str) -> None:
+    doc = document()
+    schema = doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]
+    assert problems(answer, schema["schema"], doc) == []
+
+
+async def test_a_host_proves_what_it_accepts_through_the_fleets_queue_and_shows_it(
+    host: Server,
+) -> None:
+    job_id = await held_claims(host, 5)
+    status, detail = await call(host, "GET", f"/v1/jobs/{job_id}")
+    assert status == 200
+    check_schema(detail, "/v1/jobs/{id}")
+    [holder] = detail["holders"]
+    assert (holder["host"], holder["leases"], holder["partitions"]) == (HOST, 1, 5)
+    assert holder["runs"] == [[0, 5]]
+    assert 0 < holder["expires_in_s"] <= 30
+    assert detail["state"] == "running"  # marked at its first claim
+    host.pipeline.hold(False)
+    assert (await until_done(host, job_id))["state"] == "completed"
+    status, answer = await call(host, "GET", "/v1/status")
+    check_schema(answer, "/v1/status")
+    fleet = answer["fleet"]
+    assert (fleet["host"], fleet["lease_s"], fleet["pending_partitions"]) == (HOST, 30.0, 0)
+    assert fleet["claims"] >= 1
+    assert fleet["claimed_partitions"] == 5
+    registry = host.registry
+    assert registry.get_sample_value("pacer_fleet_host_info", {"host": HOST}) == 1.0
+    assert registry.get_sample_value("pacer_fleet_claimed_partitions_total") == 5.0
+    assert registry.get_sample_value("pacer_fleet_claim_seconds_count") == fleet["claims"]
+
+
+async def test_a_lease_another_host_reclaimed_leaves_the_backlog_at_the_renewal(
+    host: Server, other: PgJournal, postgres_url: str
+) -> None:
+    fleet = host.fleet
+    assert fleet is not None
+    job_id = await held_claims(host, 10)
+    expire(postgres_url, HOST)  # as if this host had not renewed for a lease
+    [claim] = other.claim("gpu-b", 10)
+    assert (claim.job_id, claim.reclaimed_from, len(claim.pending)) == (job_id, HOST, 10)
+    await fleet.renew()
+    assert host.pipeline.backlog == 0
+    assert fleet.held == {}
+    assert fleet.counts.lost_leases == 1
+    assert host.registry.get_sample_value("pacer_fleet_lost_leases_total") == 1.0
+
+
+async def test_a_cancel_on_another_host_reaches_this_one_at_its_renewal(
+    host: Server, other: PgJournal
+) -> None:
+    fleet = host.fleet
+    assert fleet is not None
+    job_id = await held_claims(host, 6)
+    cancelled = other.cancel(job_id)
+    assert cancelled is not None
+    assert cancelled.state is JobState.CANCELLED
+    await fleet.renew()
+    assert host.pipeline.backlog == 0
+    assert fleet.held == {}
+
+
+async def test_a_restart_gives_back_what_the_previous_run_held(
+    tmp_path: Path, postgres_url: str, other: PgJournal, caplog: pytest.LogCaptureFixture
+) -> None:
+    job = other.add_job(8, "noop", {})
+    with PgJournal.connect(postgres_url, host=HOST) as previous:  # the run that died
+        assert sum(len(c.pending) for c in previous.claim(HOST, 8)) == 8
+    server = fleet_server(tmp_path, postgres_url)
+    caplog.set_level("INFO", "pacer.service")
+    await server.start()
+    try:
+        assert f"gave back 8 partitions a previous run of {HOST} held" in caplog.messages
+        # Long before its 30 s lease would have lapsed:
+        assert (await until_done(server, job.id))["state"] == "completed"
+        assert server.fleet is not None
+        assert server.fleet.counts.reclaimed_partitions == 0
+    finally:
+        await server.shutdown()
+
+
+async def test_a_second_pacer_of_the_same_name_is_refused(
+    host: Server, tmp_path: Path, postgres_url: str
+) -> None:
+    (tmp_path / "second").mkdir()
+    second = fleet_server(tmp_path / "second", postgres_url)
+    with pytest.raises(HostInUseError, match=f"host name '{HOST}' is in use .* by pacer {HOST}"):
+        await second.start()
+    await second.shutdown()
+    job = await host.submit(3, {}, 0)  # the first goes on
+    assert (await until_done(host, job.id))["state"] == "completed"
+
+
+async def test_leases_not_renewed_for_longer_than_a_lease_make_the_host_unready(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    clock = FakeClock(1000.0)
+    server = fleet_server(tmp_path, postgres_url, clock=clock, PACER_JOURNAL__LEASE_S="30")
+    await server.start()
+    try:
+        assert server.fleet is not None
+        assert server.unready_reasons() == []
+        clock.advance(31.0)
+        [reason] = server.unready_reasons()
+        assert reason.startswith("fleet: leases not renewed for 31 s, more than the lease (30 s)")
+        await server.fleet.renew()
+        assert server.unready_reasons() == []
+    finally:
+        await server.shutdown()
+
+
+async def test_a_database_out_of_reach_stops_the_start_with_the_reason(tmp_path: Path) -> None:
+    url = f"postgresql://pacer:secret@127.0.0.1:{free_port()}/pacer"
+    server = fleet_server(tmp_path, url, PACER_JOURNAL__TIMEOUT_S="1")
+    with pytest.raises(JournalUnavailable) as refused:
+        await server.start()
+    await server.shutdown()
+    assert str(refused.value).startswith("journal postgresql://pacer:***@127.0.0.1:")
+    assert "secret" not in str(refused.value)
