@@ -16,7 +16,6 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -89,7 +88,7 @@ def check_every_job_completed_once(
     assert set(accepted) <= set(jobs), "an accepted job was lost"
     results = sql(url, "SELECT job_id, count(*), count(DISTINCT idx) FROM partitions"
                        " WHERE state = 'completed' GROUP BY job_id")  # fmt: skip
-    rows = {str(job): (int(n), int(distinct)) for job, n, distinct in results}
+    rows = {str(job): (int(str(n)), int(str(distinct))) for job, n, distinct in results}
     completions: Counter[str] = Counter()
     for host in hosts:
         completions.update(re.findall(r"job completed: \w+ \[job=(\w+)\]", host.log))
@@ -187,9 +186,9 @@ def test_the_database_out_of_reach_is_a_fault_the_fleet_rides_out(
     wait_for(lambda: sum(job[2] for job in journal_jobs(url).values()) > 0, 30, "some results")
     own_postgres.halt()
     down = time.monotonic()
-    for host in hosts.values():
-        wait_for(lambda host=host: readyz_refuses(host.client, "journal"), 15,  # type: ignore[misc]
-                 "readiness to name the journal")  # fmt: skip
+    clients = [host.client for host in hosts.values()]
+    wait_for(lambda: all(readyz_refuses(c, "journal") for c in clients), 15,
+             "readiness to name the journal")  # fmt: skip
     with pytest.raises(ApiError) as refused:
         hosts["b"].client.submit(5, params=SLOW)
     assert refused.value.reason.startswith("503 journal failing for ")
