@@ -39,6 +39,7 @@ def fleet_only(names: set[str]) -> bool:
     """Whether ``names`` (a query's series) include one only a fleet's host exports."""
     return any(name.startswith(FLEET_PREFIX) for name in names)
 
+
 # $name, ${name} and ${name:format}
 _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
 # Strings first (a regex may hold braces), then label matchers and grouping and matching
