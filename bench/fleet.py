@@ -1,29 +1,50 @@
-"""Fleet benchmarks, first part: how many partition claims one PostgreSQL database sustains.
+"""Fleet benchmarks: how many partition claims one PostgreSQL database sustains, and how many
+partitions a second a fleet of `pacer serve` hosts proves.
 
-    .venv/bin/python -m bench.fleet [--seconds 3] [--claimers 1,2,4,8] [--batches 1,8,64]
+    .venv/bin/python -m bench.fleet [claims] [--seconds 3] [--claimers 1,2,4,8]
+                                    [--batches 1,8,64] [--markdown]
+    .venv/bin/python -m bench.fleet hosts [--hosts 1,2,4] [--jobs 20] [--partitions 4000]
                                     [--markdown]
 
-Starts its own PostgreSQL (Debian's package, as the tests do, but durable: fsync on), and for
-each batch size n and number of claimers, a fresh database holding four jobs of a million
-partitions at two priorities. Each claimer is a process of its own with one connection, as a
-host of a fleet is, calling `PgJournal.claim(host, n)` back to back for ``--seconds`` after a
-warm-up; what it claims is not proved (the leases pile up, which claims never scan). Reports
-claims (calls) and partitions claimed per second, all claimers together, and the latency of one
-claim (p50, p99). Target: one database sustains >= 5,000 partition claims/s (ten times a
-100-host fleet of 8 GPUs at a partition per 1.5 s).
+Both start their own PostgreSQL (Debian's package, as the tests do, but durable: fsync on).
+
+``claims``: for each batch size n and number of claimers, a fresh database holding four jobs
+of a million partitions at two priorities. Each claimer is a process of its own with one
+connection, as a host of a fleet is, calling `PgJournal.claim(host, n)` back to back for
+``--seconds`` after a warm-up; what it claims is not proved (the leases pile up, which claims
+never scan). Reports claims (calls) and partitions claimed per second, all claimers together,
+and the latency of one claim (p50, p99). Target: one database sustains >= 5,000 partition
+claims/s (ten times a 100-host fleet of 8 GPUs at a partition per 1.5 s).
+
+``hosts``: for each number of hosts, a fresh database and that many `pacer serve` processes
+sharing it, with the noop workload (pacer's own work is all there is: claims, dispatch, the
+commits), ``--jobs`` jobs of ``--partitions`` submitted to the first host at once. Reports
+partitions proved a second from the first submission to the last job's completion, each
+host's share, and, beside them, one host on an SQLite journal of its own. Every host, the
+database and this process share the machine's cores: where the cores run out, more hosts add
+no throughput.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import platform
+import re
+import signal
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
+from pathlib import Path
 
+from pacer.client import Client
 from pacer.pgjournal import PgJournal
 from pacer.table import render
 from tests.postgres_server import PostgresServer
@@ -97,13 +118,113 @@ def measure(server: PostgresServer, n: int, claimers: int, seconds: float) -> li
     ]  # fmt: skip
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Host:
+    """A `pacer serve` process with the noop workload on ``journal`` (a PostgreSQL URL, or an
+    SQLite file), as ``name`` in its fleet."""
+
+    def __init__(self, journal: str, name: str, folder: Path) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = int(sock.getsockname()[1])
+        self.name = name
+        self.log_path = folder / f"{name}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PACER_")}
+        self.env = {**env, "PACER_WORKLOAD": "noop", "PACER_API__PORT": str(self.port),
+                    "PACER_JOURNAL__URL": journal, "PACER_JOURNAL__HOST": name}  # fmt: skip
+        self.client = Client(f"http://127.0.0.1:{self.port}")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def launch(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pacer", "serve"], env=self.env, cwd=ROOT,
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def proved(self) -> float:
+        """Partitions this host completed, from its metrics."""
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        found = re.search(r'^pacer_partitions_total\{outcome="completed"\} (\S+)$', text, re.M)
+        return 0.0 if found is None else float(found.group(1))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def measure_hosts(journal: str, count: int, jobs: int, partitions: int) -> list[object]:
+    """One row: ``count`` hosts on ``journal`` proving ``jobs`` jobs submitted to the first."""
+    with tempfile.TemporaryDirectory(prefix="pacer-fleet-") as folder:
+        hosts = [Host(journal, f"host-{i}", Path(folder)) for i in range(count)]
+        try:
+            for host in hosts:
+                host.launch()
+            for host in hosts:
+                host.client.wait_ready(120)
+            started = time.perf_counter()
+            ids = [hosts[0].client.submit(partitions) for _ in range(jobs)]
+            waiting = set(ids)
+            while waiting:
+                waiting = {j for j in waiting if hosts[0].client.job(j)["state"] != "completed"}
+                time.sleep(0.05)
+            elapsed = time.perf_counter() - started
+            shares = [round(host.proved() / (jobs * partitions), 2) for host in hosts]
+        finally:
+            for host in hosts:
+                host.stop()
+    kind = "PostgreSQL" if journal.startswith("postgresql://") else "SQLite"
+    rate = round(jobs * partitions / elapsed)
+    return [kind, count, jobs * partitions, f"{elapsed:.1f}", rate, " ".join(map(str, shares))]
+
+
+def hosts_main(args: argparse.Namespace) -> int:
+    counts = [int(c) for c in args.hosts.split(",")]
+    server = PostgresServer(durable=True)
+    server.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="pacer-fleet-") as folder:
+            sqlite = f"sqlite:///{folder}/journal.sqlite"
+            rows = [measure_hosts(sqlite, 1, args.jobs, args.partitions)]
+        rows += [
+            measure_hosts(server.create_database(), n, args.jobs, args.partitions) for n in counts
+        ]
+    finally:
+        server.stop()
+    headers = ["journal", "hosts", "partitions", "s", "partitions/s", "share of each host"]
+    print(render(headers, rows, markdown=args.markdown))
+    print(
+        f"\nnoop workload; CPython {platform.python_version()}, {multiprocessing.cpu_count()} "
+        "cores shared by the hosts, PostgreSQL and this process"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "what", nargs="?", choices=("claims", "hosts"), default="claims",
+        help="claims a database sustains, or partitions/s of pacer hosts",
+    )  # fmt: skip
     parser.add_argument("--seconds", type=float, default=3.0, help="timed window per row")
     parser.add_argument("--claimers", default="1,2,4,8", help="claimer processes, comma list")
     parser.add_argument("--batches", default="1,8,64", help="partitions per claim, comma list")
+    parser.add_argument("--hosts", default="1,2,4", help="pacer serve hosts, comma list")
+    parser.add_argument("--jobs", type=int, default=20, help="jobs submitted (hosts)")
+    parser.add_argument("--partitions", type=int, default=4000, help="per job (hosts)")
     parser.add_argument("--markdown", action="store_true", help="a Markdown table")
     args = parser.parse_args(argv)
+    if args.what == "hosts":
+        return hosts_main(args)
     counts = [int(c) for c in args.claimers.split(",")]
     batches = [int(b) for b in args.batches.split(",")]
     server = PostgresServer(durable=True)
