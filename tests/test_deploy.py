@@ -165,8 +165,11 @@ def configmap_settings() -> dict[str, str]:
     return {k: str(v) for k, v in k8s_object("ConfigMap")["data"].items()}
 
 
-def compose_settings() -> dict[str, str]:
-    env = load(COMPOSE)["services"]["pacer"]["environment"]
+PACERS = ("pacer-1", "pacer-2")  # the compose stack's fleet
+
+
+def compose_settings(service: str = PACERS[0]) -> dict[str, str]:
+    env = load(COMPOSE)["services"][service]["environment"]
     return {k: str(v) for k, v in env.items()}
 
 
@@ -259,7 +262,7 @@ def test_prometheus_config_scrapes_pacer_and_loads_the_rules() -> None:
         assert (PROMETHEUS / name).is_file(), name
     (job,) = [job for job in config["scrape_configs"] if job["job_name"] == "pacer"]
     assert job["metrics_path"] == "/metrics"
-    assert job["static_configs"][0]["targets"] == ["pacer:9470"]
+    assert job["static_configs"][0]["targets"] == [f"{name}:9470" for name in PACERS]
     (target_down,) = [rule for rule in rules() if rule["alert"] == "PacerTargetDown"]
     assert 'job="pacer"' in target_down["expr"]
 
@@ -318,6 +321,16 @@ def test_daemonset_runs_unprivileged_with_settings_and_token_from_the_cluster() 
     (token,) = [env for env in container["env"] if env["name"] == "PACER_API__TOKEN"]
     assert "secretKeyRef" in token["valueFrom"]
     assert "PACER_API__TOKEN" not in configmap_settings()
+
+
+def test_daemonset_takes_a_fleets_journal_from_a_secret_and_names_pods_by_node() -> None:
+    env = {entry["name"]: entry for entry in pacer_container()["env"]}
+    secret = env["PACER_JOURNAL__URL"]["valueFrom"]["secretKeyRef"]
+    assert secret["optional"] is True  # without the Secret: SQLite on the node
+    assert secret["name"] != "pacer-api"
+    assert "PACER_JOURNAL__URL" not in configmap_settings()
+    assert env["PACER_JOURNAL__HOST"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert f"secret generic {secret['name']}" in (K8S / "daemonset.yaml").read_text()
 
 
 def test_daemonset_keeps_the_journal_on_the_node() -> None:
@@ -403,7 +416,7 @@ def test_dockerfile_builds_a_cuda_image_that_runs_pacer_unprivileged() -> None:
     assert base.startswith("nvidia/cuda:")
     assert "runtime" in base
     runs = " ".join(a for i, a in instructions if i == "RUN")
-    assert "pip install '.[gpu]'" in runs
+    assert "pip install '.[gpu,postgres]'" in runs  # a host may join a fleet
     last = {i: a for i, a in instructions}  # the last of each instruction
     assert last["USER"].split(":")[0] not in ("root", "0")
     assert json.loads(last["ENTRYPOINT"]) == ["pacer"]
@@ -448,14 +461,38 @@ def compose_bind_sources() -> list[tuple[str, Path]]:
     return out
 
 
-def test_compose_builds_pacer_from_the_repository() -> None:
-    service = load(COMPOSE)["services"]["pacer"]
+@pytest.mark.parametrize("name", PACERS)
+def test_compose_builds_pacer_from_the_repository(name: str) -> None:
+    service = load(COMPOSE)["services"][name]
     context = (DEPLOY / service["build"]["context"]).resolve()
     assert context == ROOT
     assert (context / service["build"]["dockerfile"]).resolve() == DOCKERFILE
     assert service["environment"]["PACER_WORKLOAD"] == "ntt"  # runs without a GPU
     assert seconds(service["stop_grace_period"]) > DRAIN_S + 30
     assert any(str(port).endswith(":9470") for port in service["ports"])
+
+
+def test_compose_runs_a_fleet_of_two_pacers_on_one_postgresql(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    services = load(COMPOSE)["services"]
+    assert set(services) == {"postgres", *PACERS, "prometheus", "grafana"}
+    database = services["postgres"]
+    assert database["image"].startswith("postgres:")
+    assert "pg_isready" in database["healthcheck"]["test"]
+    db = database["environment"]
+    url = f"postgresql://{db['POSTGRES_USER']}:{db['POSTGRES_PASSWORD']}@postgres:5432/"
+    settings = [compose_settings(name) for name in PACERS]
+    assert all(s["PACER_JOURNAL__URL"] == url + db["POSTGRES_DB"] for s in settings)
+    assert [s.pop("PACER_JOURNAL__HOST") for s in settings] == list(PACERS)  # unique names
+    assert settings[0] == settings[1]  # but for its name, one pacer is the other
+    published = [services[name]["ports"][0].rsplit(":", 2)[1] for name in PACERS]
+    assert len(set(published)) == len(PACERS)
+    for name in PACERS:
+        assert services[name]["depends_on"]["postgres"] == {"condition": "service_healthy"}
+    for key, value in compose_settings(PACERS[1]).items():
+        monkeypatch.setenv(key, value)
+    assert load_settings().journal.fleet
 
 
 def test_compose_mounts_files_that_exist() -> None:
