@@ -133,6 +133,7 @@ def spawn(args: argparse.Namespace, port: int, journal: Path) -> subprocess.Pope
     command = [sys.executable, "-m", "pacer", "serve", "--host", "127.0.0.1", "--port", str(port),
                "--log-level", args.log_level, "--log-format", args.log_format]  # fmt: skip
     env = {**os.environ, "PACER_JOURNAL__PATH": str(journal)}
+    env.pop("PACER_JOURNAL__URL", None)  # the file is named by its path alone
     return subprocess.Popen(
         # preexec_fn is safe here: pacer run starts no threads.
         command, env=env, stdin=subprocess.DEVNULL, process_group=0, preexec_fn=_die_with_parent,
@@ -202,11 +203,16 @@ class Run:
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.journal.fleet and args.journal is None:
+        print("pacer run: PACER_JOURNAL__URL names a fleet's PostgreSQL database; pacer run "
+              "starts one service on an SQLite journal of its own: unset it (or give "
+              "--journal), or use pacer serve and pacer submit", file=sys.stderr)  # fmt: skip
+        return 2
     with contextlib.ExitStack() as stack:
         if args.journal is not None:
             journal = Journal(args.journal, temporary=False)
-        elif "PACER_JOURNAL__PATH" in os.environ:
-            journal = Journal(settings.journal.path, temporary=False)
+        elif {"PACER_JOURNAL__PATH", "PACER_JOURNAL__URL"} & os.environ.keys():
+            journal = Journal(settings.journal.sqlite_path, temporary=False)
         else:
             folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="pacer-run-"))
             journal = Journal(Path(folder) / "journal.sqlite", temporary=True)

@@ -112,6 +112,20 @@ def test_run_keeps_a_journal_it_is_given(pacer_run: Any, tmp_path: Path) -> None
     assert re.search(r"^journal +j\.sqlite$", out, re.M), out
 
 
+def test_run_keeps_the_sqlite_journal_a_url_names(pacer_run: Any, tmp_path: Path) -> None:
+    status, out, err = pacer_run("--jobs", "1", "--partitions", "1", PACER_WORKLOAD="noop",
+                                 PACER_JOURNAL__URL="sqlite:///u.sqlite").finish()  # fmt: skip
+    assert status == 0, err
+    assert (tmp_path / "u.sqlite").exists()
+    assert re.search(r"^journal +u\.sqlite$", out, re.M), out
+
+
+def test_run_refuses_a_fleets_database(pacer_run: Any) -> None:
+    status, out, err = pacer_run(PACER_JOURNAL__URL="postgresql://pacer@db/pacer").finish()
+    assert (status, out) == (2, "")
+    assert err.startswith("pacer run: PACER_JOURNAL__URL names a fleet's PostgreSQL database")
+
+
 def test_run_says_which_jobs_failed(pacer_run: Any) -> None:
     fail = json.dumps([{"call": "prove", "index": 1, "kind": "raise"}])
     run = pacer_run("--jobs", "1", "--partitions", "2", "--param", f"faults={fail}",
