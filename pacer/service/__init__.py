@@ -14,6 +14,8 @@
   pipeline's observer. What the service runs by is `pacer.plan.Plan`; its policy comes from
   `pacer.policies.build_policy`.
 - ``host``: the host's memory read for the plan, the pinned pool, the workload's close.
+- ``fleet``: a host of a fleet (a PostgreSQL journal): partitions claimed ahead of dispatch,
+  leases renewed and given back, word of work heard.
 
 A drain stops dispatch; in-flight partitions may finish within ``PACER_SHUTDOWN__DRAIN_S``
 (`Service.hurry` cuts it short), results and estimates are committed, and what did not finish
