@@ -17,10 +17,12 @@ and the latency of one claim (p50, p99). Target: one database sustains >= 5,000 
 claims/s (ten times a 100-host fleet of 8 GPUs at a partition per 1.5 s).
 
 ``hosts``: for each number of hosts, a fresh database and that many `pacer serve` processes
-sharing it, with the noop workload (pacer's own work is all there is: claims, dispatch, the
-commits), ``--jobs`` jobs of ``--partitions`` submitted to the first host at once. Reports
-partitions proved a second from the first submission to the last job's completion, each
-host's share, and, beside them, one host on an SQLite journal of its own. Every host, the
+sharing it, with the noop workload as bench/service.py runs it (pacer's own work is all there
+is: claims, dispatch, the commits), ``--jobs`` jobs of ``--partitions`` submitted to the first
+host at once, the last one asked for the jobs completed every 50 ms. Reports
+partitions proved a second from the first submission to the last job's completion, claims a
+second (all hosts together), each host's share, and, beside them, one host on an SQLite
+journal of its own. Every host, the
 database and this process share the machine's cores: where the cores run out, more hosts add
 no throughput.
 """
@@ -119,6 +121,15 @@ def measure(server: PostgresServer, n: int, claimers: int, seconds: float) -> li
 
 
 ROOT = Path(__file__).resolve().parents[1]
+# The noop pipeline as bench/service.py runs it: pacer's own work is all there is, and the
+# controller's caps (synthesis slots, wake-ups) do not bound it.
+PIPELINE = {
+    "PACER_WORKLOAD": "noop",
+    "PACER_VERIFY_EVERY": "0",
+    "PACER_SYNTHESIS__CORES": "8",
+    "PACER_CONTROLLER__INTERVAL_MIN_S": "0.00001",
+    "PACER_CONTROLLER__BOOTSTRAP_DEPTH": "64",
+}
 
 
 class Host:
@@ -132,7 +143,7 @@ class Host:
         self.name = name
         self.log_path = folder / f"{name}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PACER_")}
-        self.env = {**env, "PACER_WORKLOAD": "noop", "PACER_API__PORT": str(self.port),
+        self.env = {**env, **PIPELINE, "PACER_API__PORT": str(self.port),
                     "PACER_JOURNAL__URL": journal, "PACER_JOURNAL__HOST": name}  # fmt: skip
         self.client = Client(f"http://127.0.0.1:{self.port}")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -144,12 +155,12 @@ class Host:
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
 
-    def proved(self) -> float:
-        """Partitions this host completed, from its metrics."""
+    def counted(self, series: str) -> float:
+        """A series of this host's metrics (``name{labels}`` as exposed); 0 when absent."""
         url = f"http://127.0.0.1:{self.port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as response:
             text = response.read().decode()
-        found = re.search(r'^pacer_partitions_total\{outcome="completed"\} (\S+)$', text, re.M)
+        found = re.search(rf"^{re.escape(series)} (\S+)$", text, re.M)
         return 0.0 if found is None else float(found.group(1))
 
     def stop(self) -> None:
@@ -172,19 +183,21 @@ def measure_hosts(journal: str, count: int, jobs: int, partitions: int) -> list[
             for host in hosts:
                 host.client.wait_ready(120)
             started = time.perf_counter()
-            ids = [hosts[0].client.submit(partitions) for _ in range(jobs)]
-            waiting = set(ids)
-            while waiting:
-                waiting = {j for j in waiting if hosts[0].client.job(j)["state"] != "completed"}
+            for _ in range(jobs):
+                hosts[0].client.submit(partitions)
+            while hosts[-1].client.status()["jobs"]["completed"] < jobs:
                 time.sleep(0.05)
             elapsed = time.perf_counter() - started
-            shares = [round(host.proved() / (jobs * partitions), 2) for host in hosts]
+            proved = [host.counted('pacer_partitions_total{outcome="completed"}') for host in hosts]
+            shares = [round(count / (jobs * partitions), 2) for count in proved]
+            claims = sum(host.counted("pacer_fleet_claims_total") for host in hosts)
         finally:
             for host in hosts:
                 host.stop()
     kind = "PostgreSQL" if journal.startswith("postgresql://") else "SQLite"
     rate = round(jobs * partitions / elapsed)
-    return [kind, count, jobs * partitions, f"{elapsed:.1f}", rate, " ".join(map(str, shares))]
+    return [kind, count, jobs * partitions, f"{elapsed:.1f}", rate, round(claims / elapsed),
+            " ".join(map(str, shares))]  # fmt: skip
 
 
 def hosts_main(args: argparse.Namespace) -> int:
@@ -200,7 +213,8 @@ def hosts_main(args: argparse.Namespace) -> int:
         ]
     finally:
         server.stop()
-    headers = ["journal", "hosts", "partitions", "s", "partitions/s", "share of each host"]
+    headers = ["journal", "hosts", "partitions", "s", "partitions/s", "claims/s",
+               "share of each host"]  # fmt: skip
     print(render(headers, rows, markdown=args.markdown))
     print(
         f"\nnoop workload; CPython {platform.python_version()}, {multiprocessing.cpu_count()} "
