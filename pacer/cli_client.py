@@ -292,6 +292,20 @@ def _journal_rows(journal: dict[str, Any] | None) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
+def fleet_rows(fleet: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """A host of a fleet: its name and leases, and the fleet's partitions left and hosts
+    holding leases; nothing for a service on its own journal."""
+    if not fleet:
+        return []
+    hosts = ", ".join(f"{h['host']} {h['partitions']}" for h in fleet["hosts"]) or "none"
+    return [(
+        "fleet",
+        f"host {fleet['host']}: {fleet['leases']} leases ({fleet['leased_partitions']} "
+        f"partitions), {fleet['reclaimed_partitions']} partitions reclaimed; "
+        f"{fleet['pending_partitions']} partitions left fleet-wide; leases held by {hosts}",
+    )]  # fmt: skip
+
+
 def synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
     """Where synthesis runs, how it computes, and how often its processes had to be replaced."""
     if not synthesis:  # a service from before this field
@@ -338,6 +352,7 @@ def _status(client: Client, args: argparse.Namespace) -> int:
                            for g in status["gpus"])),
         ("jobs", ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
         *_journal_rows(status.get("journal")),
+        *fleet_rows(status.get("fleet")),
     ]  # fmt: skip
     print(render(("pacer", client.base_url), rows))
     return 0

@@ -8,6 +8,7 @@ import pytest
 
 from pacer.__main__ import main
 from pacer.cli_args import Progress, param
+from pacer.cli_client import fleet_rows
 from pacer.client import Client
 from tests.conftest import FakeClock
 from tests.service.conftest import free_port
@@ -138,3 +139,15 @@ def test_progress_elsewhere_writes_a_line_at_most_every_interval(clock: FakeCloc
     progress.show("64/64", final=True)
     progress.show("next stage")  # at once after a final line
     assert stream.getvalue().splitlines() == ["0/64", "20/64", "64/64", "next stage"]
+
+
+def test_status_shows_a_fleets_host_and_nothing_for_a_host_alone() -> None:
+    hosts = [{"host": "gpu-1", "partitions": 24}, {"host": "gpu-2", "partitions": 16}]
+    fleet = {"host": "gpu-1", "leases": 3, "leased_partitions": 24, "reclaimed_partitions": 8,
+             "pending_partitions": 1200, "hosts": hosts}  # fmt: skip
+    assert fleet_rows(fleet) == [(
+        "fleet",
+        "host gpu-1: 3 leases (24 partitions), 8 partitions reclaimed; 1200 partitions left "
+        "fleet-wide; leases held by gpu-1 24, gpu-2 16",
+    )]  # fmt: skip
+    assert fleet_rows(None) == []
