@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pytest
@@ -61,9 +62,10 @@ def promtool() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """A real PostgreSQL server for the session (Debian's package, installed when missing)."""
+@contextmanager
+def running_postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server of its own (Debian's package, installed when missing), stopped
+    and removed after; the test is skipped with the reason where there can be none."""
     from tests.postgres_server import PostgresServer, PostgresUnavailableError
 
     try:
@@ -75,6 +77,13 @@ def postgres_server() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the session."""
+    with running_postgres() as server:
+        yield server
 
 
 @pytest.fixture

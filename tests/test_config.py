@@ -102,6 +102,14 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
             {"PACER_NTT__FIELD": "bn254"},
             "PACER_NTT__FIELD: Input should be 'babybear' or 'goldilocks' (got 'bn254')",
         ),
+        ({"PACER_JOURNAL__URL": "mysql://u:pw@db/x"},
+         "PACER_JOURNAL__URL: must be postgresql://…, sqlite:///… (with a path) or a path"),
+        ({"PACER_JOURNAL__URL": "sqlite:///"}, "PACER_JOURNAL__URL: must be postgresql://…"),
+        ({"PACER_JOURNAL__URL": "a.sqlite", "PACER_JOURNAL__PATH": "b.sqlite"},
+         "PACER_JOURNAL__URL and PACER_JOURNAL__PATH both name the SQLite file"),
+        ({"PACER_JOURNAL__HOST": "gpu 1"}, "PACER_JOURNAL__HOST: must be visible ASCII"),
+        ({"PACER_JOURNAL__LEASE_S": "0.1"}, "PACER_JOURNAL__LEASE_S: Input should be greater"),
+        ({"PACER_JOURNAL__CLAIM_MAX": "10001"}, "PACER_JOURNAL__CLAIM_MAX: Input should be less"),
     ],
     ids=[
         "negative",
@@ -126,8 +134,14 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         "token-with-spaces",
         "header-timeout-zero",
         "backlog-zero",
+        "journal-scheme",
+        "journal-no-path",
+        "journal-url-and-path",
+        "journal-host-space",
+        "journal-lease-short",
+        "journal-claim-max",
     ],
-)
+)  # fmt: skip
 def test_invalid_value_names_variable_and_rule(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str
 ) -> None:
@@ -138,8 +152,15 @@ def test_invalid_value_names_variable_and_rule(
     assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
 
 
-def test_a_refused_token_is_not_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PACER_API__TOKEN", "hunter2")
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("PACER_API__TOKEN", "hunter2"), ("PACER_JOURNAL__URL", "mysql://pacer:hunter2@db/x")],
+    ids=["token", "journal-url"],
+)
+def test_a_refused_secret_is_not_echoed(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
     with pytest.raises(SettingsError) as info:
         load_settings()
     assert "hunter2" not in str(info.value)
@@ -173,31 +194,6 @@ def test_the_journal_url_names_an_sqlite_file_or_a_fleets_database(
         assert journal.write_timeout_s == journal.timeout_s
     else:
         assert str(journal.sqlite_path) == location
-
-
-@pytest.mark.parametrize(
-    ("env", "expected"),
-    [
-        ({"PACER_JOURNAL__URL": "mysql://u:hunter2@db/x"},
-         "PACER_JOURNAL__URL: must be postgresql://…, sqlite:///… (with a path) or a path"),
-        ({"PACER_JOURNAL__URL": "sqlite:///"}, "PACER_JOURNAL__URL: must be postgresql://…"),
-        ({"PACER_JOURNAL__URL": "a.sqlite", "PACER_JOURNAL__PATH": "b.sqlite"},
-         "PACER_JOURNAL__URL and PACER_JOURNAL__PATH both name the SQLite file"),
-        ({"PACER_JOURNAL__HOST": "gpu 1"}, "PACER_JOURNAL__HOST: must be visible ASCII"),
-        ({"PACER_JOURNAL__LEASE_S": "0.1"}, "PACER_JOURNAL__LEASE_S: Input should be greater"),
-        ({"PACER_JOURNAL__CLAIM_MAX": "10001"}, "PACER_JOURNAL__CLAIM_MAX: Input should be less"),
-    ],
-    ids=["scheme", "no-path", "url-and-path", "host-space", "lease-short", "claim-max"],
-)  # fmt: skip
-def test_a_bad_journal_setting_is_named_and_a_url_never_echoed(
-    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str
-) -> None:
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    with pytest.raises(SettingsError) as info:
-        load_settings()
-    assert any(p.startswith(expected) for p in info.value.problems), info.value.problems
-    assert "hunter2" not in str(info.value)
 
 
 def test_every_number_of_the_schema_is_bounded_on_both_sides() -> None:

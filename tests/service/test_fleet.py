@@ -24,8 +24,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from pacer.client import ApiError
 from pacer.journal import result_digest
 from pacer.workload import job_seed
+from tests.conftest import running_postgres
 from tests.pgjournal.database import sql
-from tests.postgres_server import PostgresServer, PostgresUnavailableError
+from tests.postgres_server import PostgresServer
 from tests.service.conftest import ServerFactory, ServerProcess, readyz_refuses, wait_for
 
 LEASE_S = 2.0
@@ -166,15 +167,8 @@ def test_a_host_killed_mid_run_again_and_again_loses_its_partitions_within_its_l
 @pytest.fixture
 def own_postgres() -> Iterator[PostgresServer]:
     """A PostgreSQL server of the test's own, which it stops and starts again."""
-    try:
-        server = PostgresServer()
-        server.start()
-    except PostgresUnavailableError as exc:
-        pytest.skip(str(exc))
-    try:
+    with running_postgres() as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_the_database_out_of_reach_is_a_fault_the_fleet_rides_out(
