@@ -2,8 +2,9 @@
 
 Three allocators (`allocator_for` picks one by name): "cuda" page-locks with cudaHostAlloc,
 "numpy" uses ordinary pageable memory with the same API (CI, machines without a GPU), and
-"shared" / "shared-cuda" make each slot a named shared-memory block (`gpu.shm_blocks`) that
-other processes can map, page-locked with cudaHostRegister for "shared-cuda".
+"shared" / "shared-cuda" make each slot a shared-memory block (`gpu.shm_blocks`) that other
+processes can map, page-locked with cudaHostRegister for "shared-cuda", and that the next
+pacer can adopt (`gpu.handover`).
 
 >>> memory = allocator_for("numpy").allocate(1000)
 >>> memory.size, memory.ctypes.data % ALIGNMENT_BYTES
@@ -12,7 +13,13 @@ other processes can map, page-locked with cudaHostRegister for "shared-cuda".
 
 from __future__ import annotations
 
-from multiprocessing import shared_memory
+import ctypes
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -20,6 +27,9 @@ import numpy.typing as npt
 
 from gpu import shm_blocks
 from gpu.devices import device_count
+from gpu.handover import Handover
+from gpu.pool_record import PoolLayout
+from gpu.shm_blocks import HostBlock
 
 __all__ = [
     "ALIGNMENT_BYTES",
@@ -28,8 +38,10 @@ __all__ = [
     "CudaHostAllocator",
     "HostAllocator",
     "NumpyHostAllocator",
+    "PrivateHostAllocator",
     "SharedHostAllocator",
     "allocator_for",
+    "populate",
 ]
 
 ALIGNMENT_BYTES = 256
@@ -39,14 +51,33 @@ Backend = Literal["auto", "cuda", "numpy", "shared", "shared-cuda"]
 ByteArray = npt.NDArray[np.uint8]
 
 _HOST_REGISTER_PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA context
+MADV_POPULATE_WRITE = 23  # Linux 5.14
+PIN_THREADS = max(1, min(8, os.cpu_count() or 1))
+"""Threads that pin a shared pool's blocks side by side."""
+PROGRESS_EVERY_S = 5.0
+"""While a large pool is being pinned, a progress line this often."""
+
+logger = logging.getLogger("gpu.allocators")
+
+
+def _libc_madvise() -> Callable[..., int] | None:
+    try:
+        function: Callable[..., int] = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    return function
+
+
+_madvise = _libc_madvise()
 
 
 class HostAllocator(Protocol):
-    """Where a pool's slot memory comes from: one call per slot, at construction only."""
+    """Where a pool's slot memory comes from: `reserve` once, then one `allocate` per slot, at
+    construction only; `release` at close."""
 
     @property
     def name(self) -> str:
-        """What the logs call it: "cuda" or "numpy"."""
+        """What the logs call it: "cuda", "numpy", "shared" or "shared-cuda"."""
         ...
 
     @property
@@ -54,12 +85,46 @@ class HostAllocator(Protocol):
         """Whether the memory it returns is page-locked."""
         ...
 
+    @property
+    def slots_adopted(self) -> int:
+        """Slots whose memory a previous pacer left (`gpu.handover`), not allocated anew."""
+        ...
+
+    @property
+    def blocks(self) -> Sequence[HostBlock]:
+        """The shared-memory block of each slot, in slot order; empty unless shared."""
+        ...
+
+    def reserve(self, layout: PoolLayout, slots: int) -> None:
+        """Before the first `allocate`: refuse a pool that cannot fit, and get ready ``slots``
+        slots laid out as ``layout`` (a shared allocator adopts and pins them all here)."""
+        ...
+
     def allocate(self, nbytes: int) -> ByteArray:
         """``nbytes`` bytes of writable host memory as a uint8 array that keeps it alive."""
         ...
 
+    def release(self, keep: bool = False) -> bool:
+        """Let go of what it holds beyond the arrays; with ``keep``, leave it for the next
+        pacer where it can (shared blocks). Whether it was kept."""
+        ...
 
-class CudaHostAllocator:
+
+class PrivateHostAllocator:
+    """What an allocator of this process's own memory does beyond `allocate`: nothing to
+    reserve or adopt, nothing shared, nothing it could keep."""
+
+    slots_adopted = 0
+    blocks: Sequence[HostBlock] = ()
+
+    def reserve(self, layout: PoolLayout, slots: int) -> None:
+        return None
+
+    def release(self, keep: bool = False) -> bool:
+        return False
+
+
+class CudaHostAllocator(PrivateHostAllocator):
     """Page-locked memory from cudaHostAlloc, through CuPy (imported here, not at module load).
 
     Each call makes one `cupy.cuda.PinnedMemory`, which frees itself (cudaFreeHost) when the last
@@ -80,7 +145,7 @@ class CudaHostAllocator:
         return np.frombuffer(pointer, np.uint8, nbytes)
 
 
-class NumpyHostAllocator:
+class NumpyHostAllocator(PrivateHostAllocator):
     """Ordinary (pageable) NumPy memory: the same pool on CI and machines without a GPU."""
 
     name = "numpy"
@@ -94,46 +159,112 @@ class NumpyHostAllocator:
 
 
 class SharedHostAllocator:
-    """Named POSIX shared-memory blocks, one per slot, that other processes can map by name.
+    """Shared-memory blocks, one per slot, that other processes can map (`gpu.shm_blocks`).
 
     With ``register`` each block is page-locked with cudaHostRegister (portable to every
-    device), so GPU copies from it run at the pinned rate like cudaHostAlloc memory. `release`
-    unregisters and unlinks every block (the pool calls it on close).
+    device), so GPU copies from it run at the pinned rate like cudaHostAlloc memory.
+    ``handover`` (`gpu.handover.Handover`) says what happens to blocks a previous pacer left
+    and to these at the end: `reserve` adopts the compatible ones, makes the rest, and (with
+    ``register``) has ``threads`` threads fill in their page tables (``MADV_POPULATE_WRITE``)
+    and register them side by side; `release` unregisters them and removes them, or keeps them.
     """
 
     pinned: bool
 
-    def __init__(self, register: bool) -> None:
+    def __init__(
+        self, register: bool, handover: Handover | None = None, threads: int = PIN_THREADS
+    ) -> None:
         self.pinned = register
         self.name = "shared-cuda" if register else "shared"
-        self._cuda: Any = None
-        if register:
-            self._cuda = _cupy_cuda()
-        self.blocks: list[shared_memory.SharedMemory] = []
+        self.handover = handover or Handover()
+        self.threads = max(1, threads)
+        self._cuda: Any = _cupy_cuda() if register else None
+        self.blocks: list[HostBlock] = []
+        self.slots_adopted = 0
+        self._arrays: list[ByteArray] = []
         self._registered: list[int] = []
 
-    def check_room(self, total_bytes: int) -> None:
-        """Refuse a pool that does not fit in /dev/shm now (`gpu.shm_blocks.check_room`)."""
-        shm_blocks.check_room(total_bytes)
+    def reserve(self, layout: PoolLayout, slots: int) -> None:
+        adopted = self.handover.claim(layout, slots)
+        fresh = slots - len(adopted)
+        try:
+            if fresh and not self.handover.memfd:
+                shm_blocks.check_room(fresh * layout.slot_bytes)
+            made = [self._new_block(layout.slot_bytes) for _ in range(fresh)]
+        except BaseException:
+            self.handover.release(adopted)
+            raise
+        self.blocks = adopted + made
+        self.slots_adopted = len(adopted)
+        try:
+            self._arrays = self._pin_all()
+        except BaseException:
+            self.release()
+            raise
+        self.handover.begin(self.blocks)
 
-    def allocate(self, nbytes: int) -> ByteArray:
-        block = shm_blocks.create_block(nbytes)
-        self.blocks.append(block)
-        assert block.buf is not None
-        array = np.frombuffer(block.buf, np.uint8, nbytes)
-        if self._cuda is not None:
-            self._cuda.runtime.hostRegister(array.ctypes.data, nbytes, _HOST_REGISTER_PORTABLE)
-            self._registered.append(array.ctypes.data)
+    def _new_block(self, nbytes: int) -> HostBlock:
+        return shm_blocks.create_block(
+            nbytes, memfd=self.handover.memfd, tracked=not self.handover.keep
+        )
+
+    def _pin_all(self) -> list[ByteArray]:
+        """Every block mapped as an array, page tables filled and registered, on ``threads``
+        threads (the kernel and the driver take each block's pages in parallel), with a
+        progress line every PROGRESS_EVERY_S."""
+        start = last_report = time.monotonic()
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="pin") as pinning:
+            tasks = [pinning.submit(self._pin, block) for block in self.blocks]
+            while True:
+                done, waiting = futures.wait(tasks, PROGRESS_EVERY_S)
+                if not waiting:
+                    break
+                if time.monotonic() - last_report >= PROGRESS_EVERY_S:
+                    last_report = time.monotonic()
+                    logger.info("pinning host memory: %d of %d slots after %.0f s",
+                                len(done), len(tasks), last_report - start)  # fmt: skip
+            return [task.result() for task in tasks]
+
+    def _pin(self, block: HostBlock) -> ByteArray:
+        array = np.frombuffer(block.mapping, np.uint8, block.size)
+        if self._cuda is not None:  # else the pages come as they are first written, as ever
+            populate(array.ctypes.data, block.size)
+            self._cuda.runtime.hostRegister(array.ctypes.data, block.size, _HOST_REGISTER_PORTABLE)
+            self._registered.append(array.ctypes.data)  # list.append is atomic
         return array
 
-    def release(self) -> None:
-        """Unpin and unlink every block; mappings still held elsewhere stay valid until dropped."""
+    def allocate(self, nbytes: int) -> ByteArray:
+        if not self._arrays:
+            raise RuntimeError("every reserved slot is allocated: reserve them first")
+        array = self._arrays.pop(0)
+        if array.size != nbytes:
+            raise ValueError(f"reserved slots hold {array.size} bytes, {nbytes} asked for")
+        return array
+
+    def release(self, keep: bool = False) -> bool:
+        """Unpin every block, then keep it for the next pacer or remove it; mappings still held
+        elsewhere stay valid until dropped."""
         for pointer in self._registered:
             self._cuda.runtime.hostUnregister(pointer)
         self._registered.clear()
-        for block in self.blocks:
-            shm_blocks.unlink_block(block)
-        self.blocks.clear()
+        self._arrays.clear()
+        blocks, self.blocks = self.blocks, []
+        if keep:
+            self.handover.keep_blocks(blocks)
+        else:
+            self.handover.release(blocks)
+        return keep
+
+
+def populate(address: int, nbytes: int) -> bool:
+    """Fill in this process's page tables for ``nbytes`` of a shared mapping at ``address`` as
+    writes would (allocating pages not yet there), without holding the GIL; False where the
+    kernel cannot (before Linux 5.14: the pages then fault in on first use)."""
+    if _madvise is None:
+        return False
+    return (
+        int(_madvise(ctypes.c_void_p(address), ctypes.c_size_t(nbytes), MADV_POPULATE_WRITE)) == 0
+    )
 
 
 def allocator_for(backend: Backend | HostAllocator) -> HostAllocator:

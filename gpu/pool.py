@@ -35,7 +35,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from gpu.allocators import Backend, ByteArray, HostAllocator, allocator_for
+from gpu.allocators import PROGRESS_EVERY_S, Backend, ByteArray, HostAllocator, allocator_for
+from gpu.pool_record import PoolLayout
 from gpu.sizes import format_bytes, format_rate
 from gpu.slots import Slot, SlotBlock, slot_layout
 
@@ -44,9 +45,6 @@ __all__ = ["PinnedPool", "PoolClosedError", "PoolExhausted"]
 logger = logging.getLogger("gpu.pool")
 
 OnEmpty = Literal["wait", "fallback"]
-
-PROGRESS_EVERY_S = 5.0
-"""While a large pool is being pinned, a progress line this often."""
 
 
 class PoolExhausted(Exception):  # noqa: N818 - the domain name STYLE.md uses
@@ -73,7 +71,8 @@ class PinnedPool:
     elements for a partition's a, b, c), all of ``dtype``, in one allocation. ``backend``:
     "cuda" pins with cudaHostAlloc through CuPy, "numpy" uses ordinary memory with the same API,
     "auto" picks cuda where CuPy sees a device; a `gpu.allocators.HostAllocator` may be given
-    instead.
+    instead (a `gpu.allocators.SharedHostAllocator` with a `gpu.handover.Handover`, say).
+    ``field`` is recorded with blocks kept for the next pacer.
 
     "shared" and "shared-cuda" make each slot a named shared-memory block (see
     `gpu.allocators.SharedHostAllocator`) that `slot_block` describes to other processes. When
@@ -96,6 +95,7 @@ class PinnedPool:
         on_empty: OnEmpty = "wait",
         *,
         budget_bytes: int | None = None,
+        field: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if slots < 1:
@@ -137,10 +137,10 @@ class PinnedPool:
         self.allocations_after_warmup = 0
         self.freed_in_s: float | None = None
 
-        check_room = getattr(self._allocator, "check_room", None)
-        if check_room is not None:
-            check_room(self.total_bytes)
+        self.layout = PoolLayout(self.slot_bytes, tuple(self._offsets), self.slot_shapes,
+                                 self.dtype.str, field)  # fmt: skip
         start = last_report = clock()
+        self._allocator.reserve(self.layout, slots)
         for index in range(slots):
             if clock() - last_report >= PROGRESS_EVERY_S:
                 last_report = clock()
@@ -151,7 +151,7 @@ class PinnedPool:
             except BaseException:
                 self._memory.clear()
                 self._arrays.clear()
-                self._release_allocator()
+                self._allocator.release()
                 logger.error(
                     "allocating %s slot %d of %d (%s each) failed after %.1f s",
                     self.backend, index + 1, slots, format_bytes(self.slot_bytes),
@@ -161,11 +161,13 @@ class PinnedPool:
         self.allocated_in_s = clock() - start
         self._free = list(range(slots - 1, -1, -1))  # popped from the end: slot 0 goes first
         self._warm = True
+        adopted = self.slots_adopted
         logger.info(
-            "%s pool of %d slots × %s = %s allocated in %.1f s (%s)",
-            "pinned" if self.pinned else "pageable (numpy)", slots,
+            "%s pool of %d slots × %s = %s ready in %.1f s (%s): %d adopted, %d allocated",
+            "pinned" if self.pinned else f"pageable ({self.backend})", slots,
             format_bytes(self.slot_bytes), format_bytes(self.total_bytes),
             self.allocated_in_s, format_rate(self.total_bytes, self.allocated_in_s),
+            adopted, slots - adopted,
         )  # fmt: skip
 
     # Accounting -------------------------------------------------------------------------------
@@ -184,19 +186,29 @@ class PinnedPool:
         return self._closed
 
     @property
+    def slots_adopted(self) -> int:
+        """Slots whose memory a previous pacer left (`gpu.handover`); the rest were allocated."""
+        return self._allocator.slots_adopted
+
+    @property
     def block_names(self) -> tuple[str, ...]:
         """The slots' shared-memory blocks, in slot order; empty unless the backend is shared."""
-        blocks = getattr(self._allocator, "blocks", None)
-        return () if blocks is None else tuple(block.name for block in blocks)
+        return tuple(block.name for block in self._allocator.blocks)
+
+    @property
+    def block_paths(self) -> tuple[str, ...]:
+        """Where another process opens each slot's block, in slot order (`slot_block`)."""
+        return tuple(block.path for block in self._allocator.blocks)
 
     def slot_block(self, slot: Slot) -> SlotBlock | None:
         """Where ``slot`` lives, for another process to write it; None unless the backend is a
         shared one and the slot is a pool slot (not a pageable fallback)."""
-        blocks = getattr(self._allocator, "blocks", None)
-        if blocks is None or slot.index is None:
+        blocks = self._allocator.blocks
+        if not blocks or slot.index is None:
             return None
-        return SlotBlock(blocks[slot.index].name, tuple(self._offsets), self.slot_shapes,
-                         self.dtype.str)  # fmt: skip
+        block = blocks[slot.index]
+        return SlotBlock(block.name, tuple(self._offsets), self.slot_shapes, self.dtype.str,
+                         block.path)  # fmt: skip
 
     # Lending ----------------------------------------------------------------------------------
 
@@ -250,12 +262,14 @@ class PinnedPool:
 
     # Shutdown ---------------------------------------------------------------------------------
 
-    def close(self) -> float:
+    def close(self, keep: bool = False) -> float:
         """Free every buffer and return how long it took, in seconds; later calls return that.
 
         The pool drops its references, so each slot's memory goes back (cudaFreeHost) as soon as
         no array of it is held elsewhere: a slot still checked out is freed when its holder
         lets go, never under it. Waiting checkouts and any later one raise `PoolClosedError`.
+        With ``keep``, shared blocks stay for the next pacer to adopt (`gpu.handover`),
+        unpinned and unmapped here; other backends free their memory all the same.
         """
         with self._lock:
             if self.freed_in_s is not None:
@@ -267,7 +281,7 @@ class PinnedPool:
             self._free.clear()
             self._arrays.clear()
             self._memory.clear()
-            self._release_allocator()
+            kept = self._allocator.release(keep)
             self.freed_in_s = self._clock() - start
             self.in_use_bytes = 0
         if in_use:
@@ -275,10 +289,13 @@ class PinnedPool:
                 "%d of %d slots were still checked out at close; they are freed when dropped",
                 in_use, self.slots_total,
             )  # fmt: skip
+        if keep and not kept:
+            logger.warning("the %s pool cannot be kept for the next pacer: freed", self.backend)
         logger.info(
-            "%s pool of %d slots (%s) freed in %.1f s",
-            "pinned" if self.pinned else "pageable (numpy)", self.slots_total,
-            format_bytes(self.total_bytes), self.freed_in_s,
+            "%s pool of %d slots (%s) %s in %.1f s",
+            "pinned" if self.pinned else f"pageable ({self.backend})", self.slots_total,
+            format_bytes(self.total_bytes),
+            "kept for the next pacer" if kept else "freed", self.freed_in_s,
         )  # fmt: skip
         return self.freed_in_s
 
@@ -327,12 +344,6 @@ class PinnedPool:
         self._check_open()
         if not ready:
             raise PoolExhausted(self.slots_total, self.slot_bytes, timeout_s or 0.0)
-
-    def _release_allocator(self) -> None:
-        """What the allocator holds beyond the arrays (shared blocks, registrations) goes."""
-        release = getattr(self._allocator, "release", None)
-        if release is not None:
-            release()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -3,7 +3,7 @@
 Threads of one process share the GIL: each NumPy call a synthesis makes (thousands a partition)
 gives it up and takes it back, and with many threads, or a busy event loop, taking it back
 waits. Worker processes each have their own. A `ProcessSynthesizer` keeps a pool of them; each
-maps the pool's shared-memory blocks by name (once per block) and runs
+maps the pool's shared-memory blocks by path (once per block) and runs
 `gpu.synthesis.synthesize_into` on the slot it is told, so only a slot reference crosses the
 process boundary and the buffers are written once, in place, where the GPU copies them from.
 
@@ -51,7 +51,6 @@ from gpu import cpu_backend, lifeline
 from gpu.babybear import BABYBEAR
 from gpu.field import PrimeField
 from gpu.lifeline import SYNTHESIS_PROCESS_NAME
-from gpu.shm_blocks import SHM_DIR
 from gpu.slots import SlotBlock
 from gpu.synthesis import synthesize_into
 
@@ -65,9 +64,10 @@ class ProcessSynthesizer:
 
     Started with forkserver (the workers never touch CUDA, and a fork of a process holding a
     CUDA context is not safe to use). `start` launches them all, so none is forked on the hot
-    path, and has each map the shared-memory ``blocks`` (names) with their page tables filled
-    and, with ``backend="numba"``, load ``field``'s compiled kernel; `close` stops them. A block
-    not among them is mapped on its first fill in each worker.
+    path, and has each map the shared-memory ``blocks`` (paths: `gpu.pool.PinnedPool.block_paths`)
+    with their page tables filled and, with ``backend="numba"``, load ``field``'s compiled
+    kernel; `map_blocks` maps blocks made after the start; `close` stops them. A block not
+    among them is mapped on its first fill in each worker.
 
     A worker that dies (the OOM killer, a signal) breaks the whole set: the syntheses in flight
     then start over once on a new set (``restarts`` counts them), instead of every later
@@ -103,19 +103,10 @@ class ProcessSynthesizer:
         )  # fmt: skip
 
     def start(self) -> None:
-        """Launch every worker process now (each imports NumPy once) and map the blocks in each.
-
-        One mapping task per process, all submitted at once: each process takes one, as none
-        is free before it has started. Should one take two, the second finds its blocks mapped
-        and the process that got none maps each block on its first fill.
-        """
+        """Launch every worker process now (each imports NumPy once, and loads the compiled
+        kernel) and map the blocks given at construction in each (`map_blocks`)."""
         began = time.monotonic()
-        tasks = [
-            self._executor.submit(_start_worker, self.blocks, self.backend, self.field)
-            for _ in range(self.processes)
-        ]
-        started = [task.result() for task in tasks]
-        populated = [size for size, _ in started]  # bytes each task populated
+        started = self._each_worker(self.blocks)
         logger.info(
             "synthesis processes (%s) end with this process (pid %d), however it ends: each "
             "exits when a pipe only this process holds open closes; %s; the forkserver and the "
@@ -125,14 +116,36 @@ class ProcessSynthesizer:
             if all(armed for _, armed in started)
             else "PR_SET_PDEATHSIG is not available here",
         )  # fmt: skip
-        if self.blocks:
-            # A page-table entry of 8 bytes for each 4 KiB page each process maps.
-            logger.info(
-                "%d synthesis processes started in %.1f s; %d of them filled in the page tables "
-                "of the pool's %d slot blocks (%.1f GiB): %.1f MiB of page tables in all",
-                self.processes, time.monotonic() - began, sum(1 for size in populated if size),
-                len(self.blocks), max(populated) / 2**30, sum(populated) / 512 / 2**20,
-            )  # fmt: skip
+        self._log_mapped(started, began)
+
+    def map_blocks(self, blocks: Sequence[str]) -> None:
+        """Have every worker map the shared-memory ``blocks`` (paths) with their page tables
+        filled in: the pool's, once it is ready, when the workers were started before it."""
+        began = time.monotonic()
+        self.blocks = tuple(blocks)
+        self._log_mapped(self._each_worker(self.blocks), began)
+
+    def _each_worker(self, blocks: Sequence[str]) -> list[tuple[int, bool]]:
+        """One mapping task per process, all submitted at once: each process takes one, as
+        none is free before it has started. Should one take two, the second finds its blocks
+        mapped and the process that got none maps each block on its first fill."""
+        tasks = [
+            self._executor.submit(_start_worker, blocks, self.backend, self.field)
+            for _ in range(self.processes)
+        ]
+        return [task.result() for task in tasks]
+
+    def _log_mapped(self, started: list[tuple[int, bool]], began: float) -> None:
+        if not self.blocks:
+            return
+        populated = [size for size, _ in started]  # bytes each task populated
+        # A page-table entry of 8 bytes for each 4 KiB page each process maps.
+        logger.info(
+            "%d synthesis processes ready in %.1f s; %d of them filled in the page tables "
+            "of the pool's %d slot blocks (%.1f GiB): %.1f MiB of page tables in all",
+            self.processes, time.monotonic() - began, sum(1 for size in populated if size),
+            len(self.blocks), max(populated) / 2**30, sum(populated) / 512 / 2**20,
+        )  # fmt: skip
 
     def fill(
         self, block: SlotBlock | None, seed: int, index: int, field: PrimeField = BABYBEAR
@@ -176,7 +189,7 @@ class ProcessSynthesizer:
         self.close()
 
 
-# In each worker process: the blocks it has mapped, by name, and those whose page tables it
+# In each worker process: the blocks it has mapped, by path, and those whose page tables it
 # filled in.
 _mapped: dict[str, mmap.mmap] = {}
 _populated: set[str] = set()
@@ -197,27 +210,28 @@ def _tie_to_service(lifeline_reader: Connection) -> None:
     lifeline.watch(lifeline_reader)
 
 
-def _start_worker(names: Sequence[str], backend: str, field: PrimeField | None) -> tuple[int, bool]:
+def _start_worker(paths: Sequence[str], backend: str, field: PrimeField | None) -> tuple[int, bool]:
     """Map each block not yet mapped in this process and load the compiled kernel; the bytes
     whose page tables it filled in (0 where the kernel cannot), and whether the kernel kills
     this process should the forkserver die."""
     if backend == "numba" and field is not None:
         cpu_backend.warm(field)
-    new = [name for name in names if name not in _mapped]
-    mappings = {name: _mapping(name) for name in new}
-    populated = sum(len(mapping) for name, mapping in mappings.items() if name in _populated)
+    new = [path for path in paths if path not in _mapped]
+    mappings = {path: _mapping(path) for path in new}
+    populated = sum(len(mapping) for path, mapping in mappings.items() if path in _populated)
     return populated, _dies_with_forkserver
 
 
-def _mapping(name: str) -> mmap.mmap:
-    """This process's mapping of shared block ``name``, made (and populated) on first use.
+def _mapping(path: str) -> mmap.mmap:
+    """This process's mapping of the shared block at ``path``, made (and populated) on first
+    use: a file in /dev/shm, or the service's memfd under /proc/PID/fd.
 
     The block is the pool owner's: opened by path, not through `SharedMemory`, so no resource
     tracker here learns of it and none unlinks it when this process ends.
     """
-    mapping = _mapped.get(name)
+    mapping = _mapped.get(path)
     if mapping is None:
-        descriptor = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)
+        descriptor = os.open(path, os.O_RDWR)
         try:
             mapping = mmap.mmap(descriptor, os.fstat(descriptor).st_size)
         finally:
@@ -225,11 +239,11 @@ def _mapping(name: str) -> mmap.mmap:
         # An older kernel refuses: each page then faults in on its first write instead.
         with contextlib.suppress(OSError):
             mapping.madvise(MADV_POPULATE_WRITE)
-            _populated.add(name)
-        _mapped[name] = mapping
+            _populated.add(path)
+        _mapped[path] = mapping
     return mapping
 
 
 def _fill(block: SlotBlock, seed: int, index: int, field: PrimeField, backend: str) -> None:
-    arrays = block.arrays(_mapping(block.name))
+    arrays = block.arrays(_mapping(block.path))
     synthesize_into(seed, index, arrays, field=field, backend=backend)

@@ -80,6 +80,7 @@ class SlotBlock(NamedTuple):
     offsets: tuple[int, ...]
     shapes: tuple[tuple[int, ...], ...]
     dtype: str
+    path: str  # where a process of this host opens it
 
     def arrays(self, buffer: Any) -> tuple[npt.NDArray[Any], ...]:
         """Views of the slot's buffers in ``buffer`` (the mapped block)."""

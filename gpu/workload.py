@@ -13,11 +13,10 @@ imports pacer (its Workload contract and settings), and that names pacer's setti
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from gpu import cpu_backend
 from gpu.field import by_name
@@ -32,12 +31,14 @@ from pacer.workload import (
 )
 
 if TYPE_CHECKING:
+    from gpu.allocators import HostAllocator
     from gpu.pool import PinnedPool
     from gpu.process_executor import ProcessSynthesizer
     from gpu.prover import GpuProver
     from gpu.slots import Slot
 
 logger = logging.getLogger("gpu.workload")
+T = TypeVar("T")
 
 
 class NttWorkload(Workload):
@@ -158,19 +159,23 @@ class GpuNttWorkload(NttWorkload):
         pool_backend: Literal["cuda", "shared", "shared-cuda"] | None = None,
         field: str | None = None,
         backend: str = "numpy",
+        keep_pool: bool = False,
     ) -> None:
         super().__init__(log_n, field, backend)
         self.devices = devices
         self.workers_per_device = workers_per_device
         self.on_empty = on_empty
         self.executor = executor
-        # Processes need slots they can map: named shared memory, pinned by cudaHostRegister.
+        # Processes need slots they can map, and a pool kept for the next pacer must be in
+        # blocks it can map: shared memory, pinned by cudaHostRegister.
         self.pool_backend: Literal["cuda", "shared", "shared-cuda"] = pool_backend or (
-            "shared-cuda" if executor == "processes" else "cuda"
+            "shared-cuda" if executor == "processes" or keep_pool else "cuda"
         )
+        self.keep_on_close = keep_pool
         self.pool: PinnedPool | None = None
         self._provers: dict[int, Any] = {}
         self._synthesizer: ProcessSynthesizer | None = None
+        self._phases_s: dict[str, float] = {}
 
     @property
     def workers(self) -> int:
@@ -189,6 +194,16 @@ class GpuNttWorkload(NttWorkload):
     def synthesis_restarts(self) -> int:
         return 0 if self._synthesizer is None else int(self._synthesizer.restarts)
 
+    @property
+    def prepare_phases_s(self) -> dict[str, float]:
+        """How long each part of `prepare` took (s): the pool, the provers, the synthesis
+        processes and their mapping of the pool; the parts overlap."""
+        return dict(self._phases_s)
+
+    def keep_pool(self) -> None:
+        """At `close`, leave the pool's blocks for the next pacer (`gpu.handover`)."""
+        self.keep_on_close = True
+
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         out = super().check_params(params)
         if out.get("log_n", self.log_n) != self.log_n:
@@ -202,47 +217,89 @@ class GpuNttWorkload(NttWorkload):
         return 3 * self.field.storage.itemsize * (1 << self.log_n)  # a, b, c as stored
 
     def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
-        """Allocate the pinned pool (before readiness: pinning runs at ~2 GiB/s), every
-        worker's prover (device buffers, uploaded tables, compiled kernels) and, with the
-        processes executor, ``synthesis_workers`` synthesis processes."""
-
-        from gpu import ntt_cuda
-        from gpu.pool import PinnedPool
-
-        n = 1 << self.log_n
+        """Allocate the pinned pool (before readiness: pinning runs at a few GiB/s), or adopt
+        the one the previous pacer kept; meanwhile, on threads of their own, build every
+        worker's prover (host tables, CUDA context, compiled kernels, device buffers) and,
+        with the processes executor, start ``synthesis_workers`` synthesis processes, which
+        map the pool's blocks once it is ready. `prepare_phases_s` says how long each took."""
         on_cuda = self.pool_backend.endswith("cuda")  # else provers come from elsewhere (tests)
-        # The provers' tables take seconds of NumPy at 2^27: build them while pinning runs.
-        tables = threading.Thread(target=ntt_cuda.host_tables, args=(self.log_n, self.field))
-        if on_cuda:
-            tables.start()
         try:
-            pool = PinnedPool(slots, [(n,)] * 3, dtype=self.field.storage,
-                              backend=self.pool_backend, on_empty=self.on_empty,
-                              budget_bytes=budget_bytes)  # fmt: skip
-        finally:
-            if on_cuda:
-                tables.join()
-        self.pool = pool
-        # The synthesis processes fill in their page tables for every slot (seconds per 100 GiB)
-        # while the provers are built.
-        with ThreadPoolExecutor(1, thread_name_prefix="synthesis-start") as starter:
-            starting = None
+            self._prepare(slots, budget_bytes, synthesis_workers, on_cuda)
+        except BaseException:
+            if self._synthesizer is not None:
+                self._synthesizer.close()
+                self._synthesizer = None
+            raise
+
+    def _prepare(
+        self, slots: int, budget_bytes: int, synthesis_workers: int, on_cuda: bool
+    ) -> None:
+        with ThreadPoolExecutor(2, thread_name_prefix="prepare") as starter:
+            provers = starter.submit(self._timed, "provers", self._build_provers) if on_cuda \
+                else None  # fmt: skip
+            synthesis = None
             if self.executor == "processes":
                 from gpu.process_executor import ProcessSynthesizer
 
                 self._synthesizer = ProcessSynthesizer(
-                    synthesis_workers, pool.block_names, backend=self.kernel, field=self.field
+                    synthesis_workers, backend=self.kernel, field=self.field
                 )
-                starting = starter.submit(self._synthesizer.start)
-            if on_cuda:
-                from gpu.prover import GpuProver
+                synthesis = starter.submit(self._timed, "synthesis_processes",
+                                           self._synthesizer.start)  # fmt: skip
+            self.pool = pool = self._timed("pool", self._build_pool, slots, budget_bytes)
+            if synthesis is not None and self._synthesizer is not None:
+                synthesis.result()
+                self._timed("synthesis_mapping", self._synthesizer.map_blocks, pool.block_paths)
+            if provers is not None:
+                provers.result()
 
-                for worker in range(self.workers):
-                    device = self.device_of(worker)
-                    self._provers[worker] = GpuProver(device, self.log_n, self.field)
-                ntt_cuda.release_host_tables()  # every device has its copy now
-            if starting is not None:
-                starting.result()
+    def _timed(self, phase: str, call: Callable[..., T], *args: Any) -> T:
+        started = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            self._phases_s[phase] = time.perf_counter() - started
+
+    def _build_pool(self, slots: int, budget_bytes: int) -> PinnedPool:
+        from gpu.pool import PinnedPool
+
+        n = 1 << self.log_n
+        return PinnedPool(slots, [(n,)] * 3, dtype=self.field.storage,
+                          backend=self._allocator(slots), on_empty=self.on_empty,
+                          budget_bytes=budget_bytes, field=self.field.name)  # fmt: skip
+
+    def _allocator(self, slots: int) -> HostAllocator | Literal["cuda"]:
+        """The pool's allocator: shared blocks with the handover to and from other pacers
+        (memfds in the service manager's descriptor store when kept under one that has room
+        for them, else named blocks), or cudaHostAlloc memory."""
+        from gpu import fdstore
+        from gpu.allocators import SharedHostAllocator
+        from gpu.handover import Handover
+
+        if self.pool_backend == "cuda":
+            return "cuda"
+        store_size = fdstore.store_size()
+        store: Literal["shm", "fdstore"] = "shm"
+        if self.keep_on_close and store_size:
+            if store_size >= slots:
+                store = "fdstore"
+            else:
+                logger.warning(
+                    "the service manager's descriptor store takes %d descriptors, fewer than "
+                    "the pool's %d slots: the pool is kept in /dev/shm instead (raise "
+                    "FileDescriptorStoreMax=)", store_size, slots,
+                )  # fmt: skip
+        handover = Handover(self.keep_on_close, store, received=fdstore.listen_fds())
+        return SharedHostAllocator(self.pool_backend == "shared-cuda", handover)
+
+    def _build_provers(self) -> None:
+        from gpu import ntt_cuda
+        from gpu.prover import GpuProver
+
+        ntt_cuda.host_tables(self.log_n, self.field)
+        for worker in range(self.workers):
+            self._provers[worker] = GpuProver(self.device_of(worker), self.log_n, self.field)
+        ntt_cuda.release_host_tables()  # every device has its copy now
 
     def synthesize(self, spec: PartitionSpec) -> Slot:
         import gpu.synthesis as synthesis
@@ -292,7 +349,7 @@ class GpuNttWorkload(NttWorkload):
         if self._synthesizer is not None:
             self._synthesizer.close()
         if self.pool is not None:
-            self.pool.close()
+            self.pool.close(keep=self.keep_on_close)
 
 
 def cpu_backend_for(setting: str, field: str = "goldilocks") -> str:
@@ -349,6 +406,7 @@ def ntt(settings: Settings) -> NttWorkload:
         return GpuNttWorkload(settings.ntt.log_n or GpuNttWorkload.DEFAULT_LOG_N, devices,
                               settings.gpu.workers_per_device, settings.gpu.pool_on_empty,
                               settings.synthesis.executor, field=settings.ntt.field,
-                              backend=settings.ntt.cpu_backend)  # fmt: skip
+                              backend=settings.ntt.cpu_backend,
+                              keep_pool=settings.gpu.keep_pool)  # fmt: skip
     return NttWorkload(settings.ntt.log_n or NttWorkload.DEFAULT_LOG_N, settings.ntt.field,
                        settings.ntt.cpu_backend)  # fmt: skip

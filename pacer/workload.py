@@ -157,20 +157,37 @@ class Pool(Protocol):
     @property
     def allocations_after_warmup(self) -> int: ...
 
+    @property
+    def slots_adopted(self) -> int:
+        """Slots a previous pacer on this host left, adopted instead of allocated."""
+        ...
+
 
 @runtime_checkable
 class PooledWorkload(Workload, Protocol):
     """A workload whose partitions live in a pool it allocates once, before the service is
-    ready (`prepare`), and frees in ``close``; dispatch also waits for a free slot."""
+    ready (`prepare`), and frees in ``close`` (or keeps for the next pacer: `keep_pool`);
+    dispatch also waits for a free slot."""
 
     @property
     def pool(self) -> Pool | None:
         """The pool, once ``prepare`` has allocated it."""
         ...
 
+    @property
+    def prepare_phases_s(self) -> dict[str, float]:
+        """How long each part of ``prepare`` took (s), by name; empty before it."""
+        ...
+
     def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
-        """Allocate ``slots`` partitions' worth of pool within ``budget_bytes``, and what runs
-        ``synthesis_workers`` syntheses at once (the synthesis-concurrency cap)."""
+        """Allocate ``slots`` partitions' worth of pool within ``budget_bytes`` (or adopt what
+        a previous pacer kept), and what runs ``synthesis_workers`` syntheses at once (the
+        synthesis-concurrency cap)."""
+        ...
+
+    def keep_pool(self) -> None:
+        """At ``close``, leave the pool for the next pacer on this host instead of freeing it
+        (a handover); where the pool cannot be kept, it is freed as ever."""
         ...
 
 

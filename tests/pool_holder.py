@@ -60,7 +60,7 @@ import numpy as np
 from gpu.pool import PinnedPool
 from gpu.process_executor import ProcessSynthesizer
 pool = PinnedPool(2, [(1024,)] * 3, np.uint32, backend="shared")
-synthesizer = ProcessSynthesizer(2, pool.block_names)
+synthesizer = ProcessSynthesizer(2, pool.block_paths)
 synthesizer.start()
 slot = pool.checkout()
 synthesizer.fill(pool.slot_block(slot), 3, 0)

@@ -46,8 +46,15 @@ class Pooled(Sized):
     def pool(self) -> Pool | None:
         return None
 
+    @property
+    def prepare_phases_s(self) -> dict[str, float]:
+        return {}
+
     def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
         raise AssertionError("resolve prepares nothing")
+
+    def keep_pool(self) -> None:
+        raise AssertionError("resolve keeps nothing")
 
 
 def settings(**sections: Any) -> Settings:

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpu.pool_record import sweep
 from gpu.shm_blocks import BLOCK_PREFIX
 from pacer import settle
 from pacer.settle import (
@@ -36,6 +37,7 @@ from pacer.settle import (
 )
 from pacer.settle.held import kill_holder
 from tests.conftest import FakeClock
+from tests.kept_pools import Holder, records, shm_exists
 from tests.pool_holder import kill_holder as kill_pool_holder
 from tests.pool_holder import start_pool_holder
 
@@ -415,6 +417,65 @@ def test_summary_blames_gpu_memory_when_only_it_has_not_settled(clock: FakeClock
         "not settled after 3 s: GPU memory falling 12.0 GiB over the last 3 s, "
         "short of the 5 s window"
     )
+
+
+def test_memory_kept_for_the_next_pacer_is_neither_draining_nor_free(
+    clock: FakeClock, tmp_path: Path
+) -> None:
+    options = SettleOptions(window_s=5.0, timeout_s=3.0, baseline_bytes=46 * GIB)
+    kept = [Sample(110 * GIB, kept_bytes=63 * GIB)] * 5
+    result, _ = fake_run(options, kept, clock)
+    assert (result.settled, result.reason, result.settled_at_s) == (True, "baseline", 0.0)
+    assert settle.summary(result, options) == (
+        "settled after 0.0 s: used 110.0 GiB, 63.0 GiB of it kept for the next pacer, "
+        "within 2.0 GiB of the 46.0 GiB baseline"
+    )
+    assert result.samples[0].as_dict()["kept_bytes"] == 63 * GIB
+    settle.record_state(tmp_path / "settle.json", result)  # the host's rest, without the pool
+    assert json.loads((tmp_path / "settle.json").read_text())["baseline_bytes"] == 47 * GIB
+    # The same memory not kept on purpose is memory that has not come back.
+    held, _ = fake_run(options, [Sample(110 * GIB)] * 5, clock)
+    assert (held.settled, held.reason) == (False, "timeout")
+
+
+@pytest.mark.usefixtures("only_own_blocks")
+def test_the_command_reports_a_kept_pool_leaves_it_and_drops_it_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep(drop_kept=True)
+    holder = Holder(slots=2)
+    holder.close(keep=True)
+    argv = ["--timeout", "0", "--process-name", "", "--state-file", str(tmp_path / "s.json"),
+            "--no-record", "--json"]  # fmt: skip
+    _, out, err = cli(argv, capsys)
+    assert (
+        f"kept for the next pacer: 2 blocks, 24.0 KiB in /dev/shm (pacer {holder.pid} stopped, "
+        "generation 1, 12.0 KiB slots of 1024+1024+1024 <u4)"
+    ) in err
+    assert json.loads(out)["samples"][0]["kept_bytes"] == 24 * 1024
+    assert all(shm_exists(name) for name in holder.names)  # kept in place
+    assert "not settled" not in err
+
+    _, _, err = cli([*argv, "--drop-kept"], capsys)
+    assert "asked to drop kept pools" in err
+    assert not any(shm_exists(name) for name in holder.names)
+    assert records() == {}
+
+
+@pytest.mark.usefixtures("only_own_blocks")
+def test_a_record_whose_blocks_are_gone_is_removed_by_the_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep(drop_kept=True)
+    holder = Holder(slots=2)
+    holder.close(keep=True)
+    os.unlink(f"/dev/shm/{holder.names[1]}")
+    argv = ["--timeout", "0", "--process-name", "", "--state-file", str(tmp_path / "s.json"),
+            "--no-record"]  # fmt: skip
+    _, _, err = cli(argv, capsys)
+    assert f"its block {holder.names[1]} is gone" in err
+    assert "removed 1 pinned-pool blocks" in err  # the one left, no record keeping it now
+    assert (records(), shm_exists(holder.names[0])) == ({}, False)
 
 
 # --- state file -----------------------------------------------------------------------------

@@ -114,6 +114,13 @@ class GpuSettings(Section):
         description="When every pinned slot is taken: wait for one, or fall back to pageable "
         "memory (wait/fallback)",
     )
+    keep_pool: bool = Field(
+        False,
+        description="On a clean stop (SIGTERM), leave the pinned pool's shared-memory blocks "
+        "for the next pacer on this host to adopt instead of freeing them: a restart then "
+        "skips pinning; under systemd with FileDescriptorStoreMax= they are kept in its "
+        "descriptor store, else in /dev/shm (true/false)",
+    )
 
 
 class NttSettings(Section):

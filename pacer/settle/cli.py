@@ -68,7 +68,8 @@ def load_state(path: Path) -> tuple[int | None, int | None]:
 def record_state(path: Path, result: Result) -> None:
     """Remember the used level ``result`` settled at as the next baseline (atomically)."""
     last = result.samples[-1]
-    state: dict[str, object] = {"baseline_bytes": last.used_bytes}
+    # A pool kept for the next pacer is not the host's rest: the baseline leaves it out.
+    state: dict[str, object] = {"baseline_bytes": last.judged_bytes}
     if last.gpu_used_bytes is not None:
         state["gpu_baseline_bytes"] = last.gpu_used_bytes
     state |= {"reason": result.reason, "recorded_at": datetime.now(UTC).isoformat()}
@@ -85,8 +86,11 @@ def summary(result: Result, options: SettleOptions, replay_ended: bool = False) 
     """The one line printed at the end of a run."""
     base = options.baseline_bytes
     if result.settled:
-        used = result.samples[-1].used_bytes
-        head = f"settled after {result.settled_at_s:.1f} s: used {gib(used)}"
+        last = result.samples[-1]
+        used = last.judged_bytes
+        head = f"settled after {result.settled_at_s:.1f} s: used {gib(last.used_bytes)}"
+        if last.kept_bytes:
+            head += f", {gib(last.kept_bytes)} of it kept for the next pacer"
         if result.reason == "baseline":
             assert base is not None
             if used < base:
@@ -144,10 +148,15 @@ reclaimable caches left out). Settled means all of:
     outlived its service, say): such memory stays held, however flat used memory is, until
     that process ends. Each such process is named with its PID, command line and resident
     bytes; --kill-orphans kills those that are pacer's synthesis processes.
+A pinned pool kept for the next pacer (PACER_GPU__KEEP_POOL: its owner record beside its
+blocks in /dev/shm, the blocks there or in systemd's descriptor store) is memory held on
+purpose: it is reported as "kept for the next pacer", left out of used memory when judging,
+and left in place (--drop-kept removes it).
 With NVML (pip install nvidia-ml-py) and a GPU, GPU used memory is sampled too and must
 settle by the same rules, against the GPU level remembered in the state file.
 Pinned-pool blocks that a killed pacer left in /dev/shm (pacer-pool-<pid>-<n>, its process
-gone) never come back by themselves: each sample removes them first, and says so.
+gone, no owner record keeping them) never come back by themselves, nor do owner records whose
+blocks are gone: each sample removes them first, and says so.
 On a settled exit the used level is remembered in the state file as the next baseline."""
 EPILOG = """\
 exit status: 0 settled, 1 not settled at --timeout, 2 bad options or replay file.
@@ -158,6 +167,7 @@ examples:
   pacer settle --json > drain.json           # keep every sample for later
   pacer settle --replay drain.csv            # judge a recorded series (t_s,used_bytes)
   pacer settle --kill-orphans                # kill synthesis processes a dead pacer left
+  pacer settle --drop-kept                   # free a pool kept for the next pacer too
 
   in the unit file (TimeoutStartSec= also bounds ExecStartPre=, and is 90 s by default):
     StateDirectory=pacer
@@ -221,6 +231,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="SIGKILL the processes that map a dead pacer's pool blocks, when they are pacer's "
         f"synthesis processes (named {SYNTHESIS_PROCESS_NAME}, or children of multiprocessing's "
         "forkserver); any other holder is only named (default: name them all, kill none)",
+    )
+    parser.add_argument(
+        "--drop-kept",
+        action="store_true",
+        help="remove pinned pools kept for the next pacer too (default: keep them, reported "
+        "as such and left out of used memory)",
     )
     parser.add_argument(
         "--state-file",
@@ -296,12 +312,13 @@ def _run_host(
     process_name: str,
     progress: Callable[[str], None] | None,
     kill_orphans: bool = False,
+    drop_kept: bool = False,
 ) -> Result:
     processes = ProcessScanner(process_name) if process_name else no_processes
     held = ReportedHolders(HeldBlockScanner(), _warn, kill_orphans)
     gpu = NvmlMemory.open()
     try:
-        sampler = StaleBlocksRemoved(MeminfoSampler(gpu=gpu), _warn)
+        sampler = StaleBlocksRemoved(MeminfoSampler(gpu=gpu), _warn, drop_kept)
         return run(options, time.monotonic, time.sleep, sampler, processes, progress, held)
     finally:
         if gpu is not None:
@@ -338,7 +355,9 @@ def main(args: argparse.Namespace) -> int:
             replay_ended = series[-1].t_s < options.timeout_s
             result = replay(series, options, progress)
         else:
-            result = _run_host(options, args.process_name, progress, args.kill_orphans)
+            result = _run_host(
+                options, args.process_name, progress, args.kill_orphans, args.drop_kept
+            )
     except (ReplayError, SamplingError) as exc:
         _warn(str(exc))
         return 2

@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
+from gpu import block_maps
+from gpu.block_maps import BlockMapping
 from gpu.lifeline import SYNTHESIS_PROCESS_NAME
-from gpu.shm_blocks import BLOCK_PREFIX, SHM_DIR, block_owner
+from gpu.shm_blocks import BLOCK_PREFIX
 from pacer.settle.detector import GIB, gib
 from pacer.settle.sources import self_and_ancestors
 
@@ -105,14 +106,6 @@ def is_synthesis_process(name: str, cmdline: str) -> bool:
     return name == SYNTHESIS_PROCESS_NAME or FORKSERVER_COMMAND in cmdline
 
 
-class _Mapping(NamedTuple):
-    start: str  # the address, as maps and smaps write it
-    block: tuple[str, int]  # (device, inode): one block however many map it
-    name: str
-    owner: int
-    unlinked: bool
-
-
 class HeldBlockScanner:
     """Processes mapping pool blocks (names starting with ``prefix``) whose owner, the process
     in the block's name, no longer maps them: it died, or its PID went to another process.
@@ -129,26 +122,12 @@ class HeldBlockScanner:
 
     def __call__(self) -> Held:
         skip = self_and_ancestors(self.proc)
-        mapped: dict[int, list[_Mapping]] = {}
-        unreadable: set[int] = set()
-        for entry in self.proc.iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                text = (entry / "maps").read_text(errors="replace")
-            except PermissionError:
-                unreadable.add(int(entry.name))
-                continue
-            except OSError:  # gone meanwhile
-                continue
-            found = list(self._block_mappings(text))
-            if found:
-                mapped[int(entry.name)] = found
-        owned = {m.block for pid, found in mapped.items() for m in found if m.owner == pid}
+        mapped, unreadable = block_maps.scan(self.proc, self.prefix)
+        owned = {m.inode for pid, found in mapped.items() for m in found if m.owner == pid}
         holders = []
         block_bytes: dict[tuple[str, int], int] = {}
         for pid, found in sorted(mapped.items()):
-            orphaned = [m for m in found if m.block not in owned and m.owner not in unreadable]
+            orphaned = [m for m in found if m.inode not in owned and m.owner not in unreadable]
             if pid in skip or not orphaned:
                 continue
             holder = self._holder(pid, orphaned, block_bytes)
@@ -156,24 +135,8 @@ class HeldBlockScanner:
                 holders.append(holder)
         return Held(tuple(holders), sum(block_bytes.values()))
 
-    def _block_mappings(self, maps: str) -> Iterator[_Mapping]:
-        marker = f"{SHM_DIR}/{self.prefix}"
-        for line in maps.splitlines():
-            if marker not in line:
-                continue
-            parts = line.split(None, 5)
-            if len(parts) < 6 or not parts[4].isdigit():
-                continue
-            path = parts[5]
-            unlinked = path.endswith(" (deleted)")
-            directory, _, name = path.removesuffix(" (deleted)").rpartition("/")
-            owner = block_owner(name)
-            if directory == SHM_DIR and owner is not None and name.startswith(self.prefix):
-                start = parts[0].partition("-")[0]
-                yield _Mapping(start, (parts[3], int(parts[4])), name, owner, unlinked)
-
     def _holder(
-        self, pid: int, orphaned: list[_Mapping], block_bytes: dict[tuple[str, int], int]
+        self, pid: int, orphaned: list[BlockMapping], block_bytes: dict[tuple[str, int], int]
     ) -> BlockHolder | None:
         """The holder, its mappings sized; None once it is gone. A block's bytes are the most
         any of its holders has resident (each page a holder touched is the block's)."""
@@ -194,15 +157,15 @@ class HeldBlockScanner:
         for mapping in orphaned:
             size = resident.get(mapping.start, 0)
             total += size
-            block_bytes[mapping.block] = max(block_bytes.get(mapping.block, 0), size)
+            block_bytes[mapping.inode] = max(block_bytes.get(mapping.inode, 0), size)
         return BlockHolder(
             pid=pid,
             name=name,
             cmdline=command,
             started=started,
             owners=tuple(sorted({m.owner for m in orphaned})),
-            blocks=len({m.block for m in orphaned}),
-            unlinked=len({m.block for m in orphaned if m.unlinked}),
+            blocks=len({m.inode for m in orphaned}),
+            unlinked=len({m.inode for m in orphaned if m.unlinked}),
             resident_bytes=total,
             synthesis=is_synthesis_process(name, command),
         )

@@ -85,7 +85,8 @@ def settle(
     """Judge ``series`` until memory and processes have settled or the series ends.
 
     GPU memory, where sampled, must settle by the same rules as host memory (against the
-    remembered GPU baseline); a sample without it is judged on host memory alone. The reason
+    remembered GPU baseline); a sample without it is judged on host memory alone. Host memory
+    is judged less what is kept for the next pacer (`TimedSample.judged_bytes`). The reason
     given is host memory's. While ``held`` finds a dead pacer's pool blocks mapped by a process
     that outlived it, memory has not settled, however flat it is: the process must end first.
     """
@@ -99,7 +100,7 @@ def settle(
         if taken and sample.t_s <= taken[-1].t_s:
             continue
         taken.append(sample)
-        verdict = host.add(sample.t_s, sample.used_bytes)
+        verdict = host.add(sample.t_s, sample.judged_bytes)
         gpu_settled = True
         if sample.gpu_used_bytes is not None:
             gpu_seen = True
@@ -110,7 +111,10 @@ def settle(
             break
         if progress is not None and sample.t_s >= next_progress_s:
             next_progress_s = (sample.t_s // PROGRESS_EVERY_S + 1) * PROGRESS_EVERY_S
-            line = f"{sample.t_s:.0f} s: used {gib(sample.used_bytes)}, {host.trend().words()}"
+            line = f"{sample.t_s:.0f} s: used {gib(sample.used_bytes)}"
+            if sample.kept_bytes:
+                line += f" ({gib(sample.kept_bytes)} of it kept for the next pacer)"
+            line += f", {host.trend().words()}"
             if sample.gpu_used_bytes is not None:
                 line += f"; GPU used {gib(sample.gpu_used_bytes)}, {gpu.trend().words()}"
             line += "".join(f"; waiting for {p}" for p in blockers)
@@ -148,7 +152,7 @@ def _sample_every(
     while True:
         t_s = clock() - start
         sample = sampler.sample()
-        yield TimedSample(t_s, sample.used_bytes, sample.gpu_used_bytes)
+        yield TimedSample(t_s, sample.used_bytes, sample.gpu_used_bytes, sample.kept_bytes)
         if t_s >= options.timeout_s:
             return
         next_s = min(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -10,16 +11,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pacer.host_memory import meminfo_bytes
+from pacer.host_memory import MEMINFO, meminfo_bytes
 from pacer.settle.detector import COMM_LEN
 
 
 @dataclass(frozen=True)
 class Sample:
-    """Used memory now: host bytes, and GPU bytes (all devices) where NVML is there."""
+    """Used memory now: host bytes, and GPU bytes (all devices) where NVML is there; of the
+    host's, ``kept_bytes`` are a pool kept on purpose for the next pacer."""
 
     used_bytes: int
     gpu_used_bytes: int | None = None
+    kept_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -29,11 +32,20 @@ class TimedSample:
     t_s: float
     used_bytes: int
     gpu_used_bytes: int | None = None
+    kept_bytes: int = 0
+
+    @property
+    def judged_bytes(self) -> int:
+        """Used memory less the pool kept for the next pacer: memory held on purpose is not
+        memory still draining, and not memory given back either."""
+        return max(0, self.used_bytes - self.kept_bytes)
 
     def as_dict(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {"t_s": round(self.t_s, 3), "used_bytes": self.used_bytes}
         if self.gpu_used_bytes is not None:
             out["gpu_used_bytes"] = self.gpu_used_bytes
+        if self.kept_bytes:
+            out["kept_bytes"] = self.kept_bytes
         return out
 
 
@@ -107,28 +119,53 @@ class MeminfoSampler:
 
 
 class StaleBlocksRemoved:
-    """``sampler``, after removing the pinned-pool blocks a dead pacer left in /dev/shm.
+    """``sampler``, after removing the pinned-pool blocks a dead pacer left in /dev/shm, with
+    the pools kept for the next pacer counted apart (`Sample.kept_bytes`).
 
     Shared memory outlives a process killed with SIGKILL, so a killed service's pool (tens of
-    GiB) would hold used memory up until the next service starts and removes it; only blocks
-    whose process is gone are touched (`gpu.shm_blocks.remove_stale_blocks`). ``report`` hears what
-    went.
+    GiB) would hold used memory up until the next service starts and removes it. Only blocks
+    whose process is gone and that no owner record keeps, and records whose blocks are gone,
+    are touched (`gpu.pool_record.sweep`); with ``drop_kept``, kept pools go too. ``report``
+    hears what went, and each kept pool once.
     """
 
-    def __init__(self, sampler: Sampler, report: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        sampler: Sampler,
+        report: Callable[[str], None],
+        drop_kept: bool = False,
+        meminfo: Path = MEMINFO,
+    ) -> None:
         self.sampler = sampler
         self.report = report
+        self.drop_kept = drop_kept
+        self.meminfo = meminfo
+        self._told: set[tuple[str, int]] = set()
 
     def sample(self) -> Sample:
-        from gpu.shm_blocks import remove_stale_blocks
+        from gpu.pool_record import sweep
 
-        removed, freed = remove_stale_blocks()
-        if removed:
+        done = sweep(shmem_bytes=self._shmem_bytes(), drop_kept=self.drop_kept)
+        if done.removed_blocks:
             self.report(
-                f"removed {removed} pinned-pool blocks ({freed / 2**30:.2f} GiB) that a dead "
-                "pacer left in /dev/shm"
+                f"removed {done.removed_blocks} pinned-pool blocks "
+                f"({done.removed_bytes / 2**30:.2f} GiB) that a dead pacer left in /dev/shm"
             )
-        return self.sampler.sample()
+        for path, why in done.stale_records:
+            self.report(f"removed the pool record {path}: {why}")
+        for pool in done.kept:
+            if (pool.path, pool.record.generation) not in self._told:
+                self._told.add((pool.path, pool.record.generation))
+                self.report(pool.words())
+        sample = self.sampler.sample()
+        return dataclasses.replace(sample, kept_bytes=done.kept_bytes)
+
+    def _shmem_bytes(self) -> int | None:
+        """The host's shared memory (Shmem), which holds pools kept in a descriptor store."""
+        try:
+            return meminfo_bytes(self.meminfo.read_text()).get("Shmem")
+        except OSError:
+            return None
 
 
 # --- processes ------------------------------------------------------------------------------

@@ -237,7 +237,9 @@ def test_allocation_is_timed_and_logged(caplog: pytest.LogCaptureFixture) -> Non
     with caplog.at_level(logging.INFO, "gpu.pool"):
         pool = PinnedPool(4, SHAPES, backend=allocator, clock=clock)
     assert pool.allocated_in_s == 2.0
-    assert "4 slots × 24.0 KiB = 96.0 KiB allocated in 2.0 s (48.0 KiB/s)" in caplog.text
+    assert "4 slots × 24.0 KiB = 96.0 KiB ready in 2.0 s (48.0 KiB/s): 0 adopted, 4 allocated" in (
+        caplog.text
+    )
     pool.close()
 
 

@@ -80,7 +80,7 @@ def test_workers_fill_in_every_blocks_page_tables_when_they_start(
     log_n = 21  # a 24 MiB slot, 6,144 pages
     pages = 3 * 4 * (1 << log_n) // mmap.PAGESIZE
     with PinnedPool(1, [(1 << log_n,)] * 3, np.uint32, backend="shared") as pool:
-        names = pool.block_names if at_start else ()
+        names = pool.block_paths if at_start else ()
         assert len(pool.block_names) == 1
         with ProcessSynthesizer(1, names) as synthesizer, pool.checkout() as slot:
             first, second = synthesizer._executor.submit(
@@ -90,7 +90,7 @@ def test_workers_fill_in_every_blocks_page_tables_when_they_start(
     # The second fill faults only for synthesis's own buffers; so does the first, unless it
     # is the one that maps the block and fills in its page tables.
     messages = [record.getMessage() for record in caplog.records]
-    started = [message for message in messages if "synthesis processes started" in message]
+    started = [message for message in messages if "synthesis processes ready" in message]
     if at_start:
         assert first - second < pages // 2
         assert len(started) == 1

@@ -26,9 +26,9 @@ def test_settle_removes_stale_blocks_without_importing_numpy() -> None:
     code = (
         "import sys\n"
         "import pacer.__main__, pacer.settle, pacer.settle.cli\n"
-        "from pacer.settle.sources import StaleBlocksRemoved\n"
+        "from pacer.settle.sources import Sample, StaleBlocksRemoved\n"
         "class Still:\n"
-        "    def sample(self): return None\n"
+        "    def sample(self): return Sample(0)\n"
         "StaleBlocksRemoved(Still(), print).sample()\n"
         "assert 'numpy' not in sys.modules, 'numpy was imported'\n"
     )

@@ -1,0 +1,167 @@
+"""A shared pool kept by one process and adopted by the next: the round trip, a layout that
+does not fit, a crashed holder whose processes linger, and the lock that keeps a live pool
+from a second process. Holders are real processes (`tests.kept_pools`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from gpu.allocators import SharedHostAllocator
+from gpu.handover import Handover
+from gpu.pool import PinnedPool
+from gpu.pool_record import sweep
+from gpu.shm_blocks import BLOCK_PREFIX, block_owner
+from tests.kept_pools import MARK, Holder, records, shm_exists, start_mapper, stop
+
+
+@pytest.fixture(autouse=True)
+def _no_pool_left() -> Iterator[None]:
+    """Each test starts and ends with no record and no block in /dev/shm."""
+    sweep(drop_kept=True)
+    yield
+    sweep(drop_kept=True)
+    assert records() == {}
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(BLOCK_PREFIX)]
+
+
+def adopting_pool(
+    slots: int = 2, n: int = 1024, keep: bool = False, **handover: float
+) -> PinnedPool:
+    allocator = SharedHostAllocator(False, Handover(keep, **handover))  # type: ignore[arg-type]
+    return PinnedPool(slots, [(n,)] * 3, np.uint32, allocator, field="babybear")
+
+
+def marks(pool: PinnedPool) -> list[int]:
+    """What the first element of each slot holds, in slot order."""
+    held = [pool.checkout() for _ in range(pool.slots_total)]
+    found = sorted((slot.index or 0, int(slot.arrays[0][0])) for slot in held)
+    for slot in held:
+        slot.release()
+    return [mark for _, mark in found]
+
+
+def test_a_kept_pool_is_adopted_whole_by_the_next_process() -> None:
+    holder = Holder(slots=2)
+    holder.close(keep=True)
+    ((_, kept),) = records().items()
+    assert (kept.state, kept.holder_pid, kept.generation) == ("kept", holder.pid, 1)
+    assert list(kept.blocks) == holder.names
+    assert all(shm_exists(name) for name in holder.names)
+
+    pool = adopting_pool(keep=True)
+    assert (pool.slots_adopted, pool.allocations) == (2, 2)
+    assert marks(pool) == [MARK, MARK + 1]  # the same memory, not new
+    assert all(block_owner(name) == os.getpid() for name in pool.block_names)
+    assert not any(shm_exists(name) for name in holder.names)  # renamed for their new holder
+    ((_, taken),) = records().items()
+    assert (taken.state, taken.holder_pid, taken.creator_pid) == ("in-use", os.getpid(), holder.pid)
+    assert taken.generation == 2
+    pool.close()  # not kept: gone, record and all
+    assert records() == {}
+    assert not any(shm_exists(name) for name in pool.block_names)
+
+
+@pytest.mark.parametrize(
+    ("slots", "adopted", "removed"), [(3, 2, 0), (1, 1, 1)], ids=["topped-up", "extra-removed"]
+)
+def test_a_pool_of_another_size_adopts_what_fits(slots: int, adopted: int, removed: int) -> None:
+    holder = Holder(slots=2)
+    holder.close(keep=True)
+    pool = adopting_pool(slots)
+    assert (pool.slots_adopted, pool.slots_total) == (adopted, slots)
+    assert marks(pool)[:adopted] == [MARK, MARK + 1][:adopted]
+    left = [n for n in os.listdir("/dev/shm") if n.startswith(BLOCK_PREFIX)]
+    assert sorted(left) == sorted(pool.block_names)  # the extra one went
+    assert len(holder.names) - adopted == removed
+    pool.close()
+
+
+def test_an_incompatible_pool_is_removed_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    holder = Holder(slots=2, n=1024)
+    holder.close(keep=True)
+    with caplog.at_level(logging.WARNING, "gpu.handover"):
+        pool = adopting_pool(n=2048)
+    assert pool.slots_adopted == 0
+    assert not any(shm_exists(name) for name in holder.names)
+    assert "its 12.0 KiB slots of 1024+1024+1024 <u4 are not this pool's 24.0 KiB" in caplog.text
+    pool.close()
+
+
+def test_a_live_pools_blocks_are_never_taken(caplog: pytest.LogCaptureFixture) -> None:
+    holder = Holder(slots=2)  # holds its record's lock while it runs
+    try:
+        pool = adopting_pool()
+        assert pool.slots_adopted == 0
+        assert all(shm_exists(name) for name in holder.names)
+        assert sweep().removed_blocks == 0
+        pool.close()
+    finally:
+        holder.close(keep=False)
+    assert not any(shm_exists(name) for name in holder.names)
+
+
+def test_a_crashed_holders_pool_is_adopted_once_its_processes_let_go(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    holder = Holder(slots=2)
+    lingering = start_mapper(holder.paths[1])  # as a synthesis process of the holder would
+    holder.kill()
+    ((_, left),) = records().items()
+    assert (left.state, left.holder_pid) == ("in-use", holder.pid)
+    built: list[PinnedPool] = []
+    adopting = threading.Thread(target=lambda: built.append(adopting_pool()))
+    waiting = threading.Event()
+
+    class Told(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "to let go of the blocks" in record.getMessage():
+                waiting.set()
+
+    told = Told()
+    logging.getLogger("gpu.handover").addHandler(told)
+    try:
+        adopting.start()
+        assert waiting.wait(30), "the adoption did not wait for the lingering process"
+        assert not built  # still waiting: the block is mapped elsewhere
+        stop(lingering)
+        adopting.join(30)
+    finally:
+        logging.getLogger("gpu.handover").removeHandler(told)
+    (pool,) = built
+    assert (pool.slots_adopted, marks(pool)) == (2, [MARK, MARK + 1])
+    pool.close()
+
+
+def test_blocks_still_mapped_after_the_wait_are_given_up(caplog: pytest.LogCaptureFixture) -> None:
+    holder = Holder(slots=2)
+    lingering = start_mapper(holder.paths[0])
+    holder.kill()
+    try:
+        with caplog.at_level(logging.ERROR, "gpu.handover"):
+            pool = adopting_pool(wait_s=0.0)
+        assert pool.slots_adopted == 0
+        assert f"processes {lingering.pid} still map the blocks pacer {holder.pid} left" in (
+            caplog.text
+        )
+        assert not any(shm_exists(name) for name in holder.names)
+        pool.close()
+    finally:
+        stop(lingering)
+
+
+def test_a_record_whose_blocks_are_gone_is_stale_and_so_are_blocks_without_one() -> None:
+    holder = Holder(slots=2)
+    holder.close(keep=True)
+    os.unlink(f"/dev/shm/{holder.names[0]}")
+    done = sweep()
+    assert done.kept == ()
+    ((_, why),) = done.stale_records
+    assert why == f"its block {holder.names[0]} is gone"
+    assert (done.removed_blocks, records()) == (1, {})
+    assert not shm_exists(holder.names[1])
