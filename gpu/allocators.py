@@ -51,7 +51,7 @@ Backend = Literal["auto", "cuda", "numpy", "shared", "shared-cuda"]
 ByteArray = npt.NDArray[np.uint8]
 
 _HOST_REGISTER_PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA context
-MADV_POPULATE_WRITE = 23  # Linux 5.14
+MADV_POPULATE_READ, MADV_POPULATE_WRITE = 22, 23  # Linux 5.14
 PIN_THREADS = max(1, min(8, os.cpu_count() or 1))
 """Threads that pin a shared pool's blocks side by side."""
 PROGRESS_EVERY_S = 5.0
@@ -165,8 +165,8 @@ class SharedHostAllocator:
     device), so GPU copies from it run at the pinned rate like cudaHostAlloc memory.
     ``handover`` (`gpu.handover.Handover`) says what happens to blocks a previous pacer left
     and to these at the end: `reserve` adopts the compatible ones, makes the rest, and (with
-    ``register``) has ``threads`` threads fill in their page tables (``MADV_POPULATE_WRITE``)
-    and register them side by side; `release` unregisters them and removes them, or keeps them.
+    ``register``) has ``threads`` threads fill in their page tables (`populate`) and register
+    them side by side; `release` unregisters them and removes them, or keeps them.
     """
 
     pinned: bool
@@ -214,7 +214,10 @@ class SharedHostAllocator:
         progress line every PROGRESS_EVERY_S."""
         start = last_report = time.monotonic()
         with ThreadPoolExecutor(self.threads, thread_name_prefix="pin") as pinning:
-            tasks = [pinning.submit(self._pin, block) for block in self.blocks]
+            tasks = [
+                pinning.submit(self._pin, block, index < self.slots_adopted)
+                for index, block in enumerate(self.blocks)
+            ]
             while True:
                 done, waiting = futures.wait(tasks, PROGRESS_EVERY_S)
                 if not waiting:
@@ -225,10 +228,10 @@ class SharedHostAllocator:
                                 len(done), len(tasks), last_report - start)  # fmt: skip
             return [task.result() for task in tasks]
 
-    def _pin(self, block: HostBlock) -> ByteArray:
+    def _pin(self, block: HostBlock, adopted: bool) -> ByteArray:
         array = np.frombuffer(block.mapping, np.uint8, block.size)
         if self._cuda is not None:  # else the pages come as they are first written, as ever
-            populate(array.ctypes.data, block.size)
+            populate(array.ctypes.data, block.size, existing=adopted)
             self._cuda.runtime.hostRegister(array.ctypes.data, block.size, _HOST_REGISTER_PORTABLE)
             self._registered.append(array.ctypes.data)  # list.append is atomic
         return array
@@ -256,15 +259,15 @@ class SharedHostAllocator:
         return keep
 
 
-def populate(address: int, nbytes: int) -> bool:
-    """Fill in this process's page tables for ``nbytes`` of a shared mapping at ``address`` as
-    writes would (allocating pages not yet there), without holding the GIL; False where the
+def populate(address: int, nbytes: int, existing: bool = False) -> bool:
+    """Fill in this process's page tables for ``nbytes`` of a shared mapping at ``address``,
+    without holding the GIL: as writes would (allocating the pages), or for ``existing`` pages
+    (an adopted block) as reads would, which maps them writable 16 at a time. False where the
     kernel cannot (before Linux 5.14: the pages then fault in on first use)."""
     if _madvise is None:
         return False
-    return (
-        int(_madvise(ctypes.c_void_p(address), ctypes.c_size_t(nbytes), MADV_POPULATE_WRITE)) == 0
-    )
+    advice = MADV_POPULATE_READ if existing else MADV_POPULATE_WRITE
+    return int(_madvise(ctypes.c_void_p(address), ctypes.c_size_t(nbytes), advice)) == 0
 
 
 def allocator_for(backend: Backend | HostAllocator) -> HostAllocator:

@@ -204,6 +204,27 @@ class GpuNttWorkload(NttWorkload):
         """At `close`, leave the pool's blocks for the next pacer (`gpu.handover`)."""
         self.keep_on_close = True
 
+    def adoptable_bytes(self) -> int:
+        """Bytes of the first pool a previous pacer kept on this host laid out as this one's
+        would be (what `prepare` adopts); 0 without one, or with the cuda backend."""
+        if self.pool_backend == "cuda":
+            return 0
+        import numpy as np
+
+        from gpu.pool_record import PoolLayout, survey
+        from gpu.slots import slot_layout
+
+        shapes = ((1 << self.log_n,),) * 3
+        dtype = np.dtype(self.field.storage)
+        slot_bytes, offsets = slot_layout(shapes, dtype)
+        layout = PoolLayout(slot_bytes, tuple(offsets), shapes, dtype.str)
+        found = 0
+        for file, record, why in survey():
+            file.close()
+            if not found and why is None and record is not None and layout.fits(record.layout):
+                found = record.total_bytes
+        return found
+
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         out = super().check_params(params)
         if out.get("log_n", self.log_n) != self.log_n:

@@ -36,10 +36,18 @@ def meminfo_bytes(text: str) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class HostMemory:
-    """The host's memory at one instant (bytes)."""
+    """The host's memory at one instant (bytes). ``kept_bytes``: of the memory in use, a
+    pinned pool the previous pacer kept for this one, which it adopts rather than allocates:
+    not in MemAvailable, yet the service's to use."""
 
     total_bytes: int  # MemTotal
     available_bytes: int  # MemAvailable
+    kept_bytes: int = 0
+
+    @property
+    def free_for_service_bytes(self) -> int:
+        """MemAvailable plus the pool kept for this service."""
+        return self.available_bytes + self.kept_bytes
 
     @classmethod
     def read(cls, path: Path = MEMINFO) -> HostMemory:
@@ -79,16 +87,18 @@ class MemoryPlan:
 
     @classmethod
     def fit(cls, budget_bytes: int, host: HostMemory, reserve_bytes: int) -> MemoryPlan:
-        """The budget clamped to MemAvailable less ``reserve_bytes`` (0 when that is less)."""
-        usable = max(0, host.available_bytes - reserve_bytes)
+        """The budget clamped to MemAvailable (and the pool kept for this service) less
+        ``reserve_bytes`` (0 when that is less)."""
+        usable = max(0, host.free_for_service_bytes - reserve_bytes)
         return cls(budget_bytes, min(budget_bytes, usable), host, reserve_bytes)
 
     @property
     def usable_bytes(self) -> int | None:
-        """MemAvailable at start less the reserve; None when the host was not read."""
+        """MemAvailable at start (and the pool kept for this service) less the reserve; None
+        when the host was not read."""
         if self.host is None or self.reserve_bytes is None:
             return None
-        return max(0, self.host.available_bytes - self.reserve_bytes)
+        return max(0, self.host.free_for_service_bytes - self.reserve_bytes)
 
     @property
     def clamped(self) -> bool:
@@ -102,6 +112,7 @@ class MemoryPlan:
             "budget_clamped": self.clamped,
             "host_total_bytes": None if self.host is None else self.host.total_bytes,
             "host_available_bytes": None if self.host is None else self.host.available_bytes,
+            "host_kept_bytes": None if self.host is None else self.host.kept_bytes,
             "host_reserve_bytes": self.reserve_bytes,
             "host_usable_bytes": self.usable_bytes,
         }

@@ -20,6 +20,7 @@ workload's own parameters (field, size, kernel) are its factory's to resolve
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -102,6 +103,10 @@ def resolve(settings: Settings, workload: Workload, host: HostMemory | None = No
     pinned pool would not fit the host.
     """
     partition_bytes = int(settings.memory.partition_bytes) or max(1, workload.partition_bytes({}))
+    pool_workload = pooled(workload)
+    if host is not None and pool_workload is not None:
+        # A pool the previous pacer kept is in use, not available, but it is this start's.
+        host = dataclasses.replace(host, kept_bytes=pool_workload.adoptable_bytes())
     memory = _memory(settings, partition_bytes, host)
     threads = settings.synthesis.threads_per_synthesis or workload.threads_per_synthesis
     workers = settings.gpu.workers if workload.workers is None else workload.workers
@@ -113,7 +118,7 @@ def resolve(settings: Settings, workload: Workload, host: HostMemory | None = No
         partition_bytes=partition_bytes,
     )
     slots = wanted = 0
-    if pooled(workload) is not None:
+    if pool_workload is not None:
         # One slot per synthesis the cores allow, twice the ready setpoint, one per worker.
         wanted = caps.synthesis_concurrency + math.ceil(2 * settings.controller.target_ready)
         wanted += workers
@@ -188,10 +193,11 @@ def host_room(memory: MemoryPlan) -> str:
     host, reserve = memory.host, memory.reserve_bytes
     assert host is not None
     assert reserve is not None
+    kept = f" (and {bytes_text(host.kept_bytes)} kept for it)" if host.kept_bytes else ""
     return (
-        f"MemAvailable is {bytes_text(host.available_bytes)}; less the reserve of "
+        f"MemAvailable is {bytes_text(host.available_bytes)}{kept}; less the reserve of "
         f"{bytes_text(reserve)} (PACER_MEMORY__HOST_RESERVE_BYTES) that leaves "
-        f"{bytes_text(max(0, host.available_bytes - reserve))}"
+        f"{bytes_text(max(0, host.free_for_service_bytes - reserve))}"
     )
 
 

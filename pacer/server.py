@@ -1,7 +1,8 @@
 """``pacer serve``: the service with its HTTP API, stopped in order by signals, told to systemd.
 
 `Server` is a `pacer.service.Service` that serves `pacer.api` once started and stops serving
-after its drain, before the journal closes. `serve` runs one until SIGTERM or SIGINT.
+after its drain, before the journal closes. `serve` runs one until SIGTERM or SIGINT, or
+SIGUSR2, which also hands the pinned pool over to the next pacer (`Service.keep_pool`).
 """
 
 from __future__ import annotations
@@ -34,12 +35,11 @@ class Server(Service):
         # The loop shares the GIL with synthesis and proving threads; by default a thread may
         # keep it 5 ms before the loop gets a turn, which is loop lag. 1 ms keeps lag low.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        began = self._clock()
         await super().start()
         self._runner = build_runner(self)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.api.host, self.settings.api.port)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
+        await self.startup.timed("api", self._serve_api(self._runner), self._clock)
+        self.startup.ready_s = self._clock() - began
         # Start-up objects (modules, settings, the resumed backlog) live as long as the process:
         # keep them out of the collector's full passes, which otherwise stall the loop.
         gc.freeze()
@@ -56,7 +56,14 @@ class Server(Service):
             self.settings.api.host, self.port, self.workload.name, self.policy_name,
             self.pipeline.workers, work,
         )  # fmt: skip
+        log.info("start-up: %s", self.startup.words())
         sd_notify(f"READY=1\nSTATUS=serving on port {self.port}, {work}")
+
+    async def _serve_api(self, runner: web.AppRunner) -> None:
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.api.host, self.settings.api.port)
+        await site.start()
+        self.port = int(runner.addresses[0][1])
 
     async def shutdown(self) -> bool:
         """Drain (the API answers meanwhile: not ready, no new jobs), stop serving, close.
@@ -82,6 +89,8 @@ async def serve(settings: Settings) -> int:
             await server.shutdown()
             raise
         await signals.stop.wait()
+        if signals.handover:
+            server.keep_pool()
         await server.shutdown()
     return 1 if signals.forced else 0
 

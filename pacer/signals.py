@@ -1,6 +1,7 @@
 """What the process hears from and tells whoever runs it: signals in, sd_notify out.
 
-The first SIGTERM or SIGINT asks for a drain; a second cuts it short. Either way the service
+The first SIGTERM or SIGINT asks for a drain (SIGUSR2 too, handing the pinned pool over to the
+next pacer); a second cuts it short. Either way the service
 stops in order (committing what it proved, closing the journal) and the exit status comes back
 through ``main``: 0 after a drain, 1 when a second signal cut it short.
 """
@@ -16,17 +17,20 @@ import socket
 from collections.abc import Callable, Iterator
 
 log = logging.getLogger("pacer.service")
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+HANDOVER = signal.SIGUSR2
+"""Drain and stop as SIGTERM does, leaving the pinned pool for the next pacer on this host."""
+SIGNALS = (signal.SIGTERM, signal.SIGINT, HANDOVER)
 
 
 class Signals:
-    """First SIGTERM/SIGINT: set ``stop``. Second: call ``on_second`` (cut the drain short)
-    and set ``forced``. `installed` puts the handlers on the running loop and restores the
-    ones there were on exit."""
+    """First SIGTERM/SIGINT/SIGUSR2: set ``stop`` (SIGUSR2 also sets ``handover``). Second:
+    call ``on_second`` (cut the drain short) and set ``forced``. `installed` puts the handlers
+    on the running loop and restores the ones there were on exit."""
 
     def __init__(self, on_second: Callable[[], None]) -> None:
         self.stop = asyncio.Event()
         self.forced = False
+        self.handover = False
         self.received: list[int] = []
         self._on_second = on_second
 
@@ -34,7 +38,9 @@ class Signals:
         self.received.append(signum)
         name = signal.Signals(signum).name
         if len(self.received) == 1:
-            log.info("signal %s: draining", name)
+            self.handover = signum == HANDOVER
+            what = "; the pinned pool is kept for the next pacer" if self.handover else ""
+            log.info("signal %s: draining%s", name, what)
             self.stop.set()
         elif not self.forced:
             log.warning("second signal: exiting now, in-flight work left to the journal")

@@ -190,6 +190,11 @@ class PooledWorkload(Workload, Protocol):
         (a handover); where the pool cannot be kept, it is freed as ever."""
         ...
 
+    def adoptable_bytes(self) -> int:
+        """Host memory that a pool a previous pacer kept, fit for this workload, holds now: it
+        will be adopted, not allocated, so the plan counts it as the host's to give."""
+        ...
+
 
 def pooled(workload: Workload) -> PooledWorkload | None:
     """``workload`` as a pooled workload, or None when it holds no pool."""

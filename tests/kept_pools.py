@@ -162,6 +162,7 @@ class ServiceManager:
 
     def __init__(self, directory: Path, store_size: int = 64) -> None:
         import socket
+        import threading
 
         self.path = directory / "notify"
         self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -171,9 +172,26 @@ class ServiceManager:
         self.stored: dict[str, int] = {}
         self.removed: list[str] = []
         self.messages: list[str] = []
+        # Read as systemd does, all the time: a sender blocks once the socket's queue is full.
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        import select
+
+        while not self._closed.is_set():
+            if select.select([self.socket], [], [], 0.05)[0]:
+                self.receive()
 
     def receive(self) -> None:
         """Take every datagram waiting."""
+        with self._lock:
+            if not self._closed.is_set():
+                self._take()
+
+    def _take(self) -> None:
         import array
         import socket
 
@@ -216,6 +234,8 @@ class ServiceManager:
         )  # fmt: skip
 
     def close(self) -> None:
+        self._closed.set()
+        self._reader.join()
         for fd in self.stored.values():
             os.close(fd)
         self.stored.clear()

@@ -342,6 +342,28 @@ def test_daemonset_keeps_the_journal_on_the_node() -> None:
     assert Path(journal).parent == Path(mount["mountPath"])
 
 
+def test_daemonset_keeps_the_pool_in_node_memory_that_outlives_the_pod() -> None:
+    pod = k8s_object("DaemonSet")["spec"]["template"]["spec"]
+    (mount,) = [m for m in pacer_container()["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert "emptyDir" not in volume  # an emptyDir, even in memory, goes with its pod
+    assert volume["hostPath"]["path"].startswith("/dev/shm/")  # the node's tmpfs: RAM
+    assert volume["hostPath"]["type"] == "DirectoryOrCreate"
+    (owner,) = pod["initContainers"]
+    assert "/dev/shm" in owner["command"]  # pacer's user may write it
+    assert {"name": mount["name"], "mountPath": "/dev/shm"} in owner["volumeMounts"]
+    assert configmap_settings()["PACER_GPU__KEEP_POOL"] == "true"
+
+
+def test_daemonset_stops_a_nodes_pod_before_its_replacement_starts() -> None:
+    strategy = k8s_object("DaemonSet")["spec"]["updateStrategy"]
+    assert strategy["type"] == "RollingUpdate"
+    # No surge: the old pod drains and keeps its pool, then the new one adopts it; two pods
+    # on a node at once would mean two pools.
+    assert strategy["rollingUpdate"]["maxSurge"] == 0
+    assert strategy["rollingUpdate"]["maxUnavailable"] >= 1
+
+
 def test_podmonitor_scrapes_the_pods_as_job_pacer() -> None:
     monitor = k8s_object("PodMonitor")
     labels = k8s_object("DaemonSet")["spec"]["template"]["metadata"]["labels"]
@@ -366,6 +388,15 @@ def test_unit_is_a_notify_service_that_settles_then_serves() -> None:
     assert seconds(unit_value("TimeoutStartSec")) > 900
     assert unit_value("StateDirectory") == "pacer"
     assert unit_value("WorkingDirectory") == "/var/lib/pacer"
+
+
+def test_unit_keeps_the_pool_in_its_descriptor_store_across_restarts() -> None:
+    assert unit_settings()["PACER_GPU__KEEP_POOL"] == "true"
+    # Room for a memfd per slot of a large pool (a 700 GiB budget of 3 GiB partitions: 234).
+    assert int(unit_value("FileDescriptorStoreMax")) >= 256
+    assert unit_value("RemoveIPC") == "no"  # blocks kept in /dev/shm are the user's IPC
+    settle = [cmd for cmd in unit_entries(UNIT.read_text())["ExecStartPre"] if "settle" in cmd]
+    assert all("--drop-kept" not in cmd for cmd in settle)  # settle leaves the kept pool
 
 
 def test_unit_gives_the_drain_time_to_finish() -> None:

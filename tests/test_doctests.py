@@ -27,6 +27,7 @@ MODULES = [
     "pacer.table",
     "pacer.threads",
     "pacer.settle.detector",
+    "pacer.service.startup",
     "pacer.strict_json",
     "pacer.client",
     "pacer.cli_args",

@@ -40,7 +40,10 @@ class Sized(NoopWorkload):
 
 
 class Pooled(Sized):
-    """A workload with a pool (nothing is allocated: the plan only sizes it)."""
+    """A workload with a pool (nothing is allocated: the plan only sizes it); ``kept_bytes``
+    of a pool a previous pacer kept for it lie on the host."""
+
+    kept_bytes = 0
 
     @property
     def pool(self) -> Pool | None:
@@ -55,6 +58,9 @@ class Pooled(Sized):
 
     def keep_pool(self) -> None:
         raise AssertionError("resolve keeps nothing")
+
+    def adoptable_bytes(self) -> int:
+        return self.kept_bytes
 
 
 def settings(**sections: Any) -> Settings:
@@ -189,6 +195,18 @@ def test_a_pool_larger_than_the_host_is_refused() -> None:
     chosen = settings(gpu={"pool_slots": 30})
     with pytest.raises(ConfigurationError, match=r"pinned pool of 30 slots .* does not fit"):
         resolve(chosen, Pooled(), HostMemory(100 * GIB, 28 * GIB))
+
+
+def test_a_pool_kept_for_this_start_counts_as_the_hosts_to_give() -> None:
+    # 30 slots of 1 GiB: 28 GiB available, and the previous pacer's pool of 30 GiB in use.
+    chosen = settings(gpu={"pool_slots": 30}, memory={"budget_bytes": 40 * GIB})
+    workload = Pooled()
+    workload.kept_bytes = 30 * GIB
+    host = HostMemory(100 * GIB, 28 * GIB)
+    plan = resolve(chosen, workload, host)
+    assert plan.pool_slots == 30
+    assert plan.memory.usable_bytes == 58 * GIB - host.default_reserve_bytes()
+    assert plan.memory.as_dict()["host_kept_bytes"] == 30 * GIB
 
 
 def test_the_ntt_workloads_own_parameters_are_recorded() -> None:

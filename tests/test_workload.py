@@ -104,7 +104,7 @@ def test_the_contract_lists_every_member_and_the_pooled_one_adds_its_pool() -> N
     members = contract_members(Workload)
     assert {"name", "prove", "release", "device_of", "verify_every", "workers"} <= set(members)
     assert set(contract_members(PooledWorkload)) - set(members) == {
-        "keep_pool", "pool", "prepare", "prepare_phases_s"
+        "adoptable_bytes", "keep_pool", "pool", "prepare", "prepare_phases_s"
     }  # fmt: skip
 
 

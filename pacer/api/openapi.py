@@ -160,6 +160,7 @@ STATUS: dict[str, Schema] = {
     "queues": {"type": "object", "additionalProperties": INTEGER},
     "memory": OBJECT,
     "pool": OBJECT,
+    "startup": OBJECT,
     "calls": OBJECT,
     "retry": OBJECT,
     "synthesis": OBJECT,

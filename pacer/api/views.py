@@ -92,6 +92,11 @@ def pool_json(pool: Pool | None) -> dict[str, Any]:
         "waits": pool.waits,
         "fallbacks": pool.fallbacks,
         "allocations_after_warmup": pool.allocations_after_warmup,
+        # Where the slots came from: kept by the previous pacer on this host, or allocated.
+        "origin": {
+            "adopted": pool.slots_adopted,
+            "allocated": pool.slots_total - pool.slots_adopted,
+        },
     }
 
 
@@ -244,9 +249,10 @@ def _fleet_wide(service: Service) -> dict[str, Any]:
 
 
 async def status(service: Service) -> dict[str, Any]:
-    """Readiness and its reasons, health, the controller, queues, memory, pool, calls,
-    retries, synthesis, GPUs, job counts and the journal's health; with a fleet's journal,
-    the fleet (``fleet``: this host's claims and leases, the hosts holding leases)."""
+    """Readiness and its reasons, health, the controller, queues, memory, the pool (where its
+    slots came from), how long each start-up phase took, calls, retries, synthesis, GPUs, job
+    counts and the journal's health; with a fleet's journal, the fleet (``fleet``: this host's
+    claims and leases, the hosts holding leases)."""
     p = service.pipeline
     fleet = fleet_status(service)
 
@@ -284,6 +290,7 @@ async def status(service: Service) -> dict[str, Any]:
             "caps": asdict(service.plan.caps),
         },
         "pool": pool_json(p.pool),
+        "startup": service.startup.as_json(),
         "calls": {
             # What a call may take now (s), and what became of those that took longer.
             "limits_s": p.limits.limits(),

@@ -61,15 +61,18 @@ async def prepare_pool(
             "synthesis; raise the budget if the host has the memory",
             plan.budget_bytes / 2**30, slots, gib, wanted, wanted * gib,
         )  # fmt: skip
-    log.info("pinning %d pool slots of %.2f GiB before ready", slots, gib)
+    log.info("preparing %d pool slots of %.2f GiB before ready (adopting what the previous "
+             "pacer kept, pinning the rest)", slots, gib)  # fmt: skip
     started = clock()
     await asyncio.get_running_loop().run_in_executor(
         None, workload.prepare, slots, plan.budget_bytes, plan.caps.synthesis_concurrency
     )
     pool = workload.pool
+    adopted = pool.slots_adopted if pool else 0
     log.info(
-        "pinned pool ready: %d slots, %.1f GiB in %.1f s",
-        slots, (pool.total_bytes if pool else 0) / 2**30, clock() - started,
+        "pinned pool ready: %d slots (%d adopted, %d allocated), %.1f GiB in %.1f s",
+        slots, adopted, slots - adopted, (pool.total_bytes if pool else 0) / 2**30,
+        clock() - started,
     )  # fmt: skip
 
 

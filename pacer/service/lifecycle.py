@@ -32,6 +32,7 @@ from pacer.service.commits import Commits
 from pacer.service.fleet import Fleet
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import JournalAccess
+from pacer.service.startup import StartupTimes
 from pacer.supervision import ProgressWatchdog, ReadinessSource, Supervisor
 from pacer.workload import Workload, load_workload, pooled
 
@@ -75,6 +76,7 @@ class Service:
         self.ready = False
         self.draining = False
         self.resumed = 0  # jobs resumed from the journal by `start`
+        self.startup = StartupTimes()
         self._clock = clock
         self._meminfo = meminfo  # read by start, to fit the memory budget to the host
         self._opened = False
@@ -186,18 +188,24 @@ class Service:
     # -- start --------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open if not yet open; fit the memory budget to the host, prepare the workload,
-        resume the jobs the journal holds unfinished (completed partitions are not redone),
-        and start the pipeline, the commit loop and upkeep. A host of a fleet resumes nothing
-        itself: it gives back what a previous run of it held and claims. Ready on return."""
-        await self.open()
+        """Open if not yet open; fit the memory budget to the host, prepare the workload and
+        meanwhile resume the jobs the journal holds unfinished (completed partitions are not
+        redone), and start the pipeline, the commit loop and upkeep. A host of a fleet resumes
+        nothing itself: once prepared, it gives back what a previous run of it held and
+        claims. Ready on return; ``startup`` says how long each phase took."""
+        began = self._clock()
+        await self.startup.timed("open", self.open(), self._clock)
         self._fit_memory_to_host()
-        await self._prepare_workload()
         if self.fleet is None:
-            self.resumed = await self.jobs.resume()
-        else:
-            await self.jobs.fail_exhausted()
-            await self.fleet.take_over()
+            # The journal's jobs are resumed while the pool is pinned (or adopted).
+            _, self.resumed = await asyncio.gather(
+                self._prepare_workload(),
+                self.startup.timed("resume", self.jobs.resume(), self._clock),
+            )
+        else:  # no claims held while the pool is not there to work them
+            await self._prepare_workload()
+            await self.startup.timed("resume", self._take_over(), self._clock)
+        self.startup.ready_s = self._clock() - began
         self._started = True  # from here on, a drain has work to wait for and commit
         self.pipeline.start(self.supervisor)
         self.commits.start(self.supervisor)
@@ -229,11 +237,37 @@ class Service:
         self.pipeline.budget_bytes = plan.budget_bytes
 
     async def _prepare_workload(self) -> None:
-        """A pooled workload's pool, pinned before readiness (`host.prepare_pool`)."""
+        """A pooled workload's pool, pinned or adopted before readiness (`host.prepare_pool`);
+        how long it took, its parts, and where the pool's slots came from go to `startup`."""
         workload = pooled(self.workload)
-        if workload is not None:
+        if workload is None:
+            return
+        started = self._clock()
+        try:
             slots_set = bool(self.settings.gpu.pool_slots)
             await host.prepare_pool(workload, self.plan, slots_set, self._clock)
+        finally:
+            self.startup.record("prepare", self._clock() - started, workload.prepare_phases_s)
+        pool = workload.pool
+        if pool is not None:
+            adopted = pool.slots_adopted
+            self.startup.pool_origin = {"adopted": adopted, "allocated": pool.slots_total - adopted}
+
+    async def _take_over(self) -> None:
+        """A fleet's host: fail the jobs out of attempts, give back what a previous run of it
+        held, and claim."""
+        assert self.fleet is not None
+        await self.jobs.fail_exhausted()
+        await self.fleet.take_over()
+
+    def keep_pool(self) -> None:
+        """At the end of the drain, leave the pinned pool for the next pacer on this host (a
+        handover), whatever ``PACER_GPU__KEEP_POOL`` says."""
+        workload = pooled(self.workload) if self._opened else None
+        if workload is None:
+            log.warning("a handover was asked for, but the workload holds no pool to keep")
+            return
+        workload.keep_pool()
 
     # -- jobs and the controller --------------------------------------------------------------
 

@@ -62,16 +62,16 @@ def faults_of_two_fills(block: object, seed: int) -> tuple[int, int]:
 
 
 def kernel_populates() -> bool:
-    """Whether this kernel fills in page tables on request (MADV_POPULATE_WRITE, Linux 5.14+)."""
+    """Whether this kernel fills in page tables on request (MADV_POPULATE_READ, Linux 5.14+)."""
     with mmap.mmap(-1, mmap.PAGESIZE) as probe:
         try:
-            probe.madvise(process_executor.MADV_POPULATE_WRITE)
+            probe.madvise(process_executor.MADV_POPULATE_READ)
         except OSError:
             return False
     return True
 
 
-@pytest.mark.skipif(not kernel_populates(), reason="the kernel lacks MADV_POPULATE_WRITE")
+@pytest.mark.skipif(not kernel_populates(), reason="the kernel lacks MADV_POPULATE_READ")
 @pytest.mark.parametrize("at_start", [True, False], ids=["blocks-given", "no-blocks"])
 def test_workers_fill_in_every_blocks_page_tables_when_they_start(
     at_start: bool, caplog: pytest.LogCaptureFixture

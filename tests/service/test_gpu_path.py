@@ -52,7 +52,7 @@ class NumpyProver:
 def shared_gpu_workload(settings: Settings) -> GpuNttWorkload:
     workload = GpuNttWorkload(
         LOG_N, devices=[3], workers_per_device=2, on_empty="wait", executor="processes",
-        pool_backend="shared",
+        pool_backend="shared", keep_pool=settings.gpu.keep_pool,
     )  # fmt: skip
     workload._provers = {worker: NumpyProver(workload.field) for worker in range(workload.workers)}
     return workload

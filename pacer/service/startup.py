@@ -1,0 +1,77 @@
+"""How long each phase of a start took, where the pool came from, and the line that says so.
+
+A start opens the journal and loads the workload (``open``), then prepares the workload
+(``prepare``: its pool adopted or pinned, and beside it what the workload builds meanwhile,
+its parts named ``prepare.<part>``) while the journal's unfinished jobs are resumed
+(``resume``), then serves the API (``api``). ``/v1/status`` shows it (``startup``).
+
+>>> times = StartupTimes()
+>>> times.record("open", 0.21)
+>>> times.record("prepare", 3.14, {"pool": 3.0, "provers": 2.5})
+>>> times.pool_origin = {"adopted": 21, "allocated": 0}
+>>> times.ready_s = 3.4
+>>> head, origin = times.words().split("; ")
+>>> head
+'ready in 3.4 s: open 0.2 s, prepare 3.1 s (pool 3.0 s, provers 2.5 s)'
+>>> origin
+'pool: 21 adopted, 0 allocated'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass
+class StartupTimes:
+    """Seconds each start-up phase took (phases that overlap each count whole), the time to
+    ready, and the pool's slots by origin (adopted from the previous pacer, or allocated)."""
+
+    phases_s: dict[str, float] = field(default_factory=dict)
+    ready_s: float | None = None
+    pool_origin: dict[str, int] | None = None
+
+    def record(self, phase: str, seconds: float, parts: Mapping[str, float] | None = None) -> None:
+        """``phase`` took ``seconds``; ``parts``, seconds by name, happened within it."""
+        self.phases_s[phase] = seconds
+        parts = parts or {}
+        for part, part_s in parts.items():
+            self.phases_s[f"{phase}.{part}"] = part_s
+
+    async def timed(self, phase: str, work: Awaitable[T], clock: Callable[[], float]) -> T:
+        """``work``'s result, its time recorded as ``phase``."""
+        started = clock()
+        try:
+            return await work
+        finally:
+            self.record(phase, clock() - started)
+
+    def words(self) -> str:
+        """One line for the log: every phase, its parts in brackets, then the pool's origin."""
+        top = [name for name in self.phases_s if "." not in name]
+        shown = []
+        for name in top:
+            parts = [
+                f"{part.partition('.')[2].replace('_', ' ')} {seconds:.1f} s"
+                for part, seconds in self.phases_s.items()
+                if part.startswith(f"{name}.")
+            ]
+            inner = f" ({', '.join(parts)})" if parts else ""
+            shown.append(f"{name} {self.phases_s[name]:.1f} s{inner}")
+        head = "ready" if self.ready_s is None else f"ready in {self.ready_s:.1f} s"
+        line = f"{head}: {', '.join(shown)}"
+        if self.pool_origin is not None:
+            origin = self.pool_origin
+            line += f"; pool: {origin['adopted']} adopted, {origin['allocated']} allocated"
+        return line
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "ready_s": None if self.ready_s is None else round(self.ready_s, 3),
+            "phases_s": {name: round(seconds, 3) for name, seconds in self.phases_s.items()},
+            "pool_origin": self.pool_origin,
+        }
