@@ -212,7 +212,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             out["pool_bytes"] = status["pool"]["total_bytes"]
             out["pool_slots"] = status["pool"]["slots_total"]
             keep_backlog(cold.client, args.partitions)
-            out["cold_busy_after_ready_s"] = cold.busy_after_ready(args.busy, args.window_s, 120)
+            out["cold_busy_after_ready_s"] = cold.busy_after_ready(
+                args.busy, args.window_s, args.busy_limit_s
+            )
             out["before_busy_ratio"] = cold.busy_over(args.steady_s)
             out["cold_log"] = cold.startup_lines()
             out["stop_s"] = cold.stop()
@@ -225,7 +227,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             out["restart_startup"] = status["startup"]
             out["restart_origin"] = status["pool"]["origin"]
             out["restart_busy_after_ready_s"] = after.busy_after_ready(
-                args.busy, args.window_s, 120
+                args.busy, args.window_s, args.busy_limit_s
             )
             out["after_busy_ratio"] = after.busy_over(args.steady_s)
             final = after.client.status()
@@ -255,6 +257,7 @@ def main() -> int:
     parser.add_argument("--busy", type=float, default=0.95)
     parser.add_argument("--window-s", type=float, default=2.0)
     parser.add_argument("--steady-s", type=float, default=15.0)
+    parser.add_argument("--busy-limit-s", type=float, default=60.0)
     parser.add_argument("--drain-s", type=float, default=30.0)
     parser.add_argument("--ready-timeout-s", type=float, default=300.0)
     parser.add_argument("--warm-budget", default="8GiB", help="the cache-filling start's")
