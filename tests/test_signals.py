@@ -1,5 +1,5 @@
-"""Signals: the first drains, a second cuts the drain short, a third changes nothing, and the
-handlers there were come back."""
+"""Signals: the first drains (SIGUSR2 also hands the pool over), a second cuts the drain short,
+a third changes nothing, and the handlers there were come back."""
 
 from __future__ import annotations
 
@@ -36,6 +36,20 @@ async def test_first_signal_stops_a_second_hurries_and_the_old_handlers_return()
     assert calls == [1]
     assert signals.received == [signal.SIGTERM, signal.SIGINT, signal.SIGTERM]
     assert {signum: signal.getsignal(signum) for signum in SIGNALS} == before
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("signum", "handover"),
+    [(signal.SIGUSR2, True), (signal.SIGTERM, False)],
+    ids=["sigusr2", "sigterm"],
+)
+async def test_sigusr2_drains_and_hands_the_pool_over(signum: int, handover: bool) -> None:
+    signals = Signals(lambda: None)
+    with signals.installed():
+        os.kill(os.getpid(), signum)
+        await asyncio.wait_for(signals.stop.wait(), 10)
+    assert (signals.handover, signals.forced) == (handover, False)
 
 
 def test_sd_notify_without_a_socket_says_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
