@@ -12,7 +12,8 @@ three stores: the draws are SFC64's, stepped here on the state NumPy's SeedSeque
 for both fields). The kernels release the GIL, so synthesis on threads runs in parallel too.
 
 `gpu.verification.verify`'s sums compile the same way (`barycentric_sums`, `evaluate`): the
-same field values as the NumPy path's, at 1.8 (BabyBear) to 3.6 (Goldilocks) times its rate.
+same field values as the NumPy path's, at 1.8 (BabyBear) to 3.6 (Goldilocks) times its rate;
+and so do the long runs of powers the GPU's tables are made of (`powers`).
 
 Numba is optional (``pip install 'pacer[fast]'``; the ``gpu`` extras include it):
 `numba_available` says whether it imports. The kernels compile on first use, per output dtype,
@@ -22,9 +23,12 @@ directory; with none writable, each process compiles them, about 2 s); `warm` do
 
 from __future__ import annotations
 
+import builtins
 import functools
 import logging
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -40,6 +44,7 @@ __all__ = [
     "consecutive_products",
     "evaluate",
     "numba_available",
+    "powers",
     "synthesize_into",
     "warm",
 ]
@@ -48,6 +53,8 @@ CPU_BACKENDS = ("numpy", "numba")
 """How synthesis and verification compute: whole-array NumPy calls, or compiled by Numba."""
 
 _Kernel = Callable[..., Any]
+POWER_THREADS = max(1, min(16, os.cpu_count() or 1))
+"""Threads `powers` splits a long run over."""
 
 logger = logging.getLogger("gpu.cpu_backend")
 
@@ -104,6 +111,29 @@ def barycentric_sums(r: int, log_n: int, field: PrimeField, *evals: npt.NDArray[
 def evaluate(coeffs: npt.NDArray[Any], x: int, field: PrimeField) -> int:
     """Σ_i coeffs_i·x^i mod p, by Horner's rule."""
     return int(_kernels()[f"{field.name} evaluate"](coeffs, np.uint64(x)))
+
+
+def powers(
+    base: int, count: int, field: PrimeField, first: int = 1, threads: int = POWER_THREADS
+) -> npt.NDArray[np.uint64]:
+    """[first, first·base, first·base², …] mod p, ``count`` of them, as uint64: the same values
+    as ``field.mul(field.powers(base, count), first)``, compiled and split over ``threads``
+    threads (each run starts at first·base^start), where NumPy's Goldilocks products would
+    take ~30 s for the GPU's tables at 2^27. Canonical inputs are the caller's to give."""
+    out = np.empty(count, dtype=np.uint64)
+    if count == 0:
+        return out
+    run = _kernels()[f"{field.name} powers"]
+    step = -(-count // max(1, threads))
+    starts = range(0, count, step)
+
+    def fill(start: int) -> None:
+        begin = int(first) * builtins.pow(base, start, field.P) % field.P
+        run(np.uint64(begin), np.uint64(base), out[start : start + step])
+
+    with ThreadPoolExecutor(len(starts), thread_name_prefix="powers") as pool:
+        list(pool.map(fill, starts))
+    return out
 
 
 VERIFY_BLOCK = 1 << 10
@@ -232,6 +262,16 @@ def _kernels() -> dict[str, _Kernel]:
 
         return consecutive
 
+    def geometric(mul: _Kernel) -> _Kernel:
+        @kernel
+        def run(first: Any, ratio: Any, out: Any) -> None:
+            value = first
+            for i in range(out.size):
+                out[i] = value
+                value = mul(value, ratio)
+
+        return run
+
     @inline
     def goldilocks_add(a: Any, b: Any) -> Any:
         total = a + b
@@ -302,6 +342,8 @@ def _kernels() -> dict[str, _Kernel]:
         "babybear": make(2, babybear_mul),
         "goldilocks products": products(goldilocks_mul),
         "babybear products": products(babybear_mul),
+        "goldilocks powers": geometric(goldilocks_mul),
+        "babybear powers": geometric(babybear_mul),
         "goldilocks barycentric": goldilocks_sums,
         "babybear barycentric": babybear_sums,
         "goldilocks evaluate": goldilocks_evaluate,

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from gpu import cpu_backend
 from gpu.babybear import BABYBEAR
 from gpu.field import FieldArray, PrimeField
 
@@ -248,14 +249,27 @@ def _plan(log_n: int, field: PrimeField) -> _Plan:
 def _coset_scales(log_n: int, shift: int, field: PrimeField) -> tuple[FieldArray, FieldArray]:
     """shift^i, to scale coefficients before `ntt`, and n⁻¹·shift^−i, to scale after the inverse."""
     n = 1 << log_n
-    up = field.powers(shift, n)
-    down = field.mul(field.powers(field.inverse(shift), n), _plan(log_n, field).n_inverse)
+    up = _powers(shift, n, field)
+    down = _powers(field.inverse(shift), n, field, int(_plan(log_n, field).n_inverse))
     return _frozen(up), _frozen(down)
+
+
+COMPILED_POWERS_FROM = 1 << 16
+"""Runs of powers at least this long are computed by `gpu.cpu_backend.powers` where Numba is
+installed (the GPU's tables at 2^27: seconds instead of ~30 s of NumPy products)."""
+
+
+def _powers(base: int, count: int, field: PrimeField, first: int = 1) -> FieldArray:
+    """[first·base^i for i < count] mod p, compiled for long runs where Numba is there."""
+    if count >= COMPILED_POWERS_FROM and cpu_backend.numba_available():
+        return cpu_backend.powers(base, count, field, first)
+    values = field.powers(base, count)
+    return values if first == 1 else field.mul(values, np.uint64(first))
 
 
 def _stage_twiddles(log_n: int, root: int, field: PrimeField) -> tuple[FieldArray, ...]:
     """Per stage s = 0 .. log_n − 1, with half-span m = 2^s: root^(j·n/2m) for j < m."""
-    half = field.powers(root, (1 << log_n) // 2)
+    half = _powers(root, (1 << log_n) // 2, field)
     return tuple(_frozen(np.ascontiguousarray(half[:: half.size >> s])) for s in range(log_n))
 
 

@@ -139,8 +139,9 @@ class PinnedPool:
 
         self.layout = PoolLayout(self.slot_bytes, tuple(self._offsets), self.slot_shapes,
                                  self.dtype.str, field)  # fmt: skip
-        start = last_report = clock()
-        self._allocator.reserve(self.layout, slots)
+        start = clock()
+        self._allocator.reserve(self.layout, slots)  # a shared pool's pinning, on threads
+        last_report = clock()
         for index in range(slots):
             if clock() - last_report >= PROGRESS_EVERY_S:
                 last_report = clock()

@@ -175,3 +175,39 @@ def test_compiled_verification_accepts_a_proof_and_rejects_a_wrong_one(field: Pr
     assert not verification.verify(a, b, c, np.roll(h, 1), field=field, backend="numba")
     with pytest.raises(ValueError, match="backend must be one of"):
         verification.verify(a, b, c, h, field=field, backend="fast")
+
+
+@pytest.mark.parametrize("field", FIELDS, ids=lambda f: f.name)
+@pytest.mark.parametrize(
+    ("count", "threads", "first"),
+    [(0, 4, 1), (1, 4, 1), (5, 3, 1), (1000, 7, 1), (4096, 16, 3), (1 << 16, 5, 12345)],
+    ids=["none", "one", "short", "uneven-runs", "scaled", "long-scaled"],
+)
+def test_compiled_powers_are_numpys(
+    field: PrimeField, count: int, threads: int, first: int
+) -> None:
+    base = field.root_of_unity(17)
+    powers = field.powers(base, count)
+    expected = field.mul(powers, np.uint64(first)) if count else powers
+    found = cpu_backend.powers(base, count, field, first, threads)
+    assert found.dtype == np.uint64
+    assert (found == expected).all()
+
+
+@pytest.mark.parametrize("field", FIELDS, ids=lambda f: f.name)
+def test_the_gpus_tables_are_the_same_compiled_or_not(
+    field: PrimeField, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpu import ntt
+
+    log_n = 17  # above the length from which the tables' powers are compiled
+    scales = ntt._coset_scales.__wrapped__
+    compiled = scales(log_n, field.GENERATOR, field), ntt._Plan(log_n, field)
+    monkeypatch.setattr(cpu_backend, "numba_available", lambda: False)
+    numpy = scales(log_n, field.GENERATOR, field), ntt._Plan(log_n, field)
+    for mine, theirs in zip(compiled[0], numpy[0], strict=True):
+        assert (mine == theirs).all()
+    for mine, theirs in zip(compiled[1].forward, numpy[1].forward, strict=True):
+        assert (mine == theirs).all()
+    for mine, theirs in zip(compiled[1].backward, numpy[1].backward, strict=True):
+        assert (mine == theirs).all()

@@ -74,7 +74,7 @@ def test_the_next_pacer_adopts_the_pool_its_predecessor_kept(
 
     second = server_factory(**GPU, **env).start()
     status = second.client.status()
-    assert status["pool"]["origin"] == {"adopted": 4, "allocated": 0}
+    assert status["pool"]["origin"] == {"adopted": 4, "allocated": 0}, second.log
     assert status["startup"]["pool_origin"] == {"adopted": 4, "allocated": 0}
     phases = status["startup"]["phases_s"]
     assert {"open", "prepare", "prepare.pool", "prepare.synthesis_processes", "resume", "api"} <= (
