@@ -54,7 +54,9 @@ class NttWorkload(Workload):
     DEFAULT_FIELD = "babybear"
     """On the CPU: a product fits 64 bits, so NumPy multiplies about five times as fast."""
 
-    def __init__(self, log_n: int, field: str | None = None, backend: str = "numpy") -> None:
+    def __init__(
+        self, log_n: int, field: str | None = None, backend: str = "numpy", warm: bool = True
+    ) -> None:
         self.field = by_name(field or self.DEFAULT_FIELD)
         if log_n > self.field.TWO_ADICITY:
             raise WorkloadError(
@@ -64,7 +66,7 @@ class NttWorkload(Workload):
         self.log_n: int = log_n
         # The CPU backend (`gpu.cpu_backend`), under the name the Workload contract reads it by.
         self.kernel: str = cpu_backend_for(backend, self.field.name)
-        if self.kernel == "numba":  # compiled now (or loaded from the cache), not on a partition
+        if warm and self.kernel == "numba":  # compiled now (or from the cache), not on a partition
             cpu_backend.warm(self.field, verification=True)
 
     @property
@@ -161,7 +163,8 @@ class GpuNttWorkload(NttWorkload):
         backend: str = "numpy",
         keep_pool: bool = False,
     ) -> None:
-        super().__init__(log_n, field, backend)
+        # The compiled kernels load in `prepare`, beside the pinning, not here.
+        super().__init__(log_n, field, backend, warm=False)
         self.devices = devices
         self.workers_per_device = workers_per_device
         self.on_empty = on_empty
@@ -240,9 +243,10 @@ class GpuNttWorkload(NttWorkload):
     def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
         """Allocate the pinned pool (before readiness: pinning runs at a few GiB/s), or adopt
         the one the previous pacer kept; meanwhile, on threads of their own, build every
-        worker's prover (host tables, CUDA context, compiled kernels, device buffers) and,
-        with the processes executor, start ``synthesis_workers`` synthesis processes, which
-        map the pool's blocks once it is ready. `prepare_phases_s` says how long each took."""
+        worker's prover (host tables, CUDA context, compiled kernels, device buffers), load
+        this process's compiled CPU kernels and, with the processes executor, start
+        ``synthesis_workers`` synthesis processes, which map the pool's blocks once it is
+        ready. `prepare_phases_s` says how long each took."""
         on_cuda = self.pool_backend.endswith("cuda")  # else provers come from elsewhere (tests)
         try:
             self._prepare(slots, budget_bytes, synthesis_workers, on_cuda)
@@ -255,7 +259,12 @@ class GpuNttWorkload(NttWorkload):
     def _prepare(
         self, slots: int, budget_bytes: int, synthesis_workers: int, on_cuda: bool
     ) -> None:
-        with ThreadPoolExecutor(2, thread_name_prefix="prepare") as starter:
+        with ThreadPoolExecutor(3, thread_name_prefix="prepare") as starter:
+            kernels = (
+                starter.submit(self._timed, "kernels", self._warm_kernels)
+                if self.kernel == "numba"
+                else None
+            )
             provers = starter.submit(self._timed, "provers", self._build_provers) if on_cuda \
                 else None  # fmt: skip
             synthesis = None
@@ -273,6 +282,13 @@ class GpuNttWorkload(NttWorkload):
                 self._timed("synthesis_mapping", self._synthesizer.map_blocks, pool.block_paths)
             if provers is not None:
                 provers.result()
+            if kernels is not None:
+                kernels.result()
+
+    def _warm_kernels(self) -> None:
+        """This process's compiled kernels: verification's, and synthesis's where it runs here
+        (threads, or a fallback slot)."""
+        cpu_backend.warm(self.field, verification=True)
 
     def _timed(self, phase: str, call: Callable[..., T], *args: Any) -> T:
         started = time.perf_counter()
