@@ -41,6 +41,7 @@ __all__ = [
     "PrivateHostAllocator",
     "SharedHostAllocator",
     "allocator_for",
+    "pool_allocator",
     "populate",
 ]
 
@@ -268,6 +269,16 @@ def populate(address: int, nbytes: int, existing: bool = False) -> bool:
         return False
     advice = MADV_POPULATE_READ if existing else MADV_POPULATE_WRITE
     return int(_madvise(ctypes.c_void_p(address), ctypes.c_size_t(nbytes), advice)) == 0
+
+
+def pool_allocator(
+    backend: Literal["cuda", "shared", "shared-cuda"], keep: bool, slots: int
+) -> HostAllocator | Literal["cuda"]:
+    """A service's pool allocator: shared blocks handed to and from other pacers of this host
+    (`gpu.handover.Handover.for_service`), or "cuda" (cudaHostAlloc memory, never kept)."""
+    if backend == "cuda":
+        return "cuda"
+    return SharedHostAllocator(backend == "shared-cuda", Handover.for_service(keep, slots))
 
 
 def allocator_for(backend: Backend | HostAllocator) -> HostAllocator:

@@ -88,6 +88,24 @@ class Handover:
         self._previous: PoolRecord | None = None
         self._layout: PoolLayout | None = None
 
+    @classmethod
+    def for_service(cls, keep: bool, slots: int) -> Handover:
+        """The handover of a service's pool of ``slots`` slots: kept, where ``keep``, in the
+        service manager's descriptor store when it has room for every slot (else in /dev/shm,
+        with a warning), taking what the store passed back (`gpu.fdstore.listen_fds`)."""
+        store_size = fdstore.store_size()
+        store: Store = "shm"
+        if keep and store_size:
+            if store_size >= slots:
+                store = "fdstore"
+            else:
+                logger.warning(
+                    "the service manager's descriptor store takes %d descriptors, fewer than "
+                    "the pool's %d slots: the pool is kept in /dev/shm instead (raise "
+                    "FileDescriptorStoreMax=)", store_size, slots,
+                )  # fmt: skip
+        return cls(keep, store, received=fdstore.listen_fds())
+
     @property
     def memfd(self) -> bool:
         """Whether new blocks are memfds (for the descriptor store) rather than named files."""

@@ -36,9 +36,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpu.allocators import PROGRESS_EVERY_S, Backend, ByteArray, HostAllocator, allocator_for
-from gpu.pool_record import PoolLayout
 from gpu.sizes import format_bytes, format_rate
-from gpu.slots import Slot, SlotBlock, slot_layout
+from gpu.slots import Slot, SlotBlock, pool_layout
 
 __all__ = ["PinnedPool", "PoolClosedError", "PoolExhausted"]
 
@@ -104,7 +103,8 @@ class PinnedPool:
             raise ValueError(f"on_empty must be 'wait' or 'fallback', got {on_empty!r}")
         self.dtype = np.dtype(dtype)
         self.slot_shapes = tuple(tuple(int(d) for d in shape) for shape in slot_shapes)
-        self.slot_bytes, self._offsets = slot_layout(self.slot_shapes, self.dtype)
+        self.layout = pool_layout(self.slot_shapes, self.dtype, field)
+        self.slot_bytes, self._offsets = self.layout.slot_bytes, list(self.layout.offsets)
         self.slots_total = slots
         self.total_bytes = slots * self.slot_bytes
         if budget_bytes is not None and self.total_bytes > budget_bytes:
@@ -137,8 +137,6 @@ class PinnedPool:
         self.allocations_after_warmup = 0
         self.freed_in_s: float | None = None
 
-        self.layout = PoolLayout(self.slot_bytes, tuple(self._offsets), self.slot_shapes,
-                                 self.dtype.str, field)  # fmt: skip
         start = clock()
         self._allocator.reserve(self.layout, slots)  # a shared pool's pinning, on threads
         last_report = clock()

@@ -44,6 +44,7 @@ __all__ = [
     "PoolRecord",
     "RecordFile",
     "Sweep",
+    "adoptable_bytes",
     "boot_id",
     "survey",
     "sweep",
@@ -318,6 +319,17 @@ def sweep(
     keep = {name for pool in kept for name in pool.record.blocks}
     orphans, orphan_bytes = remove_stale_blocks(directory, keep)
     return Sweep(tuple(kept), removed + orphans, freed + orphan_bytes, tuple(stale))
+
+
+def adoptable_bytes(layout: PoolLayout, directory: str = SHM_DIR) -> int:
+    """Bytes of the first pool kept for the next pacer in ``directory`` that slots laid out
+    as ``layout`` can adopt; 0 where there is none."""
+    found = 0
+    for file, record, why in survey(directory):
+        file.close()
+        if not found and why is None and record is not None and layout.fits(record.layout):
+            found = record.total_bytes
+    return found
 
 
 def new_record(

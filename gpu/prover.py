@@ -18,7 +18,7 @@ from gpu.babybear import BABYBEAR
 from gpu.field import PrimeField
 from gpu.ntt_cuda import GPU_PHASES, CudaHSteps
 
-__all__ = ["GpuProver", "GpuResult"]
+__all__ = ["GpuProver", "GpuResult", "build_provers"]
 
 
 @dataclass(frozen=True)
@@ -79,3 +79,14 @@ class GpuProver:
                 for i, name in enumerate(GPU_PHASES)
             }
         return GpuResult(digest, None if h is None else np.asarray(h, dtype=np.uint64), phases)
+
+
+def build_provers(devices: list[int], log_n: int, field: PrimeField) -> dict[int, GpuProver]:
+    """A prover for each worker, on ``devices[worker]``: the host tables built once, each
+    device given its copy, then let go of (at 2^27 they hold ~7 GiB)."""
+    from gpu import ntt_cuda
+
+    ntt_cuda.host_tables(log_n, field)
+    provers = {worker: GpuProver(device, log_n, field) for worker, device in enumerate(devices)}
+    ntt_cuda.release_host_tables()
+    return provers

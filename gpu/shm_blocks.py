@@ -162,8 +162,7 @@ def create_block(nbytes: int, *, memfd: bool = False, tracked: bool = False) -> 
     if memfd:
         descriptor = os.memfd_create(name, os.MFD_CLOEXEC)
         try:
-            os.ftruncate(descriptor, nbytes)
-            mapping = mmap.mmap(descriptor, nbytes)
+            mapping = _sized_mapping(descriptor, nbytes)
         except BaseException:
             os.close(descriptor)
             raise
@@ -171,8 +170,7 @@ def create_block(nbytes: int, *, memfd: bool = False, tracked: bool = False) -> 
     path = f"{SHM_DIR}/{name}"
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        os.ftruncate(descriptor, nbytes)
-        mapping = mmap.mmap(descriptor, nbytes)
+        mapping = _sized_mapping(descriptor, nbytes)
     except BaseException:
         os.unlink(path)
         raise
@@ -183,6 +181,11 @@ def create_block(nbytes: int, *, memfd: bool = False, tracked: bool = False) -> 
     if tracked:
         block.track()
     return block
+
+
+def _sized_mapping(descriptor: int, nbytes: int) -> mmap.mmap:
+    os.ftruncate(descriptor, nbytes)
+    return mmap.mmap(descriptor, nbytes)
 
 
 def open_block(name: str, *, fd: int | None = None, directory: str = SHM_DIR) -> HostBlock:

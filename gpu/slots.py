@@ -14,12 +14,13 @@ import numpy as np
 import numpy.typing as npt
 
 from gpu.allocators import ALIGNMENT_BYTES
+from gpu.pool_record import PoolLayout
 from gpu.sizes import format_bytes
 
 if TYPE_CHECKING:
     from gpu.pool import PinnedPool
 
-__all__ = ["Slot", "SlotBlock", "slot_layout"]
+__all__ = ["Slot", "SlotBlock", "pool_layout", "slot_layout"]
 
 
 class Slot:
@@ -89,6 +90,15 @@ class SlotBlock(NamedTuple):
             np.frombuffer(buffer, dtype, math.prod(shape), offset).reshape(shape)
             for shape, offset in zip(self.shapes, self.offsets, strict=True)
         )
+
+
+def pool_layout(
+    shapes: tuple[tuple[int, ...], ...], dtype: npt.DTypeLike, field: str | None = None
+) -> PoolLayout:
+    """The layout of slots of ``shapes`` arrays of ``dtype``, as an owner record keeps it."""
+    dtype = np.dtype(dtype)
+    slot_bytes, offsets = slot_layout(shapes, dtype)
+    return PoolLayout(slot_bytes, tuple(offsets), shapes, dtype.str, field)
 
 
 def slot_layout(shapes: tuple[tuple[int, ...], ...], dtype: np.dtype[Any]) -> tuple[int, list[int]]:

@@ -12,6 +12,7 @@ imports pacer (its Workload contract and settings), and that names pacer's setti
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -31,7 +32,6 @@ from pacer.workload import (
 )
 
 if TYPE_CHECKING:
-    from gpu.allocators import HostAllocator
     from gpu.pool import PinnedPool
     from gpu.process_executor import ProcessSynthesizer
     from gpu.prover import GpuProver
@@ -212,21 +212,10 @@ class GpuNttWorkload(NttWorkload):
         would be (what `prepare` adopts); 0 without one, or with the cuda backend."""
         if self.pool_backend == "cuda":
             return 0
-        import numpy as np
+        from gpu.pool_record import adoptable_bytes
+        from gpu.slots import pool_layout
 
-        from gpu.pool_record import PoolLayout, survey
-        from gpu.slots import slot_layout
-
-        shapes = ((1 << self.log_n,),) * 3
-        dtype = np.dtype(self.field.storage)
-        slot_bytes, offsets = slot_layout(shapes, dtype)
-        layout = PoolLayout(slot_bytes, tuple(offsets), shapes, dtype.str)
-        found = 0
-        for file, record, why in survey():
-            file.close()
-            if not found and why is None and record is not None and layout.fits(record.layout):
-                found = record.total_bytes
-        return found
+        return adoptable_bytes(pool_layout(((1 << self.log_n,),) * 3, self.field.storage))
 
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         out = super().check_params(params)
@@ -249,46 +238,32 @@ class GpuNttWorkload(NttWorkload):
         ready. `prepare_phases_s` says how long each took."""
         on_cuda = self.pool_backend.endswith("cuda")  # else provers come from elsewhere (tests)
         try:
-            self._prepare(slots, budget_bytes, synthesis_workers, on_cuda)
+            with ThreadPoolExecutor(3, thread_name_prefix="prepare") as starter:
+                # This process's own kernels: verification's, synthesis's for a fallback slot.
+                warm = functools.partial(cpu_backend.warm, self.field, verification=True)
+                kernels = self.kernel == "numba" and starter.submit(self._timed, "kernels", warm)
+                provers = on_cuda and starter.submit(self._timed, "provers", self._build_provers)
+                if self.executor == "processes":
+                    from gpu.process_executor import ProcessSynthesizer
+
+                    self._synthesizer = ProcessSynthesizer(
+                        synthesis_workers, backend=self.kernel, field=self.field
+                    )
+                    starting = starter.submit(self._timed, "synthesis_processes",
+                                              self._synthesizer.start)  # fmt: skip
+                self.pool = self._timed("pool", self._build_pool, slots, budget_bytes)
+                if self._synthesizer is not None:
+                    starting.result()
+                    self._timed("synthesis_mapping", self._synthesizer.map_blocks,
+                                self.pool.block_paths)  # fmt: skip
+                for task in (provers, kernels):
+                    if task:
+                        task.result()
         except BaseException:
             if self._synthesizer is not None:
                 self._synthesizer.close()
                 self._synthesizer = None
             raise
-
-    def _prepare(
-        self, slots: int, budget_bytes: int, synthesis_workers: int, on_cuda: bool
-    ) -> None:
-        with ThreadPoolExecutor(3, thread_name_prefix="prepare") as starter:
-            kernels = (
-                starter.submit(self._timed, "kernels", self._warm_kernels)
-                if self.kernel == "numba"
-                else None
-            )
-            provers = starter.submit(self._timed, "provers", self._build_provers) if on_cuda \
-                else None  # fmt: skip
-            synthesis = None
-            if self.executor == "processes":
-                from gpu.process_executor import ProcessSynthesizer
-
-                self._synthesizer = ProcessSynthesizer(
-                    synthesis_workers, backend=self.kernel, field=self.field
-                )
-                synthesis = starter.submit(self._timed, "synthesis_processes",
-                                           self._synthesizer.start)  # fmt: skip
-            self.pool = pool = self._timed("pool", self._build_pool, slots, budget_bytes)
-            if synthesis is not None and self._synthesizer is not None:
-                synthesis.result()
-                self._timed("synthesis_mapping", self._synthesizer.map_blocks, pool.block_paths)
-            if provers is not None:
-                provers.result()
-            if kernels is not None:
-                kernels.result()
-
-    def _warm_kernels(self) -> None:
-        """This process's compiled kernels: verification's, and synthesis's where it runs here
-        (threads, or a fallback slot)."""
-        cpu_backend.warm(self.field, verification=True)
 
     def _timed(self, phase: str, call: Callable[..., T], *args: Any) -> T:
         started = time.perf_counter()
@@ -298,45 +273,20 @@ class GpuNttWorkload(NttWorkload):
             self._phases_s[phase] = time.perf_counter() - started
 
     def _build_pool(self, slots: int, budget_bytes: int) -> PinnedPool:
+        from gpu.allocators import pool_allocator
         from gpu.pool import PinnedPool
 
         n = 1 << self.log_n
-        return PinnedPool(slots, [(n,)] * 3, dtype=self.field.storage,
-                          backend=self._allocator(slots), on_empty=self.on_empty,
-                          budget_bytes=budget_bytes, field=self.field.name)  # fmt: skip
-
-    def _allocator(self, slots: int) -> HostAllocator | Literal["cuda"]:
-        """The pool's allocator: shared blocks with the handover to and from other pacers
-        (memfds in the service manager's descriptor store when kept under one that has room
-        for them, else named blocks), or cudaHostAlloc memory."""
-        from gpu import fdstore
-        from gpu.allocators import SharedHostAllocator
-        from gpu.handover import Handover
-
-        if self.pool_backend == "cuda":
-            return "cuda"
-        store_size = fdstore.store_size()
-        store: Literal["shm", "fdstore"] = "shm"
-        if self.keep_on_close and store_size:
-            if store_size >= slots:
-                store = "fdstore"
-            else:
-                logger.warning(
-                    "the service manager's descriptor store takes %d descriptors, fewer than "
-                    "the pool's %d slots: the pool is kept in /dev/shm instead (raise "
-                    "FileDescriptorStoreMax=)", store_size, slots,
-                )  # fmt: skip
-        handover = Handover(self.keep_on_close, store, received=fdstore.listen_fds())
-        return SharedHostAllocator(self.pool_backend == "shared-cuda", handover)
+        allocator = pool_allocator(self.pool_backend, self.keep_on_close, slots)
+        return PinnedPool(slots, [(n,)] * 3, dtype=self.field.storage, backend=allocator,
+                          on_empty=self.on_empty, budget_bytes=budget_bytes,
+                          field=self.field.name)  # fmt: skip
 
     def _build_provers(self) -> None:
-        from gpu import ntt_cuda
-        from gpu.prover import GpuProver
+        from gpu.prover import build_provers
 
-        ntt_cuda.host_tables(self.log_n, self.field)
-        for worker in range(self.workers):
-            self._provers[worker] = GpuProver(self.device_of(worker), self.log_n, self.field)
-        ntt_cuda.release_host_tables()  # every device has its copy now
+        devices = [self.device_of(worker) for worker in range(self.workers)]
+        self._provers.update(build_provers(devices, self.log_n, self.field))
 
     def synthesize(self, spec: PartitionSpec) -> Slot:
         import gpu.synthesis as synthesis

@@ -438,16 +438,22 @@ def test_memory_kept_for_the_next_pacer_is_neither_draining_nor_free(
     assert (held.settled, held.reason) == (False, "timeout")
 
 
-@pytest.mark.usefixtures("only_own_blocks")
-def test_the_command_reports_a_kept_pool_leaves_it_and_drops_it_when_asked(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def kept_pool(tmp_path: Path) -> tuple[Holder, list[str]]:
+    """A pool of 2 slots kept by a process that has ended, and the options of a check once."""
     sweep(drop_kept=True)
     holder = Holder(slots=2)
     holder.close(keep=True)
     argv = ["--timeout", "0", "--process-name", "", "--state-file", str(tmp_path / "s.json"),
-            "--no-record", "--json"]  # fmt: skip
-    _, out, err = cli(argv, capsys)
+            "--no-record"]  # fmt: skip
+    return holder, argv
+
+
+@pytest.mark.usefixtures("only_own_blocks")
+def test_the_command_reports_a_kept_pool_leaves_it_and_drops_it_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    holder, argv = kept_pool(tmp_path)
+    _, out, err = cli([*argv, "--json"], capsys)
     assert (
         f"kept for the next pacer: 2 blocks, 24.0 KiB in /dev/shm (pacer {holder.pid} stopped, "
         "generation 1, 12.0 KiB slots of 1024+1024+1024 <u4)"
@@ -466,12 +472,8 @@ def test_the_command_reports_a_kept_pool_leaves_it_and_drops_it_when_asked(
 def test_a_record_whose_blocks_are_gone_is_removed_by_the_sweep(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    sweep(drop_kept=True)
-    holder = Holder(slots=2)
-    holder.close(keep=True)
+    holder, argv = kept_pool(tmp_path)
     os.unlink(f"/dev/shm/{holder.names[1]}")
-    argv = ["--timeout", "0", "--process-name", "", "--state-file", str(tmp_path / "s.json"),
-            "--no-record"]  # fmt: skip
     _, _, err = cli(argv, capsys)
     assert f"its block {holder.names[1]} is gone" in err
     assert "removed 1 pinned-pool blocks" in err  # the one left, no record keeping it now
