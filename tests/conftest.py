@@ -3,11 +3,17 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import pytest_asyncio
+from prometheus_client import CollectorRegistry
+
+from pacer.server import Server
+from tests.servers import fake_meminfo, settings_for
 
 if TYPE_CHECKING:
     from tests.postgres_server import PostgresServer
@@ -90,3 +96,15 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_url(postgres_server: PostgresServer) -> str:
     """The URL of a fresh, empty database on the session's PostgreSQL server."""
     return postgres_server.create_database()
+
+
+@pytest_asyncio.fixture
+async def service(tmp_path: Path) -> AsyncIterator[Server]:
+    """A started in-process service on an ephemeral port, its journal in ``tmp_path``."""
+    # A host with room for the default budget, whatever the machine running the tests has.
+    roomy = fake_meminfo(tmp_path / "meminfo", total=2**41, available=2**40)
+    svc = Server(settings_for(tmp_path), registry=CollectorRegistry(), meminfo=roomy)
+    await svc.start()
+    yield svc
+    if not svc.draining:
+        await svc.shutdown()

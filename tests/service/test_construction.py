@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from pacer.journal import JournalInUseError
 from pacer.service import Service
 from pacer.workload import WorkloadError
-from tests.service.conftest import ROOT, settings_for
+from tests.servers import ROOT, settings_for
 
 
 def test_importing_the_service_imports_neither_the_api_nor_the_server() -> None:

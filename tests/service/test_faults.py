@@ -25,7 +25,7 @@ from pacer.server import Server
 from pacer.service import host
 from pacer.workload import job_seed
 from tests import faults
-from tests.service.conftest import ServerFactory, settings_for, wait_for
+from tests.servers import ServerFactory, settings_for, wait_for
 
 LIMIT_S = "0.5"
 FAULTY = {

@@ -27,7 +27,7 @@ from pacer.workload import job_seed
 from tests.conftest import running_postgres
 from tests.pgjournal.database import sql
 from tests.postgres_server import PostgresServer
-from tests.service.conftest import ServerFactory, ServerProcess, readyz_refuses, wait_for
+from tests.servers import ServerFactory, ServerProcess, readyz_refuses, wait_for
 
 LEASE_S = 2.0
 IDLE_POLL_MAX_S = 1.0  # pacer.service.fleet.IDLE_POLL_MAX_S: how late an idle host looks again

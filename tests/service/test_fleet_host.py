@@ -22,8 +22,7 @@ from pacer.server import Server
 from tests.conftest import FakeClock
 from tests.json_schema import problems
 from tests.pgjournal.database import expire
-from tests.service.conftest import fake_meminfo, free_port, settings_for
-from tests.service.test_api import call, until_done
+from tests.servers import call, fake_meminfo, free_port, settings_for, until_done
 
 pytestmark = pytest.mark.asyncio
 HOST = "gpu-a"

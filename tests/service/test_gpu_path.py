@@ -26,8 +26,7 @@ from gpu.synthesis import synthesize
 from gpu.workload import GpuNttWorkload
 from pacer.config import Settings
 from pacer.server import Server
-from tests.service.conftest import settings_for
-from tests.service.test_api import call, until_done
+from tests.servers import call, settings_for, until_done
 
 pytestmark = pytest.mark.asyncio
 LOG_N = 10

@@ -21,7 +21,7 @@ from pacer.policy import Decision, DispatchPolicy, Mode, Observation
 from pacer.server import Server
 from pacer.workload import NoopWorkload, PartitionSpec
 from tests.conftest import FakeClock
-from tests.service.conftest import settings_for
+from tests.servers import settings_for
 
 pytestmark = pytest.mark.asyncio
 

@@ -12,8 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from pacer.plan import ConfigurationError
 from pacer.server import Server
-from tests.service.conftest import fake_meminfo, settings_for
-from tests.service.test_api import call, until_done
+from tests.servers import call, fake_meminfo, settings_for, until_done
 from tests.service.test_gpu_path import LOG_N
 
 pytestmark = pytest.mark.asyncio

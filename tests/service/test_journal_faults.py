@@ -38,8 +38,15 @@ from pacer.journal_health import Backoff
 from pacer.server import Server
 from pacer.service import commits
 from pacer.workload import PartitionSpec, job_seed
-from tests.service.conftest import ROOT, ServerFactory, readyz_refuses, settings_for, wait_for
-from tests.service.test_api import call, until_done
+from tests.servers import (
+    ROOT,
+    ServerFactory,
+    call,
+    readyz_refuses,
+    settings_for,
+    until_done,
+    wait_for,
+)
 from tests.service.test_process import completions_in, job_states
 
 LOG_N = 8  # conftest's FAST

@@ -31,8 +31,8 @@ from pacer.client import ApiError
 from pacer.journal import result_digest
 from pacer.workload import job_seed
 from tests.processes import descendants, wait_until_gone
+from tests.servers import ServerFactory, ServerProcess, wait_for
 from tests.service import test_gpu_path
-from tests.service.conftest import ServerFactory, ServerProcess, wait_for
 
 KILLS = 20
 PHASES = ("submit", "dispatch", "commit", "drain")

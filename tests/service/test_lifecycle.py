@@ -14,7 +14,7 @@ from pacer.config import Settings
 from pacer.journal import JobState, Journal
 from pacer.service import Service, commits
 from pacer.workload import NoopWorkload, PartitionSpec, Proof, Workload
-from tests.service.conftest import settings_for
+from tests.servers import settings_for
 
 pytestmark = pytest.mark.asyncio
 

@@ -12,7 +12,7 @@ from prometheus_client import generate_latest
 
 from pacer.controller import PIController
 from pacer.server import Server
-from tests.service.test_api import call
+from tests.servers import call
 
 pytestmark = pytest.mark.asyncio
 

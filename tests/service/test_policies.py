@@ -21,8 +21,7 @@ from pacer.journal import Journal
 from pacer.policy import Mode, PolicyConflictError
 from pacer.server import Server
 from pacer.service import commits
-from tests.service.conftest import ServerFactory, settings_for, wait_for
-from tests.service.test_api import call, until_done
+from tests.servers import ServerFactory, call, settings_for, until_done, wait_for
 from tests.service.test_lifecycle import finish
 
 POLICIES = ["pi", "unpaced", "cuzk", "cuzk-default"]

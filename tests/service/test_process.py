@@ -17,7 +17,7 @@ from gpu.synthesis import synthesize
 from gpu.verification import verify
 from pacer.client import ApiError
 from pacer.workload import job_seed
-from tests.service.conftest import ServerFactory, readyz_refuses, wait_for
+from tests.servers import ServerFactory, readyz_refuses, wait_for
 
 
 def job_states(journal: Path) -> dict[str, str]:

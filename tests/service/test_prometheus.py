@@ -31,7 +31,7 @@ from tests.dashboard_queries import (
     substitute,
 )
 from tests.postgres_server import PostgresServer
-from tests.service.conftest import ROOT, ServerProcess, free_port, wait_for
+from tests.servers import ROOT, ServerProcess, free_port, wait_for
 
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
 BASELINE = "unpaced"

@@ -15,36 +15,10 @@ from pacer.api import views
 from pacer.journal import PartitionResult
 from pacer.plan import ConfigurationError
 from pacer.server import Server
-from tests.service.conftest import settings_for
+from tests.servers import JSON, call, settings_for, until_done, url
 
 pytestmark = pytest.mark.asyncio
-JSON = {"Content-Type": "application/json"}
 TOKEN = "0123456789abcdef-token"
-
-
-def url(service: Server, path: str) -> str:
-    return f"http://127.0.0.1:{service.port}{path}"
-
-
-async def call(
-    service: Server, method: str, path: str, body: Any = None, raw: bytes | None = None,
-    headers: dict[str, str] | None = None,
-) -> tuple[int, Any]:  # fmt: skip
-    async with aiohttp.ClientSession() as session:
-        data = raw if raw is not None else (None if body is None else aiohttp.JsonPayload(body))
-        async with session.request(method, url(service, path), data=data, headers=headers) as r:
-            payload = await r.json() if r.content_type == "application/json" else await r.text()
-            return r.status, payload
-
-
-async def until_done(service: Server, job_id: str) -> dict[str, Any]:
-    for _ in range(600):
-        status, job = await call(service, "GET", f"/v1/jobs/{job_id}")
-        assert status == 200
-        if job["state"] in ("completed", "failed", "cancelled"):
-            return dict(job)
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"job {job_id} did not finish")
 
 
 async def test_health_and_readiness(service: Server) -> None:

@@ -507,7 +507,7 @@ def test_config_never_prints_a_secret(
 
 
 def test_the_readme_starts_with_pacer_run_in_one_line() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     first = re.findall(r"```sh\n(.+?)\n```", readme, flags=re.S)[0]
     assert first == "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/pacer run"
 

@@ -21,7 +21,7 @@ from pacer.config import (
     variables,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_load() -> None:

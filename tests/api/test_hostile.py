@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry
 from pacer.api import views
 from pacer.journal import SqliteJournal
 from pacer.server import Server
-from tests.service.conftest import settings_for
-from tests.service.raw_http import build, exchange
+from tests.api.raw_http import build, exchange
+from tests.servers import settings_for
 
 TOKEN = "hostile-test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -14,8 +14,7 @@ from pacer.api.openapi import document
 from pacer.api.routes import ROUTES
 from pacer.server import Server
 from tests.json_schema import KNOWN, TYPES, problems
-from tests.service.conftest import settings_for
-from tests.service.test_api import JSON, call, until_done
+from tests.servers import JSON, call, settings_for, until_done
 
 METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 LOCATIONS = {"query", "header", "path", "cookie"}

@@ -16,7 +16,7 @@ import pytest
 
 from pacer import logs
 from pacer.client import Client
-from tests.service.conftest import FAST, ROOT, free_port, wait_for
+from tests.servers import FAST, ROOT, free_port, wait_for
 
 
 def record(**context: object) -> logging.LogRecord:

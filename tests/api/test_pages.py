@@ -10,7 +10,7 @@ import pytest
 
 from pacer.api.inputs import encode_cursor
 from pacer.server import Server
-from tests.service.test_api import call, until_done
+from tests.servers import call, until_done
 
 pytestmark = pytest.mark.asyncio
 

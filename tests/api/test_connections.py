@@ -14,8 +14,8 @@ import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
 from pacer.server import Server
-from tests.service.conftest import settings_for
-from tests.service.raw_http import build, closed_within, exchange
+from tests.api.raw_http import build, closed_within, exchange
+from tests.servers import settings_for
 
 pytestmark = pytest.mark.asyncio
 TIMEOUT_S = 0.2

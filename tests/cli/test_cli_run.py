@@ -19,7 +19,7 @@ import pytest
 from pacer.cli_run import Journal, Run, summary
 from pacer.client import Client
 from tests.processes import descendants, running, wait_until_gone
-from tests.service.conftest import FAST, ROOT, wait_for
+from tests.servers import FAST, ROOT, wait_for
 
 SLOW_PROVE = json.dumps([{"call": "prove", "kind": "slow", "seconds": 0.05}])
 

@@ -11,7 +11,7 @@ from pacer.cli_args import Progress, param
 from pacer.cli_client import fleet_rows
 from pacer.client import Client
 from tests.conftest import FakeClock
-from tests.service.conftest import free_port
+from tests.servers import free_port
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,153 @@
+"""A real pacer service: in-process on an ephemeral port, or as a child process; and the HTTP
+calls tests make to it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from pacer.client import ApiError, Client
+from pacer.config import Settings
+from pacer.server import Server
+
+ROOT = Path(__file__).resolve().parents[1]
+JSON = {"Content-Type": "application/json"}
+FAST = {"PACER_NTT__LOG_N": "8", "PACER_SYNTHESIS__THREADS_PER_SYNTHESIS": "1"}
+
+
+def settings_for(tmp_path: Path, **env: str) -> Settings:
+    """Settings as the environment would give them, with a journal in ``tmp_path``."""
+    mp = pytest.MonkeyPatch()
+    try:
+        for key, value in {**FAST, "PACER_JOURNAL__PATH": str(tmp_path / "journal.sqlite"),
+                           "PACER_API__PORT": "0", **env}.items():  # fmt: skip
+            mp.setenv(key, value)
+        return Settings()
+    finally:
+        mp.undo()
+
+
+def fake_meminfo(path: Path, *, total: int, available: int) -> Path:
+    """``path``, written as /proc/meminfo of a host of ``total`` bytes, ``available`` of them
+    available (MemAvailable)."""
+    path.write_text(
+        f"MemTotal:       {total // 1024} kB\nMemFree:        {available // 1024} kB\n"
+        f"MemAvailable:   {available // 1024} kB\nHugePages_Total:       0\n"
+    )
+    return path
+
+
+def url(service: Server, path: str) -> str:
+    return f"http://127.0.0.1:{service.port}{path}"
+
+
+async def call(
+    service: Server, method: str, path: str, body: Any = None, raw: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, Any]:  # fmt: skip
+    async with aiohttp.ClientSession() as session:
+        data = raw if raw is not None else (None if body is None else aiohttp.JsonPayload(body))
+        async with session.request(method, url(service, path), data=data, headers=headers) as r:
+            payload = await r.json() if r.content_type == "application/json" else await r.text()
+            return r.status, payload
+
+
+async def until_done(service: Server, job_id: str) -> dict[str, Any]:
+    for _ in range(600):
+        status, job = await call(service, "GET", f"/v1/jobs/{job_id}")
+        assert status == 200
+        if job["state"] in ("completed", "failed", "cancelled"):
+            return dict(job)
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """``pacer serve`` as a child process with its own journal file and port."""
+
+    def __init__(self, tmp_path: Path, **env: str) -> None:
+        self.port = free_port()
+        self.log_path = tmp_path / f"serve-{self.port}.log"
+        self.env = {
+            **os.environ, **FAST,
+            "PACER_JOURNAL__PATH": str(tmp_path / "journal.sqlite"),
+            "PACER_API__PORT": str(self.port),
+            **env,
+        }  # fmt: skip
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client = Client(f"http://127.0.0.1:{self.port}")
+
+    def launch(self) -> ServerProcess:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pacer", "serve"], env=self.env, cwd=ROOT,
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        return self
+
+    def start(self) -> ServerProcess:
+        self.launch()
+        self.client.wait_ready(30)
+        return self
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float = 30) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def metrics_text(self) -> str:
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return str(response.read().decode())
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+
+ServerFactory = Callable[..., ServerProcess]
+
+
+def readyz_refuses(client: Client, reason: str) -> bool:
+    """Whether ``/readyz`` answers an error naming ``reason`` (for ``wait_for``)."""
+    try:
+        client.request("GET", "/readyz")
+    except ApiError as exc:
+        return reason in str(exc)
+    return False
+
+
+def wait_for(predicate: object, timeout: float = 30.0, what: str = "condition") -> None:
+    """Poll ``predicate()`` until true (for real processes; logic tests never poll)."""
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
