@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from gpu.shm_blocks import BLOCK_PREFIX
 from pacer.settle.held import HeldBlockScanner
 from pacer.settle.sources import _read_stat
+from tests.waits import wait_until
 
 PROC = Path("/proc")
 
@@ -65,24 +65,30 @@ def mapping_blocks_of(owner: int) -> list[int]:
     return [holder.pid for holder in held.holders if holder.pid != owner]
 
 
+def leftovers(
+    processes: dict[int, tuple[str, int]], owner: int, environment: str | None = None
+) -> tuple[dict[int, str], list[int]]:
+    """What is left of ``owner`` (a service killed): those of ``processes`` still running, and
+    every process with ``environment`` (``NAME=value``, when given), by PID; the PIDs mapping
+    its pool blocks."""
+    left, mapping = running(processes), mapping_blocks_of(owner)
+    if environment is not None:
+        left |= {pid: environment for pid in with_environment(environment)}
+    return left, mapping
+
+
 def wait_until_gone(
     processes: dict[int, tuple[str, int]],
     owner: int,
     environment: str | None = None,
     timeout_s: float = 5.0,
-) -> tuple[dict[int, str], list[int]]:
-    """Poll until none of ``processes`` runs, nothing maps ``owner``'s blocks and no process
-    has ``environment`` (``NAME=value``, when given), for at most ``timeout_s``; what is left
-    then (processes still running, by PID, with those that have ``environment``; the PIDs
-    mapping blocks)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left, mapping = running(processes), mapping_blocks_of(owner)
-        if environment is not None:
-            left |= {pid: environment for pid in with_environment(environment)}
-        if (not left and not mapping) or time.monotonic() > deadline:
-            return left, mapping
-        time.sleep(0.02)
+    what: str | None = None,
+) -> None:
+    """Wait until nothing is left of ``owner`` (`leftovers` is empty), for at most
+    ``timeout_s``; an AssertionError naming ``what`` and what is left after."""
+    what = what or f"what process {owner} started to end and nothing to map its pool blocks"
+    wait_until(lambda: leftovers(processes, owner, environment), what,
+               done=lambda left: left == ({}, []), timeout_s=timeout_s)  # fmt: skip
 
 
 def with_environment(entry: str) -> list[int]:

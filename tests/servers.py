@@ -3,13 +3,11 @@ calls tests make to it."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -20,10 +18,14 @@ import pytest
 
 from pacer.client import ApiError, Client
 from pacer.config import Settings
+from pacer.journal import JobState
 from pacer.server import Server
+from pacer.service import Service
+from tests.waits import until
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON = {"Content-Type": "application/json"}
+ENDED = ("completed", "failed", "cancelled")
 FAST = {"PACER_NTT__LOG_N": "8", "PACER_SYNTHESIS__THREADS_PER_SYNTHESIS": "1"}
 
 
@@ -65,13 +67,21 @@ async def call(
 
 
 async def until_done(service: Server, job_id: str) -> dict[str, Any]:
-    for _ in range(600):
+    """The job's detail (``GET /v1/jobs/{id}``) once it has ended."""
+
+    async def detail() -> dict[str, Any]:
         status, job = await call(service, "GET", f"/v1/jobs/{job_id}")
-        assert status == 200
-        if job["state"] in ("completed", "failed", "cancelled"):
-            return dict(job)
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"job {job_id} did not finish")
+        assert status == 200, job
+        return dict(job)
+
+    return await until(detail, f"job {job_id} to end", done=lambda job: job["state"] in ENDED,
+                       every_s=0.02)  # fmt: skip
+
+
+async def until_completed(service: Service, job_id: str) -> None:
+    """Wait until the journal holds ``job_id`` completed (a service without HTTP included)."""
+    await until(lambda: service.db(service.journal.get_job, job_id), f"job {job_id} to complete",
+                done=lambda job: job is not None and job.state is JobState.COMPLETED)  # fmt: skip
 
 
 def free_port() -> int:
@@ -135,19 +145,9 @@ ServerFactory = Callable[..., ServerProcess]
 
 
 def readyz_refuses(client: Client, reason: str) -> bool:
-    """Whether ``/readyz`` answers an error naming ``reason`` (for ``wait_for``)."""
+    """Whether ``/readyz`` answers an error naming ``reason`` (a condition to wait for)."""
     try:
         client.request("GET", "/readyz")
     except ApiError as exc:
         return reason in str(exc)
     return False
-
-
-def wait_for(predicate: object, timeout: float = 30.0, what: str = "condition") -> None:
-    """Poll ``predicate()`` until true (for real processes; logic tests never poll)."""
-    assert callable(predicate)
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)

@@ -8,7 +8,6 @@ import math
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import CancelledError
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from pacer.policy import Caps, Observation
 from pacer.threads import CallState, DaemonPool
 from pacer.workload import Proof
 from tests.conftest import FakeClock
+from tests.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,17 +131,14 @@ def test_a_hung_call_is_replaced_and_its_thread_ends_when_it_returns() -> None:
     try:
         hung = pool.submit(release.wait, 30)
         queued = pool.submit(sum, [1, 2])
-        deadline = time.monotonic() + 5
-        while not pool.replace(hung):  # running once its thread has taken it
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
+        # Running once its thread has taken it: replaced then.
+        wait_until(lambda: pool.replace(hung), "the hung call to be replaced", timeout_s=5)
         assert queued.result(timeout=5) == 3  # the new thread took the queued call
         assert (pool.threads, pool.abandoned) == (1, 1)
         release.set()
         assert hung.result(timeout=5) is True
-        while pool.abandoned:  # the old thread ends once its call is done
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
+        wait_until(lambda: pool.abandoned == 0, "the old thread to end once its call is done",
+                   timeout_s=5)  # fmt: skip
         assert not pool.replace(hung)  # nothing runs it any more
     finally:
         release.set()

@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from pacer.signals import SIGNALS, Signals, sd_notify
+from tests.waits import until
 
 
 @pytest.mark.asyncio
@@ -31,8 +32,7 @@ async def test_first_signal_stops_a_second_hurries_and_the_old_handlers_return()
         await asyncio.wait_for(hurried.wait(), 10)
         assert signals.forced
         os.kill(os.getpid(), signal.SIGTERM)
-        while len(signals.received) < 3:
-            await asyncio.sleep(0)
+        await until(lambda: len(signals.received) == 3, "the third signal to be handled")
     assert calls == [1]
     assert signals.received == [signal.SIGTERM, signal.SIGINT, signal.SIGTERM]
     assert {signum: signal.getsignal(signum) for signum in SIGNALS} == before

@@ -19,7 +19,8 @@ import pytest
 from pacer.cli_run import Journal, Run, summary
 from pacer.client import Client
 from tests.processes import descendants, running, wait_until_gone
-from tests.servers import FAST, ROOT, wait_for
+from tests.servers import FAST, ROOT
+from tests.waits import wait_until
 
 SLOW_PROVE = json.dumps([{"call": "prove", "kind": "slow", "seconds": 0.05}])
 
@@ -163,7 +164,7 @@ def test_ctrl_c_drains_the_service_and_exits(pacer_run: Any) -> None:
                     PACER_WORKLOAD="tests.faults:make")  # fmt: skip
     client = run.client()
     run.read_until("jobs ended")
-    wait_for(lambda: client.status()["queues"]["proving"] > 0, what="a partition proving")
+    wait_until(lambda: client.status()["queues"]["proving"] > 0, "a partition proving")
     processes = descendants(run.proc.pid)
     run.proc.send_signal(signal.SIGINT)
     status, _, err = run.finish()
@@ -181,7 +182,7 @@ def test_a_second_signal_stops_the_service_at_once(pacer_run: Any) -> None:
                     "--log-level", "info", PACER_WORKLOAD="tests.faults:make")  # fmt: skip
     client = run.client()
     run.read_until("jobs ended")
-    wait_for(lambda: client.status()["queues"]["proving"] > 0, what="a partition proving")
+    wait_until(lambda: client.status()["queues"]["proving"] > 0, "a partition proving")
     run.proc.send_signal(signal.SIGTERM)
     # Two signals pending at once are one: the second follows the service's first.
     run.read_until("draining: dispatch stopped")
@@ -199,8 +200,8 @@ def test_a_killed_run_leaves_no_service_behind(pacer_run: Any) -> None:
     processes = descendants(run.proc.pid)
     assert processes
     run.proc.kill()
-    left, _ = wait_until_gone(processes, run.proc.pid, timeout_s=30)
-    assert left == {}  # the service drained on its own (SIGTERM when its parent died)
+    # The service drained on its own (SIGTERM when its parent died).
+    wait_until_gone(processes, run.proc.pid, timeout_s=30)
 
 
 def test_summary_shares_the_run_between_the_gpus() -> None:

@@ -16,7 +16,8 @@ import pytest
 
 from pacer import logs
 from pacer.client import Client
-from tests.servers import FAST, ROOT, free_port, wait_for
+from tests.servers import FAST, ROOT, free_port
+from tests.waits import wait_until
 
 
 def record(**context: object) -> logging.LogRecord:
@@ -88,7 +89,7 @@ def test_serve_takes_host_and_port_and_logs_json_with_context(tmp_path: Path) ->
         client.wait_ready(30)
         fault = {"call": "prove", "index": 1, "kind": "raise", "times": 1}
         job = client.submit(2, {"faults": [fault]})
-        wait_for(lambda: client.job(job)["state"] == "completed", what="the job")
+        wait_until(lambda: client.job(job)["state"] == "completed", "the job to complete")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:

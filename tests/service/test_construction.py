@@ -3,7 +3,6 @@ layer that serves it."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ from pacer.journal import JournalInUseError
 from pacer.service import Service
 from pacer.workload import WorkloadError
 from tests.servers import ROOT, settings_for
+from tests.waits import until
 
 
 def test_importing_the_service_imports_neither_the_api_nor_the_server() -> None:
@@ -70,8 +70,8 @@ async def test_a_hurried_drain_leaves_in_flight_work_to_the_journal(tmp_path: Pa
     service = Service(settings_for(tmp_path, **env), CollectorRegistry())
     await service.start()
     job = await service.submit(50, {}, 0)
-    while service.pipeline.idle:  # something in flight, which the drain would wait for
-        await asyncio.sleep(0.001)
+    # Something in flight, which the drain would wait for.
+    await until(lambda: not service.pipeline.idle, "a partition in flight")
     service.hurry()
     assert not await service.shutdown()  # at once, not after the 600 s budget
     assert service.pipeline.backlog > 0

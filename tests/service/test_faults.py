@@ -5,14 +5,13 @@ whatever call hangs."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import signal
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,8 @@ from pacer.server import Server
 from pacer.service import host
 from pacer.workload import job_seed
 from tests import faults
-from tests.servers import ServerFactory, settings_for, wait_for
+from tests.servers import ENDED, ServerFactory, settings_for
+from tests.waits import until, wait_until
 
 LIMIT_S = "0.5"
 FAULTY = {
@@ -37,7 +37,6 @@ FAULTY = {
     "PACER_TIMEOUTS__PROVE_S": LIMIT_S,
     "PACER_TIMEOUTS__VERIFY_S": LIMIT_S,
 }
-ENDED = ("completed", "failed", "cancelled")
 
 
 @contextlib.asynccontextmanager
@@ -54,25 +53,12 @@ async def running(tmp_path: Path, **env: str) -> AsyncIterator[Server]:
             await svc.shutdown()
 
 
-async def until(predicate: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
-async def ended(svc: Server, job_id: str, timeout_s: float = 20.0) -> dict[str, Any]:
+async def ended(svc: Server, job_id: str) -> dict[str, Any]:
     """The job's detail once it has ended; an AssertionError if it is stuck."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        detail = await views.job_detail(svc, job_id, 100)
-        assert detail is not None
-        if detail["state"] in ENDED:
-            return detail
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job stuck {detail['state']}: {detail}")
-        await asyncio.sleep(0.01)
+    detail = await until(lambda: views.job_detail(svc, job_id, 100), f"job {job_id} to end",
+                         done=lambda job: job is not None and job["state"] in ENDED)  # fmt: skip
+    assert detail is not None
+    return detail
 
 
 def noop_digest(job_id: str, params: dict[str, Any], index: int) -> str:
@@ -256,9 +242,10 @@ async def test_a_cancelled_job_is_not_queued_again_after_its_backoff(tmp_path: P
     async with running(tmp_path, PACER_RETRY__BACKOFF_S="0.3") as svc:
         job = await svc.submit(1, {"faults": [fault("prove", "raise", 0)]}, 0)
         await until(lambda: bool(svc.jobs._retries), "a backoff to start")
+        [backoff] = svc.jobs._retries.values()
         await svc.cancel(job.id)
         assert not svc.jobs._retries
-        await asyncio.sleep(0.4)  # the backoff would have ended: nothing runs again
+        assert backoff.cancelled()  # its end queues nothing again
         assert svc.pipeline.backlog == 0
         assert svc.pipeline.idle
         assert (await ended(svc, job.id))["state"] == "cancelled"
@@ -282,7 +269,7 @@ def test_sigterm_exits_within_the_drain_budget_whatever_call_hangs(
                             PACER_GPU__WORKERS="1").start()  # fmt: skip
     job_id = server.client.submit(2, {"faults": [{"call": call, "kind": "hang", "index": 0}]})
     queue = {"synthesis": "synthesizing", "prove": "proving", "verify": "verifying"}[call]
-    wait_for(lambda: server.client.status()["queues"][queue] > 0, what=f"a hung {call}")
+    wait_until(lambda: server.client.status()["queues"][queue] > 0, f"a hung {call}")
     began = time.monotonic()
     server.signal(signal.SIGTERM)
     assert server.wait(20) == 0

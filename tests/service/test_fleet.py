@@ -27,7 +27,8 @@ from pacer.workload import job_seed
 from tests.conftest import running_postgres
 from tests.pgjournal.database import sql
 from tests.postgres_server import PostgresServer
-from tests.servers import ServerFactory, ServerProcess, readyz_refuses, wait_for
+from tests.servers import ServerFactory, ServerProcess, readyz_refuses
+from tests.waits import wait_until
 
 LEASE_S = 2.0
 IDLE_POLL_MAX_S = 1.0  # pacer.service.fleet.IDLE_POLL_MAX_S: how late an idle host looks again
@@ -112,8 +113,8 @@ def test_jobs_accepted_by_one_host_are_proved_by_all_three_exactly_once(
     hosts = start_fleet(server_factory, postgres_url, ["a", "b", "c"])
     accepted = [hosts["a"].client.submit(40, params=SLOW) for _ in range(9)]
     viewer = hosts["c"].client  # any host shows the fleet's view
-    wait_for(lambda: all(viewer.job(j)["state"] == "completed" for j in accepted), 120,
-             "every job to complete")  # fmt: skip
+    wait_until(lambda: all(viewer.job(j)["state"] == "completed" for j in accepted),
+               "every job to complete", timeout_s=120)  # fmt: skip
     shares = {
         name: metric(host, "pacer_partitions_total", outcome="completed")
         for name, host in hosts.items()
@@ -143,19 +144,19 @@ def test_a_host_killed_mid_run_again_and_again_loses_its_partitions_within_its_l
         for _ in range(3):
             accepted.append(hosts[rng.choice("ab")].client.submit(60, params=SLOW))
         victim = hosts["victim"]
-        wait_for(lambda: leases_of(postgres_url, "victim") > 0, 30, "the victim to claim")
+        wait_until(lambda: leases_of(postgres_url, "victim") > 0, "the victim to claim")
         time.sleep(rng.uniform(0, 0.3))
         victim.signal(signal.SIGKILL)
         victim.wait(10)
         killed = time.monotonic()
         held = leases_of(postgres_url, "victim")
-        wait_for(lambda: leases_of(postgres_url, "victim") == 0, 30, "its leases to be taken")
+        wait_until(lambda: leases_of(postgres_url, "victim") == 0, "its leases to be taken")
         reclaimed_after.append(time.monotonic() - killed)
         assert held > 0 or reclaimed_after[-1] < 0.1
         hosts["victim"] = server_factory(**fleet_env(postgres_url, "victim")).start()
         everyone.append(hosts["victim"])
     assert max(reclaimed_after) < LEASE_S + IDLE_POLL_MAX_S + 1.0, reclaimed_after
-    wait_for(lambda: all_completed(postgres_url), 120, "every job to complete")
+    wait_until(lambda: all_completed(postgres_url), "every job to complete", timeout_s=120)
     reclaimed = sum(metric(hosts[n], "pacer_fleet_reclaimed_partitions_total") for n in "ab")
     assert reclaimed > 0
     for host in hosts.values():
@@ -177,18 +178,18 @@ def test_the_database_out_of_reach_is_a_fault_the_fleet_rides_out(
     url = own_postgres.create_database()
     hosts = start_fleet(server_factory, url, ["a", "b"])
     accepted = [hosts["a"].client.submit(60, params=SLOW) for _ in range(6)]
-    wait_for(lambda: sum(job[2] for job in journal_jobs(url).values()) > 0, 30, "some results")
+    wait_until(lambda: sum(job[2] for job in journal_jobs(url).values()) > 0, "some results")
     own_postgres.halt()
     down = time.monotonic()
     clients = [host.client for host in hosts.values()]
-    wait_for(lambda: all(readyz_refuses(c, "journal") for c in clients), 15,
-             "readiness to name the journal")  # fmt: skip
+    wait_until(lambda: all(readyz_refuses(c, "journal") for c in clients),
+               "readiness to name the journal", timeout_s=15)  # fmt: skip
     with pytest.raises(ApiError) as refused:
         hosts["b"].client.submit(5, params=SLOW)
     assert refused.value.reason.startswith("503 journal failing for ")
     # What was claimed is proved meanwhile: its results wait for the journal.
-    wait_for(lambda: sum(metric(h, "pacer_journal_uncommitted_results") for h in hosts.values())
-             > 0, 15, "results waiting for the journal")  # fmt: skip
+    wait_until(lambda: sum(metric(h, "pacer_journal_uncommitted_results") for h in hosts.values()),
+               "results waiting for the journal", timeout_s=15)  # fmt: skip
     time.sleep(max(0.0, LEASE_S - (time.monotonic() - down)))  # down longer than a lease
     for host in hosts.values():
         assert readyz_refuses(host.client, "leases not renewed")
@@ -196,7 +197,7 @@ def test_the_database_out_of_reach_is_a_fault_the_fleet_rides_out(
     for host in hosts.values():
         host.client.wait_ready(30)
     accepted.append(hosts["b"].client.submit(5, params=SLOW))
-    wait_for(lambda: all_completed(url), 120, "every job to complete")
+    wait_until(lambda: all_completed(url), "every job to complete", timeout_s=120)
     for host in hosts.values():
         host.signal(signal.SIGTERM)
     assert [host.wait(30) for host in hosts.values()] == [0, 0]

@@ -16,12 +16,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pacer.config import Settings
-from pacer.journal import JobState
 from pacer.policy import Decision, DispatchPolicy, Mode, Observation
 from pacer.server import Server
 from pacer.workload import NoopWorkload, PartitionSpec
 from tests.conftest import FakeClock
-from tests.servers import settings_for
+from tests.servers import settings_for, until_completed
+from tests.waits import until
 
 pytestmark = pytest.mark.asyncio
 
@@ -34,19 +34,6 @@ async def get(service: Server, path: str) -> tuple[int, Any]:
         if response.content_type == "application/json":
             return response.status, await response.json()
         return response.status, await response.text()
-
-
-async def until(predicate: Any, what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
-async def completed(service: Server, job_id: str) -> bool:
-    job = await service.db(service.journal.get_job, job_id)
-    return job is not None and job.state is JobState.COMPLETED
 
 
 class FailsFirstDecision:
@@ -132,7 +119,7 @@ async def test_a_failed_dispatch_loop_is_unready_then_restarted_and_jobs_complet
             return (await get(svc, "/readyz")) == (200, {"status": "ready"})
 
         await until(ready, "/readyz to answer 200 after the restart")
-        await until(lambda: completed(svc, job.id), "the job")
+        await until_completed(svc, job.id)
         assert held.waits == [0.1]
         labels = {"task": "dispatch"}
         assert registry.get_sample_value("pacer_task_failures_total", labels) == 1.0
@@ -150,7 +137,7 @@ async def test_every_task_is_supervised_and_shutdown_counts_no_failure(tmp_path:
     svc = Server(settings_for(tmp_path, PACER_GPU__WORKERS="2"), registry)
     await svc.start()
     job = await svc.submit(4, {}, 0)
-    await until(lambda: completed(svc, job.id), "the job")
+    await until_completed(svc, job.id)
     status, body = await get(svc, "/v1/status")
     assert status == 200
     assert (body["ready"], body["reasons"]) == (True, [])
@@ -177,11 +164,8 @@ async def test_a_short_task_that_raises_is_logged_and_counted(
         async def broken() -> None:
             raise RuntimeError("lost")
 
-        async def short_task_done() -> bool:
-            return not svc.jobs._tasks
-
         svc.jobs._spawn(broken())
-        await until(short_task_done, "the short task")
+        await until(lambda: not svc.jobs._tasks, "the short task to end")
         assert registry.get_sample_value("pacer_task_failures_total", {"task": "requeue"}) == 1.0
         (record,) = [r for r in caplog.records if r.getMessage().startswith("requeue failed")]
         assert record.exc_info is not None
@@ -268,7 +252,7 @@ async def test_a_stalled_pipeline_is_unready_until_it_moves_again(tmp_path: Path
         assert body["reasons"][0].startswith("stalled: ")
 
         workload.unblock.set()
-        await until(lambda: completed(svc, job.id), "the job")
+        await until_completed(svc, job.id)
         assert (await get(svc, "/readyz")) == (200, {"status": "ready"})
         assert registry.get_sample_value("pacer_stalled") == 0.0
         assert set(svc.supervisor.failures().values()) == {0}  # a stall is not a failure

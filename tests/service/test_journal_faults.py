@@ -9,7 +9,6 @@ result is recorded twice.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import signal
@@ -32,7 +31,7 @@ from prometheus_client import CollectorRegistry
 from gpu.digest import digest
 from gpu.ntt import compute_h
 from gpu.synthesis import synthesize
-from pacer.client import ApiError, Client
+from pacer.client import ApiError
 from pacer.journal import BUSY_TIMEOUT_S, JobRecord, Journal, PartitionResult, result_digest
 from pacer.journal_health import Backoff
 from pacer.server import Server
@@ -45,9 +44,9 @@ from tests.servers import (
     readyz_refuses,
     settings_for,
     until_done,
-    wait_for,
 )
 from tests.service.test_process import completions_in, job_states
+from tests.waits import until, wait_until
 
 LOG_N = 8  # conftest's FAST
 PARTITIONS = 64  # their results take several pages: a journal that cannot grow refuses them
@@ -188,23 +187,18 @@ def expected_digest(job_id: str, partitions: int) -> str:
     return result_digest(digests)
 
 
-def client_of(svc: Server) -> Client:
-    """A blocking client: call it from a thread (the loop serves it meanwhile)."""
-    return Client(f"http://127.0.0.1:{svc.port}", timeout_s=5)
-
-
 async def until_readyz(svc: Server, says: str) -> None:
-    """Wait (polling /readyz over HTTP from a thread) until it answers what ``says`` names:
-    ``ready``, or a reason it gives with 503."""
-    client = client_of(svc)
+    """Wait until /readyz answers what ``says`` names: ``ready``, or a reason it gives with
+    503."""
 
-    def answers() -> bool:
-        try:
-            return bool(says == client.request("GET", "/readyz")["status"])
-        except ApiError as exc:
-            return "503" in str(exc) and says in str(exc)
+    def names(answer: tuple[int, Any]) -> bool:
+        status, body = answer
+        return (status, body.get("status")) == (200, says) or (
+            status == 503 and says in body["error"]
+        )
 
-    await asyncio.to_thread(wait_for, answers, 20, f"/readyz to say {says!r}")
+    await until(lambda: call(svc, "GET", "/readyz"), f"/readyz to say {says!r}", done=names,
+                every_s=0.02)  # fmt: skip
 
 
 async def assert_completed_exactly(svc: Server, job_id: str, partitions: int) -> None:
@@ -241,7 +235,7 @@ async def test_jobs_accepted_before_a_fault_complete_once_it_clears(
     assert injected.reason in status_body["journal"]["error"]
     # The work went on: every partition was proved, and what the journal has not taken waits
     # in memory.
-    await asyncio.to_thread(wait_for, lambda: svc.pipeline.idle and svc.pipeline.backlog == 0)
+    await until(lambda: svc.pipeline.idle and svc.pipeline.backlog == 0, "every partition proved")
     _, meanwhile = await call(svc, "GET", f"/v1/jobs/{body['id']}")
     assert svc.uncommitted() > 0
     assert meanwhile["partitions_done"] + svc.uncommitted() == PARTITIONS
@@ -275,7 +269,7 @@ async def test_a_job_that_fails_during_a_fault_fails_once_it_clears(
     faulty(svc).failing.set()
     svc.pipeline.hold(False)
     await until_readyz(svc, FailingWrites.reason)
-    await asyncio.to_thread(wait_for, lambda: svc.pipeline.idle, 20, "the job's partitions")
+    await until(lambda: svc.pipeline.idle, "the job's partitions to leave the pipeline")
     _, meanwhile = await call(svc, "GET", f"/v1/jobs/{body['id']}")
     assert meanwhile["state"] == "queued"  # nothing could be written yet
     faulty(svc).failing.clear()
@@ -361,7 +355,7 @@ async def test_a_deleted_or_replaced_journal_file_refuses_work_and_is_written_no
     status, refused = await call(svc, "POST", "/v1/jobs", {"partitions": 1})
     assert (status, problem in refused["error"]) == (503, True)
     assert "restart pacer" in refused["error"]
-    await asyncio.to_thread(wait_for, lambda: svc.pipeline.idle and svc.pipeline.backlog == 0)
+    await until(lambda: svc.pipeline.idle and svc.pipeline.backlog == 0, "every partition proved")
     assert svc.uncommitted() == PARTITIONS  # all proved, none written to the lost file
     with caplog.at_level(logging.ERROR, "pacer.service"):
         assert await svc.shutdown()  # nothing in flight; commits retried for the drain budget
@@ -382,11 +376,12 @@ async def test_dispatch_holds_while_too_many_results_wait_then_resumes(
     _, body = await call(svc, "POST", "/v1/jobs", {"partitions": PARTITIONS})
     faulty(svc).failing.set()
     svc.pipeline.hold(False)
-    client = client_of(svc)
-    await asyncio.to_thread(
-        wait_for, lambda: client.status()["journal"]["dispatch_held"] and svc.pipeline.idle, 20,
-        "dispatch to hold",
-    )  # fmt: skip
+
+    async def held() -> bool:
+        _, status = await call(svc, "GET", "/v1/status")
+        return bool(status["journal"]["dispatch_held"]) and svc.pipeline.idle
+
+    await until(held, "dispatch to hold, nothing in flight")
     assert svc.pipeline.backlog > 0  # work waits, undispatched
     # What was in flight when the limit was reached comes on top of it, no more.
     assert limit <= svc.uncommitted() <= limit + svc.plan.caps.inflight_partitions
@@ -429,8 +424,8 @@ def test_sigterm_while_the_journal_is_locked_drains_and_exits_zero_then_a_restar
         job_id = first.client.submit(100)
         outside.execute("BEGIN EXCLUSIVE")
 
-        wait_for(lambda: readyz_refuses(first.client, "database is locked"),
-                 what="/readyz to name the lock")  # fmt: skip
+        wait_until(lambda: readyz_refuses(first.client, "database is locked"),
+                   "/readyz to name the lock")  # fmt: skip
         with pytest.raises(ApiError, match=r"503 journal failing for .* database is locked"):
             first.client.submit(1)
         status = subprocess.run(
@@ -448,7 +443,7 @@ def test_sigterm_while_the_journal_is_locked_drains_and_exits_zero_then_a_restar
         outside.execute("ROLLBACK")
     assert job_states(journal)[job_id] in ("queued", "running")
     second = server_factory(**env).start()
-    wait_for(lambda: job_states(journal)[job_id] == "completed", what="the job to complete")
+    wait_until(lambda: job_states(journal)[job_id] == "completed", "the job to complete")
     job = second.client.job(job_id)
     assert job["partitions_done"] == 100
     assert [p["index"] for p in job["partition_results"]] == list(range(100))

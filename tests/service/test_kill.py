@@ -31,8 +31,9 @@ from pacer.client import ApiError
 from pacer.journal import result_digest
 from pacer.workload import job_seed
 from tests.processes import descendants, wait_until_gone
-from tests.servers import ServerFactory, ServerProcess, wait_for
+from tests.servers import ServerFactory, ServerProcess
 from tests.service import test_gpu_path
+from tests.waits import wait_until
 
 KILLS = 20
 PHASES = ("submit", "dispatch", "commit", "drain")
@@ -117,8 +118,8 @@ def kill_at_random(
         time.sleep(rng.uniform(0, 0.15))
     elif phase == "commit":  # around a batch of results going into the journal
         ids = submit_some(server, run, 2, rng)
-        wait_for(lambda: any(server.client.job(i)["partitions_done"] for i in ids), 10,
-                 "a commit")  # fmt: skip
+        wait_until(lambda: any(server.client.job(i)["partitions_done"] for i in ids), "a commit",
+                   timeout_s=10)  # fmt: skip
         time.sleep(rng.uniform(0, COMMIT_INTERVAL_S))
     else:  # while draining after SIGTERM
         submit_some(server, run, 2, rng)
@@ -177,14 +178,14 @@ def test_killed_at_random_moments_every_job_completes_once_and_nothing_outlives_
         tree |= kill_at_random(server, phase, rng, run)
         unfinished = any(job[0] != "completed" for job in journal_jobs(journal).values())
         run.mid_run += run.kills > kills and unfinished
-        left, mapping = wait_until_gone(tree, pid, environment=f"{MARK}={mark}")
-        assert left == {}, f"round {round_} ({phase}): processes outlived the killed service"
-        assert mapping == [], f"round {round_} ({phase}): its pool is still mapped by {mapping}"
+        wait_until_gone(tree, pid, environment=f"{MARK}={mark}",
+                        what=f"round {round_} ({phase}): the killed service's processes to end "
+                        "and nothing to map its pool")  # fmt: skip
 
     final = server_factory(**env).start()
     servers.append(final)
-    wait_for(lambda: all(job[0] == "completed" for job in journal_jobs(journal).values()), 60,
-             "every job to complete after the last restart")  # fmt: skip
+    wait_until(lambda: all(job[0] == "completed" for job in journal_jobs(journal).values()),
+               "every job to complete after the last restart", timeout_s=60)  # fmt: skip
     final.signal(signal.SIGTERM)
     assert final.wait(30) == 0
 

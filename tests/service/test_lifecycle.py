@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,27 +10,19 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pacer.config import Settings
-from pacer.journal import JobState, Journal
+from pacer.journal import Journal
 from pacer.service import Service, commits
 from pacer.workload import NoopWorkload, PartitionSpec, Proof, Workload
-from tests.servers import settings_for
+from tests.servers import settings_for, until_completed
+from tests.waits import until
 
 pytestmark = pytest.mark.asyncio
-
-
-async def finish(svc: Service, job_id: str) -> None:
-    for _ in range(1000):
-        job = await svc.db(svc.journal.get_job, job_id)
-        if job is None or job.state is JobState.COMPLETED:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("job did not complete")
 
 
 async def test_restart_starts_warm_from_saved_estimates(tmp_path: Path) -> None:
     first = Service(settings_for(tmp_path), CollectorRegistry())
     await first.start()
-    await finish(first, (await first.submit(6, {}, 0)).id)
+    await until_completed(first, (await first.submit(6, {}, 0)).id)
     await first.shutdown()
     assert first.controller.bootstraps == 1
 
@@ -39,7 +30,7 @@ async def test_restart_starts_warm_from_saved_estimates(tmp_path: Path) -> None:
     await second.open()
     assert second.controller.estimates.known  # read back from the journal
     await second.start()
-    await finish(second, (await second.submit(6, {}, 0)).id)
+    await until_completed(second, (await second.submit(6, {}, 0)).id)
     await second.shutdown()
     assert (second.controller.bootstraps, second.controller.rebootstraps) == (0, 1)
 
@@ -47,7 +38,7 @@ async def test_restart_starts_warm_from_saved_estimates(tmp_path: Path) -> None:
 async def test_restart_on_other_cores_or_another_size_starts_cold(tmp_path: Path) -> None:
     first = Service(settings_for(tmp_path, PACER_SYNTHESIS__CORES="4"), CollectorRegistry())
     await first.start()
-    await finish(first, (await first.submit(6, {}, 0)).id)
+    await until_completed(first, (await first.submit(6, {}, 0)).id)
     await first.shutdown()
     with Journal(tmp_path / "journal.sqlite") as journal:
         saved_key = journal.load_estimates_key()
@@ -72,12 +63,9 @@ async def test_upkeep_saves_estimates_and_prunes_finished_jobs(
     svc = Service(settings_for(tmp_path, PACER_JOURNAL__RETENTION_S="0.05"), CollectorRegistry())
     await svc.start()
     job = await svc.submit(3, {}, 0)
-    for _ in range(1000):  # completes, then ages out of the retention and is pruned
-        if await svc.db(svc.journal.get_job, job.id) is None:
-            break
-        await asyncio.sleep(0.01)
-    else:
-        raise AssertionError("finished job was not pruned")
+    # It completes, then ages out of the retention and is pruned.
+    await until(lambda: svc.db(svc.journal.get_job, job.id), f"job {job.id} to be pruned",
+                done=lambda record: record is None)  # fmt: skip
     assert await svc.db(svc.journal.load_estimates) is not None  # saved while running
     await svc.shutdown()
 

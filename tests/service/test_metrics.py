@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import platform
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from prometheus_client import generate_latest
 
 from pacer.controller import PIController
 from pacer.server import Server
-from tests.servers import call
+from tests.servers import call, until_completed
 
 pytestmark = pytest.mark.asyncio
 
@@ -38,13 +37,7 @@ REQUIRED = [
 
 
 async def run_job(service: Server, partitions: int) -> None:
-    job = await service.submit(partitions, {}, 0)
-    for _ in range(1000):
-        record = await service.db(service.journal.get_job, job.id)
-        if record is not None and record.state == "completed":
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("job did not complete")
+    await until_completed(service, (await service.submit(partitions, {}, 0)).id)
 
 
 async def test_metrics_follow_the_work(service: Server) -> None:

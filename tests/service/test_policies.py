@@ -21,8 +21,8 @@ from pacer.journal import Journal
 from pacer.policy import Mode, PolicyConflictError
 from pacer.server import Server
 from pacer.service import commits
-from tests.servers import ServerFactory, call, settings_for, until_done, wait_for
-from tests.service.test_lifecycle import finish
+from tests.servers import ServerFactory, call, settings_for, until_completed, until_done
+from tests.waits import wait_until
 
 POLICIES = ["pi", "unpaced", "cuzk", "cuzk-default"]
 BASELINES = ["unpaced", "cuzk", "cuzk-default"]
@@ -128,7 +128,7 @@ async def test_a_baseline_run_keeps_the_estimates_pi_saved(
     journal_path = tmp_path / "journal.sqlite"
     pi = noop_service(tmp_path, "pi")
     await pi.start()
-    await finish(pi, (await pi.submit(4, {}, 0)).id)
+    await until_completed(pi, (await pi.submit(4, {}, 0)).id)
     await pi.shutdown()
     with Journal(journal_path) as journal:
         saved = journal.load_estimates()
@@ -137,7 +137,7 @@ async def test_a_baseline_run_keeps_the_estimates_pi_saved(
     monkeypatch.setattr(commits, "UPKEEP_S", 0.0)  # upkeep at every commit
     unpaced = noop_service(tmp_path, "unpaced")
     await unpaced.start()
-    await finish(unpaced, (await unpaced.submit(4, {}, 0)).id)
+    await until_completed(unpaced, (await unpaced.submit(4, {}, 0)).id)
     assert await unpaced.shutdown()
     with Journal(journal_path) as journal:
         assert journal.load_estimates() == saved
@@ -154,7 +154,7 @@ def test_serve_runs_and_reports_each_policy(
 ) -> None:
     server = server_factory(**NOOP, PACER_CONTROLLER__POLICY=policy).start()
     job_id = server.client.submit(1)
-    wait_for(lambda: server.client.job(job_id)["state"] == "completed", what="the job")
+    wait_until(lambda: server.client.job(job_id)["state"] == "completed", "the job to complete")
     assert f"(workload noop, policy {policy}, " in server.log
     assert f'pacer_controller_policy_info{{policy="{policy}"}} 1.0' in server.metrics_text()
     assert main(["status", "--url", f"http://127.0.0.1:{server.port}"]) == 0

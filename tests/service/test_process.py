@@ -17,7 +17,8 @@ from gpu.synthesis import synthesize
 from gpu.verification import verify
 from pacer.client import ApiError
 from pacer.workload import job_seed
-from tests.servers import ServerFactory, readyz_refuses, wait_for
+from tests.servers import ServerFactory, readyz_refuses
+from tests.waits import wait_until
 
 
 def job_states(journal: Path) -> dict[str, str]:
@@ -32,8 +33,8 @@ def completions_in(log: str) -> Counter[str]:
 def test_jobs_complete_with_verifiable_results(server_factory: ServerFactory) -> None:
     server = server_factory(PACER_GPU__WORKERS="2").start()
     ids = [server.client.submit(5, {"log_n": 9}) for _ in range(3)]
-    wait_for(lambda: all(server.client.job(i)["state"] == "completed" for i in ids),
-             what="jobs to complete")  # fmt: skip
+    wait_until(lambda: all(server.client.job(i)["state"] == "completed" for i in ids),
+               "the jobs to complete")  # fmt: skip
     for job_id in ids:
         job = server.client.job(job_id)
         seed = job_seed(job_id, {})
@@ -57,7 +58,7 @@ def test_kill9_mid_run_then_restart_completes_every_job_exactly_once(
     def some_done() -> bool:
         return sum(int(first.client.job(i)["partitions_done"]) for i in ids) >= 8
 
-    wait_for(some_done, what="some partitions to complete")
+    wait_until(some_done, "some partitions to complete")
     first.signal(signal.SIGKILL)
     first.wait()
     states = job_states(journal)
@@ -66,8 +67,8 @@ def test_kill9_mid_run_then_restart_completes_every_job_exactly_once(
 
     second = server_factory(**slow).start()
     assert "jobs resumed" in second.log
-    wait_for(lambda: all(s == "completed" for s in job_states(journal).values()),
-             what="resumed jobs to complete")  # fmt: skip
+    wait_until(lambda: all(s == "completed" for s in job_states(journal).values()),
+               "the resumed jobs to complete")  # fmt: skip
     completions = completions_in(first.log) + completions_in(second.log)
     assert completions == Counter({i: 1 for i in ids})  # each job completed exactly once
     for job_id in ids:
@@ -83,11 +84,11 @@ def test_sigterm_drains_then_exits_zero(server_factory: ServerFactory, tmp_path:
     server.start()
     slow = {"faults": [{"call": "prove", "kind": "slow", "seconds": 1.0}]}
     job_id = server.client.submit(40, slow)
-    wait_for(lambda: server.client.job(job_id)["partitions_done"] >= 2, what="progress")
+    wait_until(lambda: server.client.job(job_id)["partitions_done"] >= 2, "two partitions done")
     server.signal(signal.SIGTERM)
 
     # Draining: not ready, no new jobs.
-    wait_for(lambda: readyz_refuses(server.client, "503"), what="/readyz to fail")
+    wait_until(lambda: readyz_refuses(server.client, "503"), "/readyz to fail")
     with pytest.raises(ApiError, match="503 draining: not accepting new jobs"):
         server.client.submit(1)
     assert server.wait(30) == 0
@@ -101,9 +102,9 @@ def test_sigterm_drains_then_exits_zero(server_factory: ServerFactory, tmp_path:
 def test_second_signal_forces_exit(server_factory: ServerFactory) -> None:
     server = server_factory(PACER_NTT__LOG_N="16", PACER_SHUTDOWN__DRAIN_S="60").start()
     server.client.submit(200)
-    wait_for(lambda: server.client.status()["queues"]["synthesizing"] > 0, what="work")
+    wait_until(lambda: server.client.status()["queues"]["synthesizing"] > 0, "a synthesis")
     server.signal(signal.SIGTERM)
-    wait_for(lambda: "draining" in server.log, what="drain")
+    wait_until(lambda: "draining" in server.log, "the drain to start")
     server.signal(signal.SIGTERM)
     assert server.wait(10) == 1
     assert "second signal: exiting now" in server.log

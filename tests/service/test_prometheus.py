@@ -10,7 +10,6 @@ import json
 import re
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -31,10 +30,12 @@ from tests.dashboard_queries import (
     substitute,
 )
 from tests.postgres_server import PostgresServer
-from tests.servers import ROOT, ServerProcess, free_port, wait_for
+from tests.servers import ROOT, ServerProcess, free_port
+from tests.waits import wait_until
 
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
 BASELINE = "unpaced"
+JOB_TIME = 'pacer_job_duration_seconds_count{outcome="completed"}'
 
 
 @pytest.fixture(scope="module")
@@ -117,15 +118,18 @@ def stack(
             server.launch()
         for server in servers.values():
             server.client.wait_ready(30)
-        wait_for(lambda: _ready(prom), what="Prometheus to start")
+        wait_until(lambda: _ready(prom), "Prometheus to start")
         # a few seconds of work on each
         jobs = [(s, s.client.submit(80)) for s in servers.values() for _ in range(4)]
-        wait_for(lambda: len(prom.query('up{job="pacer"} == 1')) == len(servers),
-                 what="the first scrapes")  # fmt: skip
-        time.sleep(6)  # several scrapes while the work runs: rates and quantiles have data
-        wait_for(lambda: all(s.client.job(j)["state"] == "completed" for s, j in jobs),
-                 timeout=120, what="the jobs")  # fmt: skip
-        time.sleep(2)
+        wait_until(lambda: len(prom.query('up{job="pacer"} == 1')) == len(servers),
+                   "the first scrapes")  # fmt: skip
+        wait_until(lambda: all(s.client.job(j)["state"] == "completed" for s, j in jobs),
+                   "the jobs to complete", timeout_s=120)  # fmt: skip
+        # A rate takes two scrapes of its series. The last series to appear, the jobs' time,
+        # comes with a job's end: once it has two, so has every series before it.
+        wait_until(lambda: prom.query(f"count_over_time({JOB_TIME}[1m]) >= 2"),
+                   "two scrapes of each instance's job times",
+                   done=lambda series: len(series) == len(servers))  # fmt: skip
         yield Stack(servers["pi"], servers[BASELINE], prom)
     finally:
         proc.terminate()
