@@ -20,11 +20,22 @@ journal fail the attempt, not the thread. The service decides whether the attemp
 
 Modules: `core` (the `Pipeline`: dispatch, synthesis, verification, time limits), `proving`
 (the proving workers' threads), `holdings` (memory held against the budget), `busy` (busy
-time per GPU), `work` (what travels through it).
+time per GPU), `work` (what travels through it), `timers` (how it waits: on the event loop's
+clock, or a test's virtual one).
 """
 
 from pacer.pipeline.busy import BusyMeter, GpuBusy
 from pacer.pipeline.core import Pipeline
+from pacer.pipeline.timers import LoopTimers, Timers
 from pacer.pipeline.work import Observer, Outcome, Work
 
-__all__ = ["BusyMeter", "GpuBusy", "Observer", "Outcome", "Pipeline", "Work"]
+__all__ = [
+    "BusyMeter",
+    "GpuBusy",
+    "LoopTimers",
+    "Observer",
+    "Outcome",
+    "Pipeline",
+    "Timers",
+    "Work",
+]

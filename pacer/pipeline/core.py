@@ -13,6 +13,7 @@ from pacer.attempts import CallLimits
 from pacer.backlog import Backlog
 from pacer.config import TimeoutSettings
 from pacer.pipeline.inflight import InFlight
+from pacer.pipeline.timers import LoopTimers, Timers
 from pacer.pipeline.work import Observer, Outcome, Work
 from pacer.policy import Caps, DispatchPolicy, Observation
 from pacer.ranges import IndexRanges
@@ -29,6 +30,7 @@ class Pipeline(InFlight):
     ``budget_bytes`` bounds what partitions in flight hold; every ``verify_every``-th
     dispatched is verified (0: none). ``after_dispatch``, when set, is called on the loop after
     each round of the dispatch loop (a fleet's host claims more when its backlog runs low).
+    ``clock`` and ``timers`` are one clock: the one the pipeline reads and the one it waits on.
     See `InFlight` for ``on_task_failure``.
     """
 
@@ -45,10 +47,11 @@ class Pipeline(InFlight):
         verify_every: int = 0,
         limits: CallLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        timers: Timers | None = None,
     ) -> None:
         super().__init__(controller, workload, caps, workers=workers, on_outcome=on_outcome,
                          observer=observer, limits=limits or CallLimits(TimeoutSettings()),
-                         clock=clock)  # fmt: skip
+                         clock=clock, timers=timers or LoopTimers())  # fmt: skip
         self.budget_bytes = budget_bytes
         self._verify_every = verify_every
         # A heap of jobs, each with its pending partitions as runs: a job of a million
@@ -157,11 +160,7 @@ class Pipeline(InFlight):
             if left <= 0:
                 return False
             self._wake.clear()
-            try:
-                async with asyncio.timeout(min(left, 0.5)):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await self._timers.wait(self._wake, min(left, 0.5))
         return True
 
     async def close(self) -> None:
@@ -192,11 +191,7 @@ class Pipeline(InFlight):
                 # Timers are good to about a millisecond; the controller catches up on what
                 # fell due meanwhile, so waking more often would only spin.
                 timeout = max(decision.next_at - self._clock(), MIN_WAIT_S)
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await self._timers.wait(self._wake, timeout)
 
     def _dispatch_one(self) -> bool:
         queued = None if self._held else self._backlog.peek()

@@ -13,6 +13,7 @@ from pacer.attempts import CALLS, Call, CallLimits, CallTimedOut, seconds_text
 from pacer.pipeline.calls import PoolCalls
 from pacer.pipeline.holdings import Holdings
 from pacer.pipeline.proving import ProvingWorkers, Worker
+from pacer.pipeline.timers import Timers
 from pacer.pipeline.work import Observer, Outcome, Running, Work
 from pacer.policy import Caps, DispatchPolicy
 from pacer.workload import Pool, Proof, Workload, pooled
@@ -45,6 +46,7 @@ class InFlight:
         observer: Observer | None,
         limits: CallLimits,
         clock: Callable[[], float],
+        timers: Timers,
     ) -> None:
         self.controller = controller
         self.workload = workload
@@ -55,6 +57,7 @@ class InFlight:
         self.on_task_failure: Callable[[str, BaseException], None] | None = None
         self.limits = limits
         self._clock = clock
+        self._timers = timers
         self.holdings = Holdings(workload.release)
         self.calls = PoolCalls(
             workload,
@@ -265,7 +268,7 @@ class InFlight:
         """Abandon calls past their limit, every 1/20 of the shortest limit (10 ms to 1 s)."""
         while True:
             interval = min(max(self.limits.shortest_s() / 20, WATCH_MIN_S), WATCH_MAX_S)
-            await asyncio.sleep(interval)
+            await self._timers.sleep(interval)
             try:
                 self.check_limits()
             except Exception as exc:

@@ -1,4 +1,6 @@
-"""The asyncio pipeline with a hand-written workload: order, budget, failures, cancel, drain."""
+"""The asyncio pipeline with a hand-written workload: order, budget, failures, cancel, drain,
+time limits. On virtual time: the clock moves when the test moves it (tests/pipeline/
+virtual_time.py); the workload's calls run on the pipeline's real threads."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import math
 import threading
 import tracemalloc
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -19,6 +22,8 @@ from pacer.pipeline import Outcome, Pipeline
 from pacer.policy import Caps
 from pacer.workload import PartitionSpec, Proof, Workload
 from tests.conftest import FakeClock
+from tests.pipeline.virtual_time import VirtualTimers, run_until, settle
+from tests.waits import until
 
 pytestmark = pytest.mark.asyncio
 
@@ -63,41 +68,65 @@ class Recording(Workload):
         return proof.digest == f"d{buffers}"
 
 
-def build(workload: Recording, budget: int = 10_000, workers: int = 1, synth: int = 1,
-          verify_every: int = 0) -> tuple[Pipeline, list[Outcome]]:  # fmt: skip
+@dataclass
+class Run:
+    """A pipeline on virtual time, and what it reported."""
+
+    pipeline: Pipeline
+    clock: FakeClock
+    timers: VirtualTimers
+    outcomes: list[Outcome] = field(default_factory=list)
+    failures: list[tuple[str, BaseException]] = field(default_factory=list)
+
+    async def until(self, done: Callable[[], object], what: str) -> None:
+        """Run the started pipeline on virtual time until ``done()``."""
+        await run_until(self.pipeline, self.timers, done, what)
+
+    async def to_the_end(self, expected: int) -> None:
+        """Start, run until ``expected`` outcomes are in, close."""
+        self.pipeline.start()
+        try:
+            await self.until(lambda: len(self.outcomes) >= expected, f"{expected} outcomes")
+        finally:
+            await self.pipeline.close()
+
+
+def build(
+    workload: Recording, budget: int = 10_000, workers: int = 1, synth: int = 1,
+    verify_every: int = 0, **limits: float,
+) -> Run:  # fmt: skip
+    """A pipeline of ``workload`` on a virtual clock, paced by the PI controller on the same
+    clock, with ``limits`` (TimeoutSettings) on its calls."""
+    clock = FakeClock()
+    timers = VirtualTimers(clock)
     outcomes: list[Outcome] = []
     caps = Caps(synthesis_concurrency=synth, inflight_partitions=budget // 100)
-    controller = PIController(ControllerSettings(), caps, estimates=Estimates(0.01, 0.01))
+    controller = PIController(ControllerSettings(), caps, clock, Estimates(0.01, 0.01))
     pipeline = Pipeline(controller, workload, caps, workers=workers, budget_bytes=budget,
-                        on_outcome=outcomes.append, verify_every=verify_every)  # fmt: skip
+                        on_outcome=outcomes.append, verify_every=verify_every,
+                        limits=CallLimits(TimeoutSettings(**limits)), clock=clock,
+                        timers=timers)  # fmt: skip
+    run = Run(pipeline, clock, timers, outcomes)
+    pipeline.on_task_failure = lambda task, exc: run.failures.append((task, exc))
     workload.pipeline = pipeline
-    return pipeline, outcomes
-
-
-async def run_until_idle(pipeline: Pipeline, expected: int, outcomes: list[Outcome]) -> None:
-    pipeline.start()
-    for _ in range(2000):
-        if len(outcomes) >= expected and pipeline.idle:
-            break
-        await asyncio.sleep(0.005)
-    await pipeline.close()
+    return run
 
 
 async def test_backlog_runs_in_priority_then_arrival_then_index_order() -> None:
     workload = Recording()
-    pipeline, outcomes = build(workload)
-    pipeline.enqueue("old", 1, {}, [2, 0, 1], priority=0, order=1)
-    pipeline.enqueue("new", 1, {}, [0, 1], priority=0, order=2)
-    pipeline.enqueue("urgent", 1, {}, [1, 0], priority=5, order=3)
-    await run_until_idle(pipeline, 7, outcomes)
+    run = build(workload)
+    run.pipeline.enqueue("old", 1, {}, [2, 0, 1], priority=0, order=1)
+    run.pipeline.enqueue("new", 1, {}, [0, 1], priority=0, order=2)
+    run.pipeline.enqueue("urgent", 1, {}, [1, 0], priority=5, order=3)
+    await run.to_the_end(7)
     assert workload.synthesized == [
         ("urgent", 0), ("urgent", 1), ("old", 0), ("old", 1), ("old", 2), ("new", 0), ("new", 1),
     ]  # fmt: skip
-    assert all(o.error is None and o.proof is not None for o in outcomes)
+    assert all(o.error is None and o.proof is not None for o in run.outcomes)
 
 
 async def test_a_job_of_a_million_partitions_costs_the_backlog_a_few_objects() -> None:
-    pipeline, _ = build(Recording())
+    pipeline = build(Recording()).pipeline
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
@@ -114,58 +143,55 @@ async def test_a_job_of_a_million_partitions_costs_the_backlog_a_few_objects() -
 
 async def test_memory_budget_bounds_bytes_in_flight() -> None:
     workload = Recording()
-    pipeline, outcomes = build(workload, budget=250, workers=2, synth=4)
-    pipeline.enqueue("j", 1, {}, list(range(30)))
-    await run_until_idle(pipeline, 30, outcomes)
-    assert len(outcomes) == 30
+    run = build(workload, budget=250, workers=2, synth=4)
+    run.pipeline.enqueue("j", 1, {}, list(range(30)))
+    await run.to_the_end(30)
+    assert len(run.outcomes) == 30
     assert max(workload.inflight_seen) <= 250  # counted from dispatch, this one included
-    assert pipeline.inflight_bytes == 0
+    assert run.pipeline.inflight_bytes == 0
 
 
 @pytest.mark.parametrize(("where", "message"), [("synthesis", "synthesis failed"),
                                                 ("prove", "proving failed")])  # fmt: skip
 async def test_a_failure_is_reported_and_releases_memory(where: str, message: str) -> None:
-    workload = Recording(**{f"fail_{where}": 2})
-    pipeline, outcomes = build(workload)
-    pipeline.enqueue("j", 1, {}, list(range(4)))
-    await run_until_idle(pipeline, 4, outcomes)
-    failed = [o for o in outcomes if o.error]
+    run = build(Recording(**{f"fail_{where}": 2}))
+    run.pipeline.enqueue("j", 1, {}, list(range(4)))
+    await run.to_the_end(4)
+    failed = [o for o in run.outcomes if o.error]
     assert [o.index for o in failed] == [2]
     assert message in (failed[0].error or "")
-    assert pipeline.inflight_bytes == 0
-    assert pipeline.inflight == 0
+    assert run.pipeline.inflight_bytes == 0
+    assert run.pipeline.inflight == 0
 
 
 async def test_verification_runs_on_every_nth_partition() -> None:
     workload = Recording()
-    pipeline, outcomes = build(workload, verify_every=2)
-    pipeline.enqueue("j", 1, {}, list(range(6)))
-    await run_until_idle(pipeline, 6, outcomes)
-    assert len(outcomes) == 6
-    assert all(o.error is None for o in outcomes)
+    run = build(workload, verify_every=2)
+    run.pipeline.enqueue("j", 1, {}, list(range(6)))
+    await run.to_the_end(6)
+    assert len(run.outcomes) == 6
+    assert all(o.error is None for o in run.outcomes)
     assert sorted(workload.verified) == [1, 3, 5]  # every second dispatched, in index order
 
 
 async def test_cancel_drops_the_backlog_and_silences_the_job() -> None:
-    workload = Recording()
-    pipeline, outcomes = build(workload)
-    pipeline.enqueue("keep", 1, {}, [0, 1], order=2)
-    pipeline.enqueue("drop", 1, {}, list(range(50)), priority=1, order=1)
-    assert pipeline.cancel("drop") == 50
-    assert pipeline.backlog == 2
-    await run_until_idle(pipeline, 2, outcomes)
-    assert {o.job_id for o in outcomes} == {"keep"}
+    run = build(Recording())
+    run.pipeline.enqueue("keep", 1, {}, [0, 1], order=2)
+    run.pipeline.enqueue("drop", 1, {}, list(range(50)), priority=1, order=1)
+    assert run.pipeline.cancel("drop") == 50
+    assert run.pipeline.backlog == 2
+    await run.to_the_end(2)
+    assert {o.job_id for o in run.outcomes} == {"keep"}
 
 
 async def test_drain_stops_dispatch_and_waits_for_in_flight_work() -> None:
-    workload = Recording()
-    pipeline, outcomes = build(workload)
+    run = build(Recording())
+    pipeline = run.pipeline
     pipeline.enqueue("j", 1, {}, list(range(1000)))
     pipeline.start()
-    while not outcomes:
-        await asyncio.sleep(0.001)
-    assert await pipeline.drain(10.0)
-    done = len(outcomes)
+    await until(lambda: run.outcomes, "a first outcome")
+    assert await pipeline.drain(10.0)  # the clock stands still: in-flight work ended it
+    done = len(run.outcomes)
     assert pipeline.idle
     assert pipeline.backlog == 1000 - done  # the rest stays for the journal
     await pipeline.close()
@@ -191,10 +217,10 @@ class Keeping(Recording):
 
 async def test_output_is_kept_exactly_for_the_partitions_that_are_verified() -> None:
     workload = Keeping()
-    pipeline, outcomes = build(workload, verify_every=3)
-    pipeline.enqueue("j", 1, {}, list(range(9)))
-    await run_until_idle(pipeline, 9, outcomes)
-    assert all(o.error is None for o in outcomes)
+    run = build(workload, verify_every=3)
+    run.pipeline.enqueue("j", 1, {}, list(range(9)))
+    await run.to_the_end(9)
+    assert all(o.error is None for o in run.outcomes)
     assert sorted(workload.verified) == [2, 5, 8]  # every third dispatched
     assert {i for i, kept in workload.kept.items() if kept} == {2, 5, 8}
 
@@ -205,13 +231,13 @@ class TwoPerDevice(Recording):
 
 
 async def test_busy_time_and_outcomes_are_labelled_by_device() -> None:
-    workload = TwoPerDevice()
-    pipeline, outcomes = build(workload, workers=4, synth=2)
+    run = build(TwoPerDevice(), workers=4, synth=2)
+    pipeline = run.pipeline
     assert pipeline.gpus == [4, 5]
     assert pipeline.workers_on(4) == 2
     pipeline.enqueue("j", 1, {}, list(range(20)))
-    await run_until_idle(pipeline, 20, outcomes)
-    assert {o.gpu for o in outcomes} <= {4, 5}
+    await run.to_the_end(20)
+    assert {o.gpu for o in run.outcomes} <= {4, 5}
     assert all(pipeline.busy_seconds(g) >= 0 for g in pipeline.gpus)
 
 
@@ -240,48 +266,25 @@ class Hanging(Recording):
         return super().prove(buffers, worker, keep_output)
 
 
-def build_timed(
-    workload: Recording, clock: FakeClock, budget: int = 10_000, **limits: float
-) -> tuple[Pipeline, list[Outcome], list[tuple[str, BaseException]]]:
-    outcomes: list[Outcome] = []
-    failures: list[tuple[str, BaseException]] = []
-    caps = Caps(synthesis_concurrency=1, inflight_partitions=budget // 100)
-    controller = PIController(ControllerSettings(), caps, clock, Estimates(0.01, 0.01))
-    pipeline = Pipeline(controller, workload, caps, workers=1, budget_bytes=budget,
-                        on_outcome=outcomes.append, limits=CallLimits(TimeoutSettings(**limits)),
-                        clock=clock)  # fmt: skip
-    pipeline.on_task_failure = lambda task, exc: failures.append((task, exc))
-    workload.pipeline = pipeline
-    return pipeline, outcomes, failures
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    for _ in range(2000):
-        if predicate():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("condition not reached")
-
-
-async def test_a_prove_past_its_limit_is_abandoned_and_its_worker_replaced(
-    clock: FakeClock,
-) -> None:
+async def test_a_prove_past_its_limit_is_abandoned_and_its_worker_replaced() -> None:
     workload = Hanging("prove")
-    pipeline, outcomes, failures = build_timed(workload, clock, prove_s=5.0)
+    run = build(workload, prove_s=5.0)
+    pipeline, outcomes = run.pipeline, run.outcomes
     pipeline.enqueue("j", 1, {}, [0])
     pipeline.start()
     try:
         await asyncio.to_thread(workload.entered.wait, 10)
         hung_thread = pipeline.provers.workers[0].thread
-        clock.advance(4.0)
-        assert pipeline.check_limits() == 0  # within its limit
-        clock.advance(2.0)
-        await until(lambda: bool(outcomes))  # the watchdog or this check: once either way
-        pipeline.check_limits()
+        await run.timers.step(4.0)
+        assert not outcomes  # within its limit
+        assert pipeline.check_limits() == 0
+        await run.timers.step(2.0)  # the watchdog's next check finds it late
+        await until(lambda: outcomes, "the prove to be abandoned")
+        assert pipeline.check_limits() == 0  # once
         assert [(o.index, o.error, o.call) for o in outcomes] == [
             (0, "prove timed out after 5 s", "prove")
         ]
-        assert [(task, str(exc)) for task, exc in failures] == [
+        assert [(task, str(exc)) for task, exc in run.failures] == [
             ("prove-0", "prove timed out after 5 s")
         ]
         assert pipeline.provers.workers[0].thread is not hung_thread
@@ -290,13 +293,12 @@ async def test_a_prove_past_its_limit_is_abandoned_and_its_worker_replaced(
         assert pipeline.idle
         assert pipeline.gpu_busy == 0
         pipeline.enqueue("j", 1, {}, [1])  # the new thread proves the next one
-        clock.advance(1.0)
-        await until(lambda: len(outcomes) == 2)
+        await run.until(lambda: len(outcomes) == 2, "partition 1's outcome")
         assert outcomes[1].proof is not None
         assert pipeline.inflight_bytes == 100  # the hung call's partition, still held
         workload.unblock.set()
-        await until(lambda: pipeline.abandoned_threads == 0)
-        await until(lambda: pipeline.inflight_bytes == 0)
+        await until(lambda: pipeline.abandoned_threads == 0, "the hung thread to end")
+        await until(lambda: pipeline.inflight_bytes == 0, "the hung partition's bytes back")
         assert pipeline.abandoned == 0
         assert len(outcomes) == 2  # the late return reports nothing
     finally:
@@ -304,31 +306,28 @@ async def test_a_prove_past_its_limit_is_abandoned_and_its_worker_replaced(
         await pipeline.close()
 
 
-async def test_a_hung_synthesis_keeps_its_bytes_until_it_returns(clock: FakeClock) -> None:
+async def test_a_hung_synthesis_keeps_its_bytes_until_it_returns() -> None:
     workload = Hanging("synthesis")
-    pipeline, outcomes, failures = build_timed(workload, clock, budget=100, synthesis_s=5.0)
+    run = build(workload, budget=100, synthesis_s=5.0)
+    pipeline, outcomes = run.pipeline, run.outcomes
     pipeline.enqueue("j", 1, {}, [0, 1])
     pipeline.start()
     try:
         await asyncio.to_thread(workload.entered.wait, 10)
-        clock.advance(6.0)
-        await until(lambda: bool(outcomes))
+        await run.timers.step(6.0)
+        await until(lambda: outcomes, "the synthesis to be abandoned")
         assert [(o.index, o.error) for o in outcomes] == [(0, "synthesis timed out after 5 s")]
-        assert [task for task, _ in failures] == ["synthesis"]
+        assert [task for task, _ in run.failures] == ["synthesis"]
         assert pipeline.synthesizing == 0
         assert pipeline.abandoned_threads == 1
-        # A budget of one partition: the next waits until the hung call gives it back.
-        clock.advance(1.0)
-        pipeline._wake.set()
-        await asyncio.sleep(0.05)
+        # A budget of one partition: the next waits until the hung call gives it back, however
+        # long (every wait of the pipeline ends meanwhile, and what it dispatches has ended).
+        await run.timers.step(60.0)
+        await settle(pipeline, run.timers)
         assert pipeline.backlog == 1
         workload.unblock.set()
-        await until(lambda: pipeline.inflight_bytes == 0)
-        # The timed-out synthesis counts as a sample of at least its age (6 s): the rate cap
-        # spaces dispatches by it, so the next one is due 6 s after the last decision's.
-        clock.advance(6.0)
-        pipeline._wake.set()
-        await until(lambda: len(outcomes) == 2)
+        await until(lambda: pipeline.inflight_bytes == 0, "the hung partition's bytes back")
+        await run.until(lambda: len(outcomes) == 2, "partition 1's outcome")
         assert outcomes[1].index == 1
         assert outcomes[1].proof is not None
         assert workload.synthesized.count(("j", 0)) == 1  # not run again by the pipeline
@@ -337,27 +336,25 @@ async def test_a_hung_synthesis_keeps_its_bytes_until_it_returns(clock: FakeCloc
         await pipeline.close()
 
 
-async def test_an_abandoned_synthesis_releases_the_buffers_it_returns_late(
-    clock: FakeClock,
-) -> None:
+async def test_an_abandoned_synthesis_releases_the_buffers_it_returns_late() -> None:
     class Releasing(Hanging):
         def release(self, buffers: Any) -> None:
             self.released.append(buffers)
 
     workload = Releasing("synthesis")
-    pipeline, outcomes, _ = build_timed(workload, clock, synthesis_s=5.0)
-    pipeline.enqueue("j", 1, {}, [0])
-    pipeline.start()
+    run = build(workload, synthesis_s=5.0)
+    run.pipeline.enqueue("j", 1, {}, [0])
+    run.pipeline.start()
     try:
         await asyncio.to_thread(workload.entered.wait, 10)
-        clock.advance(6.0)
-        await until(lambda: bool(outcomes))
+        await run.timers.step(6.0)
+        await until(lambda: run.outcomes, "the synthesis to be abandoned")
         workload.unblock.set()
-        await until(lambda: pipeline.abandoned == 0)
+        await until(lambda: run.pipeline.abandoned == 0, "the abandoned call to return")
         assert workload.released == [0]  # the late buffers went back to the workload
     finally:
         workload.unblock.set()
-        await pipeline.close()
+        await run.pipeline.close()
 
 
 class Fatal(BaseException):
@@ -371,32 +368,27 @@ class RaisingBase(Recording):
         return super().prove(buffers, worker, keep_output)
 
 
-async def test_a_base_exception_from_prove_fails_the_attempt_not_the_worker(
-    clock: FakeClock,
-) -> None:
-    workload = RaisingBase()
-    pipeline, outcomes, failures = build_timed(workload, clock)
+async def test_a_base_exception_from_prove_fails_the_attempt_not_the_worker() -> None:
+    run = build(RaisingBase())
+    pipeline, outcomes = run.pipeline, run.outcomes
     pipeline.enqueue("j", 1, {}, [0])
     pipeline.start()
     try:
-        await until(lambda: bool(outcomes))
+        await run.until(lambda: outcomes, "partition 0's outcome")
         pipeline.enqueue("j", 1, {}, [1])
-        clock.advance(1.0)
-        await until(lambda: len(outcomes) == 2)
+        await run.until(lambda: len(outcomes) == 2, "partition 1's outcome")
         assert outcomes[0].error == 'proving failed: Fatal("a native binding\'s exit")'
         assert outcomes[1].proof is not None  # the same thread proved the next
-        assert [task for task, _ in failures] == ["prove-0"]
+        assert [task for task, _ in run.failures] == ["prove-0"]
         assert pipeline.live_workers == 1
         assert pipeline.inflight_bytes == 0
     finally:
         await pipeline.close()
 
 
-async def test_a_worker_thread_that_dies_is_replaced_and_its_partition_failed(
-    clock: FakeClock,
-) -> None:
-    workload = Recording()
-    pipeline, outcomes, failures = build_timed(workload, clock)
+async def test_a_worker_thread_that_dies_is_replaced_and_its_partition_failed() -> None:
+    run = build(Recording())
+    pipeline, outcomes = run.pipeline, run.outcomes
     gpu = pipeline.provers.gpus[0]
     begin = gpu.begin
 
@@ -408,13 +400,12 @@ async def test_a_worker_thread_that_dies_is_replaced_and_its_partition_failed(
     pipeline.enqueue("j", 1, {}, [0])
     pipeline.start()
     try:
-        await until(lambda: bool(outcomes))
+        await run.until(lambda: outcomes, "partition 0's outcome")
         assert outcomes[0].error == 'proving worker died: RuntimeError("a bug of pacer\'s own")'
-        assert [task for task, _ in failures] == ["prove-0"]
-        await until(lambda: pipeline.live_workers == 1)
+        assert [task for task, _ in run.failures] == ["prove-0"]
+        await until(lambda: pipeline.live_workers == 1, "a new proving thread")
         pipeline.enqueue("j", 1, {}, [1])
-        clock.advance(1.0)
-        await until(lambda: len(outcomes) == 2)
+        await run.until(lambda: len(outcomes) == 2, "partition 1's outcome")
         assert outcomes[1].proof is not None
         assert pipeline.inflight_bytes == 0
     finally:
@@ -426,15 +417,14 @@ class BadProofs(Recording):
         return {0: None, 1: Proof("two words"), 2: Proof("ok", {"ntt": math.nan})}[buffers]
 
 
-async def test_a_proof_unfit_to_journal_fails_the_attempt(clock: FakeClock) -> None:
-    workload = BadProofs()
-    pipeline, outcomes, _ = build_timed(workload, clock)
+async def test_a_proof_unfit_to_journal_fails_the_attempt() -> None:
+    run = build(BadProofs())
+    pipeline, outcomes = run.pipeline, run.outcomes
     pipeline.start()
     try:
         for index in range(3):
             pipeline.enqueue("j", 1, {}, [index])
-            clock.advance(1.0)
-            await until(lambda: len(outcomes) > index)  # noqa: B023 - awaited at once
+            await run.until(lambda: pipeline.backlog == 0, f"partition {index} to leave")
         assert [o.error for o in outcomes] == [
             "proving returned NoneType, not a Proof",
             "proving returned an invalid digest 'two words': a non-empty string without spaces",
@@ -467,18 +457,16 @@ class Gated(Recording):
 
 async def test_observation_has_live_workers_and_the_ages_of_what_runs() -> None:
     workload = Gated()
-    pipeline, outcomes = build(workload, workers=2, synth=2)
+    run = build(workload, workers=2, synth=2)
+    pipeline = run.pipeline
     pipeline.enqueue("j", 1, {}, [0, 1])
     pipeline.start()
-    for _ in range(400):  # partition 1 is on a GPU, partition 0 still in synthesis
-        if pipeline.gpu_busy == 1 and pipeline.synthesizing == 1:
-            break
-        await asyncio.sleep(0.005)
-    await asyncio.sleep(0.02)
+    await until(lambda: pipeline.gpu_busy == 1 and pipeline.synthesizing == 1,
+                "partition 1 on a GPU, partition 0 still in synthesis")  # fmt: skip
+    run.clock.advance(0.25)
     obs = pipeline.observation()
     assert (obs.gpu_workers, obs.synthesizing, obs.gpu_busy) == (2, 1, 1)
-    assert obs.synthesis_ages_s[0] >= 0.02
-    assert len(obs.synthesis_ages_s) == len(obs.gpu_busy_ages_s) == 1
+    assert obs.synthesis_ages_s == obs.gpu_busy_ages_s == (0.25,)
     # A worker whose thread has ended proves nothing more and leaves the count.
     ended = threading.Thread(target=lambda: None)
     ended.start()
@@ -489,9 +477,6 @@ async def test_observation_has_live_workers_and_the_ages_of_what_runs() -> None:
     idle.thread = running
     workload.synthesis_gate.set()
     workload.prove_gate.set()
-    for _ in range(400):
-        if len(outcomes) == 2 and pipeline.idle:
-            break
-        await asyncio.sleep(0.005)
+    await run.until(lambda: len(run.outcomes) == 2, "both outcomes")
     await pipeline.close()
     assert pipeline.observation().synthesis_ages_s == ()
