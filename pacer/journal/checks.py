@@ -1,5 +1,6 @@
 """What every journal checks before it writes, whatever stores it: a new job's fields, a keyed
-request and its digest, a partition index; and the error a job fails with after its attempts."""
+request and its digest, a partition index, an error's text; and the error a job fails with
+after its attempts."""
 
 from __future__ import annotations
 
@@ -52,6 +53,13 @@ def check_index(job: JobRecord, index: int) -> None:
         raise ValueError(
             f"index must be from 0 to {job.partitions - 1} for job {job.id}, got {index!r}"
         )
+
+
+def check_text(name: str, value: str) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is a non-empty string (an error, a
+    reason)."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
 
 
 def check_limit(name: str, value: int) -> None:

@@ -4,10 +4,22 @@ their last attempt."""
 
 from __future__ import annotations
 
-from pacer.journal.checks import check_index, check_limit, exhausted
+from pacer.journal.checks import check_index, check_limit, check_text, exhausted
 from pacer.journal.connection import SqliteConnection
 from pacer.journal.records import ACTIVE, Attempt, JobRecord, JobState, PartitionState
 from pacer.journal.schema import ATTEMPT_COLUMNS
+
+
+def exhausted_statement(mark: str, last: str) -> str:
+    """The query of the pending partitions of queued or running jobs that have had a number of
+    failed attempts or more (`FailureRecords.fail_exhausted`), ``mark`` the parameter marker
+    (``?``, or ``%s`` for psycopg): the job, the index, the count, and ``last``, what the
+    backend selects of the last attempt. Its arguments: the ACTIVE states, then the number."""
+    return (f"SELECT a.job_id, a.idx, COUNT(*), {last} FROM attempts a"
+            f" JOIN jobs j ON j.id = a.job_id WHERE j.state IN ({mark}, {mark})"
+            " AND NOT EXISTS (SELECT 1 FROM partitions p WHERE p.job_id = a.job_id"
+            f" AND p.idx = a.idx) GROUP BY a.job_id, a.idx HAVING COUNT(*) >= {mark}"
+            " ORDER BY a.job_id, a.idx")  # fmt: skip
 
 
 class FailureRecords(SqliteConnection):
@@ -18,8 +30,7 @@ class FailureRecords(SqliteConnection):
 
         Partitions not completed stay pending. A finished job is returned as is.
         """
-        if not isinstance(error, str) or not error:
-            raise ValueError(f"error must be a non-empty string, got {error!r}")
+        check_text("error", error)
         with self._transaction():
             job = self._require(job_id)
             check_index(job, index)
@@ -35,8 +46,7 @@ class FailureRecords(SqliteConnection):
         other partitions not completed stay pending. Nothing is written for a finished job
         (number 0). ``UnknownJob`` or ``ValueError`` (index, reason) write nothing.
         """
-        if not isinstance(reason, str) or not reason:
-            raise ValueError(f"reason must be a non-empty string, got {reason!r}")
+        check_text("reason", reason)
         check_limit("max_attempts", max_attempts)
         with self._transaction() as db:
             job = self._require(job_id)
@@ -76,12 +86,7 @@ class FailureRecords(SqliteConnection):
         failed: list[JobRecord] = []
         with self._transaction() as db:
             rows = db.execute(
-                "SELECT a.job_id, a.idx, COUNT(*), MAX(a.attempt) FROM attempts a"
-                " JOIN jobs j ON j.id = a.job_id WHERE j.state IN (?, ?)"
-                " AND NOT EXISTS (SELECT 1 FROM partitions p WHERE p.job_id = a.job_id"
-                " AND p.idx = a.idx) GROUP BY a.job_id, a.idx HAVING COUNT(*) >= ?"
-                " ORDER BY a.job_id, a.idx",
-                (*ACTIVE, max_attempts),
+                exhausted_statement("?", "MAX(a.attempt)"), (*ACTIVE, max_attempts)
             ).fetchall()
             for job_id, index, count, last in rows:
                 job = self._require(job_id)

@@ -18,10 +18,12 @@ from typing import Any, Self
 from pacer.journal.checks import (
     check_index,
     check_limit,
+    check_text,
     checked_params_json,
     exhausted,
     keyed_request,
 )
+from pacer.journal.failures import exhausted_statement
 from pacer.journal.records import (
     IdempotencyConflict,
     JobRecord,
@@ -305,8 +307,7 @@ class PgJournal(JournalReads, FleetQueue):
     def fail_partition(self, job_id: str, index: int, error: str) -> JobRecord:
         """A partition failed: so does its queued or running job, with ``error``. Partitions
         not completed stay pending. A finished job is returned as is."""
-        if not isinstance(error, str) or not error:
-            raise ValueError(f"error must be a non-empty string, got {error!r}")
+        check_text("error", error)
         with self._transaction() as conn:
             job = self._require(conn, job_id, lock=True)
             check_index(job, index)
@@ -318,8 +319,7 @@ class PgJournal(JournalReads, FleetQueue):
         """Journal a failed attempt of a partition of a queued or running job; the attempt's
         number (from 1) and the job, failed once that is ``max_attempts``. Nothing is written
         for a finished job or partition (number 0)."""
-        if not isinstance(reason, str) or not reason:
-            raise ValueError(f"reason must be a non-empty string, got {reason!r}")
+        check_text("reason", reason)
         check_limit("max_attempts", max_attempts)
         with self._transaction() as conn:
             job = self._require(conn, job_id, lock=True)
@@ -356,14 +356,8 @@ class PgJournal(JournalReads, FleetQueue):
         check_limit("max_attempts", max_attempts)
         failed: list[JobRecord] = []
         with self._transaction() as conn:
-            rows = conn.execute(
-                "SELECT a.job_id, a.idx, count(*), (array_agg(a.reason ORDER BY a.attempt DESC))[1]"
-                " FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.state IN (%s, %s)"
-                " AND NOT EXISTS (SELECT 1 FROM partitions p WHERE p.job_id = a.job_id"
-                " AND p.idx = a.idx) GROUP BY a.job_id, a.idx HAVING count(*) >= %s"
-                " ORDER BY a.job_id, a.idx",
-                (*ACTIVE, max_attempts),
-            ).fetchall()
+            last = "(array_agg(a.reason ORDER BY a.attempt DESC))[1]"
+            rows = conn.execute(exhausted_statement("%s", last), (*ACTIVE, max_attempts)).fetchall()
             for job_id, index, count, reason in rows:
                 job = self._require(conn, job_id, lock=True)
                 if job.state in ACTIVE:  # else failed by an earlier partition of this round
