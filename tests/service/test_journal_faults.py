@@ -48,8 +48,10 @@ from tests.servers import (
 from tests.service.test_process import completions_in, job_states
 from tests.waits import until, wait_until
 
-LOG_N = 8  # conftest's FAST
+LOG_N = 8  # tests.servers.FAST
 PARTITIONS = 64  # their results take several pages: a journal that cannot grow refuses them
+# A commit attempt holds the results it tries to write: between two, they wait in memory.
+BETWEEN_COMMITS = "the results waiting between two commit attempts"
 FAST_RETRY = Backoff(first_s=0.01, max_s=0.05, jitter=0.0)
 FAST_JOURNAL = {
     "PACER_JOURNAL__COMMIT_INTERVAL_S": "0.01",
@@ -237,8 +239,8 @@ async def test_jobs_accepted_before_a_fault_complete_once_it_clears(
     # in memory.
     await until(lambda: svc.pipeline.idle and svc.pipeline.backlog == 0, "every partition proved")
     _, meanwhile = await call(svc, "GET", f"/v1/jobs/{body['id']}")
-    assert svc.uncommitted() > 0
-    assert meanwhile["partitions_done"] + svc.uncommitted() == PARTITIONS
+    waiting = await until(svc.uncommitted, BETWEEN_COMMITS)
+    assert meanwhile["partitions_done"] + waiting == PARTITIONS
 
     await injected.stop(svc)
     await assert_completed_exactly(svc, body["id"], PARTITIONS)
@@ -384,7 +386,8 @@ async def test_dispatch_holds_while_too_many_results_wait_then_resumes(
     await until(held, "dispatch to hold, nothing in flight")
     assert svc.pipeline.backlog > 0  # work waits, undispatched
     # What was in flight when the limit was reached comes on top of it, no more.
-    assert limit <= svc.uncommitted() <= limit + svc.plan.caps.inflight_partitions
+    waiting = await until(svc.uncommitted, BETWEEN_COMMITS)
+    assert limit <= waiting <= limit + svc.plan.caps.inflight_partitions
     faulty(svc).failing.clear()
     await assert_completed_exactly(svc, body["id"], PARTITIONS)
     _, status = await call(svc, "GET", "/v1/status")
