@@ -22,7 +22,8 @@ from gpu.block_maps import maps_inode
 from gpu.pool_record import sweep
 from gpu.shm_blocks import BLOCK_PREFIX, SHM_DIR
 from tests.kept_pools import ServiceManager, records
-from tests.service.conftest import ROOT, ServerFactory, ServerProcess, wait_for
+from tests.servers import ROOT, ServerFactory, ServerProcess
+from tests.waits import wait_until
 
 GPU = {
     "PACER_WORKLOAD": "tests.service.test_gpu_path:shared_gpu_workload",
@@ -50,7 +51,8 @@ def blocks_in_shm() -> dict[tuple[str, int], str]:
 
 def prove_a_job(server: ServerProcess, partitions: int = 6) -> None:
     job_id = server.client.submit(partitions, {"seed": 11})
-    wait_for(lambda: server.client.job(job_id)["state"] == "completed", 60, "the job")
+    wait_until(lambda: server.client.job(job_id)["state"] == "completed", "the job to complete",
+               timeout_s=60)  # fmt: skip
 
 
 @pytest.mark.parametrize(
