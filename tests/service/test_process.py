@@ -50,9 +50,12 @@ def test_jobs_complete_with_verifiable_results(server_factory: ServerFactory) ->
 def test_kill9_mid_run_then_restart_completes_every_job_exactly_once(
     server_factory: ServerFactory, tmp_path: Path
 ) -> None:
-    slow = {"PACER_NTT__LOG_N": "13", "PACER_JOURNAL__COMMIT_INTERVAL_S": "0.02"}
+    # Each proof takes 0.1 s (one worker: 3.6 s for the 36 partitions), so the kill after the
+    # eighth lands with most of the work still to do, however loaded the machine.
+    slow = {"PACER_WORKLOAD": "tests.faults:make", "PACER_JOURNAL__COMMIT_INTERVAL_S": "0.02"}
+    params = {"faults": [{"call": "prove", "kind": "slow", "seconds": 0.1}]}
     first = server_factory(**slow).start()
-    ids = [first.client.submit(6) for _ in range(6)]
+    ids = [first.client.submit(6, params) for _ in range(6)]
     journal = tmp_path / "journal.sqlite"
 
     def some_done() -> bool:
