@@ -108,3 +108,17 @@ async def service(tmp_path: Path) -> AsyncIterator[Server]:
     yield svc
     if not svc.draining:
         await svc.shutdown()
+
+
+@pytest.fixture(scope="session")
+def no_pool_kept_here() -> None:
+    """The kept-pool tests sweep /dev/shm, kept pools included. Where pool blocks or owner
+    records were there before the tests started (a pacer's pool, kept for its successor, or
+    another test run's), they skip rather than drop what is not theirs."""
+    from gpu.shm_blocks import BLOCK_PREFIX, SHM_DIR
+    from tests.kept_pools import records
+
+    found = [*records(), *(n for n in os.listdir(SHM_DIR) if n.startswith(BLOCK_PREFIX))]
+    if found:
+        pytest.skip(f"{SHM_DIR} holds pacer pool blocks or records these tests would sweep: "
+                    f"{', '.join(sorted(found)[:4])}{' …' if len(found) > 4 else ''}")  # fmt: skip

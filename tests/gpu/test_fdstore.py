@@ -37,7 +37,7 @@ pool.close(keep=False)
 
 
 @pytest.fixture
-def manager(tmp_path: Path) -> Iterator[ServiceManager]:
+def manager(tmp_path: Path, no_pool_kept_here: None) -> Iterator[ServiceManager]:
     sweep(drop_kept=True)
     made = ServiceManager(tmp_path)
     yield made

@@ -21,7 +21,7 @@ from tests.kept_pools import MARK, Holder, records, shm_exists, start_mapper, st
 
 
 @pytest.fixture(autouse=True)
-def _no_pool_left() -> Iterator[None]:
+def _no_pool_left(no_pool_kept_here: None) -> Iterator[None]:
     """Each test starts and ends with no record and no block in /dev/shm."""
     sweep(drop_kept=True)
     yield

@@ -33,7 +33,7 @@ GPU = {
 
 
 @pytest.fixture(autouse=True)
-def _no_pool_left() -> Iterator[None]:
+def _no_pool_left(no_pool_kept_here: None) -> Iterator[None]:
     sweep(drop_kept=True)
     yield
     sweep(drop_kept=True)

@@ -448,7 +448,7 @@ def kept_pool(tmp_path: Path) -> tuple[Holder, list[str]]:
     return holder, argv
 
 
-@pytest.mark.usefixtures("only_own_blocks")
+@pytest.mark.usefixtures("only_own_blocks", "no_pool_kept_here")
 def test_the_command_reports_a_kept_pool_leaves_it_and_drops_it_when_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -468,7 +468,7 @@ def test_the_command_reports_a_kept_pool_leaves_it_and_drops_it_when_asked(
     assert records() == {}
 
 
-@pytest.mark.usefixtures("only_own_blocks")
+@pytest.mark.usefixtures("only_own_blocks", "no_pool_kept_here")
 def test_a_record_whose_blocks_are_gone_is_removed_by_the_sweep(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
