@@ -1,1 +1,2 @@
-"""Device-side workloads and their NumPy (CPU) references; never imports pacer."""
+"""The ntt workload: its device code and NumPy (CPU) references. Only `gpu.workload`, the
+adapter that implements pacer's Workload contract, imports pacer."""

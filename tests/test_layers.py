@@ -1,5 +1,7 @@
-"""The layers: pacer's core imports nothing of gpu (the device code comes in by name, as any
-workload does), and gpu imports pacer only in the adapter that implements its contract."""
+"""The layers (docs/architecture.md, "Boundaries"): pacer's core imports nothing of gpu (the
+device code comes in by name, as any workload does), and gpu imports pacer only in the adapter
+that implements its contract; the service imports neither its API nor its server; the
+controller is pure; only the PostgreSQL journal imports psycopg."""
 
 from __future__ import annotations
 
@@ -13,6 +15,11 @@ SETTLE = ROOT / "pacer" / "settle"
 """`pacer settle` cleans up after the GPU pool (its /dev/shm blocks, named by gpu.shm_blocks) and
 the synthesis processes (named by gpu.lifeline): it reads their names from where they are made."""
 ADAPTER = ROOT / "gpu" / "workload.py"
+PURE = ["policy", "controller", "pi_law", "rate_dispatch", "bootstrap", "estimates", "windows",
+        "cohort", "baselines", "settle/detector"]  # fmt: skip
+"""The controller and its parts: plain code on an injected clock, which the simulator and the
+service drive alike."""
+EDGES = ["asyncio", "threading", "aiohttp", "prometheus_client", "numpy"]
 
 
 def imports(path: Path) -> set[str]:
@@ -55,6 +62,29 @@ def test_gpu_imports_pacer_only_in_its_workload_adapter(path: Path) -> None:
 def test_the_service_imports_neither_the_api_nor_the_server_around_it(path: Path) -> None:
     found = imports(path)
     assert within("pacer.api", found) + within("pacer.server", found) == []
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_the_controller_and_its_parts_import_no_loop_thread_metric_or_array(module: str) -> None:
+    found = imports(ROOT / "pacer" / f"{module}.py")
+    assert [m for edge in EDGES for m in within(edge, found)] == []
+
+
+def test_the_baselines_import_only_the_policy_seam_of_pacer() -> None:
+    found = imports(ROOT / "pacer" / "baselines.py")
+    assert {m.split(".")[1] for m in within("pacer", found) if "." in m} == {"policy"}
+
+
+@pytest.mark.parametrize("path", sources("pacer"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_the_postgresql_journal_imports_psycopg_and_only_the_factory_imports_it(
+    path: Path,
+) -> None:
+    found = imports(path)
+    inside = ROOT / "pacer" / "pgjournal" in path.parents
+    if not inside:
+        assert within("psycopg", found) + within("psycopg_pool", found) == []
+    if not inside and path != ROOT / "pacer" / "journal" / "factory.py":
+        assert within("pacer.pgjournal", found) == []
 
 
 def test_the_check_sees_imports_of_every_form(tmp_path: Path) -> None:
