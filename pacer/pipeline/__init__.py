@@ -18,10 +18,11 @@ thread under the same index), and the partition's bytes stay counted against the
 the call really returns. Whatever a call raises, BaseException included, and a proof unfit to
 journal fail the attempt, not the thread. The service decides whether the attempt is retried.
 
-Modules: `core` (the `Pipeline`: dispatch, synthesis, verification, time limits), `proving`
-(the proving workers' threads), `holdings` (memory held against the budget), `busy` (busy
-time per GPU), `work` (what travels through it), `timers` (how it waits: on the event loop's
-clock, or a test's virtual one).
+Modules: `core` (the `Pipeline`: the backlog and the dispatch loop), `inflight` (`InFlight`:
+partitions from dispatch to their outcome, the watchdog of time limits), `calls` (synthesis and
+verification on a `DaemonPool`), `proving` (the proving workers' threads), `holdings` (memory
+held against the budget), `busy` (busy time per GPU), `work` (what travels through it),
+`timers` (how it waits: on the event loop's clock, or a test's virtual one).
 """
 
 from pacer.pipeline.busy import BusyMeter, GpuBusy
