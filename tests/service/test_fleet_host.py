@@ -97,7 +97,10 @@ async def test_a_host_proves_what_it_accepts_through_the_fleets_queue_and_shows_
     registry = host.registry
     assert registry.get_sample_value("pacer_fleet_host_info", {"host": HOST}) == 1.0
     assert registry.get_sample_value("pacer_fleet_claimed_partitions_total") == 5.0
-    assert registry.get_sample_value("pacer_fleet_claim_seconds_count") == fleet["claims"]
+    # Every claim is timed; the claim loop may have asked again since the status was read.
+    timed = registry.get_sample_value("pacer_fleet_claim_seconds_count")
+    assert timed is not None
+    assert timed >= fleet["claims"]
 
 
 async def test_a_lease_another_host_reclaimed_leaves_the_backlog_at_the_renewal(
