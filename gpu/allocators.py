@@ -34,6 +34,7 @@ from gpu.shm_blocks import HostBlock
 __all__ = [
     "ALIGNMENT_BYTES",
     "Backend",
+    "BlockWatcher",
     "ByteArray",
     "CudaHostAllocator",
     "HostAllocator",
@@ -111,6 +112,20 @@ class HostAllocator(Protocol):
         ...
 
 
+class BlockWatcher(Protocol):
+    """Told of a shared pool's blocks as `SharedHostAllocator.reserve` makes and pins them:
+    what maps them elsewhere (`gpu.process_executor.BlockReadiness`) can do so block by block,
+    beside the pinning of the rest, and never a block before it is ready."""
+
+    def blocks_made(self, paths: Sequence[str]) -> None:
+        """Every block exists (adopted or made), at ``paths`` in slot order; none is ready."""
+        ...
+
+    def block_ready(self, index: int) -> None:
+        """Block ``index`` is populated and pinned (called from the pinning threads)."""
+        ...
+
+
 class PrivateHostAllocator:
     """What an allocator of this process's own memory does beyond `allocate`: nothing to
     reserve or adopt, nothing shared, nothing it could keep."""
@@ -166,19 +181,29 @@ class SharedHostAllocator:
     device), so GPU copies from it run at the pinned rate like cudaHostAlloc memory.
     ``handover`` (`gpu.handover.Handover`) says what happens to blocks a previous pacer left
     and to these at the end: `reserve` adopts the compatible ones, makes the rest, and (with
-    ``register``) has ``threads`` threads fill in their page tables (`populate`) and register
-    them side by side; `release` unregisters them and removes them, or keeps them.
+    ``register``, or ``populate``) has ``threads`` threads fill in their page tables
+    (`populate`) and register them side by side, telling ``watcher`` of each block as it is
+    ready; `release` unregisters them and removes them, or keeps them. Without ``register``
+    or ``populate`` a block's pages come as they are first written.
     """
 
     pinned: bool
 
     def __init__(
-        self, register: bool, handover: Handover | None = None, threads: int = PIN_THREADS
+        self,
+        register: bool,
+        handover: Handover | None = None,
+        threads: int = PIN_THREADS,
+        *,
+        populate: bool | None = None,
+        watcher: BlockWatcher | None = None,
     ) -> None:
         self.pinned = register
         self.name = "shared-cuda" if register else "shared"
         self.handover = handover or Handover()
         self.threads = max(1, threads)
+        self.populate = register if populate is None else populate
+        self.watcher = watcher
         self._cuda: Any = _cupy_cuda() if register else None
         self.blocks: list[HostBlock] = []
         self.slots_adopted = 0
@@ -197,6 +222,8 @@ class SharedHostAllocator:
             raise
         self.blocks = adopted + made
         self.slots_adopted = len(adopted)
+        if self.watcher is not None:
+            self.watcher.blocks_made([block.path for block in self.blocks])
         try:
             self._arrays = self._pin_all()
         except BaseException:
@@ -216,8 +243,7 @@ class SharedHostAllocator:
         start = last_report = time.monotonic()
         with ThreadPoolExecutor(self.threads, thread_name_prefix="pin") as pinning:
             tasks = [
-                pinning.submit(self._pin, block, index < self.slots_adopted)
-                for index, block in enumerate(self.blocks)
+                pinning.submit(self._pin, index, block) for index, block in enumerate(self.blocks)
             ]
             while True:
                 done, waiting = futures.wait(tasks, PROGRESS_EVERY_S)
@@ -229,12 +255,15 @@ class SharedHostAllocator:
                                 len(done), len(tasks), last_report - start)  # fmt: skip
             return [task.result() for task in tasks]
 
-    def _pin(self, block: HostBlock, adopted: bool) -> ByteArray:
+    def _pin(self, index: int, block: HostBlock) -> ByteArray:
         array = np.frombuffer(block.mapping, np.uint8, block.size)
-        if self._cuda is not None:  # else the pages come as they are first written, as ever
-            populate(array.ctypes.data, block.size, existing=adopted)
+        if self.populate:  # else the pages come as they are first written, as ever
+            populate(array.ctypes.data, block.size, existing=index < self.slots_adopted)
+        if self._cuda is not None:
             self._cuda.runtime.hostRegister(array.ctypes.data, block.size, _HOST_REGISTER_PORTABLE)
             self._registered.append(array.ctypes.data)  # list.append is atomic
+        if self.watcher is not None:
+            self.watcher.block_ready(index)
         return array
 
     def allocate(self, nbytes: int) -> ByteArray:
@@ -272,13 +301,22 @@ def populate(address: int, nbytes: int, existing: bool = False) -> bool:
 
 
 def pool_allocator(
-    backend: Literal["cuda", "shared", "shared-cuda"], keep: bool, slots: int
+    backend: Literal["cuda", "shared", "shared-cuda"],
+    keep: bool,
+    slots: int,
+    watcher: BlockWatcher | None = None,
+    *,
+    populate: bool | None = None,
 ) -> HostAllocator | Literal["cuda"]:
     """A service's pool allocator: shared blocks handed to and from other pacers of this host
-    (`gpu.handover.Handover.for_service`), or "cuda" (cudaHostAlloc memory, never kept)."""
+    (`gpu.handover.Handover.for_service`), each told to ``watcher`` as it is ready, or "cuda"
+    (cudaHostAlloc memory, never kept)."""
     if backend == "cuda":
         return "cuda"
-    return SharedHostAllocator(backend == "shared-cuda", Handover.for_service(keep, slots))
+    handover = Handover.for_service(keep, slots)
+    return SharedHostAllocator(
+        backend == "shared-cuda", handover, populate=populate, watcher=watcher
+    )
 
 
 def allocator_for(backend: Backend | HostAllocator) -> HostAllocator:

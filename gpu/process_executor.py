@@ -16,6 +16,13 @@ pool's bytes in page tables per worker. The pool's pages exist by then (pinned, 
 and a read fault on a shared writable mapping maps them writable, 16 at a time (fault-around):
 twice the rate of MADV_POPULATE_WRITE, with no fault on the writes that follow.
 
+A pool being pinned is mapped block by block: `start` with a `BlockReadiness` (the pool
+allocator's `gpu.allocators.BlockWatcher`) has each worker, once started, map every block as
+soon as the pinning threads are done with it, beside the pinning of the rest, and never one
+before: a flag per block in a small memfd says which are ready. (On a fresh virtual machine
+the workers' page tables are memory the host backs on first touch, which made their mapping
+after the pool take as long again as the pinning: bench/RESULTS.md.)
+
 The workers end with the service, however it ends (SIGKILL included): left running, each would
 keep every pool block mapped, the pool's memory held though its names are gone from /dev/shm.
 Each watches a `gpu.lifeline.Lifeline` whose write end only the service holds and exits when
@@ -45,7 +52,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
 
@@ -56,7 +63,7 @@ from gpu.lifeline import SYNTHESIS_PROCESS_NAME
 from gpu.slots import SlotBlock
 from gpu.synthesis import synthesize_into
 
-__all__ = ["ProcessSynthesizer"]
+__all__ = ["BlockReadiness", "ProcessSynthesizer"]
 
 logger = logging.getLogger("gpu.process_executor")
 
@@ -68,7 +75,8 @@ class ProcessSynthesizer:
     CUDA context is not safe to use). `start` launches them all, so none is forked on the hot
     path, and has each map the shared-memory ``blocks`` (paths: `gpu.pool.PinnedPool.block_paths`)
     with their page tables filled and, with ``backend="numba"``, load ``field``'s compiled
-    kernel; `map_blocks` maps blocks made after the start; `close` stops them. A block not
+    kernel; with a `BlockReadiness`, each then maps a pool's blocks as they are pinned
+    (`map_ready` waits for that); `close` stops them. A block not
     among them is mapped on its first fill in each worker.
 
     A worker that dies (the OOM killer, a signal) breaks the whole set: the syntheses in flight
@@ -104,11 +112,16 @@ class ProcessSynthesizer:
             initargs=(self._lifeline.reader,),
         )  # fmt: skip
 
-    def start(self) -> None:
+    def start(self, readiness: BlockReadiness | None = None) -> None:
         """Launch every worker process now (each imports NumPy once, and loads the compiled
-        kernel) and map the blocks given at construction in each (`map_blocks`)."""
+        kernel) and map the blocks given at construction in each; with
+        ``readiness``, then have each map a pool's blocks as they become ready
+        (`BlockReadiness.wait` waits for that)."""
         began = time.monotonic()
-        started = self._each_worker(self.blocks)
+        starting = self._each_worker(self.blocks)
+        if readiness is not None:  # queued behind the starts: one each
+            readiness.submit(self._executor, self.processes)
+        started = [task.result() for task in starting]
         logger.info(
             "synthesis processes (%s) end with this process (pid %d), however it ends: each "
             "exits when a pipe only this process holds open closes; %s; the forkserver and the "
@@ -120,22 +133,22 @@ class ProcessSynthesizer:
         )  # fmt: skip
         self._log_mapped(started, began)
 
-    def map_blocks(self, blocks: Sequence[str]) -> None:
-        """Have every worker map the shared-memory ``blocks`` (paths) with their page tables
-        filled in: the pool's, once it is ready, when the workers were started before it."""
+    def map_ready(self, readiness: BlockReadiness) -> None:
+        """Wait until every worker has mapped every block of ``readiness`` (given to `start`):
+        after the pool, only what its pinning did not hide."""
         began = time.monotonic()
-        self.blocks = tuple(blocks)
-        self._log_mapped(self._each_worker(self.blocks), began)
+        mapped = readiness.wait()
+        self.blocks = readiness.paths
+        self._log_mapped(mapped, began)
 
-    def _each_worker(self, blocks: Sequence[str]) -> list[tuple[int, bool]]:
+    def _each_worker(self, blocks: Sequence[str]) -> list[Future[tuple[int, bool]]]:
         """One mapping task per process, all submitted at once: each process takes one, as
         none is free before it has started. Should one take two, the second finds its blocks
         mapped and the process that got none maps each block on its first fill."""
-        tasks = [
+        return [
             self._executor.submit(_start_worker, blocks, self.backend, self.field)
             for _ in range(self.processes)
         ]
-        return [task.result() for task in tasks]
 
     def _log_mapped(self, started: list[tuple[int, bool]], began: float) -> None:
         if not self.blocks:
@@ -191,6 +204,77 @@ class ProcessSynthesizer:
         self.close()
 
 
+class BlockReadiness:
+    """A pool's blocks as they become ready, for every synthesis worker to map each then:
+    the pool allocator's `gpu.allocators.BlockWatcher`, handed to `ProcessSynthesizer.start`.
+
+    `blocks_made` (the allocator) creates a memfd of one flag per block and a last one that
+    says stop; `block_ready` sets a block's flag; the workers poll the flags every
+    ``poll_s`` and map (and populate) each block whose flag is set. `wait` returns once every
+    worker has mapped every block; `abandon` (a pool that failed) has them stop waiting.
+    """
+
+    def __init__(self, poll_s: float = 0.005) -> None:
+        self.poll_s = poll_s
+        self.paths: tuple[str, ...] = ()
+        self._made = threading.Event()
+        self._flags: mmap.mmap | None = None
+        self._fd: int | None = None
+        self._tasks: list[Future[tuple[int, bool]]] = []
+        self._began = time.monotonic()
+
+    def blocks_made(self, paths: Sequence[str]) -> None:
+        self._fd = os.memfd_create("pacer-pool-ready", os.MFD_CLOEXEC)
+        os.ftruncate(self._fd, len(paths) + 1)
+        self._flags = mmap.mmap(self._fd, len(paths) + 1)
+        self.paths = tuple(paths)
+        self._made.set()
+
+    def block_ready(self, index: int) -> None:
+        if self._flags is None:
+            raise RuntimeError("blocks_made first: no block is known yet")
+        self._flags[index] = 1
+
+    def abandon(self) -> None:
+        """No more blocks will be ready: the workers stop waiting (the pool failed, or has no
+        shared blocks)."""
+        if self._flags is not None:
+            self._flags[len(self.paths)] = 1
+        self._made.set()
+
+    def __enter__(self) -> BlockReadiness:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """The pool is built, or failed: without blocks (failed, or none shared) the workers
+        stop waiting."""
+        if exc_info[0] is not None or not self.paths:
+            self.abandon()
+
+    def submit(self, executor: ProcessPoolExecutor, processes: int) -> None:
+        """Once the blocks exist, one mapping task per worker: each waits for the blocks, so
+        no worker takes two while another is starting."""
+        self._made.wait()
+        if self._fd is None:
+            return  # abandoned before any block was made
+        flags = f"/proc/{os.getpid()}/fd/{self._fd}"
+        self._tasks = [
+            executor.submit(_map_when_ready, self.paths, flags, self.poll_s)
+            for _ in range(processes)
+        ]
+
+    def wait(self) -> list[tuple[int, bool]]:
+        """Each worker's bytes populated once every block is mapped in each; the flags go."""
+        try:
+            return [task.result() for task in self._tasks]
+        finally:
+            if self._flags is not None:
+                self._flags.close()
+            if self._fd is not None:
+                os.close(self._fd)
+            self._flags = self._fd = None
+
+
 # In each worker process: the blocks it has mapped, by path, and those whose page tables it
 # filled in.
 _mapped: dict[str, mmap.mmap] = {}
@@ -221,6 +305,28 @@ def _start_worker(paths: Sequence[str], backend: str, field: PrimeField | None) 
     new = [path for path in paths if path not in _mapped]
     mappings = {path: _mapping(path) for path in new}
     populated = sum(len(mapping) for path, mapping in mappings.items() if path in _populated)
+    return populated, _dies_with_forkserver
+
+
+def _map_when_ready(paths: Sequence[str], flags_path: str, poll_s: float) -> tuple[int, bool]:
+    """Map each of ``paths`` as soon as its flag in the memfd at ``flags_path`` is set, until
+    all are mapped or the last flag (stop) is; the bytes whose page tables it filled in."""
+    descriptor = os.open(flags_path, os.O_RDONLY)
+    try:
+        flags = mmap.mmap(descriptor, len(paths) + 1, prot=mmap.PROT_READ)
+    finally:
+        os.close(descriptor)
+    populated = 0
+    with flags:
+        waiting = [index for index, path in enumerate(paths) if path not in _mapped]
+        while waiting and not flags[len(paths)]:
+            ready = [index for index in waiting if flags[index]]
+            for index in ready:
+                mapping = _mapping(paths[index])
+                populated += len(mapping) if paths[index] in _populated else 0
+            waiting = [index for index in waiting if index not in ready]
+            if waiting and not ready:
+                time.sleep(poll_s)
     return populated, _dies_with_forkserver
 
 

@@ -12,6 +12,7 @@ imports pacer (its Workload contract and settings), and that names pacer's setti
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -32,6 +33,7 @@ from pacer.workload import (
 )
 
 if TYPE_CHECKING:
+    from gpu.allocators import BlockWatcher
     from gpu.pool import PinnedPool
     from gpu.process_executor import ProcessSynthesizer
     from gpu.prover import GpuProver
@@ -99,18 +101,15 @@ class NttWorkload(Workload):
         a, b, c = buffers
         phases: dict[str, float] = {}
         steps = ntt.HSteps(len(a).bit_length() - 1, self.field)
-        started = time.perf_counter()
-        coeffs = steps.intt(a, b, c)
-        phases["intt"] = time.perf_counter() - started
-        started = time.perf_counter()
-        evals = steps.coset_ntt(*coeffs)
-        phases["coset_ntt"] = time.perf_counter() - started
-        started = time.perf_counter()
-        quotient = steps.pointwise(*evals)
-        phases["pointwise"] = time.perf_counter() - started
-        started = time.perf_counter()
-        h = steps.coset_intt(quotient)
-        phases["coset_intt"] = time.perf_counter() - started
+
+        def timed(phase: str, step: Callable[..., Any], *args: Any) -> Any:
+            started = time.perf_counter()
+            out = step(*args)
+            phases[phase] = time.perf_counter() - started
+            return out
+
+        evals = timed("coset_ntt", steps.coset_ntt, *timed("intt", steps.intt, a, b, c))
+        h = timed("coset_intt", steps.coset_intt, timed("pointwise", steps.pointwise, *evals))
         return Proof(digest(h, field=self.field), phases, h if keep_output else None)
 
     def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
@@ -142,14 +141,13 @@ class GpuNttWorkload(NttWorkload):
     """
 
     DEFAULT_LOG_N = 27
-    """Seven transforms of 2^27 points a partition: with Goldilocks, 3 GiB of a, b, c to copy
-    in and 130 ms of H200 time; with BabyBear (its largest domain), 1.5 GiB and 85 ms
-    (bench/RESULTS.md)."""
+    """Seven transforms of 2^27 points a partition: 3 GiB of Goldilocks a, b, c to copy in
+    (its time on an H200: bench/RESULTS.md)."""
     DEFAULT_FIELD = "goldilocks"
-    """On GPUs: the field whose partitions take at least 100 ms of an H200 (bench/RESULTS.md).
-    As NumPy calls its synthesis costs about 3.6 times BabyBear's CPU time per partition;
-    compiled by Numba, about what BabyBear's takes as NumPy calls (1.6 s with 32 cores busy)."""
+    """On GPUs: the field whose partitions take at least 100 ms of an H200, at a synthesis
+    cost compiled by Numba about BabyBear's as NumPy calls (bench/RESULTS.md)."""
     verify_every = 100
+    populate_pool: bool | None = None  # a shared pool's pages before ready (None: if pinned)
 
     def __init__(
         self,
@@ -230,12 +228,11 @@ class GpuNttWorkload(NttWorkload):
         return 3 * self.field.storage.itemsize * (1 << self.log_n)  # a, b, c as stored
 
     def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
-        """Allocate the pinned pool (before readiness: pinning runs at a few GiB/s), or adopt
-        the one the previous pacer kept; meanwhile, on threads of their own, build every
-        worker's prover (host tables, CUDA context, compiled kernels, device buffers), load
-        this process's compiled CPU kernels and, with the processes executor, start
-        ``synthesis_workers`` synthesis processes, which map the pool's blocks once it is
-        ready. `prepare_phases_s` says how long each took."""
+        """Allocate the pinned pool before readiness, or adopt the one the previous pacer kept;
+        meanwhile, on threads, build every worker's prover (host tables, CUDA context, kernels,
+        device buffers), load this process's compiled CPU kernels and, with processes, start
+        ``synthesis_workers`` synthesis processes, which map each pool block once it is pinned
+        (`gpu.process_executor.BlockReadiness`). Each part's time: `prepare_phases_s`."""
         on_cuda = self.pool_backend.endswith("cuda")  # else provers come from elsewhere (tests)
         try:
             with ThreadPoolExecutor(3, thread_name_prefix="prepare") as starter:
@@ -243,19 +240,22 @@ class GpuNttWorkload(NttWorkload):
                 warm = functools.partial(cpu_backend.warm, self.field, verification=True)
                 kernels = self.kernel == "numba" and starter.submit(self._timed, "kernels", warm)
                 provers = on_cuda and starter.submit(self._timed, "provers", self._build_provers)
+                readiness = None
                 if self.executor == "processes":
-                    from gpu.process_executor import ProcessSynthesizer
+                    from gpu.process_executor import BlockReadiness, ProcessSynthesizer
 
                     self._synthesizer = ProcessSynthesizer(
                         synthesis_workers, backend=self.kernel, field=self.field
                     )
+                    readiness = BlockReadiness()
                     starting = starter.submit(self._timed, "synthesis_processes",
-                                              self._synthesizer.start)  # fmt: skip
-                self.pool = self._timed("pool", self._build_pool, slots, budget_bytes)
-                if self._synthesizer is not None:
+                                              self._synthesizer.start, readiness)  # fmt: skip
+                with readiness or contextlib.nullcontext():  # a failed pool: workers let go
+                    self.pool = self._timed("pool", self._build_pool, slots, budget_bytes,
+                                            readiness)  # fmt: skip
+                if self._synthesizer is not None and readiness is not None:
                     starting.result()
-                    self._timed("synthesis_mapping", self._synthesizer.map_blocks,
-                                self.pool.block_paths)  # fmt: skip
+                    self._timed("synthesis_mapping", self._synthesizer.map_ready, readiness)
                 for task in (provers, kernels):
                     if task:
                         task.result()
@@ -272,14 +272,15 @@ class GpuNttWorkload(NttWorkload):
         finally:
             self._phases_s[phase] = time.perf_counter() - started
 
-    def _build_pool(self, slots: int, budget_bytes: int) -> PinnedPool:
+    def _build_pool(self, slots: int, budget: int, watcher: BlockWatcher | None) -> PinnedPool:
         from gpu.allocators import pool_allocator
         from gpu.pool import PinnedPool
 
         n = 1 << self.log_n
-        allocator = pool_allocator(self.pool_backend, self.keep_on_close, slots)
+        allocator = pool_allocator(self.pool_backend, self.keep_on_close, slots, watcher,
+                                   populate=self.populate_pool)  # fmt: skip
         return PinnedPool(slots, [(n,)] * 3, dtype=self.field.storage, backend=allocator,
-                          on_empty=self.on_empty, budget_bytes=budget_bytes,
+                          on_empty=self.on_empty, budget_bytes=budget,
                           field=self.field.name)  # fmt: skip
 
     def _build_provers(self) -> None:

@@ -1,0 +1,125 @@
+"""A pool's blocks mapped by the synthesis workers one by one as they are pinned, and never
+before (`gpu.process_executor.BlockReadiness`): real worker processes, their mappings read
+from /proc/PID/maps."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pytest
+
+from gpu.allocators import SharedHostAllocator
+from gpu.block_maps import maps_inode, processes_mapping
+from gpu.pool import PinnedPool
+from gpu.process_executor import BlockReadiness, ProcessSynthesizer
+from gpu.shm_blocks import HostBlock, create_block
+
+BLOCK_BYTES = 16 * 4096
+
+
+@pytest.fixture
+def blocks() -> Iterator[list[HostBlock]]:
+    made = [create_block(BLOCK_BYTES) for _ in range(3)]
+    yield made
+    for block in made:
+        block.unlink()
+
+
+def workers_mapping(synthesizer: ProcessSynthesizer, block: HostBlock) -> set[int]:
+    """The worker processes that map ``block``."""
+    workers = {process.pid for process in synthesizer._executor._processes.values()}
+    mapping = processes_mapping([maps_inode(*block.inode())], skip=[os.getpid()])
+    return set(mapping) & workers
+
+
+def until(condition: object, limit_s: float = 20.0) -> None:
+    """Wait on real worker processes until ``condition()`` holds (polled), at most
+    ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "the workers did not get there in time"
+        time.sleep(0.01)
+
+
+def started(synthesizer: ProcessSynthesizer, readiness: BlockReadiness) -> threading.Thread:
+    """`ProcessSynthesizer.start` on a thread: it waits for the blocks to exist."""
+    starting = threading.Thread(target=synthesizer.start, args=(readiness,))
+    starting.start()
+    return starting
+
+
+def test_each_worker_maps_a_block_once_it_is_ready_and_none_before(
+    blocks: list[HostBlock],
+) -> None:
+    readiness = BlockReadiness(poll_s=0.001)
+    synthesizer = ProcessSynthesizer(2)
+    try:
+        starting = started(synthesizer, readiness)
+        readiness.blocks_made([block.path for block in blocks])
+        starting.join()
+        workers = {process.pid for process in synthesizer._executor._processes.values()}
+        assert len(workers) == 2
+        readiness.block_ready(1)
+        until(lambda: workers_mapping(synthesizer, blocks[1]) == workers)
+        # Both have polled past block 1: blocks 0 and 2, not ready, are mapped by neither.
+        assert workers_mapping(synthesizer, blocks[0]) == set()
+        assert workers_mapping(synthesizer, blocks[2]) == set()
+        readiness.block_ready(0)
+        readiness.block_ready(2)
+        synthesizer.map_ready(readiness)
+        assert all(workers_mapping(synthesizer, block) == workers for block in blocks)
+        assert synthesizer.blocks == tuple(block.path for block in blocks)
+    finally:
+        synthesizer.close()
+
+
+@pytest.mark.parametrize("made", [True, False], ids=["after-blocks-made", "before-any-block"])
+def test_an_abandoned_pool_releases_the_waiting_workers(
+    blocks: list[HostBlock], made: bool
+) -> None:
+    readiness = BlockReadiness(poll_s=0.001)
+    synthesizer = ProcessSynthesizer(1)
+    try:
+        starting = started(synthesizer, readiness)
+        if made:
+            readiness.blocks_made([block.path for block in blocks])
+            readiness.block_ready(0)
+        readiness.abandon()
+        starting.join(20)
+        assert not starting.is_alive()
+        synthesizer.map_ready(readiness)
+        assert workers_mapping(synthesizer, blocks[2]) == set()
+    finally:
+        synthesizer.close()
+
+
+class RecordingWatcher:
+    """Records what the allocator tells it, and whether each block's pages exist by then."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.ready: list[tuple[int, bool]] = []
+
+    def blocks_made(self, paths: Sequence[str]) -> None:
+        assert not self.paths
+        assert not self.ready
+        self.paths = list(paths)
+
+    def block_ready(self, index: int) -> None:
+        allocated = os.stat(self.paths[index]).st_blocks * 512
+        self.ready.append((index, allocated >= os.stat(self.paths[index]).st_size))
+
+
+@pytest.mark.parametrize("populate", [True, False], ids=["populated", "first-write"])
+def test_the_allocator_tells_its_watcher_of_each_block_once_ready(populate: bool) -> None:
+    watcher = RecordingWatcher()
+    allocator = SharedHostAllocator(False, threads=2, populate=populate, watcher=watcher)
+    with PinnedPool(3, [(4096,)] * 3, np.uint32, allocator) as pool:
+        assert watcher.paths == list(pool.block_paths)
+        assert sorted(index for index, _ in watcher.ready) == [0, 1, 2]
+        # Populated before it is told ready, or (without populating) left to the first write.
+        assert all(pages == populate for _, pages in watcher.ready)
