@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import importlib.util
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -61,12 +62,10 @@ logger = logging.getLogger("gpu.cpu_backend")
 
 @functools.cache
 def numba_available() -> bool:
-    """Whether Numba imports here."""
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether Numba is installed here: found, not imported (importing it takes a while, and
+    a service decides its backend before its pool is pinned; the kernels import it beside
+    the pinning)."""
+    return importlib.util.find_spec("numba") is not None
 
 
 def check(backend: str) -> None:
