@@ -139,9 +139,7 @@ def _device_tables(log_n: int, field: PrimeField, device_id: int) -> _DeviceTabl
 
 
 @functools.cache
-def device_kernels(device_id: int, field: PrimeField) -> dict[str, Any]:
-    """``field``'s kernels compiled (or loaded from CuPy's cache) for device ``device_id``, by
-    name; the first call on a device also creates its CUDA context."""
+def _kernels(device_id: int, field: PrimeField) -> dict[str, Any]:
     import cupy
 
     with cupy.cuda.Device(device_id):
@@ -178,7 +176,7 @@ class CudaHSteps:
         tables = host_tables(log_n, field)
         self._n_inverse, self._z_inverse = tables.n_inverse, tables.z_inverse
         self._device_tables = _device_tables(log_n, field, self._device.id)
-        self._kernels = device_kernels(self._device.id, field)
+        self._kernels = _kernels(self._device.id, field)
         self._launches = launch_plan(log_n)
         with self._device:
 

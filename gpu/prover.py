@@ -8,7 +8,6 @@ once the partition is done.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,18 +82,11 @@ class GpuProver:
 
 
 def build_provers(devices: list[int], log_n: int, field: PrimeField) -> dict[int, GpuProver]:
-    """A prover for each worker, on ``devices[worker]``: the host tables built once while a
-    second thread creates each device's CUDA context and compiles its kernels, each device
-    given its copy of the tables, then let go of (at 2^27 they hold ~7 GiB)."""
+    """A prover for each worker, on ``devices[worker]``: the host tables built once, each
+    device given its copy, then let go of (at 2^27 they hold ~7 GiB)."""
     from gpu import ntt_cuda
 
-    with ThreadPoolExecutor(1, thread_name_prefix="cuda-kernels") as beside:
-        kernels = [
-            beside.submit(ntt_cuda.device_kernels, device, field) for device in sorted(set(devices))
-        ]
-        ntt_cuda.host_tables(log_n, field)
-        for task in kernels:
-            task.result()
+    ntt_cuda.host_tables(log_n, field)
     provers = {worker: GpuProver(device, log_n, field) for worker, device in enumerate(devices)}
     ntt_cuda.release_host_tables()
     return provers

@@ -1,16 +1,10 @@
-"""Proving on a real GPU: the prover's result equals the NumPy reference; phases are timed.
-Building the provers: the kernels beside the host tables (no GPU needed)."""
+"""Proving on a real GPU: the prover's result equals the NumPy reference; phases are timed."""
 
 from __future__ import annotations
-
-import threading
 
 import numpy as np
 import pytest
 
-from gpu import ntt_cuda
-from gpu import prover as prover_module
-from gpu.babybear import BABYBEAR
 from gpu.devices import device_count
 from gpu.digest import digest
 from gpu.ntt import compute_h
@@ -47,35 +41,3 @@ def test_without_keep_h_only_the_digest_comes_back(prover: GpuProver) -> None:
     result = prover.prove(a, b, c)
     assert result.h is None
     assert result.digest == digest(compute_h(a, b, c))
-
-
-def test_provers_compile_the_kernels_beside_the_host_tables(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Each device's context and kernels on a second thread while the host tables are built
-    (no GPU: the device edges are fakes that wait for each other)."""
-    both = threading.Barrier(2, timeout=10)  # broken unless the two run at once
-    compiled: list[int] = []
-    built: list[tuple[int, int]] = []
-
-    def device_kernels(device: int, field: object) -> dict[str, object]:
-        if not compiled:
-            both.wait()
-        compiled.append(device)
-        return {}
-
-    def host_tables(log_n: int, field: object) -> None:
-        both.wait()
-
-    class FakeProver:
-        def __init__(self, device: int, log_n: int, field: object) -> None:
-            built.append((device, log_n))
-
-    monkeypatch.setattr(ntt_cuda, "device_kernels", device_kernels)
-    monkeypatch.setattr(ntt_cuda, "host_tables", host_tables)
-    monkeypatch.setattr(ntt_cuda, "release_host_tables", lambda: None)
-    monkeypatch.setattr(prover_module, "GpuProver", FakeProver)
-    provers = prover_module.build_provers([1, 0, 1], 10, BABYBEAR)
-    assert sorted(compiled) == [0, 1]  # once a device
-    assert built == [(1, 10), (0, 10), (1, 10)]
-    assert sorted(provers) == [0, 1, 2]
