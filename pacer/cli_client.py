@@ -312,7 +312,7 @@ def synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
         return []
     text = synthesis["executor"]
     if synthesis.get("kernel"):
-        text += f", {synthesis['kernel']} kernel"
+        text += f", {synthesis['kernel']} CPU backend"
     if synthesis["executor"] == "processes":
         restarts = synthesis["restarts"]
         text += f" ({restarts} restart{'s' if restarts != 1 else ''} after one died)"

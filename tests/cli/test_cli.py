@@ -196,7 +196,7 @@ def test_status_shows_memory_the_pinned_pool_and_each_gpu(
         flags=re.M,
     ), out
     assert re.search(r"^gpus +0: 40% busy \(2 workers\), 1: 97% busy \(1 worker\)", out, re.M)
-    synthesis = r"^synthesis +processes, numba kernel \(1 restart after one died\)$"
+    synthesis = r"^synthesis +processes, numba CPU backend \(1 restart after one died\)$"
     assert re.search(synthesis, out, re.M), out
 
 

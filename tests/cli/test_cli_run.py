@@ -226,7 +226,7 @@ def test_summary_shares_the_run_between_the_gpus() -> None:
     assert rows["jobs"] == "1 completed, 1 failed"
     assert rows["partitions"] == "20 of 32 done"
     assert rows["throughput"] == "2.0 partitions/s"
-    assert rows["synthesis"] == "processes, numba kernel (0 restarts after one died)"
+    assert rows["synthesis"] == "processes, numba CPU backend (0 restarts after one died)"
     assert rows["gpus"] == "0: 95% busy (2 workers), 1: 100% busy (1 worker) over the run"
     assert rows["controller"] == "pi: 1 cold bootstrap, 2 re-bootstraps"
     assert rows["estimates"] == "GPU 0.160 s, synthesis 1.400 s a partition"
