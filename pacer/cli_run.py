@@ -37,6 +37,7 @@ from pacer.cli_client import (
 )
 from pacer.client import ApiError, Client
 from pacer.config import Settings
+from pacer.config.operation import CLOSE_WORKLOAD_S
 from pacer.table import render
 
 HELP = "serve, submit jobs, follow them, drain and print a summary (ends by itself)"
@@ -59,9 +60,6 @@ examples:
   PACER_WORKLOAD=noop pacer run --jobs 100     the pipeline alone, no proving work
   pacer run --journal run.sqlite --log-level info
 """
-# The service's own limit on its workload's close, beyond the drain budget
-# (pacer.service.host.CLOSE_WORKLOAD_S; not imported: pacer run loads no service).
-CLOSE_GRACE_S = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -171,7 +169,7 @@ def stop(child: subprocess.Popen[bytes], drain_s: float) -> int:
     if child.poll() is None:
         child.send_signal(signal.SIGTERM)
     try:
-        return child.wait(drain_s + CLOSE_GRACE_S + 10.0)
+        return child.wait(drain_s + CLOSE_WORKLOAD_S + 10.0)
     except subprocess.TimeoutExpired:
         child.kill()
         return child.wait()

@@ -88,6 +88,11 @@ class ApiSettings(Section):
         return value
 
 
+CLOSE_WORKLOAD_S = 30.0
+"""At shutdown, how long the workload's close (pool, processes) may take beyond the drain
+before the service exits anyway; `pacer run` waits for its child that much longer too."""
+
+
 class ShutdownSettings(Section):
     """SIGTERM handling."""
 

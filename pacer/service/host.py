@@ -9,13 +9,13 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from pacer.config.operation import CLOSE_WORKLOAD_S
 from pacer.host_memory import HostMemory, bytes_text
 from pacer.plan import Plan, host_room
 from pacer.threads import DaemonPool
 from pacer.workload import PooledWorkload
 
 log = logging.getLogger("pacer.service")
-CLOSE_WORKLOAD_S = 30.0  # the workload's close at shutdown (pool, processes): then exit anyway
 
 
 def read_host(meminfo: Path) -> HostMemory | None:
