@@ -14,6 +14,8 @@ of n = 2^k points:
 The last launch of a transform applies its output scale (n⁻¹, or n⁻¹·shift^−i for the coset
 inverse: `OUT_SCALAR`, `OUT_VECTOR`), so scaling costs no pass of its own. ``h_pointwise``
 computes (a·b − c)·Z⁻¹; ``h_digest`` folds `gpu.digest.digest_lanes` on the device.
+``power_table`` fills the twiddle and coset tables on the device, each element an exact
+product of the root's (or shift's) repeated squares, so no table crosses from the host.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ __all__ = [
 
 HEAD_LOG_TILE = 11
 """log2 of the points one ``ntt_head`` block transforms in shared memory (1024 threads)."""
-KERNEL_NAMES = ("ntt_head", "ntt_stage2", "ntt_stage", "h_pointwise", "h_digest")
+KERNEL_NAMES = ("ntt_head", "ntt_stage2", "ntt_stage", "h_pointwise", "h_digest", "power_table")
 """The ``extern "C"`` kernels of `cuda_source`."""
 MAX_LOG_N = 30
 """The longest transform on a device (indices are 32-bit), where the field allows it."""
@@ -142,6 +144,26 @@ extern "C" __global__ void h_pointwise(const elem* __restrict__ a, const elem* _
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     h[i] = fmul(fsub(fmul(a[i], b[i]), c[i]), z_inverse);
+}
+
+/* A table of powers: out[i] = first·base^e(i), from squares[k] = base^(2^k). Staged, e(i) is
+   the twiddle exponent of the transforms' table (i + 1 = 2^s + j: stage s, twiddle j, the
+   root raised to j·2^(log_n − 1 − s)); else e(i) = i. */
+extern "C" __global__ void power_table(elem* __restrict__ out, const elem* __restrict__ squares,
+                                       elem first, u32 count, int log_n, int staged) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    u32 e = i;
+    if (staged) {
+        const u32 t = i + 1;
+        const int s = 31 - __clz(t);
+        e = (t - (1u << s)) << (log_n - 1 - s);
+    }
+    elem v = first;
+    for (int k = 0; e != 0; ++k, e >>= 1) {
+        if (e & 1u) v = fmul(v, squares[k]);
+    }
+    out[i] = v;
 }
 
 /* gpu.digest.digest_lanes: lane t folds elements t, t + lanes, t + 2·lanes, ... by FNV-1a/64. */

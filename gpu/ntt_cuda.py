@@ -3,10 +3,11 @@
 
 `CudaHSteps` mirrors `gpu.ntt.HSteps` phase by phase on device arrays and gives the same
 canonical elements bit for bit: every kernel does exact arithmetic mod p, the twiddle and coset
-tables are `gpu.ntt`'s own host tables uploaded as they are (`host_tables`), and the transform
-is the same radix-2 decimation-in-time NTT (bit-reversed gather, then log2(n) butterfly
-stages). Device vectors hold one canonical element in the field's storage type (``elem``:
-uint32 for BabyBear, half the traffic of uint64; uint64 for Goldilocks).
+tables are computed on the device from the same roots and shifts as `gpu.ntt`'s host tables
+(`table_recipes`; equal to `host_tables` element for element), and the transform is the same
+radix-2 decimation-in-time NTT (bit-reversed gather, then log2(n) butterfly stages). Device
+vectors hold one canonical element in the field's storage type (``elem``: uint32 for
+BabyBear, half the traffic of uint64; uint64 for Goldilocks).
 
 CuPy is imported lazily: this module imports without it (`gpu.devices.device_count` says
 whether a device can be used).
@@ -48,8 +49,11 @@ __all__ = [
     "GPU_PHASES",
     "CudaHSteps",
     "HostTables",
+    "TableRecipe",
+    "h_scalars",
     "host_tables",
-    "release_host_tables",
+    "table_recipes",
+    "table_squares",
     "to_device",
 ]
 
@@ -84,7 +88,9 @@ class HostTables:
 
 @functools.lru_cache(maxsize=_CACHED_SIZES)
 def host_tables(log_n: int, field: PrimeField = BABYBEAR) -> HostTables:
-    """The tables for 2^log_n points, from `gpu.ntt`'s cached uint64 tables."""
+    """The tables for 2^log_n points, from `gpu.ntt`'s cached uint64 tables, on the host:
+    the reference the device's own (`table_recipes`) are checked against, and the input of
+    the kernels' NumPy simulation in the tests."""
     check_log_n(log_n, field)
     plan = _plan(log_n, field)
     up, down = _coset_scales(log_n, field.GENERATOR, field)
@@ -104,14 +110,6 @@ def host_tables(log_n: int, field: PrimeField = BABYBEAR) -> HostTables:
     )
 
 
-def release_host_tables() -> None:
-    """Drop the cached host tables (and `gpu.ntt`'s, which they come from) once every device
-    has its copy: at 2^27 they hold ~7 GiB that nothing reads after the upload."""
-    host_tables.cache_clear()
-    _plan.cache_clear()
-    _coset_scales.cache_clear()
-
-
 @dataclass(frozen=True)
 class _DeviceTables:
     forward: DeviceArray
@@ -120,22 +118,70 @@ class _DeviceTables:
     coset_down: DeviceArray
 
 
+@dataclass(frozen=True)
+class TableRecipe:
+    """How `power_table` fills one table on the device: ``count`` elements first·base^e(i),
+    e(i) = i, or, ``staged``, the twiddle exponent of the transforms' stage-by-stage layout."""
+
+    base: int
+    first: int
+    count: int
+    staged: bool
+
+
+def table_recipes(log_n: int, field: PrimeField) -> tuple[TableRecipe, ...]:
+    """The recipes of forward, backward, coset_up and coset_down, in that order: the same
+    roots and shifts as `host_tables`, hence the same elements."""
+    n = 1 << log_n
+    root = field.root_of_unity(log_n)
+    shift = field.GENERATOR
+    n_inverse, _ = h_scalars(log_n, field)
+    return (
+        TableRecipe(root, 1, n - 1, staged=True),
+        TableRecipe(field.inverse(root), 1, n - 1, staged=True),
+        TableRecipe(shift, 1, n, staged=False),
+        TableRecipe(field.inverse(shift), n_inverse, n, staged=False),
+    )
+
+
+def table_squares(base: int, field: PrimeField) -> npt.NDArray[Any]:
+    """base^(2^k) mod p for k < 32 in the field's storage dtype: the factors `power_table`
+    multiplies, one per set bit of an exponent."""
+    squares, value = [], base % field.P
+    for _ in range(32):
+        squares.append(value)
+        value = value * value % field.P
+    return np.array(squares, dtype=field.storage)
+
+
+def h_scalars(log_n: int, field: PrimeField) -> tuple[int, int]:
+    """n⁻¹ and 1 / (GENERATOR^n − 1), Z's inverse on the coset, for 2^log_n points."""
+    n = 1 << log_n
+    return field.inverse(n % field.P), field.inverse((field.pow(field.GENERATOR, n) - 1) % field.P)
+
+
 @functools.lru_cache(maxsize=_CACHED_SIZES)
 def _device_tables(log_n: int, field: PrimeField, device_id: int) -> _DeviceTables:
+    """The four tables, computed on device ``device_id`` (`power_table`): milliseconds, where
+    building them on the host and uploading them took seconds and ~6 GiB of host memory at
+    2^27. Equal to `host_tables` element for element (tests/gpu/test_ntt_cuda.py)."""
     import cupy
 
-    tables = host_tables(log_n, field)
+    kernel = _kernels(device_id, field)["power_table"]
+    element = field.storage.type
+    tables = []
     with cupy.cuda.Device(device_id):
-        uploaded = _DeviceTables(
-            *(
-                cupy.asarray(t)
-                for t in (tables.forward, tables.backward, tables.coset_up, tables.coset_down)
-            )
-        )
-        # Uploaded on the current stream; callers launch on their own (maybe non-blocking)
+        for recipe in table_recipes(log_n, field):
+            out = cupy.empty(recipe.count, dtype=field.storage)
+            squares = cupy.asarray(table_squares(recipe.base, field))
+            args = (out, squares, element(recipe.first), np.uint32(recipe.count),
+                    np.int32(log_n), np.int32(recipe.staged))  # fmt: skip
+            kernel((-(-recipe.count // BLOCK),), (BLOCK,), args)
+            tables.append(out)
+        # Filled on the current stream; callers launch on their own (maybe non-blocking)
         # streams, which do not wait for it.
         cupy.cuda.get_current_stream().synchronize()
-    return uploaded
+    return _DeviceTables(*tables)
 
 
 @functools.cache
@@ -173,8 +219,7 @@ class CudaHSteps:
         self._cupy = cupy
         self._device = cupy.cuda.Device()
         self.stream = stream if stream is not None else cupy.cuda.get_current_stream()
-        tables = host_tables(log_n, field)
-        self._n_inverse, self._z_inverse = tables.n_inverse, tables.z_inverse
+        self._n_inverse, self._z_inverse = h_scalars(log_n, field)
         self._device_tables = _device_tables(log_n, field, self._device.id)
         self._kernels = _kernels(self._device.id, field)
         self._launches = launch_plan(log_n)

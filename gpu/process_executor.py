@@ -67,17 +67,22 @@ __all__ = ["BlockReadiness", "ProcessSynthesizer"]
 
 logger = logging.getLogger("gpu.process_executor")
 
+PRELOAD_MODULE = "gpu.synthesis_preload"
+"""What the forkserver imports before forking workers of compiled synthesis: the kernels."""
+
 
 class ProcessSynthesizer:
     """``processes`` worker processes filling shared pool slots; `fill` blocks until done.
 
     Started with forkserver (the workers never touch CUDA, and a fork of a process holding a
-    CUDA context is not safe to use). `start` launches them all, so none is forked on the hot
-    path, and has each map the shared-memory ``blocks`` (paths: `gpu.pool.PinnedPool.block_paths`)
-    with their page tables filled and, with ``backend="numba"``, load ``field``'s compiled
-    kernel; with a `BlockReadiness`, each then maps a pool's blocks as they are pinned
-    (`map_ready` waits for that); `close` stops them. A block not
-    among them is mapped on its first fill in each worker.
+    CUDA context is not safe to use); with ``backend="numba"`` the forkserver loads the
+    compiled kernels before its first fork (`PRELOAD_MODULE`). `start` launches them all, so
+    none is forked on the hot path, and has each map the shared-memory ``blocks`` (paths:
+    `gpu.pool.PinnedPool.block_paths`) with their page tables filled and, with
+    ``backend="numba"``, load ``field``'s compiled kernel (already there when forked from a
+    preloaded forkserver); with a `BlockReadiness`, each then maps a pool's blocks as they
+    are pinned (`map_ready` waits for that); `close` stops them. A block not among them is
+    mapped on its first fill in each worker.
 
     A worker that dies (the OOM killer, a signal) breaks the whole set: the syntheses in flight
     then start over once on a new set (``restarts`` counts them), instead of every later
@@ -107,6 +112,10 @@ class ProcessSynthesizer:
 
     def _new_executor(self) -> ProcessPoolExecutor:
         context = multiprocessing.get_context("forkserver")
+        if self.backend == "numba":
+            # The forkserver loads the compiled kernels once and every worker is forked with
+            # them (`gpu.synthesis_preload`); no effect on a forkserver already running.
+            context.set_forkserver_preload(["__main__", PRELOAD_MODULE])
         return ProcessPoolExecutor(
             self.processes, mp_context=context, initializer=_tie_to_service,
             initargs=(self._lifeline.reader,),

@@ -82,11 +82,7 @@ class GpuProver:
 
 
 def build_provers(devices: list[int], log_n: int, field: PrimeField) -> dict[int, GpuProver]:
-    """A prover for each worker, on ``devices[worker]``: the host tables built once, each
-    device given its copy, then let go of (at 2^27 they hold ~7 GiB)."""
-    from gpu import ntt_cuda
-
-    ntt_cuda.host_tables(log_n, field)
-    provers = {worker: GpuProver(device, log_n, field) for worker, device in enumerate(devices)}
-    ntt_cuda.release_host_tables()
-    return provers
+    """A prover for each worker, on ``devices[worker]``: each device's context, kernels and
+    tables (computed there, `gpu.ntt_cuda.table_recipes`) made once and shared by its
+    workers."""
+    return {worker: GpuProver(device, log_n, field) for worker, device in enumerate(devices)}

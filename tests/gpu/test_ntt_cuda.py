@@ -15,7 +15,6 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-import gpu.ntt as ntt_module
 from gpu import ntt_cuda
 from gpu.babybear import BABYBEAR
 from gpu.cuda_kernels import HEAD_LOG_TILE, KERNEL_NAMES, cuda_source, launch_plan
@@ -288,6 +287,40 @@ def test_simulated_h_matches_compute_h(field: PrimeField, log_n: int) -> None:
     assert digest(h, field=field) == digest(HSteps(log_n, field).run(a, b, c), field=field)
 
 
+def sim_power_table(field: PrimeField, recipe: ntt_cuda.TableRecipe, log_n: int) -> FieldArray:
+    """``power_table``, every thread at once: first times the squares of each set bit."""
+    i = np.arange(recipe.count, dtype=np.uint64)
+    exponent = i
+    if recipe.staged:
+        t = i + np.uint64(1)
+        stage = np.floor(np.log2(t.astype(np.float64))).astype(np.uint64)  # 31 − __clz(t)
+        exponent = (t - (np.uint64(1) << stage)) << (np.uint64(log_n - 1) - stage)
+    squares = ntt_cuda.table_squares(recipe.base, field).astype(np.uint64)
+    values = np.full(recipe.count, recipe.first, dtype=np.uint64)
+    for k in range(32):
+        bit = ((exponent >> np.uint64(k)) & np.uint64(1)).astype(bool)
+        values[bit] = field.mul(values[bit], squares[k])
+    return values
+
+
+@each_field
+@pytest.mark.parametrize("log_n", range(1, 13), ids=lambda n: f"2^{n}")
+def test_simulated_power_tables_are_the_host_tables(field: PrimeField, log_n: int) -> None:
+    tables = host_tables(log_n, field)
+    expected = (tables.forward, tables.backward, tables.coset_up, tables.coset_down)
+    recipes = ntt_cuda.table_recipes(log_n, field)
+    assert len(recipes) == len(expected)
+    for recipe, table in zip(recipes, expected, strict=True):
+        assert (sim_power_table(field, recipe, log_n) == table.astype(np.uint64)).all()
+    assert ntt_cuda.h_scalars(log_n, field) == (tables.n_inverse, tables.z_inverse)
+
+
+def test_table_squares_are_repeated_squares_in_storage_dtype() -> None:
+    squares = ntt_cuda.table_squares(7, BABYBEAR)
+    assert squares.dtype == BABYBEAR.storage
+    assert squares.tolist() == [pow(7, 1 << k, BABYBEAR.P) for k in range(32)]
+
+
 # --- GPU: the real kernels ---------------------------------------------------------------------
 
 GPU_SIZES = list(range(10, 21))
@@ -384,22 +417,32 @@ def test_repeated_runs_on_one_instance_agree(
 
 
 @pytest.mark.gpu
+@each_field
+@pytest.mark.parametrize("log_n", [1, 2, 5, 11, 12, 16, 20], ids=lambda n: f"2^{n}")
+def test_device_tables_are_the_host_tables(cupy_module: Any, field: PrimeField, log_n: int) -> None:
+    on_device = ntt_cuda._device_tables(log_n, field, cupy_module.cuda.Device().id)
+    tables = host_tables(log_n, field)
+    expected = (tables.forward, tables.backward, tables.coset_up, tables.coset_down)
+    got = (on_device.forward, on_device.backward, on_device.coset_up, on_device.coset_down)
+    for device_table, table in zip(got, expected, strict=True):
+        assert device_table.dtype == field.storage
+        assert (device_table.get() == table).all()
+
+
+@pytest.mark.gpu
+def test_a_prover_builds_no_host_tables(cupy_module: Any) -> None:
+    from gpu.prover import build_provers
+
+    host_tables.cache_clear()
+    provers = build_provers([0, 0], 13, BABYBEAR)
+    assert ntt_cuda.host_tables.cache_info().currsize == 0
+    assert provers[0].steps._device_tables is provers[1].steps._device_tables
+
+
+@pytest.mark.gpu
 def test_phase_rejects_its_own_output_buffer(cupy_module: Any) -> None:
     steps = ntt_cuda.CudaHSteps(10)
     a, b, c = steps.h2d(*synthesize(seed=1, index=0, log_n=10))
     coeffs = steps.intt(a, b, c)
     with pytest.raises(ValueError, match="must not be the buffer this phase writes"):
         steps.intt(*coeffs)
-
-
-def test_host_tables_leave_the_cpu_gather_index_unbuilt_and_can_be_released() -> None:
-    ntt_cuda.release_host_tables()
-    ntt_cuda.host_tables(14)
-    assert (
-        "gather" not in ntt_module._plan(14, BABYBEAR).__dict__
-    )  # 2^27 of intp the GPU never reads
-    assert ntt_cuda.host_tables.cache_info().currsize == 1
-    ntt_cuda.release_host_tables()
-    assert ntt_cuda.host_tables.cache_info().currsize == 0
-    assert ntt_module._plan.cache_info().currsize == 0
-    assert ntt_module._coset_scales.cache_info().currsize == 0

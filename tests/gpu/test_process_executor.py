@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from gpu import lifeline, process_executor
+from gpu import cpu_backend, lifeline, process_executor
 from gpu.babybear import BABYBEAR
 from gpu.lifeline import SYNTHESIS_PROCESS_NAME
 from gpu.pool import PinnedPool
@@ -256,3 +256,40 @@ def test_a_cut_lifeline_ends_the_child_watching_it() -> None:
         assert child.stdout.readline() == "watching\n"
         line.cut()
         assert child.wait(5) == lifeline.EXIT_ORPHANED
+
+
+FORKSERVER_OF_COMPILED_SYNTHESIS = """
+import sys
+from multiprocessing import forkserver
+from gpu.goldilocks import GOLDILOCKS
+from gpu.process_executor import ProcessSynthesizer
+with ProcessSynthesizer(1, backend=sys.argv[1], field=GOLDILOCKS) as synthesizer:
+    pid = forkserver._forkserver._forkserver_pid
+    with open(f"/proc/{pid}/maps") as maps:
+        print("llvmlite" in maps.read())
+"""
+
+
+@pytest.mark.skipif(not cpu_backend.numba_available(), reason="Numba is not installed")
+@pytest.mark.parametrize(("backend", "preloaded"), [("numba", True), ("numpy", False)])
+def test_the_forkserver_of_compiled_synthesis_holds_the_kernels_its_workers_fork_with(
+    backend: str, preloaded: bool
+) -> None:
+    # Numba's compiler library is mapped in the forkserver itself: what it loaded before its
+    # first fork, every worker starts with. NumPy synthesis loads nothing there.
+    ran = subprocess.run([sys.executable, "-c", FORKSERVER_OF_COMPILED_SYNTHESIS, backend],
+                         capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    assert ran.stdout.split() == [str(preloaded)]
+
+
+@pytest.mark.skipif(not cpu_backend.numba_available(), reason="Numba is not installed")
+def test_the_preload_loads_every_fields_synthesis_kernel() -> None:
+    code = (
+        "import gpu.synthesis_preload as preload\n"
+        "from gpu import cpu_backend\n"
+        "kernels = cpu_backend._kernels()\n"
+        "print(*(bool(kernels[field.name].signatures) for field in preload.PRELOADED_FIELDS))\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)  # fmt: skip
+    assert ran.stdout.split() == ["True", "True"]
