@@ -184,7 +184,10 @@ class SharedHostAllocator:
     ``register``, or ``populate``) has ``threads`` threads fill in their page tables
     (`populate`) and register them side by side, telling ``watcher`` of each block as it is
     ready; `release` unregisters them and removes them, or keeps them. Without ``register``
-    or ``populate`` a block's pages come as they are first written.
+    or ``populate`` a block's pages come as they are first written. With ``register`` CuPy is
+    imported on one of those threads while the others fill the first blocks: its import (a
+    second or so on a GPU host) overlaps the filling instead of coming before it (a thread
+    waits for it once its first block is filled, to register it).
     """
 
     pinned: bool
@@ -204,7 +207,6 @@ class SharedHostAllocator:
         self.threads = max(1, threads)
         self.populate = register if populate is None else populate
         self.watcher = watcher
-        self._cuda: Any = _cupy_cuda() if register else None
         self.blocks: list[HostBlock] = []
         self.slots_adopted = 0
         self._arrays: list[ByteArray] = []
@@ -242,8 +244,10 @@ class SharedHostAllocator:
         progress line every PROGRESS_EVERY_S."""
         start = last_report = time.monotonic()
         with ThreadPoolExecutor(self.threads, thread_name_prefix="pin") as pinning:
+            cuda = pinning.submit(_cupy_cuda) if self.pinned else None
             tasks = [
-                pinning.submit(self._pin, index, block) for index, block in enumerate(self.blocks)
+                pinning.submit(self._pin, index, block, cuda)
+                for index, block in enumerate(self.blocks)
             ]
             while True:
                 done, waiting = futures.wait(tasks, PROGRESS_EVERY_S)
@@ -255,12 +259,13 @@ class SharedHostAllocator:
                                 len(done), len(tasks), last_report - start)  # fmt: skip
             return [task.result() for task in tasks]
 
-    def _pin(self, index: int, block: HostBlock) -> ByteArray:
+    def _pin(self, index: int, block: HostBlock, cuda: futures.Future[Any] | None) -> ByteArray:
         array = np.frombuffer(block.mapping, np.uint8, block.size)
         if self.populate:  # else the pages come as they are first written, as ever
             populate(array.ctypes.data, block.size, existing=index < self.slots_adopted)
-        if self._cuda is not None:
-            self._cuda.runtime.hostRegister(array.ctypes.data, block.size, _HOST_REGISTER_PORTABLE)
+        if cuda is not None:  # CuPy's import, or why it failed
+            runtime = cuda.result().runtime
+            runtime.hostRegister(array.ctypes.data, block.size, _HOST_REGISTER_PORTABLE)
             self._registered.append(array.ctypes.data)  # list.append is atomic
         if self.watcher is not None:
             self.watcher.block_ready(index)
@@ -278,7 +283,7 @@ class SharedHostAllocator:
         """Unpin every block, then keep it for the next pacer or remove it; mappings still held
         elsewhere stay valid until dropped."""
         for pointer in self._registered:
-            self._cuda.runtime.hostUnregister(pointer)
+            _cupy_cuda().runtime.hostUnregister(pointer)
         self._registered.clear()
         self._arrays.clear()
         blocks, self.blocks = self.blocks, []

@@ -1,31 +1,62 @@
-"""The CUDA devices this process can use, seen through CuPy (imported on call, never at import).
+"""The CUDA devices this process can use, asked of the CUDA driver without importing CuPy.
 
 One answer to "is there CUDA here": `device_count`, 0 without CuPy, a driver or a device.
+CuPy proves, so it must be installed, but importing it takes a second or so on a GPU host: the
+service asks here before its pool is pinned (`gpu.workload.ntt`, the plan's GPU model), and
+imports CuPy only beside the pinning (`gpu.workload.GpuNttWorkload.prepare`). The driver
+(``libcuda.so.1``) numbers devices as CuPy's runtime does, ``CUDA_VISIBLE_DEVICES`` included.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import importlib.util
+
 __all__ = ["device_count", "device_name"]
+
+DRIVER_LIBRARY = "libcuda.so.1"
+_NAME_BYTES = 256
+_SUCCESS = 0  # CUDA_SUCCESS
+
+
+@functools.cache
+def _driver() -> ctypes.CDLL | None:
+    """The CUDA driver, initialized once (cuInit); None where it cannot be loaded or started."""
+    try:
+        driver = ctypes.CDLL(DRIVER_LIBRARY)
+    except OSError:
+        return None
+    return driver if driver.cuInit(0) == _SUCCESS else None
+
+
+def _usable_driver() -> ctypes.CDLL | None:
+    """The driver where CuPy is installed (looked up, not imported), else None."""
+    try:
+        installed = importlib.util.find_spec("cupy") is not None
+    except (ImportError, ValueError):
+        installed = False
+    return _driver() if installed else None
 
 
 def device_count() -> int:
     """Visible CUDA devices; 0 without CuPy, a driver or a device."""
-    try:
-        import cupy
-
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:  # ImportError, or CUDARuntimeError where there is no driver or device
+    driver = _usable_driver()
+    count = ctypes.c_int(0)
+    if driver is None or driver.cuDeviceGetCount(ctypes.byref(count)) != _SUCCESS:
         return 0
+    return count.value
 
 
 def device_name(device: int) -> str:
     """The model of CUDA device ``device`` ("NVIDIA H200"); "unknown" where it cannot be read."""
-    if device_count() == 0:
+    driver = _usable_driver()
+    if driver is None or not 0 <= device < device_count():
         return "unknown"
-    import cupy
-
-    try:
-        name = cupy.cuda.runtime.getDeviceProperties(device)["name"]
-    except cupy.cuda.runtime.CUDARuntimeError:
+    handle = ctypes.c_int(0)
+    name = ctypes.create_string_buffer(_NAME_BYTES)
+    if driver.cuDeviceGet(ctypes.byref(handle), device) != _SUCCESS:
         return "unknown"
-    return name.decode() if isinstance(name, bytes) else str(name)
+    if driver.cuDeviceGetName(name, _NAME_BYTES, handle) != _SUCCESS:
+        return "unknown"
+    return name.value.decode(errors="replace")

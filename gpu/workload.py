@@ -185,8 +185,10 @@ class GpuNttWorkload(NttWorkload):
     def device_of(self, worker: int) -> int:
         return self.devices[worker // self.workers_per_device]
 
-    @property
+    @functools.cached_property
     def gpu_model(self) -> str:
+        """Its devices' model(s), asked of the driver once: the service reads it at every
+        resolve, and a check of the Workload contract reads every member."""
         from gpu.devices import device_name
 
         return ", ".join(sorted({device_name(d) for d in self.devices}))

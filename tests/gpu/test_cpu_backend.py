@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from itertools import pairwise
 
 import numpy as np
@@ -213,16 +211,3 @@ def test_the_gpus_tables_are_the_same_compiled_or_not(
         assert (mine == theirs).all()
     for mine, theirs in zip(compiled[1].backward, numpy[1].backward, strict=True):
         assert (mine == theirs).all()
-
-
-def test_a_gpu_workload_chooses_numba_without_importing_it() -> None:
-    """The backend is chosen before the pool is pinned; Numba is imported beside it."""
-    script = (
-        "import sys\n"
-        "from gpu.workload import GpuNttWorkload\n"
-        "workload = GpuNttWorkload(10, [0], 1, 'wait', backend='auto')\n"
-        "print(workload.kernel, 'numba' in sys.modules)\n"
-    )
-    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True)  # fmt: skip
-    assert ran.stdout.split() == ["numba" if cpu_backend.numba_available() else "numpy", "False"]

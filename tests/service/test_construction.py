@@ -3,6 +3,7 @@ layer that serves it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from gpu import cpu_backend
 from pacer.journal import JournalInUseError
 from pacer.service import Service
 from pacer.workload import WorkloadError
@@ -32,6 +34,45 @@ def test_importing_the_service_imports_neither_the_api_nor_the_server() -> None:
                          cwd=ROOT, timeout=60)  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "[]"
+
+
+OPEN_ON_GPUS = """
+import asyncio, sys
+from prometheus_client import CollectorRegistry
+import gpu.devices
+from pacer.config import Settings
+from pacer.service import Service
+
+asked = []  # the driver, faked: two devices
+gpu.devices.device_count = lambda: 2
+gpu.devices.device_name = lambda device: asked.append(device) or "NVIDIA H200"
+
+async def main() -> None:
+    service = Service(Settings(), CollectorRegistry())
+    await service.open()
+    plan = service.plan
+    print(type(service.workload).__name__, plan.gpu_model, plan.kernel, len(asked))
+    print(sorted(name for name in ("cupy", "numba") if name in sys.modules))
+    await service.close()
+
+asyncio.run(main())
+"""
+
+
+def test_opening_on_gpus_imports_neither_cupy_nor_numba(tmp_path: Path) -> None:
+    """Before the pool is pinned, nothing imports CuPy (a second or so on a GPU host) or
+    Numba: both load beside the pinning, in `prepare`. The GPUs' model is asked once."""
+    fake = tmp_path / "site" / "cupy"
+    fake.mkdir(parents=True)  # an importable CuPy, so that importing it would show
+    (fake / "__init__.py").write_text('"""Stands in for CuPy: importing it is the fault."""\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake.parent), str(ROOT)]),
+           "PACER_JOURNAL__PATH": str(tmp_path / "journal.sqlite"), "PACER_NTT__LOG_N": "27",
+           "PACER_NTT__FIELD": "goldilocks", "PACER_SYNTHESIS__EXECUTOR": "processes"}  # fmt: skip
+    ran = subprocess.run([sys.executable, "-c", OPEN_ON_GPUS], capture_output=True, text=True,
+                         cwd=ROOT, env=env, timeout=60)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    kernel = "numba" if cpu_backend.numba_available() else "numpy"
+    assert ran.stdout.splitlines() == [f"GpuNttWorkload NVIDIA H200 {kernel} 2", "[]"]
 
 
 def test_construction_does_no_io(tmp_path: Path) -> None:

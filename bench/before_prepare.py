@@ -1,0 +1,99 @@
+"""What `pacer serve` does before its pool starts pinning, on the GPU workload's settings.
+
+    python -m bench.before_prepare [--runs 5]
+
+Each run is a fresh process with a fresh journal that imports what ``pacer serve`` imports and
+starts the service as it does, up to the moment the workload's ``prepare`` would begin (pinning
+the pool: everything before it is the critical path of a start); ``prepare`` itself is not
+run. ``PACER_NTT__LOG_N``, ``PACER_NTT__FIELD`` and ``PACER_SYNTHESIS__EXECUTOR`` default to
+what a GPU host runs (27, goldilocks, processes). Prints, per run: launch → imports done,
+``open`` (the ``startup`` phase), launch → ``prepare``, the workload loaded and whether CuPy or
+Numba had been imported by then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pacer.table import render
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_HOST = {"PACER_NTT__LOG_N": "27", "PACER_NTT__FIELD": "goldilocks",
+            "PACER_SYNTHESIS__EXECUTOR": "processes"}  # fmt: skip
+
+CHILD = """
+import sys, time
+launched = float(sys.argv[1])
+import pacer.__main__, sqlite3, pydantic, uvloop
+from pacer import config, logs, server
+from pacer.journal import JournalRefusedError
+from pacer.journal_health import JournalUnavailable
+from pacer.plan import ConfigurationError
+from pacer.service import host
+from pacer.workload import WorkloadError
+imported = time.time()
+
+class Reached(Exception):
+    pass
+
+async def prepare_pool(*args, **kwargs):
+    raise Reached(time.time(), sorted(m for m in ("cupy", "numba") if m in sys.modules))
+
+host.prepare_pool = prepare_pool
+
+async def main():
+    service = server.Server(config.load_settings())
+    try:
+        await service.start()
+    except Reached as reached:
+        at, modules = reached.args
+    finally:
+        await service.shutdown()
+    return {"imports_ms": (imported - launched) * 1000,
+            "open_ms": service.startup.phases_s["open"] * 1000,
+            "to_prepare_ms": (at - launched) * 1000,
+            "workload": type(service.workload).__name__, "imported": modules}
+
+import json
+print(json.dumps(uvloop.run(main())))
+"""
+
+
+def run_once() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="pacer-before-prepare-") as tmp:
+        env = {**GPU_HOST, **os.environ, "PACER_JOURNAL__PATH": f"{tmp}/journal.sqlite",
+               "PACER_API__PORT": "0"}  # fmt: skip
+        launched = time.time()
+        ran = subprocess.run([sys.executable, "-c", CHILD, repr(launched)], env=env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    if ran.returncode != 0:
+        raise RuntimeError(f"the run failed:\n{ran.stderr}")
+    result: dict[str, Any] = json.loads(ran.stdout.splitlines()[-1])
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    runs = [run_once() for _ in range(args.runs)]
+    rows = [
+        [f"{run['imports_ms']:.0f}", f"{run['open_ms']:.0f}", f"{run['to_prepare_ms']:.0f}",
+         run["workload"], ", ".join(run["imported"]) or "neither"]
+        for run in runs
+    ]  # fmt: skip
+    header = ["imports (ms)", "open (ms)", "launch → prepare (ms)", "workload", "CuPy, Numba"]
+    print(render(header, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
