@@ -19,7 +19,9 @@ twice the rate of MADV_POPULATE_WRITE, with no fault on the writes that follow.
 A pool being pinned is mapped block by block: `start` with a `BlockReadiness` (the pool
 allocator's `gpu.allocators.BlockWatcher`) has each worker, once started, map every block as
 soon as the pinning threads are done with it, beside the pinning of the rest, and never one
-before: a flag per block in a small memfd says which are ready. (On a fresh virtual machine
+before: a flag per block in a small memfd says which are ready. Each maps on a thread of the
+lowest CPU priority: the pinning, which start-up waits for, keeps the cores it needs, and the
+mapping takes what is left. (On a fresh virtual machine
 the workers' page tables are memory the host backs on first touch, which made their mapping
 after the pool take as long again as the pinning: bench/RESULTS.md.)
 
@@ -51,10 +53,11 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
+from typing import Any, TypeVar
 
 from gpu import cpu_backend, lifeline
 from gpu.babybear import BABYBEAR
@@ -66,6 +69,7 @@ from gpu.synthesis import synthesize_into
 __all__ = ["BlockReadiness", "ProcessSynthesizer"]
 
 logger = logging.getLogger("gpu.process_executor")
+T = TypeVar("T")
 
 PRELOAD_MODULE = "gpu.synthesis_preload"
 """What the forkserver imports before forking workers of compiled synthesis: the kernels."""
@@ -317,9 +321,34 @@ def _start_worker(paths: Sequence[str], backend: str, field: PrimeField | None) 
     return populated, _dies_with_forkserver
 
 
+LOWEST_PRIORITY = 19
+"""The nice value of a worker's thread mapping a pool beside its pinning."""
+
+
+def _at_lowest_priority(call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)`` on a thread of this process at the lowest CPU priority: the page tables
+    it fills in are this process's all the same, while the process's own thread keeps its
+    priority for the syntheses that follow (an unprivileged process cannot raise its priority
+    back once lowered; a thread's ends with the thread)."""
+
+    def lowered() -> None:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="map", initializer=lowered) as thread:
+        return thread.submit(call, *args).result()
+
+
 def _map_when_ready(paths: Sequence[str], flags_path: str, poll_s: float) -> tuple[int, bool]:
     """Map each of ``paths`` as soon as its flag in the memfd at ``flags_path`` is set, until
-    all are mapped or the last flag (stop) is; the bytes whose page tables it filled in."""
+    all are mapped or the last flag (stop) is; the bytes whose page tables it filled in. Done
+    at the lowest priority (`_at_lowest_priority`): the workers' mapping only follows the
+    pinning, block by block, and sixteen of them at the same priority as the pinning threads
+    took the cores the pinning needs, which start-up waits for."""
+    return _at_lowest_priority(_map_flagged, paths, flags_path, poll_s)
+
+
+def _map_flagged(paths: Sequence[str], flags_path: str, poll_s: float) -> tuple[int, bool]:
     descriptor = os.open(flags_path, os.O_RDONLY)
     try:
         flags = mmap.mmap(descriptor, len(paths) + 1, prot=mmap.PROT_READ)
