@@ -32,7 +32,10 @@ def test_the_devices_are_counted_and_named_without_importing_cupy(tmp_path: Path
         "device_count(), device_name(0)\n"
         "print('cupy' in sys.modules)\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          cwd=ROOT, env=env, timeout=60)  # fmt: skip
     assert ran.returncode == 0, ran.stderr

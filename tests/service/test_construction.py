@@ -65,7 +65,8 @@ def test_opening_on_gpus_imports_neither_cupy_nor_numba(tmp_path: Path) -> None:
     fake = tmp_path / "site" / "cupy"
     fake.mkdir(parents=True)  # an importable CuPy, so that importing it would show
     (fake / "__init__.py").write_text('"""Stands in for CuPy: importing it is the fault."""\n')
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake.parent), str(ROOT)]),
+    path = [str(fake.parent), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path),
            "PACER_JOURNAL__PATH": str(tmp_path / "journal.sqlite"), "PACER_NTT__LOG_N": "27",
            "PACER_NTT__FIELD": "goldilocks", "PACER_SYNTHESIS__EXECUTOR": "processes"}  # fmt: skip
     ran = subprocess.run([sys.executable, "-c", OPEN_ON_GPUS], capture_output=True, text=True,
