@@ -114,7 +114,7 @@ class HostAllocator(Protocol):
 
 class BlockWatcher(Protocol):
     """Told of a shared pool's blocks as `SharedHostAllocator.reserve` makes and pins them:
-    what maps them elsewhere (`gpu.process_executor.BlockReadiness`) can do so block by block,
+    what maps them elsewhere (`gpu.worker_blocks.BlockReadiness`) can do so block by block,
     beside the pinning of the rest, and never a block before it is ready."""
 
     def blocks_made(self, paths: Sequence[str]) -> None:

@@ -17,7 +17,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from gpu import cpu_backend
@@ -177,6 +177,7 @@ class GpuNttWorkload(NttWorkload):
         self._provers: dict[int, Any] = {}
         self._synthesizer: ProcessSynthesizer | None = None
         self._phases_s: dict[str, float] = {}
+        self._kernels_loaded: Future[None] | None = None
 
     @property
     def workers(self) -> int:
@@ -231,20 +232,23 @@ class GpuNttWorkload(NttWorkload):
 
     def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
         """Allocate the pinned pool before readiness, or adopt the one the previous pacer kept;
-        meanwhile, on threads, build every worker's prover (host tables, CUDA context, kernels,
-        device buffers), load this process's compiled CPU kernels and, with processes, start
-        ``synthesis_workers`` synthesis processes, which map each pool block once it is pinned
-        (`gpu.process_executor.BlockReadiness`). Each part's time: `prepare_phases_s`."""
+        meanwhile, on threads, build every worker's prover (CUDA context, kernels, tables and
+        buffers on the device) and, with processes, start ``synthesis_workers`` synthesis
+        processes, which map each pool block once it is pinned
+        (`gpu.worker_blocks.BlockReadiness`). This process's compiled CPU kernels load on a
+        thread of their own, not waited for: only a verification, or a synthesis into a
+        fallback slot here, needs them, and waits (`_compiled`). Each part's time:
+        `prepare_phases_s`."""
         on_cuda = self.pool_backend.endswith("cuda")  # else provers come from elsewhere (tests)
+        if self.kernel == "numba" and self._kernels_loaded is None:
+            self._kernels_loaded = self._load_kernels()
         try:
-            with ThreadPoolExecutor(3, thread_name_prefix="prepare") as starter:
-                # This process's own kernels: verification's, synthesis's for a fallback slot.
-                warm = functools.partial(cpu_backend.warm, self.field, verification=True)
-                kernels = self.kernel == "numba" and starter.submit(self._timed, "kernels", warm)
+            with ThreadPoolExecutor(2, thread_name_prefix="prepare") as starter:
                 provers = on_cuda and starter.submit(self._timed, "provers", self._build_provers)
                 readiness = None
                 if self.executor == "processes":
-                    from gpu.process_executor import BlockReadiness, ProcessSynthesizer
+                    from gpu.process_executor import ProcessSynthesizer
+                    from gpu.worker_blocks import BlockReadiness
 
                     self._synthesizer = ProcessSynthesizer(
                         synthesis_workers, backend=self.kernel, field=self.field
@@ -258,14 +262,35 @@ class GpuNttWorkload(NttWorkload):
                 if self._synthesizer is not None and readiness is not None:
                     starting.result()
                     self._timed("synthesis_mapping", self._synthesizer.map_ready, readiness)
-                for task in (provers, kernels):
-                    if task:
-                        task.result()
+                if provers:
+                    provers.result()
         except BaseException:
             if self._synthesizer is not None:
                 self._synthesizer.close()
                 self._synthesizer = None
             raise
+
+    def _load_kernels(self) -> Future[None]:
+        """This process's compiled kernels (verification's, and synthesis's for a fallback
+        slot) loading on a thread: seconds of mostly Python, which made them the last part of
+        a restart's `prepare`."""
+        warm = functools.partial(cpu_backend.warm, self.field, verification=True)
+
+        def load() -> None:
+            self._timed("kernels", warm)
+            logger.info("this process's compiled CPU kernels (verification) loaded in %.1f s",
+                        self._phases_s["kernels"])  # fmt: skip
+
+        loader = ThreadPoolExecutor(1, thread_name_prefix="kernels")
+        try:
+            return loader.submit(load)
+        finally:
+            loader.shutdown(wait=False)
+
+    def _compiled(self) -> None:
+        """Wait until this process's compiled kernels are loaded, where they are loading."""
+        if self._kernels_loaded is not None:
+            self._kernels_loaded.result()
 
     def _timed(self, phase: str, call: Callable[..., T], *args: Any) -> T:
         started = time.perf_counter()
@@ -303,6 +328,7 @@ class GpuNttWorkload(NttWorkload):
                 # In a worker process, straight into the shared slot.
                 self._synthesizer.fill(block, spec.seed, spec.index, self.field)
             else:  # on this thread (also a pageable fallback slot, which no process can map)
+                self._compiled()
                 synthesis.synthesize_into(spec.seed, spec.index, slot.arrays,
                                           step=synthesis.THREADED_STEP, field=self.field,
                                           backend=self.kernel)  # fmt: skip
@@ -326,6 +352,7 @@ class GpuNttWorkload(NttWorkload):
 
         if proof.output is None:
             raise ValueError("the proof carries no H: prove with keep_output=True to verify it")
+        self._compiled()
         # Goldilocks slots are uint64 already: read in place, not copied (3 GiB at 2^27).
         a, b, c = (array.astype(np.uint64, copy=False) for array in buffers.arrays)
         return self._verified(a, b, c, proof)

@@ -1,6 +1,6 @@
 """A pool's blocks mapped by the synthesis workers one by one as they are pinned, and never
-before (`gpu.process_executor.BlockReadiness`): real worker processes, their mappings read
-from /proc/PID/maps."""
+before (`gpu.worker_blocks.BlockReadiness`): real worker processes, their mappings read
+from /proc/PID/maps; and the mapping thread of a worker, run here."""
 
 from __future__ import annotations
 
@@ -8,15 +8,18 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from gpu import worker_blocks
 from gpu.allocators import SharedHostAllocator
 from gpu.block_maps import maps_inode, processes_mapping
 from gpu.pool import PinnedPool
-from gpu.process_executor import BlockReadiness, ProcessSynthesizer
+from gpu.process_executor import ProcessSynthesizer
 from gpu.shm_blocks import HostBlock, create_block
+from gpu.worker_blocks import BlockReadiness
 
 BLOCK_BYTES = 16 * 4096
 
@@ -70,9 +73,9 @@ def test_each_worker_maps_a_block_once_it_is_ready_and_none_before(
         assert workers_mapping(synthesizer, blocks[2]) == set()
         readiness.block_ready(0)
         readiness.block_ready(2)
-        synthesizer.map_ready(readiness)
-        assert all(workers_mapping(synthesizer, block) == workers for block in blocks)
+        synthesizer.map_ready(readiness)  # every block pinned: the rest map after
         assert synthesizer.blocks == tuple(block.path for block in blocks)
+        until(lambda: all(workers_mapping(synthesizer, block) == workers for block in blocks))
     finally:
         synthesizer.close()
 
@@ -123,3 +126,53 @@ def test_the_allocator_tells_its_watcher_of_each_block_once_ready(populate: bool
         assert sorted(index for index, _ in watcher.ready) == [0, 1, 2]
         # Populated before it is told ready, or (without populating) left to the first write.
         assert all(pages == populate for _, pages in watcher.ready)
+
+
+def flags_file(tmp_path: Path, flags: bytes) -> str:
+    path = tmp_path / "flags"
+    path.write_bytes(flags)
+    return str(path)
+
+
+def test_the_mapping_thread_runs_at_the_lowest_priority_and_outlives_the_pinning(
+    blocks: list[HostBlock], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Sixteen workers mapping at the pinning threads' priority took the cores the pinning
+    # needs; the worker's own thread, which synthesizes, keeps its priority.
+    priorities: list[int] = []
+    release = threading.Event()
+
+    def slow_map(path: str) -> int:
+        priorities.append(os.getpriority(os.PRIO_PROCESS, 0))  # 0: this thread, on Linux
+        release.wait(20)
+        return 0
+
+    monkeypatch.setattr(worker_blocks, "_map_new", slow_map)
+    paths = [block.path for block in blocks]
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    # Every block pinned: the task returns though its thread has not mapped them yet.
+    assert worker_blocks.map_while_pinned(paths, flags_file(tmp_path, b"\1\1\1\0"), 0.001) == 0
+    thread = worker_blocks._mapping_thread
+    assert thread is not None
+    assert thread.is_alive()
+    release.set()
+    thread.join(20)
+    assert priorities == [worker_blocks.LOWEST_PRIORITY] * 3
+    assert os.getpriority(os.PRIO_PROCESS, 0) == own
+
+
+def test_a_block_two_threads_want_at_once_is_mapped_once(blocks: list[HostBlock]) -> None:
+    path = blocks[0].path
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(worker_blocks.mapping(path)))
+               for _ in range(4)]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(got) == 4
+    assert all(mapping is got[0] for mapping in got)
+    inode = str(os.stat(path).st_ino)
+    with open("/proc/self/maps") as maps:
+        # The block's own (its creator is this process too) and the worker's one.
+        assert sum(line.split()[4] == inode for line in maps) == 2

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
+from gpu import cpu_backend
 from gpu.ntt_cuda import GPU_PHASES
 from gpu.workload import GpuNttWorkload, NttWorkload, gpu_devices
 from pacer.config import Settings
@@ -92,3 +95,48 @@ def test_a_size_past_the_chosen_fields_domains_is_refused_at_load() -> None:
     settings = Settings(gpu={"devices": "none"}, ntt={"field": "babybear", "log_n": 28})
     with pytest.raises(WorkloadError, match=r"PACER_NTT__LOG_N=28: babybear's largest domain"):
         load_workload(settings)
+
+
+def threads_workload() -> GpuNttWorkload:
+    return GpuNttWorkload(10, [0], 1, "wait", pool_backend="shared", backend="numba")
+
+
+@pytest.mark.skipif(not cpu_backend.numba_available(), reason="Numba is not installed")
+def test_prepare_does_not_wait_for_this_processes_compiled_kernels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Seconds of loading that made them the last part of a restart's prepare: only a
+    # verification, or a synthesis here, needs them.
+    loading = threading.Event()
+    monkeypatch.setattr(cpu_backend, "warm", lambda *_, **__: loading.wait(30))
+    workload = threads_workload()
+    workload.prepare(slots=1, budget_bytes=2**30, synthesis_workers=1)
+    try:
+        assert workload._kernels_loaded is not None
+        assert not workload._kernels_loaded.done()
+        assert "kernels" not in workload.prepare_phases_s
+        loading.set()
+        workload._compiled()
+        assert "kernels" in workload.prepare_phases_s
+    finally:
+        loading.set()
+        workload.close()
+
+
+@pytest.mark.skipif(not cpu_backend.numba_available(), reason="Numba is not installed")
+def test_a_synthesis_here_waits_for_the_kernels_and_fails_with_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("the kernels did not load")
+
+    monkeypatch.setattr(cpu_backend, "warm", broken)
+    workload = threads_workload()
+    workload.prepare(slots=1, budget_bytes=2**30, synthesis_workers=1)
+    try:
+        with pytest.raises(RuntimeError, match="the kernels did not load"):
+            workload.synthesize(PartitionSpec("job", 0, 11, {}))
+        assert workload.pool is not None
+        assert workload.pool.in_use_bytes == 0  # the slot went back
+    finally:
+        workload.close()

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from gpu import cpu_backend, lifeline, process_executor
+from gpu import cpu_backend, lifeline, process_executor, worker_blocks
 from gpu.babybear import BABYBEAR
 from gpu.lifeline import SYNTHESIS_PROCESS_NAME
 from gpu.pool import PinnedPool
@@ -65,7 +65,7 @@ def kernel_populates() -> bool:
     """Whether this kernel fills in page tables on request (MADV_POPULATE_READ, Linux 5.14+)."""
     with mmap.mmap(-1, mmap.PAGESIZE) as probe:
         try:
-            probe.madvise(process_executor.MADV_POPULATE_READ)
+            probe.madvise(worker_blocks.MADV_POPULATE_READ)
         except OSError:
             return False
     return True
@@ -293,22 +293,3 @@ def test_the_preload_loads_every_fields_synthesis_kernel() -> None:
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)  # fmt: skip
     assert ran.stdout.split() == ["True", "True"]
-
-
-def test_a_worker_maps_a_pool_being_pinned_on_a_thread_of_the_lowest_priority(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Sixteen workers mapping at the pinning threads' priority took the cores the pinning
-    # needs; the worker's own thread, which synthesizes afterwards, keeps its priority.
-    def report_priority(*_: object) -> tuple[int, bool]:
-        return os.getpriority(os.PRIO_PROCESS, 0), False  # 0: the calling thread, on Linux
-
-    own = os.getpriority(os.PRIO_PROCESS, 0)
-    monkeypatch.setattr(process_executor, "_map_flagged", report_priority)
-    assert process_executor._map_when_ready((), "/unused", 0.01) == (19, False)
-    assert os.getpriority(os.PRIO_PROCESS, 0) == own
-
-
-def test_the_lowest_priority_call_passes_its_exception_on() -> None:
-    with pytest.raises(FileNotFoundError):
-        process_executor._at_lowest_priority(os.open, "/nonexistent/block", os.O_RDONLY)
