@@ -27,12 +27,15 @@ The functions without a leading underscore run in the worker processes.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import mmap
 import os
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+
+from gpu.allocators import populate
 
 __all__ = [
     "LOWEST_PRIORITY",
@@ -83,10 +86,15 @@ def _map(path: str) -> mmap.mmap:
         made = mmap.mmap(descriptor, os.fstat(descriptor).st_size)
     finally:
         os.close(descriptor)
+    # Through libc, without the GIL (mmap.madvise holds it): a mapping thread at the lowest
+    # priority, starved of CPU inside the call, would otherwise hold up the worker's syntheses.
     # An older kernel refuses: each page then faults in on its first write instead.
-    with contextlib.suppress(OSError):
-        made.madvise(MADV_POPULATE_READ)
-        _populated.add(path)
+    view = (ctypes.c_char * len(made)).from_buffer(made)
+    try:
+        if populate(ctypes.addressof(view), len(made), existing=True):
+            _populated.add(path)
+    finally:
+        del view  # the buffer let go of, so the mapping can close
     return made
 
 
