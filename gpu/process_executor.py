@@ -9,7 +9,8 @@ process boundary and the buffers are written once, in place, where the GPU copie
 
 Each worker fills in its page tables for every block of the pool, paid once
 (`gpu.worker_blocks`): when it starts for blocks given then, or, for a pool being pinned, block
-by block as the pinning finishes each (`BlockReadiness`), the rest after the service is ready.
+by block as the pinning finishes each (`BlockReadiness`), and what is left when it first
+writes each.
 
 The workers end with the service, however it ends (SIGKILL included): left running, each would
 keep every pool block mapped, the pool's memory held though its names are gone from /dev/shm.
@@ -69,7 +70,7 @@ class ProcessSynthesizer:
     ``backend="numba"``, load ``field``'s compiled kernel (already there when forked from a
     preloaded forkserver); with a `gpu.worker_blocks.BlockReadiness`, each then maps a pool's
     blocks as they are pinned (`map_ready` waits for the pinning, not for the mapping of the
-    last blocks, which goes on beside the first syntheses); `close` stops them. A block not
+    last blocks, which a worker maps when it first writes them); `close` stops them. A block not
     among them is mapped on its first fill in each worker.
 
     A worker that dies (the OOM killer, a signal) breaks the whole set: the syntheses in flight
@@ -139,8 +140,8 @@ class ProcessSynthesizer:
 
     def map_ready(self, readiness: BlockReadiness) -> None:
         """Wait until the pool of ``readiness`` (given to `start`) is pinned, each worker having
-        mapped what it could beside the pinning; the rest they map beside the first syntheses,
-        and a synthesis maps its slot's block first where it is not mapped yet."""
+        mapped what it could beside the pinning; a synthesis maps its slot's block first where
+        its worker has not mapped it yet."""
         began = time.monotonic()
         populated = readiness.wait()
         self.blocks = readiness.paths
@@ -149,7 +150,7 @@ class ProcessSynthesizer:
             logger.info(
                 "synthesis processes: the pool's %d blocks pinned (%.1f s after the pool was "
                 "ready); each worker had mapped %.1f to %.1f of its %.1f GiB by then, and maps "
-                "the rest beside the first syntheses",
+                "each other block when it first writes it",
                 len(self.blocks), time.monotonic() - began, min(populated) / 2**30,
                 max(populated) / 2**30, pool_bytes / 2**30,
             )  # fmt: skip

@@ -15,11 +15,12 @@ A pool being pinned is mapped block by block: with a `BlockReadiness` (the pool 
 pinning threads are done with it, and never one before: a flag per block in a small memfd
 says which are ready. It maps on a thread of its own at the lowest CPU priority
 (`LOWEST_PRIORITY`): the pinning keeps the cores it needs, and the mapping takes what is left.
-The worker's task returns once the whole pool is pinned; its mapping thread goes on with
-what is left, beside the first syntheses, and a synthesis into a block not yet mapped there
-maps that block first (one lock a block: never twice). Sixteen workers' page tables for a
+The worker's task returns once the whole pool is pinned, and its mapping thread stops
+there: a synthesis into a block not yet mapped in its worker maps that block first, at the
+worker's own priority (one lock a block: never twice). Sixteen workers' page tables for a
 63 GiB pool took 2.5 to 5 s after the pinning on an H200 host: the service no longer waits
-for them before it is ready (bench/RESULTS.md).
+for them before it is ready, and each block costs a worker its mapping once, when it first
+writes it (bench/RESULTS.md).
 
 The functions without a leading underscore run in the worker processes.
 """
@@ -121,8 +122,9 @@ class _Mapped:
 def map_while_pinned(paths: Sequence[str], flags_path: str, poll_s: float) -> int:
     """Have a thread of this process, at the lowest priority, map each of ``paths`` once its
     flag in the memfd at ``flags_path`` is set (and stop at the last flag); return once every
-    flag is set, with the bytes it has populated by then. The thread goes on with what is
-    left; one such thread a process."""
+    flag is set, with the bytes it has populated by then. The thread stops then, after the
+    block it is mapping; what is left a synthesis maps when it first needs it. One such
+    thread a process."""
     global _mapping_thread
     descriptor = os.open(flags_path, os.O_RDONLY)
     try:
@@ -130,22 +132,33 @@ def map_while_pinned(paths: Sequence[str], flags_path: str, poll_s: float) -> in
     finally:
         os.close(descriptor)
     done = _Mapped()
+    pinned = threading.Event()
     if _mapping_thread is None or not _mapping_thread.is_alive():
-        _mapping_thread = threading.Thread(target=_map_flagged, args=(paths, flags, poll_s, done),
-                                           name="map-pool", daemon=True)  # fmt: skip
+        _mapping_thread = threading.Thread(
+            target=_map_flagged, args=(paths, flags, poll_s, done, pinned), name="map-pool",
+            daemon=True,
+        )  # fmt: skip
         _mapping_thread.start()
     while not flags[len(paths)] and not all(flags[: len(paths)]):
         time.sleep(poll_s)
+    pinned.set()
     return done.bytes
 
 
-def _map_flagged(paths: Sequence[str], flags: mmap.mmap, poll_s: float, done: _Mapped) -> None:
+def _map_flagged(
+    paths: Sequence[str], flags: mmap.mmap, poll_s: float, done: _Mapped, pinned: threading.Event
+) -> None:
+    """Map each flagged block, at the lowest priority, until the pool is ``pinned``: after
+    that a starved thread would only hold a block's lock that a synthesis at full priority
+    waits for, so the syntheses map what is left, each block as one first needs it."""
     with contextlib.suppress(OSError):  # lowering one's own priority is always allowed
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
     waiting = [index for index, path in enumerate(paths) if path not in _mapped]
-    while waiting and not flags[len(paths)]:
+    while waiting and not flags[len(paths)] and not pinned.is_set():
         ready = [index for index in waiting if flags[index]]
         for index in ready:
+            if pinned.is_set():
+                return
             done.bytes += _map_new(paths[index])
         waiting = [index for index in waiting if index not in ready]
         if waiting and not ready:
