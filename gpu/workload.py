@@ -277,7 +277,14 @@ class GpuNttWorkload(NttWorkload):
         warm = functools.partial(cpu_backend.warm, self.field, verification=True)
 
         def load() -> None:
-            self._timed("kernels", warm)
+            try:
+                self._timed("kernels", warm)
+            except BaseException:  # said now, not first at a verification's failure
+                logger.exception(
+                    "this process's compiled CPU kernels failed to load: each verification, "
+                    "and each synthesis here, fails with this"
+                )
+                raise
             logger.info("this process's compiled CPU kernels (verification) loaded in %.1f s",
                         self._phases_s["kernels"])  # fmt: skip
 
