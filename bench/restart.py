@@ -2,14 +2,16 @@
 
     python -m bench.restart [--budget 64GiB] [--store fdstore|shm] [--partitions 4000]
                             [--busy 0.95] [--window-s 2] [--steady-s 15] [--drain-s 30]
+                            [--restarts 1]
 
 Starts `pacer serve` cold (``PACER_GPU__KEEP_POOL=true``) as systemd would start it: with a
 notify socket and a file-descriptor store, played by `tests.kept_pools.ServiceManager`
 (``--store fdstore``, memfd blocks), or without one (``--store shm``, named blocks in
 /dev/shm). A short start with a small budget first fills the compiled-kernel caches, as a
 host's earlier runs would have. Then it keeps a saturated backlog, SIGTERMs the service once
-the GPU is busy, starts the next one as soon as the first has exited (systemd's restart), and
-measures, from the processes' own status and metrics:
+the GPU is busy, starts the next one as soon as the first has exited (systemd's restart),
+``--restarts`` times in a row (each adopting the pool the one before kept), and measures,
+from the processes' own status and metrics (over several restarts, the median and range):
 
 - time to ready: launch until ``/readyz`` answers 200, cold and after the restart;
 - the pool's pinning time: alone (the same slots pinned by a process doing nothing else, as
@@ -34,6 +36,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -237,6 +240,26 @@ def keep_backlog(client: Client, partitions: int) -> None:
         client.submit(per_job)
 
 
+def restarted(args: argparse.Namespace, workdir: Path, manager: ServiceManager | None,
+              previous: Instance) -> dict[str, Any]:  # fmt: skip
+    """The next `pacer serve` after ``previous`` exited: launched, measured, stopped (its
+    pool kept for the one after)."""
+    after = Instance(args, workdir, manager, free_port())
+    one: dict[str, Any] = {"ready_s": after.wait_ready(args.ready_timeout_s)}
+    assert after.ready_at is not None
+    one["sigterm_to_ready_s"] = after.ready_at - previous.signalled_at
+    status = after.client.status()
+    one["startup"] = status["startup"]
+    one["origin"] = status["pool"]["origin"]
+    one["busy_after_ready_s"] = after.busy_after_ready(args.busy, args.window_s,
+                                                       args.busy_limit_s)  # fmt: skip
+    one["busy_ratio"] = after.busy_over(args.steady_s)
+    one["allocations_after_warmup"] = after.client.status()["pool"]["allocations_after_warmup"]
+    one["log"] = after.startup_lines()
+    one["stop_s"] = after.stop()
+    return one
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     sweep(drop_kept=True)
     out: dict[str, Any] = {"budget": args.budget, "store": args.store}
@@ -271,21 +294,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             out["cold_log"] = cold.startup_lines()
             out["stop_s"] = cold.stop()
 
-            after = Instance(args, workdir, manager, free_port())
-            out["restart_ready_s"] = after.wait_ready(args.ready_timeout_s)
-            assert after.ready_at is not None
-            out["sigterm_to_ready_s"] = after.ready_at - cold.signalled_at
-            status = after.client.status()
-            out["restart_startup"] = status["startup"]
-            out["restart_origin"] = status["pool"]["origin"]
-            out["restart_busy_after_ready_s"] = after.busy_after_ready(
-                args.busy, args.window_s, args.busy_limit_s
-            )
-            out["after_busy_ratio"] = after.busy_over(args.steady_s)
-            final = after.client.status()
-            out["allocations_after_warmup"] = final["pool"]["allocations_after_warmup"]
-            out["restart_log"] = after.startup_lines()
-            out["final_stop_s"] = after.stop()
+            previous, out["restarts"] = cold, []
+            for _ in range(args.restarts):  # each adopts the pool the one before kept
+                out["restarts"].append(restarted(args, workdir, manager, previous))
+                previous = Instance.launched_all[-1]
         finally:
             memory.stop()
             for instance in Instance.launched_all:
@@ -314,6 +326,12 @@ def main() -> int:
     parser.add_argument("--steady-s", type=float, default=15.0)
     parser.add_argument("--busy-limit-s", type=float, default=60.0)
     parser.add_argument("--drain-s", type=float, default=30.0)
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=1,
+        help="restarts in a row, each adopting the pool the one before kept",
+    )
     parser.add_argument("--ready-timeout-s", type=float, default=300.0)
     parser.add_argument("--warm-budget", default="8GiB", help="the cache-filling start's")
     parser.add_argument("--logs", help="where the services' logs go (default: a temporary one)")
@@ -323,6 +341,14 @@ def main() -> int:
     args = parser.parse_args()
     parse_size(args.budget)
     result = run(args)
+    report(result, args)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "restart.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def report(result: dict[str, Any], args: argparse.Namespace) -> None:
+    """Print the run's table (and each start's phases)."""
     pool = result["pool_bytes"]
     pinning = result["pin_alone_s"]
     within = result["cold_startup"]["phases_s"].get("prepare.pool", 0.0)
@@ -331,44 +357,55 @@ def main() -> int:
     def seconds(value: float | None) -> str:
         return "never" if value is None else f"{value:.1f}"
 
-    def after_launch(start: str) -> float | None:
-        """Launch until the GPU was busy again: what ready is for."""
-        busy = result[f"{start}_busy_after_ready_s"]
-        return None if busy is None else result[f"{start}_ready_s"] + busy
+    restarts = result["restarts"]
 
+    def spread(key: str, digits: int = 1) -> str:
+        """The restarts' values of ``key``: one, or the median and the range."""
+        values = [one[key] for one in restarts]
+        if any(value is None for value in values):
+            return ", ".join("never" if v is None else f"{v:.{digits}f}" for v in values)
+        if len(values) == 1:
+            return f"{values[0]:.{digits}f}"
+        low, mid, high = min(values), statistics.median(values), max(values)
+        return f"{mid:.{digits}f} ({low:.{digits}f} to {high:.{digits}f})"
+
+    cold_busy = result["cold_busy_after_ready_s"]
+    to_busy = [None if one["busy_after_ready_s"] is None
+               else one["ready_s"] + one["busy_after_ready_s"] for one in restarts]  # fmt: skip
+    for one, value in zip(restarts, to_busy, strict=True):
+        one["launch_to_busy_s"] = value
+    over = f"over {len(restarts)} restarts: median (range)" if len(restarts) > 1 else ""
     rows = [
         ["the pool's pinning, alone", f"{pinning:.1f} s",
          f"{pool / GIB / pinning:.1f} GiB/s; first of the run {result['pin_alone_first_s']:.1f} s; "
          f"within the cold start {within:.1f} s", ""],
         ["cold start: ready", f"{result['cold_ready_s']:.1f} s",
          f"{result['cold_ready_s'] / pinning:.2f} × pinning alone", "≤ 1.2 × pinning"],
-        ["cold start: GPU busy ≥ target after ready",
-         f"{seconds(result['cold_busy_after_ready_s'])} s",
-         f"launch → busy {seconds(after_launch('cold'))} s", ""],
+        ["cold start: GPU busy ≥ target after ready", f"{seconds(cold_busy)} s",
+         "launch → busy " + seconds(None if cold_busy is None
+                                    else result["cold_ready_s"] + cold_busy) + " s", ""],
         ["busy ratio before the restart", f"{result['before_busy_ratio']:.3f}",
          f"over {args.steady_s:g} s", ""],
         ["SIGTERM → exited (drain, pool kept)", f"{result['stop_s']:.1f} s", "", ""],
-        ["restart: ready after launch", f"{result['restart_ready_s']:.1f} s",
-         f"pool {result['restart_origin']}", "≤ 15 s"],
-        ["restart: ready after SIGTERM", f"{result['sigterm_to_ready_s']:.1f} s", "", ""],
-        ["restart: GPU busy ≥ target after ready",
-         f"{seconds(result['restart_busy_after_ready_s'])} s",
-         f"launch → busy {seconds(after_launch('restart'))} s", "≤ 10 s"],
-        ["busy ratio after the restart", f"{result['after_busy_ratio']:.3f}",
+        ["restart: ready after launch", f"{spread('ready_s')} s",
+         f"pool {restarts[0]['origin']} {over}".rstrip(), "≤ 15 s"],
+        ["restart: ready after SIGTERM", f"{spread('sigterm_to_ready_s')} s", "", ""],
+        ["restart: GPU busy ≥ target after ready", f"{spread('busy_after_ready_s')} s",
+         f"launch → busy {spread('launch_to_busy_s')} s", "≤ 10 s"],
+        ["busy ratio after the restart", spread("busy_ratio", 3),
          f"over {args.steady_s:g} s once busy", ""],
         ["most shared memory held, over the baseline", f"{shared / GIB:.1f} GiB",
          f"pool {pool / GIB:.1f} GiB: {shared / pool:.2f} pools", "< 2 pools"],
         ["most used memory", f"{result['max_used_bytes'] / GIB:.1f} GiB",
          f"baseline {result['baseline_used_bytes'] / GIB:.1f} GiB", ""],
-        ["pinned allocations after warm-up", str(result["allocations_after_warmup"]), "", "0"],
+        ["pinned allocations after warm-up",
+         ", ".join(str(one["allocations_after_warmup"]) for one in restarts), "", "0"],
     ]  # fmt: skip
     print(f"pool {result['pool_slots']} slots, {pool / GIB:.1f} GiB, kept in {args.store}")
-    for key in ("cold_startup", "restart_startup"):
-        print(key, json.dumps(result[key]))
+    print("cold_startup", json.dumps(result["cold_startup"]))
+    for number, one in enumerate(restarts, 1):
+        print(f"restart_{number}_startup", json.dumps(one["startup"]))
     print(render(["measure", "value", "detail", "target"], rows))
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "restart.json").write_text(json.dumps(result, indent=1))
-    return 0
 
 
 if __name__ == "__main__":
