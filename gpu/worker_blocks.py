@@ -16,11 +16,12 @@ pinning threads are done with it, and never one before: a flag per block in a sm
 says which are ready. It maps on a thread of its own at the lowest CPU priority
 (`LOWEST_PRIORITY`): the pinning keeps the cores it needs, and the mapping takes what is left.
 The worker's task returns once the whole pool is pinned, and its mapping thread stops
-there: a synthesis into a block not yet mapped in its worker maps that block first, at the
-worker's own priority (one lock a block: never twice). Sixteen workers' page tables for a
-63 GiB pool took 2.5 to 5 s after the pinning on an H200 host: the service no longer waits
-for them before it is ready, and each block costs a worker its mapping once, when it first
-writes it (bench/RESULTS.md).
+there (after the block it is on, which a synthesis that wants it meanwhile writes at once):
+a synthesis into a block not yet mapped in its worker maps that block first, at the
+worker's own priority (each block mapped once, though two threads want it). Sixteen
+workers' page tables for a 63 GiB pool took 2.5 to 5 s after the pinning on an H200 host:
+the service no longer waits for them before it is ready, and each block costs a worker its
+mapping once, when it first writes it (bench/RESULTS.md).
 
 The functions without a leading underscore run in the worker processes.
 """
@@ -52,12 +53,11 @@ MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 LOWEST_PRIORITY = 19
 """The nice value of a worker's thread mapping a pool beside its pinning."""
 
-# In each worker process: the blocks it has mapped, by path; those whose page tables it filled
-# in; one lock a block, so that a block is mapped once though two threads want it.
+# In each worker process: the blocks it has mapped, by path, and those whose page tables it
+# filled in; a lock that makes each block's mapping once, though two threads want it.
 _mapped: dict[str, mmap.mmap] = {}
 _populated: set[str] = set()
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
+_making = threading.Lock()
 _mapping_thread: threading.Thread | None = None
 
 
@@ -68,35 +68,43 @@ def mapping(path: str) -> mmap.mmap:
     The block is the pool owner's: opened by path, not through `SharedMemory`, so no resource
     tracker here learns of it and none unlinks it when this process ends.
     """
+    return _mapping_made(path)[0]
+
+
+def _mapping_made(path: str) -> tuple[mmap.mmap, int]:
+    """The mapping of ``path``, and the bytes this call populated (0 where it was mapped
+    already, or where the kernel cannot)."""
     made = _mapped.get(path)
     if made is not None:
-        return made
-    with _locks_guard:
-        lock = _locks.setdefault(path, threading.Lock())
-    with lock:
+        return made, 0
+    with _making:  # an mmap call: quick
         made = _mapped.get(path)
-        if made is None:
-            made = _map(path)
-            _mapped[path] = made
-    return made
+        if made is not None:
+            return made, 0
+        descriptor = os.open(path, os.O_RDWR)
+        try:
+            made = mmap.mmap(descriptor, os.fstat(descriptor).st_size)
+        finally:
+            os.close(descriptor)
+        _mapped[path] = made
+    # Outside the lock: a synthesis that wants this block while a mapping thread of the lowest
+    # priority populates it writes at once (its first writes fault), instead of waiting for a
+    # thread the syntheses themselves starve.
+    return made, _populate(path, made)
 
 
-def _map(path: str) -> mmap.mmap:
-    descriptor = os.open(path, os.O_RDWR)
-    try:
-        made = mmap.mmap(descriptor, os.fstat(descriptor).st_size)
-    finally:
-        os.close(descriptor)
-    # Through libc, without the GIL (mmap.madvise holds it): a mapping thread at the lowest
-    # priority, starved of CPU inside the call, would otherwise hold up the worker's syntheses.
-    # An older kernel refuses: each page then faults in on its first write instead.
+def _populate(path: str, made: mmap.mmap) -> int:
+    """Fill in this process's page tables for ``made``; the bytes, or 0 where the kernel
+    cannot (each page then faults in on its first write). Through libc, without the GIL
+    (mmap.madvise holds it): a thread starved inside the call holds up no other."""
     view = (ctypes.c_char * len(made)).from_buffer(made)
     try:
-        if populate(ctypes.addressof(view), len(made), existing=True):
-            _populated.add(path)
+        if not populate(ctypes.addressof(view), len(made), existing=True):
+            return 0
     finally:
         del view  # the buffer let go of, so the mapping can close
-    return made
+    _populated.add(path)
+    return len(made)
 
 
 def map_blocks(paths: Sequence[str]) -> int:
@@ -107,10 +115,7 @@ def map_blocks(paths: Sequence[str]) -> int:
 
 def _map_new(path: str) -> int:
     """Map ``path`` unless mapped already; the bytes populated by this call."""
-    if path in _mapped:
-        return 0
-    mapped = mapping(path)
-    return len(mapped) if path in _populated else 0
+    return _mapping_made(path)[1]
 
 
 class _Mapped:

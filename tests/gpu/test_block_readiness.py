@@ -178,3 +178,33 @@ def test_a_block_two_threads_want_at_once_is_mapped_once(blocks: list[HostBlock]
     with open("/proc/self/maps") as maps:
         # The block's own (its creator is this process too) and the worker's one.
         assert sum(line.split()[4] == inode for line in maps) == 2
+
+
+def test_a_block_being_populated_is_handed_out_at_once(
+    blocks: list[HostBlock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A mapping thread of the lowest priority, starved inside its populate, must not hold up a
+    # synthesis that wants the same block: that one writes at once, faulting its pages in.
+    populating, release = threading.Event(), threading.Event()
+
+    def starved(path: str, made: object) -> int:
+        populating.set()
+        release.wait(30)
+        return 0
+
+    monkeypatch.setattr(worker_blocks, "_populate", starved)
+    path = blocks[1].path
+    mapper = threading.Thread(target=worker_blocks.mapping, args=(path,))
+    mapper.start()
+    assert populating.wait(30)
+    got: list[object] = []
+    wanting = threading.Thread(target=lambda: got.append(worker_blocks.mapping(path)))
+    wanting.start()
+    wanting.join(10)  # at once; waiting on the starved thread would take its 30 s
+    try:
+        assert not wanting.is_alive()
+        assert got == [worker_blocks._mapped[path]]
+    finally:
+        release.set()
+        mapper.join()
+        wanting.join()
