@@ -196,7 +196,7 @@ def pin_alone() -> float:
     from gpu.pool import PinnedPool
     from gpu.workload import GpuNttWorkload
     from pacer.config import load_settings
-    from pacer.host_memory import MEMINFO
+    from pacer.host_memory import HOST_FILES
     from pacer.plan import resolve
     from pacer.service.host import read_host
     from pacer.workload import load_workload
@@ -205,7 +205,7 @@ def pin_alone() -> float:
     workload = load_workload(settings)
     if not isinstance(workload, GpuNttWorkload):
         raise SystemExit(f"{workload.name} does not prove on GPUs: no pool to pin")
-    slots = resolve(settings, workload, read_host(MEMINFO)).pool_slots
+    slots = resolve(settings, workload, read_host(HOST_FILES)).pool_slots
 
     cupy.cuda.Device(0).synchronize()
     n = 1 << workload.log_n

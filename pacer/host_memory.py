@@ -1,6 +1,8 @@
 """The host's memory against what the service means to hold, read once at start.
 
-MemAvailable (``/proc/meminfo``) is what the kernel can hand out without swapping. Less a
+MemAvailable (``/proc/meminfo``) is what the kernel can hand out without swapping; in a
+container or a systemd unit with a memory limit, the cgroup's room (`pacer.cgroup_memory`) where
+that is less, since /proc/meminfo shows the whole host. Less a
 reserve for everything else on the host (the kernel, the service's own heap and threads, other
 processes; ``PACER_MEMORY__HOST_RESERVE_BYTES``), it is what the service may use. The service
 checks two figures against it at start (`pacer.service`): the pinned pool, allocated at once
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from pacer.cgroup_memory import CGROUP_ROOT, SELF_CGROUP, CgroupLimit, read_cgroup_limit
 
 MEMINFO = Path("/proc/meminfo")
 RESERVE_DIVISOR = 10  # a tenth of MemTotal, when no reserve is set...
@@ -35,39 +39,78 @@ def meminfo_bytes(text: str) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
+class HostFiles:
+    """Where the host's memory is read: /proc/meminfo, and this process's cgroup
+    (/proc/self/cgroup, under the cgroup filesystem ``cgroup_root``)."""
+
+    meminfo: Path = MEMINFO
+    self_cgroup: Path = SELF_CGROUP
+    cgroup_root: Path = CGROUP_ROOT
+
+
+HOST_FILES = HostFiles()
+
+
+@dataclass(frozen=True)
 class HostMemory:
     """The host's memory at one instant (bytes). ``kept_bytes``: of the memory in use, a
     pinned pool the previous pacer kept for this one, which it adopts rather than allocates:
-    not in MemAvailable, yet the service's to use."""
+    not in MemAvailable, yet the service's to use; charged to the cgroup that first wrote it,
+    not to this one. ``cgroup``: the memory limit of this process's cgroup, where one is set.
+    """
 
     total_bytes: int  # MemTotal
     available_bytes: int  # MemAvailable
     kept_bytes: int = 0
+    cgroup: CgroupLimit | None = None
+
+    @property
+    def room_bytes(self) -> int:
+        """MemAvailable, or the cgroup's room (memory.max less memory.current) where that is
+        less."""
+        if self.cgroup is None:
+            return self.available_bytes
+        return min(self.available_bytes, self.cgroup.room_bytes)
+
+    @property
+    def cgroup_binds(self) -> bool:
+        """The cgroup's room is less than MemAvailable: its memory.max is the bound."""
+        return self.room_bytes < self.available_bytes
 
     @property
     def free_for_service_bytes(self) -> int:
-        """MemAvailable plus the pool kept for this service."""
-        return self.available_bytes + self.kept_bytes
+        """`room_bytes` plus the pool kept for this service (charged to another cgroup).
+
+        >>> limit = CgroupLimit("/pacer.service", 16 * 2**30, 2**30)
+        >>> HostMemory(755 * 2**30, 700 * 2**30, 4 * 2**30, limit).free_for_service_bytes / 2**30
+        19.0
+        """
+        return self.room_bytes + self.kept_bytes
 
     @classmethod
-    def read(cls, path: Path = MEMINFO) -> HostMemory:
-        """From ``path`` (/proc/meminfo); OSError if it cannot be read, ValueError if it has
-        no MemTotal or MemAvailable line."""
-        fields = meminfo_bytes(path.read_text())
+    def read(cls, files: HostFiles = HOST_FILES) -> HostMemory:
+        """From ``files.meminfo`` (/proc/meminfo) and this process's cgroup; OSError if
+        /proc/meminfo cannot be read, ValueError if it has no MemTotal or MemAvailable line."""
+        fields = meminfo_bytes(files.meminfo.read_text())
         missing = [name for name in ("MemTotal", "MemAvailable") if name not in fields]
         if missing:
-            raise ValueError(f"{path} has no {' or '.join(missing)} line")
-        return cls(fields["MemTotal"], fields["MemAvailable"])
+            raise ValueError(f"{files.meminfo} has no {' or '.join(missing)} line")
+        cgroup = read_cgroup_limit(files.self_cgroup, files.cgroup_root)
+        return cls(fields["MemTotal"], fields["MemAvailable"], cgroup=cgroup)
 
     def default_reserve_bytes(self) -> int:
-        """10% of MemTotal, at most 8 GiB: what is left for everything but the budget.
+        """10% of MemTotal, or of the cgroup's memory.max where that is less, at most 8 GiB:
+        what is left for everything but the budget.
 
         >>> round(HostMemory(24 * 2**30, 20 * 2**30).default_reserve_bytes() / 2**30, 2)
         2.4
         >>> HostMemory(755 * 2**30, 700 * 2**30).default_reserve_bytes() / 2**30
         8.0
         """
-        return min(self.total_bytes // RESERVE_DIVISOR, RESERVE_MAX_BYTES)
+        seen = self.total_bytes
+        if self.cgroup is not None:
+            seen = min(seen, self.cgroup.max_bytes)
+        return min(seen // RESERVE_DIVISOR, RESERVE_MAX_BYTES)
 
 
 @dataclass(frozen=True)
@@ -87,26 +130,38 @@ class MemoryPlan:
 
     @classmethod
     def fit(cls, budget_bytes: int, host: HostMemory, reserve_bytes: int) -> MemoryPlan:
-        """The budget clamped to MemAvailable (and the pool kept for this service) less
-        ``reserve_bytes`` (0 when that is less)."""
+        """The budget clamped to MemAvailable, or the cgroup's room where that is less, (and
+        the pool kept for this service) less ``reserve_bytes`` (0 when that is less)."""
         usable = max(0, host.free_for_service_bytes - reserve_bytes)
         return cls(budget_bytes, min(budget_bytes, usable), host, reserve_bytes)
 
     @property
     def usable_bytes(self) -> int | None:
-        """MemAvailable at start (and the pool kept for this service) less the reserve; None
-        when the host was not read."""
+        """MemAvailable at start, or the cgroup's room where that is less, (and the pool kept
+        for this service) less the reserve; None when the host was not read."""
         if self.host is None or self.reserve_bytes is None:
             return None
         return max(0, self.host.free_for_service_bytes - self.reserve_bytes)
+
+    @property
+    def bound(self) -> str | None:
+        """What bounds `usable_bytes`: ``MemAvailable``, or ``memory.max of <cgroup>`` where
+        that cgroup's room is less; None when the host was not read."""
+        if self.host is None:
+            return None
+        if self.host.cgroup is not None and self.host.cgroup_binds:
+            return f"memory.max of {self.host.cgroup.path}"
+        return "MemAvailable"
 
     @property
     def clamped(self) -> bool:
         """The budget in effect is less than the one configured."""
         return self.budget_bytes < self.configured_budget_bytes
 
-    def as_dict(self) -> dict[str, int | bool | None]:
-        """The figures for ``/v1/status`` beside the budget in effect (bytes)."""
+    def as_dict(self) -> dict[str, int | bool | str | None]:
+        """The figures for ``/v1/status`` beside the budget in effect (bytes); the cgroup's
+        None where it sets no limit."""
+        cgroup = None if self.host is None else self.host.cgroup
         return {
             "configured_budget_bytes": self.configured_budget_bytes,
             "budget_clamped": self.clamped,
@@ -115,6 +170,10 @@ class MemoryPlan:
             "host_kept_bytes": None if self.host is None else self.host.kept_bytes,
             "host_reserve_bytes": self.reserve_bytes,
             "host_usable_bytes": self.usable_bytes,
+            "host_usable_bound": self.bound,
+            "cgroup_path": None if cgroup is None else cgroup.path,
+            "cgroup_max_bytes": None if cgroup is None else cgroup.max_bytes,
+            "cgroup_current_bytes": None if cgroup is None else cgroup.current_bytes,
         }
 
 

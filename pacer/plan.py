@@ -24,12 +24,11 @@ import dataclasses
 import json
 import math
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from pacer.config import Settings
 from pacer.estimates import estimates_key
-from pacer.host_memory import MEMINFO, HostMemory, MemoryPlan, bytes_text
+from pacer.host_memory import HOST_FILES, HostFiles, HostMemory, MemoryPlan, bytes_text
 from pacer.policy import Caps
 from pacer.workload import Workload, load_workload, pooled
 
@@ -91,13 +90,15 @@ class Plan:
             "budget_bytes": self.budget_bytes,
             "configured_budget_bytes": self.memory.configured_budget_bytes,
             "host_usable_bytes": self.memory.usable_bytes,
+            "host_usable_bound": self.memory.bound,
             **asdict(self.caps),
         }
 
 
 def resolve(settings: Settings, workload: Workload, host: HostMemory | None = None) -> Plan:
     """The plan for ``workload`` under ``settings``, fitted to ``host`` where it was read (the
-    budget clamped to MemAvailable less the reserve; without it, as configured).
+    budget clamped to MemAvailable, or the room its cgroup's memory.max leaves where that is
+    less, less the reserve; without it, as configured).
 
     ConfigurationError when one partition exceeds the budget, the host cannot hold one, or a
     pinned pool would not fit the host.
@@ -105,7 +106,8 @@ def resolve(settings: Settings, workload: Workload, host: HostMemory | None = No
     partition_bytes = int(settings.memory.partition_bytes) or max(1, workload.partition_bytes({}))
     pool_workload = pooled(workload)
     if host is not None and pool_workload is not None:
-        # A pool the previous pacer kept is in use, not available, but it is this start's.
+        # A pool the previous pacer kept is in use, not available, but it is this start's (and
+        # charged to the cgroup that first wrote it, not to this one).
         host = dataclasses.replace(host, kept_bytes=pool_workload.adoptable_bytes())
     memory = _memory(settings, partition_bytes, host)
     threads = settings.synthesis.threads_per_synthesis or workload.threads_per_synthesis
@@ -159,7 +161,7 @@ def _memory(settings: Settings, partition_bytes: int, host: HostMemory | None) -
     if memory.budget_bytes < partition_bytes:
         raise ConfigurationError(
             f"the host cannot hold one partition of {bytes_text(partition_bytes)}: "
-            f"{host_room(memory)}; free memory on the host or lower "
+            f"{host_room(memory)}; {more_room(memory)} or lower "
             "PACER_MEMORY__HOST_RESERVE_BYTES"
         )
     return memory
@@ -168,8 +170,9 @@ def _memory(settings: Settings, partition_bytes: int, host: HostMemory | None) -
 def _check_pool_fits(
     settings: Settings, slots: int, partition_bytes: int, memory: MemoryPlan
 ) -> None:
-    """Refuse a pinned pool larger than MemAvailable less the reserve: pinned memory is
-    neither swapped nor reclaimed, and pinning it would take the host into the OOM killer."""
+    """Refuse a pinned pool larger than MemAvailable (or the cgroup's room) less the reserve:
+    pinned memory is neither swapped nor reclaimed, and pinning it would take the host (or the
+    cgroup) into the OOM killer."""
     usable = memory.usable_bytes
     pool_bytes = slots * partition_bytes
     if usable is None or pool_bytes <= usable:
@@ -184,21 +187,43 @@ def _check_pool_fits(
         f"{bytes_text(pool_bytes)} ({source}) does not fit the host: "
         f"{host_room(memory)}. Pinned memory cannot be swapped: allocating it would "
         "take the host into the OOM killer. Lower PACER_GPU__POOL_SLOTS or "
-        "PACER_MEMORY__BUDGET_BYTES, or free memory"
+        f"PACER_MEMORY__BUDGET_BYTES, or {more_room(memory)}"
     )
 
 
 def host_room(memory: MemoryPlan) -> str:
-    """What the host can give, for a message: MemAvailable less the reserve."""
+    """What the host can give, for a message: MemAvailable, or the room the cgroup's
+    memory.max leaves where that is less (naming the cgroup), less the reserve."""
     host, reserve = memory.host, memory.reserve_bytes
     assert host is not None
     assert reserve is not None
+    room = f"MemAvailable is {bytes_text(host.available_bytes)}"
+    if host.cgroup is not None and host.cgroup_binds:
+        cgroup = host.cgroup
+        room = (
+            f"the cgroup {cgroup.path} has {bytes_text(cgroup.room_bytes)} left under its "
+            f"memory.max of {bytes_text(cgroup.max_bytes)} (memory.current "
+            f"{bytes_text(cgroup.current_bytes)}), less than MemAvailable "
+            f"({bytes_text(host.available_bytes)})"
+        )
     kept = f" (and {bytes_text(host.kept_bytes)} kept for it)" if host.kept_bytes else ""
     return (
-        f"MemAvailable is {bytes_text(host.available_bytes)}{kept}; less the reserve of "
-        f"{bytes_text(reserve)} (PACER_MEMORY__HOST_RESERVE_BYTES) that leaves "
+        f"{room}{kept}; less the reserve of {bytes_text(reserve)} "
+        f"(PACER_MEMORY__HOST_RESERVE_BYTES) that leaves "
         f"{bytes_text(max(0, host.free_for_service_bytes - reserve))}"
     )
+
+
+def more_room(memory: MemoryPlan) -> str:
+    """How to give the service more memory, for a message: raise the cgroup's memory.max where
+    it is the bound, else free memory on the host."""
+    host = memory.host
+    if host is not None and host.cgroup is not None and host.cgroup_binds:
+        return (
+            f"raise the memory limit of the cgroup {host.cgroup.path} (its memory.max: a "
+            "container's memory limit, systemd's MemoryMax=)"
+        )
+    return "free memory on the host"
 
 
 def describe(plan: Plan) -> list[tuple[str, str]]:
@@ -210,15 +235,16 @@ def describe(plan: Plan) -> list[tuple[str, str]]:
     ]
 
 
-def host_plan(settings: Settings, meminfo: Path = MEMINFO) -> Plan:
+def host_plan(settings: Settings, files: HostFiles = HOST_FILES) -> Plan:
     """The plan ``settings`` give on this host, as the service would resolve it at start: the
     workload they name loaded (and closed again; nothing is allocated), the budget fitted to
-    ``meminfo`` where it can be read. What ``pacer config`` shows. WorkloadError or
-    ConfigurationError when the service would refuse to start."""
+    /proc/meminfo and this process's cgroup (``files``) where they can be read. What ``pacer
+    config`` shows. WorkloadError or ConfigurationError when the service would refuse to start.
+    """
     workload = load_workload(settings)
     try:
         try:
-            host: HostMemory | None = HostMemory.read(meminfo)
+            host: HostMemory | None = HostMemory.read(files)
         except (OSError, ValueError):
             host = None
         return resolve(settings, workload, host)

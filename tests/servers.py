@@ -18,6 +18,7 @@ import pytest
 
 from pacer.client import ApiError, Client
 from pacer.config import Settings
+from pacer.host_memory import HostFiles
 from pacer.journal import JobState
 from pacer.server import Server
 from pacer.service import Service
@@ -41,14 +42,31 @@ def settings_for(tmp_path: Path, **env: str) -> Settings:
         mp.undo()
 
 
-def fake_meminfo(path: Path, *, total: int, available: int) -> Path:
-    """``path``, written as /proc/meminfo of a host of ``total`` bytes, ``available`` of them
-    available (MemAvailable)."""
-    path.write_text(
+def fake_host(
+    folder: Path,
+    *,
+    total: int,
+    available: int,
+    cgroup: str = "/",
+    limits: dict[str, tuple[int | str, int]] | None = None,
+) -> HostFiles:
+    """A host's memory files, written under ``folder``: /proc/meminfo of a host of ``total``
+    bytes, ``available`` of them available (MemAvailable); /proc/self/cgroup naming ``cgroup``
+    (v2); and a cgroup filesystem where each of ``limits`` (a cgroup's path: its memory.max,
+    bytes or "max", and its memory.current) is set. No limits: no cgroup limit."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = HostFiles(folder / "meminfo", folder / "self-cgroup", folder / "cgroup")
+    files.meminfo.write_text(
         f"MemTotal:       {total // 1024} kB\nMemFree:        {available // 1024} kB\n"
         f"MemAvailable:   {available // 1024} kB\nHugePages_Total:       0\n"
     )
-    return path
+    files.self_cgroup.write_text(f"0::{cgroup}\n")
+    for path, (limit, current) in (limits or {}).items():
+        where = files.cgroup_root / path.lstrip("/")
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "memory.max").write_text(f"{limit}\n")
+        (where / "memory.current").write_text(f"{current}\n")
+    return files
 
 
 def url(service: Server, path: str) -> str:

@@ -12,6 +12,7 @@ MODULES = [
     "pacer.admission",
     "pacer.backlog",
     "pacer.host_memory",
+    "pacer.cgroup_memory",
     "pacer.ranges",
     "pacer.baselines",
     "pacer.controller",

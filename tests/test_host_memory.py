@@ -1,4 +1,5 @@
-"""Reading the host's memory and fitting the budget to it (pure; a file for /proc/meminfo)."""
+"""Reading the host's memory and fitting the budget to it (pure; files for /proc/meminfo and
+the cgroup tree)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pacer.host_memory import HostMemory, MemoryPlan
+from pacer.cgroup_memory import CgroupLimit
+from pacer.host_memory import HostFiles, HostMemory, MemoryPlan
+from tests.servers import fake_host
 
 GIB = 2**30
 MEMINFO = """MemTotal:       24684084 kB
@@ -19,14 +22,23 @@ HugePages_Total:       0
 def test_host_memory_is_read_from_meminfo_in_bytes(tmp_path: Path) -> None:
     path = tmp_path / "meminfo"
     path.write_text(MEMINFO)
-    assert HostMemory.read(path) == HostMemory(24684084 * 1024, 24249532 * 1024)
+    files = HostFiles(path, tmp_path / "no-self-cgroup")
+    assert HostMemory.read(files) == HostMemory(24684084 * 1024, 24249532 * 1024)
+
+
+def test_host_memory_holds_this_process_s_cgroup_limit(tmp_path: Path) -> None:
+    files = fake_host(tmp_path, total=128 * GIB, available=100 * GIB, cgroup="/pacer.service",
+                      limits={"/pacer.service": (16 * GIB, GIB)})  # fmt: skip
+    host = HostMemory.read(files)
+    assert host.cgroup == CgroupLimit("/pacer.service", 16 * GIB, GIB)
+    assert (host.room_bytes, host.cgroup_binds) == (15 * GIB, True)
 
 
 def test_meminfo_without_mem_available_is_refused_with_the_line_missing(tmp_path: Path) -> None:
     path = tmp_path / "meminfo"
     path.write_text("MemTotal:       24684084 kB\n")  # kernels before 3.14 had no MemAvailable
     with pytest.raises(ValueError, match="has no MemAvailable line"):
-        HostMemory.read(path)
+        HostMemory.read(HostFiles(path))
 
 
 @pytest.mark.parametrize(
@@ -62,3 +74,28 @@ def test_a_plan_before_the_host_is_read_has_no_host_figures() -> None:
     assert plan.usable_bytes is None
     assert not plan.clamped
     assert plan.as_dict()["host_available_bytes"] is None
+
+
+@pytest.mark.parametrize(
+    ("available", "limit", "current", "usable", "bound"),
+    [
+        (100 * GIB, 16 * GIB, 4 * GIB, 12 * GIB - 16 * GIB // 10, "memory.max of /pod"),
+        (10 * GIB, 16 * GIB, 4 * GIB, 10 * GIB - 16 * GIB // 10, "MemAvailable"),
+    ],
+    ids=["cgroup-tighter", "host-tighter"],
+)
+def test_the_budget_is_clamped_to_the_tighter_of_mem_available_and_the_cgroup(
+    available: int, limit: int, current: int, usable: int, bound: str
+) -> None:
+    host = HostMemory(128 * GIB, available, cgroup=CgroupLimit("/pod", limit, current))
+    plan = MemoryPlan.fit(64 * GIB, host, host.default_reserve_bytes())
+    assert plan.budget_bytes == plan.usable_bytes == usable  # a tenth of memory.max reserved
+    assert plan.bound == bound
+    assert plan.as_dict()["cgroup_max_bytes"] == limit
+
+
+def test_a_pool_kept_for_this_start_is_outside_the_cgroup_s_room() -> None:
+    # The previous pod's pool (30 GiB) was charged to that pod: adopting it costs this pod's
+    # cgroup nothing, so it adds to the room memory.max leaves (10 GiB).
+    host = HostMemory(755 * GIB, 700 * GIB, 30 * GIB, CgroupLimit("/pod", 64 * GIB, 54 * GIB))
+    assert MemoryPlan.fit(64 * GIB, host, 0).usable_bytes == 40 * GIB

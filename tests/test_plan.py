@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 
 from gpu.workload import ntt
+from pacer.cgroup_memory import CgroupLimit
 from pacer.config import Settings
-from pacer.host_memory import HostMemory
+from pacer.host_memory import HostFiles, HostMemory
 from pacer.plan import ConfigurationError, describe, host_plan, resolve
 from pacer.workload import NoopWorkload, PartitionSpec, Pool, Proof, Workload, WorkloadError
+from tests.servers import fake_host
 
 GIB = 2**30
 
@@ -209,6 +211,31 @@ def test_a_pool_kept_for_this_start_counts_as_the_hosts_to_give() -> None:
     assert plan.memory.as_dict()["host_kept_bytes"] == 30 * GIB
 
 
+def test_a_pool_larger_than_the_cgroup_allows_is_refused_naming_its_memory_max() -> None:
+    chosen = settings(gpu={"pool_slots": 30}, memory={"host_reserve_bytes": GIB})
+    host = HostMemory(755 * GIB, 700 * GIB, cgroup=CgroupLimit("/kubepods/pod1", 24 * GIB, GIB))
+    with pytest.raises(ConfigurationError) as refused:
+        resolve(chosen, Pooled(), host)
+    assert "the cgroup /kubepods/pod1 has 23.0 GiB left under its memory.max of 24.0 GiB" in str(
+        refused.value
+    )
+    assert str(refused.value).endswith(
+        "or raise the memory limit of the cgroup /kubepods/pod1 (its memory.max: a container's "
+        "memory limit, systemd's MemoryMax=)"
+    )
+
+
+def test_a_pool_kept_for_this_start_counts_beside_the_cgroup_s_room() -> None:
+    # 30 slots of 1 GiB in a cgroup with 10 GiB left: the kept 30 GiB is charged elsewhere.
+    chosen = settings(gpu={"pool_slots": 30}, memory={"host_reserve_bytes": GIB})
+    workload = Pooled()
+    workload.kept_bytes = 30 * GIB
+    host = HostMemory(755 * GIB, 700 * GIB, cgroup=CgroupLimit("/pod", 64 * GIB, 54 * GIB))
+    plan = resolve(chosen, workload, host)
+    assert (plan.pool_slots, plan.memory.usable_bytes) == (30, 39 * GIB)
+    assert plan.memory.bound == "memory.max of /pod"
+
+
 def test_the_ntt_workloads_own_parameters_are_recorded() -> None:
     chosen = Settings(gpu={"devices": "none"}, ntt={"cpu_backend": "numpy"}, verify_every=None)
     plan = resolve(chosen, ntt(chosen))
@@ -238,13 +265,13 @@ def test_describe_lists_the_plan_for_pacer_config() -> None:
 
 
 def test_the_plan_on_this_host_loads_the_workload_and_reads_its_memory(tmp_path: Path) -> None:
-    meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal: 41943040 kB\nMemAvailable: 20971520 kB\n")  # 40 GiB, 20 free
+    files = fake_host(tmp_path, total=40 * GIB, available=20 * GIB)
     chosen = Settings(workload="noop", memory={"budget_bytes": 64 * GIB})
-    plan = host_plan(chosen, meminfo)
+    plan = host_plan(chosen, files)
     assert (plan.workload, plan.partition_bytes) == ("noop", 64)
     assert plan.budget_bytes == 16 * GIB  # 20 GiB available less the 4 GiB reserve
-    unread = host_plan(chosen, tmp_path / "absent")
+    assert dict(describe(plan))["host_usable_bound"] == "MemAvailable"
+    unread = host_plan(chosen, HostFiles(tmp_path / "absent"))
     assert unread.budget_bytes == 64 * GIB  # as configured, as the service does without it
     with pytest.raises(WorkloadError, match="cannot import no_such_module"):
         host_plan(Settings(workload="no_such_module:make"))

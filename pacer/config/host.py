@@ -65,8 +65,9 @@ class MemorySettings(Section):
         ge=0,
         le=2**50,
         description="Host memory left to everything else: at start the budget is clamped to "
-        "MemAvailable less this, and a pinned pool larger than that refuses to start; 0: 10% "
-        "of MemTotal, at most 8 GiB (bytes; units accepted)",
+        "MemAvailable (or the room the cgroup's memory.max leaves, where less) less this, and a "
+        "pinned pool larger than that refuses to start; 0: 10% of MemTotal (or of memory.max, "
+        "where less), at most 8 GiB (bytes; units accepted)",
     )
 
     @model_validator(mode="after")

@@ -7,10 +7,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 from pacer.config.operation import CLOSE_WORKLOAD_S
-from pacer.host_memory import HostMemory, bytes_text
+from pacer.host_memory import HostFiles, HostMemory, bytes_text
 from pacer.plan import Plan, host_room
 from pacer.threads import DaemonPool
 from pacer.workload import PooledWorkload
@@ -18,11 +17,11 @@ from pacer.workload import PooledWorkload
 log = logging.getLogger("pacer.service")
 
 
-def read_host(meminfo: Path) -> HostMemory | None:
-    """The host's memory, read now; None, with a warning, where it cannot be read: the budget
-    then stays as configured."""
+def read_host(files: HostFiles) -> HostMemory | None:
+    """The host's memory and this process's cgroup limit, read now; None, with a warning, where
+    /proc/meminfo cannot be read: the budget then stays as configured."""
     try:
-        return HostMemory.read(meminfo)
+        return HostMemory.read(files)
     except (OSError, ValueError) as exc:
         log.warning("cannot read the host's memory (%s): the memory budget "
                     "(PACER_MEMORY__BUDGET_BYTES) is not checked against it", exc)  # fmt: skip
@@ -30,9 +29,10 @@ def read_host(meminfo: Path) -> HostMemory | None:
 
 
 def warn_if_clamped(configured: Plan, plan: Plan) -> None:
-    """Warn where ``plan`` clamps the budget ``configured`` had to what the host can give:
-    partitions in flight could otherwise take the host into the OOM killer (the default 64 GiB
-    on a smaller host is the common case, and it must still start)."""
+    """Warn where ``plan`` clamps the budget ``configured`` had to what the host (or this
+    process's cgroup) can give, naming which: partitions in flight could otherwise take the
+    host into the OOM killer (the default 64 GiB on a smaller host is the common case, and it
+    must still start)."""
     if not plan.memory.clamped:
         return
     budget, partition_bytes = plan.memory.configured_budget_bytes, plan.partition_bytes

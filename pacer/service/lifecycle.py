@@ -6,7 +6,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from types import EllipsisType
 from typing import Any, TypeVar
 
@@ -18,7 +17,7 @@ from pacer.config import Settings
 from pacer.controller import PIController
 from pacer.estimates import Estimates
 from pacer.fleet_metrics import FleetMetrics, claim_histogram
-from pacer.host_memory import MEMINFO
+from pacer.host_memory import HOST_FILES, HostFiles
 from pacer.journal import JobRecord, JournalBackend
 from pacer.journal_health import Backoff
 from pacer.metrics import JournalMetrics, Metrics
@@ -68,7 +67,7 @@ class Service:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         backoff: Backoff | None = None,
-        meminfo: Path = MEMINFO,
+        host_files: HostFiles = HOST_FILES,
     ) -> None:
         check_bind(settings)
         self.settings = settings
@@ -78,7 +77,7 @@ class Service:
         self.resumed = 0  # jobs resumed from the journal by `start`
         self.startup = StartupTimes()
         self._clock = clock
-        self._meminfo = meminfo  # read by start, to fit the memory budget to the host
+        self._host_files = host_files  # read by start, to fit the memory budget to the host
         self._opened = False
         self._started = False
         self._hurry = asyncio.Event()
@@ -214,11 +213,12 @@ class Service:
         self.ready = True
 
     def _fit_memory_to_host(self) -> None:
-        """Fit the plan to the host, read now: the budget at most MemAvailable less the
-        reserve (`host.warn_if_clamped` says why). Not one partition fitting, or a pinned pool
-        larger than that, is a ConfigurationError (`pacer.plan.resolve`). Without
-        /proc/meminfo the budget stays as configured."""
-        found = host.read_host(self._meminfo)
+        """Fit the plan to the host, read now: the budget at most MemAvailable, or the room
+        this process's cgroup leaves where that is less, less the reserve
+        (`host.warn_if_clamped` says why). Not one partition fitting, or a pinned pool larger
+        than that, is a ConfigurationError (`pacer.plan.resolve`). Without /proc/meminfo the
+        budget stays as configured."""
+        found = host.read_host(self._host_files)
         if found is None:
             return
         configured = self.plan

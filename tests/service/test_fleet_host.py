@@ -22,7 +22,7 @@ from pacer.server import Server
 from tests.conftest import FakeClock
 from tests.json_schema import problems
 from tests.pgjournal.database import expire
-from tests.servers import call, fake_meminfo, free_port, settings_for, until_done
+from tests.servers import call, fake_host, free_port, settings_for, until_done
 
 pytestmark = pytest.mark.asyncio
 HOST = "gpu-a"
@@ -32,12 +32,12 @@ def fleet_server(
     tmp_path: Path, url: str, host: str = HOST, clock: FakeClock | None = None, **env: str
 ) -> Server:
     """A host of the fleet at ``url``, with the noop workload, not started."""
-    roomy = fake_meminfo(tmp_path / "meminfo", total=2**41, available=2**40)
+    roomy = fake_host(tmp_path / "host", total=2**41, available=2**40)
     settings = settings_for(tmp_path, PACER_WORKLOAD="noop", PACER_JOURNAL__URL=url,
                             PACER_JOURNAL__HOST=host, **env)  # fmt: skip
     if clock is None:
-        return Server(settings, CollectorRegistry(), meminfo=roomy)
-    return Server(settings, CollectorRegistry(), clock, meminfo=roomy)
+        return Server(settings, CollectorRegistry(), host_files=roomy)
+    return Server(settings, CollectorRegistry(), clock, host_files=roomy)
 
 
 @pytest_asyncio.fixture

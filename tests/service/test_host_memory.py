@@ -1,6 +1,6 @@
 """The memory budget and the pinned pool against the host's memory at start, on a fake
-/proc/meminfo: silent when they fit, the budget clamped with a warning when it does not, the
-pool refused (before anything is pinned) when it does not fit."""
+/proc/meminfo and cgroup tree: silent when they fit, the budget clamped with a warning when it
+does not, the pool refused (before anything is pinned) when it does not fit."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from pacer.host_memory import HostFiles
 from pacer.plan import ConfigurationError
 from pacer.server import Server
-from tests.servers import call, fake_meminfo, settings_for, until_done
+from tests.servers import call, fake_host, settings_for, until_done
 from tests.service.test_gpu_path import LOG_N
 
 pytestmark = pytest.mark.asyncio
@@ -35,8 +36,8 @@ def memory_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 async def test_a_budget_that_fits_the_host_starts_silently_as_configured(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    meminfo = fake_meminfo(tmp_path / "meminfo", total=128 * GIB, available=100 * GIB)
-    service = Server(settings_for(tmp_path), CollectorRegistry(), meminfo=meminfo)
+    host = fake_host(tmp_path / "host", total=128 * GIB, available=100 * GIB)
+    service = Server(settings_for(tmp_path), CollectorRegistry(), host_files=host)
     with caplog.at_level(logging.WARNING):
         await service.start()
     try:
@@ -49,6 +50,8 @@ async def test_a_budget_that_fits_the_host_starts_silently_as_configured(
         assert memory["host_total_bytes"] == 128 * GIB
         assert memory["host_reserve_bytes"] == 8 * GIB  # 10% of MemTotal, at most 8 GiB
         assert memory["host_usable_bytes"] == 92 * GIB
+        assert memory["host_usable_bound"] == "MemAvailable"
+        assert memory["cgroup_path"] is memory["cgroup_max_bytes"] is None
     finally:
         await service.shutdown()
 
@@ -58,9 +61,9 @@ async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
 ) -> None:
     # The default 64 GiB on a 24 GiB host (a CI machine): it starts, with the budget clamped
     # to MemAvailable (20 GiB) less the reserve (2.4 GiB, 10% of MemTotal).
-    meminfo = fake_meminfo(tmp_path / "meminfo", total=24 * GIB, available=20 * GIB)
+    host = fake_host(tmp_path / "host", total=24 * GIB, available=20 * GIB)
     env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_SYNTHESIS__CORES": "64"}
-    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
+    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
     await service.open()
     assert service.controller.bootstrap_depth == 57  # 90% of min(64 syntheses, 64 partitions)
     with caplog.at_level(logging.WARNING):
@@ -90,10 +93,47 @@ async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
         await service.shutdown()
 
 
+async def test_a_cgroup_limit_tighter_than_mem_available_clamps_the_budget_naming_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A pod limited to 16 GiB, 4 GiB of it in use, on a host with 700 GiB available: the
+    # pod's memory.max binds, and the default reserve is a tenth of it (1.6 GiB).
+    limits: dict[str, tuple[int | str, int]] = {
+        "/kubepods": ("max", 100 * GIB),
+        "/kubepods/pod1": (16 * GIB, 4 * GIB),
+    }
+    host = fake_host(tmp_path / "host", total=755 * GIB, available=700 * GIB,
+                     cgroup="/kubepods/pod1/ctr", limits=limits)  # fmt: skip
+    env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_SYNTHESIS__CORES": "64"}
+    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
+    with caplog.at_level(logging.WARNING):
+        await service.start()
+    try:
+        usable = 12 * GIB - 16 * GIB // 10
+        [warning] = memory_warnings(caplog)
+        assert (
+            "the cgroup /kubepods/pod1 has 12.0 GiB left under its memory.max of 16.0 GiB "
+            "(memory.current 4.0 GiB), less than MemAvailable (700.0 GiB); less the reserve of "
+            "1.6 GiB (PACER_MEMORY__HOST_RESERVE_BYTES) that leaves 10.4 GiB"
+        ) in warning
+        assert "10 partitions of 1.0 GiB in flight instead of 64" in warning
+        assert service.pipeline.budget_bytes == usable
+        _, status = await call(service, "GET", "/v1/status")
+        memory = status["memory"]
+        assert memory["budget_clamped"] is True
+        assert memory["host_usable_bytes"] == usable
+        assert memory["host_usable_bound"] == "memory.max of /kubepods/pod1"
+        assert memory["cgroup_path"] == "/kubepods/pod1"
+        assert (memory["cgroup_max_bytes"], memory["cgroup_current_bytes"]) == (16 * GIB, 4 * GIB)
+        assert status["plan"]["host_usable_bound"] == "memory.max of /kubepods/pod1"
+    finally:
+        await service.shutdown()
+
+
 async def test_a_host_without_room_for_one_partition_refuses_to_start(tmp_path: Path) -> None:
-    meminfo = fake_meminfo(tmp_path / "meminfo", total=24 * GIB, available=3 * GIB)
+    host = fake_host(tmp_path / "host", total=24 * GIB, available=3 * GIB)
     env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_MEMORY__HOST_RESERVE_BYTES": "2.5GiB"}
-    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
+    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
     try:
         with pytest.raises(ConfigurationError) as refused:
             await service.start()
@@ -108,10 +148,10 @@ async def test_a_host_without_room_for_one_partition_refuses_to_start(tmp_path: 
 
 async def test_a_pinned_pool_larger_than_the_host_has_refuses_to_start(tmp_path: Path) -> None:
     # 8 slots of 24 KiB (192 KiB) within a 1 MiB budget; the host has 100 KiB beyond the reserve.
-    meminfo = fake_meminfo(tmp_path / "meminfo", total=GIB, available=2**20 + 100 * 2**10)
+    host = fake_host(tmp_path / "host", total=GIB, available=2**20 + 100 * 2**10)
     env = {**GPU_PATH, "PACER_GPU__POOL_SLOTS": "8", "PACER_MEMORY__BUDGET_BYTES": "1MiB",
            "PACER_MEMORY__HOST_RESERVE_BYTES": "1MiB"}  # fmt: skip
-    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
+    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
     try:
         with pytest.raises(ConfigurationError) as refused:
             await service.start()
@@ -120,7 +160,7 @@ async def test_a_pinned_pool_larger_than_the_host_has_refuses_to_start(tmp_path:
             "fit the host: MemAvailable is 1.1 MiB; less the reserve of 1.0 MiB "
             "(PACER_MEMORY__HOST_RESERVE_BYTES) that leaves 100.0 KiB. Pinned memory cannot be "
             "swapped: allocating it would take the host into the OOM killer. Lower "
-            "PACER_GPU__POOL_SLOTS or PACER_MEMORY__BUDGET_BYTES, or free memory"
+            "PACER_GPU__POOL_SLOTS or PACER_MEMORY__BUDGET_BYTES, or free memory on the host"
         )
         assert service.workload.pool is None  # type: ignore[attr-defined]  # nothing pinned
     finally:
@@ -132,10 +172,10 @@ async def test_a_pool_sized_from_a_clamped_budget_fits_the_host(
 ) -> None:
     # The budget (1 MiB, 42 slots) is clamped to the 5 slots the host has room for, and the pool
     # sized from it (PACER_GPU__POOL_SLOTS=0) is pinned within that.
-    meminfo = fake_meminfo(tmp_path / "meminfo", total=GIB, available=2**20 + 5 * SLOT)
+    host = fake_host(tmp_path / "host", total=GIB, available=2**20 + 5 * SLOT)
     env = {**GPU_PATH, "PACER_MEMORY__BUDGET_BYTES": "1MiB",
            "PACER_MEMORY__HOST_RESERVE_BYTES": "1MiB"}  # fmt: skip
-    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), meminfo=meminfo)
+    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
     with caplog.at_level(logging.WARNING):
         await service.start()
     try:
@@ -152,7 +192,8 @@ async def test_without_meminfo_the_budget_stays_as_configured_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     missing = tmp_path / "no-meminfo"
-    service = Server(settings_for(tmp_path), CollectorRegistry(), meminfo=missing)
+    files = HostFiles(meminfo=missing)
+    service = Server(settings_for(tmp_path), CollectorRegistry(), host_files=files)
     with caplog.at_level(logging.WARNING):
         await service.start()
     try:

@@ -1,0 +1,81 @@
+"""This process's cgroup (v2) memory limit: what a container's or a systemd unit's memory.max
+leaves it, which /proc/meminfo does not show (it shows the whole host).
+
+/proc/self/cgroup names the process's cgroup (``0::/kubepods.slice/…``); under the cgroup
+filesystem (/sys/fs/cgroup) that cgroup and each of its ancestors may hold a ``memory.max``
+("max": no limit) and a ``memory.current``. An ancestor's limit bounds all its descendants
+together, so the room left is the least, over the cgroups with a limit, of memory.max less
+memory.current. memory.current counts page cache, which the kernel would reclaim first: the
+room errs on the safe side. Under cgroup v1, or without a cgroup filesystem, there is no limit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+SELF_CGROUP = Path("/proc/self/cgroup")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+log = logging.getLogger("pacer.service")
+
+
+@dataclass(frozen=True)
+class CgroupLimit:
+    """A cgroup's memory limit and usage (bytes); ``path`` as /proc/self/cgroup names it
+    (``/kubepods.slice/…``, or ``/`` at the root of a container's cgroup namespace).
+
+    >>> CgroupLimit("/pacer.service", 64 * 2**30, 70 * 2**30).room_bytes
+    0
+    """
+
+    path: str
+    max_bytes: int  # memory.max
+    current_bytes: int  # memory.current
+
+    @property
+    def room_bytes(self) -> int:
+        """What the cgroup may still charge before its OOM killer: memory.max less
+        memory.current."""
+        return max(0, self.max_bytes - self.current_bytes)
+
+
+def read_cgroup_limit(
+    self_cgroup: Path = SELF_CGROUP, root: Path = CGROUP_ROOT
+) -> CgroupLimit | None:
+    """The limit, of this process's cgroup and its ancestors, that leaves the least room;
+    None, said at debug level, where none is set or none can be read (cgroup v1, no cgroup
+    filesystem)."""
+    try:
+        own = next(
+            (line[3:] for line in self_cgroup.read_text().splitlines() if line.startswith("0::")),
+            None,
+        )
+    except OSError as exc:
+        log.debug("no cgroup memory limit: %s", exc)
+        return None
+    if own is None:
+        log.debug("no cgroup memory limit: %s names no cgroup v2 (0::)", self_cgroup)
+        return None
+    path = PurePosixPath(own)
+    limits = [
+        limit for cgroup in (path, *path.parents) if (limit := _limit(root, cgroup)) is not None
+    ]
+    tightest = min(limits, key=lambda limit: limit.room_bytes, default=None)
+    if tightest is None:
+        log.debug("no cgroup memory limit: none under %s for %s or its ancestors", root, own)
+    return tightest
+
+
+def _limit(root: Path, cgroup: PurePosixPath) -> CgroupLimit | None:
+    """``cgroup``'s memory.max and memory.current; None for "max" or where either cannot be
+    read."""
+    folder = root / str(cgroup).lstrip("/")
+    try:
+        limit = (folder / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return CgroupLimit(str(cgroup), int(limit), int((folder / "memory.current").read_text()))
+    except (OSError, ValueError):
+        return None
