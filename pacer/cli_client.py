@@ -15,6 +15,7 @@ from pacer.table import render
 
 TERMINAL = ("completed", "failed", "cancelled")
 POLL_S = 0.5
+JOBS_NOT_KNOWN = "not known: a journal call hangs"
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, jobs: int, partitions: int) -> None:
@@ -278,17 +279,24 @@ def _pool_rows(pool: dict[str, Any]) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
-def _journal_rows(journal: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """Whether the journal takes writes; if not, since when, why, and what waits for it."""
+def journal_rows(journal: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Whether the journal takes writes (if not, since when, why, and what waits for it), and
+    each call on it that has run past its limit without returning."""
     if not journal:  # a service from before this field
         return []
+    hung = "; ".join(
+        f"HUNG: call {call['call']} running for {call['running_s']:.0f} s"
+        for call in journal.get("calls", [])
+        if call["running_s"] >= journal["stall_s"]
+    )
     if journal["healthy"]:
-        return [("journal", "ok")]
+        return [("journal", hung or "ok")]
     held = ", dispatch held" if journal["dispatch_held"] else ""
     return [(
         "journal",
         f"FAILING for {journal['failing_s']:.0f} s: {journal['error']}; "
-        f"{journal['uncommitted_results']} results wait in memory{held}",
+        f"{journal['uncommitted_results']} results wait in memory{held}"
+        + (f"; {hung}" if hung else ""),
     )]  # fmt: skip
 
 
@@ -297,12 +305,16 @@ def fleet_rows(fleet: dict[str, Any] | None) -> list[tuple[str, str]]:
     holding leases; nothing for a service on its own journal."""
     if not fleet:
         return []
+    here = (
+        f"host {fleet['host']}: {fleet['leases']} leases ({fleet['leased_partitions']} "
+        f"partitions), {fleet['reclaimed_partitions']} partitions reclaimed; "
+    )
+    if fleet["hosts"] is None:  # a journal call hangs: the fleet's part is not known
+        return [("fleet", here + "the rest of the fleet not known: a journal call hangs")]
     hosts = ", ".join(f"{h['host']} {h['partitions']}" for h in fleet["hosts"]) or "none"
     return [(
         "fleet",
-        f"host {fleet['host']}: {fleet['leases']} leases ({fleet['leased_partitions']} "
-        f"partitions), {fleet['reclaimed_partitions']} partitions reclaimed; "
-        f"{fleet['pending_partitions']} partitions left fleet-wide; leases held by {hosts}",
+        here + f"{fleet['pending_partitions']} partitions left fleet-wide; leases held by {hosts}",
     )]  # fmt: skip
 
 
@@ -350,8 +362,9 @@ def _status(client: Client, args: argparse.Namespace) -> int:
         ("gpus", ", ".join(f"{g['gpu']}: {g['busy_ratio']:.0%} busy ({g['workers']} "
                            f"worker{'s' if g['workers'] != 1 else ''})"
                            for g in status["gpus"])),
-        ("jobs", ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
-        *_journal_rows(status.get("journal")),
+        ("jobs", JOBS_NOT_KNOWN if status["jobs"] is None
+                 else ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
+        *journal_rows(status.get("journal")),
         *fleet_rows(status.get("fleet")),
     ]  # fmt: skip
     print(render(("pacer", client.base_url), rows))

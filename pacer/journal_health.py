@@ -1,14 +1,19 @@
-"""Whether the journal takes writes, and how a failing write is retried.
+"""Whether the journal takes writes, how a failing write is retried, and which journal call
+has run too long.
 
-Pure and clock-injected: the service reports each write's outcome (`JournalHealth.failed`,
-`JournalHealth.succeeded`) and asks when to try again (`Backoff.delay_s`); readiness, the
-refusal of new jobs and the metrics read the state.
+Plain code on an injected clock: the service reports each write's outcome
+(`JournalHealth.failed`, `JournalHealth.succeeded`) and asks when to try again
+(`Backoff.delay_s`); the journal's threads report each call as it begins and ends
+(`JournalCalls`), so that a call that never returns (a hung disk or mount, a database that does
+not answer) is seen although it raises nothing. Readiness, the refusal of new jobs and the
+metrics read the state.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -122,3 +127,99 @@ class JournalHealth:
         self.failures_in_spell = 0
         self._logged_at = -math.inf
         return spell
+
+
+@dataclass(frozen=True)
+class RunningCall:
+    """A journal call running on ``thread`` since ``began`` (clock time)."""
+
+    name: str
+    thread: str
+    began: float
+
+
+class JournalCalls:
+    """The journal calls running now, one per journal thread, and those that have run past
+    ``stall_s`` without returning.
+
+    The thread running a call reports `began` and `ended`; readiness, the metrics and the
+    status read from the event loop (a lock keeps them apart). `stalled` hands each call past
+    the limit out once, for its log line.
+
+    >>> t = [0.0]
+    >>> calls = JournalCalls(lambda: t[0], stall_s=30.0)
+    >>> calls.began("complete_partitions")
+    >>> t[0] = 29.0
+    >>> calls.reasons(), calls.longest_s()
+    ([], 29.0)
+    >>> t[0] = 31.0
+    >>> calls.reasons()
+    ['journal call complete_partitions running for 31 s (more than 30 s)']
+    >>> [(call.name, round(running_s)) for call, running_s in calls.stalled()], calls.stalled()
+    ([('complete_partitions', 31)], [])
+    >>> calls.ended()  # how long it ran, and whether `stalled` had handed it out
+    (31.0, True)
+    >>> calls.longest_s(), calls.reasons()
+    (0.0, [])
+    """
+
+    def __init__(self, clock: Callable[[], float], stall_s: float) -> None:
+        if not stall_s > 0:
+            raise ValueError(f"stall_s must be greater than 0, got {stall_s}")
+        self._clock = clock
+        self.stall_s = stall_s
+        self._running: dict[int, RunningCall] = {}  # by thread id
+        self._reported: set[int] = set()  # threads whose running call `stalled` handed out
+        self._lock = threading.Lock()
+
+    def began(self, name: str) -> None:
+        """The calling thread begins the journal call ``name``."""
+        ident = threading.get_ident()
+        call = RunningCall(name, threading.current_thread().name, self._clock())
+        with self._lock:
+            self._running[ident] = call
+            self._reported.discard(ident)
+
+    def ended(self) -> tuple[float, bool] | None:
+        """The calling thread's call returned (or raised). If it ran past ``stall_s``: how long
+        it ran (s), and whether `stalled` had handed it out; else None."""
+        ident = threading.get_ident()
+        with self._lock:
+            call = self._running.pop(ident, None)
+            reported = ident in self._reported
+            self._reported.discard(ident)
+        if call is None:
+            return None
+        ran_s = self._clock() - call.began
+        return (ran_s, reported) if ran_s >= self.stall_s else None
+
+    def running(self) -> list[tuple[RunningCall, float]]:
+        """Each call running now, with how long it has run (s), the longest first."""
+        now = self._clock()
+        with self._lock:
+            calls = list(self._running.values())
+        return sorted(((call, now - call.began) for call in calls), key=lambda c: -c[1])
+
+    def longest_s(self) -> float:
+        """How long the longest running call has run (s); 0 when none runs."""
+        running = self.running()
+        return running[0][1] if running else 0.0
+
+    def stalled(self) -> list[tuple[RunningCall, float]]:
+        """The calls past ``stall_s`` not handed out before, with how long they have run."""
+        now = self._clock()
+        with self._lock:
+            fresh = [
+                (ident, call) for ident, call in self._running.items()
+                if now - call.began >= self.stall_s and ident not in self._reported
+            ]  # fmt: skip
+            self._reported.update(ident for ident, _ in fresh)
+        return [(call, now - call.began) for _, call in fresh]
+
+    def reasons(self) -> list[str]:
+        """The readiness source's answer: each call past ``stall_s``."""
+        return [
+            f"journal call {call.name} running for {running_s:.0f} s (more than {self.stall_s:g} s)"
+            for call, running_s in self.running()
+            if running_s >= self.stall_s
+        ]

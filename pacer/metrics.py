@@ -32,7 +32,7 @@ from pacer import __version__
 from pacer.attempts import CALLS, Call
 from pacer.controller import PIController
 from pacer.journal import JobRecord
-from pacer.journal_health import JournalHealth
+from pacer.journal_health import JournalCalls, JournalHealth
 from pacer.pipeline import Outcome, Pipeline
 from pacer.policy import Mode
 from pacer.supervision import ProgressWatchdog, Supervisor
@@ -323,11 +323,14 @@ class _HealthCollector(Collector):
 
 
 class JournalMetrics(Collector):
-    """The journal's health, read at scrape time from ``health``; ``uncommitted`` counts the
-    proved results that wait for the journal."""
+    """The journal's health, read at scrape time from ``health`` and ``calls`` (the calls
+    running on its threads); ``uncommitted`` counts the proved results that wait for it."""
 
-    def __init__(self, health: JournalHealth, uncommitted: Callable[[], int]) -> None:
+    def __init__(
+        self, health: JournalHealth, calls: JournalCalls, uncommitted: Callable[[], int]
+    ) -> None:
         self._health = health
+        self._calls = calls
         self._uncommitted = uncommitted
 
     def collect(self) -> Iterator[Metric]:
@@ -341,6 +344,12 @@ class JournalMetrics(Collector):
             "pacer_journal_failing_seconds",
             "How long journal writes have been failing; 0 while they go through (s)",
             value=health.failing_s(),
+        )
+        yield GaugeMetricFamily(
+            "pacer_journal_call_running_seconds",
+            "How long the longest journal call running now has run; 0 while none runs (s); "
+            "past PACER_JOURNAL__STALL_S the service is not ready",
+            value=self._calls.longest_s(),
         )
         yield CounterMetricFamily(
             "pacer_journal_commit_failures",

@@ -1,12 +1,14 @@
-"""The journal's health state and the backoff of its retries, on a clock the test moves."""
+"""The journal's health state, the backoff of its retries and the calls running on its threads,
+on a clock the test moves."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from pacer.journal_health import Backoff, JournalHealth
+from pacer.journal_health import Backoff, JournalCalls, JournalHealth
 from tests.conftest import FakeClock
 
 
@@ -58,3 +60,37 @@ def test_a_failing_spell_is_logged_at_its_start_on_a_new_error_then_once_a_minut
     clock.now = 101.0
     assert health.failed("disk full")  # a new spell logs at once, even with the same error
     assert (health.failures, health.failures_in_spell) == (8, 1)
+
+
+def test_each_journal_thread_has_its_running_call_and_each_stall_is_handed_out_once(
+    clock: FakeClock,
+) -> None:
+    calls = JournalCalls(clock, stall_s=10.0)
+    with ThreadPoolExecutor(1, "pacer-claims") as claims:
+        calls.began("complete_partitions")
+        clock.advance(8.0)
+        claims.submit(calls.began, "claim").result()
+        clock.advance(3.0)
+        assert [(c.name, c.thread, s) for c, s in calls.running()] == [
+            ("complete_partitions", "MainThread", 11.0), ("claim", "pacer-claims_0", 3.0)
+        ]  # fmt: skip
+        assert calls.longest_s() == 11.0
+        assert [c.name for c, _ in calls.stalled()] == ["complete_partitions"]
+        clock.advance(7.0)
+        assert [c.name for c, _ in calls.stalled()] == ["claim"]  # the first: handed out
+        assert calls.reasons() == [
+            "journal call complete_partitions running for 18 s (more than 10 s)",
+            "journal call claim running for 10 s (more than 10 s)",
+        ]
+        assert claims.submit(calls.ended).result() == (10.0, True)
+    calls.began("add_job")  # the thread's next call starts afresh
+    clock.advance(12.0)
+    assert calls.ended() == (12.0, False)  # past the limit, never handed out
+    calls.began("counts")
+    assert calls.ended() is None  # within the limit
+    assert (calls.running(), calls.longest_s(), calls.ended()) == ([], 0.0, None)
+
+
+def test_journal_calls_need_a_positive_limit(clock: FakeClock) -> None:
+    with pytest.raises(ValueError, match="stall_s must be greater than 0, got 0"):
+        JournalCalls(clock, stall_s=0.0)

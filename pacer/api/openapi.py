@@ -165,7 +165,11 @@ STATUS: dict[str, Schema] = {
     "retry": OBJECT,
     "synthesis": OBJECT,
     "gpus": {"type": "array", "items": OBJECT},
-    "jobs": {"type": "object", "properties": {s.value: INTEGER for s in JobState}},
+    "jobs": {
+        "type": ["object", "null"],
+        "properties": {s.value: INTEGER for s in JobState},
+        "description": "null while a journal call hangs",
+    },
     "journal": OBJECT,
 }
 
@@ -179,8 +183,8 @@ FLEET: dict[str, Schema] = {
     "leased_partitions": INTEGER,
     "since_renewal_s": {"type": "number"},
     **{counter.name: INTEGER for counter in fields(FleetCounts)},
-    "pending_partitions": INTEGER,
-    "hosts": {"type": "array", "items": ref("Holder")},
+    "pending_partitions": NULLABLE_INTEGER,  # these two: null while a journal call hangs
+    "hosts": {"type": ["array", "null"], "items": ref("Holder")},
 }  # fmt: skip
 
 

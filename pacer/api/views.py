@@ -251,15 +251,20 @@ def _fleet_wide(service: Service) -> dict[str, Any]:
 async def status(service: Service) -> dict[str, Any]:
     """Readiness and its reasons, health, the controller, queues, memory, the pool (where its
     slots came from), how long each start-up phase took, calls, retries, synthesis, GPUs, job
-    counts and the journal's health; with a fleet's journal, the fleet (``fleet``: this host's
-    claims and leases, the hosts holding leases)."""
+    counts and the journal's health (with the calls running on its threads); with a fleet's
+    journal, the fleet (``fleet``: this host's claims and leases, the hosts holding leases).
+    While a journal call hangs, what only the journal knows (the job counts, the fleet's
+    partitions left and hosts) is null rather than waited for."""
     p = service.pipeline
     fleet = fleet_status(service)
 
-    def read() -> tuple[dict[JobState, int], dict[str, Any]]:
+    def counts_read() -> tuple[dict[JobState, int], dict[str, Any]]:
         return service.journal.counts(), {} if fleet is None else _fleet_wide(service)
 
-    counts, fleet_wide = await service.db(read)
+    access = service.journal_access
+    counts, fleet_wide = await access.read_unless_stalled(counts_read) or (
+        None, {"pending_partitions": None, "hosts": None}
+    )  # fmt: skip
     reasons = service.unready_reasons()
     health = service.health
     answer = {
@@ -316,13 +321,18 @@ async def status(service: Service) -> dict[str, Any]:
             }
             for g in p.gpus
         ],
-        "jobs": {state.value: n for state, n in counts.items()},
+        "jobs": None if counts is None else {state.value: n for state, n in counts.items()},
         "journal": {
             "healthy": health.healthy,
             "failing_s": round(health.failing_s(), 3),
             "error": health.error,
             "uncommitted_results": service.uncommitted(),
             "dispatch_held": service.commits.dispatch_held,
+            "stall_s": access.settings.stall_s,
+            "calls": [
+                {"call": call.name, "thread": call.thread, "running_s": round(running_s, 3)}
+                for call, running_s in access.calls.running()
+            ],
         },
     }
     if fleet is not None:

@@ -68,6 +68,14 @@ class JournalSettings(Section):
         description="How long an SQLite journal write waits for a lock another program holds "
         "on the file before it fails and is retried later (s)",
     )
+    stall_s: float = Field(
+        30.0,
+        gt=0,
+        le=86400,
+        description="Not ready, with an error logged, while one journal call has run this long "
+        "without returning (a hung disk or mount, a database that does not answer); more than "
+        "PACER_JOURNAL__BUSY_TIMEOUT_S, or PACER_JOURNAL__TIMEOUT_S with PostgreSQL (s)",
+    )
     host: str | None = Field(
         None,
         min_length=1,
@@ -132,6 +140,16 @@ class JournalSettings(Section):
     def _one_sqlite_file(self) -> Self:
         if self.url is not None and not self.fleet and "path" in self.model_fields_set:
             raise ValueError("url and path both name the SQLite file: set one of them")
+        return self
+
+    @model_validator(mode="after")
+    def _stall_past_a_write(self) -> Self:
+        timeout = "timeout_s" if self.fleet else "busy_timeout_s"
+        if self.stall_s <= self.write_timeout_s:
+            raise ValueError(
+                f"stall_s ({self.stall_s:g} s) must be more than {timeout} "
+                f"({self.write_timeout_s:g} s): a write may wait that long on a lock"
+            )
         return self
 
     @property

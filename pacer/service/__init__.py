@@ -32,6 +32,8 @@ nothing that was accepted: results wait in memory and their commit is retried wi
 meanwhile the service is not ready and refuses new jobs with the reason. A drain tries to
 commit them within its budget: what was not committed stays pending in the journal and is
 proved again on the next start.
+A journal call that does not return raises nothing; one past ``PACER_JOURNAL__STALL_S`` makes
+the service unready, refuses new jobs and is logged (``journal_access``).
 
 Nothing here imports the HTTP layer: `pacer.api` reads the service, and `pacer.server` serves
 one over HTTP with signals and sd_notify.

@@ -86,9 +86,10 @@ class Jobs:
     async def submit(self, partitions: int, params: dict[str, Any], priority: int) -> JobRecord:
         """Journal a job (durable on return), then queue its partitions. BacklogFullError if
         they would take the backlog past PACER_API__MAX_BACKLOG: then nothing is journaled.
-        ``JournalUnavailable`` while the journal fails: nothing is accepted that it cannot hold."""
+        ``JournalUnavailable`` while the journal fails, or a call to it hangs: nothing is accepted
+        that it cannot hold, and no request waits behind a call that may never return."""
         access = self._access
-        reason = access.health.reason()
+        reason = access.health.reason() or next(iter(access.reasons()), None)
         if reason is not None:
             raise JournalUnavailable(f"{reason}: not accepting new jobs")
         with self._admission.reserve(self._pipeline.backlog, partitions, self._backlog_rate()):

@@ -88,7 +88,9 @@ class Service:
         self.watchdog = ProgressWatchdog(settings.health.stall_s, self._work_waiting, clock)
         # Why /readyz answers 503, beside starting and draining: each source lists its reasons,
         # and a component with an opinion of its own appends itself.
-        self.readiness: list[ReadinessSource] = [self.supervisor, self.watchdog, self.health]
+        self.readiness: list[ReadinessSource] = [
+            self.supervisor, self.watchdog, self.health, self.journal_access
+        ]  # fmt: skip
 
     @property
     def journal(self) -> JournalBackend:
@@ -165,7 +167,9 @@ class Service:
             watchdog=self.watchdog, policy=lambda: self.policy,
             estimates_key=self.plan.estimates_key, clock=self._clock,
         )  # fmt: skip
-        self.registry.register(JournalMetrics(self.health, self.commits.uncommitted))
+        self.registry.register(
+            JournalMetrics(self.health, self.journal_access.calls, self.commits.uncommitted)
+        )
         if settings.journal.fleet:
             self._assemble_fleet()
         self.supervisor.expect(*(f"prove-{i}" for i in range(self.pipeline.workers)))
@@ -206,6 +210,7 @@ class Service:
             await self.startup.timed("resume", self._take_over(), self._clock)
         self.startup.ready_s = self._clock() - began
         self._started = True  # from here on, a drain has work to wait for and commit
+        self.journal_access.start(self.supervisor)
         self.pipeline.start(self.supervisor)
         self.commits.start(self.supervisor)
         if self.fleet is not None:

@@ -8,7 +8,7 @@ import pytest
 
 from pacer.__main__ import main
 from pacer.cli_args import Progress, param
-from pacer.cli_client import fleet_rows
+from pacer.cli_client import fleet_rows, journal_rows
 from pacer.client import Client
 from tests.conftest import FakeClock
 from tests.servers import free_port
@@ -151,3 +151,24 @@ def test_status_shows_a_fleets_host_and_nothing_for_a_host_alone() -> None:
         "fleet-wide; leases held by gpu-1 24, gpu-2 16",
     )]  # fmt: skip
     assert fleet_rows(None) == []
+    unknown = {**fleet, "pending_partitions": None, "hosts": None}  # a journal call hangs
+    assert fleet_rows(unknown) == [(
+        "fleet",
+        "host gpu-1: 3 leases (24 partitions), 8 partitions reclaimed; the rest of the fleet "
+        "not known: a journal call hangs",
+    )]  # fmt: skip
+
+
+def test_status_names_a_journal_call_past_its_limit() -> None:
+    calls = [{"call": "complete_partitions", "thread": "pacer-journal_0", "running_s": 31.2},
+             {"call": "claim", "thread": "pacer-claims_0", "running_s": 0.01}]  # fmt: skip
+    journal = {"healthy": True, "failing_s": 0.0, "error": None, "uncommitted_results": 40,
+               "dispatch_held": False, "stall_s": 30.0, "calls": calls}  # fmt: skip
+    assert journal_rows(journal) == [("journal", "HUNG: call complete_partitions running for 31 s")]
+    assert journal_rows({**journal, "calls": calls[1:]}) == [("journal", "ok")]
+    failing = {**journal, "healthy": False, "failing_s": 12.0, "error": "disk I/O error"}
+    assert journal_rows(failing) == [(
+        "journal",
+        "FAILING for 12 s: disk I/O error; 40 results wait in memory; HUNG: call "
+        "complete_partitions running for 31 s",
+    )]  # fmt: skip

@@ -110,6 +110,13 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"PACER_JOURNAL__HOST": "gpu 1"}, "PACER_JOURNAL__HOST: must be visible ASCII"),
         ({"PACER_JOURNAL__LEASE_S": "0.1"}, "PACER_JOURNAL__LEASE_S: Input should be greater"),
         ({"PACER_JOURNAL__CLAIM_MAX": "10001"}, "PACER_JOURNAL__CLAIM_MAX: Input should be less"),
+        ({"PACER_JOURNAL__STALL_S": "0"},
+         "PACER_JOURNAL__STALL_S: Input should be greater than 0"),
+        ({"PACER_JOURNAL__STALL_S": "5"},
+         "PACER_JOURNAL__STALL_S (5 s) must be more than PACER_JOURNAL__BUSY_TIMEOUT_S (5 s): "
+         "a write may wait that long on a lock"),
+        ({"PACER_JOURNAL__URL": "postgresql://db/x", "PACER_JOURNAL__TIMEOUT_S": "60"},
+         "PACER_JOURNAL__STALL_S (30 s) must be more than PACER_JOURNAL__TIMEOUT_S (60 s)"),
     ],
     ids=[
         "negative",
@@ -140,6 +147,9 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         "journal-host-space",
         "journal-lease-short",
         "journal-claim-max",
+        "journal-stall-zero",
+        "journal-stall-within-busy-timeout",
+        "journal-stall-within-statement-timeout",
     ],
 )  # fmt: skip
 def test_invalid_value_names_variable_and_rule(

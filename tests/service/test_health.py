@@ -142,14 +142,15 @@ async def test_every_task_is_supervised_and_shutdown_counts_no_failure(tmp_path:
     assert status == 200
     assert (body["ready"], body["reasons"]) == (True, [])
     assert body["health"]["task_failures"] == {
-        "dispatch": 0, "journal": 0, "upkeep": 0, "call-watchdog": 0, "prove-0": 0,
-        "prove-1": 0,
+        "dispatch": 0, "journal": 0, "upkeep": 0, "call-watchdog": 0, "journal-watch": 0,
+        "prove-0": 0, "prove-1": 0,
     }  # fmt: skip
     # Proving threads report their failures to the supervisor (where the pipeline has the hook).
     assert svc.pipeline.on_task_failure == svc.supervisor.record_failure
     await svc.shutdown()
     assert set(svc.supervisor.failures().values()) == {0}
-    for task in ("dispatch", "journal", "upkeep", "call-watchdog", "prove-0", "prove-1"):
+    for task in ("dispatch", "journal", "upkeep", "call-watchdog", "journal-watch", "prove-0",
+                 "prove-1"):  # fmt: skip
         assert registry.get_sample_value("pacer_task_failures_total", {"task": task}) == 0.0
 
 
