@@ -63,7 +63,9 @@ async def held_claims(server: Server, partitions: int) -> str:
     server.pipeline.hold(True)
     job = await server.submit(partitions, {}, 0)
     assert server.pipeline.backlog == 0  # accepted into the fleet's queue, not this backlog
-    assert await fleet.claim(partitions) == partitions
+    # The claim loop may have begun a claim before the hold, which takes some of them first:
+    # this claim, on the same thread, queues after it, and together they hold every one.
+    await fleet.claim(partitions)
     assert server.pipeline.backlog == partitions
     return job.id
 
