@@ -21,6 +21,10 @@ tracker exit by themselves once every process holding their pipes has gone. The 
 named ``pacer-synth`` (`gpu.lifeline.SYNTHESIS_PROCESS_NAME`), which ``pacer settle
 --kill-orphans`` looks for.
 
+A synthesis that never returns (its worker stopped, stuck or looping) would keep its worker and
+its slot for good: `ProcessSynthesizer.cancel` kills the worker running it, found in a table of
+fills the workers share, and the set is replaced as for any worker that dies.
+
 >>> import numpy as np
 >>> from gpu.pool import PinnedPool
 >>> from gpu.synthesis import synthesize
@@ -33,12 +37,15 @@ True
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
@@ -51,12 +58,29 @@ from gpu.slots import SlotBlock
 from gpu.synthesis import synthesize_into
 from gpu.worker_blocks import BlockReadiness, map_blocks, mapping
 
-__all__ = ["ProcessSynthesizer"]
+__all__ = ["ProcessSynthesizer", "SynthesisCancelled"]
 
 logger = logging.getLogger("gpu.process_executor")
 
 PRELOAD_MODULE = "gpu.synthesis_preload"
 """What the forkserver imports before forking workers of compiled synthesis: the kernels."""
+
+FILL_ENTRIES = 4096
+"""Entries of the table of fills running in the workers: fill ``token`` is at ``token %
+FILL_ENTRIES``, so far more than can run at once."""
+PID_LIMIT = 1 << 22
+"""Above every PID Linux gives (``pid_max`` at most): an entry holds ``token × PID_LIMIT +
+pid``, so it names both the fill and its worker."""
+
+
+class SynthesisCancelled(Exception):  # noqa: N818 - a domain name, like PoolExhausted
+    """A fill was cancelled (`ProcessSynthesizer.cancel`): its worker was killed, or it had
+    not begun in one; the slot holds nothing to use."""
+
+    def __init__(self, token: int, partition: str) -> None:
+        super().__init__(f"the synthesis of partition {partition or token} was cancelled")
+        self.token = token
+        self.partition = partition
 
 
 class ProcessSynthesizer:
@@ -75,7 +99,9 @@ class ProcessSynthesizer:
 
     A worker that dies (the OOM killer, a signal) breaks the whole set: the syntheses in flight
     then start over once on a new set (``restarts`` counts them), instead of every later
-    partition failing. The workers end when this process does, however it ends (see the
+    partition failing. A fill that must not go on (abandoned past its time limit) is stopped by
+    `cancel`: each fill runs under a ``token`` (`token`), and each worker records in a shared
+    table which fill it runs. The workers end when this process does, however it ends (see the
     module's docstring).
     """
 
@@ -97,6 +123,10 @@ class ProcessSynthesizer:
         self.restarts = 0
         self._lock = threading.Lock()
         self._lifeline = lifeline.Lifeline.open()
+        self._fills = multiprocessing.get_context("forkserver").RawArray("q", FILL_ENTRIES)
+        self._tokens = itertools.count(1)
+        self._running: dict[int, str] = {}  # token → partition, while its fill runs
+        self._cancelled: set[int] = set()
         self._executor = self._new_executor()
 
     def _new_executor(self) -> ProcessPoolExecutor:
@@ -106,8 +136,8 @@ class ProcessSynthesizer:
             # them (`gpu.synthesis_preload`); no effect on a forkserver already running.
             context.set_forkserver_preload(["__main__", PRELOAD_MODULE])
         return ProcessPoolExecutor(
-            self.processes, mp_context=context, initializer=_tie_to_service,
-            initargs=(self._lifeline.reader,),
+            self.processes, mp_context=context, initializer=_start_process,
+            initargs=(self._lifeline.reader, self._fills),
         )  # fmt: skip
 
     def start(self, readiness: BlockReadiness | None = None) -> None:
@@ -164,20 +194,75 @@ class ProcessSynthesizer:
             for _ in range(self.processes)
         ]
 
+    def token(self) -> int:
+        """A token for one `fill`, by which `cancel` stops it."""
+        return next(self._tokens)
+
     def fill(
-        self, block: SlotBlock | None, seed: int, index: int, field: PrimeField = BABYBEAR
-    ) -> None:
+        self, block: SlotBlock | None, seed: int, index: int, field: PrimeField = BABYBEAR,
+        token: int | None = None, partition: str = "",
+    ) -> None:  # fmt: skip
         """Write partition (seed, index) of ``field`` into the slot ``block`` describes, in a
-        worker."""
+        worker; `SynthesisCancelled` where `cancel` stopped it (``token``; ``partition`` names
+        it in the log)."""
         if block is None:
             raise ValueError("the slot is not in shared memory: synthesize it in this process")
-        executor = self._executor
+        token = self.token() if token is None else token
+        with self._lock:
+            self._running[token] = partition
         try:
-            executor.submit(_fill, block, seed, index, field, self.backend).result()
-        except BrokenProcessPool:
-            self._replace(executor)
-            # The slot is written whole again; a second break is an error for the partition.
-            self._executor.submit(_fill, block, seed, index, field, self.backend).result()
+            for attempt in (1, 2):
+                executor = self._executor
+                try:
+                    executor.submit(_fill, block, seed, index, field, self.backend,
+                                    token).result()  # fmt: skip
+                    break
+                except BrokenProcessPool:
+                    self._replace(executor)
+                    # The slot is written whole again on the new set, but for a cancelled
+                    # fill; a second break is an error for the partition.
+                    if token in self._cancelled:
+                        break
+                    if attempt == 2:
+                        raise
+        finally:
+            with self._lock:
+                del self._running[token]
+                cancelled = token in self._cancelled
+                self._cancelled.discard(token)
+        if cancelled:
+            raise SynthesisCancelled(token, partition)
+
+    def worker_of(self, token: int) -> int | None:
+        """The PID of the worker process running fill ``token`` now; None where none is."""
+        entry = self._fills[token % FILL_ENTRIES]
+        pid = entry % PID_LIMIT
+        # Not the fill's entry, or that of a worker gone, whose PID may name another process now.
+        if entry // PID_LIMIT != token or pid not in (self._executor._processes or {}):
+            return None
+        return int(pid)
+
+    def cancel(self, token: int) -> int | None:
+        """Stop fill ``token``: SIGKILL the worker running it, which breaks the set (replaced
+        as when any worker dies; other fills in flight start over), and have the fill raise
+        `SynthesisCancelled` instead of starting over. The killed worker's PID; None where no
+        worker runs it (not begun, or done): one not done still raises."""
+        with self._lock:
+            if token not in self._running:
+                return None
+            self._cancelled.add(token)
+            partition = self._running[token]
+            pid = self.worker_of(token)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):  # it died meanwhile
+                    os.kill(pid, signal.SIGKILL)
+        logger.error(
+            "the synthesis of partition %s was cancelled: %s",
+            partition or token,
+            "not begun in a worker process" if pid is None else
+            f"killed its worker process (pid {pid}); a new set of {self.processes} replaces it",
+        )  # fmt: skip
+        return pid
 
     def _replace(self, broken: ProcessPoolExecutor) -> None:
         """A new set of workers for a broken one, once however many fills saw it break."""
@@ -207,6 +292,14 @@ class ProcessSynthesizer:
 
 
 _dies_with_forkserver = False
+_fills: MutableSequence[int] | None = None  # the table of fills, in a worker
+
+
+def _start_process(lifeline_reader: Connection, fills: MutableSequence[int]) -> None:
+    """First thing in each worker: tied to the service, and the table of fills kept."""
+    global _fills
+    _tie_to_service(lifeline_reader)
+    _fills = fills
 
 
 def _tie_to_service(lifeline_reader: Connection) -> None:
@@ -227,6 +320,18 @@ def _start_worker(paths: Sequence[str], backend: str, field: PrimeField | None) 
     return map_blocks(paths), _dies_with_forkserver
 
 
-def _fill(block: SlotBlock, seed: int, index: int, field: PrimeField, backend: str) -> None:
-    arrays = block.arrays(mapping(block.path))
-    synthesize_into(seed, index, arrays, field=field, backend=backend)
+def _fill(
+    block: SlotBlock, seed: int, index: int, field: PrimeField, backend: str,
+    token: int | None = None,
+) -> None:  # fmt: skip
+    """Fill the slot, this process's PID recorded against ``token`` in the table meanwhile."""
+    entry, mark = 0, 0
+    if _fills is not None and token is not None:
+        entry, mark = token % FILL_ENTRIES, token * PID_LIMIT + os.getpid()
+        _fills[entry] = mark
+    try:
+        arrays = block.arrays(mapping(block.path))
+        synthesize_into(seed, index, arrays, field=field, backend=backend)
+    finally:
+        if mark and _fills is not None and _fills[entry] == mark:
+            _fills[entry] = 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -176,6 +177,8 @@ class GpuNttWorkload(NttWorkload):
         self.pool: PinnedPool | None = None
         self._provers: dict[int, Any] = {}
         self._synthesizer: ProcessSynthesizer | None = None
+        self._fills: dict[tuple[str, int], int] = {}  # (job, index) → its fill's token
+        self._fills_lock = threading.Lock()
         self._phases_s: dict[str, float] = {}
         self._kernels_loaded: Future[None] | None = None
 
@@ -332,8 +335,7 @@ class GpuNttWorkload(NttWorkload):
         block = self.pool.slot_block(slot) if self._synthesizer is not None else None
         try:
             if block is not None and self._synthesizer is not None:
-                # In a worker process, straight into the shared slot.
-                self._synthesizer.fill(block, spec.seed, spec.index, self.field)
+                self._fill(self._synthesizer, spec, block)
             else:  # on this thread (also a pageable fallback slot, which no process can map)
                 self._compiled()
                 synthesis.synthesize_into(spec.seed, spec.index, slot.arrays,
@@ -343,6 +345,30 @@ class GpuNttWorkload(NttWorkload):
             slot.release()
             raise
         return slot
+
+    def _fill(self, synthesizer: ProcessSynthesizer, spec: PartitionSpec, block: Any) -> None:
+        """In a worker process, straight into the shared slot, under a token `abandoned` can
+        cancel it by."""
+        key, token = (spec.job_id, spec.index), synthesizer.token()
+        with self._fills_lock:
+            self._fills[key] = token
+        try:
+            synthesizer.fill(block, spec.seed, spec.index, self.field, token,
+                             f"{spec.index} of job {spec.job_id}")  # fmt: skip
+        finally:
+            with self._fills_lock:
+                if self._fills.get(key) == token:
+                    del self._fills[key]
+
+    def abandoned(self, spec: PartitionSpec, call: str) -> None:
+        """A synthesis abandoned in a worker process is cancelled: the worker is killed, so
+        the set of processes and the slot come back (`ProcessSynthesizer.cancel`). Nothing
+        for the others: a prove on the GPU, a verification on a thread here, cannot be
+        stopped."""
+        with self._fills_lock:
+            token = self._fills.get((spec.job_id, spec.index))
+        if call == "synthesize" and token is not None and self._synthesizer is not None:
+            self._synthesizer.cancel(token)
 
     def prove(self, buffers: Slot, worker: int, keep_output: bool = True) -> Proof:
         prover: GpuProver | None = self._provers.get(worker)

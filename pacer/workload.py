@@ -52,7 +52,8 @@ class Workload(Protocol):
     Subclass it: the five methods without a body are the work; every other member has a
     neutral default (a CPU workload of one worker per proving thread, holding nothing) that a
     workload overrides where it knows better. Methods run off the event loop, so they may
-    block. The attributes are read once, at start, by `pacer.plan.resolve`.
+    block (but `abandoned`, which must not). The attributes are read once, at start, by
+    `pacer.plan.resolve`.
     """
 
     name: str
@@ -99,6 +100,14 @@ class Workload(Protocol):
     def workers(self) -> int | None:
         """Proving workers it runs (a GPU workload: its devices × workers per device); None:
         as many as ``PACER_GPU__WORKERS`` says."""
+        return None
+
+    def abandoned(self, spec: PartitionSpec, call: str) -> None:
+        """The pipeline abandoned ``call`` ("synthesize", "prove" or "verify") of partition
+        ``spec`` past its time limit: its attempt has failed, and its buffers stay held until
+        the call returns. A workload that can stop that call (a synthesis in a process it can
+        kill) does, so the call returns and what it holds comes back; by default nothing.
+        Called on the event loop: it must not block."""
         return None
 
     def device_of(self, worker: int) -> int:

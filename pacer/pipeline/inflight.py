@@ -21,6 +21,8 @@ from pacer.workload import Pool, Proof, Workload, pooled
 log = logging.getLogger("pacer.pipeline")
 WATCH_MIN_S = 0.01  # the watchdog checks call limits at 1/20 of the shortest, within these
 WATCH_MAX_S = 1.0
+WORKLOAD_CALLS: dict[Call, str] = {"synthesis": "synthesize", "prove": "prove", "verify": "verify"}
+"""The workload's method behind each call, as `Workload.abandoned` names it."""
 
 
 class InFlight:
@@ -306,7 +308,7 @@ class InFlight:
             assert proved is not None
             outcome = Outcome(spec.job_id, spec.index, proved.gpu, proved.synthesis_s,
                               proved.gpu_s, error=str(error), call=running.call)  # fmt: skip
-        self._hold_abandoned(work)
+        self._hold_abandoned(work, running.call)
         self._hung(running.call, running.call, error, work, outcome.gpu)
         self._report(outcome)
 
@@ -316,7 +318,7 @@ class InFlight:
         now = self._clock()
         self.provers.vacate(worker, now, abandoned=True)
         work, spec = running.work, running.work.spec
-        self._hold_abandoned(work)
+        self._hold_abandoned(work, "prove")
         if not self._closing:
             self.provers.start_thread(worker)
         error = CallTimedOut("prove", limit_s, spec.job_id, spec.index)
@@ -324,10 +326,16 @@ class InFlight:
         self._report(Outcome(spec.job_id, spec.index, worker.gpu.label, work.synthesis_s,
                              now - running.started, error=str(error), call="prove"))  # fmt: skip
 
-    def _hold_abandoned(self, work: Work) -> None:
-        """The partition leaves the pipeline, but its bytes stay held until its call returns."""
+    def _hold_abandoned(self, work: Work, call: Call) -> None:
+        """The partition leaves the pipeline, but its bytes stay held until its call returns;
+        the workload hears of it, and may stop the call (`Workload.abandoned`)."""
         self.holdings.abandon(work)
         self._wake.set()
+        try:
+            self.workload.abandoned(work.spec, WORKLOAD_CALLS[call])
+        except Exception:
+            log.exception("telling the workload of the abandoned %s call failed", call,
+                          extra=work.context())  # fmt: skip
 
     def _abandoned_returned(self, running: Running, late_buffers: Any) -> None:
         """An abandoned call returned at last: its partition's memory comes back."""

@@ -357,6 +357,49 @@ async def test_an_abandoned_synthesis_releases_the_buffers_it_returns_late() -> 
         await run.pipeline.close()
 
 
+class Stopping(Hanging):
+    """Records each call the pipeline abandons, and stops it: the hung call returns."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.abandoned_calls: list[tuple[str, int, str]] = []
+
+    def abandoned(self, spec: PartitionSpec, call: str) -> None:
+        self.abandoned_calls.append((spec.job_id, spec.index, call))
+        self.unblock.set()
+
+
+@pytest.mark.parametrize(
+    ("where", "call", "limit"),
+    [("synthesis", "synthesize", "synthesis_s"), ("prove", "prove", "prove_s")],
+    ids=["synthesis", "prove"],
+)
+async def test_the_workload_hears_once_of_a_call_abandoned_and_may_stop_it(
+    where: str, call: str, limit: str
+) -> None:
+    workload = Stopping(where)
+    run = build(workload, **{limit: 5.0})
+    pipeline = run.pipeline
+    pipeline.enqueue("j", 1, {}, [0])
+    pipeline.start()
+    try:
+        await asyncio.to_thread(workload.entered.wait, 10)
+        await run.timers.step(4.0)
+        assert pipeline.check_limits() == 0
+        assert workload.abandoned_calls == []  # within its limit
+        await run.timers.step(2.0)
+        await until(lambda: run.outcomes, f"the {where} to be abandoned")
+        assert workload.abandoned_calls == [("j", 0, call)]
+        # Stopped, the call returns without the test's help: its bytes and thread come back.
+        await until(lambda: pipeline.abandoned_threads == 0, "the stopped call to return")
+        await until(lambda: pipeline.inflight_bytes == 0, "the partition's bytes back")
+        assert pipeline.check_limits() == 0
+        assert workload.abandoned_calls == [("j", 0, call)]  # once
+    finally:
+        workload.unblock.set()
+        await pipeline.close()
+
+
 class Fatal(BaseException):
     pass
 
