@@ -27,6 +27,12 @@ def parent_of(pid: int) -> int | None:
     return None if stat is None else stat[2]
 
 
+def state_of(pid: int) -> str | None:
+    """``pid``'s state as the kernel shows it (R, S, T: stopped, Z: a zombie); None once gone."""
+    stat = _read_stat(PROC / str(pid) / "stat")
+    return None if stat is None else stat[1]
+
+
 def descendants(pid: int) -> dict[int, tuple[str, int]]:
     """Every process below ``pid`` now: PID → (kernel name, start time)."""
     children: dict[int, list[int]] = {}

@@ -370,15 +370,13 @@ class Stopping(Hanging):
 
 
 @pytest.mark.parametrize(
-    ("where", "call", "limit"),
-    [("synthesis", "synthesize", "synthesis_s"), ("prove", "prove", "prove_s")],
-    ids=["synthesis", "prove"],
+    ("where", "call"), [("synthesis", "synthesize"), ("prove", "prove")], ids=["synthesis", "prove"]
 )
 async def test_the_workload_hears_once_of_a_call_abandoned_and_may_stop_it(
-    where: str, call: str, limit: str
+    where: str, call: str
 ) -> None:
     workload = Stopping(where)
-    run = build(workload, **{limit: 5.0})
+    run = build(workload, synthesis_s=5.0, prove_s=5.0)
     pipeline = run.pipeline
     pipeline.enqueue("j", 1, {}, [0])
     pipeline.start()
