@@ -113,12 +113,16 @@ def test_the_contract_lists_every_member_and_the_pooled_one_adds_its_pool() -> N
     [
         ("no_such_module_xyz:make", "cannot import no_such_module_xyz"),
         ("{mod}:missing", "has no callable missing"),
-        ("{mod}:not_a_workload", "the factory returned object, which lacks check_params, close,"),
+        (
+            "{mod}:not_a_workload",
+            "the factory returned object, which lacks abandoned, check_params, close,",
+        ),
         (
             "{mod}:old",
-            "the factory returned OldStyle, which lacks close, device_of, executor, field_name, "
-            "gpu_model, kernel, log_n, release, synthesis_restarts, threads_per_synthesis, "
-            "verify_every, workers of the Workload contract (subclass pacer.workload.Workload",
+            "the factory returned OldStyle, which lacks abandoned, close, device_of, executor, "
+            "field_name, gpu_model, kernel, log_n, release, synthesis_restarts, "
+            "threads_per_synthesis, verify_every, workers of the Workload contract (subclass "
+            "pacer.workload.Workload",
         ),
     ],
     ids=["no-module", "no-factory", "not-a-workload", "lacks-members"],
