@@ -83,6 +83,6 @@ class GpuProver:
 
 def build_provers(devices: list[int], log_n: int, field: PrimeField) -> dict[int, GpuProver]:
     """A prover for each worker, on ``devices[worker]``: each device's context, kernels and
-    tables (computed there, `gpu.ntt_cuda.table_recipes`) made once and shared by its
+    tables (computed there, `gpu.transform_tables.table_recipes`) made once and shared by its
     workers."""
     return {worker: GpuProver(device, log_n, field) for worker, device in enumerate(devices)}

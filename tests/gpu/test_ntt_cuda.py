@@ -15,15 +15,15 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from gpu import ntt_cuda
+from gpu import ntt_cuda, transform_tables
 from gpu.babybear import BABYBEAR
 from gpu.cuda_kernels import HEAD_LOG_TILE, KERNEL_NAMES, cuda_source, launch_plan
 from gpu.digest import digest
 from gpu.field import FieldArray, PrimeField
 from gpu.goldilocks import GOLDILOCKS
 from gpu.ntt import HSteps, compute_h, coset_intt, coset_ntt, intt, ntt
-from gpu.ntt_cuda import HostTables, host_tables
 from gpu.synthesis import synthesize
+from gpu.transform_tables import HostTables, host_tables
 from gpu.verification import verify
 
 U32 = npt.NDArray[np.uint32]
@@ -287,7 +287,9 @@ def test_simulated_h_matches_compute_h(field: PrimeField, log_n: int) -> None:
     assert digest(h, field=field) == digest(HSteps(log_n, field).run(a, b, c), field=field)
 
 
-def sim_power_table(field: PrimeField, recipe: ntt_cuda.TableRecipe, log_n: int) -> FieldArray:
+def sim_power_table(
+    field: PrimeField, recipe: transform_tables.TableRecipe, log_n: int
+) -> FieldArray:
     """``power_table``, every thread at once: first times the squares of each set bit."""
     i = np.arange(recipe.count, dtype=np.uint64)
     exponent = i
@@ -295,7 +297,7 @@ def sim_power_table(field: PrimeField, recipe: ntt_cuda.TableRecipe, log_n: int)
         t = i + np.uint64(1)
         stage = np.floor(np.log2(t.astype(np.float64))).astype(np.uint64)  # 31 − __clz(t)
         exponent = (t - (np.uint64(1) << stage)) << (np.uint64(log_n - 1) - stage)
-    squares = ntt_cuda.table_squares(recipe.base, field).astype(np.uint64)
+    squares = transform_tables.table_squares(recipe.base, field).astype(np.uint64)
     values = np.full(recipe.count, recipe.first, dtype=np.uint64)
     for k in range(32):
         bit = ((exponent >> np.uint64(k)) & np.uint64(1)).astype(bool)
@@ -308,15 +310,15 @@ def sim_power_table(field: PrimeField, recipe: ntt_cuda.TableRecipe, log_n: int)
 def test_simulated_power_tables_are_the_host_tables(field: PrimeField, log_n: int) -> None:
     tables = host_tables(log_n, field)
     expected = (tables.forward, tables.backward, tables.coset_up, tables.coset_down)
-    recipes = ntt_cuda.table_recipes(log_n, field)
+    recipes = transform_tables.table_recipes(log_n, field)
     assert len(recipes) == len(expected)
     for recipe, table in zip(recipes, expected, strict=True):
         assert (sim_power_table(field, recipe, log_n) == table.astype(np.uint64)).all()
-    assert ntt_cuda.h_scalars(log_n, field) == (tables.n_inverse, tables.z_inverse)
+    assert transform_tables.h_scalars(log_n, field) == (tables.n_inverse, tables.z_inverse)
 
 
 def test_table_squares_are_repeated_squares_in_storage_dtype() -> None:
-    squares = ntt_cuda.table_squares(7, BABYBEAR)
+    squares = transform_tables.table_squares(7, BABYBEAR)
     assert squares.dtype == BABYBEAR.storage
     assert squares.tolist() == [pow(7, 1 << k, BABYBEAR.P) for k in range(32)]
 
@@ -420,7 +422,7 @@ def test_repeated_runs_on_one_instance_agree(
 @each_field
 @pytest.mark.parametrize("log_n", [1, 2, 5, 11, 12, 16, 20], ids=lambda n: f"2^{n}")
 def test_device_tables_are_the_host_tables(cupy_module: Any, field: PrimeField, log_n: int) -> None:
-    on_device = ntt_cuda._device_tables(log_n, field, cupy_module.cuda.Device().id)
+    on_device = transform_tables.device_tables(log_n, field, cupy_module.cuda.Device().id)
     tables = host_tables(log_n, field)
     expected = (tables.forward, tables.backward, tables.coset_up, tables.coset_down)
     got = (on_device.forward, on_device.backward, on_device.coset_up, on_device.coset_down)
@@ -435,7 +437,7 @@ def test_a_prover_builds_no_host_tables(cupy_module: Any) -> None:
 
     host_tables.cache_clear()
     provers = build_provers([0, 0], 13, BABYBEAR)
-    assert ntt_cuda.host_tables.cache_info().currsize == 0
+    assert transform_tables.host_tables.cache_info().currsize == 0
     assert provers[0].steps._device_tables is provers[1].steps._device_tables
 
 
