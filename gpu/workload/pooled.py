@@ -1,14 +1,5 @@
-"""The ntt workload: ``PACER_WORKLOAD=gpu.workload:ntt`` (the default; ``ntt`` for short).
-
-The Groth16 "H" computation over a prime field (`gpu.ntt`): synthesis draws a, b and
-c = a∘b on a domain of 2^log_n; proving interpolates, evaluates on a coset, divides by the
-vanishing polynomial and interpolates back; verification checks H(r)·Z(r) = A(r)·B(r) − C(r)
-at a random point. `ntt` proves on the CUDA GPUs ``PACER_GPU__DEVICES`` selects
-(`GpuNttWorkload`), or on the CPU with NumPy where there are none (`NttWorkload`).
-
-This module is the adapter between pacer and the device code: the one module of ``gpu`` that
-imports pacer (its Workload contract and settings), and that names pacer's settings.
-"""
+"""The ntt workload proved on CUDA GPUs from a pinned host-memory pool (`GpuNttWorkload`):
+the pool pinned or adopted, the provers and the synthesis processes started beside it."""
 
 from __future__ import annotations
 
@@ -22,16 +13,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from gpu import cpu_backend
-from gpu.field import by_name
-from pacer.config import Settings
-from pacer.workload import (
-    PartitionSpec,
-    Proof,
-    Workload,
-    WorkloadError,
-    check_known,
-    int_param,
-)
+from gpu.workload.cpu import NttWorkload
+from pacer.workload import PartitionSpec, Proof
 
 if TYPE_CHECKING:
     from gpu.allocators import BlockWatcher
@@ -42,88 +25,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("gpu.workload")
 T = TypeVar("T")
-
-
-class NttWorkload(Workload):
-    """The H computation over ``field`` (a `gpu.field.FIELD_NAMES` name) on the CPU (NumPy);
-    ``log_n`` sets the partition size."""
-
-    name = "ntt"
-    DEFAULT_LOG_N = 18
-    threads_per_synthesis = 1  # NumPy calls on one thread
-    MAX_JOB_LOG_N = 24
-    """Largest params.log_n a job may ask for (the configured size is always allowed)."""
-
-    DEFAULT_FIELD = "babybear"
-    """On the CPU: a product fits 64 bits, so NumPy multiplies about five times as fast."""
-
-    def __init__(
-        self, log_n: int, field: str | None = None, backend: str = "numpy", warm: bool = True
-    ) -> None:
-        self.field = by_name(field or self.DEFAULT_FIELD)
-        if log_n > self.field.TWO_ADICITY:
-            raise WorkloadError(
-                f"PACER_NTT__LOG_N={log_n}: {self.field.name}'s largest domain is "
-                f"2^{self.field.TWO_ADICITY}"
-            )
-        self.log_n: int = log_n
-        # The CPU backend (`gpu.cpu_backend`), under the name the Workload contract reads it by.
-        self.kernel: str = cpu_backend_for(backend, self.field.name)
-        if warm and self.kernel == "numba":  # compiled now (or from the cache), not on a partition
-            cpu_backend.warm(self.field, verification=True)
-
-    @property
-    def field_name(self) -> str:
-        return self.field.name
-
-    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        out = check_known(params, ("log_n", "seed"))
-        if "log_n" in params:
-            high = max(min(self.MAX_JOB_LOG_N, self.field.TWO_ADICITY), self.log_n)
-            out["log_n"] = int_param(params, "log_n", 4, high, self.log_n)
-        return out
-
-    def _log_n(self, params: Mapping[str, Any]) -> int:
-        return int(params.get("log_n", self.log_n))
-
-    def partition_bytes(self, params: Mapping[str, Any]) -> int:
-        return 3 * 8 * (1 << self._log_n(params))  # a, b, c as uint64
-
-    def synthesize(self, spec: PartitionSpec) -> Any:
-        import gpu.synthesis as synthesis
-
-        return synthesis.synthesize(spec.seed, spec.index, self._log_n(spec.params),
-                                    field=self.field, backend=self.kernel)  # fmt: skip
-
-    def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
-        import gpu.ntt as ntt
-        from gpu.digest import digest
-
-        a, b, c = buffers
-        phases: dict[str, float] = {}
-        steps = ntt.HSteps(len(a).bit_length() - 1, self.field)
-
-        def timed(phase: str, step: Callable[..., Any], *args: Any) -> Any:
-            started = time.perf_counter()
-            out = step(*args)
-            phases[phase] = time.perf_counter() - started
-            return out
-
-        evals = timed("coset_ntt", steps.coset_ntt, *timed("intt", steps.intt, a, b, c))
-        h = timed("coset_intt", steps.coset_intt, timed("pointwise", steps.pointwise, *evals))
-        return Proof(digest(h, field=self.field), phases, h if keep_output else None)
-
-    def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
-        a, b, c = buffers
-        return self._verified(a, b, c, proof)
-
-    def _verified(self, a: Any, b: Any, c: Any, proof: Proof) -> bool:
-        from gpu.digest import digest
-        from gpu.verification import verify
-
-        field = self.field
-        holds = bool(verify(a, b, c, proof.output, field=field, backend=self.kernel))
-        return holds and digest(proof.output, field=field) == proof.digest
 
 
 class GpuNttWorkload(NttWorkload):
@@ -400,63 +301,3 @@ class GpuNttWorkload(NttWorkload):
             self._synthesizer.close()
         if self.pool is not None:
             self.pool.close(keep=self.keep_on_close)
-
-
-def cpu_backend_for(setting: str, field: str = "goldilocks") -> str:
-    """The CPU backend the ntt workload synthesizes and verifies on, as
-    ``PACER_NTT__CPU_BACKEND`` selects for ``field``: auto takes numba where it is installed.
-    Logged, as their speed depends on it: falling back to NumPy is a warning for Goldilocks,
-    whose products NumPy makes at less than half the compiled rate."""
-    if setting != "auto":
-        try:
-            cpu_backend.check(setting)
-        except (ValueError, RuntimeError) as exc:
-            raise WorkloadError(f"PACER_NTT__CPU_BACKEND={setting}: {exc}") from None
-        if setting == "numba":
-            logger.info(
-                "synthesis and verification compiled by Numba (PACER_NTT__CPU_BACKEND=numba)"
-            )
-        return setting
-    if cpu_backend.numba_available():
-        logger.info("synthesis and verification compiled by Numba (PACER_NTT__CPU_BACKEND=auto)")
-        return "numba"
-    logger.log(
-        logging.WARNING if field == "goldilocks" else logging.INFO,
-        "Numba is not installed: %s synthesis and verification run as NumPy calls%s (pip "
-        "install 'pacer[fast]', or PACER_NTT__CPU_BACKEND=numpy to say so)",
-        field, ", at less than half the compiled rate" if field == "goldilocks" else "",
-    )  # fmt: skip
-    return "numpy"
-
-
-def gpu_devices(setting: str) -> list[int]:
-    """The CUDA devices ``PACER_GPU__DEVICES`` selects among those present."""
-    if setting == "none":
-        return []
-    from gpu.devices import device_count
-
-    present = device_count()
-    if setting == "all":
-        return list(range(present))
-    wanted = [int(part) for part in setting.split(",")]
-    missing = [d for d in wanted if d >= present]
-    if missing:
-        raise WorkloadError(
-            f"PACER_GPU__DEVICES={setting}: device {missing[0]} is not present ({present} visible)"
-        )
-    return wanted
-
-
-def ntt(settings: Settings) -> NttWorkload:
-    """The factory ``PACER_WORKLOAD=gpu.workload:ntt`` names: on the GPUs when there are any,
-    else on the CPU; an unset ``PACER_NTT__LOG_N`` or ``PACER_NTT__FIELD`` takes the default
-    of the one chosen."""
-    devices = gpu_devices(settings.gpu.devices)
-    if devices:
-        return GpuNttWorkload(settings.ntt.log_n or GpuNttWorkload.DEFAULT_LOG_N, devices,
-                              settings.gpu.workers_per_device, settings.gpu.pool_on_empty,
-                              settings.synthesis.executor, field=settings.ntt.field,
-                              backend=settings.ntt.cpu_backend,
-                              keep_pool=settings.gpu.keep_pool)  # fmt: skip
-    return NttWorkload(settings.ntt.log_n or NttWorkload.DEFAULT_LOG_N, settings.ntt.field,
-                       settings.ntt.cpu_backend)  # fmt: skip
