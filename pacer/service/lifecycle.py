@@ -88,9 +88,8 @@ class Service:
         self.watchdog = ProgressWatchdog(settings.health.stall_s, self._work_waiting, clock)
         # Why /readyz answers 503, beside starting and draining: each source lists its reasons,
         # and a component with an opinion of its own appends itself.
-        self.readiness: list[ReadinessSource] = [
-            self.supervisor, self.watchdog, self.health, self.journal_access
-        ]  # fmt: skip
+        self.readiness: list[ReadinessSource] = [self.supervisor, self.watchdog, self.health,
+                                                 self.journal_access]  # fmt: skip
 
     @property
     def journal(self) -> JournalBackend:
@@ -167,9 +166,8 @@ class Service:
             watchdog=self.watchdog, policy=lambda: self.policy,
             estimates_key=self.plan.estimates_key, clock=self._clock,
         )  # fmt: skip
-        self.registry.register(
-            JournalMetrics(self.health, self.journal_access.calls, self.commits.uncommitted)
-        )
+        calls = self.journal_access.calls
+        self.registry.register(JournalMetrics(self.health, calls, self.commits.uncommitted))
         if settings.journal.fleet:
             self._assemble_fleet()
         self.supervisor.expect(*(f"prove-{i}" for i in range(self.pipeline.workers)))
