@@ -233,6 +233,13 @@ class ProcessSynthesizer:
         if cancelled:
             raise SynthesisCancelled(token, partition)
 
+    def token_of(self, partition: str) -> int | None:
+        """The token of the newest fill running for ``partition`` (as `fill` was told it);
+        None where none runs."""
+        with self._lock:
+            tokens = [token for token, named in self._running.items() if named == partition]
+        return max(tokens, default=None)
+
     def worker_of(self, token: int) -> int | None:
         """The PID of the worker process running fill ``token`` now; None where none is."""
         entry = self._fills[token % FILL_ENTRIES]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -78,8 +77,6 @@ class GpuNttWorkload(NttWorkload):
         self.pool: PinnedPool | None = None
         self._provers: dict[int, Any] = {}
         self._synthesizer: ProcessSynthesizer | None = None
-        self._fills: dict[tuple[str, int], int] = {}  # (job, index) → its fill's token
-        self._fills_lock = threading.Lock()
         self._phases_s: dict[str, float] = {}
         self._kernels_loaded: Future[None] | None = None
 
@@ -248,27 +245,19 @@ class GpuNttWorkload(NttWorkload):
         return slot
 
     def _fill(self, synthesizer: ProcessSynthesizer, spec: PartitionSpec, block: Any) -> None:
-        """In a worker process, straight into the shared slot, under a token `abandoned` can
-        cancel it by."""
-        key, token = (spec.job_id, spec.index), synthesizer.token()
-        with self._fills_lock:
-            self._fills[key] = token
-        try:
-            synthesizer.fill(block, spec.seed, spec.index, self.field, token,
-                             f"{spec.index} of job {spec.job_id}")  # fmt: skip
-        finally:
-            with self._fills_lock:
-                if self._fills.get(key) == token:
-                    del self._fills[key]
+        """In a worker process, straight into the shared slot, named so that `abandoned` can
+        cancel it."""
+        synthesizer.fill(block, spec.seed, spec.index, self.field, partition=_named(spec))
 
     def abandoned(self, spec: PartitionSpec, call: str) -> None:
         """A synthesis abandoned in a worker process is cancelled: the worker is killed, so
         the set of processes and the slot come back (`ProcessSynthesizer.cancel`). Nothing
         for the others: a prove on the GPU, a verification on a thread here, cannot be
         stopped."""
-        with self._fills_lock:
-            token = self._fills.get((spec.job_id, spec.index))
-        if call == "synthesize" and token is not None and self._synthesizer is not None:
+        if call != "synthesize" or self._synthesizer is None:
+            return
+        token = self._synthesizer.token_of(_named(spec))
+        if token is not None:
             self._synthesizer.cancel(token)
 
     def prove(self, buffers: Slot, worker: int, keep_output: bool = True) -> Proof:
@@ -301,3 +290,8 @@ class GpuNttWorkload(NttWorkload):
             self._synthesizer.close()
         if self.pool is not None:
             self.pool.close(keep=self.keep_on_close)
+
+
+def _named(spec: PartitionSpec) -> str:
+    """How a partition's fill is named to the synthesis processes (and in their log)."""
+    return f"{spec.index} of job {spec.job_id}"

@@ -274,7 +274,7 @@ def test_the_gpu_workload_cancels_a_synthesis_abandoned_and_its_slot_comes_back(
         spec = PartitionSpec("job", 3, 77, {})
         with ThreadPoolExecutor(1) as caller:
             synthesizing = caller.submit(workload.synthesize, spec)
-            token = wait_until(lambda: workload._fills.get(("job", 3)), "the fill's token")
+            token = wait_until(lambda: synthesizer.token_of("3 of job job"), "the fill's token")
             assert token is not None
             worker = stopped_worker(synthesizer, token)
             workload.abandoned(spec, "prove")  # not a synthesis: nothing to stop
