@@ -222,7 +222,8 @@ def pinning_alone(args: argparse.Namespace, workdir: Path) -> float:
     code = "from bench.restart import pin_alone; print(pin_alone())"
     pinned = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True,
                             env=service_env(args, workdir, 0, PACER_GPU__KEEP_POOL="false"),
-                            capture_output=True, check=True)  # fmt: skip
+                            capture_output=True, check=True,
+                            timeout=args.ready_timeout_s)  # fmt: skip
     return float(pinned.stdout.split()[-1])
 
 
