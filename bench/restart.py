@@ -185,14 +185,16 @@ def service_env(args: argparse.Namespace, workdir: Path, port: int, **env: str) 
     }
 
 
-def pin_alone() -> float:
+def pin_alone(threads: int | None = None) -> dict[str, Any]:
     """Seconds to pin the pool `pacer serve` would with these settings on this host (the
     plan's slots of the workload's partitions), as it pins it (shared blocks, populated and
-    registered on the same threads) but with nothing else running; the CUDA context is made
-    first and not counted. Freed after."""
+    registered on the same threads: ``threads``, or as many as a service uses) but with
+    nothing else running; the CUDA context is made first and not counted. Freed after. With
+    the pinning threads' seconds in each part (`gpu.allocators.PinSeconds`)."""
     import cupy
 
-    from gpu.allocators import pool_allocator
+    from gpu import allocators
+    from gpu.handover import Handover
     from gpu.pool import PinnedPool
     from gpu.workload import GpuNttWorkload
     from pacer.config import load_settings
@@ -209,22 +211,32 @@ def pin_alone() -> float:
 
     cupy.cuda.Device(0).synchronize()
     n = 1 << workload.log_n
+    allocator = allocators.SharedHostAllocator(True, Handover.for_service(False, slots),
+                                               threads)  # fmt: skip
     began = time.perf_counter()
-    pool = PinnedPool(slots, [(n,)] * 3, dtype=workload.field.storage,
-                      backend=pool_allocator("shared-cuda", False, slots))  # fmt: skip
+    pool = PinnedPool(slots, [(n,)] * 3, dtype=workload.field.storage, backend=allocator)
     seconds = time.perf_counter() - began
     pool.close()
-    return seconds
+    return {
+        "s": seconds,
+        "threads": allocator.threads,
+        "parts": allocator.pin_seconds.words(pool.slot_bytes),
+    }
 
 
-def pinning_alone(args: argparse.Namespace, workdir: Path) -> float:
-    """`pin_alone` in a process of its own, with a service's environment."""
-    code = "from bench.restart import pin_alone; print(pin_alone())"
+def pinning_alone(args: argparse.Namespace, workdir: Path, threads: int | None = None,
+                  whole: bool = False) -> Any:  # fmt: skip
+    """`pin_alone` in a process of its own, with a service's environment: its seconds (or,
+    ``whole``, all it says)."""
+    code = (
+        f"import json; from bench.restart import pin_alone; print(json.dumps(pin_alone({threads})))"
+    )
     pinned = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True,
                             env=service_env(args, workdir, 0, PACER_GPU__KEEP_POOL="false"),
                             capture_output=True, check=True,
                             timeout=args.ready_timeout_s)  # fmt: skip
-    return float(pinned.stdout.split()[-1])
+    said = json.loads(pinned.stdout.splitlines()[-1])
+    return said if whole else float(said["s"])
 
 
 def free_port() -> int:

@@ -13,11 +13,13 @@ pacer can adopt (`gpu.handover`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, Protocol
@@ -39,6 +41,7 @@ __all__ = [
     "CudaHostAllocator",
     "HostAllocator",
     "NumpyHostAllocator",
+    "PinSeconds",
     "PrivateHostAllocator",
     "SharedHostAllocator",
     "allocator_for",
@@ -196,7 +199,7 @@ class SharedHostAllocator:
         self,
         register: bool,
         handover: Handover | None = None,
-        threads: int = PIN_THREADS,
+        threads: int | None = None,
         *,
         populate: bool | None = None,
         watcher: BlockWatcher | None = None,
@@ -204,13 +207,14 @@ class SharedHostAllocator:
         self.pinned = register
         self.name = "shared-cuda" if register else "shared"
         self.handover = handover or Handover()
-        self.threads = max(1, threads)
+        self.threads = max(1, PIN_THREADS if threads is None else threads)
         self.populate = register if populate is None else populate
         self.watcher = watcher
         self.blocks: list[HostBlock] = []
         self.slots_adopted = 0
         self._arrays: list[ByteArray] = []
         self._registered: list[int] = []
+        self.pin_seconds = PinSeconds()
 
     def reserve(self, layout: PoolLayout, slots: int) -> None:
         adopted = self.handover.claim(layout, slots)
@@ -257,15 +261,23 @@ class SharedHostAllocator:
                     last_report = time.monotonic()
                     logger.info("pinning host memory: %d of %d slots after %.0f s",
                                 len(done), len(tasks), last_report - start)  # fmt: skip
-            return [task.result() for task in tasks]
+            arrays = [task.result() for task in tasks]
+        if self.blocks:
+            logger.info("pinning %d blocks on %d threads took %s", len(self.blocks),
+                        self.threads, self.pin_seconds.words(self.blocks[0].size))  # fmt: skip
+        return arrays
 
     def _pin(self, index: int, block: HostBlock, cuda: futures.Future[Any] | None) -> ByteArray:
         array = np.frombuffer(block.mapping, np.uint8, block.size)
+        spent = self.pin_seconds
         if self.populate:  # else the pages come as they are first written, as ever
-            populate(array.ctypes.data, block.size, existing=index < self.slots_adopted)
+            with spent.counting("populate"):
+                populate(array.ctypes.data, block.size, existing=index < self.slots_adopted)
         if cuda is not None:  # CuPy's import, or why it failed
-            runtime = cuda.result().runtime
-            runtime.hostRegister(array.ctypes.data, block.size, _HOST_REGISTER_PORTABLE)
+            with spent.counting("cuda"):
+                runtime = cuda.result().runtime
+            with spent.counting("register"):
+                runtime.hostRegister(array.ctypes.data, block.size, _HOST_REGISTER_PORTABLE)
             self._registered.append(array.ctypes.data)  # list.append is atomic
         if self.watcher is not None:
             self.watcher.block_ready(index)
@@ -292,6 +304,45 @@ class SharedHostAllocator:
         else:
             self.handover.release(blocks)
         return keep
+
+
+class PinSeconds:
+    """Seconds the pinning threads spent, summed over them, in each part of pinning a block:
+    filling in page tables (``populate``), waiting for CUDA (``cuda``: CuPy's import, once),
+    page-locking (``register``); and the blocks each part took.
+
+    >>> spent = PinSeconds()
+    >>> with spent.counting("populate"):
+    ...     pass
+    >>> spent.blocks["populate"], spent.seconds["populate"] < 1
+    (1, True)
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.blocks: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def counting(self, part: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - began
+            with self._lock:
+                self.seconds[part] = self.seconds.get(part, 0.0) + spent
+                self.blocks[part] = self.blocks.get(part, 0) + 1
+
+    def words(self, block_bytes: int) -> str:
+        """Each part's thread-seconds and, for the pages, its rate a thread."""
+        said = []
+        for part, seconds in self.seconds.items():
+            rate = ""
+            if part != "cuda" and seconds > 0:
+                rate = f" ({self.blocks[part] * block_bytes / seconds / 2**30:.1f} GiB/s a thread)"
+            said.append(f"{part} {seconds:.1f} thread-s{rate}")
+        return ", ".join(said) or "nothing"
 
 
 def populate(address: int, nbytes: int, existing: bool = False) -> bool:
