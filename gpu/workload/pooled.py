@@ -136,13 +136,12 @@ class GpuNttWorkload(NttWorkload):
         meanwhile, on threads, build every worker's prover (CUDA context, kernels, tables and
         buffers on the device) and, with processes, start ``synthesis_workers`` synthesis
         processes, which map each pool block once it is pinned
-        (`gpu.worker_blocks.BlockReadiness`). This process's compiled CPU kernels load on a
-        thread of their own, not waited for: only a verification, or a synthesis into a
-        fallback slot here, needs them, and waits (`_compiled`). Each part's time:
+        (`gpu.worker_blocks.BlockReadiness`). This process's compiled CPU kernels load once
+        the pool is pinned, on a thread of their own, not waited for: only a verification, or
+        a synthesis here, needs them, and waits (`_compiled`): beside the pinning they slowed
+        it by a third on an H200 host (bench/RESULTS.md). Each part's time:
         `prepare_phases_s`."""
         on_cuda = self.pool_backend.endswith("cuda")  # else provers come from elsewhere (tests)
-        if self.kernel == "numba" and self._kernels_loaded is None:
-            self._kernels_loaded = self._load_kernels()
         try:
             with ThreadPoolExecutor(2, thread_name_prefix="prepare") as starter:
                 provers = on_cuda and starter.submit(self._timed, "provers", self._build_provers)
@@ -160,6 +159,8 @@ class GpuNttWorkload(NttWorkload):
                 with readiness or contextlib.nullcontext():  # a failed pool: workers let go
                     self.pool = self._timed("pool", self._build_pool, slots, budget_bytes,
                                             readiness)  # fmt: skip
+                if self.kernel == "numba" and self._kernels_loaded is None:
+                    self._kernels_loaded = self._load_kernels()  # not beside the pinning
                 if self._synthesizer is not None and readiness is not None:
                     starting.result()
                     self._timed("synthesis_mapping", self._synthesizer.map_ready, readiness)
@@ -172,9 +173,9 @@ class GpuNttWorkload(NttWorkload):
             raise
 
     def _load_kernels(self) -> Future[None]:
-        """This process's compiled kernels (verification's, and synthesis's for a fallback
-        slot) loading on a thread: seconds of mostly Python, which made them the last part of
-        a restart's `prepare`."""
+        """This process's compiled kernels (verification's, and synthesis's here) loading on
+        a thread: seconds of mostly Python, which made them the last part of a restart's
+        `prepare` when waited for, and slowed the pinning when loaded beside it."""
         warm = functools.partial(cpu_backend.warm, self.field, verification=True)
 
         def load() -> None:
