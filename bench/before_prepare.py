@@ -2,13 +2,14 @@
 
     python -m bench.before_prepare [--runs 5]
 
-Each run is a fresh process with a fresh journal that imports what ``pacer serve`` imports and
-starts the service as it does, up to the moment the workload's ``prepare`` would begin (pinning
-the pool: everything before it is the critical path of a start); ``prepare`` itself is not
-run. ``PACER_NTT__LOG_N``, ``PACER_NTT__FIELD`` and ``PACER_SYNTHESIS__EXECUTOR`` default to
-what a GPU host runs (27, goldilocks, processes). Prints, per run: launch → imports done,
-``open`` (the ``startup`` phase), launch → ``prepare``, the workload loaded and whether CuPy or
-Numba had been imported by then.
+Each run is a fresh process with a fresh journal that imports what ``pacer serve`` imports
+before its first steps and takes them as it does (`pacer.service.first_steps`), up to the
+moment the workload's ``prepare`` begins (pinning the pool: everything before it is the
+critical path of a start); ``prepare`` itself is not run. ``PACER_NTT__LOG_N``,
+``PACER_NTT__FIELD`` and ``PACER_SYNTHESIS__EXECUTOR`` default to what a GPU host runs (27,
+goldilocks, processes). Prints, per run: launch → imports done, the first steps (the journal's
+lock, the workload, the plan), launch → ``prepare``, the workload loaded, whether CuPy or Numba
+had been imported by then, and whether the HTTP server had (it should not).
 """
 
 from __future__ import annotations
@@ -32,38 +33,33 @@ GPU_HOST = {"PACER_NTT__LOG_N": "27", "PACER_NTT__FIELD": "goldilocks",
 CHILD = """
 import sys, time
 launched = float(sys.argv[1])
-import pacer.__main__, sqlite3, pydantic, uvloop
-from pacer import config, logs, server
-from pacer.journal import JournalRefusedError
-from pacer.journal_health import JournalUnavailable
-from pacer.plan import ConfigurationError
+import pacer.__main__
+from pacer import config, logs
 from pacer.service import host
-from pacer.workload import WorkloadError
+from pacer.service.first_steps import FirstSteps
 imported = time.time()
 
-class Reached(Exception):
-    pass
+reached = []
 
-async def prepare_pool(*args, **kwargs):
-    raise Reached(time.time(), sorted(m for m in ("cupy", "numba") if m in sys.modules))
+def prepare_pool(*args, **kwargs):
+    reached.append((time.time(), sorted(m for m in ("cupy", "numba") if m in sys.modules)))
 
 host.prepare_pool = prepare_pool
-
-async def main():
-    service = server.Server(config.load_settings())
-    try:
-        await service.start()
-    except Reached as reached:
-        at, modules = reached.args
-    finally:
-        await service.shutdown()
-    return {"imports_ms": (imported - launched) * 1000,
-            "open_ms": service.startup.phases_s["open"] * 1000,
-            "to_prepare_ms": (at - launched) * 1000,
-            "workload": type(service.workload).__name__, "imported": modules}
-
+settings = config.load_settings()
+logs.setup("warning", "text")
+steps = FirstSteps(settings)
+steps.take()
+steps.begin_prepare()
+if steps.preparing is not None:
+    steps.preparing.result()
+steps.release()
+at, modules = reached[0] if reached else (time.time(), [])  # no pool (no GPU): none to pin
 import json
-print(json.dumps(uvloop.run(main())))
+print(json.dumps({"imports_ms": (imported - launched) * 1000,
+                  "first_steps_ms": steps.taken_s * 1000,
+                  "to_prepare_ms": (at - launched) * 1000,
+                  "workload": type(steps.workload).__name__, "imported": modules,
+                  "http_server": "aiohttp" in sys.modules}))
 """
 
 
@@ -86,11 +82,13 @@ def main() -> int:
     args = parser.parse_args()
     runs = [run_once() for _ in range(args.runs)]
     rows = [
-        [f"{run['imports_ms']:.0f}", f"{run['open_ms']:.0f}", f"{run['to_prepare_ms']:.0f}",
-         run["workload"], ", ".join(run["imported"]) or "neither"]
+        [f"{run['imports_ms']:.0f}", f"{run['first_steps_ms']:.0f}",
+         f"{run['to_prepare_ms']:.0f}", run["workload"], ", ".join(run["imported"]) or "neither",
+         "yes" if run["http_server"] else "no"]
         for run in runs
     ]  # fmt: skip
-    header = ["imports (ms)", "open (ms)", "launch → prepare (ms)", "workload", "CuPy, Numba"]
+    header = ["imports (ms)", "first steps (ms)", "launch → prepare (ms)", "workload",
+              "CuPy, Numba", "HTTP server"]  # fmt: skip
     print(render(header, rows))
     return 0
 

@@ -146,7 +146,7 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
 
     from pydantic import ValidationError
 
-    from pacer import logs, server
+    from pacer import logs
     from pacer.journal import JournalRefusedError
     from pacer.journal_health import JournalUnavailable
     from pacer.plan import ConfigurationError
@@ -164,7 +164,7 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
     logs.setup(args.log_level, args.log_format)
     refused = (ConfigurationError, WorkloadError, JournalRefusedError, JournalUnavailable)
     try:
-        return server.run(settings)
+        return _serve_from_first_steps(settings)
     except refused as exc:
         print(f"pacer: {exc}", file=sys.stderr)
         return 2
@@ -174,6 +174,21 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
     except OSError as exc:
         print(f"pacer: cannot serve: {exc}", file=sys.stderr)
         return 2
+
+
+def _serve_from_first_steps(settings: config.Settings) -> int:
+    """Take the start's first steps (the journal's lock, the workload, the plan) and begin
+    the pool's pinning before importing the rest of the service, which then opens beside it
+    (`pacer.service.first_steps`); with a fleet's journal the pinning waits for it."""
+    from pacer.service.first_steps import FirstSteps
+
+    first_steps = FirstSteps(settings)
+    first_steps.take()
+    if not settings.journal.fleet:
+        first_steps.begin_prepare()
+    from pacer import server
+
+    return server.run(settings, first_steps)
 
 
 if __name__ == "__main__":

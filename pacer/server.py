@@ -16,6 +16,7 @@ from aiohttp import web
 from pacer.api import build_runner
 from pacer.config import Settings
 from pacer.service import Service
+from pacer.service.first_steps import FirstSteps
 from pacer.signals import Signals, sd_notify
 
 log = logging.getLogger("pacer.service")
@@ -35,11 +36,10 @@ class Server(Service):
         # The loop shares the GIL with synthesis and proving threads; by default a thread may
         # keep it 5 ms before the loop gets a turn, which is loop lag. 1 ms keeps lag low.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        began = self._clock()
         await super().start()
         self._runner = build_runner(self)
         await self.startup.timed("api", self._serve_api(self._runner), self._clock)
-        self.startup.ready_s = self._clock() - began
+        self.startup.ready_s = self._clock() - self.first_steps.began
         # Start-up objects (modules, settings, the resumed backlog) live as long as the process:
         # keep them out of the collector's full passes, which otherwise stall the loop.
         gc.freeze()
@@ -77,11 +77,11 @@ class Server(Service):
         return finished
 
 
-async def serve(settings: Settings) -> int:
+async def serve(settings: Settings, first_steps: FirstSteps | None = None) -> int:
     """Serve until SIGTERM or SIGINT, then drain and stop; the exit status: 0, or 1 when a
     second signal cut the drain short. A start that fails releases what it took, then
-    raises."""
-    server = Server(settings)
+    raises. ``first_steps``: those `pacer serve` took before it imported this module."""
+    server = Server(settings, first_steps=first_steps)
     with Signals(server.hurry).installed() as signals:
         try:
             await server.start()
@@ -95,8 +95,8 @@ async def serve(settings: Settings) -> int:
     return 1 if signals.forced else 0
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, first_steps: FirstSteps | None = None) -> int:
     """``pacer serve``: the service on uvloop; the process's exit status."""
     import uvloop
 
-    return uvloop.run(serve(settings))
+    return uvloop.run(serve(settings, first_steps))

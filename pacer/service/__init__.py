@@ -39,7 +39,26 @@ Nothing here imports the HTTP layer: `pacer.api` reads the service, and `pacer.s
 one over HTTP with signals and sd_notify.
 """
 
-from pacer.service.assembly import check_bind
-from pacer.service.lifecycle import Service
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pacer.service.assembly import check_bind
+    from pacer.service.lifecycle import Service
 
 __all__ = ["Service", "check_bind"]
+
+
+def __getattr__(name: str) -> object:
+    """`Service` and `check_bind`, imported when first asked for: `pacer serve` imports
+    `pacer.service.first_steps` and begins the pool's pinning before it imports the rest."""
+    if name == "Service":
+        from pacer.service.lifecycle import Service
+
+        return Service
+    if name == "check_bind":
+        from pacer.service.assembly import check_bind
+
+        return check_bind
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,11 +1,13 @@
 """The host at start and at the end: its memory read for the plan (`pacer.plan.resolve` fits
-the budget to it), a pooled workload's pool pinned, and the workload's close bounded.
+the budget to it), a pooled workload's pool pinned (on the thread `pacer.service.first_steps`
+begins), and the workload's close bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from pacer.config.operation import CLOSE_WORKLOAD_S
@@ -45,12 +47,10 @@ def warn_if_clamped(configured: Plan, plan: Plan) -> None:
     )  # fmt: skip
 
 
-async def prepare_pool(
-    workload: PooledWorkload, plan: Plan, slots_set: bool, clock: Callable[[], float]
-) -> None:
-    """Let a pooled workload allocate its pool for the whole run, on a thread and before
-    readiness (pinning host memory runs at about 2 GiB/s), with the plan's slots; a warning
-    where the budget holds fewer than the pipeline keeps in flight (unless ``slots_set``:
+def prepare_pool(workload: PooledWorkload, plan: Plan, slots_set: bool) -> None:
+    """Let a pooled workload allocate its pool for the whole run (pinning host memory runs at
+    about 2 GiB/s), with the plan's slots, on the calling thread; a warning where the budget
+    holds fewer than the pipeline keeps in flight (unless ``slots_set``:
     PACER_GPU__POOL_SLOTS says how many)."""
     slots, wanted, gib = plan.pool_slots, plan.pool_slots_wanted, plan.partition_bytes / 2**30
     if not slots_set and slots < wanted:
@@ -63,16 +63,14 @@ async def prepare_pool(
         )  # fmt: skip
     log.info("preparing %d pool slots of %.2f GiB before ready (adopting what the previous "
              "pacer kept, pinning the rest)", slots, gib)  # fmt: skip
-    started = clock()
-    await asyncio.get_running_loop().run_in_executor(
-        None, workload.prepare, slots, plan.budget_bytes, plan.caps.synthesis_concurrency
-    )
+    started = time.monotonic()
+    workload.prepare(slots, plan.budget_bytes, plan.caps.synthesis_concurrency)
     pool = workload.pool
     adopted = pool.slots_adopted if pool else 0
     log.info(
         "pinned pool ready: %d slots (%d adopted, %d allocated), %.1f GiB in %.1f s",
         slots, adopted, slots - adopted, (pool.total_bytes if pool else 0) / 2**30,
-        clock() - started,
+        time.monotonic() - started,
     )  # fmt: skip
 
 

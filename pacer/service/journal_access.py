@@ -60,7 +60,11 @@ class JournalAccess:
     ``calls`` holds the call running on each journal thread, and since when."""
 
     def __init__(
-        self, settings: JournalSettings, clock: Callable[[], float], backoff: Backoff
+        self,
+        settings: JournalSettings,
+        clock: Callable[[], float],
+        backoff: Backoff,
+        lock: JournalLock | None,
     ) -> None:
         self.settings = settings
         self.backoff = backoff
@@ -68,7 +72,9 @@ class JournalAccess:
         self.calls = JournalCalls(clock, settings.stall_s)
         self.pending: list[PartitionResult] = []
         self.failures: dict[tuple[str, int], list[FailedAttempt]] = {}
-        self._lock = None if settings.fleet else JournalLock(settings.sqlite_path)
+        # The SQLite journal's lock, None for a fleet's (`pacer.service.first_steps` makes it,
+        # and takes it before the pool); `open` takes it where they did not, `close` gives it up.
+        self._lock = lock
         self._thread: ThreadPoolExecutor | None = None
         self._journal: JournalBackend | None = None
         self._fleet: FleetBackend | None = None

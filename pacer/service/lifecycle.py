@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from types import EllipsisType
 from typing import Any, TypeVar
 
@@ -22,18 +24,19 @@ from pacer.journal import JobRecord, JournalBackend
 from pacer.journal_health import Backoff
 from pacer.metrics import JournalMetrics, Metrics
 from pacer.pipeline import Pipeline
-from pacer.plan import Plan, resolve
+from pacer.plan import Plan
 from pacer.policies import build_policy
 from pacer.policy import DispatchPolicy, PolicyConflictError
 from pacer.service import host
 from pacer.service.assembly import Progress, check_bind
 from pacer.service.commits import Commits
+from pacer.service.first_steps import FirstSteps
 from pacer.service.fleet import Fleet
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import JournalAccess
 from pacer.service.startup import StartupTimes
 from pacer.supervision import ProgressWatchdog, ReadinessSource, Supervisor
-from pacer.workload import Workload, load_workload, pooled
+from pacer.workload import Workload, pooled
 
 log = logging.getLogger("pacer.service")
 T = TypeVar("T")
@@ -43,16 +46,18 @@ class Service:
     """One pacer instance: journal, dispatch policy, pipeline, metrics and jobs.
 
     Construction checks and keeps the settings and does nothing else. `open` takes the
-    journal's lock (held until `close`), opens it and assembles the parts below; `start`
-    (opening first if need be) fits the memory budget to the host, prepares the workload,
-    resumes the journal's jobs and starts dispatching; `shutdown` drains and closes. With a
-    fleet's journal (PostgreSQL) there is no resume: ``fleet`` claims partitions from it.
-    ``backoff`` paces the retries of journal writes that fail. `pacer.server.Server` serves
-    the HTTP API around it."""
+    ``first_steps`` where they were not taken before (`pacer.service.first_steps`: the
+    journal's lock, held until `close`, the workload and the plan fitted to the host), opens
+    the journal and assembles the parts below; `start` (opening first if need be) prepares the
+    workload, its pool pinned from the first steps on, beside the journal's opening and the
+    resume of its jobs, and starts dispatching; `shutdown` drains and closes. With a fleet's
+    journal (PostgreSQL) there is no resume: ``fleet`` claims partitions from it, and the pool
+    is prepared once the journal is open. ``backoff`` paces the retries of journal writes that
+    fail. `pacer.server.Server` serves the HTTP API around it."""
 
     # Assembled by `open`.
     workload: Workload
-    plan: Plan  # as configured until start fits it to the host (`_fit_memory_to_host`)
+    plan: Plan  # fitted to the host (`FirstSteps.take`)
     policy: DispatchPolicy
     retry: RetrySchedule
     pipeline: Pipeline
@@ -68,6 +73,7 @@ class Service:
         clock: Callable[[], float] = time.monotonic,
         backoff: Backoff | None = None,
         host_files: HostFiles = HOST_FILES,
+        first_steps: FirstSteps | None = None,
     ) -> None:
         check_bind(settings)
         self.settings = settings
@@ -77,11 +83,13 @@ class Service:
         self.resumed = 0  # jobs resumed from the journal by `start`
         self.startup = StartupTimes()
         self._clock = clock
-        self._host_files = host_files  # read by start, to fit the memory budget to the host
+        # Taken here at `open` unless `pacer serve` took them before it imported the rest.
+        self.first_steps = first_steps or FirstSteps(settings, host_files, clock)
         self._opened = False
         self._started = False
         self._hurry = asyncio.Event()
-        self.journal_access = JournalAccess(settings.journal, clock, backoff or Backoff())
+        self.journal_access = JournalAccess(settings.journal, clock, backoff or Backoff(),
+                                            self.first_steps.lock)  # fmt: skip
         self.health = self.journal_access.health
         self.admission = Admission(settings.api.max_backlog)
         self.supervisor = Supervisor(clock)
@@ -119,13 +127,17 @@ class Service:
     # -- open ---------------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Take the journal's lock and open the journal, load the workload, and assemble the
-        policy (warm from the journal's estimates where they fit this start), the pipeline,
-        the metrics and the job operations. Nothing runs yet. Once only; `start` opens."""
+        """Take the first steps where they were not taken (the journal's lock, the workload,
+        the plan), open the journal, and assemble the policy (warm from the journal's
+        estimates where they fit this start), the pipeline, the metrics and the job
+        operations. Nothing runs yet, but a pool the first steps began preparing. Once only;
+        `start` opens."""
         if self._opened:
             return
         # The lock first, so that a second service refuses at once: it would resume and prove
         # the same jobs (JournalInUseError names the holder).
+        self.first_steps.take()
+        self.startup.record("first_steps", self.first_steps.taken_s or 0.0)
         await self.journal_access.open()
         try:
             await self._assemble()
@@ -136,8 +148,7 @@ class Service:
 
     async def _assemble(self) -> None:
         settings = self.settings
-        self.workload = load_workload(settings)
-        self.plan = resolve(settings, self.workload)
+        self.workload, self.plan = self.first_steps.workload, self.first_steps.plan
         estimates = await self.journal_access.saved_estimates(self.plan.estimates_key)
         self.policy = build_policy(settings.controller.policy, settings.controller,
                                    self.plan.caps, self._clock, estimates)  # fmt: skip
@@ -189,14 +200,17 @@ class Service:
     # -- start --------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open if not yet open; fit the memory budget to the host, prepare the workload and
-        meanwhile resume the jobs the journal holds unfinished (completed partitions are not
-        redone), and start the pipeline, the commit loop and upkeep. A host of a fleet resumes
-        nothing itself: once prepared, it gives back what a previous run of it held and
-        claims. Ready on return; ``startup`` says how long each phase took."""
-        began = self._clock()
+        """Open if not yet open; prepare the workload (its pool pinned or adopted, begun by
+        the first steps unless the journal is a fleet's) and meanwhile resume the jobs the
+        journal holds unfinished (completed partitions are not redone), and start the
+        pipeline, the commit loop and upkeep. A host of a fleet resumes nothing itself: once
+        prepared, it gives back what a previous run of it held and claims. Ready on return;
+        ``startup`` says how long each phase took, from the first steps on."""
+        fleet = self.settings.journal.fleet
+        if not fleet:  # the pinning first: the journal opens beside it
+            self.first_steps.take()
+            self.first_steps.begin_prepare()
         await self.startup.timed("open", self.open(), self._clock)
-        self._fit_memory_to_host()
         if self.fleet is None:
             # The journal's jobs are resumed while the pool is pinned (or adopted).
             _, self.resumed = await asyncio.gather(
@@ -204,9 +218,10 @@ class Service:
                 self.startup.timed("resume", self.jobs.resume(), self._clock),
             )
         else:  # no claims held while the pool is not there to work them
+            self.first_steps.begin_prepare()
             await self._prepare_workload()
             await self.startup.timed("resume", self._take_over(), self._clock)
-        self.startup.ready_s = self._clock() - began
+        self.startup.ready_s = self._clock() - self.first_steps.began
         self._started = True  # from here on, a drain has work to wait for and commit
         self.journal_access.start(self.supervisor)
         self.pipeline.start(self.supervisor)
@@ -215,42 +230,19 @@ class Service:
             self.fleet.start(self.supervisor)
         self.ready = True
 
-    def _fit_memory_to_host(self) -> None:
-        """Fit the plan to the host, read now: the budget at most MemAvailable, or the room
-        this process's cgroup leaves where that is less, less the reserve
-        (`host.warn_if_clamped` says why). Not one partition fitting, or a pinned pool larger
-        than that, is a ConfigurationError (`pacer.plan.resolve`). Without /proc/meminfo the
-        budget stays as configured."""
-        found = host.read_host(self._host_files)
-        if found is None:
-            return
-        configured = self.plan
-        self.plan = plan = resolve(self.settings, self.workload, found)
-        if not plan.memory.clamped:
-            return
-        host.warn_if_clamped(configured, plan)
-        # Nothing has driven the policy yet: built again on the caps in effect (its estimates
-        # kept), it is what the pipeline dispatches by and the metrics read. One put in the
-        # pipeline's place before start (a test's) is left as it is.
-        if self.pipeline.controller is self.policy:
-            self.policy = build_policy(self.policy_name, self.settings.controller, plan.caps,
-                                       self._clock, self._estimates())  # fmt: skip
-            self.pipeline.controller = self.policy
-        self.pipeline.caps = plan.caps
-        self.pipeline.budget_bytes = plan.budget_bytes
-
     async def _prepare_workload(self) -> None:
-        """A pooled workload's pool, pinned or adopted before readiness (`host.prepare_pool`);
+        """Wait for the pooled workload's prepare the first steps began (`host.prepare_pool`);
         how long it took, its parts, and where the pool's slots came from go to `startup`."""
+        preparing = self.first_steps.preparing
         workload = pooled(self.workload)
-        if workload is None:
+        if preparing is None or workload is None:
             return
-        started = self._clock()
         try:
-            slots_set = bool(self.settings.gpu.pool_slots)
-            await host.prepare_pool(workload, self.plan, slots_set, self._clock)
+            await asyncio.wrap_future(preparing)
         finally:
-            self.startup.record("prepare", self._clock() - started, workload.prepare_phases_s)
+            if preparing.done():
+                self.startup.record("prepare", self.first_steps.prepare_s or 0.0,
+                                    workload.prepare_phases_s)  # fmt: skip
         pool = workload.pool
         if pool is not None:
             adopted = pool.slots_adopted
@@ -266,7 +258,8 @@ class Service:
     def keep_pool(self) -> None:
         """At the end of the drain, leave the pinned pool for the next pacer on this host (a
         handover), whatever ``PACER_GPU__KEEP_POOL`` says."""
-        workload = pooled(self.workload) if self._opened else None
+        steps = self.first_steps
+        workload = pooled(steps.workload) if steps.taken else None
         if workload is None:
             log.warning("a handover was asked for, but the workload holds no pool to keep")
             return
@@ -346,7 +339,8 @@ class Service:
         hurried), commit what it proved, stop the loops and close the workload; what did not
         finish stays pending in the journal for the next start. True if everything did."""
         self.draining = True
-        if not self._opened:
+        if not self._opened:  # a start that failed opening, its pool perhaps begun
+            await self._close_prepared(stuck=False)
             return True
         if self.fleet is not None:
             self.fleet.stop_claiming()
@@ -355,9 +349,22 @@ class Service:
             await self.fleet.close()
         await self.pipeline.close()
         # Bounded only where something may be stuck: a large pinned pool takes its time.
-        stuck = not finished or self.pipeline.abandoned_threads > 0
-        await host.close_workload(self.workload.close, bounded=stuck)
+        await self._close_prepared(stuck=not finished or self.pipeline.abandoned_threads > 0)
         return finished
+
+    async def _close_prepared(self, stuck: bool) -> None:
+        """Close the workload the first steps loaded, once a prepare they began has ended
+        (however it ends, unless hurried: a pool closed while its pinning goes on would leave
+        what is pinned after); ``stuck``: calls may hang in it, so the close is bounded."""
+        steps = self.first_steps
+        if not steps.taken:
+            return
+        preparing = steps.preparing
+        if preparing is not None and not preparing.done():
+            log.info("waiting for the pool's preparation to end before it is closed")
+            await self._unless_hurried(_ended(preparing))
+        hung = preparing is not None and not preparing.done()  # hurried past it
+        await host.close_workload(steps.workload.close, bounded=stuck or hung)
 
     async def _drain_work(self) -> bool:
         drain_s = self.settings.shutdown.drain_s
@@ -397,3 +404,9 @@ class Service:
     async def close(self) -> None:
         """Close the journal and give its lock up (after `drain`)."""
         await self.journal_access.close()
+
+
+async def _ended(work: Future[None]) -> None:
+    """Once ``work`` has ended, however: it failed where its caller was told so."""
+    with contextlib.suppress(Exception):
+        await asyncio.wrap_future(work)

@@ -64,9 +64,8 @@ async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
     host = fake_host(tmp_path / "host", total=24 * GIB, available=20 * GIB)
     env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_SYNTHESIS__CORES": "64"}
     service = Server(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
-    await service.open()
-    assert service.controller.bootstrap_depth == 57  # 90% of min(64 syntheses, 64 partitions)
     with caplog.at_level(logging.WARNING):
+        await service.open()  # the plan is fitted to the host before anything is built on it
         await service.start()
     try:
         usable = 20 * GIB - 24 * GIB // 10
@@ -162,7 +161,10 @@ async def test_a_pinned_pool_larger_than_the_host_has_refuses_to_start(tmp_path:
             "swapped: allocating it would take the host into the OOM killer. Lower "
             "PACER_GPU__POOL_SLOTS or PACER_MEMORY__BUDGET_BYTES, or free memory on the host"
         )
-        assert service.workload.pool is None  # type: ignore[attr-defined]  # nothing pinned
+        steps = service.first_steps  # refused before the pool began: nothing pinned
+        assert steps.preparing is None
+        assert steps.lock is not None
+        assert not steps.lock.held  # given back: a corrected start need not wait for this one
     finally:
         await service.shutdown()
 

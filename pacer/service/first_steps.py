@@ -1,0 +1,116 @@
+"""A start's first steps: what the pool's pinning waits for, and nothing else.
+
+The pinning is most of a cold start (seconds a 10 GiB), so it begins as soon as it can: after
+the journal's lock (a second pacer on the same journal refuses here, before it pins
+anything), the workload and the plan fitted to the host, and before the rest of the service
+is imported, the journal opened or the service assembled, all of which then run beside it.
+`pacer serve` takes these steps before it imports the HTTP server; a `Service` given none takes
+them itself when it opens. With a fleet's journal the pinning waits for the journal instead:
+the host's name held in the database is what says whether another pacer runs as this host.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from pacer.config import Settings
+from pacer.host_memory import HOST_FILES, HostFiles
+from pacer.journal.lock import JournalLock
+from pacer.plan import Plan, resolve
+from pacer.service import host
+from pacer.workload import PooledWorkload, Workload, load_workload, pooled
+
+log = logging.getLogger("pacer.service")
+
+
+class FirstSteps:
+    """The journal's lock, the workload and the plan (`take`), then the workload's prepare on a
+    thread of its own (`begin_prepare`: a pooled workload's pool pinned or adopted, and what it
+    builds beside). ``began`` is when the first step began, on ``clock``; ``taken_s`` how long
+    `take` took; ``preparing`` the prepare's future once begun (None for a workload with no
+    pool), ``prepare_s`` its duration once done."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        host_files: HostFiles = HOST_FILES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.lock = None if settings.journal.fleet else JournalLock(settings.journal.sqlite_path)
+        self._host_files = host_files
+        self._clock = clock
+        self.began = clock()
+        self.taken_s: float | None = None
+        self.preparing: Future[None] | None = None
+        self.prepare_s: float | None = None
+        self._begun = False
+
+    @property
+    def taken(self) -> bool:
+        return self.taken_s is not None
+
+    @property
+    def begun(self) -> bool:
+        return self._begun
+
+    def take(self) -> None:
+        """Take the journal's lock (``JournalInUseError`` naming the holder), load the
+        workload and resolve the plan, fitted to the host where its memory can be read (a
+        warning where that clamps the budget); the lock is given back should a later step
+        fail. Once only."""
+        if self.taken:
+            return
+        started = self._clock()
+        if self.lock is not None:
+            self.lock.acquire()
+        try:
+            self.workload: Workload = load_workload(self.settings)
+            self.plan: Plan = self._fitted(self.workload)
+        except BaseException:
+            self.release()
+            raise
+        self.taken_s = self._clock() - started
+
+    def _fitted(self, workload: Workload) -> Plan:
+        """The plan, its budget at most what the host (or this process's cgroup) can give,
+        less the reserve; as configured where /proc/meminfo cannot be read."""
+        configured = resolve(self.settings, workload)
+        found = host.read_host(self._host_files)
+        if found is None:
+            return configured
+        plan = resolve(self.settings, workload, found)
+        host.warn_if_clamped(configured, plan)
+        return plan
+
+    def begin_prepare(self) -> None:
+        """Begin a pooled workload's prepare on a thread of its own, with the plan's slots
+        (`host.prepare_pool`); nothing for a workload with no pool. Once only, after `take`."""
+        if self._begun:
+            return
+        if not self.taken:
+            raise RuntimeError("take the first steps before the prepare: it needs the plan")
+        self._begun = True
+        workload = pooled(self.workload)
+        if workload is None:
+            return
+        thread = ThreadPoolExecutor(1, thread_name_prefix="pacer-prepare")
+        try:
+            self.preparing = thread.submit(self._prepare, workload)
+        finally:
+            thread.shutdown(wait=False)
+
+    def _prepare(self, workload: PooledWorkload) -> None:
+        started = self._clock()
+        try:
+            host.prepare_pool(workload, self.plan, bool(self.settings.gpu.pool_slots))
+        finally:
+            self.prepare_s = self._clock() - started
+
+    def release(self) -> None:
+        """Give the journal's lock back (the service's close does, once it has it)."""
+        if self.lock is not None:
+            self.lock.release()

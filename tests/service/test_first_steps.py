@@ -1,0 +1,157 @@
+"""A start's first steps: the pool begins pinning before the journal opens and before `pacer
+serve` imports its HTTP server; a start that fails after it began closes it in order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gpu.workload import GpuNttWorkload
+from pacer.config import Settings
+from pacer.journal import JournalInUseError
+from pacer.server import Server
+from pacer.service.first_steps import FirstSteps
+from tests.servers import ServerProcess, settings_for
+from tests.waits import until
+
+GPU_PATH = {
+    "PACER_WORKLOAD": "tests.service.test_gpu_path:shared_gpu_workload",
+    "PACER_SYNTHESIS__CORES": "2",
+}
+
+
+class Gate:
+    """``workload``'s prepare held until `release` is set; `began` once it has begun, and
+    whether the journal's file existed by then."""
+
+    def __init__(self, workload: Any, journal: Path) -> None:
+        self.began = threading.Event()
+        self.release = threading.Event()
+        self.journal_existed: bool | None = None
+        prepare = workload.prepare
+
+        def gated(*args: Any) -> None:
+            self.journal_existed = journal.exists()
+            self.began.set()
+            assert self.release.wait(30)
+            prepare(*args)
+
+        self.blocks: tuple[str, ...] | None = None  # the pool's, as its close began
+        close = workload.close
+
+        def closing() -> None:
+            self.blocks = workload.pool.block_paths if workload.pool is not None else ()
+            close()
+
+        workload.prepare, workload.close = gated, closing
+
+
+def taken(tmp_path: Path) -> tuple[Settings, FirstSteps, Gate]:
+    """The first steps taken as `pacer serve` takes them, the prepare begun and held."""
+    settings = settings_for(tmp_path, **GPU_PATH)
+    steps = FirstSteps(settings)
+    steps.take()
+    gate = Gate(steps.workload, settings.journal.sqlite_path)
+    steps.begin_prepare()
+    assert gate.began.wait(30)
+    return settings, steps, gate
+
+
+@pytest.mark.asyncio
+async def test_the_pool_is_prepared_while_the_journal_opens_and_the_jobs_resume(
+    tmp_path: Path,
+) -> None:
+    settings, steps, gate = taken(tmp_path)
+    assert gate.journal_existed is False  # the pinning began before the journal was opened
+    service = Server(settings, CollectorRegistry(), first_steps=steps)
+    starting = asyncio.ensure_future(service.start())
+    try:
+        await until(lambda: "resume" in service.startup.phases_s, "the jobs resumed")
+        assert not starting.done()  # opened and resumed, beside a pool still being prepared
+        gate.release.set()
+        await starting
+        phases = service.startup.phases_s
+        assert {"first_steps", "open", "prepare", "prepare.pool", "resume", "api"} <= set(phases)
+        assert service.startup.ready_s is not None
+        assert service.startup.ready_s >= phases["prepare"]  # counted from the first steps
+        assert service.startup.pool_origin == {"adopted": 0, "allocated": steps.plan.pool_slots}
+    finally:
+        gate.release.set()
+        await service.shutdown()
+
+
+@pytest.mark.asyncio
+async def test_a_second_pacer_on_the_journal_refuses_before_it_pins_anything(
+    tmp_path: Path,
+) -> None:
+    _, first, gate = taken(tmp_path)
+    second = FirstSteps(settings_for(tmp_path, **GPU_PATH))
+    try:
+        with pytest.raises(JournalInUseError, match="is in use by pid"):
+            second.take()
+        assert not second.taken
+        assert second.preparing is None
+    finally:
+        gate.release.set()
+        assert first.preparing is not None
+        first.preparing.result(30)
+        first.workload.close()
+        first.release()
+
+
+@pytest.mark.asyncio
+async def test_a_start_that_fails_opening_closes_the_pool_once_it_is_prepared(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings, steps, gate = taken(tmp_path)
+    settings.journal.sqlite_path.write_bytes(b"not a journal " * 512)
+    service = Server(settings, CollectorRegistry(), first_steps=steps)
+    with pytest.raises(Exception, match=r"journal|database"):
+        await service.start()
+    with caplog.at_level(logging.INFO, logger="pacer.service"):
+        closing = asyncio.ensure_future(service.shutdown())
+        try:
+            await until(
+                lambda: "waiting for the pool's preparation" in caplog.text, "the close to wait"
+            )
+            assert not closing.done()  # a pool closed mid-pinning would leave what follows
+        finally:
+            gate.release.set()
+        await closing
+    workload = steps.workload
+    assert isinstance(workload, GpuNttWorkload)
+    assert workload.pool is not None
+    assert workload.pool.closed
+    assert gate.blocks  # closed once pinned, every block with it
+    assert not any(os.path.exists(path) for path in gate.blocks)
+    assert steps.lock is not None
+    assert not steps.lock.held  # a corrected start need not wait for this process to end
+
+
+# -- `pacer serve`, a real process -------------------------------------------------------------
+
+
+def test_pacer_serve_begins_the_pool_before_it_imports_its_http_server(tmp_path: Path) -> None:
+    record = tmp_path / "watched.json"
+    server = ServerProcess(
+        tmp_path, PACER_WORKLOAD="tests.service.watched_start:watched_workload",
+        PACER_SYNTHESIS__CORES="2", FIRST_STEPS_RECORD=str(record),
+    )  # fmt: skip
+    try:
+        server.start()
+        assert json.loads(record.read_text()) == {"preparing": True, "journal_existed": False}
+        phases = server.client.status()["startup"]["phases_s"]
+        assert phases["first_steps"] > 0
+        assert phases["prepare.pool"] > 0
+    finally:
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0, server.log
