@@ -93,7 +93,9 @@ class FillTable:
         return entry % PID_LIMIT if entry and entry // PID_LIMIT == token else None
 
     def close(self) -> None:
-        os.close(self._descriptor)
+        if self._descriptor >= 0:
+            os.close(self._descriptor)
+            self._descriptor = -1
 
     def _write(self, at: int, word: int) -> None:
         os.pwrite(self._descriptor, _WORD.pack(word), at)

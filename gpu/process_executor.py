@@ -342,14 +342,14 @@ def _start_worker(paths: Sequence[str], backend: str, field: PrimeField | None) 
 
 def _fill(
     block: SlotBlock, seed: int, index: int, field: PrimeField, backend: str, token: int
-) -> bool:
+) -> None:
     """Fill the slot, this process recorded against fill ``token`` in the table meanwhile;
-    False where the fill was cancelled before it began (nothing written)."""
+    nothing where the fill was cancelled before this process took it (its caller knows)."""
     table = _table
     if table is None:
         raise RuntimeError("a fill runs in a worker process, whose initializer opens the table")
     if table.cancelled(token):
-        return False  # cancelled before this worker took it: skipped, the worker goes on
+        return  # skipped: no kill can come for it, and this worker takes the next fill
     table.record(token)
     _end_if_cancelled(table, token)
     try:
@@ -358,7 +358,6 @@ def _fill(
     finally:
         table.clear(token)
         _end_if_cancelled(table, token)
-    return True
 
 
 def _end_if_cancelled(table: FillTable, token: int) -> None:

@@ -273,8 +273,9 @@ class GpuNttWorkload(NttWorkload):
         if call != "synthesize" or self._synthesizer is None:
             return
         with self._abandoning:
-            # No other synthesis of the partition takes a token meanwhile: the pipeline retries
-            # a partition once this returns, and one abandoned before was cancelled.
+            # A token of the partition neither done nor cancelled is this call's: the pipeline
+            # retries a partition once this returns, and each synthesis of it abandoned before
+            # was cancelled (where it had no token, when it took one, under this lock).
             token = self._synthesizer.token_of(_named(spec))
             if token is not None:
                 self._synthesizer.cancel(token)
