@@ -31,6 +31,7 @@ from tests.processes import descendants, running, state_of
 from tests.waits import wait_until
 
 LOG_N = 8
+OneWorker = tuple[ProcessSynthesizer, PinnedPool, ThreadPoolExecutor]
 
 
 def stop_at(step: str, when: str = "before", nth: int = 1) -> None:
@@ -87,7 +88,7 @@ def cleared(slot: Slot) -> bool:
 
 
 @pytest.fixture
-def one_worker() -> Iterator[tuple[ProcessSynthesizer, PinnedPool, ThreadPoolExecutor]]:
+def one_worker() -> Iterator[OneWorker]:
     """A synthesizer of one worker, a pool of two slots, and threads to call `fill` on."""
     with (
         PinnedPool(2, [(1 << LOG_N,)] * 3, np.uint32, backend="shared") as pool,
@@ -120,8 +121,7 @@ def still_fills(synthesizer: ProcessSynthesizer, pool: PinnedPool, restarts: int
 
 
 def test_a_fill_cancelled_before_it_is_asked_for_reaches_no_worker(
-    one_worker: tuple[ProcessSynthesizer, PinnedPool, ThreadPoolExecutor],
-    caplog: pytest.LogCaptureFixture,
+    one_worker: OneWorker, caplog: pytest.LogCaptureFixture
 ) -> None:
     synthesizer, pool, _ = one_worker
     worker = the_worker(synthesizer)
@@ -148,7 +148,7 @@ def test_a_fill_cancelled_before_it_is_asked_for_reaches_no_worker(
 
 
 def test_a_fill_cancelled_while_queued_is_skipped_and_its_worker_goes_on(
-    one_worker: tuple[ProcessSynthesizer, PinnedPool, ThreadPoolExecutor],
+    one_worker: OneWorker,
 ) -> None:
     synthesizer, pool, callers = one_worker
     worker = the_worker(synthesizer)
@@ -187,9 +187,8 @@ WINDOWS = [
 
 @pytest.mark.parametrize(("step", "when", "outcome", "written"), WINDOWS)
 def test_a_fill_cancelled_in_its_worker_at_any_step_fails_and_does_not_run_on(
-    one_worker: tuple[ProcessSynthesizer, PinnedPool, ThreadPoolExecutor],
-    step: str, when: str, outcome: str, written: bool,
-) -> None:  # fmt: skip
+    one_worker: OneWorker, step: str, when: str, outcome: str, written: bool
+) -> None:
     """Before its record the worker skips it and goes on; from its record to its last look at
     the mark, the worker ends (killed, or by itself where the cancel did not see the record);
     after, the result is dropped. Either way the fill fails and nothing else restarts."""
@@ -213,8 +212,7 @@ def test_a_fill_cancelled_in_its_worker_at_any_step_fails_and_does_not_run_on(
 
 
 def test_a_worker_whose_record_the_cancel_read_takes_no_other_fill(
-    one_worker: tuple[ProcessSynthesizer, PinnedPool, ThreadPoolExecutor],
-    monkeypatch: pytest.MonkeyPatch,
+    one_worker: OneWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The cancel reads the record, then the fill finishes and its worker would take the next
     fill before the kill lands: it ends itself instead, so the kill hits no other fill."""
@@ -249,8 +247,7 @@ def test_a_worker_whose_record_the_cancel_read_takes_no_other_fill(
 
 
 def test_a_cancelled_fill_kills_its_stopped_worker_and_fails_without_starting_over(
-    one_worker: tuple[ProcessSynthesizer, PinnedPool, ThreadPoolExecutor],
-    caplog: pytest.LogCaptureFixture,
+    one_worker: OneWorker, caplog: pytest.LogCaptureFixture
 ) -> None:
     synthesizer, pool, callers = one_worker
     worker = the_worker(synthesizer)
