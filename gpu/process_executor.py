@@ -22,8 +22,9 @@ named ``pacer-synth`` (`gpu.lifeline.SYNTHESIS_PROCESS_NAME`), which ``pacer set
 --kill-orphans`` looks for.
 
 A synthesis that never returns (its worker stopped, stuck or looping) would keep its worker and
-its slot for good: `ProcessSynthesizer.cancel` kills the worker running it, found in a table of
-fills the workers share, and the set is replaced as for any worker that dies.
+its slot for good: `ProcessSynthesizer.cancel` kills the worker running it, found in the table of
+fills the workers share (`gpu.fill_table`), and the set is replaced as for any worker that dies;
+a fill cancelled before a worker began it is never begun.
 
 >>> import numpy as np
 >>> from gpu.pool import PinnedPool
@@ -45,7 +46,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import MutableSequence, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
@@ -53,6 +54,7 @@ from multiprocessing.connection import Connection
 from gpu import cpu_backend, lifeline
 from gpu.babybear import BABYBEAR
 from gpu.field import PrimeField
+from gpu.fill_table import FillTable
 from gpu.lifeline import SYNTHESIS_PROCESS_NAME
 from gpu.slots import SlotBlock
 from gpu.synthesis import synthesize_into
@@ -65,17 +67,10 @@ logger = logging.getLogger("gpu.process_executor")
 PRELOAD_MODULE = "gpu.synthesis_preload"
 """What the forkserver imports before forking workers of compiled synthesis: the kernels."""
 
-FILL_ENTRIES = 4096
-"""Entries of the table of fills running in the workers: fill ``token`` is at ``token %
-FILL_ENTRIES``, so far more than can run at once."""
-PID_LIMIT = 1 << 22
-"""Above every PID Linux gives (``pid_max`` at most): an entry holds ``token × PID_LIMIT +
-pid``, so it names both the fill and its worker."""
-
 
 class SynthesisCancelled(Exception):  # noqa: N818 - a domain name, like PoolExhausted
-    """A fill was cancelled (`ProcessSynthesizer.cancel`): its worker was killed, or it had
-    not begun in one; the slot holds nothing to use."""
+    """A fill was cancelled (`ProcessSynthesizer.cancel`): its worker was killed, or no worker
+    began it; the slot holds nothing to use."""
 
     def __init__(self, token: int, partition: str) -> None:
         super().__init__(f"the synthesis of partition {partition or token} was cancelled")
@@ -100,9 +95,10 @@ class ProcessSynthesizer:
     A worker that dies (the OOM killer, a signal) breaks the whole set: the syntheses in flight
     then start over once on a new set (``restarts`` counts them), instead of every later
     partition failing. A fill that must not go on (abandoned past its time limit) is stopped by
-    `cancel`: each fill runs under a ``token`` (`token`), and each worker records in a shared
-    table which fill it runs. The workers end when this process does, however it ends (see the
-    module's docstring).
+    `cancel`, whenever it comes: each fill runs under a ``token`` (`token`), and each worker
+    records in a table shared with this process (`gpu.fill_table`) which fill it runs, and
+    reads there whether it is cancelled before it begins it. The workers end when this process
+    does, however it ends (see the module's docstring).
     """
 
     def __init__(
@@ -123,10 +119,10 @@ class ProcessSynthesizer:
         self.restarts = 0
         self._lock = threading.Lock()
         self._lifeline = lifeline.Lifeline.open()
-        self._fills = multiprocessing.get_context("forkserver").RawArray("q", FILL_ENTRIES)
+        self._table = FillTable.create()
         self._tokens = itertools.count(1)
-        self._running: dict[int, str] = {}  # token → partition, while its fill runs
-        self._cancelled: set[int] = set()
+        self._live: dict[int, str] = {}  # token → partition, from `token` until its fill is done
+        self._cancelled: set[int] = set()  # of those
         self._executor = self._new_executor()
 
     def _new_executor(self) -> ProcessPoolExecutor:
@@ -137,7 +133,7 @@ class ProcessSynthesizer:
             context.set_forkserver_preload(["__main__", PRELOAD_MODULE])
         return ProcessPoolExecutor(
             self.processes, mp_context=context, initializer=_start_process,
-            initargs=(self._lifeline.reader, self._fills),
+            initargs=(self._lifeline.reader, self._table.path),
         )  # fmt: skip
 
     def start(self, readiness: BlockReadiness | None = None) -> None:
@@ -194,25 +190,36 @@ class ProcessSynthesizer:
             for _ in range(self.processes)
         ]
 
-    def token(self) -> int:
-        """A token for one `fill`, by which `cancel` stops it."""
-        return next(self._tokens)
+    def token(self, partition: str = "") -> int:
+        """A token for one `fill` (``partition`` names it, in the log and to `token_of`):
+        `cancel` stops that fill from now on, before it is asked for as well as while it runs.
+        The fill ends the token (each token is for one)."""
+        with self._lock:
+            token = next(self._tokens)
+            self._live[token] = partition
+        return token
 
     def fill(
         self, block: SlotBlock | None, seed: int, index: int, field: PrimeField = BABYBEAR,
-        token: int | None = None, partition: str = "",
+        token: int | None = None,
     ) -> None:  # fmt: skip
         """Write partition (seed, index) of ``field`` into the slot ``block`` describes, in a
-        worker; `SynthesisCancelled` where `cancel` stopped it (``token``; ``partition`` names
-        it in the log)."""
+        worker, under ``token`` (one of its own where None); `SynthesisCancelled` where
+        `cancel` stopped it, whenever that was: none begins it after, and one running it is
+        killed."""
         if block is None:
             raise ValueError("the slot is not in shared memory: synthesize it in this process")
         token = self.token() if token is None else token
         with self._lock:
-            self._running[token] = partition
+            if token not in self._live:
+                raise ValueError(f"token {token} was not taken (token) or its fill has run")
+            partition = self._live[token]
         try:
             for attempt in (1, 2):
-                executor = self._executor
+                with self._lock:
+                    if token in self._cancelled:
+                        break  # cancelled before it was sent to a worker, or before it went again
+                    executor = self._executor
                 try:
                     executor.submit(_fill, block, seed, index, field, self.backend,
                                     token).result()  # fmt: skip
@@ -221,44 +228,49 @@ class ProcessSynthesizer:
                     self._replace(executor)
                     # The slot is written whole again on the new set, but for a cancelled
                     # fill; a second break is an error for the partition.
-                    if token in self._cancelled:
-                        break
-                    if attempt == 2:
+                    if attempt == 2 and token not in self._cancelled:
                         raise
         finally:
             with self._lock:
-                del self._running[token]
+                del self._live[token]
                 cancelled = token in self._cancelled
                 self._cancelled.discard(token)
         if cancelled:
             raise SynthesisCancelled(token, partition)
 
     def token_of(self, partition: str) -> int | None:
-        """The token of the newest fill running for ``partition`` (as `fill` was told it);
-        None where none runs."""
+        """The token of the fill of ``partition`` (as `token` was told it) neither done nor
+        cancelled, the newest where there are several; None where there is none."""
         with self._lock:
-            tokens = [token for token, named in self._running.items() if named == partition]
+            tokens = [
+                token
+                for token, named in self._live.items()
+                if named == partition and token not in self._cancelled
+            ]
         return max(tokens, default=None)
 
     def worker_of(self, token: int) -> int | None:
         """The PID of the worker process running fill ``token`` now; None where none is."""
-        entry = self._fills[token % FILL_ENTRIES]
-        pid = entry % PID_LIMIT
-        # Not the fill's entry, or that of a worker gone, whose PID may name another process now.
-        if entry // PID_LIMIT != token or pid not in (self._executor._processes or {}):
+        pid = self._table.worker(token)
+        # A worker gone may have left its record, and its PID may name another process now.
+        if pid is None or pid not in (self._executor._processes or {}):
             return None
-        return int(pid)
+        return pid
 
     def cancel(self, token: int) -> int | None:
-        """Stop fill ``token``: SIGKILL the worker running it, which breaks the set (replaced
-        as when any worker dies; other fills in flight start over), and have the fill raise
-        `SynthesisCancelled` instead of starting over. The killed worker's PID; None where no
-        worker runs it (not begun, or done): one not done still raises."""
+        """Stop fill ``token``, taken (`token`) and not done: it raises `SynthesisCancelled`
+        instead of starting over. A worker running it is killed with SIGKILL, which breaks the
+        set (replaced as when any worker dies; other fills in flight start over); a worker
+        that has not begun it does not (`gpu.fill_table`). The killed worker's PID; None where
+        no worker runs it, or where it is done or cancelled already."""
         with self._lock:
-            if token not in self._running:
+            if token not in self._live or token in self._cancelled:
                 return None
             self._cancelled.add(token)
-            partition = self._running[token]
+            partition = self._live[token]
+            # Marked first, the record read second: a worker that records the fill after this
+            # read sees the mark and does not begin it; one that recorded it before is killed.
+            self._table.cancel(token)
             pid = self.worker_of(token)
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):  # it died meanwhile
@@ -266,7 +278,7 @@ class ProcessSynthesizer:
         logger.error(
             "the synthesis of partition %s was cancelled: %s",
             partition or token,
-            "not begun in a worker process" if pid is None else
+            "no worker process is running it, and none will begin it" if pid is None else
             f"killed its worker process (pid {pid}); a new set of {self.processes} replaces it",
         )  # fmt: skip
         return pid
@@ -289,6 +301,7 @@ class ProcessSynthesizer:
         """Stop the workers, then cut the lifeline (any worker left exits with it)."""
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._lifeline.cut()
+        self._table.close()
 
     def __enter__(self) -> ProcessSynthesizer:
         self.start()
@@ -299,14 +312,14 @@ class ProcessSynthesizer:
 
 
 _dies_with_forkserver = False
-_fills: MutableSequence[int] | None = None  # the table of fills, in a worker
+_table: FillTable | None = None  # the table of fills, in a worker
 
 
-def _start_process(lifeline_reader: Connection, fills: MutableSequence[int]) -> None:
-    """First thing in each worker: tied to the service, and the table of fills kept."""
-    global _fills
+def _start_process(lifeline_reader: Connection, table_path: str) -> None:
+    """First thing in each worker: tied to the service, and the table of fills opened."""
+    global _table
     _tie_to_service(lifeline_reader)
-    _fills = fills
+    _table = FillTable.open(table_path)
 
 
 def _tie_to_service(lifeline_reader: Connection) -> None:
@@ -328,17 +341,29 @@ def _start_worker(paths: Sequence[str], backend: str, field: PrimeField | None) 
 
 
 def _fill(
-    block: SlotBlock, seed: int, index: int, field: PrimeField, backend: str,
-    token: int | None = None,
-) -> None:  # fmt: skip
-    """Fill the slot, this process's PID recorded against ``token`` in the table meanwhile."""
-    entry, mark = 0, 0
-    if _fills is not None and token is not None:
-        entry, mark = token % FILL_ENTRIES, token * PID_LIMIT + os.getpid()
-        _fills[entry] = mark
+    block: SlotBlock, seed: int, index: int, field: PrimeField, backend: str, token: int
+) -> None:
+    """Fill the slot, this process recorded against fill ``token`` in the table meanwhile;
+    nothing where the fill was cancelled before this process took it (its caller knows)."""
+    table = _table
+    if table is None:
+        raise RuntimeError("a fill runs in a worker process, whose initializer opens the table")
+    if table.cancelled(token):
+        return  # skipped: no kill can come for it, and this worker takes the next fill
+    table.record(token)
+    _end_if_cancelled(table, token)
     try:
         arrays = block.arrays(mapping(block.path))
         synthesize_into(seed, index, arrays, field=field, backend=backend)
     finally:
-        if mark and _fills is not None and _fills[entry] == mark:
-            _fills[entry] = 0
+        table.clear(token)
+        _end_if_cancelled(table, token)
+
+
+def _end_if_cancelled(table: FillTable, token: int) -> None:
+    """End this process where fill ``token`` is cancelled now that this process has recorded
+    it: the service may have seen the record and be killing this process, or may not; it cannot
+    tell which, and must take no other fill that a late kill would end (`gpu.fill_table`). The
+    set is replaced as when the service kills a worker; the fill raises `SynthesisCancelled`."""
+    if table.cancelled(token):
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -105,9 +105,11 @@ class Workload(Protocol):
     def abandoned(self, spec: PartitionSpec, call: str) -> None:
         """The pipeline abandoned ``call`` ("synthesize", "prove" or "verify") of partition
         ``spec`` past its time limit: its attempt has failed, and its buffers stay held until
-        the call returns. A workload that can stop that call (a synthesis in a process it can
-        kill) does, so the call returns and what it holds comes back; by default nothing.
-        Called on the event loop: it must not block."""
+        the call returns. ``spec`` is the very object the attempt's calls were given (a retry
+        of the partition gets another); the call may not have begun (one still queued never
+        will). A workload that can stop that call (a synthesis in a process it can kill)
+        does, so the call returns and what it holds comes back; by default nothing. Called on
+        the event loop: it must not block."""
         return None
 
     def device_of(self, worker: int) -> int:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -77,6 +79,10 @@ class GpuNttWorkload(NttWorkload):
         self.pool: PinnedPool | None = None
         self._provers: dict[int, Any] = {}
         self._synthesizer: ProcessSynthesizer | None = None
+        # Syntheses abandoned before their fill took a token, by the spec the call was given
+        # (id → spec; an entry goes with its spec, so no id is another spec's meanwhile).
+        self._abandoned_early: dict[int, weakref.ReferenceType[PartitionSpec]] = {}
+        self._abandoning = threading.Lock()
         self._phases_s: dict[str, float] = {}
         self._kernels_loaded: Future[None] | None = None
 
@@ -246,20 +252,38 @@ class GpuNttWorkload(NttWorkload):
         return slot
 
     def _fill(self, synthesizer: ProcessSynthesizer, spec: PartitionSpec, block: Any) -> None:
-        """In a worker process, straight into the shared slot, named so that `abandoned` can
-        cancel it."""
-        synthesizer.fill(block, spec.seed, spec.index, self.field, partition=_named(spec))
+        """In a worker process, straight into the shared slot, under a token named so that
+        `abandoned` finds it; a synthesis abandoned before it took one is cancelled at once
+        (`SynthesisCancelled`, nothing begun)."""
+        with self._abandoning:
+            token = synthesizer.token(_named(spec))
+            early = self._abandoned_early.pop(id(spec), None)
+            if early is not None and early() is spec:
+                synthesizer.cancel(token)
+        synthesizer.fill(block, spec.seed, spec.index, self.field, token)
 
     def abandoned(self, spec: PartitionSpec, call: str) -> None:
-        """A synthesis abandoned in a worker process is cancelled: the worker is killed, so
-        the set of processes and the slot come back (`ProcessSynthesizer.cancel`). Nothing
+        """A synthesis abandoned in a worker process is cancelled (`ProcessSynthesizer.cancel`),
+        whenever it was abandoned: its worker is killed where one runs it, so the set of
+        processes and the slot come back, and none begins it where none has. One whose fill
+        has not taken a token yet (`_fill`) is cancelled when it does: known by the very spec
+        the pipeline gave the call, so a retry of the partition (another spec) is not. Nothing
         for the others: a prove on the GPU, a verification on a thread here, cannot be
         stopped."""
         if call != "synthesize" or self._synthesizer is None:
             return
-        token = self._synthesizer.token_of(_named(spec))
-        if token is not None:
-            self._synthesizer.cancel(token)
+        with self._abandoning:
+            # A token of the partition neither done nor cancelled is this call's: the pipeline
+            # retries a partition once this returns, and each synthesis of it abandoned before
+            # was cancelled (where it had no token, when it took one, under this lock).
+            token = self._synthesizer.token_of(_named(spec))
+            if token is not None:
+                self._synthesizer.cancel(token)
+                return
+            key = id(spec)
+            self._abandoned_early[key] = weakref.ref(
+                spec, lambda _: self._abandoned_early.pop(key, None)
+            )
 
     def prove(self, buffers: Slot, worker: int, keep_output: bool = True) -> Proof:
         prover: GpuProver | None = self._provers.get(worker)

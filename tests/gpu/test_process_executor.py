@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from gpu import cpu_backend, lifeline, process_executor, worker_blocks
 from gpu.babybear import BABYBEAR
 from gpu.lifeline import SYNTHESIS_PROCESS_NAME
 from gpu.pool import PinnedPool
-from gpu.process_executor import ProcessSynthesizer, SynthesisCancelled
+from gpu.process_executor import ProcessSynthesizer
 from gpu.shm_blocks import remove_stale_blocks
 from gpu.synthesis import synthesize
 from gpu.workload import GpuNttWorkload
@@ -31,11 +30,8 @@ from tests.processes import (
     descendants,
     mapping_blocks_of,
     parent_of,
-    running,
-    state_of,
     wait_until_gone,
 )
-from tests.waits import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +61,7 @@ def faults_of_two_fills(block: object, seed: int) -> tuple[int, int]:
     faults = []
     for index in range(2):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        process_executor._fill(block, seed, index, BABYBEAR, "numpy")  # type: ignore[arg-type]
+        process_executor._fill(block, seed, index, BABYBEAR, "numpy", index + 1)  # type: ignore[arg-type]
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     return faults[0], faults[1]
 
@@ -196,100 +192,6 @@ def test_a_killed_worker_is_replaced_and_the_synthesis_starts_over(
         assert "a synthesis worker process died" in caplog.text
         synthesizer.fill(block, 5, 2)  # the new set keeps working
         assert synthesizer.restarts == 1
-
-
-# --- a fill that hangs is cancelled ----------------------------------------------------------
-
-
-def stop_at_the_next_fill() -> None:
-    """In a worker process: its next synthesis stops the process (SIGSTOP), as one that hangs
-    does, once its fill is recorded."""
-
-    def stopped(*args: object, **kwargs: object) -> None:
-        os.kill(os.getpid(), signal.SIGSTOP)
-
-    process_executor.synthesize_into = stopped  # type: ignore[attr-defined]
-
-
-def stopped_worker(synthesizer: ProcessSynthesizer, token: int) -> int:
-    """The worker running fill ``token``, once it has begun the fill and stopped."""
-
-    def state() -> tuple[int | None, str | None]:
-        pid = synthesizer.worker_of(token)
-        return pid, None if pid is None else state_of(pid)
-
-    pid, _ = wait_until(state, f"fill {token}'s worker to stop", done=lambda s: s[1] == "T")
-    assert pid is not None
-    return pid
-
-
-def stopped_processes() -> list[str]:
-    return [seen for seen in running(descendants(os.getpid())).values() if seen.endswith("(T)")]
-
-
-def test_a_cancelled_fill_kills_its_stopped_worker_and_fails_without_starting_over(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    with (
-        PinnedPool(1, [(256,)] * 3, np.uint32, backend="shared") as pool,
-        ProcessSynthesizer(1) as synthesizer,
-        pool.checkout() as slot,
-        ThreadPoolExecutor(1) as caller,
-    ):
-        block = pool.slot_block(slot)
-        synthesizer._executor.submit(stop_at_the_next_fill).result()  # its one worker
-        token = synthesizer.token()
-        filling: Future[None] = caller.submit(synthesizer.fill, block, 5, 0, BABYBEAR, token,
-                                              "0 of job j")  # fmt: skip
-        worker = stopped_worker(synthesizer, token)
-        assert not filling.done()
-        with caplog.at_level(logging.ERROR, logger="gpu.process_executor"):
-            assert synthesizer.cancel(token) == worker
-            with pytest.raises(SynthesisCancelled, match="partition 0 of job j was cancelled"):
-                filling.result(timeout=30)
-        assert synthesizer.restarts == 1
-        cancelled = [r.getMessage() for r in caplog.records if "was cancelled" in r.getMessage()]
-        assert cancelled == [
-            f"the synthesis of partition 0 of job j was cancelled: killed its worker process "
-            f"(pid {worker}); a new set of 1 replaces it"
-        ]
-        assert state_of(worker) in {None, "Z"}
-        assert stopped_processes() == []
-        assert synthesizer.cancel(token) is None  # done: nothing left to cancel
-        synthesizer.fill(block, 5, 1)  # the new set, whose worker was never told to stop
-        expected = synthesize(5, 1, 8)
-        assert all((a == e).all() for a, e in zip(slot.arrays, expected, strict=True))
-        assert synthesizer.restarts == 1
-
-
-def test_the_gpu_workload_cancels_a_synthesis_abandoned_and_its_slot_comes_back() -> None:
-    workload = GpuNttWorkload(8, [0], 1, "wait", executor="processes", pool_backend="shared",
-                              field="goldilocks")  # fmt: skip
-    workload.prepare(slots=1, budget_bytes=2**30, synthesis_workers=1)
-    try:
-        synthesizer, pool = workload._synthesizer, workload.pool
-        assert synthesizer is not None
-        assert pool is not None
-        synthesizer._executor.submit(stop_at_the_next_fill).result()
-        spec = PartitionSpec("job", 3, 77, {})
-        with ThreadPoolExecutor(1) as caller:
-            synthesizing = caller.submit(workload.synthesize, spec)
-            token = wait_until(lambda: synthesizer.token_of("3 of job job"), "the fill's token")
-            assert token is not None
-            worker = stopped_worker(synthesizer, token)
-            workload.abandoned(spec, "prove")  # not a synthesis: nothing to stop
-            workload.abandoned(PartitionSpec("job", 4, 77, {}), "synthesize")  # none running
-            assert (synthesizer.worker_of(token), synthesizer.restarts) == (worker, 0)
-            workload.abandoned(spec, "synthesize")
-            with pytest.raises(SynthesisCancelled):
-                synthesizing.result(timeout=30)
-        assert (pool.slots_free, synthesizer.restarts, workload.synthesis_restarts) == (1, 1, 1)
-        slot = workload.synthesize(spec)  # on the new set
-        expected = synthesize(spec.seed, spec.index, 8, field=workload.field)
-        assert all((a == e).all() for a, e in zip(slot.arrays, expected, strict=True))
-        workload.release(slot)
-    finally:
-        workload.close()
 
 
 # --- the workers end with the service ---------------------------------------------------------

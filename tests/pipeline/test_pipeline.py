@@ -363,9 +363,15 @@ class Stopping(Hanging):
     def __init__(self, where: str) -> None:
         super().__init__(where)
         self.abandoned_calls: list[tuple[str, int, str]] = []
+        self.specs: dict[str, list[PartitionSpec]] = {"synthesize": [], "abandoned": []}
+
+    def synthesize(self, spec: PartitionSpec) -> Any:
+        self.specs["synthesize"].append(spec)
+        return super().synthesize(spec)
 
     def abandoned(self, spec: PartitionSpec, call: str) -> None:
         self.abandoned_calls.append((spec.job_id, spec.index, call))
+        self.specs["abandoned"].append(spec)
         self.unblock.set()
 
 
@@ -388,6 +394,8 @@ async def test_the_workload_hears_once_of_a_call_abandoned_and_may_stop_it(
         await run.timers.step(2.0)
         await until(lambda: run.outcomes, f"the {where} to be abandoned")
         assert workload.abandoned_calls == [("j", 0, call)]
+        (given,), (told,) = workload.specs.values()
+        assert told is given  # the attempt's own spec: a workload tells it from a retry
         # Stopped, the call returns without the test's help: its bytes and thread come back.
         await until(lambda: pipeline.abandoned_threads == 0, "the stopped call to return")
         await until(lambda: pipeline.inflight_bytes == 0, "the partition's bytes back")
