@@ -51,7 +51,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
 
-from gpu import cpu_backend, lifeline
+from gpu import cpu_backend, lifeline, synthesis_preload
 from gpu.babybear import BABYBEAR
 from gpu.field import PrimeField
 from gpu.fill_table import FillTable
@@ -63,9 +63,6 @@ from gpu.worker_blocks import BlockReadiness, map_blocks, mapping
 __all__ = ["ProcessSynthesizer", "SynthesisCancelled"]
 
 logger = logging.getLogger("gpu.process_executor")
-
-PRELOAD_MODULE = "gpu.synthesis_preload"
-"""What the forkserver imports before forking workers of compiled synthesis: the kernels."""
 
 
 class SynthesisCancelled(Exception):  # noqa: N818 - a domain name, like PoolExhausted
@@ -82,9 +79,9 @@ class ProcessSynthesizer:
     """``processes`` worker processes filling shared pool slots; `fill` blocks until done.
 
     Started with forkserver (the workers never touch CUDA, and a fork of a process holding a
-    CUDA context is not safe to use); with ``backend="numba"`` the forkserver loads the
-    compiled kernels before its first fork (`PRELOAD_MODULE`). `start` launches them all, so
-    none is forked on the hot path, and has each map the shared-memory ``blocks`` (paths:
+    CUDA context is not safe to use); with ``backend="numba"`` the forkserver loads ``field``'s
+    compiled kernel before its first fork (`gpu.synthesis_preload`). `start` launches them
+    all, so none is forked on the hot path, and has each map the shared-memory ``blocks`` (paths:
     `gpu.pool.PinnedPool.block_paths`) with their page tables filled and, with
     ``backend="numba"``, load ``field``'s compiled kernel (already there when forked from a
     preloaded forkserver); with a `gpu.worker_blocks.BlockReadiness`, each then maps a pool's
@@ -130,7 +127,7 @@ class ProcessSynthesizer:
         if self.backend == "numba":
             # The forkserver loads the compiled kernels once and every worker is forked with
             # them (`gpu.synthesis_preload`); no effect on a forkserver already running.
-            context.set_forkserver_preload(["__main__", PRELOAD_MODULE])
+            context.set_forkserver_preload(["__main__", synthesis_preload.module_for(self.field)])
         return ProcessPoolExecutor(
             self.processes, mp_context=context, initializer=_start_process,
             initargs=(self._lifeline.reader, self._table.path),
