@@ -10,13 +10,10 @@ kernels' caches as a host's earlier runs would. Then, ``--runs`` times, each var
 the pool pinned alone, then a cold start of that variant (launch → ``/readyz``, its phases
 from ``/v1/status``), stopped at once (the pool freed, not kept).
 
-The variants are the service as it is (``main``) and the same start with one part of it
-moved out of the pinning's way, to say what slows the pinning inside a start (each a
-workload factory of this module, ``PACER_WORKLOAD=bench.cold_start:<name>``):
+The variants are the service as it is (``main``) and the same start changed in one way, to
+say what slows the pinning inside a start (each a workload factory of this module,
+``PACER_WORKLOAD=bench.cold_start:<name>``):
 
-- ``no_premap``: the synthesis workers map no block of the pool before ready (each maps a
-  block when it first writes it);
-- ``late_kernels``: this process's compiled CPU kernels load once the pool is pinned;
 - ``quiet``: the provers and the synthesis processes start once the pool is pinned (the
   pinning has only the service's own start beside it);
 - ``all_cores``: the pool pinned on a thread per core (its pinning alone too).
@@ -33,8 +30,7 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +41,7 @@ from pacer.config import Settings
 from pacer.settle.detector import parse_size
 from pacer.table import render
 
-VARIANTS = ("main", "no_premap", "late_kernels", "quiet", "all_cores")
+VARIANTS = ("main", "quiet", "all_cores")
 
 
 def _gpu(settings: Settings) -> GpuNttWorkload:
@@ -66,56 +62,13 @@ def main_workload(settings: Settings) -> GpuNttWorkload:
     return _gpu(settings)
 
 
-def no_premap(settings: Settings) -> GpuNttWorkload:
-    import gpu.worker_blocks as worker_blocks
-
-    class Unmapped(worker_blocks.BlockReadiness):
-        def submit(self, executor: Any, processes: int) -> None:
-            self._made.wait()  # no mapping task: each block mapped at its first fill
-
-    worker_blocks.BlockReadiness = Unmapped  # type: ignore[misc]
-    return _gpu(settings)
-
-
-class _LateKernels(GpuNttWorkload):
-    pinned: threading.Event
-
-    def _build_pool(self, *args: Any) -> Any:
-        try:
-            return super()._build_pool(*args)
-        finally:
-            self.pinned.set()
-
-    def _load_kernels(self) -> Future[None]:
-        """The kernels' loading, begun once the pool is pinned."""
-        self.pinned = threading.Event()
-        loaded: Future[None] = Future()
-
-        def after_pool() -> None:
-            self.pinned.wait()
-            super(_LateKernels, self)._load_kernels().add_done_callback(
-                lambda done: (
-                    loaded.set_exception(error)
-                    if (error := done.exception()) is not None
-                    else loaded.set_result(None)
-                )
-            )
-
-        threading.Thread(target=after_pool, daemon=True).start()
-        return loaded
-
-
-def late_kernels(settings: Settings) -> GpuNttWorkload:
-    return _as(_LateKernels, _gpu(settings))
-
-
 class _Quiet(GpuNttWorkload):
     def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
         from gpu.process_executor import ProcessSynthesizer
 
         if self.kernel == "numba":
             self._kernels_loaded = self._load_kernels()
-        self.pool = self._timed("pool", self._build_pool, slots, budget_bytes, None)
+        self.pool = self._timed("pool", self._build_pool, slots, budget_bytes)
         self._synthesizer = ProcessSynthesizer(synthesis_workers, self.pool.block_paths,
                                                backend=self.kernel, field=self.field)  # fmt: skip
         with ThreadPoolExecutor(1) as beside:

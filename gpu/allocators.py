@@ -36,7 +36,6 @@ from gpu.shm_blocks import HostBlock
 __all__ = [
     "ALIGNMENT_BYTES",
     "Backend",
-    "BlockWatcher",
     "ByteArray",
     "CudaHostAllocator",
     "HostAllocator",
@@ -115,20 +114,6 @@ class HostAllocator(Protocol):
         ...
 
 
-class BlockWatcher(Protocol):
-    """Told of a shared pool's blocks as `SharedHostAllocator.reserve` makes and pins them:
-    what maps them elsewhere (`gpu.worker_blocks.BlockReadiness`) can do so block by block,
-    beside the pinning of the rest, and never a block before it is ready."""
-
-    def blocks_made(self, paths: Sequence[str]) -> None:
-        """Every block exists (adopted or made), at ``paths`` in slot order; none is ready."""
-        ...
-
-    def block_ready(self, index: int) -> None:
-        """Block ``index`` is populated and pinned (called from the pinning threads)."""
-        ...
-
-
 class PrivateHostAllocator:
     """What an allocator of this process's own memory does beyond `allocate`: nothing to
     reserve or adopt, nothing shared, nothing it could keep."""
@@ -185,8 +170,8 @@ class SharedHostAllocator:
     ``handover`` (`gpu.handover.Handover`) says what happens to blocks a previous pacer left
     and to these at the end: `reserve` adopts the compatible ones, makes the rest, and (with
     ``register``, or ``populate``) has ``threads`` threads fill in their page tables
-    (`populate`) and register them side by side, telling ``watcher`` of each block as it is
-    ready; `release` unregisters them and removes them, or keeps them. Without ``register``
+    (`populate`) and register them side by side (the time each part took: ``pin_seconds``);
+    `release` unregisters them and removes them, or keeps them. Without ``register``
     or ``populate`` a block's pages come as they are first written. With ``register`` CuPy is
     imported on one of those threads while the others fill the first blocks: its import (a
     second or so on a GPU host) overlaps the filling instead of coming before it (a thread
@@ -202,14 +187,12 @@ class SharedHostAllocator:
         threads: int | None = None,
         *,
         populate: bool | None = None,
-        watcher: BlockWatcher | None = None,
     ) -> None:
         self.pinned = register
         self.name = "shared-cuda" if register else "shared"
         self.handover = handover or Handover()
         self.threads = max(1, PIN_THREADS if threads is None else threads)
         self.populate = register if populate is None else populate
-        self.watcher = watcher
         self.blocks: list[HostBlock] = []
         self.slots_adopted = 0
         self._arrays: list[ByteArray] = []
@@ -228,8 +211,6 @@ class SharedHostAllocator:
             raise
         self.blocks = adopted + made
         self.slots_adopted = len(adopted)
-        if self.watcher is not None:
-            self.watcher.blocks_made([block.path for block in self.blocks])
         try:
             self._arrays = self._pin_all()
         except BaseException:
@@ -279,8 +260,6 @@ class SharedHostAllocator:
             with spent.counting("register"):
                 runtime.hostRegister(array.ctypes.data, block.size, _HOST_REGISTER_PORTABLE)
             self._registered.append(array.ctypes.data)  # list.append is atomic
-        if self.watcher is not None:
-            self.watcher.block_ready(index)
         return array
 
     def allocate(self, nbytes: int) -> ByteArray:
@@ -360,19 +339,15 @@ def pool_allocator(
     backend: Literal["cuda", "shared", "shared-cuda"],
     keep: bool,
     slots: int,
-    watcher: BlockWatcher | None = None,
     *,
     populate: bool | None = None,
 ) -> HostAllocator | Literal["cuda"]:
     """A service's pool allocator: shared blocks handed to and from other pacers of this host
-    (`gpu.handover.Handover.for_service`), each told to ``watcher`` as it is ready, or "cuda"
-    (cudaHostAlloc memory, never kept)."""
+    (`gpu.handover.Handover.for_service`), or "cuda" (cudaHostAlloc memory, never kept)."""
     if backend == "cuda":
         return "cuda"
     handover = Handover.for_service(keep, slots)
-    return SharedHostAllocator(
-        backend == "shared-cuda", handover, populate=populate, watcher=watcher
-    )
+    return SharedHostAllocator(backend == "shared-cuda", handover, populate=populate)
 
 
 def allocator_for(backend: Backend | HostAllocator) -> HostAllocator:

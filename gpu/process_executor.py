@@ -8,9 +8,8 @@ maps the pool's shared-memory blocks by path (once per block) and runs
 process boundary and the buffers are written once, in place, where the GPU copies them from.
 
 Each worker fills in its page tables for every block of the pool, paid once
-(`gpu.worker_blocks`): when it starts for blocks given then, or, for a pool being pinned, block
-by block as the pinning finishes each (`BlockReadiness`), and what is left when it first
-writes each.
+(`gpu.worker_blocks`): when it starts for blocks given then, and for any other when it first
+writes into it; none while a pool is being pinned, which they would slow.
 
 The workers end with the service, however it ends (SIGKILL included): left running, each would
 keep every pool block mapped, the pool's memory held though its names are gone from /dev/shm.
@@ -58,7 +57,7 @@ from gpu.fill_table import FillTable
 from gpu.lifeline import SYNTHESIS_PROCESS_NAME
 from gpu.slots import SlotBlock
 from gpu.synthesis import synthesize_into
-from gpu.worker_blocks import BlockReadiness, map_blocks, mapping
+from gpu.worker_blocks import map_blocks, mapping
 
 __all__ = ["ProcessSynthesizer", "SynthesisCancelled"]
 
@@ -84,10 +83,8 @@ class ProcessSynthesizer:
     all, so none is forked on the hot path, and has each map the shared-memory ``blocks`` (paths:
     `gpu.pool.PinnedPool.block_paths`) with their page tables filled and, with
     ``backend="numba"``, load ``field``'s compiled kernel (already there when forked from a
-    preloaded forkserver); with a `gpu.worker_blocks.BlockReadiness`, each then maps a pool's
-    blocks as they are pinned (`map_ready` waits for the pinning, not for the mapping of the
-    last blocks, which a worker maps when it first writes them); `close` stops them. A block not
-    among them is mapped on its first fill in each worker.
+    preloaded forkserver); `close` stops them. A block not among them is mapped on its first
+    fill in each worker.
 
     A worker that dies (the OOM killer, a signal) breaks the whole set: the syntheses in flight
     then start over once on a new set (``restarts`` counts them), instead of every later
@@ -133,16 +130,12 @@ class ProcessSynthesizer:
             initargs=(self._lifeline.reader, self._table.path),
         )  # fmt: skip
 
-    def start(self, readiness: BlockReadiness | None = None) -> None:
+    def start(self) -> None:
         """Launch every worker process now (each imports NumPy once, and loads the compiled
-        kernel) and map the blocks given at construction in each; with
-        ``readiness``, then have each map a pool's blocks as they become ready
-        (`BlockReadiness.wait` waits for that)."""
+        kernel) and map the blocks given at construction in each; any other block a worker
+        maps when it first writes into it."""
         began = time.monotonic()
-        starting = self._each_worker(self.blocks)
-        if readiness is not None:  # queued behind the starts: one each
-            readiness.submit(self._executor, self.processes)
-        started = [task.result() for task in starting]
+        started = [task.result() for task in self._each_worker(self.blocks)]
         logger.info(
             "synthesis processes (%s) end with this process (pid %d), however it ends: each "
             "exits when a pipe only this process holds open closes; %s; the forkserver and the "
@@ -159,23 +152,6 @@ class ProcessSynthesizer:
                 "the pool's %d slot blocks (%.1f GiB): %.1f MiB of page tables in all",
                 self.processes, time.monotonic() - began, sum(1 for size in populated if size),
                 len(self.blocks), max(populated) / 2**30, sum(populated) / 512 / 2**20,
-            )  # fmt: skip
-
-    def map_ready(self, readiness: BlockReadiness) -> None:
-        """Wait until the pool of ``readiness`` (given to `start`) is pinned, each worker having
-        mapped what it could beside the pinning; a synthesis maps its slot's block first where
-        its worker has not mapped it yet."""
-        began = time.monotonic()
-        populated = readiness.wait()
-        self.blocks = readiness.paths
-        if populated:
-            pool_bytes = sum(os.stat(path).st_size for path in self.blocks)
-            logger.info(
-                "synthesis processes: the pool's %d blocks pinned (%.1f s after the pool was "
-                "ready); each worker had mapped %.1f to %.1f of its %.1f GiB by then, and maps "
-                "each other block when it first writes it",
-                len(self.blocks), time.monotonic() - began, min(populated) / 2**30,
-                max(populated) / 2**30, pool_bytes / 2**30,
             )  # fmt: skip
 
     def _each_worker(self, blocks: Sequence[str]) -> list[Future[tuple[int, bool]]]:

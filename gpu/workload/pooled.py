@@ -3,7 +3,6 @@ the pool pinned or adopted, the provers and the synthesis processes started besi
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import threading
@@ -18,7 +17,6 @@ from gpu.workload.cpu import NttWorkload
 from pacer.workload import PartitionSpec, Proof
 
 if TYPE_CHECKING:
-    from gpu.allocators import BlockWatcher
     from gpu.pool import PinnedPool
     from gpu.process_executor import ProcessSynthesizer
     from gpu.prover import GpuProver
@@ -141,35 +139,31 @@ class GpuNttWorkload(NttWorkload):
         """Allocate the pinned pool before readiness, or adopt the one the previous pacer kept;
         meanwhile, on threads, build every worker's prover (CUDA context, kernels, tables and
         buffers on the device) and, with processes, start ``synthesis_workers`` synthesis
-        processes, which map each pool block once it is pinned
-        (`gpu.worker_blocks.BlockReadiness`). This process's compiled CPU kernels load once
-        the pool is pinned, on a thread of their own, not waited for: only a verification, or
-        a synthesis here, needs them, and waits (`_compiled`): beside the pinning they slowed
-        it by a third on an H200 host (bench/RESULTS.md). Each part's time:
-        `prepare_phases_s`."""
+        processes, each of which maps a pool block when it first writes into it
+        (`gpu.worker_blocks`: none beside the pinning). This process's compiled CPU kernels
+        load once the pool is pinned, on a thread of their own, not waited for: only a
+        verification, or a synthesis here, needs them, and waits (`_compiled`). Beside the
+        pinning, the kernels
+        slowed it by a third and the workers' mapping by a sixth on an H200 host
+        (bench/RESULTS.md). Each part's time: `prepare_phases_s`."""
         on_cuda = self.pool_backend.endswith("cuda")  # else provers come from elsewhere (tests)
         try:
             with ThreadPoolExecutor(2, thread_name_prefix="prepare") as starter:
                 provers = on_cuda and starter.submit(self._timed, "provers", self._build_provers)
-                readiness = None
+                starting = None
                 if self.executor == "processes":
                     from gpu.process_executor import ProcessSynthesizer
-                    from gpu.worker_blocks import BlockReadiness
 
                     self._synthesizer = ProcessSynthesizer(
                         synthesis_workers, backend=self.kernel, field=self.field
                     )
-                    readiness = BlockReadiness()
                     starting = starter.submit(self._timed, "synthesis_processes",
-                                              self._synthesizer.start, readiness)  # fmt: skip
-                with readiness or contextlib.nullcontext():  # a failed pool: workers let go
-                    self.pool = self._timed("pool", self._build_pool, slots, budget_bytes,
-                                            readiness)  # fmt: skip
+                                              self._synthesizer.start)  # fmt: skip
+                self.pool = self._timed("pool", self._build_pool, slots, budget_bytes)
                 if self.kernel == "numba" and self._kernels_loaded is None:
                     self._kernels_loaded = self._load_kernels()  # not beside the pinning
-                if self._synthesizer is not None and readiness is not None:
+                if starting is not None:
                     starting.result()
-                    self._timed("synthesis_mapping", self._synthesizer.map_ready, readiness)
                 if provers:
                     provers.result()
         except BaseException:
@@ -214,12 +208,12 @@ class GpuNttWorkload(NttWorkload):
         finally:
             self._phases_s[phase] = time.perf_counter() - started
 
-    def _build_pool(self, slots: int, budget: int, watcher: BlockWatcher | None) -> PinnedPool:
+    def _build_pool(self, slots: int, budget: int) -> PinnedPool:
         from gpu.allocators import pool_allocator
         from gpu.pool import PinnedPool
 
         n = 1 << self.log_n
-        allocator = pool_allocator(self.pool_backend, self.keep_on_close, slots, watcher,
+        allocator = pool_allocator(self.pool_backend, self.keep_on_close, slots,
                                    populate=self.populate_pool)  # fmt: skip
         return PinnedPool(slots, [(n,)] * 3, dtype=self.field.storage, backend=allocator,
                           on_empty=self.on_empty, budget_bytes=budget,

@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from gpu.allocators import ALIGNMENT_BYTES, NumpyHostAllocator, SharedHostAllocator
 from gpu.pool import PinnedPool, PoolClosedError, PoolExhausted
+from gpu.shm_blocks import HostBlock
 from gpu.slots import Slot
 from tests.conftest import FakeClock
 
@@ -328,31 +329,26 @@ def test_a_shared_slot_out_at_close_is_unlinked_and_unmapped_quietly_when_droppe
     assert unraisable == []  # no BufferError from a block's __del__
 
 
-class MadeBlocks:
-    """A `gpu.allocators.BlockWatcher` that keeps the paths of the blocks made."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-
-    def blocks_made(self, paths: Sequence[str]) -> None:
-        self.paths = list(paths)
-
-    def block_ready(self, index: int) -> None:
-        raise AssertionError(f"block {index} cannot be ready without CuPy to pin it")
-
-
 def test_a_shared_pool_to_pin_makes_its_blocks_before_needing_cupy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """CuPy is imported beside the filling of the blocks, not before they are made; where it
     is missing the pool says so and leaves no block behind."""
     monkeypatch.setitem(sys.modules, "cupy", None)  # makes `import cupy` raise ImportError
-    made = MadeBlocks()
-    allocator = SharedHostAllocator(True, threads=2, watcher=made)
+    allocator = SharedHostAllocator(True, threads=2)
+    made: list[str] = []
+    new_block = allocator._new_block
+
+    def recorded(nbytes: int) -> HostBlock:
+        block = new_block(nbytes)
+        made.append(block.path)
+        return block
+
+    monkeypatch.setattr(allocator, "_new_block", recorded)
     with pytest.raises(RuntimeError, match=r"backend 'cuda' needs CuPy \(pip install"):
         PinnedPool(2, SHAPES, backend=allocator, clock=FakeClock())
-    assert len(made.paths) == 2
-    assert not any(os.path.exists(path) for path in made.paths)
+    assert len(made) == 2
+    assert not any(os.path.exists(path) for path in made)
 
 
 def test_close_wakes_a_waiting_checkout() -> None:
