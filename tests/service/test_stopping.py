@@ -32,14 +32,21 @@ from pacer.service.journal_access import JournalAccess
 from pacer.service.stopping import JournalStop
 from tests.conftest import FakeClock
 from tests.pipeline.virtual_time import VirtualTimers
-from tests.servers import ServerFactory, settings_for, until_completed
+from tests.servers import ServerFactory, ServerProcess, settings_for, until_completed
 from tests.service.test_journal_hang import GAUGE, hanging, hanging_service
 from tests.service.test_process import completions_in, job_states
 from tests.waits import until, wait_until
 
 BOUNDS = {"PACER_SHUTDOWN__DRAIN_S": "5", "PACER_SHUTDOWN__JOURNAL_S": "10"}
-TAIL = "; the stop is not clean (exit status 1)"
 STOP_ERROR = "stopping without journal "
+NOTHING_LEFT = "nothing proved is left uncommitted"
+
+
+def stop_error(svc: Server, call: str, ran_s: float, why: str, left: str = NOTHING_LEFT) -> str:
+    """The one error of a stop that left the journal, ``call`` hung on its thread."""
+    return (f"{STOP_ERROR}{svc.settings.journal.path}: journal call {call} has run {ran_s:.1f} "
+            f"s on pacer-journal-0 without returning, and {why}; {left}; the stop is not clean "
+            "(exit status 1)")  # fmt: skip
 
 
 def stop_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -59,6 +66,12 @@ def lock_free(path: Path) -> bool:
         return False
     lock.release()
     return True
+
+
+def commit_running_s(server: ServerProcess) -> float:
+    """How long the journal call running in ``server`` has run (its gauge), 0 when none runs."""
+    found = re.search(rf"^{GAUGE} (\S+)$", server.metrics_text(), re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
 
 
 def on_virtual_time(svc: Server, clock: FakeClock) -> VirtualTimers:
@@ -116,13 +129,11 @@ async def test_a_stop_leaves_a_hung_commit_at_its_bound_and_the_next_start_prove
         journal.fail = True  # the disk fails at last: the batch it held is not committed
         journal.release.set()
 
-    assert stop_errors(caplog) == [
-        f"{STOP_ERROR}{svc.settings.journal.path}: journal call _commit has run "
-        "41.0 s on pacer-journal-0 without returning, and the stop waited 10.0 s for the last "
-        "commit (the drain budget left, at least PACER_SHUTDOWN__JOURNAL_S); 4 results and 0 "
-        f"failed attempts not committed stay pending there and are proved again on the next "
-        f"start{TAIL}"
-    ]
+    waited = ("the stop waited 10.0 s for the last commit (the drain budget left, at least "
+              "PACER_SHUTDOWN__JOURNAL_S)")  # fmt: skip
+    left = ("4 results and 0 failed attempts not committed stay pending there and are proved "
+            "again on the next start")  # fmt: skip
+    assert stop_errors(caplog) == [stop_error(svc, "_commit", 41.0, waited, left)]
     assert svc.journal_access.left
     assert svc.uncommitted() == 4
     assert closed == ["workload"]  # closed in order all the same (a pool kept or freed)
@@ -156,11 +167,8 @@ async def test_a_signal_ends_the_stops_wait_for_a_hung_journal_at_once(
         assert await asyncio.wait_for(stop, 10)
     finally:
         journal.release.set()
-    assert stop_errors(caplog) == [
-        f"{STOP_ERROR}{svc.settings.journal.path}: journal call check_file has run 31.0 s on "
-        "pacer-journal-0 without returning, and a signal cut the stop's wait short; nothing "
-        f"proved is left uncommitted{TAIL}"
-    ]
+    cut = "a signal cut the stop's wait short"
+    assert stop_errors(caplog) == [stop_error(svc, "check_file", 31.0, cut)]
 
 
 @pytest.mark.asyncio
@@ -181,11 +189,8 @@ async def test_a_close_that_hangs_is_waited_for_its_own_bound(
         assert await asyncio.wait_for(stop, 10)
     finally:
         journal.release.set()
-    assert stop_errors(caplog) == [
-        f"{STOP_ERROR}{svc.settings.journal.path}: journal call close has run 10.0 s on "
-        "pacer-journal-0 without returning, and the stop waited 10.0 s for the journal's close "
-        f"(PACER_SHUTDOWN__JOURNAL_S); nothing proved is left uncommitted{TAIL}"
-    ]
+    waited = "the stop waited 10.0 s for the journal's close (PACER_SHUTDOWN__JOURNAL_S)"
+    assert stop_errors(caplog) == [stop_error(svc, "close", 10.0, waited)]
     await until(lambda: lock_free(svc.settings.journal.path), "the journal's lock to be free")
 
 
@@ -240,12 +245,7 @@ def test_sigterm_ends_a_stop_held_by_a_hung_commit_within_its_bound_exiting_1(
     with closing(sqlite3.connect(journal, isolation_level=None)) as outside:
         job_id = first.client.submit(100)
         outside.execute("BEGIN EXCLUSIVE")
-
-        def running_s() -> float:
-            found = re.search(rf"^{GAUGE} (\S+)$", first.metrics_text(), re.M)
-            return float(found.group(1)) if found else 0.0
-
-        wait_until(lambda: running_s() > 0.3, "a commit to wait on the lock")
+        wait_until(lambda: commit_running_s(first) > 0.3, "a commit to wait on the lock")
         began = time.monotonic()
         first.signal(signal.SIGTERM)
         assert first.wait(30) == 1
