@@ -7,7 +7,8 @@ the journal is left (`JournalAccess.leave`): what waits on it ends at once, the 
 running is left to its thread (a daemon), and one error names that call, how long it has run,
 and what was not committed, which stays pending in the journal and is proved again. The rest
 of the stop goes on in order (the workload's close keeps or frees the pinned pool), and
-`pacer serve` exits 1.
+`pacer serve` exits 1. `unless_set` and `ended` are the drain's own waits, which a second
+signal cuts short.
 """
 
 from __future__ import annotations
