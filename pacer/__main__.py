@@ -34,7 +34,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Run pacer on uvloop: accept jobs over HTTP, journal them, pace their "
         "partitions through synthesis and proving, export metrics. The first SIGTERM/SIGINT "
         "drains in-flight work (PACER_SHUTDOWN__DRAIN_S) and exits 0; a second cuts the drain "
-        "short and exits 1.",
+        "short and exits 1, as does a stop that leaves a journal call that hangs "
+        "(PACER_SHUTDOWN__JOURNAL_S).",
     )
     srv.add_argument("--host", help="address to listen on (PACER_API__HOST: 127.0.0.1)")
     srv.add_argument(

@@ -37,7 +37,6 @@ from pacer.cli_client import (
 )
 from pacer.client import ApiError, Client
 from pacer.config import Settings
-from pacer.config.operation import CLOSE_WORKLOAD_S
 from pacer.table import render
 
 HELP = "serve, submit jobs, follow them, drain and print a summary (ends by itself)"
@@ -163,13 +162,13 @@ class _Signals:
                 signal.signal(signum, handler)
 
 
-def stop(child: subprocess.Popen[bytes], drain_s: float) -> int:
-    """SIGTERM the service and wait for it to drain; SIGKILL if it outstays the drain budget
-    and the time its workload's close may take. Its exit status."""
+def stop(child: subprocess.Popen[bytes], longest_s: float) -> int:
+    """SIGTERM the service and wait for it to drain; SIGKILL if it outstays the longest its
+    stop takes (`ShutdownSettings.longest_stop_s`). Its exit status."""
     if child.poll() is None:
         child.send_signal(signal.SIGTERM)
     try:
-        return child.wait(drain_s + CLOSE_WORKLOAD_S + 10.0)
+        return child.wait(longest_s + 10.0)
     except subprocess.TimeoutExpired:
         child.kill()
         return child.wait()
@@ -240,7 +239,7 @@ def _run(
 ) -> int:
     child = signals.child
     progress = Progress()
-    drain_budget_s = settings.shutdown.drain_s
+    drain_budget_s, longest_s = settings.shutdown.drain_s, settings.shutdown.longest_stop_s
 
     def alive() -> None:
         status = child.poll()
@@ -260,7 +259,7 @@ def _run(
         progress.end()
         print(f"pacer run: {exc}: draining the service (up to {drain_budget_s:g} s for work in "
               "flight; again to stop it at once)", file=sys.stderr)  # fmt: skip
-        exit_status = stop(child, drain_budget_s)
+        exit_status = stop(child, longest_s)
         left = ("were in its temporary journal, now removed" if journal.temporary else
                 f"stay in {journal.path}, to resume when a service starts on it")  # fmt: skip
         print(f"pacer run: interrupted; the service stopped ({_exit_text(exit_status)}); "
@@ -274,13 +273,13 @@ def _run(
             print(f"pacer run: the service stopped before {when} ({_exit_text(child.wait())}); "
                   "its log above says why", file=sys.stderr)  # fmt: skip
             return 1
-        exit_status = stop(child, drain_budget_s)
+        exit_status = stop(child, longest_s)
         print(f"pacer run: {exc}; the service stopped ({_exit_text(exit_status)})",
               file=sys.stderr)  # fmt: skip
         return 1
     signals.interrupted = True  # a signal during the drain goes on to the service
     drain_started = time.monotonic()
-    exit_status = stop(child, drain_budget_s)
+    exit_status = stop(child, longest_s)
     run = Run(jobs, status, args.jobs * args.partitions, ready_s, run_s,
               time.monotonic() - drain_started, exit_status, journal)  # fmt: skip
     print(jobs_table(jobs, most=10))

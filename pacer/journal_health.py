@@ -24,6 +24,12 @@ class JournalUnavailable(Exception):  # noqa: N818 - a domain name, like PoolExh
     """The journal cannot record what this request needs (the API answers 503 with it)."""
 
 
+class JournalLeft(JournalUnavailable):
+    """A stop no longer waits for the journal: a call on its thread ran past the stop's bound,
+    or a signal cut the wait short. Not a failure of the journal: nothing is counted or
+    retried, and the stop logs the call once."""
+
+
 @dataclass(frozen=True)
 class Backoff:
     """Delays between attempts at a failing journal write (s): ``first_s`` after the first

@@ -79,8 +79,9 @@ class Server(Service):
 
 async def serve(settings: Settings, first_steps: FirstSteps | None = None) -> int:
     """Serve until SIGTERM or SIGINT, then drain and stop; the exit status: 0, or 1 when a
-    second signal cut the drain short. A start that fails releases what it took, then
-    raises. ``first_steps``: those `pacer serve` took before it imported this module."""
+    second signal cut the drain short or the stop left a journal call that hangs. A start
+    that fails releases what it took, then raises. ``first_steps``: those `pacer serve` took
+    before it imported this module."""
     server = Server(settings, first_steps=first_steps)
     with Signals(server.hurry).installed() as signals:
         try:
@@ -92,7 +93,7 @@ async def serve(settings: Settings, first_steps: FirstSteps | None = None) -> in
         if signals.handover:
             server.keep_pool()
         await server.shutdown()
-    return 1 if signals.forced else 0
+    return 1 if signals.forced or server.journal_access.left else 0
 
 
 def run(settings: Settings, first_steps: FirstSteps | None = None) -> int:

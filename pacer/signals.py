@@ -1,9 +1,10 @@
 """What the process hears from and tells whoever runs it: signals in, sd_notify out.
 
 The first SIGTERM or SIGINT asks for a drain (SIGUSR2 too, handing the pinned pool over to the
-next pacer); a second cuts it short. Either way the service
-stops in order (committing what it proved, closing the journal) and the exit status comes back
-through ``main``: 0 after a drain, 1 when a second signal cut it short.
+next pacer); a second cuts it short, and any later one too ends a wait for the journal. Either
+way the service stops in order (committing what it proved, closing the journal) and the exit
+status comes back through ``main``: 0 after a drain, 1 when a second signal cut it short (or a
+journal call hung past the stop's bound).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, HANDOVER)
 
 class Signals:
     """First SIGTERM/SIGINT/SIGUSR2: set ``stop`` (SIGUSR2 also sets ``handover``). Second:
-    call ``on_second`` (cut the drain short) and set ``forced``. `installed` puts the handlers
-    on the running loop and restores the ones there were on exit."""
+    call ``on_second`` (cut the drain short) and set ``forced``; each later one calls it again
+    (a stop waiting for the journal waits no more). `installed` puts the handlers on the
+    running loop and restores the ones there were on exit."""
 
     def __init__(self, on_second: Callable[[], None]) -> None:
         self.stop = asyncio.Event()
@@ -48,7 +50,8 @@ class Signals:
             self._on_second()
             self.stop.set()
         else:
-            log.warning("signal %s: already stopping", name)
+            log.warning("signal %s: already stopping; a wait for the journal ends now", name)
+            self._on_second()
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[Signals]:

@@ -26,9 +26,19 @@ ENV_FILE = DEPLOY / "systemd" / "pacer.env"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
 COMPOSE = DEPLOY / "compose.yaml"
 
-DRAIN_S = ShutdownSettings().drain_s
+DEFAULTS = ShutdownSettings()
 YAML_FILES = sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml"))
 PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset"}
+
+
+def longest_stop_s(settings: dict[str, str]) -> float:
+    """The longest a stop may take under ``settings`` (`ShutdownSettings.longest_stop_s`), or
+    under the defaults where they would take longer."""
+    configured = ShutdownSettings(
+        drain_s=float(settings.get("PACER_SHUTDOWN__DRAIN_S", DEFAULTS.drain_s)),
+        journal_s=float(settings.get("PACER_SHUTDOWN__JOURNAL_S", DEFAULTS.journal_s)),
+    )
+    return max(configured.longest_stop_s, DEFAULTS.longest_stop_s)
 
 
 def load(path: Path) -> Any:
@@ -297,8 +307,7 @@ def test_daemonset_runs_on_gpu_nodes_with_one_gpu() -> None:
 
 def test_daemonset_outlasts_the_drain() -> None:
     spec = k8s_object("DaemonSet")["spec"]["template"]["spec"]
-    drain_s = float(configmap_settings().get("PACER_SHUTDOWN__DRAIN_S", DRAIN_S))
-    assert spec["terminationGracePeriodSeconds"] > max(drain_s, DRAIN_S) + 30
+    assert spec["terminationGracePeriodSeconds"] > longest_stop_s(configmap_settings())
 
 
 def test_daemonset_probes_health_and_readiness_on_the_named_port() -> None:
@@ -402,8 +411,7 @@ def test_unit_keeps_the_pool_in_its_descriptor_store_across_restarts() -> None:
 def test_unit_gives_the_drain_time_to_finish() -> None:
     assert unit_value("KillSignal") == "SIGTERM"
     assert unit_value("KillMode") == "mixed"
-    drain_s = float(env_file_settings().get("PACER_SHUTDOWN__DRAIN_S", DRAIN_S))
-    assert seconds(unit_value("TimeoutStopSec")) > max(drain_s, DRAIN_S) + 30
+    assert seconds(unit_value("TimeoutStopSec")) > longest_stop_s(env_file_settings())
 
 
 def test_unit_reaches_the_gpus_and_pins_memory() -> None:
@@ -499,7 +507,7 @@ def test_compose_builds_pacer_from_the_repository(name: str) -> None:
     assert context == ROOT
     assert (context / service["build"]["dockerfile"]).resolve() == DOCKERFILE
     assert service["environment"]["PACER_WORKLOAD"] == "ntt"  # runs without a GPU
-    assert seconds(service["stop_grace_period"]) > DRAIN_S + 30
+    assert seconds(service["stop_grace_period"]) > longest_stop_s(compose_settings(name))
     assert any(str(port).endswith(":9470") for port in service["ports"])
 
 

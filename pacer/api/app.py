@@ -57,6 +57,9 @@ def build_runner(service: Service) -> Runner:
         app, head_timeout_s=api.header_timeout_s,
         on_refusal=lambda reason: refusals.labels(reason).inc(),
         keepalive_timeout=api.keepalive_timeout_s, access_log=None, handle_signals=False,
+        # At the stop, requests still answered (waiting on the journal, if on anything) get
+        # this long before they are cancelled, as the journal's close does.
+        shutdown_timeout=service.settings.shutdown.journal_s,
         # After an answer to a request whose body is unread (408, 413), aiohttp reads and drops
         # what still comes for this long, so the client sees the answer, then closes.
         lingering_time=min(api.body_timeout_s, LINGER_S),

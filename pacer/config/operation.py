@@ -103,6 +103,24 @@ class ShutdownSettings(Section):
         description="On SIGTERM, how long in-flight work may finish before the rest is left "
         "to the journal (s)",
     )
+    journal_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="On SIGTERM, how long the last commit may still wait for the journal once "
+        "the drain budget is spent, and the longest the requests still answered and the "
+        "journal's close may take; a journal call running past it is not waited for: one "
+        "error names it, what was not committed is proved again on the next start, and the "
+        "exit status is 1 (s)",
+    )
+
+    @property
+    def longest_stop_s(self) -> float:
+        """The longest a stop takes (s): the drain budget; past it, the last commit's wait for
+        the journal, the workload's close where calls are in flight or hung
+        (`CLOSE_WORKLOAD_S`), the requests still answered and the journal's close. A workload
+        whose calls all returned may take longer to free a large pinned pool."""
+        return self.drain_s + 3 * self.journal_s + CLOSE_WORKLOAD_S
 
 
 def _call_limit(call: str, floor: str, estimate: str, replaced: str | None) -> Any:

@@ -10,6 +10,7 @@
   ``PACER_RETRY__MAX`` its job fails, naming it.
 - ``commits``: the commit loop, batching results and failed attempts into the journal; upkeep.
 - ``journal_access``: the journal's lock, its thread, its health, and what waits for it.
+- ``stopping``: how long a stop waits for the journal (``JournalStop``).
 - ``assembly``: what is decided without I/O: the bind check, saved estimates read back, the
   pipeline's observer. What the service runs by is `pacer.plan.Plan`; its policy comes from
   `pacer.policies.build_policy`.
@@ -33,7 +34,9 @@ meanwhile the service is not ready and refuses new jobs with the reason. A drain
 commit them within its budget: what was not committed stays pending in the journal and is
 proved again on the next start.
 A journal call that does not return raises nothing; one past ``PACER_JOURNAL__STALL_S`` makes
-the service unready, refuses new jobs and is logged (``journal_access``).
+the service unready, refuses new jobs and is logged (``journal_access``). A stop waits for it
+until the drain budget ends, at least ``PACER_SHUTDOWN__JOURNAL_S``, then leaves it to its
+daemon thread, logs it with what was not committed, and goes on in order (``stopping``).
 
 Nothing here imports the HTTP layer: `pacer.api` reads the service, and `pacer.server` serves
 one over HTTP with signals and sd_notify.

@@ -241,34 +241,29 @@ class Commits:
 
     # -- shutdown -----------------------------------------------------------------------------
 
-    async def stop(self, deadline: float) -> None:
-        """Let the commit loop finish the round it is in (a write waits at most the journal's
-        write timeout), then stop it and upkeep."""
+    async def stop(self) -> None:
+        """Stop upkeep, and the commit loop once the round it is in is over: a write that hangs
+        holds it until the stop leaves the journal (`pacer.service.stopping`)."""
         self._closing.set()
+        if self._upkeeper is not None:
+            self._upkeeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._upkeeper
         if self._committer is not None:
-            busy_s = self._access.settings.write_timeout_s
-            grace_s = max(deadline - self._clock(), busy_s + 1.0)
-            done, _ = await asyncio.wait({self._committer}, timeout=grace_s)
-            if not done:
-                log.warning("journal write still running after %.1f s; abandoned", grace_s)
-                self._committer.cancel()
             try:
                 await self._committer
             except asyncio.CancelledError:
                 pass
             except Exception:
                 log.exception("the commit loop had ended on an error")
-        if self._upkeeper is not None:
-            self._upkeeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._upkeeper
 
     async def last_commit(self, deadline: float) -> None:
         """Commit what waits, retrying with backoff while the drain budget lasts, then save
-        the estimates. What is left is logged: it stays pending in the journal."""
+        the estimates. What is left is logged (by the stop, if it left the journal): it stays
+        pending in the journal."""
         access = self._access
         failures = 0
-        while access.pending or access.failures:
+        while (access.pending or access.failures) and not access.left:
             try:
                 await self.flush()
             except Exception as exc:
@@ -277,15 +272,15 @@ class Commits:
                 delay = access.backoff.delay_s(failures)
                 if self._clock() + delay > deadline:
                     break
-                await asyncio.sleep(delay)
+                await access.sleep(delay)
             else:
                 self._journal_ok()
-        if access.health.healthy:
+        if access.health.healthy and not access.left:
             try:
                 await self.save_estimates()
             except Exception as exc:
                 access.failed(exc, "saving the estimates")
-        if access.pending or access.failures:
+        if (access.pending or access.failures) and not access.left:
             log.error(
                 "exiting with %d results and %d failed attempts not committed to the journal "
                 "(%s): those partitions stay pending there and are proved again on the next "

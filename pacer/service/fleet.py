@@ -20,7 +20,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,6 +30,7 @@ from pacer.ranges import IndexRanges
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import JournalAccess
 from pacer.supervision import Supervisor
+from pacer.threads import DaemonPool
 
 log = logging.getLogger("pacer.service")
 T = TypeVar("T")
@@ -98,7 +98,7 @@ class Fleet:
         self._name_lost: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._threads = {
-            name: ThreadPoolExecutor(1, f"pacer-{name}") for name in ("claims", "leases", "listen")
+            name: DaemonPool(1, f"pacer-{name}") for name in ("claims", "leases", "listen")
         }
 
     @property
@@ -157,11 +157,11 @@ class Fleet:
         log.info("gave back %d partitions to the fleet", given)
 
     async def close(self) -> None:
-        """Stop the tasks and let the threads go (the listener's wait ends within
-        `LISTEN_WAIT_S`)."""
+        """Stop the tasks and let the threads go: daemons, not waited for (the listener's wait
+        ends within `LISTEN_WAIT_S`; a call that hangs, with the process)."""
         await self._stop_tasks()
         for thread in self._threads.values():
-            await asyncio.to_thread(thread.shutdown)
+            thread.shutdown()
 
     async def _stop_tasks(self) -> None:
         self._claiming = False

@@ -11,6 +11,12 @@ A call that never returns raises nothing: each call reports to ``calls`` (`Journ
 begins and ends on its thread, and one past ``PACER_JOURNAL__STALL_S`` makes the service unready
 (`JournalAccess.reasons`) and is logged once, as an error, by the watch (`JournalAccess.start`)
 or whichever reads it first; if it returns, how long it took is logged too.
+
+A stop waits for such a call only so long (`pacer.service.stopping`), then `leave`s the
+journal: whatever awaits a call ends at once with ``JournalLeft``, later calls are refused,
+calls not begun are dropped, and the one running is left to its thread, a daemon that does
+not hold the process's exit. The journal's close then runs after that call, if it ever
+returns, and gives the lock up; else the kernel releases the lock as the process ends.
 """
 
 from __future__ import annotations
@@ -19,8 +25,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,9 +40,17 @@ from pacer.journal import (
     open_fleet_journal,
     open_journal,
 )
-from pacer.journal_health import Backoff, JournalCalls, JournalHealth, JournalUnavailable
+from pacer.journal_health import (
+    Backoff,
+    JournalCalls,
+    JournalHealth,
+    JournalLeft,
+    JournalUnavailable,
+    RunningCall,
+)
 from pacer.service.assembly import saved_estimates
 from pacer.supervision import Supervisor
+from pacer.threads import DaemonPool
 
 log = logging.getLogger("pacer.service")
 T = TypeVar("T")
@@ -57,7 +71,8 @@ class JournalAccess:
     ``pending``: results proved but not committed, in order; ``failures``: failed attempts to
     journal, by (job, partition), oldest first. Both wait here while the journal fails;
     ``backoff`` paces the retries of writes that fail, and ``health`` says since when;
-    ``calls`` holds the call running on each journal thread, and since when."""
+    ``calls`` holds the call running on each journal thread, and since when; ``left``, whether
+    a stop has stopped waiting for them (`leave`)."""
 
     def __init__(
         self,
@@ -75,10 +90,13 @@ class JournalAccess:
         # The SQLite journal's lock, None for a fleet's (`pacer.service.first_steps` makes it,
         # and takes it before the pool); `open` takes it where they did not, `close` gives it up.
         self._lock = lock
-        self._thread: ThreadPoolExecutor | None = None
+        self._thread: DaemonPool | None = None
         self._journal: JournalBackend | None = None
         self._fleet: FleetBackend | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self._waiting: set[asyncio.Future[Any]] = set()  # calls awaited now, on any thread
+        self._closing: Future[None] | None = None  # the journal's close, once asked for
+        self._left = asyncio.Event()
 
     @property
     def journal(self) -> JournalBackend:
@@ -106,7 +124,7 @@ class JournalAccess:
         cannot be reached."""
         if self._lock is not None:
             self._lock.acquire()
-        self._thread = ThreadPoolExecutor(1, "pacer-journal")
+        self._thread = DaemonPool(1, "pacer-journal")
         try:
             self._journal = await self._open()
         except BaseException:
@@ -135,17 +153,19 @@ class JournalAccess:
     async def run(self, call: Callable[..., T], *args: Any) -> T:
         """Run a journal call on the journal's thread. ``JournalUnavailable`` when the journal
         cannot do it now (locked, disk full, I/O error, the server out of reach: its
-        ``OperationalError``)."""
+        ``OperationalError``); ``JournalLeft`` once a stop has `leave`n it."""
         if self._thread is None:
             raise RuntimeError("the journal is not open: open() the service first")
         return await self.run_on(self._thread, call, *args)
 
-    async def run_on(self, thread: Executor, call: Callable[..., T], *args: Any) -> T:
+    async def run_on(self, thread: DaemonPool, call: Callable[..., T], *args: Any) -> T:
         """`run` on another ``thread`` (a fleet's claims and leases have their own)."""
         if self._journal is None:
             raise RuntimeError("the journal is not open: open() the service first")
+        if self.left:
+            raise self._left_error()
         try:
-            return await self._submit(thread, call, *args)
+            return await self._await(self._submit(thread, call, *args))
         except self._journal.OperationalError as exc:
             raise JournalUnavailable(f"journal {self.settings.location}: {exc}") from exc
 
@@ -153,15 +173,33 @@ class JournalAccess:
         """`run` a read for an answer that must come even while the journal hangs (the
         status): None at once while a call has run past ``PACER_JOURNAL__STALL_S``, or once
         this one has waited that long."""
-        if self.reasons():
+        if self.reasons() or self.left:
             return None
         try:
             return await asyncio.wait_for(self.run(call, *args), self.settings.stall_s)
-        except TimeoutError:
+        except (TimeoutError, JournalLeft):
             return None
 
-    def _submit(self, thread: Executor, call: Callable[..., T], *args: Any) -> Awaitable[T]:
+    def _submit(self, thread: DaemonPool, call: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """``call(*args)`` on ``thread``: cancelling the future drops the call if not begun."""
         return asyncio.wrap_future(thread.submit(self._timed, call, *args))
+
+    async def _await(self, waiter: asyncio.Future[T]) -> T:
+        """``waiter``'s result, or ``JournalLeft`` at once after `leave`, or should it be called
+        meanwhile (``waiter`` is then cancelled)."""
+        if self.left:
+            waiter.cancel()
+            raise self._left_error()
+        self._waiting.add(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.left and waiter.cancelled() and not (task is not None and task.cancelling()):
+                raise self._left_error() from None
+            raise
+        finally:
+            self._waiting.discard(waiter)
 
     def _timed(self, call: Callable[..., T], *args: Any) -> T:
         """``call(*args)``, on a journal thread, reported to ``calls`` as it begins and ends."""
@@ -211,21 +249,60 @@ class JournalAccess:
             self.settings.location, "waited" if returned else "wait",
         )  # fmt: skip
 
+    # -- the end ------------------------------------------------------------------------------
+
+    @property
+    def left(self) -> bool:
+        """Whether a stop has stopped waiting for the journal (`leave`)."""
+        return self._left.is_set()
+
+    def leave(self) -> list[tuple[RunningCall, float]]:
+        """Wait for the journal no more (a stop past its bound, or cut short by a signal):
+        every call awaited now ends with ``JournalLeft`` (one not begun is dropped), and so
+        does every later one, at once. The calls still running, left to their threads, with
+        how long they have run (s), the longest first."""
+        self._left.set()
+        for waiter in list(self._waiting):
+            waiter.cancel()
+        return self.calls.running()
+
+    def _left_error(self) -> JournalLeft:
+        return JournalLeft(f"journal {self.settings.location}: not waited for, the service stops")
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or until `leave` is called."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._left.wait(), seconds)
+
     async def close(self) -> None:
-        """Close the journal and give its lock up; what is not open is left as it is."""
-        if self._journal is not None:
-            try:
-                await self.run(self._journal.close)
-            except Exception as exc:
-                log.warning("closing the journal: %s", exc)
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
-        if self._thread is not None:
-            self._thread.shutdown()
-            self._thread = None
+        """Close the journal, then give its lock up; what is not open is left as it is. After
+        `leave`, or should it be called meanwhile, the close is not waited for: it runs on the
+        journal's thread after the call running there, and gives the lock up then."""
+        thread, self._thread = self._thread, None
+        try:
+            if thread is None:  # not open: the lock alone, unless a close left to run gives it
+                if self._lock is not None and self._closing is None:
+                    self._lock.release()
+            elif self._journal is None:
+                self._closed(thread)
+            else:
+                self._closing = closing = thread.submit(self._timed, self._journal.close)
+                closing.add_done_callback(lambda _: self._closed(thread))
+                with contextlib.suppress(JournalLeft):
+                    await self._await(asyncio.shield(asyncio.wrap_future(closing)))
+        except Exception as exc:
+            log.warning("closing the journal: %s", exc)
+        finally:
+            if self._watcher is not None:
+                self._watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._watcher
+                self._watcher = None
+
+    def _closed(self, thread: DaemonPool) -> None:
+        """The journal is closed: its thread ends and its lock is given up (on the journal's
+        thread, where the close ran)."""
+        thread.shutdown()
         if self._lock is not None:
             self._lock.release()
 
@@ -247,6 +324,8 @@ class JournalAccess:
     def failed(self, exc: BaseException, doing: str) -> None:
         """Count a failed journal write, and log it when it starts a failing spell (with the
         exception), changes error, or has been repeating quietly for a while."""
+        if isinstance(exc, JournalLeft):  # no failure: the stop names the call that hangs
+            return
         error = str(exc) or type(exc).__name__
         if not self.health.failed(error):
             return

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from concurrent.futures import Future
+from collections.abc import Callable
 from types import EllipsisType
 from typing import Any, TypeVar
 
@@ -35,6 +33,7 @@ from pacer.service.fleet import Fleet
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import JournalAccess
 from pacer.service.startup import StartupTimes
+from pacer.service.stopping import CLOSE, LAST_COMMIT, JournalStop, ended, unless_set
 from pacer.supervision import ProgressWatchdog, ReadinessSource, Supervisor
 from pacer.workload import Workload, pooled
 
@@ -90,6 +89,7 @@ class Service:
         self._hurry = asyncio.Event()
         self.journal_access = JournalAccess(settings.journal, clock, backoff or Backoff(),
                                             self.first_steps.lock)  # fmt: skip
+        self.journal_stop = JournalStop(self.journal_access, clock)  # how long a stop waits on it
         self.health = self.journal_access.health
         self.admission = Admission(settings.api.max_backlog)
         self.supervisor = Supervisor(clock)
@@ -323,9 +323,9 @@ class Service:
     # -- shutdown -----------------------------------------------------------------------------
 
     def hurry(self) -> None:
-        """Cut the drain short (a second signal): in-flight work is left to the journal; what
-        was proved is still committed, once, and the workload closed."""
+        """A second signal: the drain cut short, a wait for the journal too (`JournalStop.cut`)."""
         self._hurry.set()
+        self.journal_stop.cut()
 
     async def shutdown(self) -> bool:
         """Drain and close. True if all in-flight work finished within the drain budget."""
@@ -362,7 +362,7 @@ class Service:
         preparing = steps.preparing
         if preparing is not None and not preparing.done():
             log.info("waiting for the pool's preparation to end before it is closed")
-            await self._unless_hurried(_ended(preparing))
+            await unless_set(self._hurry, ended(preparing))
         hung = preparing is not None and not preparing.done()  # hurried past it
         await host.close_workload(steps.workload.close, bounded=stuck or hung)
 
@@ -371,7 +371,7 @@ class Service:
         deadline = self._clock() + drain_s
         log.info("draining: dispatch stopped, %.0f s for in-flight work", drain_s)
         self.jobs.cancel_retries(None)  # partitions waiting out a backoff stay pending
-        finished = bool(await self._unless_hurried(self.pipeline.drain(drain_s)))
+        finished = bool(await unless_set(self._hurry, self.pipeline.drain(drain_s)))
         if self._hurry.is_set():
             deadline = self._clock()  # one commit of what was proved, no retries
             log.warning("drain cut short; %d partitions left to the journal",
@@ -382,31 +382,19 @@ class Service:
                 drain_s, self.pipeline.inflight,
             )  # fmt: skip
         self.supervisor.stop()
-        await self.commits.stop(deadline)
+        until = max(deadline, self._clock() + self.settings.shutdown.journal_s)
+        await self.journal_stop.bounded(self._commit_proved(deadline), until, LAST_COMMIT)
+        return finished
+
+    async def _commit_proved(self, deadline: float) -> None:
+        """Commit what was proved (retried until ``deadline``); give a fleet's leases back."""
+        await self.commits.stop()
         await self.jobs.settle()
         await self.commits.last_commit(deadline)
         if self.fleet is not None:  # what was not started goes to the other hosts at once
             await self.fleet.give_back()
-        return finished
-
-    async def _unless_hurried(self, work: Awaitable[T]) -> T | None:
-        """``work``'s result, or None once `hurry` is called (``work`` is then cancelled)."""
-        task = asyncio.ensure_future(work)
-        hurried = asyncio.ensure_future(self._hurry.wait())
-        await asyncio.wait({task, hurried}, return_when=asyncio.FIRST_COMPLETED)
-        hurried.cancel()
-        if task.done():
-            return task.result()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        return None
 
     async def close(self) -> None:
-        """Close the journal and give its lock up (after `drain`)."""
-        await self.journal_access.close()
-
-
-async def _ended(work: Future[None]) -> None:
-    """Once ``work`` has ended, however: it failed where its caller was told so."""
-    with contextlib.suppress(Exception):
-        await asyncio.wrap_future(work)
+        """Close the journal and give its lock up (after `drain`), within its bound."""
+        until = self._clock() + self.settings.shutdown.journal_s
+        await self.journal_stop.bounded(self.journal_access.close(), until, CLOSE)

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
-from pacer.journal import Journal
+from pacer.journal import JobRecord, Journal, PartitionResult
 from pacer.server import Server
 from tests.conftest import FakeClock
 from tests.servers import call, settings_for
@@ -33,29 +34,48 @@ REASON = "journal call check_file running for 31 s (more than 30 s)"
 
 
 class HangingJournal(Journal):
-    """The real journal, whose ``check_file`` (a stat of the file, first in every commit
-    round) hangs while ``hang`` is set, until ``release`` is; ``hung`` says one has begun."""
+    """The real journal, whose call ``hang_in`` (``check_file``, a stat of the file first in
+    every commit round; ``complete_partitions``; ``close``) hangs while ``hang`` is set, until
+    ``release`` is; then it goes on, or raises as a failing disk would if ``fail`` is set.
+    ``hung`` says one has begun."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, hang_in: str = "check_file") -> None:
         super().__init__(path)
+        self.hang_in = hang_in
         self.hang = threading.Event()
         self.release = threading.Event()
         self.hung = threading.Event()
+        self.fail = False
 
-    def check_file(self) -> None:
-        if self.hang.is_set():
+    def _hang(self, call: str) -> None:
+        if call == self.hang_in and self.hang.is_set():
             self.hung.set()
             if not self.release.wait(timeout=30):
                 raise TimeoutError("the hung journal call was never released")
+            if self.fail:
+                raise sqlite3.OperationalError("disk I/O error")
+
+    def check_file(self) -> None:
+        self._hang("check_file")
         super().check_file()
 
+    def complete_partitions(self, items: Iterable[PartitionResult]) -> list[JobRecord]:
+        self._hang("complete_partitions")
+        return super().complete_partitions(items)
 
-async def hanging_service(tmp_path: Path, clock: FakeClock) -> Server:
+    def close(self) -> None:
+        self._hang("close")
+        super().close()
+
+
+async def hanging_service(
+    tmp_path: Path, clock: FakeClock, hang_in: str = "check_file", **env: str
+) -> Server:
     """An opened service on ``clock`` whose journal is a `HangingJournal`."""
-    svc = Server(settings_for(tmp_path), CollectorRegistry(), clock)
+    svc = Server(settings_for(tmp_path, **env), CollectorRegistry(), clock)
     await svc.open()
     await svc.db(svc.journal.close)
-    svc.journal_access.journal = await svc.db(HangingJournal, svc.settings.journal.path)
+    svc.journal_access.journal = await svc.db(HangingJournal, svc.settings.journal.path, hang_in)
     return svc
 
 

@@ -4,16 +4,19 @@ says so, no new block is made, and the adopted slots prove. Also through systemd
 store, played by a real unix datagram socket (`tests.kept_pools.ServiceManager`).
 
 The GPU workload runs with its pool in shared memory and synthesis in processes, proving
-through the NumPy stand-in of `tests.service.test_gpu_path` where CI has no CUDA.
+through the NumPy stand-in of `tests.service.test_gpu_path` where CI has no CUDA. A stop that
+leaves a journal call hung keeps the pool all the same.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,8 @@ from gpu.pool_record import sweep
 from gpu.shm_blocks import BLOCK_PREFIX, SHM_DIR
 from tests.kept_pools import ServiceManager, records
 from tests.servers import ROOT, ServerFactory, ServerProcess
+from tests.service.test_process import job_states
+from tests.service.test_stopping import commit_running_s
 from tests.waits import wait_until
 
 GPU = {
@@ -121,6 +126,34 @@ def test_the_pool_goes_through_the_descriptor_store_to_the_next_pacer(
         assert sorted(manager.stored) == sorted(kept.blocks)  # the same, stored once each
     finally:
         manager.close()
+
+
+def test_a_stop_that_leaves_a_hung_journal_call_still_keeps_the_pool(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    # The commit waits on a lock another connection holds (PACER_JOURNAL__BUSY_TIMEOUT_S=600):
+    # SIGUSR2 leaves it after the bound, exits 1, and the pool is kept all the same.
+    stuck = {"PACER_JOURNAL__BUSY_TIMEOUT_S": "600", "PACER_JOURNAL__STALL_S": "601",
+             "PACER_SHUTDOWN__DRAIN_S": "0.5", "PACER_SHUTDOWN__JOURNAL_S": "1"}  # fmt: skip
+    first = server_factory(**GPU, **stuck).start()
+    journal = tmp_path / "journal.sqlite"
+    with closing(sqlite3.connect(journal, isolation_level=None)) as outside:
+        job_id = first.client.submit(200, {"seed": 11})
+        outside.execute("BEGIN EXCLUSIVE")
+        wait_until(lambda: commit_running_s(first) > 0.3, "a commit to wait on the lock")
+        first.signal(signal.SIGUSR2)
+        assert first.wait(30) == 1
+        outside.execute("ROLLBACK")
+    assert "stopping without journal" in first.log
+    ((_, kept),) = records().items()
+    assert (kept.state, kept.holder_pid) == ("kept", first.proc.pid)  # type: ignore[union-attr]
+
+    second = server_factory(**GPU).start()
+    assert second.client.status()["pool"]["origin"] == {"adopted": 4, "allocated": 0}
+    wait_until(lambda: job_states(journal)[job_id] == "completed", "the job to complete",
+               timeout_s=60)  # fmt: skip
+    second.signal(signal.SIGTERM)
+    assert second.wait() == 0
 
 
 def launched(manager: ServiceManager, server: ServerProcess) -> ServerProcess:
