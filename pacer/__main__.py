@@ -180,16 +180,19 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
 def _serve_from_first_steps(settings: config.Settings) -> int:
     """Take the start's first steps (the journal's lock, the workload, the plan) and begin
     the pool's pinning before importing the rest of the service, which then opens beside it
-    (`pacer.service.first_steps`); with a fleet's journal the pinning waits for it."""
+    (`pacer.service.first_steps`); with a fleet's journal the pinning waits for it. The
+    signals the service answers are held from before the first step (`pacer.signals.Held`)."""
     from pacer.service.first_steps import FirstSteps
+    from pacer.signals import Held
 
+    held = Held().install()
     first_steps = FirstSteps(settings)
     first_steps.take()
     if not settings.journal.fleet:
         first_steps.begin_prepare()
     from pacer import server
 
-    return server.run(settings, first_steps)
+    return server.run(settings, first_steps, held)
 
 
 if __name__ == "__main__":

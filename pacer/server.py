@@ -17,7 +17,7 @@ from pacer.api import build_runner
 from pacer.config import Settings
 from pacer.service import Service
 from pacer.service.first_steps import FirstSteps
-from pacer.signals import Signals, sd_notify
+from pacer.signals import Held, Signals, sd_notify
 
 log = logging.getLogger("pacer.service")
 SWITCH_INTERVAL_S = 0.001
@@ -77,13 +77,15 @@ class Server(Service):
         return finished
 
 
-async def serve(settings: Settings, first_steps: FirstSteps | None = None) -> int:
+async def serve(
+    settings: Settings, first_steps: FirstSteps | None = None, held: Held | None = None
+) -> int:
     """Serve until SIGTERM or SIGINT, then drain and stop; the exit status: 0, or 1 when a
     second signal cut the drain short or the stop left a journal call that hangs. A start
     that fails releases what it took, then raises. ``first_steps``: those `pacer serve` took
-    before it imported this module."""
+    before it imported this module, and ``held`` the signals it held meanwhile."""
     server = Server(settings, first_steps=first_steps)
-    with Signals(server.hurry).installed() as signals:
+    with Signals(server.hurry).installed(held) as signals:
         try:
             await server.start()
         except BaseException:
@@ -96,8 +98,8 @@ async def serve(settings: Settings, first_steps: FirstSteps | None = None) -> in
     return 1 if signals.forced or server.journal_access.left else 0
 
 
-def run(settings: Settings, first_steps: FirstSteps | None = None) -> int:
+def run(settings: Settings, first_steps: FirstSteps | None = None, held: Held | None = None) -> int:
     """``pacer serve``: the service on uvloop; the process's exit status."""
     import uvloop
 
-    return uvloop.run(serve(settings, first_steps))
+    return uvloop.run(serve(settings, first_steps, held))

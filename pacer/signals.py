@@ -54,11 +54,14 @@ class Signals:
             self._on_second()
 
     @contextlib.contextmanager
-    def installed(self) -> Iterator[Signals]:
+    def installed(self, held: Held | None = None) -> Iterator[Signals]:
+        """The handlers on the running loop; what ``held`` received before, handled now."""
         loop = asyncio.get_running_loop()
         previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
         for signum in SIGNALS:
             loop.add_signal_handler(signum, self._handle, signum)
+        for early in held.received if held is not None else []:
+            loop.call_soon(self._handle, early)
         try:
             yield self
         finally:
@@ -67,6 +70,30 @@ class Signals:
                 handler = previous[signum]
                 if handler is not None:
                     signal.signal(signum, handler)
+
+
+class Held:
+    """The signals `Signals` takes, held from the very start of `pacer serve` until the
+    service's loop takes them over (`Signals.installed`): each one received meanwhile is
+    kept, and handled then, instead of ending the process half started.
+
+    Held before anything else loads, they also keep the process's handler Python's for good: a
+    library that saves the handler it finds and puts it back later, from any thread (LLVM's
+    signal handling does, which Numba and CUDA's runtime compiler carry), would otherwise put
+    back the default where it loaded before the loop took the signals, as the pool's pinning
+    and the CUDA work beside it now do, and the next SIGTERM would end the process.
+    """
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+
+    def install(self) -> Held:
+        for signum in SIGNALS:
+            signal.signal(signum, self._record)
+        return self
+
+    def _record(self, signum: int, frame: object) -> None:
+        self.received.append(signum)
 
 
 def sd_notify(message: str) -> bool:

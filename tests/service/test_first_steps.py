@@ -155,3 +155,23 @@ def test_pacer_serve_begins_the_pool_before_it_imports_its_http_server(tmp_path:
     finally:
         server.signal(signal.SIGTERM)
         assert server.wait() == 0, server.log
+
+
+@pytest.mark.parametrize("workload", ["signalled_workload", "restoring_workload"])
+def test_a_signal_before_the_loop_takes_them_drains_in_order(tmp_path: Path, workload: str) -> None:
+    # One received while the first steps are taken is held and answered once the service runs;
+    # and a library that saved the action it found then and puts it back later puts back the
+    # held one (Python's), not the default that would end the process at the next SIGTERM.
+    server = ServerProcess(
+        tmp_path, PACER_WORKLOAD=f"tests.service.watched_start:{workload}",
+        PACER_SYNTHESIS__CORES="2", FIRST_STEPS_RECORD=str(tmp_path / "watched.json"),
+    )  # fmt: skip
+    try:
+        server.launch()
+        if workload == "restoring_workload":
+            server.client.wait_ready(30)  # the action put back by then
+            server.signal(signal.SIGTERM)
+        assert server.wait() == 0, server.log
+        assert "signal SIGTERM: draining" in server.log
+    finally:
+        server.stop()

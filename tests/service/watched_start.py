@@ -3,14 +3,18 @@ imported there, whether the pool's prepare had begun: imports nothing of the ser
 
 from __future__ import annotations
 
+import ctypes
 import importlib.abc
 import json
 import os
+import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from gpu.workload import GpuNttWorkload
 from pacer.config import Settings
@@ -41,3 +45,46 @@ def watched_workload(settings: Settings) -> GpuNttWorkload:
                                    settings.journal.sqlite_path))  # fmt: skip
     return GpuNttWorkload(8, devices=[0], workers_per_device=1, on_empty="wait",
                           executor="processes", pool_backend="shared")  # fmt: skip
+
+
+def signalled_workload(settings: Settings) -> GpuNttWorkload:
+    """`watched_workload`, and a SIGTERM to this process while the first steps are taken:
+    before the service's loop has taken the signals."""
+    workload = watched_workload(settings)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return workload
+
+
+class _LikeLlvm:
+    """What a library that handles signals itself does (LLVM does, within Numba and CUDA's
+    runtime compiler): it saves the process's SIGTERM action when it loads, and puts it back
+    later, from any thread, through libc."""
+
+    def __init__(self) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._saved = ctypes.create_string_buffer(512)  # a struct sigaction, as it is
+        if self._libc.sigaction(signal.SIGTERM, None, self._saved) != 0:
+            raise OSError(ctypes.get_errno(), "sigaction")
+
+    def put_back(self) -> None:
+        if self._libc.sigaction(signal.SIGTERM, self._saved, None) != 0:
+            raise OSError(ctypes.get_errno(), "sigaction")
+
+
+def restoring_workload(settings: Settings) -> GpuNttWorkload:
+    """`watched_workload` whose prepare, beside which the service takes the signals, puts back
+    the SIGTERM action found while the first steps were taken, once the service has taken
+    them."""
+    library, workload = _LikeLlvm(), watched_workload(settings)
+    held = signal.getsignal(signal.SIGTERM)
+    prepare = workload.prepare
+
+    def prepare_then_put_back(*args: Any) -> None:
+        prepare(*args)
+        deadline = time.monotonic() + 30
+        while signal.getsignal(signal.SIGTERM) is held and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the service's loop has taken the signals
+        library.put_back()
+
+    workload.prepare = prepare_then_put_back  # type: ignore[method-assign, assignment]
+    return workload
