@@ -29,7 +29,7 @@ log = logging.getLogger("pacer.service")
 class FirstSteps:
     """The journal's lock, the workload and the plan (`take`), then the workload's prepare on a
     thread of its own (`begin_prepare`: a pooled workload's pool pinned or adopted, and what it
-    builds beside). ``began`` is when the first step began, on ``clock``; ``taken_s`` how long
+    builds beside). ``began`` is when `take` began, on ``clock``; ``taken_s`` how long
     `take` took; ``preparing`` the prepare's future once begun (None for a workload with no
     pool), ``prepare_s`` its duration once done."""
 
@@ -64,7 +64,7 @@ class FirstSteps:
         fail. Once only."""
         if self.taken:
             return
-        started = self._clock()
+        self.began = started = self._clock()
         if self.lock is not None:
             self.lock.acquire()
         try:
