@@ -122,6 +122,7 @@ class JournalAccess:
         journal's thread; a fleet's journal, then take the host's name in it
         (``HostInUseError`` naming the holder). ``JournalUnavailable`` when a database
         cannot be reached."""
+        taken = self._lock is not None and not self._lock.held
         if self._lock is not None:
             self._lock.acquire()
         self._thread = DaemonPool(1, "pacer-journal")
@@ -130,7 +131,9 @@ class JournalAccess:
         except BaseException:
             self._thread.shutdown()
             self._thread = None
-            if self._lock is not None:
+            # Given back only if taken here: the start's first steps keep theirs until the
+            # service closes, after a pool they began pinning is closed.
+            if taken and self._lock is not None:
                 self._lock.release()
             raise
 

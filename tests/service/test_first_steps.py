@@ -117,6 +117,8 @@ async def test_a_start_that_fails_opening_closes_the_pool_once_it_is_prepared(
     service = Server(settings, CollectorRegistry(), first_steps=steps)
     with pytest.raises(Exception, match=r"journal|database"):
         await service.start()
+    assert steps.lock is not None
+    assert steps.lock.held  # while the pool is being pinned: no second pacer pins beside it
     with caplog.at_level(logging.INFO, logger="pacer.service"):
         closing = asyncio.ensure_future(service.shutdown())
         try:
@@ -124,6 +126,7 @@ async def test_a_start_that_fails_opening_closes_the_pool_once_it_is_prepared(
                 lambda: "waiting for the pool's preparation" in caplog.text, "the close to wait"
             )
             assert not closing.done()  # a pool closed mid-pinning would leave what follows
+            assert steps.lock.held
         finally:
             gate.release.set()
         await closing
@@ -133,7 +136,6 @@ async def test_a_start_that_fails_opening_closes_the_pool_once_it_is_prepared(
     assert workload.pool.closed
     assert gate.blocks  # closed once pinned, every block with it
     assert not any(os.path.exists(path) for path in gate.blocks)
-    assert steps.lock is not None
     assert not steps.lock.held  # a corrected start need not wait for this process to end
 
 
