@@ -204,8 +204,8 @@ class StaleBlocksRemoved:
         if kept < done.kept_bytes and not self._told_outside:
             self._told_outside = True
             self.report(
-                f"{bytes_text(done.kept_bytes - kept)} of the pools kept for the next pacer is not in "
-                "the memory judged: charged to the cgroup that first wrote it"
+                f"{bytes_text(done.kept_bytes - kept)} of the pools kept for the next pacer is "
+                "not in the memory judged: charged to the cgroup that first wrote it"
             )
         return dataclasses.replace(sample, kept_bytes=kept)
 

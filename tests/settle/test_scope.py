@@ -422,20 +422,6 @@ def test_a_replay_is_judged_as_recorded_whatever_the_host(
         assert out.startswith("settled after 30.0 s: used 240.0 GiB, stable")
 
 
-def test_help_names_the_scope_and_what_the_baseline_is_of() -> None:
-    parser = argparse.ArgumentParser(prog="pacer settle")
-    settle.add_arguments(parser)
-    text = " ".join(parser.format_help().split())
-    for fragment in [
-        "--scope {auto,host,cgroup}",
-        "cgroup where no memory.max limits this process is an error (default: auto)",
-        "the cgroup's memory.current with no pacer running",
-        "of the same scope",
-        "pacer settle --scope host",
-    ]:
-        assert fragment in text
-
-
 @pytest.mark.parametrize("module", [scope_module, state_module], ids=["scope", "state"])
 def test_docstring_examples(module: object) -> None:
     result = doctest.testmod(module)  # type: ignore[arg-type]

@@ -261,6 +261,11 @@ def test_help_documents_defaults_and_examples() -> None:
         "(default: 1)",
         "(default: 900",
         "examples:",
+        "--scope {auto,host,cgroup}",
+        "cgroup where no memory.max limits this process is an error (default: auto)",
+        "the cgroup's memory.current with no pacer running",
+        "of the same scope",
+        "pacer settle --scope host",
     ]:
         assert fragment in text
     assert "ExecStartPre=/usr/bin/pacer settle --timeout 900" in parser.format_help()
