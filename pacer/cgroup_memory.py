@@ -7,6 +7,8 @@ filesystem (/sys/fs/cgroup) that cgroup and each of its ancestors may hold a ``m
 together, so the room left is the least, over the cgroups with a limit, of memory.max less
 memory.current. memory.current counts page cache, which the kernel would reclaim first: the
 room errs on the safe side. Under cgroup v1, or without a cgroup filesystem, there is no limit.
+``pacer settle`` samples the cgroup so found (`read_cgroup`, and its shared memory from
+``memory.stat``, `read_memory_stat`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,13 @@ class CgroupLimit:
         return max(0, self.max_bytes - self.current_bytes)
 
 
+def own_cgroup(self_cgroup: Path = SELF_CGROUP) -> str | None:
+    """This process's cgroup v2 path, as ``self_cgroup`` (/proc/self/cgroup) names it on its
+    ``0::`` line; None where it names none (cgroup v1 only). OSError if it cannot be read."""
+    lines = self_cgroup.read_text().splitlines()
+    return next((line[3:] for line in lines if line.startswith("0::")), None)
+
+
 def read_cgroup_limit(
     self_cgroup: Path = SELF_CGROUP, root: Path = CGROUP_ROOT
 ) -> CgroupLimit | None:
@@ -48,10 +57,7 @@ def read_cgroup_limit(
     None, said at debug level, where none is set or none can be read (cgroup v1, no cgroup
     filesystem)."""
     try:
-        own = next(
-            (line[3:] for line in self_cgroup.read_text().splitlines() if line.startswith("0::")),
-            None,
-        )
+        own = own_cgroup(self_cgroup)
     except OSError as exc:
         log.debug("no cgroup memory limit: %s", exc)
         return None
@@ -60,7 +66,9 @@ def read_cgroup_limit(
         return None
     path = PurePosixPath(own)
     limits = [
-        limit for cgroup in (path, *path.parents) if (limit := _limit(root, cgroup)) is not None
+        limit
+        for cgroup in (path, *path.parents)
+        if (limit := read_cgroup(str(cgroup), root)) is not None
     ]
     tightest = min(limits, key=lambda limit: limit.room_bytes, default=None)
     if tightest is None:
@@ -68,14 +76,30 @@ def read_cgroup_limit(
     return tightest
 
 
-def _limit(root: Path, cgroup: PurePosixPath) -> CgroupLimit | None:
-    """``cgroup``'s memory.max and memory.current; None for "max" or where either cannot be
-    read."""
-    folder = root / str(cgroup).lstrip("/")
+def read_cgroup(cgroup: str, root: Path = CGROUP_ROOT) -> CgroupLimit | None:
+    """``cgroup``'s memory.max and memory.current now; None for "max" or where either cannot
+    be read."""
+    folder = root / cgroup.lstrip("/")
     try:
         limit = (folder / "memory.max").read_text().strip()
         if limit == "max":
             return None
-        return CgroupLimit(str(cgroup), int(limit), int((folder / "memory.current").read_text()))
+        return CgroupLimit(cgroup, int(limit), int((folder / "memory.current").read_text()))
     except (OSError, ValueError):
         return None
+
+
+def read_memory_stat(cgroup: str, root: Path = CGROUP_ROOT) -> dict[str, int]:
+    """``cgroup``'s memory.stat (bytes, or counts of events; its descendants' included, as
+    cgroup v2 sums them), e.g. ``shmem``: the shared memory (tmpfs, memfds) charged to it;
+    empty where it cannot be read."""
+    try:
+        text = (root / cgroup.lstrip("/") / "memory.stat").read_text()
+    except OSError:
+        return {}
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            fields[name] = int(value)
+    return fields

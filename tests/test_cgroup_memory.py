@@ -1,4 +1,5 @@
-"""This process's cgroup memory limit, read from a fake /proc/self/cgroup and cgroup tree."""
+"""This process's cgroup memory limit, read from a fake /proc/self/cgroup and cgroup tree; one
+cgroup's memory files, as `pacer settle` samples them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from pacer.cgroup_memory import CgroupLimit, read_cgroup_limit
+from pacer.cgroup_memory import (
+    CgroupLimit,
+    own_cgroup,
+    read_cgroup,
+    read_cgroup_limit,
+    read_memory_stat,
+)
 from tests.servers import fake_host
 
 GIB = 2**30
@@ -82,3 +89,28 @@ def test_cgroup_v1_or_no_cgroup_file_is_no_limit(
     said = [r.getMessage() for r in caplog.records]
     assert said[0] == f"no cgroup memory limit: {v1} names no cgroup v2 (0::)"
     assert said[1].startswith("no cgroup memory limit: [Errno 2]")
+
+
+def test_one_cgroups_files_are_read_by_its_path(tmp_path: Path) -> None:
+    limits: Limits = {
+        "/system.slice": ("max", 9 * GIB),
+        "/system.slice/pacer.service": (8 * GIB, GIB),
+    }
+    files = fake_host(tmp_path, total=64 * GIB, available=32 * GIB,
+                      cgroup="/system.slice/pacer.service", limits=limits)  # fmt: skip
+    assert own_cgroup(files.self_cgroup) == "/system.slice/pacer.service"
+    assert read_cgroup("/system.slice/pacer.service", files.cgroup_root) == CgroupLimit(
+        "/system.slice/pacer.service", 8 * GIB, GIB
+    )
+    assert read_cgroup("/system.slice", files.cgroup_root) is None  # "max": no limit
+    assert read_cgroup("/elsewhere", files.cgroup_root) is None
+    stat = files.cgroup_root / "system.slice" / "pacer.service" / "memory.stat"
+    stat.write_text("anon 4096\nshmem 25165824\npgfault 17\nnot-a-number x\n")
+    assert read_memory_stat("/system.slice/pacer.service", files.cgroup_root) == {
+        "anon": 4096,
+        "shmem": 24 * 2**20,
+        "pgfault": 17,
+    }
+    assert read_memory_stat("/system.slice", files.cgroup_root) == {}  # no memory.stat
+    files.self_cgroup.write_text("4:memory:/pacer\n")
+    assert own_cgroup(files.self_cgroup) is None

@@ -1,8 +1,9 @@
-"""``pacer settle``: wait until host memory has settled after a previous pacer died.
+"""``pacer settle``: wait until memory has settled after a previous pacer died.
 
 A proving daemon that dies leaves hundreds of GiB of pinned host memory that the kernel takes
-minutes to give back. Run as systemd ``ExecStartPre=``, this command samples used memory
-(MemTotal − MemAvailable) until it is back at the baseline or has stopped changing, no
+minutes to give back. Run as systemd ``ExecStartPre=``, this command samples used memory (the
+memory.current of the cgroup whose memory.max limits it, where one does; the host's MemTotal −
+MemAvailable otherwise) until it is back at the baseline or has stopped changing, no
 process of the old instance is left, alive or zombie, and no process that outlived it still
 maps its pool's shared-memory blocks.
 
@@ -43,16 +44,7 @@ from pacer.settle.cli import (
     add_arguments as add_arguments,
 )
 from pacer.settle.cli import (
-    default_state_file as default_state_file,
-)
-from pacer.settle.cli import (
-    load_state as load_state,
-)
-from pacer.settle.cli import (
     main as main,
-)
-from pacer.settle.cli import (
-    record_state as record_state,
 )
 from pacer.settle.cli import (
     summary as summary,
@@ -138,8 +130,20 @@ from pacer.settle.loop import (
 from pacer.settle.loop import (
     settle as settle,
 )
+from pacer.settle.scope import (
+    SCOPES as SCOPES,
+)
+from pacer.settle.scope import (
+    Scope as Scope,
+)
+from pacer.settle.scope import (
+    resolve_scope as resolve_scope,
+)
 from pacer.settle.sources import (
     STATES as STATES,
+)
+from pacer.settle.sources import (
+    CgroupSampler as CgroupSampler,
 )
 from pacer.settle.sources import (
     MeminfoSampler as MeminfoSampler,
@@ -185,4 +189,16 @@ from pacer.settle.sources import (
 )
 from pacer.settle.sources import (
     used_bytes_from_meminfo as used_bytes_from_meminfo,
+)
+from pacer.settle.state import (
+    Remembered as Remembered,
+)
+from pacer.settle.state import (
+    default_state_file as default_state_file,
+)
+from pacer.settle.state import (
+    load_state as load_state,
+)
+from pacer.settle.state import (
+    record_state as record_state,
 )

@@ -1,19 +1,17 @@
-"""`pacer settle` on the command line: options, the state file, the summary line."""
+"""`pacer settle` on the command line: options, the scope judged, the summary line."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
-import os
 import sys
 import time
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
 
 from gpu.lifeline import SYNTHESIS_PROCESS_NAME
+from pacer.host_memory import HOST_FILES, HostFiles
 from pacer.settle.detector import (
     DEFAULT_INTERVAL_S,
     DEFAULT_PROCESS_NAME,
@@ -28,67 +26,35 @@ from pacer.settle.detector import (
 )
 from pacer.settle.held import HeldBlockScanner, ReportedHolders
 from pacer.settle.loop import Result, SettleOptions, replay, run
+from pacer.settle.scope import HOST, SCOPE_RULE, Scope, other_bound, parse_scope, resolve_scope
 from pacer.settle.sources import (
+    CgroupSampler,
     MeminfoSampler,
     NvmlMemory,
     ProcessScanner,
     ReplayError,
+    Sampler,
     SamplingError,
     StaleBlocksRemoved,
     no_processes,
     read_replay,
 )
-
-
-def default_state_file(environ: Mapping[str, str] = os.environ) -> Path:
-    """``$STATE_DIRECTORY/settle.json`` under systemd's ``StateDirectory=`` (the first where
-    it lists several), else /var/lib/pacer/settle.json."""
-    state_dir = environ.get("STATE_DIRECTORY", "").split(":")[0]
-    return Path(state_dir) / "settle.json" if state_dir else DEFAULT_STATE_FILE
-
-
-def load_state(path: Path) -> tuple[int | None, int | None]:
-    """The remembered (host, GPU) baselines; (None, None) when nothing was recorded yet.
-    Raises ValueError saying why a file that is there cannot be used."""
-    try:
-        state = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None, None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(str(exc)) from None
-    if not isinstance(state, dict):
-        raise ValueError("not a JSON object")
-    found = [state.get("baseline_bytes"), state.get("gpu_baseline_bytes")]
-    for key, value in zip(("baseline_bytes", "gpu_baseline_bytes"), found, strict=True):
-        if value is not None and (type(value) is not int or value < 0):
-            raise ValueError(f"{key} must be a whole number of bytes >= 0, got {value!r}")
-    return found[0], found[1]
-
-
-def record_state(path: Path, result: Result) -> None:
-    """Remember the used level ``result`` settled at as the next baseline (atomically)."""
-    last = result.samples[-1]
-    # A pool kept for the next pacer is not the host's rest: the baseline leaves it out.
-    state: dict[str, object] = {"baseline_bytes": last.judged_bytes}
-    if last.gpu_used_bytes is not None:
-        state["gpu_baseline_bytes"] = last.gpu_used_bytes
-    state |= {"reason": result.reason, "recorded_at": datetime.now(UTC).isoformat()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    tmp.replace(path)
-
+from pacer.settle.state import default_state_file, record_state, with_baselines
 
 # --- messages -------------------------------------------------------------------------------
 
 
-def summary(result: Result, options: SettleOptions, replay_ended: bool = False) -> str:
-    """The one line printed at the end of a run."""
+def summary(
+    result: Result, options: SettleOptions, replay_ended: bool = False, scope: Scope | None = None
+) -> str:
+    """The one line printed at the end of a run; ``scope``: the memory judged, which it names
+    (None: a replay's recorded used memory)."""
     base = options.baseline_bytes
     if result.settled:
         last = result.samples[-1]
         used = last.judged_bytes
-        head = f"settled after {result.settled_at_s:.1f} s: used {gib(last.used_bytes)}"
+        sampled = f"used {gib(last.used_bytes)}" if scope is None else scope.used(last.used_bytes)
+        head = f"settled after {result.settled_at_s:.1f} s: {sampled}"
         if last.kept_bytes:
             head += f", {gib(last.kept_bytes)} of it kept for the next pacer"
         if result.reason == "baseline":
@@ -107,7 +73,8 @@ def summary(result: Result, options: SettleOptions, replay_ended: bool = False) 
     when = f"{ended:g} s (end of the replay)" if replay_ended else f"{options.timeout_s:g} s"
     problems = []
     if not result.host_settled:
-        problems.append(_unsettled("used memory", result.trend, options, base))
+        what = "used memory" if scope is None else scope.what
+        problems.append(_unsettled(what, result.trend, options, base))
     if not result.gpu_settled:
         gpu_base = options.gpu_baseline_bytes
         problems.append(_unsettled("GPU memory", result.gpu_trend, options, gpu_base))
@@ -136,11 +103,15 @@ def _unsettled(what: str, trend: Trend | None, options: SettleOptions, base: int
 
 # --- command line ---------------------------------------------------------------------------
 
-HELP = "wait until host memory has settled after a previous pacer died (systemd ExecStartPre=)"
+HELP = "wait until memory has settled after a previous pacer died (systemd ExecStartPre=)"
 DESCRIPTION = """\
-Wait until host memory has settled after a previous instance died, then exit 0; exit 1 at
---timeout. Used memory is MemTotal - MemAvailable from /proc/meminfo (`free`'s "used", with
-reclaimable caches left out). Settled means all of:
+Wait until memory has settled after a previous instance died, then exit 0; exit 1 at
+--timeout. The memory judged (--scope, default auto) is, where a cgroup v2 memory.max limits
+this process (a pod's limit, a unit's MemoryMax=, a slice's; of its cgroup and the ancestors,
+the one whose limit leaves the least room, as pacer serve finds it), that cgroup's
+memory.current (page cache and shared memory charged to it included): what the next pacer
+there is bounded by. Elsewhere it is the host's used memory, MemTotal - MemAvailable from
+/proc/meminfo (`free`'s "used", with reclaimable caches left out). Settled means all of:
   - used <= baseline + tolerance, or used memory changed by less than the tolerance over the
     last --window seconds (max - min of the samples, over a whole window);
   - no process named --process-name is left, alive or zombie;
@@ -151,13 +122,18 @@ reclaimable caches left out). Settled means all of:
 A pinned pool kept for the next pacer (PACER_GPU__KEEP_POOL: its owner record beside its
 blocks in /dev/shm, the blocks there or in systemd's descriptor store) is memory held on
 purpose: it is reported as "kept for the next pacer", left out of used memory when judging,
-and left in place (--drop-kept removes it).
+and left in place (--drop-kept removes it). Its pages are charged to the cgroup that first
+wrote them, which after a restart may not be the one judged: of a cgroup's memory.current,
+at most its shared memory (memory.stat's shmem) counts as the kept pool.
 With NVML (pip install nvidia-ml-py) and a GPU, GPU used memory is sampled too and must
 settle by the same rules, against the GPU level remembered in the state file.
 Pinned-pool blocks that a killed pacer left in /dev/shm (pacer-pool-<pid>-<n>, its process
 gone, no owner record keeping them) never come back by themselves, nor do owner records whose
 blocks are gone: each sample removes them first, and says so.
-On a settled exit the used level is remembered in the state file as the next baseline."""
+On a settled exit the used level is remembered in the state file as the next baseline, with
+the scope it is of; a remembered baseline of another scope is not used. Where the memory not
+judged would bound the next pacer more (the host's MemAvailable below the cgroup's room, or
+the reverse), a warning says so."""
 EPILOG = """\
 exit status: 0 settled, 1 not settled at --timeout, 2 bad options or replay file.
 
@@ -168,8 +144,10 @@ examples:
   pacer settle --replay drain.csv            # judge a recorded series (t_s,used_bytes)
   pacer settle --kill-orphans                # kill synthesis processes a dead pacer left
   pacer settle --drop-kept                   # free a pool kept for the next pacer too
+  pacer settle --scope host                  # the host, even inside a memory-limited cgroup
 
-  in the unit file (TimeoutStartSec= also bounds ExecStartPre=, and is 90 s by default):
+  in the unit file (TimeoutStartSec= also bounds ExecStartPre=, and is 90 s by default;
+  with MemoryMax= set, settle judges the unit's cgroup):
     StateDirectory=pacer
     ExecStartPre=/usr/bin/pacer settle --timeout 900
     TimeoutStartSec=960
@@ -186,8 +164,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--baseline",
         metavar="SIZE",
-        help="used memory of this host at rest, as `free` shows it, e.g. 230GiB (default: the "
-        "level remembered at the last settled start; none the first time: stability only)",
+        help="the memory judged, at rest, e.g. 230GiB: the host's used memory as `free` shows "
+        "it, or the cgroup's memory.current with no pacer running (default: the level "
+        "remembered at the last settled start, of the same scope; none the first time: "
+        "stability only)",
+    )
+    parser.add_argument(
+        "--scope",
+        metavar="{auto,host,cgroup}",
+        default="auto",
+        help=f"the memory judged: {SCOPE_RULE}; cgroup where no memory.max limits this process "
+        "is an error (default: auto)",
     )
     parser.add_argument(
         "--tolerance",
@@ -253,15 +240,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON object instead: settled, settled_at_s, reason, samples, and "
-        "held_by_orphans (held_bytes, processes) when sampling this host",
+        help="print one JSON object instead: settled, settled_at_s, reason, samples, and, when "
+        "sampling this host, held_by_orphans (held_bytes, processes) and scope (host or cgroup; "
+        "cgroup_path and cgroup_max_bytes with the latter)",
     )
     parser.add_argument(
         "--replay",
         metavar="FILE.csv",
         type=Path,
         help="judge a recorded series (header row with columns t_s and used_bytes) on its own "
-        "timing, instead of sampling this host; no process check, --interval unused",
+        "timing, instead of sampling this host; no process check, --interval unused, no "
+        "--scope cgroup (a baseline from --state-file must be the host's)",
     )
     parser.add_argument(
         "-v",
@@ -308,27 +297,53 @@ def _warn(message: str) -> None:
 
 
 def _run_host(
+    args: argparse.Namespace,
     options: SettleOptions,
-    process_name: str,
+    scope: Scope,
+    files: HostFiles,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
     progress: Callable[[str], None] | None,
-    kill_orphans: bool = False,
-    drop_kept: bool = False,
 ) -> Result:
-    processes = ProcessScanner(process_name) if process_name else no_processes
-    held = ReportedHolders(HeldBlockScanner(), _warn, kill_orphans)
+    processes = ProcessScanner(args.process_name) if args.process_name else no_processes
+    held = ReportedHolders(HeldBlockScanner(), _warn, args.kill_orphans)
     gpu = NvmlMemory.open()
     try:
-        sampler = StaleBlocksRemoved(MeminfoSampler(gpu=gpu), _warn, drop_kept)
-        return run(options, time.monotonic, time.sleep, sampler, processes, progress, held)
+        memory: Sampler = MeminfoSampler(files.meminfo, gpu)
+        if scope.cgroup is not None:
+            memory = CgroupSampler(scope.cgroup, files.cgroup_root, gpu)
+        sampler = StaleBlocksRemoved(memory, _warn, args.drop_kept, files.meminfo)
+        return run(options, clock, sleep, sampler, processes, progress, held)
     finally:
         if gpu is not None:
             gpu.close()
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run ``pacer settle`` with parsed ``args``; prints, and returns the exit status."""
+def _scope(args: argparse.Namespace, files: HostFiles) -> Scope | None:
+    """The memory this run judges; None for a replay, whose recorded memory is judged as the
+    host's. ValueError naming the option and the rule."""
+    if args.replay is None:
+        return resolve_scope(args.scope, files)
+    if parse_scope(args.scope) == "cgroup":
+        raise ValueError(
+            "--scope cgroup: not with --replay, which judges the recorded used_bytes, not this "
+            "process's cgroup; a replay's baseline is the host's"
+        )
+    return None
+
+
+def main(
+    args: argparse.Namespace,
+    files: HostFiles = HOST_FILES,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Run ``pacer settle`` with parsed ``args``; prints, and returns the exit status.
+    ``files``: where the host's and this process's cgroup's memory is read; ``clock`` and
+    ``sleep`` pace the sampling of this host."""
     try:
         options = _options(args)
+        scope = _scope(args, files)
     except ValueError as exc:
         _warn(str(exc))
         return 2
@@ -337,37 +352,30 @@ def main(args: argparse.Namespace) -> int:
     if state_file is None and args.replay is None:
         state_file = default_state_file()
     if state_file is not None:
-        try:
-            baseline, gpu_baseline = load_state(state_file)
-        except ValueError as exc:
-            _warn(f"ignoring state file {state_file}: {exc}")
-            baseline, gpu_baseline = None, None
-        if options.baseline_bytes is not None:
-            baseline = options.baseline_bytes
-        options = dataclasses.replace(
-            options, baseline_bytes=baseline, gpu_baseline_bytes=gpu_baseline
-        )
+        options = with_baselines(options, state_file, scope or HOST, _warn)
     progress = _warn if not args.json and (args.verbose or sys.stderr.isatty()) else None
     replay_ended = False
     try:
-        if args.replay is not None:
+        if scope is None:
             series = read_replay(args.replay)
             replay_ended = series[-1].t_s < options.timeout_s
             result = replay(series, options, progress)
         else:
-            result = _run_host(
-                options, args.process_name, progress, args.kill_orphans, args.drop_kept
-            )
+            if progress is not None:
+                progress(scope.judging())
+            result = _run_host(args, options, scope, files, clock, sleep, progress)
     except (ReplayError, SamplingError) as exc:
         _warn(str(exc))
         return 2
+    if scope is not None and (bound := other_bound(scope, files)) is not None:
+        _warn(bound)
     if args.json:
-        print(json.dumps(result.as_json()))
+        print(json.dumps(result.as_json() | ({} if scope is None else scope.as_json())))
     else:
-        print(summary(result, options, replay_ended))
+        print(summary(result, options, replay_ended, scope))
     if result.settled and state_file is not None and not args.no_record:
         try:
-            record_state(state_file, result)
+            record_state(state_file, result, scope or HOST)
         except OSError as exc:
             _warn(f"cannot remember the baseline in {state_file}: {exc}")
     return 0 if result.settled else 1

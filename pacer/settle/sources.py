@@ -1,4 +1,5 @@
-"""Where memory samples come from: /proc/meminfo, NVML, recorded CSV; and old processes."""
+"""Where memory samples come from: /proc/meminfo, a cgroup's memory files, NVML, recorded CSV;
+and old processes."""
 
 from __future__ import annotations
 
@@ -11,18 +12,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pacer.host_memory import MEMINFO, meminfo_bytes
+from pacer.cgroup_memory import CGROUP_ROOT, read_cgroup, read_memory_stat
+from pacer.host_memory import MEMINFO, bytes_text, meminfo_bytes
 from pacer.settle.detector import COMM_LEN
 
 
 @dataclass(frozen=True)
 class Sample:
-    """Used memory now: host bytes, and GPU bytes (all devices) where NVML is there; of the
-    host's, ``kept_bytes`` are a pool kept on purpose for the next pacer."""
+    """Used memory now: the host's bytes (or a cgroup's), and GPU bytes (all devices) where
+    NVML is there; of the used bytes, ``kept_bytes`` are a pool kept on purpose for the next
+    pacer, and ``shmem_bytes`` (where known) are shared memory, which a kept pool is."""
 
     used_bytes: int
     gpu_used_bytes: int | None = None
     kept_bytes: int = 0
+    shmem_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,10 @@ class SamplingError(Exception):
 
 def used_bytes_from_meminfo(text: str) -> int:
     """MemTotal − MemAvailable from the text of /proc/meminfo, in bytes."""
-    fields = meminfo_bytes(text)
+    return _used_bytes(meminfo_bytes(text))
+
+
+def _used_bytes(fields: dict[str, int]) -> int:
     missing = [name for name in ("MemTotal", "MemAvailable") if name not in fields]
     if missing:
         raise ValueError(f"no {' or '.join(missing)} line")
@@ -104,18 +111,45 @@ class NvmlMemory:
 
 
 class MeminfoSampler:
-    """Host used memory from /proc/meminfo, plus GPU used memory when ``gpu`` is given."""
+    """The host's used memory from /proc/meminfo (its Shmem as shared memory), plus GPU used
+    memory when ``gpu`` is given."""
 
-    def __init__(self, path: Path = Path("/proc/meminfo"), gpu: NvmlMemory | None = None) -> None:
+    def __init__(self, path: Path = MEMINFO, gpu: NvmlMemory | None = None) -> None:
         self.path = path
         self.gpu = gpu
 
     def sample(self) -> Sample:
         try:
-            used = used_bytes_from_meminfo(self.path.read_text())
+            fields = meminfo_bytes(self.path.read_text())
+            used = _used_bytes(fields)
         except (OSError, ValueError) as exc:
             raise SamplingError(f"cannot read used memory from {self.path}: {exc}") from exc
-        return Sample(used, None if self.gpu is None else self.gpu.used_bytes())
+        gpu = None if self.gpu is None else self.gpu.used_bytes()
+        return Sample(used, gpu, shmem_bytes=fields.get("Shmem"))
+
+
+class CgroupSampler:
+    """A cgroup's memory.current as used memory (its memory.stat ``shmem`` as shared memory),
+    plus GPU used memory when ``gpu`` is given. ``cgroup`` is its path as /proc/self/cgroup
+    names it, under the cgroup filesystem ``root``."""
+
+    def __init__(
+        self, cgroup: str, root: Path = CGROUP_ROOT, gpu: NvmlMemory | None = None
+    ) -> None:
+        self.cgroup = cgroup
+        self.root = root
+        self.gpu = gpu
+
+    def sample(self) -> Sample:
+        limit = read_cgroup(self.cgroup, self.root)
+        if limit is None:
+            raise SamplingError(
+                f"cannot read memory.current of cgroup {self.cgroup} under {self.root}, or its "
+                'memory.max is "max" now: the limit it was judged against is gone'
+            )
+        shmem = read_memory_stat(self.cgroup, self.root).get("shmem")
+        gpu = None if self.gpu is None else self.gpu.used_bytes()
+        return Sample(limit.current_bytes, gpu, shmem_bytes=shmem)
 
 
 class StaleBlocksRemoved:
@@ -127,6 +161,11 @@ class StaleBlocksRemoved:
     whose process is gone and that no owner record keeps, and records whose blocks are gone,
     are touched (`gpu.pool_record.sweep`); with ``drop_kept``, kept pools go too. ``report``
     hears what went, and each kept pool once.
+
+    A kept pool's pages are charged to the cgroup that first wrote them: a cgroup sampled
+    after a restart (a new pod's, a unit's made anew) may hold none of them. So the kept bytes
+    counted in a sample are at most its shared memory (`Sample.shmem_bytes`); ``report`` hears
+    once of the rest, which is not in the memory judged.
     """
 
     def __init__(
@@ -141,6 +180,7 @@ class StaleBlocksRemoved:
         self.drop_kept = drop_kept
         self.meminfo = meminfo
         self._told: set[tuple[str, int]] = set()
+        self._told_outside = False
 
     def sample(self) -> Sample:
         from gpu.pool_record import sweep
@@ -158,7 +198,16 @@ class StaleBlocksRemoved:
                 self._told.add((pool.path, pool.record.generation))
                 self.report(pool.words())
         sample = self.sampler.sample()
-        return dataclasses.replace(sample, kept_bytes=done.kept_bytes)
+        kept = done.kept_bytes
+        if sample.shmem_bytes is not None:
+            kept = min(kept, sample.shmem_bytes)
+        if kept < done.kept_bytes and not self._told_outside:
+            self._told_outside = True
+            self.report(
+                f"{bytes_text(done.kept_bytes - kept)} of the pools kept for the next pacer is "
+                "not in the memory judged: charged to the cgroup that first wrote it"
+            )
+        return dataclasses.replace(sample, kept_bytes=kept)
 
     def _shmem_bytes(self) -> int | None:
         """The host's shared memory (Shmem), which holds pools kept in a descriptor store."""

@@ -261,6 +261,11 @@ def test_help_documents_defaults_and_examples() -> None:
         "(default: 1)",
         "(default: 900",
         "examples:",
+        "--scope {auto,host,cgroup}",
+        "cgroup where no memory.max limits this process is an error (default: auto)",
+        "the cgroup's memory.current with no pacer running",
+        "of the same scope",
+        "pacer settle --scope host",
     ]:
         assert fragment in text
     assert "ExecStartPre=/usr/bin/pacer settle --timeout 900" in parser.format_help()
@@ -444,7 +449,7 @@ def kept_pool(tmp_path: Path) -> tuple[Holder, list[str]]:
     holder = Holder(slots=2)
     holder.close(keep=True)
     argv = ["--timeout", "0", "--process-name", "", "--state-file", str(tmp_path / "s.json"),
-            "--no-record"]  # fmt: skip
+            "--no-record", "--scope", "host"]  # fmt: skip
     return holder, argv
 
 
@@ -576,17 +581,6 @@ def test_process_scanner_leaves_out_this_process_and_its_ancestors() -> None:
     assert os.getpid() not in [p.pid for p in ProcessScanner(own_name)()]
 
 
-@pytest.fixture
-def only_own_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Live runs of the CLI look only for blocks no process makes (PID 0's), so that what
-    other pacers on this host left mapped does not decide a test about something else."""
-
-    def scanner() -> HeldBlockScanner:
-        return HeldBlockScanner(prefix=f"{BLOCK_PREFIX}0-")
-
-    monkeypatch.setattr("pacer.settle.cli.HeldBlockScanner", scanner)
-
-
 @pytest.mark.usefixtures("only_own_blocks")
 def test_settles_for_real_after_a_child_holding_2gib_is_killed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -600,7 +594,7 @@ def test_settles_for_real_after_a_child_holding_2gib_is_killed(
     argv = [
         "--baseline", str(before), "--tolerance", "256MiB", "--window", "1", "--interval", "0.1",
         "--process-name", "", "--state-file", str(tmp_path / "settle.json"), "--no-record",
-        "--json",
+        "--json", "--scope", "host",
     ]  # fmt: skip
     pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
     with subprocess.Popen([sys.executable, "-c", code], **pipes) as child:  # type: ignore[call-overload]
@@ -627,7 +621,7 @@ def test_blocks_a_killed_pacer_left_in_dev_shm_are_removed_and_reported(
     kill_pool_holder(holder)
     assert all(os.path.exists(f"/dev/shm/{name}") for name in names)
     argv = ["--timeout", "0", "--process-name", "", "--state-file", str(tmp_path / "s.json"),
-            "--no-record"]  # fmt: skip
+            "--no-record", "--scope", "host"]  # fmt: skip
     _, _, err = cli(argv, capsys)
     assert not any(os.path.exists(f"/dev/shm/{name}") for name in names)
     assert "removed 2 pinned-pool blocks (0.00 GiB) that a dead pacer left in /dev/shm" in err

@@ -1,0 +1,19 @@
+"""Fixtures of the `pacer settle` tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu.shm_blocks import BLOCK_PREFIX
+from pacer.settle import HeldBlockScanner
+
+
+@pytest.fixture
+def only_own_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live runs of the CLI look only for blocks no process makes (PID 0's), so that what
+    other pacers on this host left mapped does not decide a test about something else."""
+
+    def scanner() -> HeldBlockScanner:
+        return HeldBlockScanner(prefix=f"{BLOCK_PREFIX}0-")
+
+    monkeypatch.setattr("pacer.settle.cli.HeldBlockScanner", scanner)
