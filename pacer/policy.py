@@ -30,6 +30,9 @@ class Observation:
     gpu_workers: int  # live GPU workers (a worker whose thread died is not counted)
     backlog: int  # accepted, not yet dispatched
     pool_free: int | None = None  # pinned slots free now; None when no pool limits dispatch
+    # Partitions of the next one's size that the memory budget admits now (`budget_room`);
+    # None: not known, and only the caps bound dispatch.
+    budget_free: int | None = None
     # Ages (s) of the oldest syntheses running, oldest first, at most SYNTHESIS_AGES of
     # them; empty when not known.
     synthesis_ages_s: tuple[float, ...] = ()
@@ -46,6 +49,17 @@ class Observation:
     def inflight(self) -> int:
         """Partitions holding memory: dispatched and not yet through their GPU work."""
         return self.ready + self.synthesizing + self.gpu_busy
+
+
+def budget_room(free_bytes: int, partition_bytes: int, *, holding: bool) -> int:
+    """Partitions of ``partition_bytes`` that the ``free_bytes`` left in the memory budget
+    admit now; one while nothing is ``holding`` memory, however large (it runs alone).
+
+    >>> budget_room(1000, 400, holding=True), budget_room(0, 400, holding=False)
+    (2, 1)
+    """
+    room = max(0, free_bytes) // max(1, partition_bytes)
+    return room if holding else max(1, room)
 
 
 class Decision(NamedTuple):

@@ -3,8 +3,9 @@
 A rate (1 ÷ interval) is turned into dispatches by credit: it grows by rate × elapsed time,
 and every whole partition of it is due at once (no ceiling per call: a wide host dispatches
 thousands a second). The synthesis caps bound what goes out: syntheses at once, partitions in
-flight, the pinned pool, and a token bucket of the synthesis rate cap (its burst: the
-concurrency cap).
+flight, the pinned pool, the bytes left in the memory budget, and a token bucket of the
+synthesis rate cap (its burst: the concurrency cap). Only what can start is dispatched, so
+only that spends tokens and credit; what a cap holds back is not saved up for a burst.
 """
 
 from __future__ import annotations
@@ -53,14 +54,17 @@ class RateDispatch:
         self._credit = min(self._credit, 1.0)
 
     def room(self, obs: Observation) -> int:
-        """Partitions the caps allow now: syntheses at once, in flight, the backlog, the pool."""
+        """Partitions that can start now: the caps (syntheses at once, in flight), the backlog,
+        the pinned pool and the bytes the memory budget has left. Only these are paid for,
+        with tokens and credit: what the budget would refuse is held back like any cap's."""
         room = min(
             self._caps.synthesis_concurrency - obs.synthesizing,
             self._caps.inflight_partitions - obs.inflight,
             obs.backlog,
         )
-        if obs.pool_free is not None:
-            room = min(room, obs.pool_free)
+        for free in (obs.pool_free, obs.budget_free):
+            if free is not None:
+                room = min(room, free)
         return max(0, room)
 
     def take(self, count: int) -> None:

@@ -81,13 +81,15 @@ class Pipeline(InFlight):
     def observation(self) -> Observation:
         now = self._clock()
         pool = self.pool
+        queued = None if self._held else self._backlog.peek()
         return Observation(
             ready=self.ready,
             synthesizing=self.synthesizing,
             gpu_busy=self.gpu_busy,
             gpu_workers=self.live_workers,
-            backlog=0 if self._held else self.backlog,
+            backlog=0 if queued is None else self.backlog,
             pool_free=None if pool is None else int(pool.slots_free),
+            budget_free=None if queued is None else self._budget_room(queued.params),
             synthesis_ages_s=self.calls.synthesis_ages(now),
             gpu_busy_ages_s=self.provers.busy_ages(now),
         )
@@ -193,12 +195,16 @@ class Pipeline(InFlight):
                 timeout = max(decision.next_at - self._clock(), MIN_WAIT_S)
             await self._timers.wait(self._wake, timeout)
 
+    def _budget_room(self, params: dict[str, Any]) -> int:
+        """Partitions of a job of ``params`` that the byte budget admits now."""
+        return self.holdings.room(self.workload.partition_bytes(params), self.budget_bytes)
+
     def _dispatch_one(self) -> bool:
         queued = None if self._held else self._backlog.peek()
         if queued is None:
             return False
         nbytes = self.workload.partition_bytes(queued.params)
-        if not self.holdings.fits(nbytes, self.budget_bytes):
+        if self.holdings.room(nbytes, self.budget_bytes) < 1:
             return False  # exact byte budget: wait for memory to come back
         spec = self._backlog.pop()
         assert spec is not None

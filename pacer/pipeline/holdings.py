@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pacer.pipeline.work import Work
+from pacer.policy import budget_room
 
 
 class Holdings:
@@ -23,11 +24,11 @@ class Holdings:
         self.abandoned = 0  # partitions held by abandoned calls that have not returned
         self.abandoned_bytes = 0
 
-    def fits(self, nbytes: int, budget_bytes: int) -> bool:
-        """Whether ``nbytes`` more stay within ``budget_bytes``; one partition always fits
-        when nothing is held, however large."""
+    def room(self, nbytes: int, budget_bytes: int) -> int:
+        """Partitions of ``nbytes`` that stay within ``budget_bytes`` with what is held
+        (`budget_room`: one when nothing is held, however large)."""
         holding = self.inflight > 0 or self.abandoned > 0
-        return self.inflight_bytes + nbytes <= budget_bytes or not holding
+        return budget_room(budget_bytes - self.inflight_bytes, nbytes, holding=holding)
 
     def take(self, work: Work) -> None:
         """A partition is dispatched: its bytes are held from now."""

@@ -4,9 +4,12 @@ Model: jobs of N partitions arrive (all at once, or Poisson); the policy decides
 partition is dispatched to synthesis; syntheses share the CPU (processor sharing: with n running,
 each progresses at min(1, cores ÷ (n × threads)), so a synthesis takes its sampled duration ×
 max(1, n × threads ÷ cores)); synthesized partitions wait in the ready queue; W GPU workers take
-them in order. A partition holds its bytes from dispatch until its GPU work ends. A policy with a
-synthesis worker pool of its own (``synthesis_workers``, cuzk's) runs at most that many at once;
-the others wait for a worker in dispatch order, holding their bytes, and count as synthesizing.
+them in order. A partition holds its bytes from dispatch until its GPU work ends; as in the
+pipeline, a dispatch the memory budget cannot hold is refused (the policy sees the room it has
+left, ``Observation.budget_free``, and what it asks beyond counts as a budget violation). A
+policy with a synthesis worker pool of its own (``synthesis_workers``, cuzk's) runs at most that
+many at once; the others wait for a worker in dispatch order, holding their bytes, and count as
+synthesizing.
 
 Each partition's synthesis work and GPU service time are drawn up front from the scenario's seed,
 so every policy meets the same partitions (common random numbers). Nothing sleeps: an hour of
@@ -24,7 +27,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from pacer.policy import DispatchPolicy, Observation
+from pacer.policy import DispatchPolicy, Observation, budget_room
 from pacer.sim.scenario import Scenario
 
 
@@ -78,7 +81,7 @@ class RawRun:
     completed: int
     peak_inflight: int
     peak_ready: int
-    budget_violations: int
+    budget_violations: int  # partitions asked for that the memory budget refused
     bootstraps: int
     rebootstraps: int
 
@@ -279,17 +282,22 @@ class Simulation:
                 push(done, _Event.GPU_DONE, worker, pid)
             peak_ready = max(peak_ready, len(ready))
 
+            free_bytes = sc.memory.budget_bytes - inflight * sc.partition.bytes
+            fits = budget_room(free_bytes, sc.partition.bytes, holding=inflight > 0)
             obs = Observation(
                 ready=len(ready),
                 synthesizing=len(running) + len(queued),
                 gpu_busy=busy,
                 gpu_workers=workers - len(dead),
                 backlog=len(backlog),
+                budget_free=fits if backlog else None,
                 synthesis_ages_s=synthesis_ages(),
                 gpu_busy_ages_s=tuple(t - since for _, since in on_gpu.values()),
             )
             decision = self.policy.decide(obs)
-            for _ in range(min(decision.dispatch, len(backlog))):
+            asked = min(decision.dispatch, len(backlog))
+            violations += max(0, asked - fits)  # refused, as the pipeline refuses them
+            for _ in range(min(asked, fits)):
                 pid = backlog.popleft()
                 dispatches += 1
                 started.append((t, dispatches))
@@ -300,8 +308,6 @@ class Simulation:
                         running, (work_done + float(self._syn_work[pid]), dispatches, pid, t)
                     )
                 inflight += 1
-                if inflight * sc.partition.bytes > sc.memory.budget_bytes:
-                    violations += 1
             peak_inflight = max(peak_inflight, inflight)
             if decision.next_at is not None:
                 wake_gen += 1

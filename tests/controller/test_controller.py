@@ -301,10 +301,43 @@ def test_no_integration_while_saturated_in_the_error_direction(clock: FakeClock)
     assert c.integral == 0.0
 
 
-def test_no_integration_while_a_cap_blocks_dispatch(clock: FakeClock) -> None:
-    c = make(clock, caps=Caps(synthesis_concurrency=30, inflight_partitions=200), kp=0.1)
-    pace(c, clock, obs(ready=0, synth=30), 60.0)  # e > 0, but the synthesis cap is full
+@pytest.mark.parametrize(
+    ("o", "caps"),
+    [
+        (obs(ready=0, synth=30), Caps(synthesis_concurrency=30, inflight_partitions=200)),
+        (obs(ready=0, synth=30, budget_free=0), ROOMY),
+    ],
+    ids=["synthesis-concurrency", "memory-budget-bytes"],
+)
+def test_no_integration_while_a_cap_blocks_dispatch(
+    clock: FakeClock, o: Observation, caps: Caps
+) -> None:
+    c = make(clock, caps=caps, kp=0.1)
+    pace(c, clock, o, 60.0)  # e > 0, but a cap is full
     assert c.integral == 0.0
+
+
+def test_a_rate_the_byte_budget_holds_back_is_not_saved_up_for_a_burst(
+    clock: FakeClock,
+) -> None:
+    # One a second by hand; the budget admits none for 30 s, then room for 20. Credit for
+    # what could not start is not banked: one goes out, then one a second again.
+    c = make(clock)
+    c.set_manual(1.0)
+    full, free = obs(ready=8, synth=30, budget_free=0), obs(ready=8, synth=30, budget_free=20)
+    assert pace(c, clock, full, 30.0) == 0
+    clock.advance(0.1)
+    assert c.decide(free).dispatch == 1
+    assert pace(c, clock, free, 10.0) == 10
+
+
+def test_a_refill_counts_only_what_the_byte_budget_lets_start(clock: FakeClock) -> None:
+    # The warm start's refill of 38: the budget lets 5 start now, the rest as bytes free.
+    c = make(clock)
+    assert c.decide(obs(busy=0, budget_free=5)).dispatch == 5
+    assert c.decide(obs(synth=5, busy=0, budget_free=0)).dispatch == 0
+    assert c.decide(obs(synth=5, busy=0, budget_free=33)).dispatch == 33
+    assert (c.rebootstraps, c.terms.mode) == (1, Mode.BOOTSTRAP)
 
 
 def test_no_integration_without_demand(clock: FakeClock) -> None:
@@ -385,8 +418,9 @@ def test_manual_interval_and_bumpless_return(clock: FakeClock) -> None:
         (obs(synth=10), Caps(synthesis_concurrency=10, inflight_partitions=200)),
         (obs(ready=5, synth=10, busy=5), Caps(synthesis_concurrency=48, inflight_partitions=20)),
         (obs(synth=10, pool_free=0), Caps(synthesis_concurrency=48, inflight_partitions=200)),
+        (obs(synth=10, budget_free=0), Caps(synthesis_concurrency=48, inflight_partitions=200)),
     ],
-    ids=["synthesis-concurrency", "memory-budget", "pinned-pool"],
+    ids=["synthesis-concurrency", "memory-budget", "pinned-pool", "memory-budget-bytes"],
 )
 def test_caps_block_dispatch(clock: FakeClock, o: Observation, caps: Caps) -> None:
     c = make(clock, caps=caps)

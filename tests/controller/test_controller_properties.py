@@ -19,6 +19,7 @@ observations = st.builds(
     gpu_workers=st.integers(1, 4),
     backlog=st.integers(0, 500),
     pool_free=st.one_of(st.none(), st.integers(0, 40)),
+    budget_free=st.one_of(st.none(), st.integers(0, 40)),
 )
 gains = st.fixed_dictionaries(
     {
@@ -70,8 +71,9 @@ def test_invariants(
         if d.dispatch:
             assert obs.synthesizing + d.dispatch <= caps.synthesis_concurrency
             assert obs.inflight + d.dispatch <= caps.inflight_partitions
-            if obs.pool_free is not None:
-                assert d.dispatch <= obs.pool_free
+            for free in (obs.pool_free, obs.budget_free):
+                if free is not None:
+                    assert d.dispatch <= free
         # The integral stays bounded.
         assert s.integral_min <= c.integral <= s.integral_max
         assert d.next_at is None or d.next_at >= clock.now

@@ -5,9 +5,11 @@ from typing import Any
 import pytest
 
 from pacer.baselines import FixedConcurrency, Unpaced
-from pacer.config import Settings
-from pacer.policy import Decision, Mode, Observation
+from pacer.config import ControllerSettings, Settings
+from pacer.policies import build_policy
+from pacer.policy import Caps, Decision, Mode, Observation
 from pacer.sim.engine import Simulation, VirtualClock
+from pacer.sim.report import summarize
 from pacer.sim.scenario import Scenario
 from pacer.sim.suite import run_policy
 
@@ -111,11 +113,27 @@ def test_memory_budget_bounds_unpaced_and_is_counted() -> None:
     sc = scenario(memory__budget_bytes=3, jobs__partitions_per_job=10)
     raw = Simulation(sc, "unpaced", lambda clock: Unpaced(sc.memory_slots)).run()
     assert (raw.peak_inflight, raw.budget_violations, raw.completed) == (3, 0, 10)
-    over = Simulation(sc, "over", lambda clock: FixedConcurrency(5, 100)).run()
-    assert over.peak_inflight == 5
-    # Each dispatch that takes in-flight memory over the budget counts: the 4th and 5th at
-    # the start, then each of the 5 refills after a partition completes.
-    assert over.budget_violations == 7
+    # A policy that asks for 5 at once: as in the pipeline, the budget lets 3 start and
+    # refuses 2, which stay in the backlog and count as violations. The policy saw the room.
+    over = Recorder(5)
+    raw = run_with(sc, over)
+    assert (raw.peak_inflight, raw.budget_violations, raw.completed) == (3, 2, 3)
+    assert [o.budget_free for o in over.observations[:2]] == [3, 0]
+
+
+def test_pi_asks_only_for_what_the_budget_holds_when_partitions_outgrow_the_caps() -> None:
+    # Caps sized for partitions half as large as they are (as when a job's partitions are
+    # larger than the size configured): 20 in flight by the caps, 10 by the budget. The
+    # controller sees the budget's room and asks for nothing it refuses; every partition
+    # that frees its bytes makes room for the next at once, so the budget stays full.
+    sc = scenario(gpu__workers=2, synthesis__cores=64, partition={"bytes": 2},
+                  memory={"budget_bytes": 20}, jobs__partitions_per_job=200)  # fmt: skip
+    caps = Caps(synthesis_concurrency=16, inflight_partitions=20)
+    pi = Simulation(sc, "pi", lambda clock: build_policy("pi", ControllerSettings(), caps, clock))
+    raw = pi.run()
+    report = summarize(raw)
+    assert (raw.budget_violations, raw.peak_inflight, raw.completed) == (0, 10, 200)
+    assert report.mean_inflight_partitions > 9.8  # full but for the start and the end
 
 
 def test_runs_are_deterministic_and_policies_see_the_same_partitions() -> None:
