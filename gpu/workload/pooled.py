@@ -62,7 +62,7 @@ class GpuNttWorkload(NttWorkload):
         backend: str = "numpy",
         keep_pool: bool = False,
     ) -> None:
-        # The compiled kernels load in `prepare`, beside the pinning, not here.
+        # The compiled kernels load in `prepare`, once the pool is pinned, not here.
         super().__init__(log_n, field, backend, warm=False)
         self.devices = devices
         self.workers_per_device = workers_per_device
