@@ -59,6 +59,12 @@ class Server(Service):
         log.info("start-up: %s", self.startup.words())
         sd_notify(f"READY=1\nSTATUS=serving on port {self.port}, {work}")
 
+    def _say_starting(self) -> str:
+        """What a start that takes long waits for, logged and told to systemd (STATUS=)."""
+        line = super()._say_starting()
+        sd_notify(f"STATUS={line}")
+        return line
+
     async def _serve_api(self, runner: web.AppRunner) -> None:
         await runner.setup()
         site = web.TCPSite(runner, self.settings.api.host, self.settings.api.port)

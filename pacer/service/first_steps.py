@@ -11,6 +11,7 @@ the host's name held in the database is what says whether another pacer runs as 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from pacer.host_memory import HOST_FILES, HostFiles
 from pacer.journal.lock import JournalLock
 from pacer.plan import Plan, resolve
 from pacer.service import host
+from pacer.service.startup import StartupTimes
 from pacer.workload import PooledWorkload, Workload, load_workload, pooled
 
 log = logging.getLogger("pacer.service")
@@ -109,6 +111,38 @@ class FirstSteps:
             host.prepare_pool(workload, self.plan, bool(self.settings.gpu.pool_slots))
         finally:
             self.prepare_s = self._clock() - started
+
+    async def prepared(self, startup: StartupTimes) -> None:
+        """Wait for the prepare begun (nothing where none was); how long it took, its parts and
+        where the pool's slots came from go to ``startup``."""
+        preparing, workload = self.preparing, pooled(self.workload)
+        if preparing is None or workload is None:
+            return
+        try:
+            await startup.timed("prepare", asyncio.wrap_future(preparing), self._clock)
+        finally:
+            if preparing.done():
+                startup.record("prepare", self.prepare_s or 0.0, workload.prepare_phases_s)
+        pool = workload.pool
+        if pool is not None:
+            adopted = pool.slots_adopted
+            startup.pool_origin = {"adopted": adopted, "allocated": pool.slots_total - adopted}
+
+    async def close(self, hurry: asyncio.Event, *, stuck: bool) -> None:
+        """Close the workload the first steps loaded, once a prepare they began has ended
+        (however it ends, unless ``hurry`` is set: a pool closed while its pinning goes on
+        would leave what is pinned after); ``stuck``: calls may hang in it, so the close is
+        bounded."""
+        from pacer.service.stopping import ended, unless_set  # the stop's; not before the pool
+
+        if not self.taken:
+            return
+        preparing = self.preparing
+        if preparing is not None and not preparing.done():
+            log.info("waiting for the pool's preparation to end before it is closed")
+            await unless_set(hurry, ended(preparing))
+        hung = preparing is not None and not preparing.done()  # hurried past it
+        await host.close_workload(self.workload.close, bounded=stuck or hung)
 
     def release(self) -> None:
         """Give the journal's lock back (the service's close does, once it has it)."""

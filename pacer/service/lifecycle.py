@@ -25,15 +25,14 @@ from pacer.pipeline import Pipeline
 from pacer.plan import Plan
 from pacer.policies import build_policy
 from pacer.policy import DispatchPolicy, PolicyConflictError
-from pacer.service import host
 from pacer.service.assembly import Progress, check_bind
 from pacer.service.commits import Commits
 from pacer.service.first_steps import FirstSteps
 from pacer.service.fleet import Fleet
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import JournalAccess
-from pacer.service.startup import StartupTimes
-from pacer.service.stopping import CLOSE, LAST_COMMIT, JournalStop, ended, unless_set
+from pacer.service.startup import StartupTimes, reported
+from pacer.service.stopping import CLOSE, LAST_COMMIT, JournalStop, unless_set
 from pacer.supervision import ProgressWatchdog, ReadinessSource, Supervisor
 from pacer.workload import Workload, pooled
 
@@ -64,6 +63,7 @@ class Service:
     jobs: Jobs
     commits: Commits
     fleet: Fleet | None = None  # a host of a fleet (PACER_JOURNAL__URL=postgresql://…)
+    start_report_s = 10.0  # a start that takes long says what it waits for this often
 
     def __init__(
         self,
@@ -206,21 +206,22 @@ class Service:
         pipeline, the commit loop and upkeep. A host of a fleet resumes nothing itself: once
         prepared, it gives back what a previous run of it held and claims. Ready on return;
         ``startup`` says how long each phase took, from the first steps on."""
-        fleet = self.settings.journal.fleet
-        if not fleet:  # the pinning first: the journal opens beside it
-            self.first_steps.take()
-            self.first_steps.begin_prepare()
-        await self.startup.timed("open", self.open(), self._clock)
-        if self.fleet is None:
-            # The journal's jobs are resumed while the pool is pinned (or adopted).
-            _, self.resumed = await asyncio.gather(
-                self._prepare_workload(),
-                self.startup.timed("resume", self.jobs.resume(), self._clock),
-            )
-        else:  # no claims held while the pool is not there to work them
-            self.first_steps.begin_prepare()
-            await self._prepare_workload()
-            await self.startup.timed("resume", self._take_over(), self._clock)
+        async with reported(self._say_starting, self.start_report_s):
+            fleet = self.settings.journal.fleet
+            if not fleet:  # the pinning first: the journal opens beside it
+                self.first_steps.take()
+                self.first_steps.begin_prepare()
+            await self.startup.timed("open", self.open(), self._clock)
+            if self.fleet is None:
+                # The journal's jobs are resumed while the pool is pinned (or adopted).
+                _, self.resumed = await asyncio.gather(
+                    self.first_steps.prepared(self.startup),
+                    self.startup.timed("resume", self.jobs.resume(), self._clock),
+                )
+            else:  # no claims held while the pool is not there to work them
+                self.first_steps.begin_prepare()
+                await self.first_steps.prepared(self.startup)
+                await self.startup.timed("resume", self._take_over(), self._clock)
         self.startup.ready_s = self._clock() - self.first_steps.began
         self._started = True  # from here on, a drain has work to wait for and commit
         self.journal_access.start(self.supervisor)
@@ -230,23 +231,19 @@ class Service:
             self.fleet.start(self.supervisor)
         self.ready = True
 
-    async def _prepare_workload(self) -> None:
-        """Wait for the pooled workload's prepare the first steps began (`host.prepare_pool`);
-        how long it took, its parts, and where the pool's slots came from go to `startup`."""
-        preparing = self.first_steps.preparing
-        workload = pooled(self.workload)
-        if preparing is None or workload is None:
-            return
-        try:
-            await asyncio.wrap_future(preparing)
-        finally:
-            if preparing.done():
-                self.startup.record("prepare", self.first_steps.prepare_s or 0.0,
-                                    workload.prepare_phases_s)  # fmt: skip
-        pool = workload.pool
-        if pool is not None:
-            adopted = pool.slots_adopted
-            self.startup.pool_origin = {"adopted": adopted, "allocated": pool.slots_total - adopted}
+    def _say_starting(self) -> str:
+        """What a start that takes long waits for, logged (a journal call past its limit
+        also on a line of its own)."""
+        now = self._clock()
+        calls = [f"journal call {call.name} for {ran_s:.0f} s"
+                 for call, ran_s in self.journal_access.calls.running()]  # fmt: skip
+        line = (f"still starting after {now - self.first_steps.began:.0f} s: waiting for "
+                f"{self.startup.waiting(now)}")  # fmt: skip
+        if calls:
+            line += f" ({', '.join(calls)})"
+        log.info("%s", line)
+        self.journal_access.check_calls()
+        return line
 
     async def _take_over(self) -> None:
         """A fleet's host: fail the jobs out of attempts, give back what a previous run of it
@@ -340,7 +337,7 @@ class Service:
         finish stays pending in the journal for the next start. True if everything did."""
         self.draining = True
         if not self._opened:  # a start that failed opening, its pool perhaps begun
-            await self._close_prepared(stuck=False)
+            await self.first_steps.close(self._hurry, stuck=False)
             return True
         if self.fleet is not None:
             self.fleet.stop_claiming()
@@ -349,22 +346,9 @@ class Service:
             await self.fleet.close()
         await self.pipeline.close()
         # Bounded only where something may be stuck: a large pinned pool takes its time.
-        await self._close_prepared(stuck=not finished or self.pipeline.abandoned_threads > 0)
+        stuck = not finished or self.pipeline.abandoned_threads > 0
+        await self.first_steps.close(self._hurry, stuck=stuck)
         return finished
-
-    async def _close_prepared(self, stuck: bool) -> None:
-        """Close the workload the first steps loaded, once a prepare they began has ended
-        (however it ends, unless hurried: a pool closed while its pinning goes on would leave
-        what is pinned after); ``stuck``: calls may hang in it, so the close is bounded."""
-        steps = self.first_steps
-        if not steps.taken:
-            return
-        preparing = steps.preparing
-        if preparing is not None and not preparing.done():
-            log.info("waiting for the pool's preparation to end before it is closed")
-            await unless_set(self._hurry, ended(preparing))
-        hung = preparing is not None and not preparing.done()  # hurried past it
-        await host.close_workload(steps.workload.close, bounded=stuck or hung)
 
     async def _drain_work(self) -> bool:
         drain_s = self.settings.shutdown.drain_s

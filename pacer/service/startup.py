@@ -1,9 +1,11 @@
-"""How long each phase of a start took, where the pool came from, and the line that says so.
+"""How long each phase of a start took, where the pool came from, and the line that says so;
+while a start runs, what it waits for (`reported`).
 
-A start opens the journal and loads the workload (``open``), then prepares the workload
-(``prepare``: its pool adopted or pinned, and beside it what the workload builds meanwhile,
-its parts named ``prepare.<part>``) while the journal's unfinished jobs are resumed
-(``resume``), then serves the API (``api``). ``/v1/status`` shows it (``startup``).
+A start takes its first steps (``first_steps``: the journal's lock, the workload, the plan),
+prepares the workload (``prepare``: its pool adopted or pinned, and beside it what the
+workload builds meanwhile, its parts named ``prepare.<part>``) while it opens the journal
+(``open``) and resumes the journal's unfinished jobs (``resume``), then serves the API
+(``api``). ``/v1/status`` shows it (``startup``).
 
 >>> times = StartupTimes()
 >>> times.record("open", 0.21)
@@ -19,7 +21,9 @@ its parts named ``prepare.<part>``) while the journal's unfinished jobs are resu
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -34,6 +38,7 @@ class StartupTimes:
     phases_s: dict[str, float] = field(default_factory=dict)
     ready_s: float | None = None
     pool_origin: dict[str, int] | None = None
+    running: dict[str, float] = field(default_factory=dict)  # phases begun, not ended: since
 
     def record(self, phase: str, seconds: float, parts: Mapping[str, float] | None = None) -> None:
         """``phase`` took ``seconds``; ``parts``, seconds by name, happened within it."""
@@ -44,11 +49,18 @@ class StartupTimes:
 
     async def timed(self, phase: str, work: Awaitable[T], clock: Callable[[], float]) -> T:
         """``work``'s result, its time recorded as ``phase``."""
-        started = clock()
+        self.running[phase] = started = clock()
         try:
             return await work
         finally:
+            self.running.pop(phase, None)
             self.record(phase, clock() - started)
+
+    def waiting(self, now: float) -> str:
+        """The phases still running, and how long each has run so far."""
+        running = [f"{name.replace('_', ' ')} {now - since:.0f} s" for name, since in
+                   self.running.items()]  # fmt: skip
+        return ", ".join(running) or "nothing named"
 
     def words(self) -> str:
         """One line for the log: every phase, its parts in brackets, then the pool's origin."""
@@ -75,3 +87,22 @@ class StartupTimes:
             "phases_s": {name: round(seconds, 3) for name, seconds in self.phases_s.items()},
             "pool_origin": self.pool_origin,
         }
+
+
+@contextlib.asynccontextmanager
+async def reported(say: Callable[[], object], every_s: float) -> AsyncIterator[None]:
+    """While the ``async with`` runs, call ``say`` every ``every_s`` (a start that takes long
+    says what it waits for)."""
+
+    async def saying() -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            say()
+
+    task = asyncio.ensure_future(saying())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

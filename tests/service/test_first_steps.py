@@ -17,9 +17,11 @@ from prometheus_client import CollectorRegistry
 
 from gpu.workload import GpuNttWorkload
 from pacer.config import Settings
-from pacer.journal import JournalInUseError
+from pacer.journal import JournalInUseError, open_journal
 from pacer.server import Server
+from pacer.service import journal_access
 from pacer.service.first_steps import FirstSteps
+from tests.conftest import FakeClock
 from tests.servers import ServerProcess, settings_for
 from tests.waits import until
 
@@ -177,3 +179,41 @@ def test_a_signal_before_the_loop_takes_them_drains_in_order(tmp_path: Path, wor
         assert "signal SIGTERM: draining" in server.log
     finally:
         server.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_start_that_waits_says_for_what_and_names_a_hung_journal_call(
+    tmp_path: Path,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Not ready and nothing served yet: without these lines a start stuck on a hung mount
+    # would say nothing at all.
+    release = threading.Event()
+
+    def hung_open(*args: Any) -> Any:
+        assert release.wait(30)
+        return open_journal(*args)
+
+    monkeypatch.setattr(journal_access, "open_journal", hung_open)
+    service = Server(settings_for(tmp_path), CollectorRegistry(), clock)
+    service.start_report_s = 0.005
+    with caplog.at_level(logging.INFO, logger="pacer.service"):
+        starting = asyncio.ensure_future(service.start())
+        try:
+            await until(lambda: service.journal_access.calls.running(), "the open to begin")
+            clock.advance(31)
+            await until(lambda: "journal call hung_open running for 31.0 s" in caplog.text,
+                        "the hung call's error")  # fmt: skip
+            said = [r.getMessage() for r in caplog.records if "still starting" in r.getMessage()]
+            assert said[-1] == (
+                "still starting after 31 s: waiting for open 31 s (journal call hung_open for 31 s)"
+            )
+        finally:
+            release.set()
+        await starting
+    try:
+        assert service.ready
+    finally:
+        await service.shutdown()
