@@ -7,6 +7,8 @@ SIGUSR2, which also hands the pinned pool over to the next pacer (`Service.keep_
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 import sys
@@ -93,15 +95,37 @@ async def serve(
     server = Server(settings, first_steps=first_steps)
     with Signals(server.hurry).installed(held) as signals:
         try:
-            await server.start()
+            started = await _started_unless(server, signals.stop)
         except BaseException:
             await server.shutdown()
             raise
-        await signals.stop.wait()
+        if started:
+            await signals.stop.wait()
         if signals.handover:
             server.keep_pool()
         await server.shutdown()
     return 1 if signals.forced or server.journal_access.left else 0
+
+
+async def _started_unless(server: Server, stop: asyncio.Event) -> bool:
+    """Start ``server``; should ``stop`` be set first (a signal), give the start up where it
+    is (a pool it began is still finished, then kept or freed, by the stop) and say False: a
+    start stuck on a journal that does not answer would otherwise hold the stop for good."""
+    starting = asyncio.ensure_future(server.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if starting.done():
+        starting.result()  # a start that failed raises here
+        return True
+    log.warning("stopping before ready: the start is given up while it waits for %s",
+                server.waiting_for())  # fmt: skip
+    starting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await starting
+    return False
 
 
 def run(settings: Settings, first_steps: FirstSteps | None = None, held: Held | None = None) -> int:

@@ -231,16 +231,21 @@ class Service:
             self.fleet.start(self.supervisor)
         self.ready = True
 
-    def _say_starting(self) -> str:
-        """What a start that takes long waits for, logged (a journal call past its limit
-        also on a line of its own)."""
+    def waiting_for(self) -> str:
+        """What a start waits for now: the phases running, the journal calls on its threads."""
         now = self._clock()
         calls = [f"journal call {call.name} for {ran_s:.0f} s"
                  for call, ran_s in self.journal_access.calls.running()]  # fmt: skip
-        line = (f"still starting after {now - self.first_steps.began:.0f} s: waiting for "
-                f"{self.startup.waiting(now)}")  # fmt: skip
-        if calls:
-            line += f" ({', '.join(calls)})"
+        waiting = self.startup.waiting(now)
+        return f"{waiting} ({', '.join(calls)})" if calls else waiting
+
+    def _say_starting(self) -> str:
+        """What a start that takes long waits for, logged (a journal call past its limit
+        also on a line of its own)."""
+        began = self.first_steps.began
+        line = (
+            f"still starting after {self._clock() - began:.0f} s: waiting for {self.waiting_for()}"
+        )
         log.info("%s", line)
         self.journal_access.check_calls()
         return line

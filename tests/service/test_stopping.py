@@ -269,3 +269,23 @@ def test_sigterm_ends_a_stop_held_by_a_hung_commit_within_its_bound_exiting_1(
     assert completions_in(first.log) + completions_in(second.log) == {job_id: 1}
     second.signal(signal.SIGTERM)
     assert second.wait() == 0
+
+
+def test_sigterm_before_ready_gives_up_a_start_held_by_a_journal_that_does_not_answer(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    # The journal's open waits on a lock another program holds (600 s): the start never ends
+    # by itself, and a stop must not wait for it.
+    waits_on_locks = {"PACER_JOURNAL__BUSY_TIMEOUT_S": "600", "PACER_JOURNAL__STALL_S": "601"}
+    journal = tmp_path / "journal.sqlite"
+    with closing(sqlite3.connect(journal, isolation_level=None)) as outside:
+        outside.execute("BEGIN EXCLUSIVE")
+        server = server_factory(**waits_on_locks).launch()
+        wait_until(lambda: not lock_free(journal), "the first steps to take the journal's lock")
+        began = time.monotonic()
+        server.signal(signal.SIGTERM)
+        assert server.wait(30) == 0, server.log
+        assert time.monotonic() - began < 10
+        outside.execute("ROLLBACK")
+    assert "stopping before ready: the start is given up while it waits for open" in server.log
+    assert lock_free(journal)
