@@ -26,12 +26,9 @@ import os
 import threading
 from collections.abc import Sequence
 
-from gpu.allocators import populate
+from gpu.allocators import MADV_POPULATE_READ, populate
 
 __all__ = ["MADV_POPULATE_READ", "map_blocks", "mapping"]
-
-MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
-"""Fill in a mapping's page tables as reads would, without reading (Linux 5.14+)."""
 
 # In each worker process: the blocks it has mapped, by path; a lock that makes each block's
 # mapping once, though two threads want it.
@@ -65,10 +62,10 @@ def _mapping_made(path: str) -> tuple[mmap.mmap, int]:
         finally:
             os.close(descriptor)
         _mapped[path] = made
-    return made, _populate(path, made)
+    return made, _populate(made)
 
 
-def _populate(path: str, made: mmap.mmap) -> int:
+def _populate(made: mmap.mmap) -> int:
     """Fill in this process's page tables for ``made``; the bytes, or 0 where the kernel
     cannot (each page then faults in on its first write). Through libc, without the GIL
     (mmap.madvise holds it)."""

@@ -55,10 +55,6 @@ class FirstSteps:
     def taken(self) -> bool:
         return self.taken_s is not None
 
-    @property
-    def begun(self) -> bool:
-        return self._begun
-
     def take(self) -> None:
         """Take the journal's lock (``JournalInUseError`` naming the holder), load the
         workload and resolve the plan, fitted to the host where its memory can be read (a
