@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger("pacer.service")
 
 
 @dataclass
@@ -97,7 +99,10 @@ async def reported(say: Callable[[], object], every_s: float) -> AsyncIterator[N
     async def saying() -> None:
         while True:
             await asyncio.sleep(every_s)
-            say()
+            try:
+                say()
+            except Exception:  # a report that fails must not end the reports, or the start
+                log.exception("saying what the start waits for failed")
 
     task = asyncio.ensure_future(saying())
     try:

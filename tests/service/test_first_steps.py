@@ -21,6 +21,7 @@ from pacer.journal import JournalInUseError, open_journal
 from pacer.server import Server
 from pacer.service import journal_access
 from pacer.service.first_steps import FirstSteps
+from pacer.service.startup import reported
 from tests.conftest import FakeClock
 from tests.servers import ServerProcess, settings_for
 from tests.waits import until
@@ -217,3 +218,21 @@ async def test_a_start_that_waits_says_for_what_and_names_a_hung_journal_call(
         assert service.ready
     finally:
         await service.shutdown()
+
+
+@pytest.mark.asyncio
+async def test_a_start_report_that_fails_is_logged_and_the_reports_go_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Raised into the start, it would fail a start that had nothing wrong with it.
+    said: list[int] = []
+
+    def say() -> None:
+        said.append(len(said))
+        if len(said) == 1:
+            raise OSError("the notify socket is gone")
+
+    with caplog.at_level(logging.ERROR, logger="pacer.service"):
+        async with reported(say, 0.001):
+            await until(lambda: len(said) >= 3, "reports after the failed one")
+    assert "saying what the start waits for failed" in caplog.text
