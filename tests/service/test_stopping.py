@@ -38,6 +38,8 @@ from tests.service.test_process import completions_in, job_states
 from tests.waits import until, wait_until
 
 BOUNDS = {"PACER_SHUTDOWN__DRAIN_S": "5", "PACER_SHUTDOWN__JOURNAL_S": "10"}
+WAITS_ON_LOCKS = {"PACER_JOURNAL__BUSY_TIMEOUT_S": "600", "PACER_JOURNAL__STALL_S": "601"}
+"""A journal call waiting on another program's lock neither returns nor fails within a test."""
 STOP_ERROR = "stopping without journal "
 NOTHING_LEFT = "nothing proved is left uncommitted"
 
@@ -237,10 +239,9 @@ def test_sigterm_ends_a_stop_held_by_a_hung_commit_within_its_bound_exiting_1(
     # A commit stuck on a lock another program holds: with a busy timeout of 600 s it neither
     # returns nor fails within the test. SIGTERM: the drain (0.5 s), the last commit's wait
     # (1 s), then the process ends; the lock on the journal goes with it.
-    waits_on_locks = {"PACER_JOURNAL__BUSY_TIMEOUT_S": "600", "PACER_JOURNAL__STALL_S": "601"}
     env = {"PACER_NTT__LOG_N": "12", "PACER_JOURNAL__COMMIT_INTERVAL_S": "0.01",
            "PACER_SHUTDOWN__DRAIN_S": "0.5", "PACER_SHUTDOWN__JOURNAL_S": "1"}  # fmt: skip
-    first = server_factory(**env, **waits_on_locks).start()
+    first = server_factory(**env, **WAITS_ON_LOCKS).start()
     journal = tmp_path / "journal.sqlite"
     with closing(sqlite3.connect(journal, isolation_level=None)) as outside:
         job_id = first.client.submit(100)
@@ -276,11 +277,10 @@ def test_sigterm_before_ready_gives_up_a_start_held_by_a_journal_that_does_not_a
 ) -> None:
     # The journal's open waits on a lock another program holds (600 s): the start never ends
     # by itself, and a stop must not wait for it.
-    waits_on_locks = {"PACER_JOURNAL__BUSY_TIMEOUT_S": "600", "PACER_JOURNAL__STALL_S": "601"}
     journal = tmp_path / "journal.sqlite"
     with closing(sqlite3.connect(journal, isolation_level=None)) as outside:
         outside.execute("BEGIN EXCLUSIVE")
-        server = server_factory(**waits_on_locks).launch()
+        server = server_factory(**WAITS_ON_LOCKS).launch()
         wait_until(lambda: not lock_free(journal), "the first steps to take the journal's lock")
         began = time.monotonic()
         server.signal(signal.SIGTERM)
