@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.restart import Instance, free_port, pinning_alone
+from bench.restart import Instance, free_port, median_range, pinning_alone
 from gpu.pool_record import sweep
 from gpu.workload import GpuNttWorkload, ntt
 from pacer.config import Settings
@@ -136,12 +136,6 @@ def cold_start(args: argparse.Namespace, workdir: Path, variant: str) -> dict[st
 
 
 def report(out: dict[str, Any]) -> None:
-    def spread(values: list[float], digits: int = 1) -> str:
-        if len(values) == 1:
-            return f"{values[0]:.{digits}f}"
-        return (f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f} to "
-                f"{max(values):.{digits}f})")  # fmt: skip
-
     rows = []
     for variant, runs in out["variants"].items():
         alone = [one["pin_alone"]["s"] for one in runs]
@@ -149,12 +143,12 @@ def report(out: dict[str, Any]) -> None:
         phases = [one["startup"]["phases_s"] for one in runs]
         before = [one["ready_s"] - one["startup"]["ready_s"] for one in runs]
         rows.append([
-            variant, spread(ready), spread(alone),
-            spread([r / statistics.median(alone) for r in ready], 2),
-            spread([p.get("prepare.pool", 0.0) for p in phases]),
-            spread(before), spread([p.get("open", 0.0) for p in phases]),
-            spread([p.get("prepare.provers", 0.0) for p in phases]),
-            spread([p.get("prepare.synthesis_processes", 0.0) for p in phases]),
+            variant, median_range(ready), median_range(alone),
+            median_range([r / statistics.median(alone) for r in ready], 2),
+            median_range([p.get("prepare.pool", 0.0) for p in phases]),
+            median_range(before), median_range([p.get("open", 0.0) for p in phases]),
+            median_range([p.get("prepare.provers", 0.0) for p in phases]),
+            median_range([p.get("prepare.synthesis_processes", 0.0) for p in phases]),
         ])  # fmt: skip
     first = out["pin_alone_first"]
     print(f"pool pinned alone first of all (first touch): {first['s']:.1f} s ({first['parts']})")

@@ -360,6 +360,18 @@ def main() -> int:
     return 0
 
 
+def median_range(values: list[float], digits: int = 1) -> str:
+    """One value as it is; several as their median and range.
+
+    >>> median_range([7.4, 8.2, 7.6])
+    '7.6 (7.4 to 8.2)'
+    """
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{mid:.{digits}f} ({low:.{digits}f} to {high:.{digits}f})"
+
+
 def report(result: dict[str, Any], args: argparse.Namespace) -> None:
     """Print the run's table (and each start's phases)."""
     pool = result["pool_bytes"]
@@ -377,10 +389,7 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
         values = [one[key] for one in restarts]
         if any(value is None for value in values):
             return ", ".join("never" if v is None else f"{v:.{digits}f}" for v in values)
-        if len(values) == 1:
-            return f"{values[0]:.{digits}f}"
-        low, mid, high = min(values), statistics.median(values), max(values)
-        return f"{mid:.{digits}f} ({low:.{digits}f} to {high:.{digits}f})"
+        return median_range(values, digits)
 
     cold_busy = result["cold_busy_after_ready_s"]
     to_busy = [None if one["busy_after_ready_s"] is None
