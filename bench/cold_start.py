@@ -6,16 +6,22 @@ A start is cold when no pool is kept for it: it pins the whole pool, and its tar
 ready within 1.2 × that pinning done alone (`bench.restart.pin_alone`: the same pool, the
 same threads, nothing beside). First the pool is pinned alone once (the first touch of a
 fresh machine's memory: later ones find it touched), and a small start fills the compiled
-kernels' caches as a host's earlier runs would. Then, ``--runs`` times, each variant in turn:
-the pool pinned alone, then a cold start of that variant (launch → ``/readyz``, its phases
-from ``/v1/status``), stopped at once (the pool freed, not kept).
+kernels' caches (and the bytecode's: `bench.installed`) as a host's earlier runs would. Then,
+``--runs`` times, each variant in turn: the pool pinned alone, then a cold start of that
+variant (launch → ``/readyz``, its phases from ``/v1/status``), stopped at once (the pool
+freed, not kept).
 
-The variants are the service as it is (``main``) and the same start changed in one way, to
-say what slows the pinning inside a start (each a workload factory of this module,
-``PACER_WORKLOAD=bench.cold_start:<name>``):
+The variants are the service as it is (``main``: ``PACER_WORKLOAD=ntt``, nothing of this
+module imported by the service) and the same start changed in one way, to say what slows the
+pinning inside a start (each a workload factory of this module,
+``PACER_WORKLOAD=bench.cold_start:<name>``, which a start then imports too):
 
 - ``quiet``: the provers and the synthesis processes start once the pool is pinned (the
   pinning has only the service's own start beside it);
+- ``late_provers``: the provers are built once the pool is pinned (the synthesis processes
+  start beside it);
+- ``late_synthesis``: the synthesis processes start once the pool is pinned (the provers are
+  built beside it);
 - ``all_cores``: the pool pinned on a thread per core (its pinning alone too).
 
 Prints a table (median and range over the runs) and each start's pinning parts; writes
@@ -41,7 +47,7 @@ from pacer.config import Settings
 from pacer.settle.detector import parse_size
 from pacer.table import render
 
-VARIANTS = ("main", "quiet", "all_cores")
+VARIANTS = ("main", "quiet", "late_provers", "late_synthesis", "all_cores")
 
 
 def _gpu(settings: Settings) -> GpuNttWorkload:
@@ -56,10 +62,6 @@ def _as(variant: type[GpuNttWorkload], workload: GpuNttWorkload) -> GpuNttWorklo
     subclass that changes one method."""
     workload.__class__ = variant
     return workload
-
-
-def main_workload(settings: Settings) -> GpuNttWorkload:
-    return _gpu(settings)
 
 
 class _Quiet(GpuNttWorkload):
@@ -79,6 +81,42 @@ class _Quiet(GpuNttWorkload):
 
 def quiet(settings: Settings) -> GpuNttWorkload:
     return _as(_Quiet, _gpu(settings))
+
+
+class _LateProvers(GpuNttWorkload):
+    def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
+        from gpu.process_executor import ProcessSynthesizer
+
+        self._synthesizer = ProcessSynthesizer(synthesis_workers, backend=self.kernel,
+                                               field=self.field)  # fmt: skip
+        with ThreadPoolExecutor(1) as beside:
+            starting = beside.submit(self._timed, "synthesis_processes", self._synthesizer.start)
+            self.pool = self._timed("pool", self._build_pool, slots, budget_bytes)
+            self._kernels_loaded = self._load_kernels()
+            starting.result()
+        self._timed("provers", self._build_provers)
+
+
+def late_provers(settings: Settings) -> GpuNttWorkload:
+    return _as(_LateProvers, _gpu(settings))
+
+
+class _LateSynthesis(GpuNttWorkload):
+    def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
+        from gpu.process_executor import ProcessSynthesizer
+
+        with ThreadPoolExecutor(1) as beside:
+            provers = beside.submit(self._timed, "provers", self._build_provers)
+            self.pool = self._timed("pool", self._build_pool, slots, budget_bytes)
+            self._kernels_loaded = self._load_kernels()
+            self._synthesizer = ProcessSynthesizer(synthesis_workers, backend=self.kernel,
+                                                   field=self.field)  # fmt: skip
+            self._timed("synthesis_processes", self._synthesizer.start)
+            provers.result()
+
+
+def late_synthesis(settings: Settings) -> GpuNttWorkload:
+    return _as(_LateSynthesis, _gpu(settings))
 
 
 def all_cores(settings: Settings) -> GpuNttWorkload:
@@ -117,8 +155,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def cold_start(args: argparse.Namespace, workdir: Path, variant: str) -> dict[str, Any]:
     sweep(drop_kept=True)
     (workdir / "journal.sqlite").unlink(missing_ok=True)
-    factory = "main_workload" if variant == "main" else variant
-    launch = argparse.Namespace(**{**vars(args), "workload": f"bench.cold_start:{factory}"})
+    workload = args.workload if variant == "main" else f"bench.cold_start:{variant}"
+    launch = argparse.Namespace(**{**vars(args), "workload": workload})
     instance = Instance(launch, workdir, None, free_port(), PACER_GPU__KEEP_POOL="false")
     try:
         ready_s = instance.wait_ready(args.ready_timeout_s)

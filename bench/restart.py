@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from bench.installed import bytecode_env
 from gpu.pool_record import sweep
 from pacer.client import Client
 from pacer.host_memory import meminfo_bytes
@@ -172,9 +173,10 @@ class Instance:
 
 
 def service_env(args: argparse.Namespace, workdir: Path, port: int, **env: str) -> dict[str, str]:
-    """The environment of a `pacer serve` of this bench: its journal in ``workdir``."""
+    """The environment of a `pacer serve` of this bench: its journal in ``workdir``, its
+    bytecode as an installed pacer's (`bench.installed`)."""
     return {
-        **os.environ,
+        **bytecode_env(),
         "PACER_JOURNAL__PATH": str(workdir / "journal.sqlite"),
         "PACER_API__PORT": str(port),
         "PACER_MEMORY__BUDGET_BYTES": args.budget,

@@ -173,9 +173,9 @@ class SharedHostAllocator:
     (`populate`) and register them side by side (the time each part took: ``pin_seconds``);
     `release` unregisters them and removes them, or keeps them. Without ``register``
     or ``populate`` a block's pages come as they are first written. With ``register`` CuPy is
-    imported on one of those threads while the others fill the first blocks: its import (a
-    second or so on a GPU host) overlaps the filling instead of coming before it (a thread
-    waits for it once its first block is filled, to register it).
+    imported on a thread of its own while those fill the first blocks: its import (a second or
+    so on a GPU host) overlaps the filling instead of coming before it or taking a filling
+    thread (a thread waits for it once its first block is filled, to register it).
     """
 
     pinned: bool
@@ -228,8 +228,9 @@ class SharedHostAllocator:
         threads (the kernel and the driver take each block's pages in parallel), with a
         progress line every PROGRESS_EVERY_S."""
         start = last_report = time.monotonic()
-        with ThreadPoolExecutor(self.threads, thread_name_prefix="pin") as pinning:
-            cuda = pinning.submit(_cupy_cuda) if self.pinned else None
+        importing = ThreadPoolExecutor(1, thread_name_prefix="pin-cupy")
+        with importing, ThreadPoolExecutor(self.threads, thread_name_prefix="pin") as pinning:
+            cuda = importing.submit(_cupy_cuda) if self.pinned else None
             tasks = [
                 pinning.submit(self._pin, index, block, cuda)
                 for index, block in enumerate(self.blocks)

@@ -12,22 +12,41 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+import threading
 
-__all__ = ["device_count", "device_name"]
+__all__ = ["begin_driver_start", "device_count", "device_name"]
 
 DRIVER_LIBRARY = "libcuda.so.1"
 _NAME_BYTES = 256
 _SUCCESS = 0  # CUDA_SUCCESS
 
 
+_starting = threading.Lock()
+
+
 @functools.cache
-def _driver() -> ctypes.CDLL | None:
-    """The CUDA driver, initialized once (cuInit); None where it cannot be loaded or started."""
+def _started_driver() -> ctypes.CDLL | None:
     try:
         driver = ctypes.CDLL(DRIVER_LIBRARY)
     except OSError:
         return None
     return driver if driver.cuInit(0) == _SUCCESS else None
+
+
+def _driver() -> ctypes.CDLL | None:
+    """The CUDA driver, initialized once (cuInit); None where it cannot be loaded or started.
+    A second thread asking while the first starts it waits for that start."""
+    with _starting:
+        return _started_driver()
+
+
+def begin_driver_start() -> threading.Thread:
+    """Start the CUDA driver (where CuPy is installed) on a thread of its own, so that a later
+    `device_count` finds it started: cuInit takes 0.2 s on an H200 host, which a start can
+    spend beside its imports instead of after them."""
+    thread = threading.Thread(target=_usable_driver, name="pacer-cuda-driver", daemon=True)
+    thread.start()
+    return thread
 
 
 def _usable_driver() -> ctypes.CDLL | None:

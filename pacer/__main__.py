@@ -7,6 +7,11 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from gpu.devices import begin_driver_start
+
+if sys.argv[1:2] == ["serve"]:  # the CUDA driver starts beside the imports below, not after
+    begin_driver_start()
+
 from pacer import __version__, cli_args, cli_client, cli_run, config
 from pacer.config.env import SECRET_MASK
 from pacer.sim import cli as sim_cli

@@ -143,9 +143,8 @@ class GpuNttWorkload(NttWorkload):
         (`gpu.worker_blocks`: none beside the pinning). This process's compiled CPU kernels
         load once the pool is pinned, on a thread of their own, not waited for: only a
         verification, or a synthesis here, needs them, and waits (`_compiled`). Beside the
-        pinning, the kernels
-        slowed it by a third and the workers' mapping by a sixth on an H200 host
-        (bench/RESULTS.md). Each part's time: `prepare_phases_s`."""
+        pinning, the kernels slowed it by a third and the workers' mapping by a sixth on an
+        H200 host (bench/RESULTS.md). Each part's time: `prepare_phases_s`."""
         on_cuda = self.pool_backend.endswith("cuda")  # else provers come from elsewhere (tests)
         try:
             with ThreadPoolExecutor(2, thread_name_prefix="prepare") as starter:

@@ -20,18 +20,11 @@ def test_no_device_and_no_name_without_cupy(monkeypatch: pytest.MonkeyPatch) -> 
     assert device_name(0) == "unknown"
 
 
-def test_the_devices_are_counted_and_named_without_importing_cupy(tmp_path: Path) -> None:
-    """CuPy installed (here a stand-in) is looked up, not imported: its import costs a second
-    or so on a GPU host, before the pool is pinned."""
+def _with_cupy_installed(tmp_path: Path, script: str) -> str:
+    """What ``script`` prints, run where CuPy is installed (a stand-in: importing it fails)."""
     fake = tmp_path / "cupy"
     fake.mkdir()
-    (fake / "__init__.py").write_text('"""Stands in for CuPy: importing it is the fault."""\n')
-    script = (
-        "import sys\n"
-        "from gpu.devices import device_count, device_name\n"
-        "device_count(), device_name(0)\n"
-        "print('cupy' in sys.modules)\n"
-    )
+    (fake / "__init__.py").write_text('raise ImportError("CuPy is looked up, not imported")\n')
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -39,7 +32,52 @@ def test_the_devices_are_counted_and_named_without_importing_cupy(tmp_path: Path
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          cwd=ROOT, env=env, timeout=60)  # fmt: skip
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.strip() == "False"
+    return ran.stdout.strip()
+
+
+def test_the_devices_are_counted_and_named_without_importing_cupy(tmp_path: Path) -> None:
+    """CuPy installed is looked up, not imported: its import costs a second or so on a GPU
+    host, before the pool is pinned."""
+    script = (
+        "import sys\n"
+        "from gpu.devices import device_count, device_name\n"
+        "device_count(), device_name(0)\n"
+        "print('cupy' in sys.modules)\n"
+    )
+    assert _with_cupy_installed(tmp_path, script) == "False"
+
+
+# A CUDA driver with two devices that says which threads started it.
+FAKE_DRIVER = """
+import ctypes, sys, threading
+started = []
+class Driver:
+    def cuInit(self, flags):
+        started.append(threading.current_thread().name)
+        return 0
+    def cuDeviceGetCount(self, count):
+        count._obj.value = 2
+        return 0
+ctypes.CDLL = lambda name: Driver()
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "starter"), [("serve", "pacer-cuda-driver"), ("config", "MainThread")]
+)
+def test_pacer_serve_starts_the_driver_beside_its_imports_once(
+    tmp_path: Path, command: str, starter: str
+) -> None:
+    """cuInit (0.2 s on an H200 host) begins as `pacer serve`'s imports do, on a thread of its
+    own; the first steps' `device_count` finds the driver started, without starting it again.
+    Another command starts it only where it asks."""
+    script = FAKE_DRIVER + (
+        f"sys.argv[1:] = [{command!r}]\n"
+        "import pacer.__main__\n"
+        "from gpu.devices import device_count\n"
+        "print(device_count(), started)\n"
+    )
+    assert _with_cupy_installed(tmp_path, script) == f"2 [{starter!r}]"
 
 
 @pytest.mark.gpu
