@@ -7,14 +7,13 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from gpu.devices import begin_driver_start
+from pacer import early_start
 
-if sys.argv[1:2] == ["serve"]:  # the CUDA driver starts beside the imports below, not after
-    begin_driver_start()
+early_start.begin(sys.argv[1:])  # for `pacer serve`: beside the imports below, not after
 
-from pacer import __version__, cli_args, cli_client, cli_run, config
-from pacer.config.env import SECRET_MASK
-from pacer.sim import cli as sim_cli
+from pacer import __version__, cli_args, cli_client, cli_run, config  # noqa: E402
+from pacer.config.env import SECRET_MASK  # noqa: E402
+from pacer.sim import cli as sim_cli  # noqa: E402
 
 DESCRIPTION = """\
 pacer paces partition dispatch between CPU synthesis and GPU workers of a proving pipeline.

@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pacer.config import Settings
-
-WORKLOAD_ALIASES = {"ntt": "gpu.workload:ntt"}
-"""Short names of workloads that live outside pacer, as ``PACER_WORKLOAD`` accepts them."""
+from pacer.early_start import WORKLOAD_ALIASES
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from pacer.config.operation import (
     ShutdownSettings,
     TimeoutSettings,
 )
+from pacer.early_start import DEFAULT_WORKLOAD
 
 ENV_PREFIX = "PACER_"
 ENV_NESTED_DELIMITER = "__"
@@ -34,7 +35,7 @@ class Settings(BaseSettings):
     )
 
     workload: str = Field(
-        "gpu.workload:ntt",
+        DEFAULT_WORKLOAD,
         description="What a partition's work is: module:factory, the factory returning a "
         "pacer.workload.Workload for these settings; gpu.workload:ntt (ntt for short) proves "
         "the H computation on the GPUs, or on the CPU without any; noop is built in "
