@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
 import platform
 import re
 import signal
@@ -46,6 +45,7 @@ from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
+from bench.installed import bytecode_env
 from pacer.client import Client
 from pacer.pgjournal import PgJournal
 from pacer.table import render
@@ -142,7 +142,7 @@ class Host:
             self.port = int(sock.getsockname()[1])
         self.name = name
         self.log_path = folder / f"{name}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PACER_")}
+        env = {k: v for k, v in bytecode_env().items() if not k.startswith("PACER_")}
         self.env = {**env, **PIPELINE, "PACER_API__PORT": str(self.port),
                     "PACER_JOURNAL__URL": journal, "PACER_JOURNAL__HOST": name}  # fmt: skip
         self.client = Client(f"http://127.0.0.1:{self.port}")

@@ -50,6 +50,7 @@ from typing import Any
 
 import aiohttp
 
+from bench.installed import bytecode_env
 from pacer.table import render
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +131,7 @@ class Soak:
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp / "serve.log"
         self.env = {
-            **os.environ,
+            **bytecode_env(),
             "PACER_WORKLOAD": args.workload,
             "PACER_NTT__LOG_N": str(args.log_n),
             "PACER_VERIFY_EVERY": "10",
