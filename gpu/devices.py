@@ -43,8 +43,10 @@ def _driver() -> ctypes.CDLL | None:
 def begin_driver_start() -> threading.Thread:
     """Start the CUDA driver (where CuPy is installed) on a thread of its own, so that a later
     `device_count` finds it started: cuInit takes 0.2 s on an H200 host, which a start can
-    spend beside its imports instead of after them."""
-    thread = threading.Thread(target=_usable_driver, name="pacer-cuda-driver", daemon=True)
+    spend beside its imports instead of after them. A process that ends sooner (a setting
+    refused) waits for the start to end first: the driver's exit handlers never run beside
+    its start."""
+    thread = threading.Thread(target=_usable_driver, name="pacer-cuda-driver")
     thread.start()
     return thread
 

@@ -20,7 +20,7 @@ def test_no_device_and_no_name_without_cupy(monkeypatch: pytest.MonkeyPatch) -> 
     assert device_name(0) == "unknown"
 
 
-def _with_cupy_installed(tmp_path: Path, script: str) -> str:
+def _with_cupy_installed(tmp_path: Path, script: str, returncode: int = 0) -> str:
     """What ``script`` prints, run where CuPy is installed (a stand-in: importing it fails)."""
     fake = tmp_path / "cupy"
     fake.mkdir()
@@ -31,7 +31,7 @@ def _with_cupy_installed(tmp_path: Path, script: str) -> str:
     }
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          cwd=ROOT, env=env, timeout=60)  # fmt: skip
-    assert ran.returncode == 0, ran.stderr
+    assert ran.returncode == returncode, ran.stderr
     return ran.stdout.strip()
 
 
@@ -88,3 +88,23 @@ def test_the_driver_sees_the_devices_cupy_sees(cupy_module: Any) -> None:
         name = runtime.getDeviceProperties(device)["name"]
         assert device_name(device) == (name.decode() if isinstance(name, bytes) else name)
     assert device_name(device_count()) == "unknown"
+
+
+def test_a_process_that_ends_during_the_drivers_start_waits_for_it(tmp_path: Path) -> None:
+    """`pacer serve` refusing its settings ends at once; the driver's exit handlers must not
+    run while another thread is inside cuInit."""
+    script = (
+        "import ctypes, sys, threading\n"
+        "exiting = threading.Event()\n"
+        "class Driver:\n"
+        "    def cuInit(self, flags):\n"
+        "        exiting.wait()\n"
+        "        print('started', flush=True)\n"
+        "        return 0\n"
+        "ctypes.CDLL = lambda name: Driver()\n"
+        "from gpu.devices import begin_driver_start\n"
+        "begin_driver_start()\n"
+        "exiting.set()\n"
+        "sys.exit(2)\n"
+    )
+    assert _with_cupy_installed(tmp_path, script, returncode=2) == "started"
