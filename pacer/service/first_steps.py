@@ -33,7 +33,7 @@ class FirstSteps:
     thread of its own (`begin_prepare`: a pooled workload's pool pinned or adopted, and what it
     builds beside). ``began`` is when `take` began, on ``clock``; ``taken_s`` how long
     `take` took; ``preparing`` the prepare's future once begun (None for a workload with no
-    pool), ``prepare_s`` its duration once done."""
+    pool), ``prepare_began`` when, ``prepare_s`` its duration once done."""
 
     def __init__(
         self,
@@ -48,6 +48,7 @@ class FirstSteps:
         self.began = clock()
         self.taken_s: float | None = None
         self.preparing: Future[None] | None = None
+        self.prepare_began: float | None = None
         self.prepare_s: float | None = None
         self._begun = False
 
@@ -96,6 +97,7 @@ class FirstSteps:
         if workload is None:
             return
         thread = ThreadPoolExecutor(1, thread_name_prefix="pacer-prepare")
+        self.prepare_began = self._clock()
         try:
             self.preparing = thread.submit(self._prepare, workload)
         finally:
@@ -110,12 +112,14 @@ class FirstSteps:
 
     async def prepared(self, startup: StartupTimes) -> None:
         """Wait for the prepare begun (nothing where none was); how long it took, its parts and
-        where the pool's slots came from go to ``startup``."""
+        where the pool's slots came from go to ``startup``, and meanwhile (for a start's
+        report) how long it has run since it began, not since this wait did."""
         preparing, workload = self.preparing, pooled(self.workload)
         if preparing is None or workload is None:
             return
         try:
-            await startup.timed("prepare", asyncio.wrap_future(preparing), self._clock)
+            await startup.timed("prepare", asyncio.wrap_future(preparing), self._clock,
+                                self.prepare_began)  # fmt: skip
         finally:
             if preparing.done():
                 startup.record("prepare", self.prepare_s or 0.0, workload.prepare_phases_s)

@@ -49,9 +49,16 @@ class StartupTimes:
         for part, part_s in parts.items():
             self.phases_s[f"{phase}.{part}"] = part_s
 
-    async def timed(self, phase: str, work: Awaitable[T], clock: Callable[[], float]) -> T:
-        """``work``'s result, its time recorded as ``phase``."""
-        self.running[phase] = started = clock()
+    async def timed(
+        self,
+        phase: str,
+        work: Awaitable[T],
+        clock: Callable[[], float],
+        began: float | None = None,
+    ) -> T:
+        """``work``'s result, its time recorded as ``phase``: from ``began`` on ``clock`` (work
+        begun before it is awaited), else from now."""
+        self.running[phase] = started = clock() if began is None else began
         try:
             return await work
         finally:

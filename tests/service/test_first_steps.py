@@ -58,10 +58,10 @@ class Gate:
         workload.prepare, workload.close = gated, closing
 
 
-def taken(tmp_path: Path) -> tuple[Settings, FirstSteps, Gate]:
+def taken(tmp_path: Path, clock: FakeClock | None = None) -> tuple[Settings, FirstSteps, Gate]:
     """The first steps taken as `pacer serve` takes them, the prepare begun and held."""
     settings = settings_for(tmp_path, **GPU_PATH)
-    steps = FirstSteps(settings)
+    steps = FirstSteps(settings) if clock is None else FirstSteps(settings, clock=clock)
     steps.take()
     gate = Gate(steps.workload, settings.journal.sqlite_path)
     steps.begin_prepare()
@@ -217,6 +217,31 @@ async def test_a_start_that_waits_says_for_what_and_names_a_hung_journal_call(
     try:
         assert service.ready
     finally:
+        await service.shutdown()
+
+
+@pytest.mark.asyncio
+async def test_a_start_waiting_for_the_pool_says_how_long_it_has_been_prepared(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The pool began with the first steps, before the journal opened: its time in the report
+    # counts from then, not from when the start came to wait for it.
+    settings, steps, gate = taken(tmp_path, clock)
+    clock.advance(20)  # the first steps done, the pinning under way: the service's imports
+    service = Server(settings, CollectorRegistry(), clock, first_steps=steps)
+    service.start_report_s = 0.005
+    starting = asyncio.ensure_future(service.start())
+    try:
+        with caplog.at_level(logging.INFO, logger="pacer.service"):
+            await until(lambda: "prepare" in service.startup.running, "the wait for the pool")
+            clock.advance(11)
+            await until(lambda: "waiting for prepare 31 s" in caplog.text, "a report of it")
+        gate.release.set()
+        await starting
+        assert service.startup.phases_s["prepare"] == steps.prepare_s
+    finally:
+        gate.release.set()
+        await asyncio.wait([starting])
         await service.shutdown()
 
 
