@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,7 @@ from gpu.shm_blocks import BLOCK_PREFIX, SHM_DIR
 from tests.kept_pools import ServiceManager, records
 from tests.servers import ROOT, ServerFactory, ServerProcess
 from tests.service.test_process import job_states
-from tests.service.test_stopping import commit_running_s
+from tests.service.test_stopping import WAITS_ON_LOCKS, commit_held
 from tests.waits import wait_until
 
 GPU = {
@@ -133,17 +131,13 @@ def test_a_stop_that_leaves_a_hung_journal_call_still_keeps_the_pool(
 ) -> None:
     # The commit waits on a lock another connection holds (PACER_JOURNAL__BUSY_TIMEOUT_S=600):
     # SIGUSR2 leaves it after the bound, exits 1, and the pool is kept all the same.
-    stuck = {"PACER_JOURNAL__BUSY_TIMEOUT_S": "600", "PACER_JOURNAL__STALL_S": "601",
-             "PACER_SHUTDOWN__DRAIN_S": "0.5", "PACER_SHUTDOWN__JOURNAL_S": "1"}  # fmt: skip
-    first = server_factory(**GPU, **stuck).start()
+    bounds = {"PACER_SHUTDOWN__DRAIN_S": "0.5", "PACER_SHUTDOWN__JOURNAL_S": "1"}
+    first = server_factory(**GPU, **bounds, **WAITS_ON_LOCKS).start()
     journal = tmp_path / "journal.sqlite"
-    with closing(sqlite3.connect(journal, isolation_level=None)) as outside:
-        job_id = first.client.submit(200, {"seed": 11})
-        outside.execute("BEGIN EXCLUSIVE")
-        wait_until(lambda: commit_running_s(first) > 0.3, "a commit to wait on the lock")
+    job_id = first.client.submit(200, {"seed": 11})
+    with commit_held(first, journal):
         first.signal(signal.SIGUSR2)
         assert first.wait(30) == 1
-        outside.execute("ROLLBACK")
     assert "stopping without journal" in first.log
     ((_, kept),) = records().items()
     assert (kept.state, kept.holder_pid) == ("kept", first.proc.pid)  # type: ignore[union-attr]

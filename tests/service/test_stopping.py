@@ -13,12 +13,14 @@ another connection holds, stopped by SIGTERM.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import signal
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
@@ -74,6 +76,17 @@ def commit_running_s(server: ServerProcess) -> float:
     """How long the journal call running in ``server`` has run (its gauge), 0 when none runs."""
     found = re.search(rf"^{GAUGE} (\S+)$", server.metrics_text(), re.MULTILINE)
     return float(found.group(1)) if found else 0.0
+
+
+@contextlib.contextmanager
+def commit_held(server: ServerProcess, journal: Path) -> Iterator[None]:
+    """Another program holds ``journal``'s lock (``server`` started with `WAITS_ON_LOCKS`) until
+    the end of the block, entered once one of ``server``'s commits waits on it."""
+    with closing(sqlite3.connect(journal, isolation_level=None)) as outside:
+        outside.execute("BEGIN EXCLUSIVE")
+        wait_until(lambda: commit_running_s(server) > 0.3, "a commit to wait on the lock")
+        yield
+        outside.execute("ROLLBACK")
 
 
 def on_virtual_time(svc: Server, clock: FakeClock) -> VirtualTimers:
@@ -243,15 +256,12 @@ def test_sigterm_ends_a_stop_held_by_a_hung_commit_within_its_bound_exiting_1(
            "PACER_SHUTDOWN__DRAIN_S": "0.5", "PACER_SHUTDOWN__JOURNAL_S": "1"}  # fmt: skip
     first = server_factory(**env, **WAITS_ON_LOCKS).start()
     journal = tmp_path / "journal.sqlite"
-    with closing(sqlite3.connect(journal, isolation_level=None)) as outside:
-        job_id = first.client.submit(100)
-        outside.execute("BEGIN EXCLUSIVE")
-        wait_until(lambda: commit_running_s(first) > 0.3, "a commit to wait on the lock")
+    job_id = first.client.submit(100)
+    with commit_held(first, journal):
         began = time.monotonic()
         first.signal(signal.SIGTERM)
         assert first.wait(30) == 1
         assert time.monotonic() - began < 0.5 + 1 + 5  # the bounds and a few seconds
-        outside.execute("ROLLBACK")
     [line] = [line for line in first.log.splitlines() if STOP_ERROR in line]
     assert " ERROR pacer.service " in line
     hung = (r"journal call _commit has run [\d.]+ s on pacer-journal-0 without returning, and "
