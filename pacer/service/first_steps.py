@@ -97,18 +97,17 @@ class FirstSteps:
         if workload is None:
             return
         thread = ThreadPoolExecutor(1, thread_name_prefix="pacer-prepare")
-        self.prepare_began = self._clock()
+        self.prepare_began = began = self._clock()
         try:
-            self.preparing = thread.submit(self._prepare, workload)
+            self.preparing = thread.submit(self._prepare, workload, began)
         finally:
             thread.shutdown(wait=False)
 
-    def _prepare(self, workload: PooledWorkload) -> None:
-        started = self._clock()
+    def _prepare(self, workload: PooledWorkload, began: float) -> None:
         try:
             host.prepare_pool(workload, self.plan, bool(self.settings.gpu.pool_slots))
         finally:
-            self.prepare_s = self._clock() - started
+            self.prepare_s = self._clock() - began
 
     async def prepared(self, startup: StartupTimes) -> None:
         """Wait for the prepare begun (nothing where none was); how long it took, its parts and
