@@ -9,9 +9,11 @@ imports CuPy only beside the pinning (`gpu.workload.GpuNttWorkload.prepare`). Th
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import importlib.util
+import logging
 import threading
 
 __all__ = ["begin_driver_start", "device_count", "device_name"]
@@ -22,6 +24,10 @@ _SUCCESS = 0  # CUDA_SUCCESS
 
 
 _starting = threading.Lock()
+EXIT_WAIT_S = 30.0
+"""How long a process that ends during `begin_driver_start`'s start waits for it (cuInit takes
+seconds on a host of many GPUs without persistence mode)."""
+logger = logging.getLogger("gpu.devices")
 
 
 @functools.cache
@@ -44,11 +50,21 @@ def begin_driver_start() -> threading.Thread:
     """Start the CUDA driver (where CuPy is installed) on a thread of its own, so that a later
     `device_count` finds it started: cuInit takes 0.2 s on an H200 host, which a start can
     spend beside its imports instead of after them. A process that ends sooner (a setting
-    refused) waits for the start to end first: the driver's exit handlers never run beside
-    its start."""
-    thread = threading.Thread(target=_usable_driver, name="pacer-cuda-driver")
+    refused) waits for the start to end first, so the driver's exit handlers do not run beside
+    it; but a driver that hangs in cuInit (a device fallen off the bus) is waited for only
+    `EXIT_WAIT_S`, and a warning says so."""
+    thread = threading.Thread(target=_usable_driver, name="pacer-cuda-driver", daemon=True)
     thread.start()
+    atexit.register(_waited_at_exit, thread)
     return thread
+
+
+def _waited_at_exit(thread: threading.Thread) -> None:
+    thread.join(EXIT_WAIT_S)
+    if thread.is_alive():
+        logger.warning("the CUDA driver's start (cuInit) has not ended after %.0f s: exiting "
+                       "without it (is a device lost? see nvidia-smi and the kernel log)",
+                       EXIT_WAIT_S)  # fmt: skip
 
 
 def _usable_driver() -> ctypes.CDLL | None:

@@ -22,6 +22,12 @@ def test_no_device_and_no_name_without_cupy(monkeypatch: pytest.MonkeyPatch) -> 
 
 def _with_cupy_installed(tmp_path: Path, script: str, returncode: int = 0) -> str:
     """What ``script`` prints, run where CuPy is installed (a stand-in: importing it fails)."""
+    ran = _run_with_cupy_installed(tmp_path, script)
+    assert ran.returncode == returncode, ran.stderr
+    return ran.stdout.strip()
+
+
+def _run_with_cupy_installed(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
     fake = tmp_path / "cupy"
     fake.mkdir()
     (fake / "__init__.py").write_text('raise ImportError("CuPy is looked up, not imported")\n')
@@ -29,10 +35,8 @@ def _with_cupy_installed(tmp_path: Path, script: str, returncode: int = 0) -> st
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         cwd=ROOT, env=env, timeout=60)  # fmt: skip
-    assert ran.returncode == returncode, ran.stderr
-    return ran.stdout.strip()
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=60)  # fmt: skip
 
 
 def test_the_devices_are_counted_and_named_without_importing_cupy(tmp_path: Path) -> None:
@@ -108,3 +112,20 @@ def test_a_process_that_ends_during_the_drivers_start_waits_for_it(tmp_path: Pat
         "sys.exit(2)\n"
     )
     assert _with_cupy_installed(tmp_path, script, returncode=2) == "started"
+
+
+def test_a_driver_that_hangs_in_its_start_holds_the_exit_only_so_long(tmp_path: Path) -> None:
+    script = (
+        "import ctypes, sys, threading\n"
+        "class Driver:\n"
+        "    def cuInit(self, flags):\n"
+        "        threading.Event().wait()  # a device fallen off the bus\n"
+        "ctypes.CDLL = lambda name: Driver()\n"
+        "from gpu import devices\n"
+        "devices.EXIT_WAIT_S = 0.1\n"
+        "devices.begin_driver_start()\n"
+        "sys.exit(2)\n"
+    )
+    ran = _run_with_cupy_installed(tmp_path, script)
+    assert ran.returncode == 2, ran.stderr
+    assert "the CUDA driver's start (cuInit) has not ended after 0 s" in ran.stderr
