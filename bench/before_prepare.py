@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.installed import bytecode_env
-from pacer.table import render
+from pacer.cli.table import render
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_HOST = {"PACER_NTT__LOG_N": "27", "PACER_NTT__FIELD": "goldilocks",
@@ -37,8 +37,9 @@ import sys, time
 launched = float(sys.argv[1])
 sys.argv[1:] = ["serve"]  # what pacer.__main__ begins for a `pacer serve` as it is imported
 import pacer.__main__
-from pacer import config, logs
-from pacer.service import host
+from pacer import config
+from pacer.runtime import logs
+from pacer.service import resources as host
 from pacer.service.first_steps import FirstSteps
 imported = time.time()
 

@@ -41,11 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.restart import Instance, free_port, median_range, pinning_alone
-from gpu.pool_record import sweep
+from gpu.shm.record import sweep
 from gpu.workload import GpuNttWorkload, ntt
+from pacer.cli.table import render
 from pacer.config import Settings
 from pacer.settle.detector import parse_size
-from pacer.table import render
 
 VARIANTS = ("main", "quiet", "late_provers", "late_synthesis", "all_cores")
 
@@ -66,7 +66,7 @@ def _as(variant: type[GpuNttWorkload], workload: GpuNttWorkload) -> GpuNttWorklo
 
 class _Quiet(GpuNttWorkload):
     def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
-        from gpu.process_executor import ProcessSynthesizer
+        from gpu.procs.executor import ProcessSynthesizer
 
         if self.kernel == "numba":
             self._kernels_loaded = self._load_kernels()
@@ -85,7 +85,7 @@ def quiet(settings: Settings) -> GpuNttWorkload:
 
 class _LateProvers(GpuNttWorkload):
     def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
-        from gpu.process_executor import ProcessSynthesizer
+        from gpu.procs.executor import ProcessSynthesizer
 
         self._synthesizer = ProcessSynthesizer(synthesis_workers, backend=self.kernel,
                                                field=self.field)  # fmt: skip
@@ -103,7 +103,7 @@ def late_provers(settings: Settings) -> GpuNttWorkload:
 
 class _LateSynthesis(GpuNttWorkload):
     def prepare(self, slots: int, budget_bytes: int, synthesis_workers: int) -> None:
-        from gpu.process_executor import ProcessSynthesizer
+        from gpu.procs.executor import ProcessSynthesizer
 
         with ThreadPoolExecutor(1) as beside:
             provers = beside.submit(self._timed, "provers", self._build_provers)
@@ -120,7 +120,7 @@ def late_synthesis(settings: Settings) -> GpuNttWorkload:
 
 
 def all_cores(settings: Settings) -> GpuNttWorkload:
-    from gpu import allocators
+    from gpu.pool import allocators
 
     allocators.PIN_THREADS = os.cpu_count() or 1
     return _gpu(settings)

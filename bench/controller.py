@@ -16,11 +16,11 @@ import sys
 import time
 from collections import defaultdict
 
+from pacer.cli.table import render
 from pacer.config import Settings, load_settings
 from pacer.sim import table
 from pacer.sim.report import Report
 from pacer.sim.suite import Finding, check_targets, run_suite
-from pacer.table import render
 
 
 def _progress(i: int, n: int, r: Report) -> None:

@@ -46,9 +46,9 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 from bench.installed import bytecode_env
-from pacer.client import Client
+from pacer.cli.http_client import Client
+from pacer.cli.table import render
 from pacer.pgjournal import PgJournal
-from pacer.table import render
 from tests.postgres_server import PostgresServer
 
 TARGET_CLAIMS_S = 5_000

@@ -32,14 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
+from pacer.cli.table import render
 from pacer.config import ControllerSettings, Settings
-from pacer.controller import PIController
-from pacer.policy import DispatchPolicy
+from pacer.control.controller import PIController
+from pacer.control.policy import DispatchPolicy
 from pacer.sim.engine import RawRun, Simulation, VirtualClock
 from pacer.sim.policies import policy_factory
 from pacer.sim.report import Report, summarize
 from pacer.sim.scenario import Scenario, load_scenario, shipped_scenarios
-from pacer.table import render
 
 SCENARIOS = (
     "gpu-stall", "gpu-speedup", "gpu-slowdown", "synthesis-jump", "worker-dies",

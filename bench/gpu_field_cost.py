@@ -2,7 +2,7 @@
 
     python -m bench.gpu_field_cost [--repeats 5]
 
-The pass is the shape of `gpu.ntt_cuda`'s ``ntt_stage2`` (two butterfly levels a thread, four
+The pass is the shape of `gpu.cuda.ntt`'s ``ntt_stage2`` (two butterfly levels a thread, four
 elements read and written), built twice from one template: BabyBear, p = 15·2^27 + 1, in
 uint32 with the product reduced by ``%``, as the service's kernels do; Goldilocks,
 p = 2^64 − 2^32 + 1, in uint64 with the 128-bit product from ``__umul64hi`` and the usual
@@ -22,7 +22,7 @@ import os
 import statistics
 from typing import Any
 
-from pacer.table import render
+from pacer.cli.table import render
 
 SOURCE = r"""
 typedef unsigned int u32;

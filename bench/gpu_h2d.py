@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from pacer.table import render
+from pacer.cli.table import render
 
 
 def timed_copies(cp: Any, host: np.ndarray, repeats: int) -> float:

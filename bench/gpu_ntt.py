@@ -3,8 +3,9 @@
     python -m bench.gpu_ntt [--log-n 16 18 20] [--repeats 20] [--markdown]
                             [--field babybear|goldilocks]
 
-Per size: one `gpu.ntt_cuda.CudaHSteps.run` on fresh random partitions must equal
-`gpu.ntt.HSteps.run` exactly (exit 1 if not); then, with a, b, c and h in pinned host memory
+Per size: one `gpu.cuda.ntt.CudaHSteps.run` on fresh random partitions must equal
+`gpu.reference.ntt.HSteps.run` exactly (exit 1 if not); then, with a, b, c and h in pinned host
+memory
 and every launch on one non-blocking stream, each phase is timed with CUDA events over N runs
 after a warm-up. Prints the median milliseconds per phase and in total, and the H2D rate for
 the three input vectors. With $OUT set, also writes the results to $OUT/gpu_ntt.json.
@@ -23,13 +24,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpu import ntt_cuda
-from gpu.devices import device_count
-from gpu.digest import digest
+from gpu.cuda import ntt as ntt_cuda
+from gpu.cuda.devices import device_count
 from gpu.field import FIELD_NAMES, by_name
-from gpu.ntt import HSteps
-from gpu.synthesis import synthesize
-from pacer.table import render
+from gpu.reference.digest import digest
+from gpu.reference.ntt import HSteps
+from gpu.reference.synthesis import synthesize
+from pacer.cli.table import render
 
 SIZES_LOG_N = (16, 18, 20)
 WARMUP_RUNS = 3
@@ -152,7 +153,7 @@ def main() -> int:
     print(
         f"{field.name}; median of {args.repeats} after {WARMUP_RUNS} warm-up runs; {device_name}, "
         f"cupy {cupy.__version__}, CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}; "
-        "bit-identical to gpu.ntt on 2 fresh partitions per size"
+        "bit-identical to gpu.reference.ntt on 2 fresh partitions per size"
     )
     out_dir = os.environ.get("OUT")
     if out_dir:

@@ -5,9 +5,10 @@
                                   [--executor threads|processes] [--field goldilocks|babybear]
                                   [--cpu-backend numba numpy]
 
-Per size, on device 0: the prover's time per partition (`gpu.prover.GpuProver.prove` from
+Per size, on device 0: the prover's time per partition (`gpu.cuda.prover.GpuProver.prove` from
 pinned slots, digest only, as the service runs it; median of N after a warm-up) and its phases;
-one partition proved with H kept and checked by `gpu.verification.verify` on the CPU; the GPU's own
+one partition proved with H kept and checked by `gpu.reference.verification.verify` on the CPU; the
+GPU's own
 throughput with 1, 2 ... provers (threads, each with its stream) on the device, fed from slots
 synthesized beforehand; synthesis into pinned slots by 1, 8, 16 ... threads at once
 (partitions/s, median seconds per partition) beside the host's memory-copy bandwidth with as
@@ -32,15 +33,16 @@ from typing import Any
 import numpy as np
 
 from bench.threads import timed_threads
-from gpu import cpu_backend, synthesis
-from gpu.digest import digest
-from gpu.field import FIELD_NAMES, PrimeField, by_name
-from gpu.ntt_cuda import GPU_PHASES
-from gpu.pool import PinnedPool
-from gpu.process_executor import ProcessSynthesizer
-from gpu.prover import GpuProver
-from gpu.verification import verify
-from pacer.table import render
+from gpu.cuda.ntt import GPU_PHASES
+from gpu.cuda.prover import GpuProver
+from gpu.field import FIELD_NAMES, by_name
+from gpu.field.prime import PrimeField
+from gpu.pool.pinned import PinnedPool
+from gpu.procs.executor import ProcessSynthesizer
+from gpu.reference import cpu_backend, synthesis
+from gpu.reference.digest import digest
+from gpu.reference.verification import verify
+from pacer.cli.table import render
 
 WARMUP_RUNS = 2
 

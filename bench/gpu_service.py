@@ -34,13 +34,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bench.service import quantile
-from gpu.ntt_cuda import GPU_PHASES
+from gpu.cuda.ntt import GPU_PHASES
 from gpu.workload import GpuNttWorkload
-from pacer.attempts import Call
+from pacer.cli.table import render
 from pacer.config import Settings
 from pacer.pipeline import Outcome
+from pacer.pipeline.attempts import Call
 from pacer.server import Server
-from pacer.table import render
 
 
 class Gaps:
@@ -296,13 +296,13 @@ def main() -> int:
         type=int,
         default=None,
         help="threads executor: log2 of the elements a synthesis handles per step (default: "
-        "gpu.synthesis.THREADED_STEP); worker processes keep cache-sized steps",
+        "gpu.reference.synthesis.THREADED_STEP); worker processes keep cache-sized steps",
     )
     args = parser.parse_args()
     if args.chunk_log2 is not None:
-        import gpu.synthesis
+        import gpu.reference.synthesis
 
-        gpu.synthesis.THREADED_STEP = 1 << args.chunk_log2
+        gpu.reference.synthesis.THREADED_STEP = 1 << args.chunk_log2
     import uvloop
 
     results: list[dict[str, Any]] = []

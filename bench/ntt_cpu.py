@@ -4,9 +4,11 @@
                                       [--log-n 14 16 18 20] [--cpu-backend numpy numba]
 
 Prints, per field and log_n, the median wall time over N repeats (default 3) of
-`gpu.ntt.compute_h` on one synthesized partition, of one `gpu.ntt.ntt` of the same length
-and, with each CPU backend named, of one `gpu.synthesis.synthesize_into` into arrays of the
-field's storage dtype and one `gpu.verification.verify` of that partition's H. A warm-up
+`gpu.reference.ntt.compute_h` on one synthesized partition, of one `gpu.reference.ntt.ntt` of the
+same length
+and, with each CPU backend named, of one `gpu.reference.synthesis.synthesize_into` into arrays of
+the
+field's storage dtype and one `gpu.reference.verification.verify` of that partition's H. A warm-up
 call first builds the cached twiddle tables (and compiles a Numba kernel), so the times are of
 the steady state.
 """
@@ -23,12 +25,12 @@ from functools import partial
 
 import numpy as np
 
-from gpu.cpu_backend import CPU_BACKENDS
 from gpu.field import FIELD_NAMES, by_name
-from gpu.ntt import compute_h, ntt
-from gpu.synthesis import synthesize, synthesize_into
-from gpu.verification import verify
-from pacer.table import render
+from gpu.reference.cpu_backend import CPU_BACKENDS
+from gpu.reference.ntt import compute_h, ntt
+from gpu.reference.synthesis import synthesize, synthesize_into
+from gpu.reference.verification import verify
+from pacer.cli.table import render
 
 SIZES_LOG_N = (14, 16, 18, 20)
 

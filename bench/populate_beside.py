@@ -3,7 +3,7 @@
     python -m bench.populate_beside [--gib 24] [--blocks 8] [--threads 8] [--runs 2]
 
 A cold start's pinning is mostly filling in this process's page tables for the pool's blocks
-(`gpu.allocators.populate`: MADV_POPULATE_WRITE, page by page in the kernel). Each run makes
+(`gpu.pool.allocators.populate`: MADV_POPULATE_WRITE, page by page in the kernel). Each run makes
 ``--blocks`` memfd blocks of ``--gib`` GiB in all and fills them on ``--threads`` threads:
 
 - ``alone``: nothing else running;
@@ -33,9 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.process import BaseProcess
 
 from bench.restart import median_range
-from gpu.allocators import populate
-from gpu.shm_blocks import HostBlock, create_block
-from pacer.table import render
+from gpu.pool.allocators import populate
+from gpu.shm.blocks import HostBlock, create_block
+from pacer.cli.table import render
 
 GIB = 2**30
 

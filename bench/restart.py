@@ -49,11 +49,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bench.installed import bytecode_env
-from gpu.pool_record import sweep
-from pacer.client import Client
-from pacer.host_memory import meminfo_bytes
+from gpu.shm.record import sweep
+from pacer.cli.http_client import Client
+from pacer.cli.table import render
+from pacer.host.memory import meminfo_bytes
 from pacer.settle.detector import parse_size
-from pacer.table import render
 from tests.kept_pools import ServiceManager
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,17 +192,17 @@ def pin_alone(threads: int | None = None) -> dict[str, Any]:
     plan's slots of the workload's partitions), as it pins it (shared blocks, populated and
     registered on the same threads: ``threads``, or as many as a service uses) but with
     nothing else running; the CUDA context is made first and not counted. Freed after. With
-    the pinning threads' seconds in each part (`gpu.allocators.PinSeconds`)."""
+    the pinning threads' seconds in each part (`gpu.pool.allocators.PinSeconds`)."""
     import cupy
 
-    from gpu import allocators
-    from gpu.handover import Handover
-    from gpu.pool import PinnedPool
+    from gpu.pool import allocators
+    from gpu.pool.pinned import PinnedPool
+    from gpu.shm.handover import Handover
     from gpu.workload import GpuNttWorkload
     from pacer.config import load_settings
-    from pacer.host_memory import HOST_FILES
+    from pacer.host.memory import HOST_FILES
     from pacer.plan import resolve
-    from pacer.service.host import read_host
+    from pacer.service.resources import read_host
     from pacer.workload import load_workload
 
     settings = load_settings()

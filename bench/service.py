@@ -32,11 +32,11 @@ import aiohttp
 import uvloop
 from prometheus_client import CollectorRegistry
 
+from pacer.cli.table import render
 from pacer.config import Settings
+from pacer.control.policy import Decision, Observation
 from pacer.journal import JobState
-from pacer.policy import Decision, Observation
 from pacer.server import Server
-from pacer.table import render
 
 
 def rss_bytes() -> int:

@@ -51,7 +51,7 @@ from typing import Any
 import aiohttp
 
 from bench.installed import bytecode_env
-from pacer.table import render
+from pacer.cli.table import render
 
 ROOT = Path(__file__).resolve().parents[1]
 BIG_JOB_PARTITIONS = 1_000_000

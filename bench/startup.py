@@ -20,10 +20,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpu.pool_record import sweep
+from gpu.shm.record import sweep
 from gpu.workload import GpuNttWorkload
+from pacer.cli.table import render
 from pacer.config import Settings
-from pacer.table import render
 
 
 class SharedPoolWorkload(GpuNttWorkload):

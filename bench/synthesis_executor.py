@@ -3,7 +3,8 @@
     .venv/bin/python -m bench.synthesis_executor [--log-n K ...] [--partitions N] [--workers W]
         [--repeats R] [--start-method {forkserver,spawn,fork}] [--markdown]
 
-For each log_n (default 16 and 18) it synthesizes partitions (`gpu.synthesis.synthesize`: a, b, c,
+For each log_n (default 16 and 18) it synthesizes partitions (`gpu.reference.synthesis.synthesize`:
+a, b, c,
 24 bytes per element) with W workers (default: the CPU count) through three executors, the
 buffers always ending up in this process, where the service needs them:
 
@@ -16,7 +17,8 @@ buffers always ending up in this process, where the service needs them:
 A batch is N partitions (default 48) with W always in flight, as the service's synthesis pool
 runs. Latency is from submission until the buffers are usable here (for pickle: unpickled);
 throughput is N over the batch's wall time. Each executor runs R batches (default 5) with the
-process otherwise idle, and R with one more thread running `gpu.ntt.compute_h` in a loop on
+process otherwise idle, and R with one more thread running `gpu.reference.ntt.compute_h` in a loop
+on
 other buffers, as a proving worker does ("prover busy"). Such a batch starts as a compute_h
 call starts and keeps the load on until the call in progress at its end has finished, so the
 calls counted ("h done") are whole and ran under synthesis throughout; "h/s" is their rate,
@@ -29,8 +31,10 @@ executors take turns batch by batch, in a rotating order, so drift in a shared m
 favours none. Start-up (from creating a pool until every worker has synthesized one partition
 of the size, numpy imported; for shm also allocating and writing the blocks) is timed apart
 from the batches. Process pools use the forkserver start method by default, preloading
-`gpu.synthesis`: the service runs threads, which `fork` does not survive safely. The first batch's
-partitions 0, N/2 and N − 1 are hashed (`gpu.digest.digest`) and compared across executors;
+`gpu.reference.synthesis`: the service runs threads, which `fork` does not survive safely. The
+first batch's
+partitions 0, N/2 and N − 1 are hashed (`gpu.reference.digest.digest`) and compared across
+executors;
 exits 1 if they differ.
 """
 
@@ -62,10 +66,10 @@ from typing import Any, Protocol, Self, TypeVar
 
 import numpy as np
 
-from gpu import ntt, synthesis
-from gpu.digest import digest
-from gpu.field import FieldArray
-from pacer.table import render
+from gpu.field.prime import FieldArray
+from gpu.reference import ntt, synthesis
+from gpu.reference.digest import digest
+from pacer.cli.table import render
 
 SEED = 2026
 VECTORS = 3  # a, b, c
@@ -123,7 +127,7 @@ class Synthesis(Protocol[_Result]):
 
 
 class PoolSynthesis:
-    """`gpu.synthesis.synthesize` on an executor; the buffers are the call's result."""
+    """`gpu.reference.synthesis.synthesize` on an executor; the buffers are the call's result."""
 
     def __init__(self, executor: Executor, log_n: int) -> None:
         self.executor = executor
@@ -204,7 +208,7 @@ class Batch:
 
 
 class Prover:
-    """`gpu.ntt.compute_h` in a loop on its own thread, as a proving worker runs it.
+    """`gpu.reference.ntt.compute_h` in a loop on its own thread, as a proving worker runs it.
 
     ``spans`` holds each finished call's (start, end), perf_counter s. Leaving ``with`` stops
     the loop after the call in progress.
@@ -535,9 +539,10 @@ def main() -> int:
     context = contexts[args.start_method]
     server_s = 0.0
     if args.start_method == "forkserver":
-        # Children fork from a server that has numpy and gpu.synthesis imported already. It
+        # Children fork from a server that has numpy and gpu.reference.synthesis imported already.
+        # It
         # imports them in the background; the first process it forks waits for that.
-        context.set_forkserver_preload(["gpu.synthesis"])
+        context.set_forkserver_preload(["gpu.reference.synthesis"])
         started = time.perf_counter()
         multiprocessing.forkserver.ensure_running()
         _time_process_start(context)
@@ -562,7 +567,7 @@ def main() -> int:
     print(
         f"process start method {args.start_method}: one bare process {process_s * 1e3:.0f} ms"
         + (
-            f"; the server, once, preloading gpu.synthesis: {server_s * 1e3:.0f} ms"
+            f"; the server, once, preloading gpu.reference.synthesis: {server_s * 1e3:.0f} ms"
             if server_s
             else ""
         )

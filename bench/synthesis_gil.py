@@ -2,7 +2,8 @@
 
     python -m bench.synthesis_gil [--log-n 24] [--chunks-log2 18 20 22] [--threads 1 2 4]
 
-`gpu.synthesis.synthesize_into` makes a few NumPy calls per step; each call gives up the GIL and
+`gpu.reference.synthesis.synthesize_into` makes a few NumPy calls per step; each call gives up the
+GIL and
 must take it back. Its default (`cache` below) takes steps of `SYNTHESIS_CHUNK` elements and
 makes c in `_PRODUCT_CHUNK` pieces, all in a core's cache; ``step=2^k`` takes steps of 2^k and
 makes c in one go per step (fewer calls). Beside a thread that runs Python (here: counting, as
@@ -24,8 +25,8 @@ import time
 import numpy as np
 
 from bench.threads import timed_threads
-from gpu import synthesis
-from pacer.table import render
+from gpu.reference import synthesis
+from pacer.cli.table import render
 
 
 def counting(stop: threading.Event, counts: list[int]) -> None:

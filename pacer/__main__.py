@@ -7,11 +7,14 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from pacer import early_start
+from pacer.runtime import early_start
 
 early_start.begin(sys.argv[1:])  # for `pacer serve`: beside the imports below, not after
 
-from pacer import __version__, cli_args, cli_client, cli_run, config  # noqa: E402
+from pacer import __version__, config  # noqa: E402
+from pacer.cli import args as cli_args  # noqa: E402
+from pacer.cli import jobs as cli_client  # noqa: E402
+from pacer.cli import run as cli_run  # noqa: E402
 from pacer.config.env import SECRET_MASK  # noqa: E402
 from pacer.sim import cli as sim_cli  # noqa: E402
 
@@ -151,10 +154,10 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
 
     from pydantic import ValidationError
 
-    from pacer import logs
     from pacer.journal import JournalRefusedError
-    from pacer.journal_health import JournalUnavailable
+    from pacer.journal.health import JournalUnavailable
     from pacer.plan import ConfigurationError
+    from pacer.runtime import logs
     from pacer.workload import WorkloadError
 
     try:
@@ -185,9 +188,10 @@ def _serve_from_first_steps(settings: config.Settings) -> int:
     """Take the start's first steps (the journal's lock, the workload, the plan) and begin
     the pool's pinning before importing the rest of the service, which then opens beside it
     (`pacer.service.first_steps`); with a fleet's journal the pinning waits for it. The
-    signals the service answers are held from before the first step (`pacer.signals.Held`)."""
+    signals the service answers are held from before the first step
+    (`pacer.runtime.signals.Held`)."""
+    from pacer.runtime.signals import Held
     from pacer.service.first_steps import FirstSteps
-    from pacer.signals import Held
 
     held = Held().install()
     first_steps = FirstSteps(settings)

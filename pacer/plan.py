@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pacer.config import Settings
-from pacer.estimates import estimates_key
-from pacer.host_memory import HOST_FILES, HostFiles, HostMemory, MemoryPlan, bytes_text
-from pacer.policy import Caps
+from pacer.control.estimates import estimates_key
+from pacer.control.policy import Caps
+from pacer.host.memory import HOST_FILES, HostFiles, HostMemory, MemoryPlan, bytes_text
 from pacer.workload import Workload, load_workload, pooled
 
 
@@ -64,7 +64,7 @@ class Plan:
 
     @property
     def estimates_key(self) -> str:
-        """What estimates saved under this plan are valid for (`pacer.estimates`)."""
+        """What estimates saved under this plan are valid for (`pacer.control.estimates`)."""
         params: dict[str, object] = {
             "field": self.field,
             "log_n": self.log_n,

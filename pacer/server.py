@@ -17,9 +17,9 @@ from aiohttp import web
 
 from pacer.api import build_runner
 from pacer.config import Settings
+from pacer.runtime.signals import Held, Signals, sd_notify
 from pacer.service import Service
 from pacer.service.first_steps import FirstSteps
-from pacer.signals import Held, Signals, sd_notify
 
 log = logging.getLogger("pacer.service")
 SWITCH_INTERVAL_S = 0.001

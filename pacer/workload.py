@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pacer.config import Settings
-from pacer.early_start import WORKLOAD_ALIASES
+from pacer.runtime.early_start import WORKLOAD_ALIASES
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class Workload(Protocol):
 
 
 class Pool(Protocol):
-    """A pinned host-memory pool as the service reads it (`gpu.pool.PinnedPool`): slots and
+    """A pinned host-memory pool as the service reads it (`gpu.pool.pinned.PinnedPool`): slots and
     bytes, and the counters of its lending."""
 
     @property

@@ -115,7 +115,7 @@ def no_pool_kept_here() -> None:
     """The kept-pool tests sweep /dev/shm, kept pools included. Where pool blocks or owner
     records were there before the tests started (a pacer's pool, kept for its successor, or
     another test run's), they skip rather than drop what is not theirs."""
-    from gpu.shm_blocks import BLOCK_PREFIX, SHM_DIR
+    from gpu.shm.blocks import BLOCK_PREFIX, SHM_DIR
     from tests.kept_pools import records
 
     found = [*records(), *(n for n in os.listdir(SHM_DIR) if n.startswith(BLOCK_PREFIX))]

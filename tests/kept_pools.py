@@ -10,8 +10,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpu.pool_record import RECORD_PREFIX, PoolRecord
-from gpu.shm_blocks import SHM_DIR
+from gpu.shm.blocks import SHM_DIR
+from gpu.shm.record import RECORD_PREFIX, PoolRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 HOLD = """
 import sys
 import numpy as np
-from gpu.allocators import SharedHostAllocator
-from gpu.handover import Handover
-from gpu.pool import PinnedPool
+from gpu.pool.allocators import SharedHostAllocator
+from gpu.shm.handover import Handover
+from gpu.pool.pinned import PinnedPool
 slots, n, keep, store = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "keep", sys.argv[4]
 handover = Handover(keep, store)
 pool = PinnedPool(slots, [(n,)] * 3, np.uint32, SharedHostAllocator(False, handover),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from gpu.shm_blocks import BLOCK_PREFIX
+from gpu.shm.blocks import BLOCK_PREFIX
 
 # A service's pool that is still open: it reports its block names, then waits to be killed.
 # Its blocks are taken off multiprocessing's resource tracker, as when the tracker dies with it
@@ -15,7 +15,7 @@ HOLD_A_POOL = """
 import sys
 from multiprocessing import resource_tracker
 import numpy as np
-from gpu.pool import PinnedPool
+from gpu.pool.pinned import PinnedPool
 pool = PinnedPool(2, [(1024,)] * 3, np.uint32, backend="shared")
 for index in range(2):
     slot = pool.checkout()
@@ -57,8 +57,8 @@ HOLD_A_POOL_WITH_SYNTHESIS = """
 import sys
 from multiprocessing import forkserver
 import numpy as np
-from gpu.pool import PinnedPool
-from gpu.process_executor import ProcessSynthesizer
+from gpu.pool.pinned import PinnedPool
+from gpu.procs.executor import ProcessSynthesizer
 pool = PinnedPool(2, [(1024,)] * 3, np.uint32, backend="shared")
 synthesizer = ProcessSynthesizer(2, pool.block_paths)
 synthesizer.start()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu.shm_blocks import BLOCK_PREFIX
+from gpu.shm.blocks import BLOCK_PREFIX
 from pacer.settle.held import HeldBlockScanner
 from pacer.settle.sources import _read_stat
 from tests.waits import wait_until

@@ -16,9 +16,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from pacer.client import ApiError, Client
+from pacer.cli.http_client import ApiError, Client
 from pacer.config import Settings
-from pacer.host_memory import HostFiles
+from pacer.host.memory import HostFiles
 from pacer.journal import JobState
 from pacer.server import Server
 from pacer.service import Service

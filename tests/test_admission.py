@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pacer.admission import (
+from pacer.service.admission import (
     DEFAULT_RETRY_AFTER_S,
     MAX_RETRY_AFTER_S,
     Admission,

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from pacer.attempts import CallLimits, CallTimedOut, RetrySchedule, proof_problem
 from pacer.config import ControllerSettings, RetrySettings, TimeoutSettings
-from pacer.controller import PIController
-from pacer.estimates import Estimates
-from pacer.policy import Caps, Observation
-from pacer.threads import CallState, DaemonPool
+from pacer.control.controller import PIController
+from pacer.control.estimates import Estimates
+from pacer.control.policy import Caps, Observation
+from pacer.pipeline.attempts import CallLimits, CallTimedOut, RetrySchedule, proof_problem
+from pacer.runtime.threads import CallState, DaemonPool
 from pacer.workload import Proof
 from tests.conftest import FakeClock
 from tests.waits import wait_until
@@ -162,7 +162,7 @@ def test_shutdown_cancels_what_has_not_started() -> None:
 def test_the_interpreter_exits_with_a_call_hung_in_the_pool() -> None:
     # concurrent.futures' pools join their threads at exit: this would never end with one.
     code = (
-        "import threading; from pacer.threads import DaemonPool\n"
+        "import threading; from pacer.runtime.threads import DaemonPool\n"
         "DaemonPool(1, 'hung').submit(threading.Event().wait)\n"
         "print('exiting', flush=True)\n"
     )

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pacer.backlog import Backlog
+from pacer.pipeline.backlog import Backlog
 from pacer.ranges import IndexRanges
 
 MILLION = 1_000_000

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pacer.cgroup_memory import (
+from pacer.host.cgroup import (
     CgroupLimit,
     own_cgroup,
     read_cgroup,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pacer.policy import Mode
+from pacer.control.policy import Mode
 from tests import dashboard_queries
 from tests.dashboard_queries import (
     PI_ONLY_SERIES,

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from pacer import early_start
 from pacer.config import load_settings
-from pacer.early_start import WORKLOAD_ALIASES
+from pacer.runtime import early_start
+from pacer.runtime.early_start import WORKLOAD_ALIASES
 
 began: list[str] = []
 

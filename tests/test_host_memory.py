@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pacer.cgroup_memory import CgroupLimit
-from pacer.host_memory import HostFiles, HostMemory, MemoryPlan
+from pacer.host.cgroup import CgroupLimit
+from pacer.host.memory import HostFiles, HostMemory, MemoryPlan
 from tests.servers import fake_host
 
 GIB = 2**30

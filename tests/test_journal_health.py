@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pacer.journal_health import Backoff, JournalCalls, JournalHealth
+from pacer.journal.health import Backoff, JournalCalls, JournalHealth
 from tests.conftest import FakeClock
 
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from gpu.workload import ntt
-from pacer.cgroup_memory import CgroupLimit
 from pacer.config import Settings
-from pacer.host_memory import HostFiles, HostMemory
+from pacer.host.cgroup import CgroupLimit
+from pacer.host.memory import HostFiles, HostMemory
 from pacer.plan import ConfigurationError, describe, host_plan, resolve
 from pacer.workload import NoopWorkload, PartitionSpec, Pool, Proof, Workload, WorkloadError
 from tests.servers import fake_host

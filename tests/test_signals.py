@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from pacer.signals import SIGNALS, Signals, sd_notify
+from pacer.runtime.signals import SIGNALS, Signals, sd_notify
 from tests.waits import until
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pacer.strict_json import MAX_DEPTH, BadInputError, dumps, finite, parse_object
+from pacer.api.strict_json import MAX_DEPTH, BadInputError, dumps, finite, parse_object
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from pacer.supervision import (
+from pacer.runtime.supervision import (
     CRASH_LOOP_FAILURES,
     Backoff,
     ProgressWatchdog,
@@ -130,7 +130,7 @@ async def test_a_failure_is_logged_with_its_traceback_counted_and_restarted_afte
 ) -> None:
     sup, sleep = supervisor(clock)
     body = Flaky(failures=1)
-    with caplog.at_level(logging.INFO, logger="pacer.supervision"):
+    with caplog.at_level(logging.INFO, logger="pacer.runtime.supervision"):
         await sup.start("dispatch", body)
     assert body.runs == 2  # ran again, then returned
     assert sleep.waits == [0.1]

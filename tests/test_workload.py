@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpu.ntt import H_PHASES
+from gpu.reference.ntt import H_PHASES
 from gpu.workload import NttWorkload
 from pacer.config import Settings
 from pacer.workload import (

@@ -1,6 +1,6 @@
 """The ntt workload: ``PACER_WORKLOAD=gpu.workload:ntt`` (the default; ``ntt`` for short).
 
-The Groth16 "H" computation over a prime field (`gpu.ntt`): synthesis draws a, b and
+The Groth16 "H" computation over a prime field (`gpu.reference.ntt`): synthesis draws a, b and
 c = a∘b on a domain of 2^log_n; proving interpolates, evaluates on a coset, divides by the
 vanishing polynomial and interpolates back; verification checks H(r)·Z(r) = A(r)·B(r) − C(r)
 at a random point. `ntt` proves on the CUDA GPUs ``PACER_GPU__DEVICES`` selects
@@ -25,7 +25,7 @@ def gpu_devices(setting: str) -> list[int]:
     """The CUDA devices ``PACER_GPU__DEVICES`` selects among those present."""
     if setting == "none":
         return []
-    from gpu.devices import device_count
+    from gpu.cuda.devices import device_count
 
     present = device_count()
     if setting == "all":

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpu import cpu_backend
 from gpu.field import by_name
+from gpu.reference import cpu_backend
 from pacer.workload import (
     PartitionSpec,
     Proof,
@@ -45,7 +45,8 @@ class NttWorkload(Workload):
                 f"2^{self.field.TWO_ADICITY}"
             )
         self.log_n: int = log_n
-        # The CPU backend (`gpu.cpu_backend`), under the name the Workload contract reads it by.
+        # The CPU backend (`gpu.reference.cpu_backend`), under the name the Workload contract reads
+        # it by.
         self.kernel: str = cpu_backend_for(backend, self.field.name)
         if warm and self.kernel == "numba":  # compiled now (or from the cache), not on a partition
             cpu_backend.warm(self.field, verification=True)
@@ -68,14 +69,14 @@ class NttWorkload(Workload):
         return 3 * 8 * (1 << self._log_n(params))  # a, b, c as uint64
 
     def synthesize(self, spec: PartitionSpec) -> Any:
-        import gpu.synthesis as synthesis
+        import gpu.reference.synthesis as synthesis
 
         return synthesis.synthesize(spec.seed, spec.index, self._log_n(spec.params),
                                     field=self.field, backend=self.kernel)  # fmt: skip
 
     def prove(self, buffers: Any, worker: int, keep_output: bool = True) -> Proof:
-        import gpu.ntt as ntt
-        from gpu.digest import digest
+        import gpu.reference.ntt as ntt
+        from gpu.reference.digest import digest
 
         a, b, c = buffers
         phases: dict[str, float] = {}
@@ -96,8 +97,8 @@ class NttWorkload(Workload):
         return self._verified(a, b, c, proof)
 
     def _verified(self, a: Any, b: Any, c: Any, proof: Proof) -> bool:
-        from gpu.digest import digest
-        from gpu.verification import verify
+        from gpu.reference.digest import digest
+        from gpu.reference.verification import verify
 
         field = self.field
         holds = bool(verify(a, b, c, proof.output, field=field, backend=self.kernel))

@@ -12,15 +12,15 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from gpu import cpu_backend
+from gpu.reference import cpu_backend
 from gpu.workload.cpu import NttWorkload
 from pacer.workload import PartitionSpec, Proof
 
 if TYPE_CHECKING:
-    from gpu.pool import PinnedPool
-    from gpu.process_executor import ProcessSynthesizer
-    from gpu.prover import GpuProver
-    from gpu.slots import Slot
+    from gpu.cuda.prover import GpuProver
+    from gpu.pool.pinned import PinnedPool
+    from gpu.pool.slots import Slot
+    from gpu.procs.executor import ProcessSynthesizer
 
 logger = logging.getLogger("gpu.workload")
 T = TypeVar("T")
@@ -95,7 +95,7 @@ class GpuNttWorkload(NttWorkload):
     def gpu_model(self) -> str:
         """Its devices' model(s), asked of the driver once: the service reads it at every
         resolve, and a check of the Workload contract reads every member."""
-        from gpu.devices import device_name
+        from gpu.cuda.devices import device_name
 
         return ", ".join(sorted({device_name(d) for d in self.devices}))
 
@@ -110,7 +110,7 @@ class GpuNttWorkload(NttWorkload):
         return dict(self._phases_s)
 
     def keep_pool(self) -> None:
-        """At `close`, leave the pool's blocks for the next pacer (`gpu.handover`)."""
+        """At `close`, leave the pool's blocks for the next pacer (`gpu.shm.handover`)."""
         self.keep_on_close = True
 
     def adoptable_bytes(self) -> int:
@@ -118,8 +118,8 @@ class GpuNttWorkload(NttWorkload):
         would be (what `prepare` adopts); 0 without one, or with the cuda backend."""
         if self.pool_backend == "cuda":
             return 0
-        from gpu.pool_record import adoptable_bytes
-        from gpu.slots import pool_layout
+        from gpu.pool.slots import pool_layout
+        from gpu.shm.record import adoptable_bytes
 
         return adoptable_bytes(pool_layout(((1 << self.log_n,),) * 3, self.field.storage))
 
@@ -140,7 +140,7 @@ class GpuNttWorkload(NttWorkload):
         meanwhile, on threads, build every worker's prover (CUDA context, kernels, tables and
         buffers on the device) and, with processes, start ``synthesis_workers`` synthesis
         processes, each of which maps a pool block when it first writes into it
-        (`gpu.worker_blocks`: none beside the pinning). This process's compiled CPU kernels
+        (`gpu.procs.worker_blocks`: none beside the pinning). This process's compiled CPU kernels
         load once the pool is pinned, on a thread of their own, not waited for: only a
         verification, or a synthesis here, needs them, and waits (`_compiled`). Beside the
         pinning, the kernels slowed it by a third and the workers' mapping by a sixth on an
@@ -151,7 +151,7 @@ class GpuNttWorkload(NttWorkload):
                 provers = on_cuda and starter.submit(self._timed, "provers", self._build_provers)
                 starting = None
                 if self.executor == "processes":
-                    from gpu.process_executor import ProcessSynthesizer
+                    from gpu.procs.executor import ProcessSynthesizer
 
                     self._synthesizer = ProcessSynthesizer(
                         synthesis_workers, backend=self.kernel, field=self.field
@@ -208,8 +208,8 @@ class GpuNttWorkload(NttWorkload):
             self._phases_s[phase] = time.perf_counter() - started
 
     def _build_pool(self, slots: int, budget: int) -> PinnedPool:
-        from gpu.allocators import pool_allocator
-        from gpu.pool import PinnedPool
+        from gpu.pool.allocators import pool_allocator
+        from gpu.pool.pinned import PinnedPool
 
         n = 1 << self.log_n
         allocator = pool_allocator(self.pool_backend, self.keep_on_close, slots,
@@ -219,13 +219,13 @@ class GpuNttWorkload(NttWorkload):
                           field=self.field.name)  # fmt: skip
 
     def _build_provers(self) -> None:
-        from gpu.prover import build_provers
+        from gpu.cuda.prover import build_provers
 
         devices = [self.device_of(worker) for worker in range(self.workers)]
         self._provers.update(build_provers(devices, self.log_n, self.field))
 
     def synthesize(self, spec: PartitionSpec) -> Slot:
-        import gpu.synthesis as synthesis
+        import gpu.reference.synthesis as synthesis
 
         if self.pool is None:
             raise RuntimeError("the pinned pool is not allocated yet: call prepare first")
@@ -281,7 +281,7 @@ class GpuNttWorkload(NttWorkload):
     def prove(self, buffers: Slot, worker: int, keep_output: bool = True) -> Proof:
         prover: GpuProver | None = self._provers.get(worker)
         if prover is None:  # without prepare (tests): created on the worker's own thread
-            from gpu.prover import GpuProver
+            from gpu.cuda.prover import GpuProver
 
             prover = GpuProver(self.device_of(worker), self.log_n, self.field)
             self._provers[worker] = prover

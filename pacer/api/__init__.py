@@ -10,7 +10,7 @@ endpoints that change state require ``Authorization: Bearer <token>``.
 Writes are safe from cross-site requests: POST and PATCH need ``Content-Type:
 application/json`` (415 otherwise), which a web page can only send after a CORS preflight this
 API never answers; DELETE carries no body (400 if it does). Bodies are strict JSON
-(``pacer.strict_json``); every JSON answer is written by ``respond``, with non-finite numbers
+(``pacer.api.strict_json``); every JSON answer is written by ``respond``, with non-finite numbers
 as null. Lists come a page at a time, with a ``next_cursor``; times come as epoch seconds with
 their ISO 8601 twin (`views`).
 
@@ -21,6 +21,6 @@ errors, auth, content type), ``answers`` (``respond``, ``error``), ``openapi``.
 
 from pacer.api.answers import respond
 from pacer.api.app import build_app, build_runner
-from pacer.strict_json import BadInputError
+from pacer.api.strict_json import BadInputError
 
 __all__ = ["BadInputError", "build_app", "build_runner", "respond"]

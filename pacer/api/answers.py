@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client import Counter, Histogram
 
-from pacer.strict_json import BadInputError, dumps
+from pacer.api.strict_json import BadInputError, dumps
 
 if TYPE_CHECKING:
     from pacer.service import Service

@@ -8,10 +8,10 @@ from aiohttp import web
 from prometheus_client import Counter, Histogram
 
 from pacer.api.answers import DURATIONS, OPENAPI, REFUSALS, SERVICE
+from pacer.api.connection import Runner
 from pacer.api.middleware import MIDDLEWARES
 from pacer.api.openapi import document
 from pacer.api.routes import ROUTES, add_routes
-from pacer.connection import Runner
 
 if TYPE_CHECKING:
     from pacer.service import Service

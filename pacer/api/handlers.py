@@ -7,7 +7,6 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
-from pacer.admission import BacklogFullError
 from pacer.api import views
 from pacer.api.answers import OPENAPI, REFUSALS, SERVICE, error, respond, respond_off_loop
 from pacer.api.inputs import (
@@ -19,11 +18,12 @@ from pacer.api.inputs import (
     query_cursor,
     query_int,
 )
+from pacer.api.strict_json import BadInputError
 from pacer.config import ControllerSettings
-from pacer.controller import POLICY_FIXED, PIController
+from pacer.control.controller import POLICY_FIXED, PIController
+from pacer.control.policy import PolicyConflictError
 from pacer.journal import MAX_PAGE, MAX_PARTITIONS, IdempotencyConflict, JobState
-from pacer.policy import PolicyConflictError
-from pacer.strict_json import BadInputError
+from pacer.service.admission import BacklogFullError
 
 JOB_FIELDS = {"partitions", "workload", "params", "priority"}
 CONTROLLER_FIELDS = set(ControllerSettings.model_fields) | {"manual_interval_s"}

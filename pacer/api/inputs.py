@@ -15,8 +15,8 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from pacer.api.answers import REFUSALS, SERVICE, too_large
+from pacer.api.strict_json import BadInputError, parse_object
 from pacer.journal import MAX_IDEMPOTENCY_KEY
-from pacer.strict_json import BadInputError, parse_object
 
 log = logging.getLogger("pacer.api")
 # Job ids are 16 hex digits; anything else is no job, answered without asking the journal.

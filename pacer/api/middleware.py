@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from pacer.api.answers import DURATIONS, SERVICE, error, too_large
-from pacer.journal_health import JournalUnavailable
-from pacer.strict_json import BadInputError
+from pacer.api.strict_json import BadInputError
+from pacer.journal.health import JournalUnavailable
 
 log = logging.getLogger("pacer.api")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

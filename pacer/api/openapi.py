@@ -17,10 +17,10 @@ from pydantic import TypeAdapter
 from pacer import __version__
 from pacer.api.routes import ROUTES, Answer, Route
 from pacer.config import ControllerSettings
-from pacer.estimates import Estimates
+from pacer.control.estimates import Estimates
+from pacer.control.policy import Mode, Terms
 from pacer.journal import MAX_PARTITIONS, JobRecord, JobState, PartitionRecord
-from pacer.policy import Mode, Terms
-from pacer.service.fleet import FleetCounts
+from pacer.service.fleet_host import FleetCounts
 
 Schema = dict[str, Any]
 REF = "#/components/schemas/{model}"

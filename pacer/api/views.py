@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pacer.api.inputs import encode_cursor
-from pacer.controller import PIController
+from pacer.control.controller import PIController
 from pacer.journal import (
     Attempt,
     JobKey,

@@ -13,9 +13,9 @@ with each problem named by its variable; `env` lists the variables and renders t
 
 from pacer.config.control import ControllerSettings
 from pacer.config.env import Variable, effective, env_name, markdown_table, variables
-from pacer.config.host import GpuSettings, MemorySettings, NttSettings, SynthesisSettings
 from pacer.config.journal import JournalSettings, redacted
 from pacer.config.load import SettingsError, load_settings
+from pacer.config.machine import GpuSettings, MemorySettings, NttSettings, SynthesisSettings
 from pacer.config.operation import (
     MAX_TOKEN_CHARS,
     MIN_TOKEN_CHARS,

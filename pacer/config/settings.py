@@ -8,8 +8,8 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pacer.config.control import ControllerSettings
-from pacer.config.host import GpuSettings, MemorySettings, NttSettings, SynthesisSettings
 from pacer.config.journal import JournalSettings
+from pacer.config.machine import GpuSettings, MemorySettings, NttSettings, SynthesisSettings
 from pacer.config.operation import (
     ApiSettings,
     HealthSettings,
@@ -17,7 +17,7 @@ from pacer.config.operation import (
     ShutdownSettings,
     TimeoutSettings,
 )
-from pacer.early_start import DEFAULT_WORKLOAD
+from pacer.runtime.early_start import DEFAULT_WORKLOAD
 
 ENV_PREFIX = "PACER_"
 ENV_NESTED_DELIMITER = "__"

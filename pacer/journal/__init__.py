@@ -10,7 +10,7 @@ writes, in `checks`. One service per file: `JournalLock` (`lock`) holds ``<journ
 """
 
 from pacer.journal.factory import open_fleet_journal, open_journal
-from pacer.journal.fleet import Claim, FleetBackend, HostInUseError, Lease
+from pacer.journal.fleet_backend import Claim, FleetBackend, HostInUseError, Lease
 from pacer.journal.interface import JournalBackend
 from pacer.journal.lock import JournalInUseError, JournalLock
 from pacer.journal.records import (

@@ -6,11 +6,11 @@ import time
 from collections.abc import Callable
 
 from pacer.config import JournalSettings
-from pacer.journal.fleet import FleetBackend
+from pacer.journal.fleet_backend import FleetBackend
+from pacer.journal.health import JournalUnavailable
 from pacer.journal.interface import JournalBackend
 from pacer.journal.records import JournalRefusedError
 from pacer.journal.sqlite import SqliteJournal
-from pacer.journal_health import JournalUnavailable
 
 
 def open_journal(

@@ -46,7 +46,8 @@ class SavedEstimates(SqliteConnection):
 
     def save_estimates(self, values: Mapping[str, float | None], key: str | None = None) -> None:
         """Store the controller's estimates (seconds, or None if unknown), replacing those
-        saved before, with ``key``: what they are valid for (``pacer.estimates.estimates_key``).
+        saved before, with ``key``: what they are valid for
+        (``pacer.control.estimates.estimates_key``).
         """
         blob = estimates_json(values, key)
         with self._transaction() as db:

@@ -7,10 +7,10 @@ leased index runs, and the host's own connection (`host`: its name held, word of
 what the parts share; `reads` the queries.
 """
 
-from pacer.journal.fleet import Claim, HostInUseError, Lease
+from pacer.journal.fleet_backend import Claim, HostInUseError, Lease
 from pacer.pgjournal.database import LEASE_S, POOL_SIZE, TIMEOUT_S, open_pool
-from pacer.pgjournal.fleet import MAX_CLAIM, WORK_CHANNEL
 from pacer.pgjournal.journal import PgJournal
+from pacer.pgjournal.leases import MAX_CLAIM, WORK_CHANNEL
 from pacer.pgjournal.schema import SCHEMA_VERSION, NewerDatabaseSchemaError, migrate
 
 __all__ = [

@@ -1,7 +1,7 @@
 """`PgJournal`: the job journal in a PostgreSQL database that a fleet of pacers shares.
 
 The SQLite journal's methods with its semantics (`pacer.journal.SqliteJournal` states each
-one's contract), plus the fleet's queue (`pacer.pgjournal.fleet`). Every write is one transaction,
+one's contract), plus the fleet's queue (`pacer.pgjournal.leases`). Every write is one transaction,
 committed when the method returns. The writers of a job lock its row (``FOR NO KEY UPDATE``)
 for their transaction: completers of one job, on any hosts, run one after another, so that a
 partition's result counts once and only the transaction that completes a job returns it.
@@ -45,8 +45,8 @@ from pacer.pgjournal.database import (
     job_record,
     open_pool,
 )
-from pacer.pgjournal.fleet import WORK_CHANNEL, FleetQueue, lanes
-from pacer.pgjournal.host import HostConnection
+from pacer.pgjournal.host_connection import HostConnection
+from pacer.pgjournal.leases import WORK_CHANNEL, FleetQueue, lanes
 from pacer.pgjournal.reads import JournalReads
 from pacer.pgjournal.schema import migrate
 

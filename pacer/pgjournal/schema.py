@@ -10,7 +10,7 @@ Version 1: jobs, partitions (a row only once a partition has a result), attempts
 (a row per host: the controller is per host), and ``batches``, the fleet's queue: a job's
 partitions not yet handed out are a few unclaimed rows of index runs (its lanes), and each
 claim leases runs of them to a host (``claimed_by`` until ``lease_until``, on the database's
-clock). ``pacer_claim`` claims in one round trip; `pacer.pgjournal.fleet` says how.
+clock). ``pacer_claim`` claims in one round trip; `pacer.pgjournal.leases` says how.
 """
 
 from __future__ import annotations

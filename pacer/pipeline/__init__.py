@@ -11,7 +11,7 @@ has finished (`holdings`).
 Busy time and idle gaps are kept per GPU, not per worker (`busy`): with two workers on one
 device the GPU is busy while either proves, and an idle gap is a stretch when neither does.
 
-Every workload call has a time limit (`pacer.attempts.CallLimits`). A watchdog on the loop
+Every workload call has a time limit (`pacer.pipeline.attempts.CallLimits`). A watchdog on the loop
 abandons a call past it: the partition's attempt fails with the reason, a new thread takes the
 hung one's place (synthesis and verification run on a `DaemonPool`; a proving worker gets a new
 thread under the same index), and the partition's bytes stay counted against the budget until

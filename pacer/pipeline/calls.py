@@ -9,10 +9,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from pacer.attempts import Call
+from pacer.control.policy import Observation
+from pacer.pipeline.attempts import Call
 from pacer.pipeline.work import Outcome, Running, Work, threadsafe
-from pacer.policy import Observation
-from pacer.threads import DaemonPool
+from pacer.runtime.threads import DaemonPool
 from pacer.workload import Workload
 
 

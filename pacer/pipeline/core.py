@@ -9,15 +9,15 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pacer.attempts import CallLimits
-from pacer.backlog import Backlog
 from pacer.config import TimeoutSettings
+from pacer.control.policy import Caps, DispatchPolicy, Observation
+from pacer.pipeline.attempts import CallLimits
+from pacer.pipeline.backlog import Backlog
 from pacer.pipeline.inflight import InFlight
 from pacer.pipeline.timers import LoopTimers, Timers
 from pacer.pipeline.work import Observer, Outcome, Work
-from pacer.policy import Caps, DispatchPolicy, Observation
 from pacer.ranges import IndexRanges
-from pacer.supervision import Supervisor
+from pacer.runtime.supervision import Supervisor
 from pacer.workload import Workload
 
 MIN_WAIT_S = 0.001

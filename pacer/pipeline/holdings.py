@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pacer.control.policy import budget_room
 from pacer.pipeline.work import Work
-from pacer.policy import budget_room
 
 
 class Holdings:

@@ -9,13 +9,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pacer.attempts import CALLS, Call, CallLimits, CallTimedOut, seconds_text
+from pacer.control.policy import Caps, DispatchPolicy
+from pacer.pipeline.attempts import CALLS, Call, CallLimits, CallTimedOut, seconds_text
 from pacer.pipeline.calls import PoolCalls
 from pacer.pipeline.holdings import Holdings
 from pacer.pipeline.proving import ProvingWorkers, Worker
 from pacer.pipeline.timers import Timers
 from pacer.pipeline.work import Observer, Outcome, Running, Work
-from pacer.policy import Caps, DispatchPolicy
 from pacer.workload import Pool, Proof, Workload, pooled
 
 log = logging.getLogger("pacer.pipeline")

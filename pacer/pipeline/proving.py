@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pacer.attempts import proof_problem
+from pacer.pipeline.attempts import proof_problem
 from pacer.pipeline.busy import BusyMeter, GpuBusy
 from pacer.pipeline.work import Running, Work, threadsafe
 from pacer.workload import Proof, Workload

@@ -10,8 +10,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pacer.attempts import Call
-from pacer.threads import CallState
+from pacer.pipeline.attempts import Call
+from pacer.runtime.threads import CallState
 from pacer.workload import PartitionSpec, Proof
 
 

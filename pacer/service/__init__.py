@@ -13,7 +13,7 @@
 - ``stopping``: how long a stop waits for the journal (``JournalStop``).
 - ``assembly``: what is decided without I/O: the bind check, saved estimates read back, the
   pipeline's observer. What the service runs by is `pacer.plan.Plan`; its policy comes from
-  `pacer.policies.build_policy`.
+  `pacer.control.registry.build_policy`.
 - ``host``: the host's memory read for the plan, the pinned pool, the workload's close.
 - ``fleet``: a host of a fleet (a PostgreSQL journal): partitions claimed ahead of dispatch,
   leases renewed and given back, word of work heard.

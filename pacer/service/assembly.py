@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import ipaddress
 
-from pacer.attempts import Call
 from pacer.config import Settings
-from pacer.estimates import Estimates
+from pacer.control.estimates import Estimates
 from pacer.pipeline import Observer, Outcome
+from pacer.pipeline.attempts import Call
 from pacer.plan import ConfigurationError
-from pacer.supervision import ProgressWatchdog
+from pacer.runtime.supervision import ProgressWatchdog
 
 
 def check_bind(settings: Settings) -> None:

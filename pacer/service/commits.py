@@ -14,15 +14,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import asdict
 
-from pacer.attempts import RetrySchedule
-from pacer.controller import PIController
+from pacer.control.controller import PIController
+from pacer.control.policy import DispatchPolicy
 from pacer.journal import JobRecord, PartitionResult, UnknownJob
-from pacer.journal_health import JournalUnavailable
+from pacer.journal.health import JournalUnavailable
 from pacer.pipeline import Outcome, Pipeline
-from pacer.policy import DispatchPolicy
+from pacer.pipeline.attempts import RetrySchedule
+from pacer.runtime.supervision import ProgressWatchdog, Supervisor
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import FailedAttempt, JournalAccess
-from pacer.supervision import ProgressWatchdog, Supervisor
 
 log = logging.getLogger("pacer.service")
 UPKEEP_S = 60.0

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from pacer.config import Settings
-from pacer.host_memory import HOST_FILES, HostFiles
+from pacer.host.memory import HOST_FILES, HostFiles
 from pacer.journal.lock import JournalLock
 from pacer.plan import Plan, resolve
-from pacer.service import host
+from pacer.service import resources as host
 from pacer.service.startup import StartupTimes
 from pacer.workload import PooledWorkload, Workload, load_workload, pooled
 

@@ -9,16 +9,16 @@ import logging
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
-from pacer.admission import Admission
-from pacer.attempts import RetrySchedule
-from pacer.controller import PIController
+from pacer.control.controller import PIController
+from pacer.control.policy import DispatchPolicy
 from pacer.journal import JobRecord, JobState
-from pacer.journal_health import JournalUnavailable
-from pacer.metrics import Metrics
+from pacer.journal.health import JournalUnavailable
+from pacer.metrics.collectors import Metrics
 from pacer.pipeline import Pipeline
-from pacer.policy import DispatchPolicy
+from pacer.pipeline.attempts import RetrySchedule
+from pacer.runtime.supervision import ProgressWatchdog, Supervisor
+from pacer.service.admission import Admission
 from pacer.service.journal_access import JournalAccess
-from pacer.supervision import ProgressWatchdog, Supervisor
 from pacer.workload import job_seed
 
 log = logging.getLogger("pacer.service")

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pacer.config import JournalSettings
-from pacer.estimates import Estimates
+from pacer.control.estimates import Estimates
 from pacer.journal import (
     FleetBackend,
     JournalBackend,
@@ -40,7 +40,7 @@ from pacer.journal import (
     open_fleet_journal,
     open_journal,
 )
-from pacer.journal_health import (
+from pacer.journal.health import (
     Backoff,
     JournalCalls,
     JournalHealth,
@@ -48,9 +48,9 @@ from pacer.journal_health import (
     JournalUnavailable,
     RunningCall,
 )
+from pacer.runtime.supervision import Supervisor
+from pacer.runtime.threads import DaemonPool
 from pacer.service.assembly import saved_estimates
-from pacer.supervision import Supervisor
-from pacer.threads import DaemonPool
 
 log = logging.getLogger("pacer.service")
 T = TypeVar("T")

@@ -11,29 +11,29 @@ from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from pacer.admission import Admission
-from pacer.attempts import CallLimits, RetrySchedule
 from pacer.config import Settings
-from pacer.controller import PIController
-from pacer.estimates import Estimates
-from pacer.fleet_metrics import FleetMetrics, claim_histogram
-from pacer.host_memory import HOST_FILES, HostFiles
+from pacer.control.controller import PIController
+from pacer.control.estimates import Estimates
+from pacer.control.policy import DispatchPolicy, PolicyConflictError
+from pacer.control.registry import build_policy
+from pacer.host.memory import HOST_FILES, HostFiles
 from pacer.journal import JobRecord, JournalBackend
-from pacer.journal_health import Backoff
-from pacer.metrics import JournalMetrics, Metrics
+from pacer.journal.health import Backoff
+from pacer.metrics.collectors import JournalMetrics, Metrics
+from pacer.metrics.fleet import FleetMetrics, claim_histogram
 from pacer.pipeline import Pipeline
+from pacer.pipeline.attempts import CallLimits, RetrySchedule
 from pacer.plan import Plan
-from pacer.policies import build_policy
-from pacer.policy import DispatchPolicy, PolicyConflictError
+from pacer.runtime.supervision import ProgressWatchdog, ReadinessSource, Supervisor
+from pacer.service.admission import Admission
 from pacer.service.assembly import Progress, check_bind
 from pacer.service.commits import Commits
 from pacer.service.first_steps import FirstSteps
-from pacer.service.fleet import Fleet
+from pacer.service.fleet_host import Fleet
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import JournalAccess
 from pacer.service.startup import StartupTimes, reported
 from pacer.service.stopping import CLOSE, LAST_COMMIT, JournalStop, unless_set
-from pacer.supervision import ProgressWatchdog, ReadinessSource, Supervisor
 from pacer.workload import Workload, pooled
 
 log = logging.getLogger("pacer.service")

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from pacer.journal_health import RunningCall
+from pacer.journal.health import RunningCall
 from pacer.pipeline.timers import LoopTimers, Timers
 from pacer.service.journal_access import JournalAccess
 

@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpu.lifeline import SYNTHESIS_PROCESS_NAME
-from pacer.host_memory import HOST_FILES, HostFiles
+from gpu.procs.lifeline import SYNTHESIS_PROCESS_NAME
+from pacer.host.memory import HOST_FILES, HostFiles
 from pacer.settle.detector import (
     DEFAULT_INTERVAL_S,
     DEFAULT_PROCESS_NAME,

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu import block_maps
-from gpu.block_maps import BlockMapping
-from gpu.lifeline import SYNTHESIS_PROCESS_NAME
-from gpu.shm_blocks import BLOCK_PREFIX
+from gpu.procs.lifeline import SYNTHESIS_PROCESS_NAME
+from gpu.shm import block_maps
+from gpu.shm.block_maps import BlockMapping
+from gpu.shm.blocks import BLOCK_PREFIX
 from pacer.settle.detector import GIB, gib
 from pacer.settle.sources import self_and_ancestors
 
@@ -101,7 +101,7 @@ def size(n_bytes: int) -> str:
 
 def is_synthesis_process(name: str, cmdline: str) -> bool:
     """Whether a process that maps pacer's pool blocks is one of pacer's synthesis processes:
-    named `gpu.lifeline.SYNTHESIS_PROCESS_NAME`, or forked by multiprocessing's forkserver
+    named `gpu.procs.lifeline.SYNTHESIS_PROCESS_NAME`, or forked by multiprocessing's forkserver
     (as they were before they had a name)."""
     return name == SYNTHESIS_PROCESS_NAME or FORKSERVER_COMMAND in cmdline
 

@@ -1,14 +1,14 @@
 """What ``pacer settle`` judges: the host's used memory, or the memory of the cgroup whose
 ``memory.max`` limits this process, as the service fits its budget to the tighter of the two
-(`pacer.host_memory.HostMemory`); ``--scope`` chooses, ``auto`` the cgroup where one limits."""
+(`pacer.host.memory.HostMemory`); ``--scope`` chooses, ``auto`` the cgroup where one limits."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-from pacer.cgroup_memory import own_cgroup, read_cgroup_limit
-from pacer.host_memory import HostFiles, HostMemory
+from pacer.host.cgroup import own_cgroup, read_cgroup_limit
+from pacer.host.memory import HostFiles, HostMemory
 from pacer.settle.detector import gib
 
 Kind = Literal["host", "cgroup"]
@@ -85,7 +85,7 @@ def parse_scope(text: str) -> str:
 
 def resolve_scope(choice: str, files: HostFiles) -> Scope:
     """The scope ``choice`` (one of `SCOPES`) comes to on this host: the cgroup
-    `pacer.cgroup_memory.read_cgroup_limit` finds (the one whose memory.max leaves the least
+    `pacer.host.cgroup.read_cgroup_limit` finds (the one whose memory.max leaves the least
     room, of this process's cgroup and its ancestors) for ``cgroup`` and, where there is one,
     ``auto``; the host otherwise. ValueError, naming the option and the rule, for ``cgroup``
     where no limit is set."""

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pacer.cgroup_memory import CGROUP_ROOT, read_cgroup, read_memory_stat
-from pacer.host_memory import MEMINFO, bytes_text, meminfo_bytes
+from pacer.host.cgroup import CGROUP_ROOT, read_cgroup, read_memory_stat
+from pacer.host.memory import MEMINFO, bytes_text, meminfo_bytes
 from pacer.settle.detector import COMM_LEN
 
 
@@ -159,7 +159,7 @@ class StaleBlocksRemoved:
     Shared memory outlives a process killed with SIGKILL, so a killed service's pool (tens of
     GiB) would hold used memory up until the next service starts and removes it. Only blocks
     whose process is gone and that no owner record keeps, and records whose blocks are gone,
-    are touched (`gpu.pool_record.sweep`); with ``drop_kept``, kept pools go too. ``report``
+    are touched (`gpu.shm.record.sweep`); with ``drop_kept``, kept pools go too. ``report``
     hears what went, and each kept pool once.
 
     A kept pool's pages are charged to the cgroup that first wrote them: a cgroup sampled
@@ -183,7 +183,7 @@ class StaleBlocksRemoved:
         self._told_outside = False
 
     def sample(self) -> Sample:
-        from gpu.pool_record import sweep
+        from gpu.shm.record import sweep
 
         done = sweep(shmem_bytes=self._shmem_bytes(), drop_kept=self.drop_kept)
         if done.removed_blocks:

@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from pacer.cli_args import count
+from pacer.cli.args import count
 from pacer.config import Settings
-from pacer.policies import POLICIES
+from pacer.control.registry import POLICIES
 
 HELP = "run the pacing controller against a simulated host, on a virtual clock"
 DESCRIPTION = """\

@@ -27,7 +27,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from pacer.policy import DispatchPolicy, Observation, budget_room
+from pacer.control.policy import DispatchPolicy, Observation, budget_room
 from pacer.sim.scenario import Scenario
 
 

@@ -1,6 +1,6 @@
-"""The dispatch policies the simulator compares (`pacer.policies.POLICIES`), on a scenario.
+"""The dispatch policies the simulator compares (`pacer.control.registry.POLICIES`), on a scenario.
 
-The policies themselves are built by `pacer.policies.build_policy`, as the service builds
+The policies themselves are built by `pacer.control.registry.build_policy`, as the service builds
 them; here they get the scenario's host (its caps), the scenario's warm start (``pi``), and
 for ``fixed`` a constant in flight: ``--concurrency``, by default the scenario's Little's-law
 minimum plus the target ready depth (a static policy tuned with knowledge of the scenario that
@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 
 from pacer.config import Settings
-from pacer.estimates import Estimates
-from pacer.policies import POLICIES, build_policy
-from pacer.policy import Caps
+from pacer.control.estimates import Estimates
+from pacer.control.policy import Caps
+from pacer.control.registry import POLICIES, build_policy
 from pacer.sim.engine import PolicyFactory
 from pacer.sim.scenario import Scenario
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pacer.cli.table import render
 from pacer.sim.report import Report
 from pacer.sim.scenario import Scenario
 from pacer.sim.suite import Finding
-from pacer.table import render
 
 
 def _opt(value: float | None, fmt: str) -> str:

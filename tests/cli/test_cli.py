@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import pacer
-from pacer import cli_client
 from pacer.__main__ import main
+from pacer.cli import jobs as cli_client
 from pacer.config import Settings, load_settings
 from pacer.sim.plot import Window, disturbances, draw
 from pacer.sim.scenario import load_scenario, scenario_path, shipped_scenarios

@@ -7,9 +7,9 @@ import io
 import pytest
 
 from pacer.__main__ import main
-from pacer.cli_args import Progress, param
-from pacer.cli_client import fleet_rows, journal_rows
-from pacer.client import Client
+from pacer.cli.args import Progress, param
+from pacer.cli.http_client import Client
+from pacer.cli.jobs import fleet_rows, journal_rows
 from tests.conftest import FakeClock
 from tests.servers import free_port
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from pacer.cli_run import Journal, Run, summary
-from pacer.client import Client
+from pacer.cli.http_client import Client
+from pacer.cli.run import Journal, Run, summary
 from tests.processes import descendants, running, wait_until_gone
 from tests.servers import FAST, ROOT
 from tests.waits import wait_until

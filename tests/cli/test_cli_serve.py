@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pacer import logs
-from pacer.client import Client
+from pacer.cli.http_client import Client
+from pacer.runtime import logs
 from tests.servers import FAST, ROOT, free_port
 from tests.waits import wait_until
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pacer.baselines import CuzkPacer, FixedConcurrency, Unpaced
-from pacer.policy import Decision, DispatchPolicy, Mode, Observation
+from pacer.control.baselines import CuzkPacer, FixedConcurrency, Unpaced
+from pacer.control.policy import Decision, DispatchPolicy, Mode, Observation
 from tests.conftest import FakeClock
 
 MAKERS: dict[str, Callable[[FakeClock], DispatchPolicy]] = {

@@ -5,11 +5,11 @@ from typing import Any
 
 import pytest
 
-from pacer.cohort import ColdCohort
 from pacer.config import ControllerSettings
-from pacer.controller import PIController
-from pacer.estimates import Estimates
-from pacer.policy import Caps, Mode, Observation
+from pacer.control.cohort import ColdCohort
+from pacer.control.controller import PIController
+from pacer.control.estimates import Estimates
+from pacer.control.policy import Caps, Mode, Observation
 from tests.conftest import FakeClock
 
 WARM = Estimates(gpu_service_s=2.0, synthesis_s=30.0)  # 2 workers: base interval 1 s, λT = 30

@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pacer.config import ControllerSettings
-from pacer.controller import PIController
-from pacer.estimates import Estimates
-from pacer.policy import Caps, Observation
+from pacer.control.controller import PIController
+from pacer.control.estimates import Estimates
+from pacer.control.policy import Caps, Observation
 from tests.conftest import FakeClock
 
 observations = st.builds(

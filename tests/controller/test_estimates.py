@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from pacer.cohort import ColdCohort
 from pacer.config import ControllerSettings
-from pacer.controller import PIController
-from pacer.estimates import Estimates, Estimator, estimates_key
-from pacer.policy import Caps, Mode, Observation
-from pacer.windows import DurationWindow
+from pacer.control.cohort import ColdCohort
+from pacer.control.controller import PIController
+from pacer.control.estimates import Estimates, Estimator, estimates_key
+from pacer.control.policy import Caps, Mode, Observation
+from pacer.control.windows import DurationWindow
 from tests.conftest import FakeClock
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from pacer.baselines import CuzkPacer, FixedConcurrency, Unpaced
 from pacer.config import ControllerSettings, Settings
-from pacer.controller import PIController
-from pacer.estimates import Estimates
-from pacer.policies import POLICIES, build_policy
-from pacer.policy import Caps, DispatchPolicy, Observation
+from pacer.control.baselines import CuzkPacer, FixedConcurrency, Unpaced
+from pacer.control.controller import PIController
+from pacer.control.estimates import Estimates
+from pacer.control.policy import Caps, DispatchPolicy, Observation
+from pacer.control.registry import POLICIES, build_policy
 from pacer.sim.engine import VirtualClock
 from pacer.sim.policies import policy_factory
 from pacer.sim.scenario import load_scenario, shipped_scenarios

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpu.devices import device_count
+from gpu.cuda.devices import device_count
 
 
 @pytest.fixture(scope="session")

@@ -10,12 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu import cpu_backend, synthesis, verification
-from gpu.babybear import BABYBEAR
-from gpu.field import FIELD_NAMES, PrimeField, by_name
-from gpu.goldilocks import GOLDILOCKS
-from gpu.ntt import compute_h
-from gpu.process_executor import ProcessSynthesizer
+from gpu.field import FIELD_NAMES, by_name
+from gpu.field.babybear import BABYBEAR
+from gpu.field.goldilocks import GOLDILOCKS
+from gpu.field.prime import PrimeField
+from gpu.procs.executor import ProcessSynthesizer
+from gpu.reference import cpu_backend, synthesis, verification
+from gpu.reference.ntt import compute_h
 from gpu.workload import NttWorkload, cpu_backend_for
 from pacer.workload import PartitionSpec, WorkloadError
 from tests.gpu.test_field import GOLDILOCKS_CARRIES
@@ -129,7 +130,7 @@ def test_without_a_writable_cache_the_kernels_compile_anyway(
     monkeypatch.setattr(config, "CACHE_LOCATOR_CLASSES", "_IPythonCacheLocator")
     cpu_backend._kernels.cache_clear()
     try:
-        with caplog.at_level(logging.WARNING, logger="gpu.cpu_backend"):
+        with caplog.at_level(logging.WARNING, logger="gpu.reference.cpu_backend"):
             fast = synthesis.synthesize(4, 1, 6, field=GOLDILOCKS, backend="numba")
         assert caplog.text.count("compile without a disk cache") == 1  # once, not per kernel
         expected = synthesis.synthesize(4, 1, 6, field=GOLDILOCKS)
@@ -198,7 +199,7 @@ def test_compiled_powers_are_numpys(
 def test_the_gpus_tables_are_the_same_compiled_or_not(
     field: PrimeField, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpu import ntt
+    from gpu.reference import ntt
 
     log_n = 17  # above the length from which the tables' powers are compiled
     scales = ntt._coset_scales.__wrapped__

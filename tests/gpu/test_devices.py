@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpu.devices import device_count, device_name
+from gpu.cuda.devices import device_count, device_name
 from tests.servers import ROOT
 
 
@@ -44,7 +44,7 @@ def test_the_devices_are_counted_and_named_without_importing_cupy(tmp_path: Path
     host, before the pool is pinned."""
     script = (
         "import sys\n"
-        "from gpu.devices import device_count, device_name\n"
+        "from gpu.cuda.devices import device_count, device_name\n"
         "device_count(), device_name(0)\n"
         "print('cupy' in sys.modules)\n"
     )
@@ -78,7 +78,7 @@ def test_pacer_serve_starts_the_driver_beside_its_imports_once(
     script = FAKE_DRIVER + (
         f"sys.argv[1:] = [{command!r}]\n"
         "import pacer.__main__\n"
-        "from gpu.devices import device_count\n"
+        "from gpu.cuda.devices import device_count\n"
         "print(device_count(), started)\n"
     )
     assert _with_cupy_installed(tmp_path, script) == f"2 [{starter!r}]"
@@ -106,7 +106,7 @@ def test_a_process_that_ends_during_the_drivers_start_waits_for_it(tmp_path: Pat
         "        print('started', flush=True)\n"
         "        return 0\n"
         "ctypes.CDLL = lambda name: Driver()\n"
-        "from gpu.devices import begin_driver_start\n"
+        "from gpu.cuda.devices import begin_driver_start\n"
         "begin_driver_start()\n"
         "exiting.set()\n"
         "sys.exit(2)\n"
@@ -121,7 +121,7 @@ def test_a_driver_that_hangs_in_its_start_holds_the_exit_only_so_long(tmp_path: 
         "    def cuInit(self, flags):\n"
         "        threading.Event().wait()  # a device fallen off the bus\n"
         "ctypes.CDLL = lambda name: Driver()\n"
-        "from gpu import devices\n"
+        "from gpu.cuda import devices\n"
         "devices.EXIT_WAIT_S = 0.1\n"
         "devices.begin_driver_start()\n"
         "sys.exit(2)\n"

@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from gpu import fdstore
-from gpu.pool_record import sweep
-from gpu.shm_blocks import BLOCK_PREFIX
+from gpu.shm import fdstore
+from gpu.shm.blocks import BLOCK_PREFIX
+from gpu.shm.record import sweep
 from tests.kept_pools import MARK, ROOT, Holder, ServiceManager, records
 
 # The next process: adopts what the store passed back, prints what it found, then closes
 # without keeping (the store is told to drop the blocks).
 SUCCESSOR = """
 import numpy as np
-from gpu import fdstore
-from gpu.allocators import SharedHostAllocator
-from gpu.handover import Handover
-from gpu.pool import PinnedPool
+from gpu.shm import fdstore
+from gpu.pool.allocators import SharedHostAllocator
+from gpu.shm.handover import Handover
+from gpu.pool.pinned import PinnedPool
 received = fdstore.listen_fds()
 handover = Handover(True, "fdstore", received=received)
 pool = PinnedPool(2, [(1024,)] * 3, np.uint32, SharedHostAllocator(False, handover))

@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu.babybear import BABYBEAR
-from gpu.field import FIELD_NAMES, FieldArray, PrimeField, by_name
-from gpu.goldilocks import GOLDILOCKS
+from gpu.field import FIELD_NAMES, by_name
+from gpu.field.babybear import BABYBEAR
+from gpu.field.goldilocks import GOLDILOCKS
+from gpu.field.prime import FieldArray, PrimeField
 
 FIELDS = [by_name(name) for name in FIELD_NAMES]
 each_field = pytest.mark.parametrize("field", FIELDS, ids=lambda f: f.name)

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from gpu import cpu_backend
-from gpu.ntt_cuda import GPU_PHASES
+from gpu.cuda.ntt import GPU_PHASES
+from gpu.reference import cpu_backend
 from gpu.workload import GpuNttWorkload, NttWorkload, gpu_devices
 from pacer.config import Settings
 from pacer.workload import PartitionSpec, PooledWorkload, WorkloadError, load_workload, pooled

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from gpu.allocators import SharedHostAllocator
-from gpu.handover import Handover
-from gpu.pool import PinnedPool
-from gpu.pool_record import sweep
-from gpu.shm_blocks import BLOCK_PREFIX, block_owner
+from gpu.pool.allocators import SharedHostAllocator
+from gpu.pool.pinned import PinnedPool
+from gpu.shm.blocks import BLOCK_PREFIX, block_owner
+from gpu.shm.handover import Handover
+from gpu.shm.record import sweep
 from tests.kept_pools import MARK, Holder, records, shm_exists, start_mapper, stop
 
 
@@ -85,7 +85,7 @@ def test_a_pool_of_another_size_adopts_what_fits(slots: int, adopted: int, remov
 def test_an_incompatible_pool_is_removed_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     holder = Holder(slots=2, n=1024)
     holder.close(keep=True)
-    with caplog.at_level(logging.WARNING, "gpu.handover"):
+    with caplog.at_level(logging.WARNING, "gpu.shm.handover"):
         pool = adopting_pool(n=2048)
     assert pool.slots_adopted == 0
     assert not any(shm_exists(name) for name in holder.names)
@@ -124,7 +124,7 @@ def test_a_crashed_holders_pool_is_adopted_once_its_processes_let_go(
                 waiting.set()
 
     told = Told()
-    logging.getLogger("gpu.handover").addHandler(told)
+    logging.getLogger("gpu.shm.handover").addHandler(told)
     try:
         adopting.start()
         assert waiting.wait(30), "the adoption did not wait for the lingering process"
@@ -132,7 +132,7 @@ def test_a_crashed_holders_pool_is_adopted_once_its_processes_let_go(
         stop(lingering)
         adopting.join(30)
     finally:
-        logging.getLogger("gpu.handover").removeHandler(told)
+        logging.getLogger("gpu.shm.handover").removeHandler(told)
     (pool,) = built
     assert (pool.slots_adopted, marks(pool)) == (2, [MARK, MARK + 1])
     pool.close()
@@ -143,7 +143,7 @@ def test_blocks_still_mapped_after_the_wait_are_given_up(caplog: pytest.LogCaptu
     lingering = start_mapper(holder.paths[0])
     holder.kill()
     try:
-        with caplog.at_level(logging.ERROR, "gpu.handover"):
+        with caplog.at_level(logging.ERROR, "gpu.shm.handover"):
             pool = adopting_pool(wait_s=0.0)
         assert pool.slots_adopted == 0
         assert f"processes {lingering.pid} still map the blocks pacer {holder.pid} left" in (

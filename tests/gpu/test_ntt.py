@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-import gpu.synthesis as synthesis_module
-import gpu.verification as verification_module
-from gpu.babybear import BABYBEAR
-from gpu.digest import DIGEST_LANES, digest, digest_lanes
-from gpu.field import FieldArray, PrimeField
-from gpu.goldilocks import GOLDILOCKS
-from gpu.ntt import HSteps, compute_h, coset_intt, coset_ntt, intt, ntt
-from gpu.synthesis import synthesize, synthesize_into
-from gpu.verification import barycentric_sums, verify
+import gpu.reference.synthesis as synthesis_module
+import gpu.reference.verification as verification_module
+from gpu.field.babybear import BABYBEAR
+from gpu.field.goldilocks import GOLDILOCKS
+from gpu.field.prime import FieldArray, PrimeField
+from gpu.reference.digest import DIGEST_LANES, digest, digest_lanes
+from gpu.reference.ntt import HSteps, compute_h, coset_intt, coset_ntt, intt, ntt
+from gpu.reference.synthesis import synthesize, synthesize_into
+from gpu.reference.verification import barycentric_sums, verify
 
 FIELDS = [BABYBEAR, GOLDILOCKS]
 each_field = pytest.mark.parametrize("field", FIELDS, ids=lambda f: f.name)
@@ -382,7 +382,8 @@ def test_digest_tells_apart_a_swap_within_a_lane_and_across_lanes(field: PrimeFi
         assert digest(swapped, field=field) != digest(h, field=field)
 
 
-# Recorded with the BabyBear-only gpu.field and gpu.ntt before Goldilocks came: BabyBear's
+# Recorded with the BabyBear-only gpu.field.prime and gpu.reference.ntt before Goldilocks came:
+# BabyBear's
 # synthesis and transforms must stay bit for bit what they were (a GPU port compares digests).
 BABYBEAR_DIGESTS = {
     3: {

@@ -1,9 +1,9 @@
 """The CUDA port of the H computation against the NumPy reference, bit for bit.
 
 The tests marked ``gpu`` need CuPy and a device. The rest run anywhere: the kernels' source
-and launch plan (`gpu.cuda_kernels`) need no CuPy, and a NumPy simulation of each kernel's
+and launch plan (`gpu.cuda.kernels`) need no CuPy, and a NumPy simulation of each kernel's
 per-thread index arithmetic, driven by the same launch plan and tables as the device code,
-reproduces `gpu.ntt` exactly.
+reproduces `gpu.reference.ntt` exactly.
 """
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from gpu import ntt_cuda, transform_tables
-from gpu.babybear import BABYBEAR
-from gpu.cuda_kernels import HEAD_LOG_TILE, KERNEL_NAMES, cuda_source, launch_plan
-from gpu.digest import digest
-from gpu.field import FieldArray, PrimeField
-from gpu.goldilocks import GOLDILOCKS
-from gpu.ntt import HSteps, compute_h, coset_intt, coset_ntt, intt, ntt
-from gpu.synthesis import synthesize
-from gpu.transform_tables import HostTables, host_tables
-from gpu.verification import verify
+from gpu.cuda import ntt as ntt_cuda
+from gpu.cuda import tables as transform_tables
+from gpu.cuda.kernels import HEAD_LOG_TILE, KERNEL_NAMES, cuda_source, launch_plan
+from gpu.cuda.tables import HostTables, host_tables
+from gpu.field.babybear import BABYBEAR
+from gpu.field.goldilocks import GOLDILOCKS
+from gpu.field.prime import FieldArray, PrimeField
+from gpu.reference.digest import digest
+from gpu.reference.ntt import HSteps, compute_h, coset_intt, coset_ntt, intt, ntt
+from gpu.reference.synthesis import synthesize
+from gpu.reference.verification import verify
 
 U32 = npt.NDArray[np.uint32]
 Stored = npt.NDArray[Any]
@@ -433,7 +434,7 @@ def test_device_tables_are_the_host_tables(cupy_module: Any, field: PrimeField, 
 
 @pytest.mark.gpu
 def test_a_prover_builds_no_host_tables(cupy_module: Any) -> None:
-    from gpu.prover import build_provers
+    from gpu.cuda.prover import build_provers
 
     host_tables.cache_clear()
     provers = build_provers([0, 0], 13, BABYBEAR)

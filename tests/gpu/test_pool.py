@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu.allocators import ALIGNMENT_BYTES, NumpyHostAllocator, SharedHostAllocator
-from gpu.pool import PinnedPool, PoolClosedError, PoolExhausted
-from gpu.shm_blocks import HostBlock
-from gpu.slots import Slot
+from gpu.pool.allocators import ALIGNMENT_BYTES, NumpyHostAllocator, SharedHostAllocator
+from gpu.pool.pinned import PinnedPool, PoolClosedError, PoolExhausted
+from gpu.pool.slots import Slot
+from gpu.shm.blocks import HostBlock
 from tests.conftest import FakeClock
 
 N = 1000
@@ -235,7 +235,7 @@ def test_allocation_is_timed_and_logged(caplog: pytest.LogCaptureFixture) -> Non
         return allocate(nbytes)
 
     allocator.allocate = slow_allocate  # type: ignore[method-assign]
-    with caplog.at_level(logging.INFO, "gpu.pool"):
+    with caplog.at_level(logging.INFO, "gpu.pool.pinned"):
         pool = PinnedPool(4, SHAPES, backend=allocator, clock=clock)
     assert pool.allocated_in_s == 2.0
     assert "4 slots × 24.0 KiB = 96.0 KiB ready in 2.0 s (48.0 KiB/s): 0 adopted, 4 allocated" in (
@@ -283,7 +283,7 @@ def test_construction_states_the_rule(kwargs: dict[str, object], message: str) -
 
 def test_close_frees_logs_and_is_idempotent(caplog: pytest.LogCaptureFixture) -> None:
     pool = make_pool()
-    with caplog.at_level(logging.INFO, "gpu.pool"):
+    with caplog.at_level(logging.INFO, "gpu.pool.pinned"):
         freed_in_s = pool.close()
     assert freed_in_s == pool.freed_in_s == 0.0
     assert "pool of 2 slots (48.0 KiB) freed in 0.0 s" in caplog.text
@@ -303,7 +303,7 @@ def test_close_with_a_slot_out_keeps_its_memory_until_released(
 ) -> None:
     pool = make_pool()
     slot = pool.checkout()
-    with caplog.at_level(logging.WARNING, "gpu.pool"):
+    with caplog.at_level(logging.WARNING, "gpu.pool.pinned"):
         pool.close()
     assert "1 of 2 slots were still checked out at close" in caplog.text
     slot.arrays[0][:] = 3  # still the holder's, not freed under it

@@ -16,15 +16,18 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from gpu import cpu_backend, lifeline, process_executor, synthesis_preload, worker_blocks
-from gpu.babybear import BABYBEAR
-from gpu.field import PrimeField
-from gpu.goldilocks import GOLDILOCKS
-from gpu.lifeline import SYNTHESIS_PROCESS_NAME
-from gpu.pool import PinnedPool
-from gpu.process_executor import ProcessSynthesizer
-from gpu.shm_blocks import remove_stale_blocks
-from gpu.synthesis import synthesize
+from gpu.field.babybear import BABYBEAR
+from gpu.field.goldilocks import GOLDILOCKS
+from gpu.field.prime import PrimeField
+from gpu.pool.pinned import PinnedPool
+from gpu.procs import executor as process_executor
+from gpu.procs import lifeline, worker_blocks
+from gpu.procs import preload as synthesis_preload
+from gpu.procs.executor import ProcessSynthesizer
+from gpu.procs.lifeline import SYNTHESIS_PROCESS_NAME
+from gpu.reference import cpu_backend
+from gpu.reference.synthesis import synthesize
+from gpu.shm.blocks import remove_stale_blocks
 from gpu.workload import GpuNttWorkload
 from pacer.workload import PartitionSpec
 from tests.pool_holder import kill_holder, start_synthesis_holder
@@ -83,7 +86,7 @@ def kernel_populates() -> bool:
 def test_workers_fill_in_every_blocks_page_tables_when_they_start(
     at_start: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gpu.process_executor")
+    caplog.set_level(logging.INFO, logger="gpu.procs.executor")
     log_n = 21  # a 24 MiB slot, 6,144 pages
     pages = 3 * 4 * (1 << log_n) // mmap.PAGESIZE
     with PinnedPool(1, [(1 << log_n,)] * 3, np.uint32, backend="shared") as pool:
@@ -186,7 +189,7 @@ def test_a_killed_worker_is_replaced_and_the_synthesis_starts_over(
                 os.kill(worker.pid, signal.SIGKILL)
             worker.join()
         slot.arrays[2][:] = 0
-        with caplog.at_level(logging.ERROR, logger="gpu.process_executor"):
+        with caplog.at_level(logging.ERROR, logger="gpu.procs.executor"):
             synthesizer.fill(block, 5, 1)
         expected = synthesize(5, 1, 8)
         assert all((a == e).all() for a, e in zip(slot.arrays, expected, strict=True))
@@ -237,7 +240,7 @@ def test_synthesis_processes_end_when_the_forkserver_is_killed() -> None:
 def test_the_start_log_says_how_the_workers_are_tied_to_the_service(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="gpu.process_executor"), ProcessSynthesizer(1):
+    with caplog.at_level(logging.INFO, logger="gpu.procs.executor"), ProcessSynthesizer(1):
         pass
     assert f"synthesis processes ({SYNTHESIS_PROCESS_NAME}) end with this process" in caplog.text
     assert "each is killed should the forkserver die (PR_SET_PDEATHSIG)" in caplog.text
@@ -248,7 +251,7 @@ def test_a_cut_lifeline_ends_the_child_watching_it() -> None:
     code = (
         "import sys\n"
         "from multiprocessing.connection import Connection\n"
-        "from gpu import lifeline\n"
+        "from gpu.procs import lifeline\n"
         "lifeline.watch(Connection(int(sys.argv[1]), writable=False))\n"
         "print('watching', flush=True)\n"
         "import time\n"
@@ -268,8 +271,8 @@ def test_a_cut_lifeline_ends_the_child_watching_it() -> None:
 FORKSERVER_OF_COMPILED_SYNTHESIS = """
 import sys
 from multiprocessing import forkserver
-from gpu.goldilocks import GOLDILOCKS
-from gpu.process_executor import ProcessSynthesizer
+from gpu.field.goldilocks import GOLDILOCKS
+from gpu.procs.executor import ProcessSynthesizer
 with ProcessSynthesizer(1, backend=sys.argv[1], field=GOLDILOCKS) as synthesizer:
     pid = forkserver._forkserver._forkserver_pid
     with open(f"/proc/{pid}/maps") as maps:
@@ -300,7 +303,7 @@ def test_the_preload_loads_the_synthesis_kernel_of_the_field_in_use(
     # The other field's would be seconds of a core beside the pool's pinning, for nothing.
     code = (
         f"import {synthesis_preload.module_for(field)}\n"
-        "from gpu import cpu_backend\n"
+        "from gpu.reference import cpu_backend\n"
         "kernels = cpu_backend._kernels()\n"
         "print(*(bool(kernels[name].signatures) for name in ('goldilocks', 'babybear')))\n"
     )

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu.devices import device_count
-from gpu.digest import digest
-from gpu.ntt import compute_h
-from gpu.ntt_cuda import GPU_PHASES
-from gpu.prover import GpuProver
-from gpu.synthesis import synthesize
-from gpu.verification import verify
+from gpu.cuda.devices import device_count
+from gpu.cuda.ntt import GPU_PHASES
+from gpu.cuda.prover import GpuProver
+from gpu.reference.digest import digest
+from gpu.reference.ntt import compute_h
+from gpu.reference.synthesis import synthesize
+from gpu.reference.verification import verify
 
 
 @pytest.fixture(scope="module")

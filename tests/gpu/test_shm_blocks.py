@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from gpu.pool import PinnedPool
-from gpu.shm_blocks import BLOCK_PREFIX, remove_stale_blocks
+from gpu.pool.pinned import PinnedPool
+from gpu.shm.blocks import BLOCK_PREFIX, remove_stale_blocks
 from tests.pool_holder import kill_holder, start_pool_holder
 
 
@@ -41,7 +41,7 @@ def test_a_pool_larger_than_dev_shm_is_refused_before_anything_is_written(
     class Tiny:
         f_bavail, f_frsize = 16, 4096  # 64 KiB free
 
-    monkeypatch.setattr("gpu.shm_blocks.os.statvfs", lambda path: Tiny())
+    monkeypatch.setattr("gpu.shm.blocks.os.statvfs", lambda path: Tiny())
     with pytest.raises(
         RuntimeError, match=r"need 96\.0 KiB in /dev/shm, which has 64\.0 KiB"
     ) as raised:
@@ -57,7 +57,7 @@ def test_blocks_of_a_killed_service_are_removed_by_the_next_pool(
     holder, names = start_pool_holder()
     kill_holder(holder)
     assert all(shm_exists(name) for name in names)
-    with caplog.at_level(logging.WARNING, logger="gpu.shm_blocks"):
+    with caplog.at_level(logging.WARNING, logger="gpu.shm.blocks"):
         pool = PinnedPool(1, [(64,)], np.uint32, backend="shared")
     pool.close()
     assert not any(shm_exists(name) for name in names)
@@ -117,8 +117,8 @@ def test_a_stale_block_that_cannot_be_removed_is_reported_and_skipped(
             raise PermissionError(1, "Operation not permitted", path)  # root's, say
         real_unlink(path)
 
-    monkeypatch.setattr("gpu.shm_blocks.os.unlink", unlink)
-    with caplog.at_level(logging.WARNING, logger="gpu.shm_blocks"):
+    monkeypatch.setattr("gpu.shm.blocks.os.unlink", unlink)
+    with caplog.at_level(logging.WARNING, logger="gpu.shm.blocks"):
         assert remove_stale_blocks()[0] == 1
     assert f"cannot remove stale shared slot block /dev/shm/{names[0]}" in caplog.text
     assert shm_exists(names[0])

@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpu import process_executor
-from gpu.babybear import BABYBEAR
-from gpu.fill_table import FillTable
-from gpu.pool import PinnedPool
-from gpu.process_executor import ProcessSynthesizer, SynthesisCancelled
-from gpu.slots import Slot
-from gpu.synthesis import synthesize
+from gpu.field.babybear import BABYBEAR
+from gpu.pool.pinned import PinnedPool
+from gpu.pool.slots import Slot
+from gpu.procs import executor as process_executor
+from gpu.procs.executor import ProcessSynthesizer, SynthesisCancelled
+from gpu.procs.fill_table import FillTable
+from gpu.reference.synthesis import synthesize
 from gpu.workload import GpuNttWorkload
 from pacer.workload import PartitionSpec
 from tests.processes import descendants, running, state_of
@@ -127,7 +127,7 @@ def test_a_fill_cancelled_before_it_is_asked_for_reaches_no_worker(
     worker = the_worker(synthesizer)
     token = synthesizer.token("0 of job j")
     assert synthesizer.token_of("0 of job j") == token
-    with caplog.at_level(logging.ERROR, logger="gpu.process_executor"):
+    with caplog.at_level(logging.ERROR, logger="gpu.procs.executor"):
         assert synthesizer.cancel(token) is None
     assert caplog.messages == [
         "the synthesis of partition 0 of job j was cancelled: no worker process is running it, "
@@ -257,7 +257,7 @@ def test_a_cancelled_fill_kills_its_stopped_worker_and_fails_without_starting_ov
         fill = filling(synthesizer, pool, callers, slot, 0, token)
         wait_until_stopped(worker)
         assert synthesizer.worker_of(token) == worker
-        with caplog.at_level(logging.ERROR, logger="gpu.process_executor"):
+        with caplog.at_level(logging.ERROR, logger="gpu.procs.executor"):
             assert synthesizer.cancel(token) == worker
             with pytest.raises(SynthesisCancelled, match="partition 0 of job j was cancelled"):
                 fill.result(timeout=30)

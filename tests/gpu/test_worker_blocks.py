@@ -1,5 +1,5 @@
 """A pool's blocks as the synthesis workers map them: none while the pool is being pinned,
-each when its worker first writes into it (`gpu.worker_blocks`); real worker processes, their
+each when its worker first writes into it (`gpu.procs.worker_blocks`); real worker processes, their
 mappings read from /proc/PID/maps."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpu import worker_blocks
-from gpu.babybear import BABYBEAR
-from gpu.block_maps import maps_inode, processes_mapping
-from gpu.process_executor import ProcessSynthesizer
-from gpu.shm_blocks import HostBlock, create_block
-from gpu.slots import SlotBlock, pool_layout
+from gpu.field.babybear import BABYBEAR
+from gpu.pool.slots import SlotBlock, pool_layout
+from gpu.procs import worker_blocks
+from gpu.procs.executor import ProcessSynthesizer
+from gpu.shm.block_maps import maps_inode, processes_mapping
+from gpu.shm.blocks import HostBlock, create_block
 
 LOG_N = 10
 

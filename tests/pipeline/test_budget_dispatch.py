@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from pacer.config import ControllerSettings
-from pacer.controller import PIController
-from pacer.estimates import Estimates
+from pacer.control.controller import PIController
+from pacer.control.estimates import Estimates
+from pacer.control.policy import Caps, Decision, Observation
 from pacer.pipeline import Pipeline
-from pacer.policy import Caps, Decision, Observation
 from pacer.workload import PartitionSpec, Proof, Workload
 from tests.conftest import FakeClock
 from tests.pipeline.virtual_time import LOOPS, VirtualTimers

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from pacer.attempts import CallLimits
 from pacer.config import ControllerSettings, TimeoutSettings
-from pacer.controller import PIController
-from pacer.estimates import Estimates
+from pacer.control.controller import PIController
+from pacer.control.estimates import Estimates
+from pacer.control.policy import Caps
 from pacer.pipeline import Outcome, Pipeline
-from pacer.policy import Caps
+from pacer.pipeline.attempts import CallLimits
 from pacer.workload import PartitionSpec, Proof, Workload
 from tests.conftest import FakeClock
 from tests.pipeline.virtual_time import VirtualTimers, run_until, settle

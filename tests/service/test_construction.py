@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpu import cpu_backend
+from gpu.reference import cpu_backend
 from pacer.journal import JournalInUseError
 from pacer.service import Service
 from pacer.workload import WorkloadError
@@ -39,13 +39,13 @@ def test_importing_the_service_imports_neither_the_api_nor_the_server() -> None:
 OPEN_ON_GPUS = """
 import asyncio, sys
 from prometheus_client import CollectorRegistry
-import gpu.devices
+import gpu.cuda.devices
 from pacer.config import Settings
 from pacer.service import Service
 
 asked = []  # the driver, faked: two devices
-gpu.devices.device_count = lambda: 2
-gpu.devices.device_name = lambda device: asked.append(device) or "NVIDIA H200"
+gpu.cuda.devices.device_count = lambda: 2
+gpu.cuda.devices.device_name = lambda device: asked.append(device) or "NVIDIA H200"
 
 async def main() -> None:
     service = Service(Settings(), CollectorRegistry())

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from pacer.api import views
 from pacer.journal import Journal
 from pacer.server import Server
-from pacer.service import host
+from pacer.service import resources as host
 from pacer.workload import job_seed
 from tests import faults
 from tests.servers import ENDED, ServerFactory, settings_for

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pacer.client import ApiError
+from pacer.cli.http_client import ApiError
 from pacer.journal import result_digest
 from pacer.workload import job_seed
 from tests.conftest import running_postgres
@@ -31,7 +31,7 @@ from tests.servers import ServerFactory, ServerProcess, readyz_refuses
 from tests.waits import wait_until
 
 LEASE_S = 2.0
-IDLE_POLL_MAX_S = 1.0  # pacer.service.fleet.IDLE_POLL_MAX_S: how late an idle host looks again
+IDLE_POLL_MAX_S = 1.0  # pacer.service.fleet_host.IDLE_POLL_MAX_S: how late an idle host looks again
 SLOW = {"faults": [{"call": "synthesis", "kind": "slow", "seconds": 0.01}]}
 
 

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from pacer.api.openapi import document
 from pacer.journal import HostInUseError, JobState
-from pacer.journal_health import JournalUnavailable
+from pacer.journal.health import JournalUnavailable
 from pacer.pgjournal import PgJournal
 from pacer.server import Server
 from tests.conftest import FakeClock

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpu.digest import digest
-from gpu.field import PrimeField
-from gpu.ntt import HSteps, compute_h
-from gpu.ntt_cuda import GPU_PHASES
-from gpu.prover import GpuResult
-from gpu.synthesis import synthesize
+from gpu.cuda.ntt import GPU_PHASES
+from gpu.cuda.prover import GpuResult
+from gpu.field.prime import PrimeField
+from gpu.reference.digest import digest
+from gpu.reference.ntt import HSteps, compute_h
+from gpu.reference.synthesis import synthesize
 from gpu.workload import GpuNttWorkload
 from pacer.config import Settings
 from pacer.server import Server
@@ -33,7 +33,7 @@ LOG_N = 10
 
 
 class NumpyProver:
-    """`gpu.prover.GpuProver`'s interface on the CPU."""
+    """`gpu.cuda.prover.GpuProver`'s interface on the CPU."""
 
     def __init__(self, field: PrimeField) -> None:
         self.field = field

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pacer.config import Settings
-from pacer.policy import Decision, DispatchPolicy, Mode, Observation
+from pacer.control.policy import Decision, DispatchPolicy, Mode, Observation
 from pacer.server import Server
 from pacer.workload import NoopWorkload, PartitionSpec
 from tests.conftest import FakeClock

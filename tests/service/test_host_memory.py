@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pacer.host_memory import HostFiles
+from pacer.host.memory import HostFiles
 from pacer.plan import ConfigurationError
 from pacer.server import Server
 from tests.servers import call, fake_host, settings_for, until_done

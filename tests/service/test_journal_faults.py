@@ -28,12 +28,12 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
-from gpu.digest import digest
-from gpu.ntt import compute_h
-from gpu.synthesis import synthesize
-from pacer.client import ApiError
+from gpu.reference.digest import digest
+from gpu.reference.ntt import compute_h
+from gpu.reference.synthesis import synthesize
+from pacer.cli.http_client import ApiError
 from pacer.journal import BUSY_TIMEOUT_S, JobRecord, Journal, PartitionResult, result_digest
-from pacer.journal_health import Backoff
+from pacer.journal.health import Backoff
 from pacer.server import Server
 from pacer.service import commits
 from pacer.workload import PartitionSpec, job_seed

@@ -9,7 +9,7 @@ import sys
 import pytest
 from prometheus_client import generate_latest
 
-from pacer.controller import PIController
+from pacer.control.controller import PIController
 from pacer.server import Server
 from tests.servers import call, until_completed
 

@@ -16,9 +16,9 @@ import pytest_asyncio
 from prometheus_client import CollectorRegistry, generate_latest
 
 from pacer.__main__ import main
-from pacer.controller import POLICY_FIXED
+from pacer.control.controller import POLICY_FIXED
+from pacer.control.policy import Mode, PolicyConflictError
 from pacer.journal import Journal
-from pacer.policy import Mode, PolicyConflictError
 from pacer.server import Server
 from pacer.service import commits
 from tests.servers import ServerFactory, call, settings_for, until_completed, until_done

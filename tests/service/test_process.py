@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gpu.digest import digest
-from gpu.ntt import compute_h
-from gpu.synthesis import synthesize
-from gpu.verification import verify
-from pacer.client import ApiError
+from gpu.reference.digest import digest
+from gpu.reference.ntt import compute_h
+from gpu.reference.synthesis import synthesize
+from gpu.reference.verification import verify
+from pacer.cli.http_client import ApiError
 from pacer.workload import job_seed
 from tests.servers import ServerFactory, readyz_refuses
 from tests.waits import wait_until

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu.block_maps import maps_inode
-from gpu.pool_record import sweep
-from gpu.shm_blocks import BLOCK_PREFIX, SHM_DIR
+from gpu.shm.block_maps import maps_inode
+from gpu.shm.blocks import BLOCK_PREFIX, SHM_DIR
+from gpu.shm.record import sweep
 from tests.kept_pools import ServiceManager, records
 from tests.servers import ROOT, ServerFactory, ServerProcess
 from tests.service.test_process import job_states

@@ -28,7 +28,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pacer.journal import JournalInUseError, JournalLock
-from pacer.journal_health import Backoff, JournalLeft
+from pacer.journal.health import Backoff, JournalLeft
 from pacer.server import Server
 from pacer.service.journal_access import JournalAccess
 from pacer.service.stopping import JournalStop

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu.shm_blocks import BLOCK_PREFIX
+from gpu.shm.blocks import BLOCK_PREFIX
 from pacer.settle import HeldBlockScanner
 
 

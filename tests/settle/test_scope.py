@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu.pool_record import sweep
+from gpu.shm.record import sweep
 from pacer import settle
-from pacer.cgroup_memory import read_cgroup_limit
-from pacer.host_memory import HostFiles, HostMemory
+from pacer.host.cgroup import read_cgroup_limit
+from pacer.host.memory import HostFiles, HostMemory
 from pacer.settle import GIB, Scope, resolve_scope
 from pacer.settle import scope as scope_module
 from pacer.settle import state as state_module

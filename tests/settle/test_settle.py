@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu.pool_record import sweep
-from gpu.shm_blocks import BLOCK_PREFIX
+from gpu.shm.blocks import BLOCK_PREFIX
+from gpu.shm.record import sweep
 from pacer import settle
 from pacer.settle import (
     GIB,
@@ -775,8 +775,8 @@ def test_kill_orphans_kills_pacers_synthesis_processes_and_only_names_the_others
 # pacer names its synthesis processes when asked to.
 HOLD_AN_ORPHANED_BLOCK = """
 import mmap, os, sys
-from gpu import lifeline
-from gpu.lifeline import SYNTHESIS_PROCESS_NAME
+from gpu.procs import lifeline
+from gpu.procs.lifeline import SYNTHESIS_PROCESS_NAME
 name, size = sys.argv[1], int(sys.argv[2])
 if sys.argv[3] == "synthesis":
     lifeline.name_process(SYNTHESIS_PROCESS_NAME)

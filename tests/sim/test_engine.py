@@ -4,10 +4,10 @@ from typing import Any
 
 import pytest
 
-from pacer.baselines import FixedConcurrency, Unpaced
 from pacer.config import ControllerSettings, Settings
-from pacer.policies import build_policy
-from pacer.policy import Caps, Decision, Mode, Observation
+from pacer.control.baselines import FixedConcurrency, Unpaced
+from pacer.control.policy import Caps, Decision, Mode, Observation
+from pacer.control.registry import build_policy
 from pacer.sim.engine import Simulation, VirtualClock
 from pacer.sim.report import summarize
 from pacer.sim.scenario import Scenario

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pacer.baselines import CuzkPacer
 from pacer.config import Settings
+from pacer.control.baselines import CuzkPacer
 from pacer.sim.engine import Simulation
 from pacer.sim.report import summarize
 from pacer.sim.scenario import load_scenario, shipped_scenarios

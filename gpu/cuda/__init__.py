@@ -1,0 +1,1 @@
+"""The CUDA side: kernels, transforms on CuPy, tables, provers, the driver's devices."""

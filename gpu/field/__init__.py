@@ -1,0 +1,24 @@
+"""Prime fields for NTTs: `PrimeField` (`gpu.field.prime`) and the two fields pacer ships,
+BabyBear and Goldilocks, found by name (`by_name`)."""
+
+from __future__ import annotations
+
+from gpu.field.prime import PrimeField
+
+__all__ = ["FIELD_NAMES", "by_name"]
+
+FIELD_NAMES = ("babybear", "goldilocks")
+"""The fields `by_name` knows."""
+
+
+def by_name(name: str) -> PrimeField:
+    """The field called ``name`` (one of `FIELD_NAMES`); ValueError for any other name."""
+    if name == "babybear":
+        from gpu.field.babybear import BABYBEAR
+
+        return BABYBEAR
+    if name == "goldilocks":
+        from gpu.field.goldilocks import GOLDILOCKS
+
+        return GOLDILOCKS
+    raise ValueError(f"field must be one of {', '.join(FIELD_NAMES)}, got {name!r}")

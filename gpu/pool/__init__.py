@@ -1,0 +1,1 @@
+"""The pinned host-memory pool: slots, their memory, lending and keeping."""

@@ -1,0 +1,1 @@
+"""Synthesis in worker processes: the executor, its fill table, mappings, preload, lifeline."""

@@ -1,0 +1,1 @@
+"""The NumPy reference: transforms, synthesis, verification, digests, CPU backends."""

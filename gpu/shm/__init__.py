@@ -1,0 +1,1 @@
+"""Shared blocks, kept pools' records, their handover; no NumPy (`pacer settle` reads them)."""

@@ -1,0 +1,292 @@
+"""The blocks a shared pool's slots live in: named shared memory in /dev/shm, or memfd blocks
+that a service manager can keep; making, opening, renaming and removing them, and removing
+those a dead process left.
+
+A shared pool's slots are such blocks (`gpu.pool.allocators.SharedHostAllocator`), named
+``pacer-pool-<pid>-<n>`` (`BLOCK_PREFIX`) for the process that holds them, so that a later
+start, or ``pacer settle``, can tell whose they are (`block_owner`). A block kept for the next
+pacer (`gpu.kept_pool`) is renamed for the pacer that adopts it. This module imports no
+NumPy: ``pacer settle`` removes stale blocks (`remove_stale_blocks`) and reads their names
+without it.
+
+>>> block = create_block(4096)
+>>> block_owner(block.name) == os.getpid(), block.path == f"{SHM_DIR}/{block.name}"
+(True, True)
+>>> block.unlink()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import mmap
+import os
+from collections.abc import Collection
+from multiprocessing import resource_tracker
+
+from gpu.sizes import format_bytes
+
+__all__ = [
+    "BLOCK_PREFIX",
+    "SHM_DIR",
+    "HostBlock",
+    "block_owner",
+    "check_room",
+    "create_block",
+    "open_block",
+    "process_alive",
+    "remove_stale_blocks",
+]
+
+logger = logging.getLogger("gpu.shm.blocks")
+
+SHM_DIR = "/dev/shm"
+BLOCK_PREFIX = "pacer-pool-"
+"""Names of shared slot blocks: ``pacer-pool-<pid>-<n>``, for the process that holds them."""
+_block_numbers = itertools.count()
+_live_blocks: set[str] = set()  # names this process holds in SHM_DIR and has not let go of
+
+
+class HostBlock:
+    """One slot's memory, mapped here: a file in ``directory`` (named shared memory), or a
+    memfd (``fd``; no name in any directory, alive while a descriptor or mapping holds it).
+
+    ``path`` is where another process of this host opens it: the file, or this process's
+    descriptor under /proc. ``tracked``: multiprocessing's resource tracker unlinks the file
+    should this process die without doing so (the default for a pool that is not kept).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        size: int,
+        mapping: mmap.mmap,
+        *,
+        directory: str | None = SHM_DIR,
+        fd: int | None = None,
+        tracked: bool = False,
+    ) -> None:
+        if (directory is None) == (fd is None):
+            raise ValueError("a block is either a file in a directory or a memfd, not both")
+        self.name = name
+        self.size = size
+        self.directory = directory
+        self.fd = fd
+        self.tracked = tracked
+        self._memfd = fd is not None
+        self._mapping: mmap.mmap | None = mapping
+
+    @property
+    def memfd(self) -> bool:
+        return self._memfd
+
+    @property
+    def path(self) -> str:
+        if self.fd is not None:
+            return f"/proc/{os.getpid()}/fd/{self.fd}"
+        return f"{self.directory}/{self.name}"
+
+    @property
+    def mapping(self) -> mmap.mmap:
+        if self._mapping is None:
+            raise ValueError(f"block {self.name} is closed")
+        return self._mapping
+
+    def inode(self) -> tuple[int, int]:
+        """(device, inode) of the block: how /proc/PID/maps tells it from others."""
+        stat = os.fstat(self.fd) if self.fd is not None else os.stat(self.path)
+        return stat.st_dev, stat.st_ino
+
+    def track(self) -> None:
+        """Have the resource tracker remove the file should this process die first."""
+        if not self.tracked and not self.memfd:
+            resource_tracker.register(f"/{self.name}", "shared_memory")
+            self.tracked = True
+
+    def untrack(self) -> None:
+        """Take the file off the resource tracker: it outlives this process, whatever its end."""
+        if self.tracked:
+            resource_tracker.unregister(f"/{self.name}", "shared_memory")
+            self.tracked = False
+
+    def rename(self, name: str) -> None:
+        """Give the file a new name in its directory (a memfd's name cannot change)."""
+        if self.memfd or name == self.name:
+            return
+        os.rename(self.path, f"{self.directory}/{name}")
+        _live_blocks.discard(self.name)
+        self.name = name
+        _live_blocks.add(name)
+
+    def close(self) -> None:
+        """Unmap it here and close its descriptor; the block itself stays. Arrays still holding
+        the mapping (a slot checked out) keep it until they are dropped."""
+        mapping, self._mapping = self._mapping, None
+        if mapping is not None:
+            # Arrays still referring to it keep the mapping; it goes when they do.
+            with contextlib.suppress(BufferError):
+                mapping.close()
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def unlink(self) -> None:
+        """Close it and remove its name: its memory goes once no process maps it any more."""
+        self.close()
+        if not self.memfd:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.directory}/{self.name}")
+            if self.tracked:
+                self.untrack()
+            _live_blocks.discard(self.name)
+
+    def __repr__(self) -> str:
+        where = "memfd" if self.memfd else self.directory
+        return f"<HostBlock {self.name} ({where}), {format_bytes(self.size)}>"
+
+
+def next_name() -> str:
+    """A block name for this process that no file in /dev/shm has yet."""
+    while True:
+        name = f"{BLOCK_PREFIX}{os.getpid()}-{next(_block_numbers)}"
+        if not os.path.exists(f"{SHM_DIR}/{name}"):
+            return name
+
+
+def create_block(nbytes: int, *, memfd: bool = False, tracked: bool = False) -> HostBlock:
+    """A new block of ``nbytes`` named for this process, mapped here (sparse until written):
+    a file in /dev/shm, or with ``memfd`` a memfd; ``tracked`` (files only) registers it with
+    the resource tracker, which removes it should this process die first."""
+    name = next_name()
+    if memfd:
+        descriptor = os.memfd_create(name, os.MFD_CLOEXEC)
+        try:
+            mapping = _sized_mapping(descriptor, nbytes)
+        except BaseException:
+            os.close(descriptor)
+            raise
+        return HostBlock(name, nbytes, mapping, directory=None, fd=descriptor)
+    path = f"{SHM_DIR}/{name}"
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        mapping = _sized_mapping(descriptor, nbytes)
+    except BaseException:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(descriptor)
+    _live_blocks.add(name)
+    block = HostBlock(name, nbytes, mapping)
+    if tracked:
+        block.track()
+    return block
+
+
+def _sized_mapping(descriptor: int, nbytes: int) -> mmap.mmap:
+    os.ftruncate(descriptor, nbytes)
+    return mmap.mmap(descriptor, nbytes)
+
+
+def open_block(name: str, *, fd: int | None = None, directory: str = SHM_DIR) -> HostBlock:
+    """Map an existing block: the file ``name`` in ``directory``, or the memfd ``fd`` (then
+    held by the block). OSError when it cannot be opened."""
+    if fd is not None:
+        return HostBlock(name, os.fstat(fd).st_size, mmap.mmap(fd, 0), directory=None, fd=fd)
+    descriptor = os.open(f"{directory}/{name}", os.O_RDWR)
+    try:
+        size = os.fstat(descriptor).st_size
+        mapping = mmap.mmap(descriptor, size)
+    finally:
+        os.close(descriptor)
+    if directory == SHM_DIR:
+        _live_blocks.add(name)
+    return HostBlock(name, size, mapping, directory=directory)
+
+
+def check_room(total_bytes: int) -> None:
+    """Refuse new blocks of ``total_bytes`` in all that do not fit in /dev/shm now (remove
+    stale blocks first: `gpu.kept_pool.sweep`). Blocks are sparse until written, and a write
+    past the tmpfs limit is a SIGBUS, so this is checked before any block."""
+    stats = os.statvfs(SHM_DIR)
+    room = stats.f_bavail * stats.f_frsize
+    if total_bytes > room:
+        raise RuntimeError(
+            f"shared-memory pool slots need {format_bytes(total_bytes)} in {SHM_DIR}, which "
+            f"has {format_bytes(room)} free; enlarge it (e.g. docker --shm-size, a "
+            "Kubernetes emptyDir with medium Memory), lower the slot count, or synthesize on "
+            "threads instead (PACER_SYNTHESIS__EXECUTOR=threads: pinned without /dev/shm, "
+            "synthesis slower)"
+        )
+
+
+def remove_stale_blocks(
+    directory: str | None = None, keep: Collection[str] = ()
+) -> tuple[int, int]:
+    """Unlink the slot blocks of processes that are gone; returns (blocks, bytes) removed.
+
+    A service killed outright (SIGKILL, the OOM killer) never unlinks its blocks, and tmpfs
+    keeps them, GiB each, until someone does. A block is stale when the process in its name
+    has exited, or is this one (a restarted container's PID 1) but did not make it, unless it
+    is in ``keep`` (blocks an owner record keeps for the next pacer). Blocks of a live process
+    (another service on this host) are left alone.
+    """
+    directory = directory or SHM_DIR
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return 0, 0
+    removed: dict[int, list[int]] = {}  # pid: sizes of its blocks removed
+    for name in sorted(names):
+        pid = block_owner(name)
+        if pid is None or name in keep:
+            continue
+        mine = pid == os.getpid()
+        if (mine and name in _live_blocks) or (not mine and process_alive(pid)):
+            continue
+        size = remove_file(os.path.join(directory, name))
+        if size is not None:
+            removed.setdefault(pid, []).append(size)
+    for pid, sizes in removed.items():
+        logger.warning(
+            "removed %d shared slot blocks (%s) from %s that process %d left when it died",
+            len(sizes), format_bytes(sum(sizes)), directory, pid,
+        )  # fmt: skip
+    return sum(map(len, removed.values())), sum(map(sum, removed.values()))
+
+
+def remove_file(path: str) -> int | None:
+    """Unlink ``path``; the bytes it held (not its sparse length), None where it was gone or
+    cannot be removed (logged)."""
+    try:
+        size = os.stat(path).st_blocks * 512
+        os.unlink(path)
+    except FileNotFoundError:
+        return None  # removed meanwhile
+    except OSError as error:  # another user's (a run as root?): say so, go on
+        logger.warning("cannot remove stale shared slot block %s: %s", path, error)
+        return None
+    return size
+
+
+def block_owner(name: str) -> int | None:
+    """The PID of the process that holds slot block ``name``; None for a name not of that form.
+
+    >>> block_owner("pacer-pool-4242-7"), block_owner("pacer-pool-x-7"), block_owner("other")
+    (4242, None, None)
+    """
+    pid_text, _, number = name.removeprefix(BLOCK_PREFIX).partition("-")
+    if not name.startswith(BLOCK_PREFIX) or not (pid_text.isdigit() and number.isdigit()):
+        return None
+    return int(pid_text)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a zombie counts until it is reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True

@@ -1,0 +1,1 @@
+"""The command line: `pacer run`, `submit`, `status`, and what they share."""

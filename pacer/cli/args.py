@@ -1,0 +1,116 @@
+"""What the commands share: arguments checked as they are parsed, and a progress line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from pacer.runtime import logs
+
+
+def count(minimum: int = 1) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum`` (``--jobs 0`` is refused with
+    "must be at least 1, got 0")."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a duration in seconds, more than 0 and finite."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text!r}")
+    return value
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def param(text: str) -> tuple[str, Any]:
+    """An argparse type: ``NAME=VALUE``, the value as JSON (``log_n=18``,
+    ``faults=[{"call": "prove", "kind": "raise"}]``) or else a string (``field=goldilocks``).
+
+    >>> param("log_n=18"), param("field=goldilocks")
+    (('log_n', 18), ('field', 'goldilocks'))
+    """
+    name, sep, raw = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"takes NAME=VALUE, got {text!r}")
+    try:
+        return name, json.loads(raw, parse_constant=_reject_constant)
+    except ValueError:
+        return name, raw
+
+
+def add_log_arguments(parser: argparse.ArgumentParser, default_level: str = "info") -> None:
+    """``--log-level`` and ``--log-format``, as uvicorn names them."""
+    parser.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=logs.LEVELS,
+        default=default_level,
+        help=f"the least severe log lines shown ({default_level})",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        default="text",
+        help="text: one line per event, its context in brackets; json: one object per line, "
+        "the context (job, partition, gpu, task) as fields (text)",
+    )
+
+
+class Progress:
+    """One line of progress on stderr: rewritten in place on a terminal; elsewhere (a log
+    file, a pipe) written when it changed, at most every ``every_s`` unless ``final``."""
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        every_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.every_s = every_s
+        self.clock = clock
+        self.tty = self.stream.isatty()
+        self._last = ""
+        self._last_at = -math.inf
+        self._open = False  # a terminal line not yet ended
+
+    def show(self, text: str, final: bool = False) -> None:
+        if self.tty:
+            self.stream.write(f"\r{text}\x1b[K")
+            self._open = True
+            if final:
+                self.end()
+        elif text != self._last and (final or self.clock() - self._last_at >= self.every_s):
+            self.stream.write(text + "\n")
+            # After a final line, the next one (of another stage) is written at once.
+            self._last, self._last_at = text, -math.inf if final else self.clock()
+        self.stream.flush()
+
+    def end(self) -> None:
+        """End the line on a terminal, before anything else is printed."""
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open = False

@@ -1,0 +1,1 @@
+"""The controller and what it reads: pure code on an injected clock."""

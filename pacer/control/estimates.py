@@ -1,0 +1,269 @@
+"""Duration estimates the controller paces by, from windows of recent samples.
+
+GPU service time and synthesis duration are each estimated from a window of their last
+samples (``pacer.control.windows.DurationWindow``): one GPU stall moves the estimate not at all, and
+a real change of level is followed within a few samples. The synthesis
+duration also keeps its spread, because the spread of synthesis times sets how far the ready
+queue wanders, and a live floor: syntheses still running after far longer than any recent
+one took show a slowdown before any slow one completes.
+A cold start adds a censored estimate of its first cohort (``pacer.control.cohort.ColdCohort``).
+
+Saved estimates (``Estimates``) count as a few samples, not as settled, and are dropped when
+the first fresh samples disagree with them by more than a factor of two; the service keeps
+them under ``estimates_key``, so a host that changed workload, size, GPU or cores starts cold
+instead of from someone else's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pacer.control.cohort import ColdCohort
+from pacer.control.windows import MAX_WINDOW, DurationWindow, check_duration
+
+__all__ = ["ColdCohort", "DurationWindow", "Estimates", "Estimator", "estimates_key"]
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """Durations (s); None until the first sample. Saved so a restart starts warm."""
+
+    gpu_service_s: float | None = None
+    synthesis_s: float | None = None
+    synthesis_sd_s: float = 0.0  # standard deviation of one synthesis duration
+
+    @property
+    def known(self) -> bool:
+        return self.gpu_service_s is not None and self.synthesis_s is not None
+
+
+def estimates_key(
+    *,
+    workload: str,
+    params: Mapping[str, object],
+    gpu_model: str,
+    cores: int,
+) -> str:
+    """What saved estimates are valid for: the workload, its parameters (field, partition
+    size, kernel, workers per GPU, ...), the GPU model and the cores synthesis runs on.
+
+    Estimates saved under another key describe another host or workload and are not used.
+
+    >>> estimates_key(workload="ntt", params={"log_n": 27, "field": "goldilocks"},
+    ...               gpu_model="NVIDIA H200", cores=32)
+    '{"cores": 32, "gpu_model": "NVIDIA H200", "params": {"field": "goldilocks", "log_n": 27}, "workload": "ntt"}'
+    """  # noqa: E501
+    return json.dumps(
+        {"workload": workload, "params": dict(params), "gpu_model": gpu_model, "cores": cores},
+        sort_keys=True,
+        default=str,
+    )
+
+
+class Estimator:
+    """Keeps the estimates up to date from observed durations.
+
+    T̂gpu is the mean of the last ``gpu_window`` GPU service times (at least 8 per worker, and
+    more where they spread widely: enough to know the mean within ``GPU_MEAN_ERROR``), less
+    the W longest and W shortest: a stall that holds every worker adds one long sample
+    each, and those are the ones left out. T̂syn is the mean of the last ``synthesis_window``
+    synthesis durations (at least two lead times of them), with their spread. Both drop
+    older samples on a change of level (``DurationWindow``); a GPU that speeds up is believed
+    after a run of W + 1 shorter times (at least ``DROP_RUN_MIN``). The lead time the projection
+    looks ahead is T̂syn, raised by the cold start's censored cohort mean and by the live
+    floor (``lead_s``).
+    """
+
+    RECENT_FRACTION = 4  # the newest quarter of a window detects a change of level
+    SHIFT_MIN_SAMPLES = 8  # ... and holds at least this many samples
+    FLOOR_SIGMAS = 2.0  # margin of the live floor, beyond the longest recent synthesis
+    FLOOR_RANK = 3  # the live floor follows the third oldest synthesis running
+    GPU_MEAN_ERROR = 0.05  # the GPU window holds enough samples to know T̂gpu this closely
+    DROP_RUN_MIN = 3  # a GPU speed-up: this many GPU times in a row, at least one a worker more
+
+    def __init__(self, gpu_window: int, synthesis_window: int, saved: Estimates) -> None:
+        self._gpu_window = gpu_window
+        self._synthesis_window = synthesis_window
+        self._gpu = DurationWindow(
+            gpu_window, self.SHIFT_MIN_SAMPLES, 1, saved.gpu_service_s, drop_run=self.DROP_RUN_MIN
+        )
+        self._syn = DurationWindow(
+            synthesis_window,
+            self._recent(synthesis_window),
+            0,
+            saved.synthesis_s,
+            saved.synthesis_sd_s,
+        )
+        self._cohort: ColdCohort | None = None if saved.known else ColdCohort()
+        self._ages_s: tuple[float, ...] = ()
+        self.failures = 0  # syntheses that failed or timed out
+        self.version = 0  # bumped by every observation, so derived values can be cached
+
+    def _recent(self, size: int, at_least: int = 0) -> int:
+        return min(size, max(self.SHIFT_MIN_SAMPLES, size // self.RECENT_FRACTION, at_least))
+
+    @property
+    def gpu_service_s(self) -> float | None:
+        return self._gpu.value
+
+    @property
+    def synthesis_s(self) -> float | None:
+        return self._syn.value
+
+    @property
+    def synthesis_sd_s(self) -> float:
+        return self._syn.sd
+
+    @property
+    def estimates(self) -> Estimates:
+        return Estimates(self._gpu.value, self._syn.value, self._syn.sd)
+
+    @property
+    def known(self) -> bool:
+        return len(self._gpu) > 0 and len(self._syn) > 0
+
+    @property
+    def cold_cohort_open(self) -> bool:
+        """Some of the cold start's first syntheses are still running."""
+        return self._cohort is not None
+
+    @property
+    def rebased(self) -> int:
+        """Times either window was re-based (a change of level, saved estimates dropped, the
+        cold start's cohort in): predictions made before then used another model."""
+        return self._gpu.rebased + self._syn.rebased
+
+    @property
+    def shifts(self) -> tuple[int, int]:
+        """Changes of level detected so far: (GPU service time, synthesis duration)."""
+        return self._gpu.shifts, self._syn.shifts
+
+    def fit(self, workers: int, in_synthesis: float) -> None:
+        """Size the windows for the host: the GPU window holds at least 8 samples a worker,
+        and (cv ÷ ``GPU_MEAN_ERROR``)² where its samples spread widely (partitions of several
+        sizes: fewer hold too few runs of each, and T̂gpu swings with the window's mix), trims
+        one a worker at each end (a stall of every worker is dropped whole), and its newest
+        part holds more than 2 a worker (a stall stays a minority there); the
+        synthesis window holds at least two lead times of completions, ``in_synthesis`` × 2
+        (its mean's noise, in partitions, does not grow with the rate)."""
+        size = max(self._gpu_window, 8 * workers)
+        gpu = self._gpu.value
+        if gpu:
+            # Enough samples for the mean to be known within GPU_MEAN_ERROR (its relative
+            # standard error, cv ÷ √n), in doublings of the base size so that the window
+            # is not resized at every sample.
+            needed = (self._gpu.sd / gpu / self.GPU_MEAN_ERROR) ** 2
+            size <<= max(0, math.ceil(math.log2(max(needed, 1.0) / size)))
+        self._gpu.resize(
+            min(MAX_WINDOW, size),
+            max(self.SHIFT_MIN_SAMPLES, 2 * workers + 1),
+            workers,
+            drop_run=max(self.DROP_RUN_MIN, workers + 1),
+        )
+        if math.isfinite(in_synthesis):
+            size = min(MAX_WINDOW, max(self._synthesis_window, math.ceil(2 * in_synthesis)))
+            self._syn.resize(size, self._recent(size))
+
+    def observe_gpu_service(self, seconds: float) -> None:
+        self._gpu.add(seconds)
+        self.version += 1
+
+    def observe_synthesis(self, seconds: float, now: float) -> None:
+        """A synthesis that took ``seconds`` finished at ``now`` (clock seconds)."""
+        self._syn.add(seconds, in_order=self._cohort is None)
+        self.version += 1
+        if self._cohort is not None:
+            self._close_cohort(self._cohort.completed(now, seconds))
+
+    def observe_synthesis_failure(self, seconds: float, now: float) -> None:
+        """A synthesis failed or timed out after ``seconds``, at ``now``.
+
+        It leaves the cold-start cohort. Where it ran longer than T̂syn it also counts as a
+        sample (censored: it would have taken at least that long), so syntheses that all time
+        out still raise the estimate; a quicker failure says nothing about durations.
+        """
+        check_duration(seconds)
+        self.failures += 1
+        self.version += 1
+        current = self._syn.value
+        if current is not None and seconds > current and self._cohort is None:
+            self._syn.add(seconds)
+        if self._cohort is not None:
+            self._close_cohort(self._cohort.failed(now, seconds))
+
+    def observe_running(self, now: float, synthesizing: int, ages_s: tuple[float, ...]) -> None:
+        """What the pipeline runs now: ``synthesizing`` syntheses, the oldest of them
+        dispatched ``ages_s`` ago, oldest first (empty: not told). Cohort members older than
+        the oldest are gone."""
+        self._ages_s = ages_s if synthesizing > 0 else ()
+        if self._cohort is None:
+            return
+        if synthesizing == 0:
+            self._close_cohort(self._cohort.forget_before(math.inf))
+        elif ages_s:
+            self._close_cohort(self._cohort.forget_before(now - ages_s[0]))
+
+    def _close_cohort(self, cohort_mean: float | None) -> None:
+        if cohort_mean is None or self._cohort is None:
+            return
+        # The whole cold-start cohort is in: its durations are unbiased, unlike its first
+        # (fastest) finishers alone; they replace what the window holds.
+        self._syn.replace(self._cohort.finished)
+        self._cohort = None
+        self.version += 1
+
+    def cold_dispatched(self, at: float, count: int) -> None:
+        """Dispatches made before any duration was known."""
+        if self._cohort is not None:
+            self._cohort.dispatched(at, count)
+
+    def live_floor_s(self) -> float:
+        """A floor on the lead time from the syntheses running: the age of the
+        ``FLOOR_RANK``-th oldest, less how much longer than T̂syn the longest recent synthesis
+        took and ``FLOOR_SIGMAS`` spreads.
+
+        In a steady state the oldest running syntheses are about as old as the longest recent
+        one, and the floor stays below T̂syn. When synthesis slows, all that run age past
+        anything seen, and the floor rises with them (about one second a second) long before
+        the slow ones complete and enter the window. Not the oldest: one straggler, or one
+        hung synthesis, must not raise the lead time of all.
+        """
+        estimate = self._syn.value
+        if not self._ages_s or estimate is None:
+            return 0.0
+        age = self._ages_s[min(self.FLOOR_RANK, len(self._ages_s)) - 1]
+        margin = (self._syn.longest - estimate) + self.FLOOR_SIGMAS * self._syn.sd
+        return age - margin
+
+    def lead_s(self, now: float) -> float:
+        """T̂syn, the synthesis lead time (s) the projection looks ahead.
+
+        At least the live floor, or while the cold-start cohort is still running, at least
+        the cohort's censored mean: its first finishers are its fastest, so their average
+        alone runs low and would starve the GPUs one synthesis later.
+        """
+        syn = self._syn.value or 0.0
+        if self._cohort is not None:
+            # The cohort's bound plays the floor's part: its first finishers, all the window
+            # holds, are its fastest, so a margin drawn from them would be too thin.
+            return max(syn, self._cohort.lower_bound(now))
+        return max(syn, self.live_floor_s())
+
+    def ready_wander_sd(self, rate_per_s: float, lead_s: float) -> float:
+        """Standard deviation of the ready queue's wander at ``rate_per_s`` partitions a
+        second, from the spread of both durations.
+
+        Synthesis: each partition dispatched ``a`` seconds ago is still in synthesis with
+        probability F̄(a), so the count in synthesis varies by rate × ∫ F̄(1 − F̄) da, which
+        is rate × σsyn ÷ √π for durations spread normally. GPUs: the number they consume in
+        one lead time varies by rate × lead × (σgpu ÷ T̂gpu)² (each worker a renewal
+        process), which matters where partitions of several sizes alternate.
+        """
+        synthesis = rate_per_s * self._syn.sd / math.sqrt(math.pi)
+        gpu = self._gpu.value
+        cv = self._gpu.sd / gpu if gpu else 0.0
+        consumed = rate_per_s * lead_s * cv * cv if math.isfinite(rate_per_s) else 0.0
+        return math.sqrt(synthesis + consumed)

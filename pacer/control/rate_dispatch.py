@@ -1,0 +1,112 @@
+"""Dispatch by rate within the synthesis caps: how many partitions go out now, and when next.
+
+A rate (1 ÷ interval) is turned into dispatches by credit: it grows by rate × elapsed time,
+and every whole partition of it is due at once (no ceiling per call: a wide host dispatches
+thousands a second). The synthesis caps bound what goes out: syntheses at once, partitions in
+flight, the pinned pool, the bytes left in the memory budget, and a token bucket of the
+synthesis rate cap (its burst: the concurrency cap). Only what can start is dispatched, so
+only that spends tokens and credit; what a cap holds back is not saved up for a burst.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pacer.control.policy import Caps, Decision, Observation
+
+
+class RateDispatch:
+    """Credit and tokens of one controller.
+
+    Five partitions fell due in 2 s at 2 a second (and one of credit), but the concurrency
+    cap's burst is 4, and the rate cap of 2 syntheses a second gives the next token in 0.5 s:
+
+    >>> d = RateDispatch(Caps(synthesis_concurrency=4, inflight_partitions=10))
+    >>> d.elapse(0.0, rate_cap_per_s=2.0)
+    >>> d.paced(0.0, room=10, interval_s=0.5, credit_dt=2.0, headroom=10, floor_s=0.001)
+    Decision(dispatch=4, next_at=0.5)
+    """
+
+    def __init__(self, caps: Caps) -> None:
+        self._caps = caps
+        self._credit = 1.0
+        self._credit_at: float | None = None
+        self.tokens = float(caps.synthesis_concurrency)
+        self._rate_cap_per_s = math.inf
+
+    def elapse(self, dt: float, rate_cap_per_s: float) -> None:
+        """``dt`` seconds passed since the last decision: tokens come back at the rate cap."""
+        self._rate_cap_per_s = rate_cap_per_s
+        if dt == 0.0 and self.tokens >= 1:
+            return
+        burst = float(self._caps.synthesis_concurrency)
+        infinite = math.isinf(rate_cap_per_s)
+        self.tokens = burst if infinite else min(burst, self.tokens + rate_cap_per_s * dt)
+
+    def credit_dt(self, now: float) -> float:
+        """Seconds since the last decision's credit was counted (0 the first time)."""
+        dt = 0.0 if self._credit_at is None else max(0.0, now - self._credit_at)
+        self._credit_at = now
+        return dt
+
+    def hold(self) -> None:
+        """Outside pacing: no burst is saved up for later."""
+        self._credit = min(self._credit, 1.0)
+
+    def room(self, obs: Observation) -> int:
+        """Partitions that can start now: the caps (syntheses at once, in flight), the backlog,
+        the pinned pool and the bytes the memory budget has left. Only these are paid for,
+        with tokens and credit: what the budget would refuse is held back like any cap's."""
+        room = min(
+            self._caps.synthesis_concurrency - obs.synthesizing,
+            self._caps.inflight_partitions - obs.inflight,
+            obs.backlog,
+        )
+        for free in (obs.pool_free, obs.budget_free):
+            if free is not None:
+                room = min(room, free)
+        return max(0, room)
+
+    def take(self, count: int) -> None:
+        """``count`` partitions dispatched: they spend synthesis tokens."""
+        self.tokens -= count
+
+    def token_wait_s(self) -> float:
+        """Seconds until the rate cap lets one more synthesis start."""
+        return max(0.0, 1 - self.tokens) / self._rate_cap_per_s
+
+    def paced(
+        self,
+        now: float,
+        room: int,
+        interval_s: float,
+        credit_dt: float,
+        *,
+        headroom: int,
+        floor_s: float,
+        at_once: int = 0,
+    ) -> Decision:
+        """Dispatch what is due by rate: 1 ÷ ``interval_s`` partitions a second, as many at
+        once as fell due since the last call (a late wake-up, or a rate above the wake-ups),
+        and at least ``at_once``, within the caps and the ``headroom`` left below the skip
+        threshold. What a cap or the headroom holds back is not saved up for a burst.
+        ``floor_s``: the shortest wait before asking again."""
+        rate = 1 / interval_s if interval_s > 0 else math.inf
+        self._credit = math.inf if math.isinf(rate) else self._credit + rate * credit_dt
+        due = int(min(self._credit, float(2**31)))
+        count = max(0, min(max(due, at_once), room, int(self.tokens), headroom))
+        if count > 0:
+            self.take(count)
+            self._credit = max(0.0, self._credit - count)
+        if count < due:
+            self._credit = min(self._credit, 1.0)
+        if headroom > 0 and room > 0 and self.tokens < 1:
+            return Decision(count, now + max(self.token_wait_s(), floor_s))
+        if math.isinf(rate):
+            return Decision(count, None)
+        if count < due:
+            # Held back by a cap or the headroom: the next pipeline event (a completion) asks
+            # again; the timer only backs it up, an interval from now.
+            return Decision(count, now + max(interval_s, floor_s))
+        wait = max(0.0, 1 - self._credit) / rate
+        return Decision(count, now + max(wait, floor_s))

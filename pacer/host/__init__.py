@@ -1,0 +1,1 @@
+"""What the host offers: its memory and its cgroup's limit."""

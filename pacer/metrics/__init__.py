@@ -1,0 +1,1 @@
+"""Prometheus metrics, on a registry the caller provides."""

@@ -1,0 +1,373 @@
+"""Prometheus metrics, on a registry the caller provides (nothing registers at import).
+
+State (controller terms, queue depths, memory, pool, busy ratios) is read when Prometheus
+scrapes; durations are observed into histograms once per partition as they happen.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    StateSetMetricFamily,
+)
+from prometheus_client.registry import Collector
+
+from pacer import __version__
+from pacer.control.controller import PIController
+from pacer.control.policy import Mode
+from pacer.journal import JobRecord
+from pacer.journal.health import JournalCalls, JournalHealth
+from pacer.pipeline import Outcome, Pipeline
+from pacer.pipeline.attempts import CALLS, Call
+from pacer.runtime.supervision import ProgressWatchdog, Supervisor
+
+IDLE_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+SYNTHESIS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 120, 300)
+JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200,
+               86400)  # fmt: skip
+
+
+class PoolView(Protocol):
+    """What the metrics read of a pinned host-memory pool."""
+
+    @property
+    def total_bytes(self) -> int: ...
+
+    @property
+    def in_use_bytes(self) -> int: ...
+
+    @property
+    def waits(self) -> int: ...
+
+    @property
+    def fallbacks(self) -> int: ...
+
+
+class NoPool:
+    """The pool of a workload that pins nothing (the CPU workloads): all zero."""
+
+    total_bytes = 0
+    in_use_bytes = 0
+    waits = 0
+    fallbacks = 0
+
+
+class _StateCollector(Collector):
+    def __init__(self, pipeline: Pipeline) -> None:
+        self._pipeline = pipeline
+
+    def collect(self) -> Iterator[Metric]:
+        # The workload's pool appears only once the service has allocated it.
+        pool: PoolView = self._pipeline.pool or NoPool()
+        policy = self._pipeline.controller  # the one dispatching (start may rebuild it)
+        if isinstance(policy, PIController):
+            # PI terms only under pi: a baseline has none, and a series that is absent cannot
+            # be mistaken for a value (nor fire an alert on one).
+            t = policy.terms
+            gauges = [
+                ("pacer_controller_error", "Prediction error: ready depth observed less the one "
+                 "predicted a synthesis lead time earlier (partitions)", t.error),
+                ("pacer_controller_p_term", "Proportional correction kp*error (partitions)",
+                 t.p_term),
+                ("pacer_controller_i_term", "Integral correction ki*integral(error) per lead time "
+                 "(partitions)", t.i_term),
+                ("pacer_controller_ff_term",
+                 "Feed-forward dispatch interval, GPU time / workers (s)", t.ff_interval_s),
+                ("pacer_controller_setpoint", "Effective setpoint of the projected ready depth",
+                 t.setpoint),
+                ("pacer_controller_projected_ready", "Projected ready depth one lead time ahead, "
+                 "with the PI correction (partitions)",
+                 t.projected_ready),
+            ]  # fmt: skip
+            for name, doc, value in gauges:
+                yield GaugeMetricFamily(name, doc, value=value)
+            cap = t.rate_cap_per_s
+            if math.isfinite(cap):  # absent until a synthesis time is known
+                yield GaugeMetricFamily(
+                    "pacer_controller_synthesis_cap",
+                    "Synthesis-throughput cap: synthesis concurrency / synthesis time "
+                    "(partitions/s)",
+                    value=cap,
+                )
+        yield GaugeMetricFamily(
+            "pacer_controller_interval_seconds",
+            "Interval between dispatches after clamps; 0: whenever there is room (s)",
+            value=policy.interval_s(),
+        )
+        mode = StateSetMetricFamily("pacer_controller_mode", "What the dispatch policy is doing")
+        mode.add_metric([], {m.value: policy.mode is m for m in Mode})
+        yield mode
+        p = self._pipeline
+        for name, doc, value in [
+            ("pacer_backlog_partitions", "Accepted partitions not yet dispatched", p.backlog),
+            ("pacer_synthesis_inflight", "Partitions in synthesis", p.synthesizing),
+            ("pacer_ready_partitions", "Synthesized partitions waiting for a GPU", p.ready),
+            ("pacer_memory_budget_bytes", "Memory budget in effect for in-flight partitions: as "
+             "configured, or clamped at start to what the host has (bytes)",
+             p.budget_bytes),
+            ("pacer_memory_inflight_bytes", "Memory held by in-flight partitions (bytes)",
+             p.inflight_bytes),
+            ("pacer_memory_abandoned_bytes",
+             "Memory still held by calls abandoned past their time limit, part of the "
+             "in-flight memory until they return (bytes)", p.abandoned_bytes),
+            ("pacer_abandoned_threads",
+             "Threads still running a call abandoned past its time limit", p.abandoned_threads),
+            ("pacer_gpu_workers_live",
+             "Proving workers with a live thread, not stuck in an abandoned call",
+             p.live_workers),
+            ("pacer_pinned_pool_total_bytes", "Pinned host memory in the pool (bytes)",
+             pool.total_bytes),
+            ("pacer_pinned_pool_in_use_bytes", "Pinned pool memory checked out (bytes)",
+             pool.in_use_bytes),
+        ]:  # fmt: skip
+            yield GaugeMetricFamily(name, doc, value=value)
+        for name, doc, value in [
+            ("pacer_controller_bootstraps", "Cold bootstraps", policy.bootstraps),
+            ("pacer_controller_rebootstraps", "Re-bootstraps after a true drain",
+             policy.rebootstraps),
+            ("pacer_pinned_pool_waits", "Checkouts that waited for a slot", pool.waits),
+            ("pacer_pinned_pool_fallbacks", "Checkouts served from pageable memory",
+             pool.fallbacks),
+            ("pacer_synthesis_worker_restarts",
+             "Times the synthesis processes were replaced after one died", p.synthesis_restarts),
+        ]:  # fmt: skip
+            yield CounterMetricFamily(name, doc, value=value)
+        busy = GaugeMetricFamily(
+            "pacer_gpu_busy_ratio",
+            "Fraction of the last 60 s with a partition on the GPU",
+            labels=["gpu"],
+        )
+        busy_s = CounterMetricFamily(
+            "pacer_gpu_busy_seconds", "Time with a partition on the GPU (s)", labels=["gpu"]
+        )
+        for gpu in p.gpus:
+            busy.add_metric([str(gpu)], p.busy_ratio(gpu))
+            busy_s.add_metric([str(gpu)], p.busy_seconds(gpu))
+        yield busy
+        yield busy_s
+
+
+class Metrics:
+    """All of pacer's metrics on ``registry``, with the process (CPU, memory, open files),
+    platform (Python) and garbage-collector collectors a default registry has; pass it to the
+    pipeline as its observer. The dispatch policy's state is read from
+    ``pipeline.controller`` at scrape time.
+
+    ``policy_name`` labels ``pacer_controller_policy_info``, so that dashboards and comparisons
+    can tell which dispatch policy a series was recorded under."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        pipeline: Pipeline,
+        policy_name: str,
+    ) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        self.registry = registry
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
+        registry.register(_StateCollector(pipeline))
+        self.idle_gaps = Histogram(
+            "pacer_gpu_idle_gap_seconds",
+            "Time a GPU had no partition: from one's end to the next one's start on it (s)",
+            ["gpu"],
+            buckets=IDLE_GAP_BUCKETS,
+            registry=registry,
+        )
+        self.phases = Histogram(
+            "pacer_gpu_phase_seconds",
+            "Time of each proving phase (s)",
+            ["gpu", "phase"],
+            buckets=PHASE_BUCKETS,
+            registry=registry,
+        )
+        self.synthesis = Histogram(
+            "pacer_synthesis_seconds",
+            "Synthesis duration of a partition, dispatch to ready (s)",
+            buckets=SYNTHESIS_BUCKETS,
+            registry=registry,
+        )
+        self.partitions = Counter(
+            "pacer_partitions",
+            "Partition attempts that left the pipeline: completed, or failed (each failed "
+            "attempt of a retried partition counts)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.jobs = Counter("pacer_jobs", "Jobs that ended", ["outcome"], registry=registry)
+        self.job_seconds = Histogram(
+            "pacer_job_duration_seconds",
+            "Time from a job's submission to its end, by how it ended (s)",
+            ["outcome"],
+            buckets=JOB_BUCKETS,
+            registry=registry,
+        )
+        self.hung_calls = Counter(
+            "pacer_hung_calls",
+            "Workload calls abandoned past their time limit, by call",
+            ["call"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "pacer_partition_retries",
+            "Failed partition attempts queued again (after a backoff)",
+            registry=registry,
+        )
+        for call in CALLS:
+            self.hung_calls.labels(call)
+        for outcome in ("completed", "failed"):
+            self.partitions.labels(outcome)
+        for outcome in ("completed", "failed", "cancelled"):
+            self.jobs.labels(outcome)
+            self.job_seconds.labels(outcome)
+        for gpu in pipeline.gpus:
+            self.idle_gaps.labels(str(gpu))
+        build = GaugeMetricFamily("pacer_build_info", "pacer build", labels=["version", "python"])
+        build.add_metric([__version__, platform.python_version()], 1.0)
+        registry.register(_Constant(build))
+        info = GaugeMetricFamily(
+            "pacer_controller_policy_info",
+            "The dispatch policy running (PACER_CONTROLLER__POLICY)",
+            labels=["policy"],
+        )
+        info.add_metric([policy_name], 1.0)
+        registry.register(_Constant(info))
+
+    def watch_health(
+        self,
+        supervisor: Supervisor,
+        watchdog: ProgressWatchdog,
+        unready_reasons: Callable[[], list[str]],
+    ) -> None:
+        """Export task failures, progress and readiness, read at scrape time."""
+        self.registry.register(_HealthCollector(supervisor, watchdog, unready_reasons))
+
+    # Observer
+    def synthesized(self, seconds: float) -> None:
+        self.synthesis.observe(seconds)
+
+    def proved(self, gpu: int, gpu_s: float, phases_s: dict[str, float]) -> None:
+        for phase, seconds in phases_s.items():
+            self.phases.labels(str(gpu), phase).observe(seconds)
+
+    def idle_gap(self, gpu: int, seconds: float) -> None:
+        self.idle_gaps.labels(str(gpu)).observe(seconds)
+
+    def finished(self, outcome: Outcome) -> None:
+        self.partitions.labels("failed" if outcome.error else "completed").inc()
+
+    def hung_call(self, call: Call) -> None:
+        self.hung_calls.labels(call).inc()
+
+    def job_ended(self, job: JobRecord) -> None:
+        """``job`` ended (completed, failed or cancelled): counted, and its time from
+        submission to the end (journal times) observed."""
+        outcome = job.state.value
+        self.jobs.labels(outcome).inc()
+        self.job_seconds.labels(outcome).observe(max(0.0, job.updated_at - job.created_at))
+
+
+class _HealthCollector(Collector):
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        watchdog: ProgressWatchdog,
+        unready_reasons: Callable[[], list[str]],
+    ) -> None:
+        self._supervisor = supervisor
+        self._watchdog = watchdog
+        self._unready_reasons = unready_reasons
+
+    def collect(self) -> Iterator[Metric]:
+        failures = CounterMetricFamily(
+            "pacer_task_failures",
+            "Failures of a long-lived task or proving thread (restarted by the service)",
+            labels=["task"],
+        )
+        for task, count in sorted(self._supervisor.failures().items()):
+            failures.add_metric([task], count)
+        yield failures
+        yield GaugeMetricFamily(
+            "pacer_last_progress_seconds",
+            "Time since a partition was last synthesized or proved or a result committed (s)",
+            value=self._watchdog.since_progress_s(),
+        )
+        yield GaugeMetricFamily(
+            "pacer_stalled",
+            "1 while work has waited PACER_HEALTH__STALL_S with no progress, else 0",
+            value=float(self._watchdog.stalled()),
+        )
+        yield GaugeMetricFamily(
+            "pacer_ready",
+            "1 while /readyz answers 200, else 0 (/readyz and /v1/status say why)",
+            value=float(not self._unready_reasons()),
+        )
+
+
+class JournalMetrics(Collector):
+    """The journal's health, read at scrape time from ``health`` and ``calls`` (the calls
+    running on its threads); ``uncommitted`` counts the proved results that wait for it."""
+
+    def __init__(
+        self, health: JournalHealth, calls: JournalCalls, uncommitted: Callable[[], int]
+    ) -> None:
+        self._health = health
+        self._calls = calls
+        self._uncommitted = uncommitted
+
+    def collect(self) -> Iterator[Metric]:
+        health = self._health
+        yield GaugeMetricFamily(
+            "pacer_journal_healthy",
+            "1 while the journal takes writes, 0 while they fail",
+            value=float(health.healthy),
+        )
+        yield GaugeMetricFamily(
+            "pacer_journal_failing_seconds",
+            "How long journal writes have been failing; 0 while they go through (s)",
+            value=health.failing_s(),
+        )
+        yield GaugeMetricFamily(
+            "pacer_journal_call_running_seconds",
+            "How long the longest journal call running now has run; 0 while none runs (s); "
+            "past PACER_JOURNAL__STALL_S the service is not ready",
+            value=self._calls.longest_s(),
+        )
+        yield CounterMetricFamily(
+            "pacer_journal_commit_failures",
+            "Journal writes that failed (results, job failures, estimates, pruning, new jobs; "
+            "a fleet's claims and renewals); each is retried but a new job's, which is refused "
+            "(503)",
+            value=health.failures,
+        )
+        yield GaugeMetricFamily(
+            "pacer_journal_uncommitted_results",
+            "Proved partitions whose results wait in memory for the journal",
+            value=self._uncommitted(),
+        )
+
+
+class _Constant(Collector):
+    def __init__(self, metric: Metric) -> None:
+        self._metric = metric
+
+    def collect(self) -> Iterator[Metric]:
+        yield self._metric

@@ -1,0 +1,109 @@
+"""The metrics of a host of a fleet (a PostgreSQL journal): its claims, leases and renewals,
+read at scrape time from what the service's fleet counts, and the time claims take. A host
+without a fleet exports none of them: absent, not zero."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class FleetCountsView(Protocol):
+    """What the metrics read of a host's counts (`pacer.service.fleet_host.FleetCounts`)."""
+
+    @property
+    def claims(self) -> int: ...
+
+    @property
+    def claimed_partitions(self) -> int: ...
+
+    @property
+    def empty_claims(self) -> int: ...
+
+    @property
+    def reclaimed_partitions(self) -> int: ...
+
+    @property
+    def renewal_failures(self) -> int: ...
+
+    @property
+    def lost_leases(self) -> int: ...
+
+
+class FleetView(Protocol):
+    """What the metrics read of a host's part in its fleet (`pacer.service.fleet_host.Fleet`)."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def counts(self) -> FleetCountsView: ...
+
+    @property
+    def held(self) -> Mapping[int, object]: ...
+
+    def leased_partitions(self) -> int: ...
+
+    def since_renewal_s(self) -> float: ...
+
+
+def claim_histogram(registry: CollectorRegistry) -> Callable[[float], None]:
+    """``pacer_fleet_claim_seconds`` on ``registry``; what observes a claim's time (s)."""
+    histogram = Histogram(
+        "pacer_fleet_claim_seconds",
+        "Time one claim of partitions from the fleet's queue took, round trip (s)",
+        buckets=CLAIM_BUCKETS,
+        registry=registry,
+    )
+    return histogram.observe
+
+
+class FleetMetrics(Collector):
+    """A host's fleet metrics, read from ``fleet`` when Prometheus scrapes."""
+
+    def __init__(self, fleet: FleetView) -> None:
+        self._fleet = fleet
+
+    def collect(self) -> Iterator[Metric]:
+        fleet = self._fleet
+        info = GaugeMetricFamily(
+            "pacer_fleet_host_info",
+            "1, labelled with this pacer's name in the fleet (PACER_JOURNAL__HOST)",
+            labels=["host"],
+        )
+        info.add_metric([fleet.host], 1.0)
+        yield info
+        counts = fleet.counts
+        for name, doc, value in [
+            ("pacer_fleet_claims", "Claims of partitions from the fleet's queue",
+             counts.claims),
+            ("pacer_fleet_claimed_partitions", "Partitions claimed from the fleet's queue",
+             counts.claimed_partitions),
+            ("pacer_fleet_empty_claims", "Claims that found no partition free",
+             counts.empty_claims),
+            ("pacer_fleet_reclaimed_partitions",
+             "Partitions claimed from another host's lease that had lapsed",
+             counts.reclaimed_partitions),
+            ("pacer_fleet_renewal_failures", "Renewals of this host's leases that failed",
+             counts.renewal_failures),
+            ("pacer_fleet_lost_leases",
+             "Leases this host lost with partitions it had not started (reclaimed after they "
+             "lapsed, or their job ended on another host)", counts.lost_leases),
+        ]:  # fmt: skip
+            yield CounterMetricFamily(name, doc, value=value)
+        gauges: list[tuple[str, str, float]] = [
+            ("pacer_fleet_leases", "Leases (batches of partitions) this host holds",
+             len(fleet.held)),
+            ("pacer_fleet_leased_partitions", "Partitions of the leases this host holds",
+             fleet.leased_partitions()),
+            ("pacer_fleet_since_renewal_seconds",
+             "Time since this host's leases were last renewed (s)", fleet.since_renewal_s()),
+        ]  # fmt: skip
+        for name, doc, gauge in gauges:
+            yield GaugeMetricFamily(name, doc, value=gauge)

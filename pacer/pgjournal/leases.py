@@ -1,0 +1,129 @@
+"""The fleet's queue: hosts claim partitions of the shared journal's jobs, hold them under a
+lease they renew, and give back what they did not start.
+
+A job's partitions are index runs in ``batches``, never a row per partition: at submit, its
+lanes (up to `LANES` free runs); a claim takes the heads of the free runs in the fleet's order
+(higher priority, then older job; within a job, runs given back first, then its lanes, each
+from its lowest index), leasing each to the host (``claimed_by``, ``lease_until`` on the
+database's clock) and leaving the rest of a run free. ``FOR UPDATE SKIP
+LOCKED`` lets claimers pass the runs another claim holds: with a job's lanes, concurrent
+claimers take different runs of it instead of queueing on one row.
+
+A lease that expires is any host's to claim: the claim hands out only the partitions of the
+run that have no result yet. Results are stored once whoever sends them (``complete_partitions``
+ignores a partition already journaled) and a run whose partitions all have results is deleted.
+A job that ends (completed, failed, cancelled) has its runs deleted: nothing of it is claimed
+again.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+from pacer.journal.fleet_backend import Claim, Lease
+from pacer.journal.records import is_int
+from pacer.pgjournal.database import ACTIVE, Database
+from pacer.pgjournal.reads import free_runs
+from pacer.pgjournal.schema import LANE_PARTITIONS, LANES
+
+MAX_CLAIM = 10_000  # partitions one claim may ask for
+# What hosts LISTEN on: a job accepted, or leases given back (partitions free to claim now).
+WORK_CHANNEL = "pacer_work"
+
+_ACTIVE_JOB = "EXISTS (SELECT 1 FROM jobs j WHERE j.id = b.job_id AND j.state IN (%s, %s))"
+# Before a statement on a host's leases: drop those of jobs that ended (a lease taken as its
+# job ended outlives the job's deletion of its runs). Parameters: the host, ACTIVE.
+_DROP_ENDED = f"WITH ended AS (DELETE FROM batches b WHERE b.claimed_by = %s AND NOT {_ACTIVE_JOB})"
+
+
+def lanes(partitions: int) -> list[tuple[int, int]]:
+    """A new job's unclaimed runs: up to `LANES`, each of `LANE_PARTITIONS` or more.
+
+    >>> lanes(10), len(lanes(1_000_000))
+    ([(0, 10)], 16)
+    """
+    count = max(1, min(LANES, partitions // LANE_PARTITIONS))
+    bounds = [partitions * i // count for i in range(count + 1)]
+    return list(pairwise(bounds))
+
+
+class FleetQueue(Database):
+    """Claims, leases and their release: what a host of a fleet asks of the shared journal."""
+
+    def claim(self, host: str, n: int) -> list[Claim]:
+        """Lease up to ``n`` pending partitions to ``host`` in the fleet's order, from the
+        free runs and the runs whose lease expired; one round trip. Fewer, or none, when no
+        more are free now (or the others are held by concurrent claims for the instant their
+        transactions take)."""
+        _check_host(host)
+        if not is_int(n) or not 1 <= n <= MAX_CLAIM:
+            raise ValueError(f"a claim takes from 1 to {MAX_CLAIM} partitions, got {n!r}")
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT * FROM pacer_claim(%s, %s, %s)", (host, n, self.lease_s)
+            ).fetchall()
+        return [
+            Claim(batch, job_id, free_runs(start, stop, ((d, d + 1) for d in done)), previous)
+            for batch, job_id, start, stop, done, previous in rows
+        ]
+
+    def renew(self, host: str) -> list[int]:
+        """Extend ``host``'s leases by ``lease_s`` from now; the batches it still holds. A
+        batch it claimed that is not among them was reclaimed after its lease expired, or had
+        all its results, or its job ended (those leases are dropped here)."""
+        _check_host(host)
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"{_DROP_ENDED} UPDATE batches b"
+                " SET lease_until = now() + make_interval(secs => %s)"
+                f" WHERE b.claimed_by = %s AND {_ACTIVE_JOB} RETURNING b.id",
+                (host, *ACTIVE, self.lease_s, host, *ACTIVE),
+            ).fetchall()
+        return sorted(batch for (batch,) in rows)
+
+    def release(self, host: str) -> int:
+        """Give back every lease ``host`` holds, at once free for any claim (a clean drain: what
+        it proved is committed, the rest it did not start); how many partitions they cover.
+        Leases of jobs that ended are dropped instead."""
+        _check_host(host)
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"{_DROP_ENDED} UPDATE batches b SET claimed_by = NULL, lease_until = NULL,"
+                " given_back = true, first = start"
+                f" WHERE b.claimed_by = %s AND {_ACTIVE_JOB} RETURNING stop - start",
+                (host, *ACTIVE, host, *ACTIVE),
+            ).fetchall()
+            if rows:
+                conn.execute(f"NOTIFY {WORK_CHANNEL}")
+        return sum(count for (count,) in rows)
+
+    def leases(self, job_id: str | None = None) -> list[Lease]:
+        """The leases held (expired ones included, until reclaimed), of one job or all, by
+        job then index: which hosts hold which partitions."""
+        query = (
+            "SELECT id, job_id, claimed_by, start, stop,"
+            " extract(epoch FROM lease_until - now())::double precision FROM batches"
+            " WHERE claimed_by IS NOT NULL"
+        )
+        with self._connection() as conn:
+            if job_id is None:
+                rows = conn.execute(query + " ORDER BY job_id, start").fetchall()
+            else:
+                rows = conn.execute(query + " AND job_id = %s ORDER BY start", (job_id,)).fetchall()
+            return [Lease(*row) for row in rows]
+
+    def pending_partitions(self) -> int:
+        """Partitions of queued and running jobs without a result, fleet-wide: what the
+        fleet has left to prove, whoever holds it."""
+        with self._connection() as conn:
+            row = conn.execute(
+                "SELECT coalesce(sum(partitions - partitions_done), 0) FROM jobs"
+                " WHERE state IN (%s, %s)",
+                ACTIVE,
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
+
+def _check_host(host: str) -> None:
+    if not isinstance(host, str) or not host:
+        raise ValueError(f"host must be a non-empty name, got {host!r}")

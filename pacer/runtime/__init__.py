@@ -1,0 +1,1 @@
+"""Process helpers: supervised tasks, daemon threads, signals, logs, the early start."""
