@@ -132,7 +132,9 @@ def measure(
     print(f"2^{log_n}: pinning {slots} slots of {slot_gib:.2f} GiB", file=sys.stderr)
     began = time.perf_counter()
     backend: Any = "shared-cuda" if executor == "processes" else "cuda"
-    pool = PinnedPool(slots, [(n,)] * 3, dtype=field.storage, backend=backend, on_empty="wait")
+    pool = PinnedPool.build(
+        slots, [(n,)] * 3, dtype=field.storage, backend=backend, on_empty="wait"
+    )
     pin_s = time.perf_counter() - began
     try:
         prover = GpuProver(0, log_n, field)

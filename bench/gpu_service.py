@@ -41,6 +41,7 @@ from pacer.config import Settings
 from pacer.pipeline import Outcome
 from pacer.pipeline.attempts import Call
 from pacer.server import Server
+from pacer.service.lifecycle import Service
 
 
 class Gaps:
@@ -119,9 +120,9 @@ def phase_means_ms(registry: CollectorRegistry, gpu: int) -> dict[str, float]:
     return means
 
 
-async def keep_backlog(service: Server, partitions: int) -> None:
-    if service.pipeline.backlog < partitions * 2:
-        await service.submit(partitions, {}, 0)
+async def keep_backlog(server: Server, partitions: int) -> None:
+    if server.service.pipeline.backlog < partitions * 2:
+        await server.service.submit(partitions, {}, 0)
 
 
 async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[str, Any]]) -> None:
@@ -147,22 +148,26 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
         api={"port": 0},
     )
     registry = CollectorRegistry()
-    service = Server(settings, registry)
-    await service.open()  # the workload loaded and the journal open: start_s is the start's
-    gaps = Gaps(service.pipeline.observer)  # the metrics, and progress for readiness
-    service.pipeline.observer = gaps
+    server = Server(Service.build(settings, registry))
+    await server.service.open()  # the workload loaded and the journal open: start_s is the start's
+    gaps = Gaps(server.service.pipeline.observer)  # the metrics, and progress for readiness
+    server.service.pipeline.observer = gaps
     began = time.perf_counter()
-    await service.start()
+    await server.start()
     start_s = time.perf_counter() - began
-    p = service.pipeline
-    pool = service.workload.pool if isinstance(service.workload, GpuNttWorkload) else None
+    p = server.service.pipeline
+    pool = (
+        server.service.workload.pool
+        if isinstance(server.service.workload, GpuNttWorkload)
+        else None
+    )
     warm_allocations = pool.allocations if pool is not None else 0
-    await keep_backlog(service, args.partitions)
+    await keep_backlog(server, args.partitions)
     print(f"[{policy}] ready in {start_s:.1f} s; warming up {args.warmup:.0f} s", file=sys.stderr)
     warm_until = time.perf_counter() + args.warmup
     while time.perf_counter() < warm_until:
         await asyncio.sleep(1.0)
-        await keep_backlog(service, args.partitions)
+        await keep_backlog(server, args.partitions)
     stop = threading.Event()
     nvml: dict[int, list[int]] = {}
     sampler = threading.Thread(target=nvml_sampler, args=(stop, nvml), daemon=True)
@@ -176,7 +181,7 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
     while (now := time.perf_counter()) - started < args.seconds:
         await asyncio.sleep(1.0)
         inflight_gib.append(p.inflight_bytes / 2**30)
-        await keep_backlog(service, args.partitions)
+        await keep_backlog(server, args.partitions)
         if now >= next_report:
             next_report += 10
             print(f"[{policy}] {now - started:4.0f} s: {p.proved - proved_at_start} proved, "
@@ -207,15 +212,15 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
     synthesis_count = registry.get_sample_value("pacer_synthesis_seconds_count") or 0.0
     result = {
         "policy": policy,
-        "log_n": getattr(service.workload, "log_n", None),
-        "field": getattr(getattr(service.workload, "field", None), "name", None),
+        "log_n": getattr(server.service.workload, "log_n", None),
+        "field": getattr(getattr(server.service.workload, "field", None), "name", None),
         "seconds": elapsed,
         "warmup_s": args.warmup,
         "start_s": start_s,
         "partitions_per_s": (proved_at_end - proved_at_start) / elapsed,
-        "synthesis_concurrency": service.plan.caps.synthesis_concurrency,
+        "synthesis_concurrency": server.service.plan.caps.synthesis_concurrency,
         "executor": settings.synthesis.executor,
-        "cpu_backend": getattr(service.workload, "kernel", None),
+        "cpu_backend": getattr(server.service.workload, "kernel", None),
         "synthesis_mean_s": synthesis_sum / synthesis_count if synthesis_count else None,
         "synthesis_cap_per_s": synthesis_cap,
         "gpu_rate_per_s": 1 / ff_term if ff_term else None,
@@ -235,7 +240,7 @@ async def run_policy(args: argparse.Namespace, policy: str, results: list[dict[s
     results.append(result)
     print(table([result]), file=sys.stderr)
     save(results)
-    await service.shutdown()
+    await server.shutdown()
 
 
 def save(results: list[dict[str, Any]]) -> None:

@@ -216,7 +216,7 @@ def pin_alone(threads: int | None = None) -> dict[str, Any]:
     allocator = allocators.SharedHostAllocator(True, Handover.for_service(False, slots),
                                                threads)  # fmt: skip
     began = time.perf_counter()
-    pool = PinnedPool(slots, [(n,)] * 3, dtype=workload.field.storage, backend=allocator)
+    pool = PinnedPool.build(slots, [(n,)] * 3, dtype=workload.field.storage, backend=allocator)
     seconds = time.perf_counter() - began
     pool.close()
     return {

@@ -37,6 +37,7 @@ from pacer.config import Settings
 from pacer.control.policy import Decision, Observation
 from pacer.journal import JobState
 from pacer.server import Server
+from pacer.service.lifecycle import Service
 
 
 def rss_bytes() -> int:
@@ -69,11 +70,13 @@ async def pipeline_run(
     """Run ``partitions`` no-op partitions in ``jobs`` jobs: all submitted at once, or (with
     ``rate``) one job every jobs-worth of ``rate`` partitions/s."""
     name = "paced" if rate else "saturated"
-    service = Server(bench_settings(tmp / f"{name}.sqlite", workers), CollectorRegistry())
-    await service.open()
+    server = Server(
+        Service.build(bench_settings(tmp / f"{name}.sqlite", workers), CollectorRegistry())
+    )
+    await server.service.open()
     decide_ns: list[int] = []  # on-CPU time of the loop's thread
     decide_wall_ns: list[int] = []  # wall time: adds what other threads and the OS took
-    original = service.controller.decide
+    original = server.service.controller.decide
 
     def timed(obs: Observation) -> Decision:
         cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
@@ -82,8 +85,8 @@ async def pipeline_run(
         decide_ns.append(time.thread_time_ns() - cpu)
         return decision
 
-    service.controller.decide = timed  # type: ignore[method-assign]
-    await service.start()
+    server.service.controller.decide = timed  # type: ignore[method-assign]
+    await server.start()
     lags: list[float] = []
     running = True
 
@@ -101,7 +104,7 @@ async def pipeline_run(
         for k in range(jobs):
             if rate:
                 await asyncio.sleep(max(0.0, started + k * per_job / rate - time.perf_counter()))
-            await service.submit(per_job, {}, 0)
+            await server.service.submit(per_job, {}, 0)
 
     started = time.perf_counter()
     feeding = asyncio.create_task(submitter())
@@ -109,10 +112,10 @@ async def pipeline_run(
     total = per_job * jobs
     last_report = started
     while True:
-        done = service.pipeline.proved
+        done = server.service.pipeline.proved
         if rss_warm is None and done >= total // 10:
             rss_warm = rss_bytes()
-        if (await service.db(service.journal.counts))[JobState.COMPLETED] == jobs:
+        if (await server.service.db(server.service.journal.counts))[JobState.COMPLETED] == jobs:
             break
         now = time.perf_counter()
         if now - last_report >= 2:
@@ -124,7 +127,7 @@ async def pipeline_run(
     running = False
     await monitor
     await feeding
-    await service.shutdown()
+    await server.shutdown()
     return {
         "partitions": total,
         "seconds": elapsed,
@@ -140,12 +143,14 @@ async def pipeline_run(
 
 
 async def scrape_run(tmp: Path, scrapes: int = 300) -> dict[str, Any]:
-    service = Server(bench_settings(tmp / "scrape.sqlite", 8), CollectorRegistry())
-    await service.start()
-    job = await service.submit(2000, {}, 0)
-    while (rec := await service.db(service.journal.get_job, job.id)) and rec.state != "completed":
+    server = Server(Service.build(bench_settings(tmp / "scrape.sqlite", 8), CollectorRegistry()))
+    await server.start()
+    job = await server.service.submit(2000, {}, 0)
+    while (
+        rec := await server.service.db(server.service.journal.get_job, job.id)
+    ) and rec.state != "completed":
         await asyncio.sleep(0.05)
-    url = f"http://127.0.0.1:{service.port}/metrics"
+    url = f"http://127.0.0.1:{server.port}/metrics"
     times: list[float] = []
     size = 0
     async with aiohttp.ClientSession() as session:
@@ -155,7 +160,7 @@ async def scrape_run(tmp: Path, scrapes: int = 300) -> dict[str, Any]:
                 body = await response.read()
             times.append(time.perf_counter() - started)
             size = len(body)
-    await service.shutdown()
+    await server.shutdown()
     return {
         "p50_ms": statistics.median(times) * 1000,
         "p99_ms": quantile(times, 0.99) * 1000,

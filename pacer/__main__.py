@@ -1,22 +1,12 @@
-"""The ``pacer`` command line."""
+"""The ``pacer`` command line: which command runs, its arguments, its exit status."""
 
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from collections.abc import Sequence
 
-from pacer.runtime import early_start
-
-early_start.begin(sys.argv[1:])  # for `pacer serve`: beside the imports below, not after
-
-from pacer import __version__, config  # noqa: E402
-from pacer.cli import args as cli_args  # noqa: E402
-from pacer.cli import jobs as cli_client  # noqa: E402
-from pacer.cli import run as cli_run  # noqa: E402
-from pacer.config.env import SECRET_MASK  # noqa: E402
-from pacer.sim import cli as sim_cli  # noqa: E402
+from pacer import __version__
 
 DESCRIPTION = """\
 pacer paces partition dispatch between CPU synthesis and GPU workers of a proving pipeline.
@@ -27,6 +17,11 @@ Settings come from PACER_* environment variables (`pacer config` lists them all)
 
 
 def _parser() -> argparse.ArgumentParser:
+    from pacer.cli import jobs as cli_client
+    from pacer.cli import run as cli_run
+    from pacer.cli import serve
+    from pacer.sim import cli as sim_cli
+
     parser = argparse.ArgumentParser(
         prog="pacer", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -35,20 +30,7 @@ def _parser() -> argparse.ArgumentParser:
 
     cli_run.add_arguments(sub.add_parser("run", help=cli_run.HELP))
 
-    srv = sub.add_parser(
-        "serve",
-        help="run the service: HTTP API, journal, paced pipeline (Ctrl-C or SIGTERM drains)",
-        description="Run pacer on uvloop: accept jobs over HTTP, journal them, pace their "
-        "partitions through synthesis and proving, export metrics. The first SIGTERM/SIGINT "
-        "drains in-flight work (PACER_SHUTDOWN__DRAIN_S) and exits 0; a second cuts the drain "
-        "short and exits 1, as does a stop that leaves a journal call that hangs "
-        "(PACER_SHUTDOWN__JOURNAL_S).",
-    )
-    srv.add_argument("--host", help="address to listen on (PACER_API__HOST: 127.0.0.1)")
-    srv.add_argument(
-        "--port", type=cli_args.count(0), help="TCP port, 0 for a free one (PACER_API__PORT: 9470)"
-    )
-    cli_args.add_log_arguments(srv)
+    serve.add_arguments(sub.add_parser("serve", help=serve.HELP, description=serve.DESCRIPTION))
 
     cli_client.add_submit_arguments(
         sub.add_parser(
@@ -84,123 +66,43 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """The ``pacer`` command; its exit status. ``pacer serve`` goes to `pacer.cli.serve`
+    before anything else is imported: it begins its workload's early start first."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["serve"]:
+        from pacer.cli import serve
+
+        return serve.main(arguments[1:])
+    args = _parser().parse_args(arguments)
     if args.command == "settle":
         from pacer import settle
 
         return settle.main(args)
+    from pacer import config
+
     if args.command == "config" and args.markdown:
         print(config.markdown_table())
         return 0
-    try:
-        settings = config.load_settings()
-    except config.SettingsError as exc:
-        print("pacer: invalid settings:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
+    from pacer.cli.args import load_settings
+
+    settings = load_settings()
+    if settings is None:
         return 2
     if args.command == "config":
-        return _config(settings)
-    if args.command == "serve":
-        return _serve(args, settings)
+        from pacer.cli.config_output import print_config
+
+        return print_config(settings)
     if args.command == "run":
+        from pacer.cli import run as cli_run
+
         return cli_run.main(args, settings)
     if args.command in ("submit", "status"):
+        from pacer.cli import jobs as cli_client
+
         return cli_client.run(args, settings)
+    from pacer.sim import cli as sim_cli
+
     return sim_cli.main(args, settings)
-
-
-def environment_file(settings: config.Settings, resolved: Sequence[tuple[str, str]] = ()) -> str:
-    """``settings`` as an environment file that reads back to equal settings (a systemd
-    EnvironmentFile, or a shell's ``set -a; . FILE``): each variable after its meaning, quoted
-    where it must be; an unset one commented out (an empty value is refused), a secret too.
-
-    ``resolved``: what the settings come to on this host, as (name, value) rows (the service's
-    plan: ``pacer.plan.describe``), printed after the variables as comments, never read back.
-    """
-    lines = []
-    for var, value in config.effective(settings):
-        lines.append(f"# {var.description}")
-        if value == "":
-            lines.append(f"#{var.name}=")
-        elif value == SECRET_MASK:
-            lines.append(f"#{var.name}=<set, not shown>")
-        else:
-            lines.append(f"{var.name}={shlex.quote(value)}")
-    if resolved:
-        lines += ["", "# Resolved on this host from the settings above (not read back):"]
-        lines += [f"#   {name} = {value or '(none)'}" for name, value in resolved]
-    return "\n".join(lines)
-
-
-def _config(settings: config.Settings) -> int:
-    """``pacer config``: the settings, then what they resolve to on this host; exit 2 when the
-    service would refuse them here (the file is printed all the same)."""
-    from pacer.plan import ConfigurationError, describe, host_plan
-    from pacer.workload import WorkloadError
-
-    try:
-        resolved = describe(host_plan(settings))
-    except (WorkloadError, ConfigurationError) as exc:
-        print(environment_file(settings))
-        print(f"pacer: the service would not start on this host: {exc}", file=sys.stderr)
-        return 2
-    print(environment_file(settings, resolved))
-    return 0
-
-
-def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
-    import sqlite3
-
-    from pydantic import ValidationError
-
-    from pacer.journal import JournalRefusedError
-    from pacer.journal.health import JournalUnavailable
-    from pacer.plan import ConfigurationError
-    from pacer.runtime import logs
-    from pacer.workload import WorkloadError
-
-    try:
-        if args.host is not None:
-            settings.api.host = args.host
-        if args.port is not None:
-            settings.api.port = args.port
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        print(f"pacer: --{error['loc'][0]}: {error['msg']}", file=sys.stderr)
-        return 2
-    logs.setup(args.log_level, args.log_format)
-    refused = (ConfigurationError, WorkloadError, JournalRefusedError, JournalUnavailable)
-    try:
-        return _serve_from_first_steps(settings)
-    except refused as exc:
-        print(f"pacer: {exc}", file=sys.stderr)
-        return 2
-    except sqlite3.Error as exc:
-        print(f"pacer: journal {settings.journal.location}: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"pacer: cannot serve: {exc}", file=sys.stderr)
-        return 2
-
-
-def _serve_from_first_steps(settings: config.Settings) -> int:
-    """Take the start's first steps (the journal's lock, the workload, the plan) and begin
-    the pool's pinning before importing the rest of the service, which then opens beside it
-    (`pacer.service.first_steps`); with a fleet's journal the pinning waits for it. The
-    signals the service answers are held from before the first step
-    (`pacer.runtime.signals.Held`)."""
-    from pacer.runtime.signals import Held
-    from pacer.service.first_steps import FirstSteps
-
-    held = Held().install()
-    first_steps = FirstSteps(settings)
-    first_steps.take()
-    if not settings.journal.fleet:
-        first_steps.begin_prepare()
-    from pacer import server
-
-    return server.run(settings, first_steps, held)
 
 
 if __name__ == "__main__":

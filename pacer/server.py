@@ -1,8 +1,9 @@
 """``pacer serve``: the service with its HTTP API, stopped in order by signals, told to systemd.
 
-`Server` is a `pacer.service.Service` that serves `pacer.api` once started and stops serving
-after its drain, before the journal closes. `serve` runs one until SIGTERM or SIGINT, or
-SIGUSR2, which also hands the pinned pool over to the next pacer (`Service.keep_pool`).
+`Server` holds a `pacer.service.Service`: it serves `pacer.api` once the service has started,
+and stops serving after the drain, before the journal closes. `serve` runs one until SIGTERM
+or SIGINT, or SIGUSR2, which also hands the pinned pool over to the next pacer
+(`Service.keep_pool`).
 """
 
 from __future__ import annotations
@@ -18,58 +19,59 @@ from aiohttp import web
 from pacer.api import build_runner
 from pacer.config import Settings
 from pacer.runtime.signals import Held, Signals, sd_notify
-from pacer.service import Service
 from pacer.service.first_steps import FirstSteps
+from pacer.service.lifecycle import Service
 
 log = logging.getLogger("pacer.service")
 SWITCH_INTERVAL_S = 0.001
 GC_YOUNG_THRESHOLD = 50_000
 
 
-class Server(Service):
-    """A `Service` serving its HTTP API on ``PACER_API__HOST``:``PACER_API__PORT``; ``port``
-    is the one bound (the settings may say 0: any free port), once started."""
+class Server:
+    """``service`` serving its HTTP API on ``PACER_API__HOST``:``PACER_API__PORT``; ``port``
+    is the one bound (the settings may say 0: any free port), once started. A start that
+    takes long is told to systemd as well as logged."""
 
-    port: int | None = None
-    _runner: web.AppRunner | None = None
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.port: int | None = None
+        self._runner: web.AppRunner | None = None
+        service.status_listeners.append(_tell_systemd)
 
     async def start(self) -> None:
         """Start the service, then serve the API; ready (``READY=1`` to systemd) on return."""
+        service = self.service
         # The loop shares the GIL with synthesis and proving threads; by default a thread may
         # keep it 5 ms before the loop gets a turn, which is loop lag. 1 ms keeps lag low.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        await super().start()
-        self._runner = build_runner(self)
-        await self.startup.timed("api", self._serve_api(self._runner), self._clock)
-        self.startup.ready_s = self._clock() - self.first_steps.began
+        await service.start()
+        self._runner = build_runner(service)
+        await service.startup.timed("api", self._serve_api(self._runner), service.clock)
+        service.startup.ready_s = service.clock() - service.first_steps.began
         # Start-up objects (modules, settings, the resumed backlog) live as long as the process:
         # keep them out of the collector's full passes, which otherwise stall the loop.
         gc.freeze()
         # Young collections every 700 allocations land inside one dispatch decision in twenty
         # at thousands of partitions/s; fifty thousand makes them rare, each still ~1 ms.
         gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+        fleet = service.fleet
         work = (
-            f"{self.resumed} jobs resumed"
-            if self.fleet is None
-            else f"host {self.fleet.host} of the fleet at {self.settings.journal.location}"
+            f"{service.resumed} jobs resumed"
+            if fleet is None
+            else f"host {fleet.host} of the fleet at {service.settings.journal.location}"
         )
         log.info(
             "pacer ready on http://%s:%d (workload %s, policy %s, %d workers, %s)",
-            self.settings.api.host, self.port, self.workload.name, self.policy_name,
-            self.pipeline.workers, work,
+            service.settings.api.host, self.port, service.workload.name, service.policy_name,
+            service.pipeline.workers, work,
         )  # fmt: skip
-        log.info("start-up: %s", self.startup.words())
+        log.info("start-up: %s", service.startup.words())
         sd_notify(f"READY=1\nSTATUS=serving on port {self.port}, {work}")
-
-    def _say_starting(self) -> str:
-        """What a start that takes long waits for, logged and told to systemd (STATUS=)."""
-        line = super()._say_starting()
-        sd_notify(f"STATUS={line}")
-        return line
 
     async def _serve_api(self, runner: web.AppRunner) -> None:
         await runner.setup()
-        site = web.TCPSite(runner, self.settings.api.host, self.settings.api.port)
+        api = self.service.settings.api
+        site = web.TCPSite(runner, api.host, api.port)
         await site.start()
         self.port = int(runner.addresses[0][1])
 
@@ -77,23 +79,27 @@ class Server(Service):
         """Drain (the API answers meanwhile: not ready, no new jobs), stop serving, close.
         True if all in-flight work finished within the drain budget."""
         sd_notify("STOPPING=1\nSTATUS=draining")
-        finished = await self.drain()
+        finished = await self.service.drain()
         if self._runner is not None:
             await self._runner.cleanup()
-        await self.close()
+        await self.service.close()
         log.info("stopped")
         return finished
 
 
-async def serve(
-    settings: Settings, first_steps: FirstSteps | None = None, held: Held | None = None
-) -> int:
+def _tell_systemd(line: str) -> None:
+    sd_notify(f"STATUS={line}")
+
+
+async def serve(settings: Settings, first_steps: FirstSteps, held: Held | None = None) -> int:
     """Serve until SIGTERM or SIGINT, then drain and stop; the exit status: 0, or 1 when a
     second signal cut the drain short or the stop left a journal call that hangs. A start
-    that fails releases what it took, then raises. ``first_steps``: those `pacer serve` took
-    before it imported this module, and ``held`` the signals it held meanwhile."""
-    server = Server(settings, first_steps=first_steps)
-    with Signals(server.hurry).installed(held) as signals:
+    that fails releases what it took, then raises. ``first_steps``: the start's first steps
+    (`pacer serve` takes them before it imports this module); ``held``: the signals it held
+    meanwhile."""
+    service = Service(settings, first_steps)
+    server = Server(service)
+    with Signals(service.hurry).installed(held) as signals:
         try:
             started = await _started_unless(server, signals.stop)
         except BaseException:
@@ -102,9 +108,9 @@ async def serve(
         if started:
             await signals.stop.wait()
         if signals.handover:
-            server.keep_pool()
+            service.keep_pool()
         await server.shutdown()
-    return 1 if signals.forced or server.journal_access.left else 0
+    return 1 if signals.forced or service.journal_access.left else 0
 
 
 async def _started_unless(server: Server, stop: asyncio.Event) -> bool:
@@ -121,14 +127,14 @@ async def _started_unless(server: Server, stop: asyncio.Event) -> bool:
         starting.result()  # a start that failed raises here
         return True
     log.warning("stopping before ready: the start is given up while it waits for %s",
-                server.waiting_for())  # fmt: skip
+                server.service.waiting_for())  # fmt: skip
     starting.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await starting
     return False
 
 
-def run(settings: Settings, first_steps: FirstSteps | None = None, held: Held | None = None) -> int:
+def run(settings: Settings, first_steps: FirstSteps, held: Held | None = None) -> int:
     """``pacer serve``: the service on uvloop; the process's exit status."""
     import uvloop
 

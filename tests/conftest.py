@@ -13,6 +13,7 @@ import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
 from pacer.server import Server
+from pacer.service.lifecycle import Service
 from tests.servers import fake_host, settings_for
 
 if TYPE_CHECKING:
@@ -99,14 +100,16 @@ def postgres_url(postgres_server: PostgresServer) -> str:
 
 
 @pytest_asyncio.fixture
-async def service(tmp_path: Path) -> AsyncIterator[Server]:
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
     """A started in-process service on an ephemeral port, its journal in ``tmp_path``."""
     # A host with room for the default budget, whatever the machine running the tests has.
     roomy = fake_host(tmp_path / "host", total=2**41, available=2**40)
-    svc = Server(settings_for(tmp_path), registry=CollectorRegistry(), host_files=roomy)
+    svc = Server(
+        Service.build(settings_for(tmp_path), registry=CollectorRegistry(), host_files=roomy)
+    )
     await svc.start()
     yield svc
-    if not svc.draining:
+    if not svc.service.draining:
         await svc.shutdown()
 
 

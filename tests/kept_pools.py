@@ -26,7 +26,7 @@ from gpu.shm.handover import Handover
 from gpu.pool.pinned import PinnedPool
 slots, n, keep, store = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "keep", sys.argv[4]
 handover = Handover(keep, store)
-pool = PinnedPool(slots, [(n,)] * 3, np.uint32, SharedHostAllocator(False, handover),
+pool = PinnedPool.build(slots, [(n,)] * 3, np.uint32, SharedHostAllocator(False, handover),
                   field="babybear")
 held = [pool.checkout() for _ in range(slots)]
 for index, slot in enumerate(held):

@@ -16,7 +16,7 @@ import sys
 from multiprocessing import resource_tracker
 import numpy as np
 from gpu.pool.pinned import PinnedPool
-pool = PinnedPool(2, [(1024,)] * 3, np.uint32, backend="shared")
+pool = PinnedPool.build(2, [(1024,)] * 3, np.uint32, backend="shared")
 for index in range(2):
     slot = pool.checkout()
     slot.arrays[0][:] = 7  # written: the blocks hold memory
@@ -59,7 +59,7 @@ from multiprocessing import forkserver
 import numpy as np
 from gpu.pool.pinned import PinnedPool
 from gpu.procs.executor import ProcessSynthesizer
-pool = PinnedPool(2, [(1024,)] * 3, np.uint32, backend="shared")
+pool = PinnedPool.build(2, [(1024,)] * 3, np.uint32, backend="shared")
 synthesizer = ProcessSynthesizer(2, pool.block_paths)
 synthesizer.start()
 slot = pool.checkout()

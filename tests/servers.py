@@ -21,7 +21,7 @@ from pacer.config import Settings
 from pacer.host.memory import HostFiles
 from pacer.journal import JobState
 from pacer.server import Server
-from pacer.service import Service
+from pacer.service.lifecycle import Service
 from tests.waits import until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,26 +69,26 @@ def fake_host(
     return files
 
 
-def url(service: Server, path: str) -> str:
-    return f"http://127.0.0.1:{service.port}{path}"
+def url(server: Server, path: str) -> str:
+    return f"http://127.0.0.1:{server.port}{path}"
 
 
 async def call(
-    service: Server, method: str, path: str, body: Any = None, raw: bytes | None = None,
+    server: Server, method: str, path: str, body: Any = None, raw: bytes | None = None,
     headers: dict[str, str] | None = None,
 ) -> tuple[int, Any]:  # fmt: skip
     async with aiohttp.ClientSession() as session:
         data = raw if raw is not None else (None if body is None else aiohttp.JsonPayload(body))
-        async with session.request(method, url(service, path), data=data, headers=headers) as r:
+        async with session.request(method, url(server, path), data=data, headers=headers) as r:
             payload = await r.json() if r.content_type == "application/json" else await r.text()
             return r.status, payload
 
 
-async def until_done(service: Server, job_id: str) -> dict[str, Any]:
+async def until_done(server: Server, job_id: str) -> dict[str, Any]:
     """The job's detail (``GET /v1/jobs/{id}``) once it has ended."""
 
     async def detail() -> dict[str, Any]:
-        status, job = await call(service, "GET", f"/v1/jobs/{job_id}")
+        status, job = await call(server, "GET", f"/v1/jobs/{job_id}")
         assert status == 200, job
         return dict(job)
 

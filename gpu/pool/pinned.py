@@ -13,7 +13,7 @@ device without staging. With the "shared" backends each slot is a named shared-m
 (`gpu.shm.blocks`; registered with cudaHostRegister for "shared-cuda"), so synthesis in other
 processes can write it in place (`slot_block`).
 
->>> with PinnedPool(slots=2, slot_shapes=[(8,), (8,), (8,)], backend="numpy") as pool:
+>>> with PinnedPool.build(slots=2, slot_shapes=[(8,), (8,), (8,)], backend="numpy") as pool:
 ...     with pool.checkout() as slot:
 ...         a, b, c = slot.arrays
 ...         a[:] = 7
@@ -64,7 +64,7 @@ class PoolClosedError(RuntimeError):
 
 
 class PinnedPool:
-    """A fixed set of slots of pinned host memory, allocated at construction, lent thread-safely.
+    """A fixed set of slots of pinned host memory, allocated by `open`, lent thread-safely.
 
     Each of ``slots`` slots holds one array per shape in ``slot_shapes`` (e.g. three vectors of n
     elements for a partition's a, b, c), all of ``dtype``, in one allocation. ``backend``:
@@ -81,8 +81,10 @@ class PinnedPool:
     pool refuses to be built larger than that. ``clock`` (seconds) times allocation, waits
     and freeing.
 
-    Building takes about total_bytes / (2 GiB/s) on the cuda backend: do it in a thread before
-    the service reports ready. The counters are plain ints, read without the lock.
+    Construction only checks and stores; `open` (or `build`, which constructs and opens)
+    allocates or adopts the slots. Opening takes about total_bytes / (2 GiB/s) on the cuda
+    backend: do it on a thread before the service reports ready. The counters are plain ints,
+    read without the lock.
     """
 
     def __init__(
@@ -111,8 +113,7 @@ class PinnedPool:
             raise ValueError(
                 f"pinned pool of {slots} slots × {format_bytes(self.slot_bytes)} = "
                 f"{format_bytes(self.total_bytes)} does not fit the memory budget of "
-                f"{format_bytes(budget_bytes)} (PACER_MEMORY__BUDGET_BYTES); "
-                "lower the slot count or raise the budget"
+                f"{format_bytes(budget_bytes)}; lower the slot count or raise the budget"
             )
         self.on_empty: OnEmpty = on_empty
         self._clock = clock
@@ -136,7 +137,35 @@ class PinnedPool:
         self.allocations = 0
         self.allocations_after_warmup = 0
         self.freed_in_s: float | None = None
+        self.allocated_in_s: float | None = None
 
+    @classmethod
+    def build(
+        cls,
+        slots: int,
+        slot_shapes: Sequence[tuple[int, ...]],
+        dtype: npt.DTypeLike = np.uint64,
+        backend: Backend | HostAllocator = "auto",
+        on_empty: OnEmpty = "wait",
+        *,
+        budget_bytes: int | None = None,
+        field: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> PinnedPool:
+        """A pool constructed with these arguments and opened: its slots allocated or adopted."""
+        pool = cls(slots, slot_shapes, dtype, backend, on_empty, budget_bytes=budget_bytes,
+                   field=field, clock=clock)  # fmt: skip
+        pool.open()
+        return pool
+
+    def open(self) -> None:
+        """Allocate every slot, or adopt those a previous pacer kept (a shared pool with a
+        handover); progress is logged every few seconds. What the allocator raises (out of
+        memory, no room in the shared-memory directory) propagates, with nothing left held.
+        Once only."""
+        if self._warm or self._closed:
+            raise RuntimeError("a pool opens once")
+        clock, slots = self._clock, self.slots_total
         start = clock()
         self._allocator.reserve(self.layout, slots)  # a shared pool's pinning, on threads
         last_report = clock()

@@ -30,7 +30,7 @@ a fill cancelled before a worker began it is never begun.
 >>> import numpy as np
 >>> from gpu.pool.pinned import PinnedPool
 >>> from gpu.reference.synthesis import synthesize
->>> with PinnedPool(1, [(8,)] * 3, np.uint32, backend="shared") as pool, \\
+>>> with PinnedPool.build(1, [(8,)] * 3, np.uint32, backend="shared") as pool, \\
 ...         ProcessSynthesizer(1) as synthesizer, pool.checkout() as slot:
 ...     synthesizer.fill(pool.slot_block(slot), seed=3, index=1)
 ...     bool((slot.arrays[2] == synthesize(3, 1, 3)[2]).all())

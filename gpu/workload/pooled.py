@@ -214,7 +214,7 @@ class GpuNttWorkload(NttWorkload):
         n = 1 << self.log_n
         allocator = pool_allocator(self.pool_backend, self.keep_on_close, slots,
                                    populate=self.populate_pool)  # fmt: skip
-        return PinnedPool(slots, [(n,)] * 3, dtype=self.field.storage, backend=allocator,
+        return PinnedPool.build(slots, [(n,)] * 3, dtype=self.field.storage, backend=allocator,
                           on_empty=self.on_empty, budget_bytes=budget,
                           field=self.field.name)  # fmt: skip
 

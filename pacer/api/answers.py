@@ -12,7 +12,7 @@ from prometheus_client import Counter, Histogram
 from pacer.api.strict_json import BadInputError, dumps
 
 if TYPE_CHECKING:
-    from pacer.service import Service
+    from pacer.service.lifecycle import Service
 
 SERVICE: web.AppKey[Service] = web.AppKey("service")
 REFUSALS: web.AppKey[Counter] = web.AppKey("refusals")

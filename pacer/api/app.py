@@ -14,7 +14,7 @@ from pacer.api.openapi import document
 from pacer.api.routes import ROUTES, add_routes
 
 if TYPE_CHECKING:
-    from pacer.service import Service
+    from pacer.service.lifecycle import Service
 
 LINGER_S = 2.0
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)

@@ -27,7 +27,7 @@ from pacer.journal import (
 from pacer.workload import Pool
 
 if TYPE_CHECKING:
-    from pacer.service import Service
+    from pacer.service.lifecycle import Service
 
 LAST_FAILURES = 5  # failed attempts a job's detail lists, newest first
 JOBS_CURSOR = ("jobs", (float, int))  # a job's list key: created_at, sequence

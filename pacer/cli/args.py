@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from pacer import config
 from pacer.runtime import logs
 
 
@@ -114,3 +115,15 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
             self._open = False
+
+
+def load_settings() -> config.Settings | None:
+    """The settings from the ``PACER_*`` environment; None after printing each problem
+    (naming the variable and the rule) to stderr."""
+    try:
+        return config.load_settings()
+    except config.SettingsError as exc:
+        print("pacer: invalid settings:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return None

@@ -38,30 +38,7 @@ the service unready, refuses new jobs and is logged (``journal_access``). A stop
 until the drain budget ends, at least ``PACER_SHUTDOWN__JOURNAL_S``, then leaves it to its
 daemon thread, logs it with what was not committed, and goes on in order (``stopping``).
 
-Nothing here imports the HTTP layer: `pacer.api` reads the service, and `pacer.server` serves
-one over HTTP with signals and sd_notify.
+This package's ``__init__`` imports nothing: `pacer serve` imports `first_steps` and begins
+the pool's pinning before it imports the rest. Nothing here imports the HTTP layer: `pacer.api`
+reads the service, and `pacer.server` serves one over HTTP with signals and sd_notify.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pacer.service.assembly import check_bind
-    from pacer.service.lifecycle import Service
-
-__all__ = ["Service", "check_bind"]
-
-
-def __getattr__(name: str) -> object:
-    """`Service` and `check_bind`, imported when first asked for: `pacer serve` imports
-    `pacer.service.first_steps` and begins the pool's pinning before it imports the rest."""
-    if name == "Service":
-        from pacer.service.lifecycle import Service
-
-        return Service
-    if name == "check_bind":
-        from pacer.service.assembly import check_bind
-
-        return check_bind
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

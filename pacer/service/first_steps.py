@@ -44,6 +44,7 @@ class FirstSteps:
         self.settings = settings
         self.lock = None if settings.journal.fleet else JournalLock(settings.journal.sqlite_path)
         self._host_files = host_files
+        self.clock = clock  # the service's clock too
         self._clock = clock
         self.began = clock()
         self.taken_s: float | None = None

@@ -43,15 +43,13 @@ T = TypeVar("T")
 class Service:
     """One pacer instance: journal, dispatch policy, pipeline, metrics and jobs.
 
-    Construction checks and keeps the settings and does nothing else. `open` takes the
-    ``first_steps`` where they were not taken before (`pacer.service.first_steps`: the
-    journal's lock, held until `close`, the workload and the plan fitted to the host), opens
-    the journal and assembles the parts below; `start` (opening first if need be) prepares the
-    workload, its pool pinned from the first steps on, beside the journal's opening and the
-    resume of its jobs, and starts dispatching; `shutdown` drains and closes. With a fleet's
-    journal (PostgreSQL) there is no resume: ``fleet`` claims partitions from it, and the pool
-    is prepared once the journal is open. ``backoff`` paces the retries of journal writes that
-    fail. `pacer.server.Server` serves the HTTP API around it."""
+    Construction keeps the settings and ``first_steps`` and does nothing else. `open` takes
+    the first steps unless `pacer serve` took them (the journal's lock, the workload, the
+    plan), opens the journal and assembles the parts below. `start` prepares the workload
+    (its pool pinned from the first steps on) beside the resume of the journal's jobs, and
+    starts dispatching; `shutdown` drains and closes. A fleet's host resumes nothing: it
+    claims from the shared journal (``fleet``). ``backoff`` paces the retries of failed
+    journal writes. `pacer.server.Server` serves the HTTP API around it."""
 
     # Assembled by `open`.
     workload: Workload
@@ -68,11 +66,9 @@ class Service:
     def __init__(
         self,
         settings: Settings,
+        first_steps: FirstSteps,
         registry: CollectorRegistry | None = None,
-        clock: Callable[[], float] = time.monotonic,
         backoff: Backoff | None = None,
-        host_files: HostFiles = HOST_FILES,
-        first_steps: FirstSteps | None = None,
     ) -> None:
         check_bind(settings)
         self.settings = settings
@@ -81,9 +77,10 @@ class Service:
         self.draining = False
         self.resumed = 0  # jobs resumed from the journal by `start`
         self.startup = StartupTimes()
+        self.clock = clock = first_steps.clock
         self._clock = clock
-        # Taken here at `open` unless `pacer serve` took them before it imported the rest.
-        self.first_steps = first_steps or FirstSteps(settings, host_files, clock)
+        self.first_steps = first_steps  # taken by `pacer serve` before its imports, or by `open`
+        self.status_listeners: list[Callable[[str], None]] = []  # told what a long start awaits
         self._opened = False
         self._started = False
         self._hurry = asyncio.Event()
@@ -98,6 +95,18 @@ class Service:
         # and a component with an opinion of its own appends itself.
         self.readiness: list[ReadinessSource] = [self.supervisor, self.watchdog, self.health,
                                                  self.journal_access]  # fmt: skip
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        backoff: Backoff | None = None,
+        host_files: HostFiles = HOST_FILES,
+    ) -> Service:
+        """A service with first steps of its own, not yet taken (`open` takes them)."""
+        return cls(settings, FirstSteps(settings, host_files, clock), registry, backoff)
 
     @property
     def journal(self) -> JournalBackend:
@@ -248,6 +257,8 @@ class Service:
         )
         log.info("%s", line)
         self.journal_access.check_calls()
+        for listener in self.status_listeners:
+            listener(line)
         return line
 
     async def _take_over(self) -> None:

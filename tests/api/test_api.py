@@ -15,21 +15,22 @@ from pacer.api import views
 from pacer.journal import PartitionResult
 from pacer.plan import ConfigurationError
 from pacer.server import Server
+from pacer.service.lifecycle import Service
 from tests.servers import JSON, call, settings_for, until_done, url
 
 pytestmark = pytest.mark.asyncio
 TOKEN = "0123456789abcdef-token"
 
 
-async def test_health_and_readiness(service: Server) -> None:
-    assert await call(service, "GET", "/healthz") == (200, {"status": "alive"})
-    assert await call(service, "GET", "/readyz") == (200, {"status": "ready"})
+async def test_health_and_readiness(server: Server) -> None:
+    assert await call(server, "GET", "/healthz") == (200, {"status": "alive"})
+    assert await call(server, "GET", "/readyz") == (200, {"status": "ready"})
 
 
-async def test_submit_runs_a_job_to_completion(service: Server) -> None:
-    status, body = await call(service, "POST", "/v1/jobs", {"partitions": 4, "priority": 2})
+async def test_submit_runs_a_job_to_completion(server: Server) -> None:
+    status, body = await call(server, "POST", "/v1/jobs", {"partitions": 4, "priority": 2})
     assert status == 202
-    job = await until_done(service, body["id"])
+    job = await until_done(server, body["id"])
     assert job["state"] == "completed"
     assert job["partitions_done"] == 4
     assert len(job["result_digest"]) == 64
@@ -37,7 +38,7 @@ async def test_submit_runs_a_job_to_completion(service: Server) -> None:
     assert [p["index"] for p in results] == [0, 1, 2, 3]
     assert all(p["state"] == "completed" and p["gpu_s"] > 0 for p in results)
     assert set(results[0]["phases"]) == {"intt", "coset_ntt", "pointwise", "coset_intt"}
-    status, listing = await call(service, "GET", "/v1/jobs?state=completed")
+    status, listing = await call(server, "GET", "/v1/jobs?state=completed")
     assert [j["id"] for j in listing["jobs"]] == [body["id"]]
 
 
@@ -80,31 +81,33 @@ BAD_JOBS = [
     ],
 )
 async def test_bad_job_is_refused_and_nothing_is_journaled(
-    service: Server, raw: bytes, status: int, field: str | None, message: str
+    server: Server, raw: bytes, status: int, field: str | None, message: str
 ) -> None:
-    got, body = await call(service, "POST", "/v1/jobs", raw=raw, headers=JSON)
+    got, body = await call(server, "POST", "/v1/jobs", raw=raw, headers=JSON)
     assert got == status
     assert message in body["error"]
     assert body.get("field") == field
-    assert await service.db(service.journal.list_jobs) == []
-    assert service.pipeline.backlog == 0
+    assert await server.service.db(server.service.journal.list_jobs) == []
+    assert server.service.pipeline.backlog == 0
 
 
 async def test_oversized_body_is_refused(tmp_path: Path) -> None:
-    svc = Server(settings_for(tmp_path, PACER_API__MAX_BODY_BYTES="1024"), CollectorRegistry())
+    svc = Server(
+        Service.build(settings_for(tmp_path, PACER_API__MAX_BODY_BYTES="1024"), CollectorRegistry())
+    )
     await svc.start()
     try:
         big = b'{"partitions": 1, "params": {"seed": 1, "pad": "' + b"x" * 4000 + b'"}}'
         status, body = await call(svc, "POST", "/v1/jobs", raw=big, headers=JSON)
         assert status == 413
         assert "over the limit of 1024 bytes" in body["error"]
-        assert await svc.db(svc.journal.list_jobs) == []
+        assert await svc.service.db(svc.service.journal.list_jobs) == []
     finally:
         await svc.shutdown()
 
 
 async def test_token_guards_the_endpoints_that_change_state(tmp_path: Path) -> None:
-    svc = Server(settings_for(tmp_path, PACER_API__TOKEN=TOKEN), CollectorRegistry())
+    svc = Server(Service.build(settings_for(tmp_path, PACER_API__TOKEN=TOKEN), CollectorRegistry()))
     await svc.start()
     try:
         status, body = await call(svc, "POST", "/v1/jobs", {"partitions": 1})
@@ -137,25 +140,27 @@ async def test_non_loopback_needs_a_token(
 ) -> None:
     settings = settings_for(tmp_path, **env)
     if allowed:
-        await Server(settings, CollectorRegistry()).shutdown()
+        await Server(Service.build(settings, CollectorRegistry())).shutdown()
     else:
         with pytest.raises(ConfigurationError, match="set PACER_API__TOKEN"):
-            Server(settings, CollectorRegistry())
+            Server(Service.build(settings, CollectorRegistry()))
 
 
-async def test_cancel(service: Server) -> None:
-    service.pipeline.stop_dispatching()  # keep the job queued
-    _, body = await call(service, "POST", "/v1/jobs", {"partitions": 50})
-    status, job = await call(service, "DELETE", f"/v1/jobs/{body['id']}")
+async def test_cancel(server: Server) -> None:
+    server.service.pipeline.stop_dispatching()  # keep the job queued
+    _, body = await call(server, "POST", "/v1/jobs", {"partitions": 50})
+    status, job = await call(server, "DELETE", f"/v1/jobs/{body['id']}")
     assert (status, job["state"]) == (200, "cancelled")
-    assert service.pipeline.backlog == 0
-    assert (await call(service, "DELETE", "/v1/jobs/nope"))[0] == 404
-    assert service.registry.get_sample_value("pacer_jobs_total", {"outcome": "cancelled"}) == 1
+    assert server.service.pipeline.backlog == 0
+    assert (await call(server, "DELETE", "/v1/jobs/nope"))[0] == 404
+    assert (
+        server.service.registry.get_sample_value("pacer_jobs_total", {"outcome": "cancelled"}) == 1
+    )
 
 
-async def test_controller_patch_is_bumpless_and_validated(service: Server) -> None:
-    _, before = await call(service, "GET", "/v1/controller")
-    status, after = await call(service, "PATCH", "/v1/controller", {"kp": 0.9, "ki": 0.02})
+async def test_controller_patch_is_bumpless_and_validated(server: Server) -> None:
+    _, before = await call(server, "GET", "/v1/controller")
+    status, after = await call(server, "PATCH", "/v1/controller", {"kp": 0.9, "ki": 0.02})
     assert status == 200
     assert (after["settings"]["kp"], after["settings"]["ki"]) == (0.9, 0.02)
     assert after["terms"]["interval_s"] == pytest.approx(before["terms"]["interval_s"])
@@ -165,18 +170,18 @@ async def test_controller_patch_is_bumpless_and_validated(service: Server) -> No
         ({"interval_min_s": 120}, None, "interval_min_s (120.0) must be less than"),
         ({"manual_interval_s": 0}, "manual_interval_s", "must be a number > 0, or null"),
     ]:
-        status, err = await call(service, "PATCH", "/v1/controller", body)
+        status, err = await call(server, "PATCH", "/v1/controller", body)
         assert status == 422, body
         assert message in err["error"]
         assert err.get("field") == field
-    _, unchanged = await call(service, "GET", "/v1/controller")
+    _, unchanged = await call(server, "GET", "/v1/controller")
     assert unchanged["settings"] == after["settings"]
-    status, manual = await call(service, "PATCH", "/v1/controller", {"manual_interval_s": 2.5})
+    status, manual = await call(server, "PATCH", "/v1/controller", {"manual_interval_s": 2.5})
     assert (status, manual["terms"]["mode"], manual["terms"]["interval_s"]) == (200, "manual", 2.5)
 
 
-async def test_status_reports_the_pipeline(service: Server) -> None:
-    status, body = await call(service, "GET", "/v1/status")
+async def test_status_reports_the_pipeline(server: Server) -> None:
+    status, body = await call(server, "GET", "/v1/status")
     assert status == 200
     assert body["workload"] == "ntt"
     assert set(body["queues"]) >= {"backlog", "synthesizing", "ready", "proving"}
@@ -202,14 +207,14 @@ def strict_loads(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
-async def raw_get(service: Server, path: str) -> tuple[int, str]:
-    async with aiohttp.ClientSession() as session, session.get(url(service, path)) as r:
+async def raw_get(server: Server, path: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(url(server, path)) as r:
         return r.status, await r.text()
 
 
-async def test_status_and_controller_are_strict_json_on_a_cold_start(service: Server) -> None:
+async def test_status_and_controller_are_strict_json_on_a_cold_start(server: Server) -> None:
     for path in ("/v1/status", "/v1/controller"):
-        status, text = await raw_get(service, path)
+        status, text = await raw_get(server, path)
         assert status == 200
         assert "Infinity" not in text
         assert "NaN" not in text
@@ -230,26 +235,26 @@ async def test_status_and_controller_are_strict_json_on_a_cold_start(service: Se
     ids=["target-overflow", "spread-overflow", "kp-overflow", "ki-string", "kp-bool"],
 )
 async def test_a_refused_retune_leaves_dispatch_running(
-    service: Server, raw: bytes, field: str
+    server: Server, raw: bytes, field: str
 ) -> None:
-    status, err = await call(service, "PATCH", "/v1/controller", raw=raw, headers=JSON)
+    status, err = await call(server, "PATCH", "/v1/controller", raw=raw, headers=JSON)
     assert (status, err["field"]) == (422, field)
-    _, created = await call(service, "POST", "/v1/jobs", {"partitions": 3})
-    assert (await until_done(service, created["id"]))["state"] == "completed"
-    assert service.pipeline._dispatcher is not None
-    assert not service.pipeline._dispatcher.done()
+    _, created = await call(server, "POST", "/v1/jobs", {"partitions": 3})
+    assert (await until_done(server, created["id"]))["state"] == "completed"
+    assert server.service.pipeline._dispatcher is not None
+    assert not server.service.pipeline._dispatcher.done()
 
 
-async def test_job_detail_and_a_page_of_a_million_partitions_stay_small(service: Server) -> None:
+async def test_job_detail_and_a_page_of_a_million_partitions_stay_small(server: Server) -> None:
     # Journaled directly: the backlog's share of a million partitions is not the subject.
-    job = await service.db(service.journal.add_job, 1_000_000, "ntt", {})
+    job = await server.service.db(server.service.journal.add_job, 1_000_000, "ntt", {})
     results = [PartitionResult(job.id, i, f"d{i}", 1.0, 0.5) for i in range(0, 4000, 2)]
-    await service.db(service.journal.complete_partitions, results)
+    await server.service.db(server.service.journal.complete_partitions, results)
     async with aiohttp.ClientSession() as session:
-        async with session.get(url(service, f"/v1/jobs/{job.id}")) as r:
+        async with session.get(url(server, f"/v1/jobs/{job.id}")) as r:
             detail_bytes = await r.read()
         page_path = f"/v1/jobs/{job.id}/partitions?offset=999000&limit=1000"
-        async with session.get(url(service, page_path)) as r:
+        async with session.get(url(server, page_path)) as r:
             page_bytes = await r.read()
     detail = strict_loads(detail_bytes.decode())
     assert len(detail_bytes) < 32_000
@@ -268,29 +273,31 @@ async def test_job_detail_and_a_page_of_a_million_partitions_stay_small(service:
     assert (page["partitions"], page["offset"], page["next_offset"]) == (1_000_000, 999_000, None)
 
 
-async def test_pages_walk_a_job_to_its_end(service: Server) -> None:
-    _, created = await call(service, "POST", "/v1/jobs", {"partitions": 5})
-    await until_done(service, created["id"])
+async def test_pages_walk_a_job_to_its_end(server: Server) -> None:
+    _, created = await call(server, "POST", "/v1/jobs", {"partitions": 5})
+    await until_done(server, created["id"])
     seen: list[int] = []
     offset: int | None = 0
     while offset is not None:
         status, page = await call(
-            service, "GET", f"/v1/jobs/{created['id']}/partitions?offset={offset}&limit=2"
+            server, "GET", f"/v1/jobs/{created['id']}/partitions?offset={offset}&limit=2"
         )
         assert status == 200
         seen += [p["index"] for p in page["partition_results"]]
         assert all(p["state"] == "completed" and p["digest"] for p in page["partition_results"])
         offset = page["next_offset"]
     assert seen == [0, 1, 2, 3, 4]
-    _, beyond = await call(service, "GET", f"/v1/jobs/{created['id']}/partitions?offset=9")
+    _, beyond = await call(server, "GET", f"/v1/jobs/{created['id']}/partitions?offset=9")
     assert (beyond["partition_results"], beyond["next_offset"]) == ([], None)
 
 
 async def test_a_job_past_the_backlog_bound_gets_429_with_retry_after(tmp_path: Path) -> None:
-    svc = Server(settings_for(tmp_path, PACER_API__MAX_BACKLOG="10"), CollectorRegistry())
+    svc = Server(
+        Service.build(settings_for(tmp_path, PACER_API__MAX_BACKLOG="10"), CollectorRegistry())
+    )
     await svc.start()
     try:
-        svc.pipeline.stop_dispatching()
+        svc.service.pipeline.stop_dispatching()
         assert (await call(svc, "POST", "/v1/jobs", {"partitions": 8}))[0] == 202
         async with aiohttp.ClientSession() as session:
             body = aiohttp.JsonPayload({"partitions": 3})
@@ -300,44 +307,46 @@ async def test_a_job_past_the_backlog_bound_gets_429_with_retry_after(tmp_path: 
                 refusal = await r.json()
         assert refusal["field"] == "partitions"
         assert refusal["error"].startswith("backlog full: 8 partitions wait for dispatch and 3")
-        assert len(await svc.db(svc.journal.list_jobs)) == 1
-        assert svc.pipeline.backlog == 8
+        assert len(await svc.service.db(svc.service.journal.list_jobs)) == 1
+        assert svc.service.pipeline.backlog == 8
         assert (await call(svc, "POST", "/v1/jobs", {"partitions": 2}))[0] == 202
         status, err = await call(svc, "POST", "/v1/jobs", {"partitions": 11})
         assert (status, err["field"]) == (422, "partitions")  # could never be admitted
         assert "between 1 and 10" in err["error"]
         labels = {"reason": "backlog_full"}
-        assert svc.registry.get_sample_value("pacer_api_refusals_total", labels) == 1
+        assert svc.service.registry.get_sample_value("pacer_api_refusals_total", labels) == 1
     finally:
         await svc.shutdown()
 
 
-async def test_retry_after_follows_the_proving_rate(service: Server) -> None:
-    controller = service.controller
+async def test_retry_after_follows_the_proving_rate(server: Server) -> None:
+    controller = server.service.controller
     for _ in range(5):
         controller.observe_gpu_service(0.5)  # one worker: 2 partitions/s
-    service.admission.max_backlog = 10
-    service.pipeline.stop_dispatching()
-    assert (await call(service, "POST", "/v1/jobs", {"partitions": 10}))[0] == 202
+    server.service.admission.max_backlog = 10
+    server.service.pipeline.stop_dispatching()
+    assert (await call(server, "POST", "/v1/jobs", {"partitions": 10}))[0] == 202
     async with aiohttp.ClientSession() as session:
         body = aiohttp.JsonPayload({"partitions": 100})
-        async with session.post(url(service, "/v1/jobs"), data=body) as r:
+        async with session.post(url(server, "/v1/jobs"), data=body) as r:
             assert (r.status, r.headers["Retry-After"]) == (429, "50")  # 100 more at 2/s
 
 
 async def test_an_idempotency_key_makes_a_retried_submit_return_the_same_job(
     tmp_path: Path,
 ) -> None:
-    svc = Server(settings_for(tmp_path, PACER_API__MAX_BACKLOG="10"), CollectorRegistry())
+    svc = Server(
+        Service.build(settings_for(tmp_path, PACER_API__MAX_BACKLOG="10"), CollectorRegistry())
+    )
     await svc.start()
     try:
-        svc.pipeline.stop_dispatching()
+        svc.service.pipeline.stop_dispatching()
         key = {"Idempotency-Key": "job-2026-01-01T00:00:00Z-7f3a"}
         first = await call(svc, "POST", "/v1/jobs", {"partitions": 6}, headers=key)
         assert first[0] == 202
         again = await call(svc, "POST", "/v1/jobs", {"partitions": 6}, headers=key)
         assert again == (200, {"id": first[1]["id"], "state": "queued", "replayed": True})
-        assert svc.pipeline.backlog == 6
+        assert svc.service.pipeline.backlog == 6
         # The backlog has no room for a new job of 6, but a retry is answered all the same.
         assert (await call(svc, "POST", "/v1/jobs", {"partitions": 6}))[0] == 429
         assert (await call(svc, "POST", "/v1/jobs", {"partitions": 6}, headers=key))[0] == 200
@@ -345,10 +354,14 @@ async def test_an_idempotency_key_makes_a_retried_submit_return_the_same_job(
         assert (status, err["field"]) == (422, "Idempotency-Key")
         assert "used for job" in err["error"]
         assert "with a different request" in err["error"]
-        assert [j.id for j in await svc.db(svc.journal.list_jobs)] == [first[1]["id"]]
+        assert [j.id for j in await svc.service.db(svc.service.journal.list_jobs)] == [
+            first[1]["id"]
+        ]
     finally:
         await svc.shutdown()
-    again_svc = Server(settings_for(tmp_path), CollectorRegistry())  # the key is journaled
+    again_svc = Server(
+        Service.build(settings_for(tmp_path), CollectorRegistry())
+    )  # the key is journaled
     await again_svc.start()
     try:
         after = await call(again_svc, "POST", "/v1/jobs", {"partitions": 6}, headers=key)
@@ -357,32 +370,32 @@ async def test_an_idempotency_key_makes_a_retried_submit_return_the_same_job(
         await again_svc.shutdown()
 
 
-async def test_concurrent_submits_with_one_key_make_one_job(service: Server) -> None:
-    service.pipeline.stop_dispatching()
+async def test_concurrent_submits_with_one_key_make_one_job(server: Server) -> None:
+    server.service.pipeline.stop_dispatching()
     key = {"Idempotency-Key": "twin"}
     answers = await asyncio.gather(
-        *(call(service, "POST", "/v1/jobs", {"partitions": 2}, headers=key) for _ in range(5))
+        *(call(server, "POST", "/v1/jobs", {"partitions": 2}, headers=key) for _ in range(5))
     )
     assert sorted(status for status, _ in answers) == [200, 200, 200, 200, 202]
     assert len({body["id"] for _, body in answers}) == 1
-    assert service.pipeline.backlog == 2
+    assert server.service.pipeline.backlog == 2
 
 
-async def test_a_json_body_with_a_utf8_charset_is_accepted(service: Server) -> None:
+async def test_a_json_body_with_a_utf8_charset_is_accepted(server: Server) -> None:
     headers = {"Content-Type": "application/json; charset=UTF-8"}
-    status, _ = await call(service, "POST", "/v1/jobs", raw=b'{"partitions": 1}', headers=headers)
+    status, _ = await call(server, "POST", "/v1/jobs", raw=b'{"partitions": 1}', headers=headers)
     assert status == 202
 
 
 async def test_an_unexpected_error_is_a_logged_500_with_a_json_body(
-    service: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    server: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def broken(_: Server) -> dict[str, Any]:
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(views, "status", broken)
-    status, body = await call(service, "GET", "/v1/status")
+    status, body = await call(server, "GET", "/v1/status")
     assert (status, body) == (500, {"error": "internal error; the service's log has the details"})
     assert "unexpected error answering GET /v1/status" in caplog.text
     assert "RuntimeError: a bug" in caplog.text
-    assert await call(service, "GET", "/readyz") == (200, {"status": "ready"})
+    assert await call(server, "GET", "/readyz") == (200, {"status": "ready"})

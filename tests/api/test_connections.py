@@ -14,6 +14,7 @@ import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
 from pacer.server import Server
+from pacer.service.lifecycle import Service
 from tests.api.raw_http import build, closed_within, exchange
 from tests.servers import settings_for
 
@@ -28,19 +29,19 @@ async def quick(tmp_path: Path) -> AsyncIterator[Server]:
         tmp_path, PACER_API__HEADER_TIMEOUT_S=str(TIMEOUT_S),
         PACER_API__BODY_TIMEOUT_S=str(TIMEOUT_S), PACER_API__KEEPALIVE_TIMEOUT_S="5",
     )  # fmt: skip
-    svc = Server(settings, registry=CollectorRegistry())
+    svc = Server(Service.build(settings, registry=CollectorRegistry()))
     await svc.start()
     yield svc
     await svc.shutdown()
 
 
-async def connect(service: Server) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    assert service.port is not None
-    return await asyncio.open_connection("127.0.0.1", service.port)
+async def connect(server: Server) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    assert server.port is not None
+    return await asyncio.open_connection("127.0.0.1", server.port)
 
 
-def refused(service: Server, reason: str) -> float | None:
-    return service.registry.get_sample_value("pacer_api_refusals_total", {"reason": reason})
+def refused(server: Server, reason: str) -> float | None:
+    return server.service.registry.get_sample_value("pacer_api_refusals_total", {"reason": reason})
 
 
 async def test_a_stalled_half_head_is_closed_while_healthz_answers(quick: Server) -> None:
@@ -125,13 +126,13 @@ async def test_a_body_that_never_arrives_gets_408_and_the_connection_closes(
         "(PACER_API__BODY_TIMEOUT_S)"
     )
     assert refused(quick, "body_timeout") == 1
-    assert await quick.db(quick.journal.list_jobs) == []
+    assert await quick.service.db(quick.service.journal.list_jobs) == []
     writer.close()
 
 
 async def test_an_idle_keep_alive_connection_is_closed(tmp_path: Path) -> None:
     settings = settings_for(tmp_path, PACER_API__KEEPALIVE_TIMEOUT_S=str(TIMEOUT_S))
-    svc = Server(settings, registry=CollectorRegistry())
+    svc = Server(Service.build(settings, registry=CollectorRegistry()))
     await svc.start()
     try:
         reader, writer = await connect(svc)

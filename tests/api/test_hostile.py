@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from pacer.api import views
 from pacer.journal import SqliteJournal
 from pacer.server import Server
+from pacer.service.lifecycle import Service
 from tests.api.raw_http import build, exchange
 from tests.servers import settings_for
 
@@ -201,22 +202,22 @@ CASES = [
 @pytest_asyncio.fixture
 async def hostile(tmp_path: Path) -> AsyncIterator[Server]:
     settings = settings_for(tmp_path, PACER_API__TOKEN=TOKEN)
-    svc = Server(settings, registry=CollectorRegistry())
+    svc = Server(Service.build(settings, registry=CollectorRegistry()))
     await svc.start()
-    svc.pipeline.stop_dispatching()  # the existing job stays as it is
-    await svc.submit(3, {}, 0)
+    svc.service.pipeline.stop_dispatching()  # the existing job stays as it is
+    await svc.service.submit(3, {}, 0)
     yield svc
     await svc.shutdown()
 
 
-async def journal_rows(service: Server) -> list[tuple[object, ...]]:
+async def journal_rows(server: Server) -> list[tuple[object, ...]]:
     def read() -> list[tuple[object, ...]]:
-        assert isinstance(service.journal, SqliteJournal)
-        db = service.journal._db
+        assert isinstance(server.service.journal, SqliteJournal)
+        db = server.service.journal._db
         jobs = db.execute("SELECT * FROM jobs ORDER BY seq").fetchall()
         return jobs + db.execute("SELECT * FROM partitions ORDER BY job_id, idx").fetchall()
 
-    return await service.db(read)
+    return await server.service.db(read)
 
 
 def test_the_table_has_at_least_sixty_cases() -> None:
@@ -229,9 +230,9 @@ def test_the_table_has_at_least_sixty_cases() -> None:
 async def test_hostile_request_gets_its_4xx_and_changes_nothing(
     hostile: Server, case: Case, caplog: pytest.LogCaptureFixture
 ) -> None:
-    [job] = await hostile.db(hostile.journal.list_jobs)
+    [job] = await hostile.service.db(hostile.service.journal.list_jobs)
     before = await journal_rows(hostile)
-    controller = views.controller_state(hostile)
+    controller = views.controller_state(hostile.service)
     headers = dict(case.headers) if case.plain else {**AUTH, **JSON, **case.headers}
     path = case.path.replace("{job}", job.id) if isinstance(case.path, str) else case.path
     request = build(case.method, path, case.body, headers)
@@ -246,13 +247,13 @@ async def test_hostile_request_gets_its_4xx_and_changes_nothing(
         assert case.field is None
         assert case.status == 400
         malformed = {"reason": "malformed_request"}
-        assert hostile.registry.get_sample_value("pacer_api_refusals_total", malformed) == 1
+        assert hostile.service.registry.get_sample_value("pacer_api_refusals_total", malformed) == 1
     if case.status == 405:
         assert answer.headers["allow"]
     ready = await exchange(hostile.port, build("GET", "/readyz"))
     assert (ready.status, json.loads(ready.body)) == (200, {"status": "ready"})
     assert await journal_rows(hostile) == before
-    assert views.controller_state(hostile)["settings"] == controller["settings"]
-    assert hostile.pipeline.backlog == 3
+    assert views.controller_state(hostile.service)["settings"] == controller["settings"]
+    assert hostile.service.pipeline.backlog == 3
     # The client's fault: nothing for the operator to act on, and no traceback to flood the log.
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -13,6 +13,7 @@ from pacer.api import build_app
 from pacer.api.openapi import document
 from pacer.api.routes import ROUTES
 from pacer.server import Server
+from pacer.service.lifecycle import Service
 from tests.json_schema import KNOWN, TYPES, problems
 from tests.servers import JSON, call, settings_for, until_done
 
@@ -57,7 +58,7 @@ def nested(schema: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_every_registered_route_is_documented(tmp_path: Any) -> None:
-    app = build_app(Server(settings_for(tmp_path), CollectorRegistry()))
+    app = build_app(Service.build(settings_for(tmp_path), CollectorRegistry()))
     paths = document()["paths"]
     registered = set()
     for route in app.router.routes():
@@ -117,16 +118,16 @@ def test_the_document_holds_together() -> None:
 
 
 @pytest.mark.asyncio
-async def test_the_answers_match_the_documented_schemas(service: Server) -> None:
+async def test_the_answers_match_the_documented_schemas(server: Server) -> None:
     doc = document()
-    status, served = await call(service, "GET", "/openapi.json")
+    status, served = await call(server, "GET", "/openapi.json")
     assert (status, served) == (200, doc)
     checked: list[str] = []
 
     async def check(
         method: str, path: str, template: str, body: Any = None, raw: bytes | None = None
     ) -> Any:
-        status, answer = await call(service, method, path, body, raw, JSON if raw else None)
+        status, answer = await call(server, method, path, body, raw, JSON if raw else None)
         documented = doc["paths"][template][method.lower()]["responses"]
         assert str(status) in documented, f"{method} {path}: {status} is not documented"
         schema = documented[str(status)]["content"]["application/json"]["schema"]
@@ -135,7 +136,7 @@ async def test_the_answers_match_the_documented_schemas(service: Server) -> None
         return answer
 
     created = await check("POST", "/v1/jobs", "/v1/jobs", {"partitions": 3, "priority": 1})
-    await until_done(service, created["id"])
+    await until_done(server, created["id"])
     job = f"/v1/jobs/{created['id']}"
     await check("POST", "/v1/jobs", "/v1/jobs", raw=b'{"partitions": 0}')
     await check("GET", "/v1/jobs?limit=1", "/v1/jobs")
@@ -144,9 +145,11 @@ async def test_the_answers_match_the_documented_schemas(service: Server) -> None
     await check("GET", "/v1/jobs/0123456789abcdef", "/v1/jobs/{id}")
     await check("GET", f"{job}/partitions?limit=2", "/v1/jobs/{id}/partitions")
     await check("DELETE", job, "/v1/jobs/{id}")  # 409: completed
-    service.pipeline.stop_dispatching()
-    queued = await service.submit(2, {}, 0)
-    await service.db(service.journal.record_attempt, queued.id, 0, "proving failed", 0, 5)
+    server.service.pipeline.stop_dispatching()
+    queued = await server.service.submit(2, {}, 0)
+    await server.service.db(
+        server.service.journal.record_attempt, queued.id, 0, "proving failed", 0, 5
+    )
     await check("GET", f"/v1/jobs/{queued.id}", "/v1/jobs/{id}")
     await check("DELETE", f"/v1/jobs/{queued.id}", "/v1/jobs/{id}")
     for path in ("/healthz", "/readyz", "/v1/status", "/v1/controller"):

@@ -513,7 +513,7 @@ def test_the_readme_starts_with_pacer_run_in_one_line() -> None:
 
 
 def test_config_shows_resolved_values_as_comments_that_are_not_read_back() -> None:
-    from pacer.__main__ import environment_file
+    from pacer.cli.config_output import environment_file
 
     text = environment_file(Settings(), [("log_n", "18"), ("field", "goldilocks"), ("gpu", "")])
     assert text.endswith("\n\n# Resolved on this host from the settings above (not read back):\n"

@@ -27,7 +27,7 @@ from gpu.shm.handover import Handover
 from gpu.pool.pinned import PinnedPool
 received = fdstore.listen_fds()
 handover = Handover(True, "fdstore", received=received)
-pool = PinnedPool(2, [(1024,)] * 3, np.uint32, SharedHostAllocator(False, handover))
+pool = PinnedPool.build(2, [(1024,)] * 3, np.uint32, SharedHostAllocator(False, handover))
 held = sorted((pool.checkout() for _ in range(2)), key=lambda slot: slot.index)
 print(len(received), pool.slots_adopted, *(int(slot.arrays[0][0]) for slot in held), flush=True)
 for slot in held:

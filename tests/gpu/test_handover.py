@@ -34,7 +34,7 @@ def adopting_pool(
     slots: int = 2, n: int = 1024, keep: bool = False, **handover: float
 ) -> PinnedPool:
     allocator = SharedHostAllocator(False, Handover(keep, **handover))  # type: ignore[arg-type]
-    return PinnedPool(slots, [(n,)] * 3, np.uint32, allocator, field="babybear")
+    return PinnedPool.build(slots, [(n,)] * 3, np.uint32, allocator, field="babybear")
 
 
 def marks(pool: PinnedPool) -> list[int]:

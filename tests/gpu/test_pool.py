@@ -56,7 +56,9 @@ class SignallingClock(FakeClock):
 def make_pool(
     slots: int = 2, on_empty: Literal["wait", "fallback"] = "wait", clock: FakeClock | None = None
 ) -> PinnedPool:
-    return PinnedPool(slots, SHAPES, backend="numpy", on_empty=on_empty, clock=clock or FakeClock())
+    return PinnedPool.build(
+        slots, SHAPES, backend="numpy", on_empty=on_empty, clock=clock or FakeClock()
+    )
 
 
 @pytest.fixture
@@ -83,7 +85,7 @@ def test_accounting_follows_checkout_and_release(pool: PinnedPool) -> None:
 
 def test_slot_arrays_are_writable_views_of_the_right_shape_and_dtype() -> None:
     shapes = [(N,), (3, 5), (7,)]
-    with PinnedPool(2, shapes, dtype=np.uint32, backend="numpy") as pool:
+    with PinnedPool.build(2, shapes, dtype=np.uint32, backend="numpy") as pool:
         slots = [pool.checkout(), pool.checkout()]
         for value, slot in enumerate(slots):
             assert [a.shape for a in slot.arrays] == shapes
@@ -207,7 +209,7 @@ def test_in_use_never_exceeds_total(steps: list[bool], slots: int) -> None:
 
 def test_no_allocation_after_warmup_over_many_cycles() -> None:
     allocator = CountingAllocator()
-    with PinnedPool(3, SHAPES, backend=allocator, on_empty="fallback") as pool:
+    with PinnedPool.build(3, SHAPES, backend=allocator, on_empty="fallback") as pool:
         assert allocator.calls == pool.allocations == 3
         for _ in range(500):
             slots = [pool.checkout() for _ in range(4)]  # one more than the pool holds
@@ -236,7 +238,7 @@ def test_allocation_is_timed_and_logged(caplog: pytest.LogCaptureFixture) -> Non
 
     allocator.allocate = slow_allocate  # type: ignore[method-assign]
     with caplog.at_level(logging.INFO, "gpu.pool.pinned"):
-        pool = PinnedPool(4, SHAPES, backend=allocator, clock=clock)
+        pool = PinnedPool.build(4, SHAPES, backend=allocator, clock=clock)
     assert pool.allocated_in_s == 2.0
     assert "4 slots × 24.0 KiB = 96.0 KiB ready in 2.0 s (48.0 KiB/s): 0 adopted, 4 allocated" in (
         caplog.text
@@ -248,16 +250,16 @@ def test_budget_check_names_the_numbers() -> None:
     gib = 2**30
     message = (
         "pinned pool of 60 slots × 6.0 GiB = 360.0 GiB does not fit the memory budget of "
-        "300.0 GiB (PACER_MEMORY__BUDGET_BYTES); lower the slot count or raise the budget"
+        "300.0 GiB; lower the slot count or raise the budget"
     )
     allocator = CountingAllocator()
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        PinnedPool(60, [(gib // 4,)] * 3, budget_bytes=300 * gib, backend=allocator)
+        PinnedPool.build(60, [(gib // 4,)] * 3, budget_bytes=300 * gib, backend=allocator)
     assert allocator.calls == 0
 
 
 def test_a_pool_within_budget_is_built() -> None:
-    with PinnedPool(2, SHAPES, budget_bytes=2 * SLOT_BYTES, backend="numpy") as pool:
+    with PinnedPool.build(2, SHAPES, budget_bytes=2 * SLOT_BYTES, backend="numpy") as pool:
         assert pool.total_bytes == 2 * SLOT_BYTES
 
 
@@ -278,7 +280,7 @@ def test_a_pool_within_budget_is_built() -> None:
 def test_construction_states_the_rule(kwargs: dict[str, object], message: str) -> None:
     arguments: dict[str, object] = {"slots": 2, "slot_shapes": SHAPES, "backend": "numpy"}
     with pytest.raises(ValueError, match=message):
-        PinnedPool(**{**arguments, **kwargs})  # type: ignore[arg-type]
+        PinnedPool.build(**{**arguments, **kwargs})  # type: ignore[arg-type]
 
 
 def test_close_frees_logs_and_is_idempotent(caplog: pytest.LogCaptureFixture) -> None:
@@ -316,7 +318,7 @@ def test_a_shared_slot_out_at_close_is_unlinked_and_unmapped_quietly_when_droppe
 ) -> None:
     unraisable: list[Any] = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
-    pool = PinnedPool(2, SHAPES, backend="shared", on_empty="wait", clock=FakeClock())
+    pool = PinnedPool.build(2, SHAPES, backend="shared", on_empty="wait", clock=FakeClock())
     slot = pool.checkout()
     block = pool.slot_block(slot)
     assert block is not None
@@ -346,7 +348,7 @@ def test_a_shared_pool_to_pin_makes_its_blocks_before_needing_cupy(
 
     monkeypatch.setattr(allocator, "_new_block", recorded)
     with pytest.raises(RuntimeError, match=r"backend 'cuda' needs CuPy \(pip install"):
-        PinnedPool(2, SHAPES, backend=allocator, clock=FakeClock())
+        PinnedPool.build(2, SHAPES, backend=allocator, clock=FakeClock())
     assert len(made) == 2
     assert not any(os.path.exists(path) for path in made)
 
@@ -376,7 +378,7 @@ def test_close_wakes_a_waiting_checkout() -> None:
 @pytest.mark.gpu
 def test_cuda_backend_lends_pinned_memory(cupy_module: Any) -> None:
     cupy = cupy_module
-    with PinnedPool(2, SHAPES, backend="auto") as pool, pool.checkout() as slot:
+    with PinnedPool.build(2, SHAPES, backend="auto") as pool, pool.checkout() as slot:
         assert (pool.backend, slot.pinned) == ("cuda", True)
         a = slot.arrays[0]
         attributes = cupy.cuda.runtime.pointerGetAttributes(a.ctypes.data)

@@ -53,7 +53,7 @@ def shm_exists(name: str) -> bool:
 def test_a_worker_process_writes_the_slot_the_parent_reads(
     synthesizer: ProcessSynthesizer, log_n: int
 ) -> None:
-    with PinnedPool(2, [(1 << log_n,)] * 3, np.uint32, backend="shared") as pool:
+    with PinnedPool.build(2, [(1 << log_n,)] * 3, np.uint32, backend="shared") as pool:
         for index in range(3):  # the same slots again: the workers map each block once
             with pool.checkout() as slot:
                 synthesizer.fill(pool.slot_block(slot), seed=5, index=index)
@@ -89,7 +89,7 @@ def test_workers_fill_in_every_blocks_page_tables_when_they_start(
     caplog.set_level(logging.INFO, logger="gpu.procs.executor")
     log_n = 21  # a 24 MiB slot, 6,144 pages
     pages = 3 * 4 * (1 << log_n) // mmap.PAGESIZE
-    with PinnedPool(1, [(1 << log_n,)] * 3, np.uint32, backend="shared") as pool:
+    with PinnedPool.build(1, [(1 << log_n,)] * 3, np.uint32, backend="shared") as pool:
         names = pool.block_paths if at_start else ()
         assert len(pool.block_names) == 1
         with ProcessSynthesizer(1, names) as synthesizer, pool.checkout() as slot:
@@ -112,7 +112,7 @@ def test_workers_fill_in_every_blocks_page_tables_when_they_start(
 def test_threads_fill_slots_through_the_processes_at_once(
     synthesizer: ProcessSynthesizer,
 ) -> None:
-    with PinnedPool(4, [(1 << 12,)] * 3, np.uint32, backend="shared") as pool:
+    with PinnedPool.build(4, [(1 << 12,)] * 3, np.uint32, backend="shared") as pool:
         slots = [pool.checkout() for _ in range(4)]
         threads = [
             threading.Thread(target=synthesizer.fill, args=(pool.slot_block(s), 9, i))
@@ -128,14 +128,17 @@ def test_threads_fill_slots_through_the_processes_at_once(
 
 
 def test_a_slot_outside_shared_memory_is_refused(synthesizer: ProcessSynthesizer) -> None:
-    with PinnedPool(1, [(8,)] * 3, np.uint32, backend="numpy") as pool, pool.checkout() as slot:
+    with (
+        PinnedPool.build(1, [(8,)] * 3, np.uint32, backend="numpy") as pool,
+        pool.checkout() as slot,
+    ):
         assert pool.slot_block(slot) is None
         with pytest.raises(ValueError, match="not in shared memory"):
             synthesizer.fill(pool.slot_block(slot), 1, 0)
 
 
 def test_shared_blocks_are_unlinked_when_the_pool_closes() -> None:
-    pool = PinnedPool(3, [(64,)] * 3, np.uint32, backend="shared", on_empty="fallback")
+    pool = PinnedPool.build(3, [(64,)] * 3, np.uint32, backend="shared", on_empty="fallback")
     slot = pool.checkout()
     block = pool.slot_block(slot)
     assert block is not None
@@ -177,7 +180,7 @@ def test_a_killed_worker_is_replaced_and_the_synthesis_starts_over(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with (
-        PinnedPool(1, [(256,)] * 3, np.uint32, backend="shared") as pool,
+        PinnedPool.build(1, [(256,)] * 3, np.uint32, backend="shared") as pool,
         ProcessSynthesizer(2) as synthesizer,
         pool.checkout() as slot,
     ):

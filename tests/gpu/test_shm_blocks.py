@@ -45,7 +45,7 @@ def test_a_pool_larger_than_dev_shm_is_refused_before_anything_is_written(
     with pytest.raises(
         RuntimeError, match=r"need 96\.0 KiB in /dev/shm, which has 64\.0 KiB"
     ) as raised:
-        PinnedPool(3, [(8192,)], np.uint32, backend="shared")
+        PinnedPool.build(3, [(8192,)], np.uint32, backend="shared")
     assert "PACER_SYNTHESIS__EXECUTOR=threads" in str(raised.value)
     mine = f"{BLOCK_PREFIX}{os.getpid()}-"  # other processes' pools may be there
     assert not any(name.startswith(mine) for name in os.listdir("/dev/shm"))
@@ -58,7 +58,7 @@ def test_blocks_of_a_killed_service_are_removed_by_the_next_pool(
     kill_holder(holder)
     assert all(shm_exists(name) for name in names)
     with caplog.at_level(logging.WARNING, logger="gpu.shm.blocks"):
-        pool = PinnedPool(1, [(64,)], np.uint32, backend="shared")
+        pool = PinnedPool.build(1, [(64,)], np.uint32, backend="shared")
     pool.close()
     assert not any(shm_exists(name) for name in names)
     assert f"removed 2 shared slot blocks (8.0 KiB) from /dev/shm that process {holder.pid}" in (
@@ -69,7 +69,7 @@ def test_blocks_of_a_killed_service_are_removed_by_the_next_pool(
 def test_blocks_of_a_live_service_and_of_this_process_stay() -> None:
     holder, names = start_pool_holder()
     try:
-        pool = PinnedPool(2, [(64,)], np.uint32, backend="shared")
+        pool = PinnedPool.build(2, [(64,)], np.uint32, backend="shared")
         slot = pool.checkout()
         mine = pool.slot_block(slot)
         assert mine is not None

@@ -91,7 +91,7 @@ def cleared(slot: Slot) -> bool:
 def one_worker() -> Iterator[OneWorker]:
     """A synthesizer of one worker, a pool of two slots, and threads to call `fill` on."""
     with (
-        PinnedPool(2, [(1 << LOG_N,)] * 3, np.uint32, backend="shared") as pool,
+        PinnedPool.build(2, [(1 << LOG_N,)] * 3, np.uint32, backend="shared") as pool,
         ProcessSynthesizer(1) as synthesizer,
         ThreadPoolExecutor(2) as callers,
     ):

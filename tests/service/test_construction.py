@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from gpu.reference import cpu_backend
 from pacer.journal import JournalInUseError
-from pacer.service import Service
+from pacer.service.lifecycle import Service
 from pacer.workload import WorkloadError
 from tests.servers import ROOT, settings_for
 from tests.waits import until
@@ -41,14 +41,14 @@ import asyncio, sys
 from prometheus_client import CollectorRegistry
 import gpu.cuda.devices
 from pacer.config import Settings
-from pacer.service import Service
+from pacer.service.lifecycle import Service
 
 asked = []  # the driver, faked: two devices
 gpu.cuda.devices.device_count = lambda: 2
 gpu.cuda.devices.device_name = lambda device: asked.append(device) or "NVIDIA H200"
 
 async def main() -> None:
-    service = Service(Settings(), CollectorRegistry())
+    service = Service.build(Settings(), CollectorRegistry())
     await service.open()
     plan = service.plan
     print(type(service.workload).__name__, plan.gpu_model, plan.kernel, len(asked))
@@ -82,7 +82,7 @@ def test_construction_does_no_io(tmp_path: Path) -> None:
                             PACER_WORKLOAD="no_such_module_xyz:make")  # fmt: skip
     registry = CollectorRegistry()
     threads = set(threading.enumerate())
-    service = Service(settings, registry)
+    service = Service.build(settings, registry)
     assert not journal.parent.exists()  # no journal, no lock file
     assert set(threading.enumerate()) == threads  # no journal thread, no pool
     assert list(registry.collect()) == []  # nothing registered yet
@@ -91,17 +91,17 @@ def test_construction_does_no_io(tmp_path: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_open_takes_the_lock_first_and_a_failed_open_gives_it_back(tmp_path: Path) -> None:
-    first = Service(settings_for(tmp_path), CollectorRegistry())
+    first = Service.build(settings_for(tmp_path), CollectorRegistry())
     await first.open()
     assert (tmp_path / "journal.sqlite").exists()
     # The lock comes before the workload: a second service names the holder, not its workload.
     unloadable = settings_for(tmp_path, PACER_WORKLOAD="no_such_module_xyz:make")
     with pytest.raises(JournalInUseError):
-        await Service(unloadable, CollectorRegistry()).open()
+        await Service.build(unloadable, CollectorRegistry()).open()
     assert await first.shutdown()
     with pytest.raises(WorkloadError):
-        await Service(unloadable, CollectorRegistry()).open()
-    again = Service(settings_for(tmp_path), CollectorRegistry())
+        await Service.build(unloadable, CollectorRegistry()).open()
+    again = Service.build(settings_for(tmp_path), CollectorRegistry())
     await again.open()  # the failed open left the lock free
     await again.shutdown()
 
@@ -109,7 +109,7 @@ async def test_open_takes_the_lock_first_and_a_failed_open_gives_it_back(tmp_pat
 @pytest.mark.asyncio
 async def test_a_hurried_drain_leaves_in_flight_work_to_the_journal(tmp_path: Path) -> None:
     env = {"PACER_NTT__LOG_N": "14", "PACER_SHUTDOWN__DRAIN_S": "600"}
-    service = Service(settings_for(tmp_path, **env), CollectorRegistry())
+    service = Service.build(settings_for(tmp_path, **env), CollectorRegistry())
     await service.start()
     job = await service.submit(50, {}, 0)
     # Something in flight, which the drain would wait for.
@@ -117,7 +117,7 @@ async def test_a_hurried_drain_leaves_in_flight_work_to_the_journal(tmp_path: Pa
     service.hurry()
     assert not await service.shutdown()  # at once, not after the 600 s budget
     assert service.pipeline.backlog > 0
-    with_journal = Service(settings_for(tmp_path), CollectorRegistry())
+    with_journal = Service.build(settings_for(tmp_path), CollectorRegistry())
     await with_journal.open()
     record = await with_journal.db(with_journal.journal.get_job, job.id)
     assert record is not None

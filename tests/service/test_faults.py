@@ -22,6 +22,7 @@ from pacer.api import views
 from pacer.journal import Journal
 from pacer.server import Server
 from pacer.service import resources as host
+from pacer.service.lifecycle import Service
 from pacer.workload import job_seed
 from tests import faults
 from tests.servers import ENDED, ServerFactory, settings_for
@@ -43,19 +44,19 @@ FAULTY = {
 async def running(tmp_path: Path, **env: str) -> AsyncIterator[Server]:
     """A service on the fault workload; hung calls are let go at the end."""
     faults.reset()
-    svc = Server(settings_for(tmp_path, **{**FAULTY, **env}), CollectorRegistry())
+    svc = Server(Service.build(settings_for(tmp_path, **{**FAULTY, **env}), CollectorRegistry()))
     await svc.start()
     try:
         yield svc
     finally:
         faults.release_hung()
-        if not svc.draining:
+        if not svc.service.draining:
             await svc.shutdown()
 
 
 async def ended(svc: Server, job_id: str) -> dict[str, Any]:
     """The job's detail once it has ended; an AssertionError if it is stuck."""
-    detail = await until(lambda: views.job_detail(svc, job_id, 100), f"job {job_id} to end",
+    detail = await until(lambda: views.job_detail(svc.service, job_id, 100), f"job {job_id} to end",
                          done=lambda job: job is not None and job["state"] in ENDED)  # fmt: skip
     assert detail is not None
     return detail
@@ -162,7 +163,7 @@ async def test_a_fault_ends_in_a_completed_or_failed_job_with_every_attempt(
 ) -> None:
     async with running(tmp_path, **env) as svc:
         params = {"faults": faulty}
-        job = await svc.submit(4, params, 0)
+        job = await svc.service.submit(4, params, 0)
         detail = await ended(svc, job.id)
         assert detail["state"] == state, detail
         for part in detail["partition_results"]:
@@ -182,7 +183,7 @@ async def test_a_fault_ends_in_a_completed_or_failed_job_with_every_attempt(
         assert [f["index"] for f in detail["last_failures"]] == [
             index for index, (count, _) in expected.items() for _ in range(count)
         ][:5]
-        value = svc.registry.get_sample_value
+        value = svc.service.registry.get_sample_value
         hung = sum(value("pacer_hung_calls_total", {"call": c}) or 0 for c in faults.CALLS)
         timeouts = sum(count for count, reason in expected.values() if "timed out" in reason)
         assert hung == timeouts
@@ -190,7 +191,7 @@ async def test_a_fault_ends_in_a_completed_or_failed_job_with_every_attempt(
         assert value("pacer_partition_retries_total") == retried
         # Nothing left holding memory once hung calls return, and every worker alive.
         faults.release_hung()
-        p = svc.pipeline
+        p = svc.service.pipeline
         await until(lambda: p.inflight_bytes == 0 and p.abandoned == 0, "memory to come back")
         await until(lambda: p.abandoned_threads == 0, "abandoned threads to end")
         assert p.live_workers == p.workers == 2
@@ -200,22 +201,22 @@ async def test_a_fault_ends_in_a_completed_or_failed_job_with_every_attempt(
 @pytest.mark.asyncio
 async def test_a_hung_prove_stalls_no_other_job(tmp_path: Path) -> None:
     async with running(tmp_path, PACER_GPU__WORKERS="1") as svc:
-        stuck = await svc.submit(2, {"faults": [fault("prove", "hang", 0)]}, 0)
-        others = [await svc.submit(3, {}, 0) for _ in range(3)]
+        stuck = await svc.service.submit(2, {"faults": [fault("prove", "hang", 0)]}, 0)
+        others = [await svc.service.submit(3, {}, 0) for _ in range(3)]
         for job in others:
             assert (await ended(svc, job.id))["state"] == "completed"
         detail = await ended(svc, stuck.id)
         assert detail["state"] == "failed"
         assert detail["error"].endswith(f"prove timed out after {LIMIT_S} s")
-        assert svc.pipeline.live_workers == 1  # replaced each time
+        assert svc.service.pipeline.live_workers == 1  # replaced each time
 
 
 @pytest.mark.asyncio
 async def test_a_retried_partition_keeps_its_job_place_in_the_backlog(tmp_path: Path) -> None:
     async with running(tmp_path, PACER_GPU__WORKERS="1") as svc:
-        first = await svc.submit(1, {"faults": [fault("prove", "raise", 0, times=1)]}, 0)
+        first = await svc.service.submit(1, {"faults": [fault("prove", "raise", 0, times=1)]}, 0)
         slow = [{"call": "prove", "kind": "slow", "seconds": 0.02}]
-        later = await svc.submit(40, {"faults": slow}, 0)  # 0.8 s of proving on one worker
+        later = await svc.service.submit(40, {"faults": slow}, 0)  # 0.8 s of proving on one worker
         first_done, later_done = await ended(svc, first.id), await ended(svc, later.id)
         assert first_done["state"] == later_done["state"] == "completed"
         # Queued again at its job's place, ahead of the later job: not behind its 40.
@@ -230,24 +231,24 @@ async def test_a_restart_fails_a_job_whose_partition_is_out_of_attempts(tmp_path
         for attempt in range(2):
             journal.record_attempt(job.id, 1, f"proving failed: try {attempt}", 0, 5)
     async with running(tmp_path, PACER_RETRY__MAX="2") as svc:
-        detail = await views.job_detail(svc, job.id, 100)
+        detail = await views.job_detail(svc.service, job.id, 100)
         assert detail is not None
         assert detail["state"] == "failed"  # not resumed
         assert detail["error"] == "partition 1 failed after 2 attempts: proving failed: try 1"
-        assert svc.pipeline.backlog == 0
+        assert svc.service.pipeline.backlog == 0
 
 
 @pytest.mark.asyncio
 async def test_a_cancelled_job_is_not_queued_again_after_its_backoff(tmp_path: Path) -> None:
     async with running(tmp_path, PACER_RETRY__BACKOFF_S="0.3") as svc:
-        job = await svc.submit(1, {"faults": [fault("prove", "raise", 0)]}, 0)
-        await until(lambda: bool(svc.jobs._retries), "a backoff to start")
-        [backoff] = svc.jobs._retries.values()
-        await svc.cancel(job.id)
-        assert not svc.jobs._retries
+        job = await svc.service.submit(1, {"faults": [fault("prove", "raise", 0)]}, 0)
+        await until(lambda: bool(svc.service.jobs._retries), "a backoff to start")
+        [backoff] = svc.service.jobs._retries.values()
+        await svc.service.cancel(job.id)
+        assert not svc.service.jobs._retries
         assert backoff.cancelled()  # its end queues nothing again
-        assert svc.pipeline.backlog == 0
-        assert svc.pipeline.idle
+        assert svc.service.pipeline.backlog == 0
+        assert svc.service.pipeline.idle
         assert (await ended(svc, job.id))["state"] == "cancelled"
 
 
@@ -292,10 +293,10 @@ async def test_a_close_stuck_behind_a_hung_call_does_not_hold_the_shutdown(
         def stuck_close() -> None:
             unblock.wait(30)
 
-        svc.workload.close = stuck_close  # type: ignore[method-assign]
+        svc.service.workload.close = stuck_close  # type: ignore[method-assign]
         try:
-            await svc.submit(1, {"faults": [fault("prove", "hang", 0)]}, 0)
-            await until(lambda: svc.pipeline.gpu_busy == 1, "the hung prove")
+            await svc.service.submit(1, {"faults": [fault("prove", "hang", 0)]}, 0)
+            await until(lambda: svc.service.pipeline.gpu_busy == 1, "the hung prove")
             began = time.monotonic()
             assert not await svc.shutdown()  # the drain did not finish
             assert time.monotonic() - began < 0.2 + 0.2 + 2

@@ -21,6 +21,7 @@ from pacer.journal import JournalInUseError, open_journal
 from pacer.server import Server
 from pacer.service import journal_access
 from pacer.service.first_steps import FirstSteps
+from pacer.service.lifecycle import Service
 from pacer.service.startup import reported
 from tests.conftest import FakeClock
 from tests.servers import ServerProcess, settings_for
@@ -75,21 +76,24 @@ async def test_the_pool_is_prepared_while_the_journal_opens_and_the_jobs_resume(
 ) -> None:
     settings, steps, gate = taken(tmp_path)
     assert gate.journal_existed is False  # the pinning began before the journal was opened
-    service = Server(settings, CollectorRegistry(), first_steps=steps)
-    starting = asyncio.ensure_future(service.start())
+    server = Server(Service(settings, steps, CollectorRegistry()))
+    starting = asyncio.ensure_future(server.start())
     try:
-        await until(lambda: "resume" in service.startup.phases_s, "the jobs resumed")
+        await until(lambda: "resume" in server.service.startup.phases_s, "the jobs resumed")
         assert not starting.done()  # opened and resumed, beside a pool still being prepared
         gate.release.set()
         await starting
-        phases = service.startup.phases_s
+        phases = server.service.startup.phases_s
         assert {"first_steps", "open", "prepare", "prepare.pool", "resume", "api"} <= set(phases)
-        assert service.startup.ready_s is not None
-        assert service.startup.ready_s >= phases["prepare"]  # counted from the first steps
-        assert service.startup.pool_origin == {"adopted": 0, "allocated": steps.plan.pool_slots}
+        assert server.service.startup.ready_s is not None
+        assert server.service.startup.ready_s >= phases["prepare"]  # counted from the first steps
+        assert server.service.startup.pool_origin == {
+            "adopted": 0,
+            "allocated": steps.plan.pool_slots,
+        }
     finally:
         gate.release.set()
-        await service.shutdown()
+        await server.shutdown()
 
 
 @pytest.mark.asyncio
@@ -117,13 +121,13 @@ async def test_a_start_that_fails_opening_closes_the_pool_once_it_is_prepared(
 ) -> None:
     settings, steps, gate = taken(tmp_path)
     settings.journal.sqlite_path.write_bytes(b"not a journal " * 512)
-    service = Server(settings, CollectorRegistry(), first_steps=steps)
+    server = Server(Service(settings, steps, CollectorRegistry()))
     with pytest.raises(Exception, match=r"journal|database"):
-        await service.start()
+        await server.start()
     assert steps.lock is not None
     assert steps.lock.held  # while the pool is being pinned: no second pacer pins beside it
     with caplog.at_level(logging.INFO, logger="pacer.service"):
-        closing = asyncio.ensure_future(service.shutdown())
+        closing = asyncio.ensure_future(server.shutdown())
         try:
             await until(
                 lambda: "waiting for the pool's preparation" in caplog.text, "the close to wait"
@@ -198,12 +202,12 @@ async def test_a_start_that_waits_says_for_what_and_names_a_hung_journal_call(
         return open_journal(*args)
 
     monkeypatch.setattr(journal_access, "open_journal", hung_open)
-    service = Server(settings_for(tmp_path), CollectorRegistry(), clock)
-    service.start_report_s = 0.005
+    server = Server(Service.build(settings_for(tmp_path), CollectorRegistry(), clock))
+    server.service.start_report_s = 0.005
     with caplog.at_level(logging.INFO, logger="pacer.service"):
-        starting = asyncio.ensure_future(service.start())
+        starting = asyncio.ensure_future(server.start())
         try:
-            await until(lambda: service.journal_access.calls.running(), "the open to begin")
+            await until(lambda: server.service.journal_access.calls.running(), "the open to begin")
             clock.advance(31)
             await until(lambda: "journal call hung_open running for 31.0 s" in caplog.text,
                         "the hung call's error")  # fmt: skip
@@ -215,9 +219,9 @@ async def test_a_start_that_waits_says_for_what_and_names_a_hung_journal_call(
             release.set()
         await starting
     try:
-        assert service.ready
+        assert server.service.ready
     finally:
-        await service.shutdown()
+        await server.shutdown()
 
 
 @pytest.mark.asyncio
@@ -228,21 +232,23 @@ async def test_a_start_waiting_for_the_pool_says_how_long_it_has_been_prepared(
     # counts from then, not from when the start came to wait for it.
     settings, steps, gate = taken(tmp_path, clock)
     clock.advance(20)  # the first steps done, the pinning under way: the service's imports
-    service = Server(settings, CollectorRegistry(), clock, first_steps=steps)
-    service.start_report_s = 0.005
-    starting = asyncio.ensure_future(service.start())
+    server = Server(Service(settings, steps, CollectorRegistry()))
+    server.service.start_report_s = 0.005
+    starting = asyncio.ensure_future(server.start())
     try:
         with caplog.at_level(logging.INFO, logger="pacer.service"):
-            await until(lambda: "prepare" in service.startup.running, "the wait for the pool")
+            await until(
+                lambda: "prepare" in server.service.startup.running, "the wait for the pool"
+            )
             clock.advance(11)
             await until(lambda: "waiting for prepare 31 s" in caplog.text, "a report of it")
         gate.release.set()
         await starting
-        assert service.startup.phases_s["prepare"] == steps.prepare_s
+        assert server.service.startup.phases_s["prepare"] == steps.prepare_s
     finally:
         gate.release.set()
         await asyncio.wait([starting])
-        await service.shutdown()
+        await server.shutdown()
 
 
 @pytest.mark.asyncio

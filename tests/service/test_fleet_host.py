@@ -19,6 +19,7 @@ from pacer.journal import HostInUseError, JobState
 from pacer.journal.health import JournalUnavailable
 from pacer.pgjournal import PgJournal
 from pacer.server import Server
+from pacer.service.lifecycle import Service
 from tests.conftest import FakeClock
 from tests.json_schema import problems
 from tests.pgjournal.database import expire
@@ -36,8 +37,8 @@ def fleet_server(
     settings = settings_for(tmp_path, PACER_WORKLOAD="noop", PACER_JOURNAL__URL=url,
                             PACER_JOURNAL__HOST=host, **env)  # fmt: skip
     if clock is None:
-        return Server(settings, CollectorRegistry(), host_files=roomy)
-    return Server(settings, CollectorRegistry(), clock, host_files=roomy)
+        return Server(Service.build(settings, CollectorRegistry(), host_files=roomy))
+    return Server(Service.build(settings, CollectorRegistry(), clock, host_files=roomy))
 
 
 @pytest_asyncio.fixture
@@ -45,7 +46,7 @@ async def host(tmp_path: Path, postgres_url: str) -> AsyncIterator[Server]:
     server = fleet_server(tmp_path, postgres_url)
     await server.start()
     yield server
-    if not server.draining:
+    if not server.service.draining:
         await server.shutdown()
 
 
@@ -58,15 +59,15 @@ def other(postgres_url: str) -> Iterator[PgJournal]:
 
 async def held_claims(server: Server, partitions: int) -> str:
     """Hold dispatch, submit a job and claim it all: its partitions wait in the backlog."""
-    fleet = server.fleet
+    fleet = server.service.fleet
     assert fleet is not None
-    server.pipeline.hold(True)
-    job = await server.submit(partitions, {}, 0)
-    assert server.pipeline.backlog == 0  # accepted into the fleet's queue, not this backlog
+    server.service.pipeline.hold(True)
+    job = await server.service.submit(partitions, {}, 0)
+    assert server.service.pipeline.backlog == 0  # accepted into the fleet's queue, not this backlog
     # The claim loop may have begun a claim before the hold, which takes some of them first:
     # this claim, on the same thread, queues after it, and together they hold every one.
     await fleet.claim(partitions)
-    assert server.pipeline.backlog == partitions
+    assert server.service.pipeline.backlog == partitions
     return job.id
 
 
@@ -88,7 +89,7 @@ async def test_a_host_proves_what_it_accepts_through_the_fleets_queue_and_shows_
     assert holder["runs"] == [[0, 5]]
     assert 0 < holder["expires_in_s"] <= 30
     assert detail["state"] == "running"  # marked at its first claim
-    host.pipeline.hold(False)
+    host.service.pipeline.hold(False)
     assert (await until_done(host, job_id))["state"] == "completed"
     status, answer = await call(host, "GET", "/v1/status")
     check_schema(answer, "/v1/status")
@@ -96,7 +97,7 @@ async def test_a_host_proves_what_it_accepts_through_the_fleets_queue_and_shows_
     assert (fleet["host"], fleet["lease_s"], fleet["pending_partitions"]) == (HOST, 30.0, 0)
     assert fleet["claims"] >= 1
     assert fleet["claimed_partitions"] == 5
-    registry = host.registry
+    registry = host.service.registry
     assert registry.get_sample_value("pacer_fleet_host_info", {"host": HOST}) == 1.0
     assert registry.get_sample_value("pacer_fleet_claimed_partitions_total") == 5.0
     # Every claim is timed; the claim loop may have asked again since the status was read.
@@ -108,30 +109,30 @@ async def test_a_host_proves_what_it_accepts_through_the_fleets_queue_and_shows_
 async def test_a_lease_another_host_reclaimed_leaves_the_backlog_at_the_renewal(
     host: Server, other: PgJournal, postgres_url: str
 ) -> None:
-    fleet = host.fleet
+    fleet = host.service.fleet
     assert fleet is not None
     job_id = await held_claims(host, 10)
     expire(postgres_url, HOST)  # as if this host had not renewed for a lease
     [claim] = other.claim("gpu-b", 10)
     assert (claim.job_id, claim.reclaimed_from, len(claim.pending)) == (job_id, HOST, 10)
     await fleet.renew()
-    assert host.pipeline.backlog == 0
+    assert host.service.pipeline.backlog == 0
     assert fleet.held == {}
     assert fleet.counts.lost_leases == 1
-    assert host.registry.get_sample_value("pacer_fleet_lost_leases_total") == 1.0
+    assert host.service.registry.get_sample_value("pacer_fleet_lost_leases_total") == 1.0
 
 
 async def test_a_cancel_on_another_host_reaches_this_one_at_its_renewal(
     host: Server, other: PgJournal
 ) -> None:
-    fleet = host.fleet
+    fleet = host.service.fleet
     assert fleet is not None
     job_id = await held_claims(host, 6)
     cancelled = other.cancel(job_id)
     assert cancelled is not None
     assert cancelled.state is JobState.CANCELLED
     await fleet.renew()
-    assert host.pipeline.backlog == 0
+    assert host.service.pipeline.backlog == 0
     assert fleet.held == {}
 
 
@@ -148,8 +149,8 @@ async def test_a_restart_gives_back_what_the_previous_run_held(
         assert f"gave back 8 partitions a previous run of {HOST} held" in caplog.messages
         # Long before its 30 s lease would have lapsed:
         assert (await until_done(server, job.id))["state"] == "completed"
-        assert server.fleet is not None
-        assert server.fleet.counts.reclaimed_partitions == 0
+        assert server.service.fleet is not None
+        assert server.service.fleet.counts.reclaimed_partitions == 0
     finally:
         await server.shutdown()
 
@@ -162,7 +163,7 @@ async def test_a_second_pacer_of_the_same_name_is_refused(
     with pytest.raises(HostInUseError, match=f"host name '{HOST}' is in use .* by pacer {HOST}"):
         await second.start()
     await second.shutdown()
-    job = await host.submit(3, {}, 0)  # the first goes on
+    job = await host.service.submit(3, {}, 0)  # the first goes on
     assert (await until_done(host, job.id))["state"] == "completed"
 
 
@@ -176,13 +177,13 @@ async def test_leases_not_renewed_for_longer_than_a_lease_make_the_host_unready(
                           PACER_JOURNAL__STALL_S="3600")  # fmt: skip
     await server.start()
     try:
-        assert server.fleet is not None
-        assert server.unready_reasons() == []
+        assert server.service.fleet is not None
+        assert server.service.unready_reasons() == []
         clock.advance(31.0)
-        [reason] = server.unready_reasons()
+        [reason] = server.service.unready_reasons()
         assert reason.startswith("fleet: leases not renewed for 31 s, more than the lease (30 s)")
-        await server.fleet.renew()
-        assert server.unready_reasons() == []
+        await server.service.fleet.renew()
+        assert server.service.unready_reasons() == []
     finally:
         await server.shutdown()
 

@@ -26,6 +26,7 @@ from gpu.reference.synthesis import synthesize
 from gpu.workload import GpuNttWorkload
 from pacer.config import Settings
 from pacer.server import Server
+from pacer.service.lifecycle import Service
 from tests.servers import call, settings_for, until_done
 
 pytestmark = pytest.mark.asyncio
@@ -65,25 +66,25 @@ async def started_service(tmp_path: Path, **env: str) -> tuple[Server, GpuNttWor
         PACER_SYNTHESIS__CORES="2",
         **env,
     )
-    service = Server(settings, CollectorRegistry())
-    await service.start()
-    assert isinstance(service.workload, GpuNttWorkload)
-    return service, service.workload
+    server = Server(Service.build(settings, CollectorRegistry()))
+    await server.start()
+    assert isinstance(server.service.workload, GpuNttWorkload)
+    return server, server.service.workload
 
 
 async def test_partitions_synthesized_in_processes_prove_and_verify(tmp_path: Path) -> None:
-    service, workload = await started_service(tmp_path, PACER_VERIFY_EVERY="3")
+    server, workload = await started_service(tmp_path, PACER_VERIFY_EVERY="3")
     try:
         pool = workload.pool
         assert pool is not None
-        assert service.pipeline.pool is pool
+        assert server.service.pipeline.pool is pool
         assert pool.backend == "shared"
-        assert pool.slots_total == service.plan.pool_slots
+        assert pool.slots_total == server.service.plan.pool_slots
         status, body = await call(
-            service, "POST", "/v1/jobs", {"partitions": 9, "params": {"seed": 4}}
+            server, "POST", "/v1/jobs", {"partitions": 9, "params": {"seed": 4}}
         )
         assert status == 202
-        job = await until_done(service, body["id"])
+        job = await until_done(server, body["id"])
         assert job["state"] == "completed", job.get("error")
         for part in job["partition_results"]:
             field = workload.field
@@ -92,14 +93,14 @@ async def test_partitions_synthesized_in_processes_prove_and_verify(tmp_path: Pa
             assert part["gpu"] == 3  # the device, not the worker
         provers = workload._provers.values()
         assert sum(p.kept for p in provers) == 3  # H came back only for the verified ones
-        _, metrics = await call(service, "GET", "/metrics")
+        _, metrics = await call(server, "GET", "/metrics")
         assert 'pacer_gpu_busy_seconds_total{gpu="3"}' in metrics
         assert 'gpu="0"' not in metrics
         assert 'gpu="1"' not in metrics
         assert pool.allocations_after_warmup == 0
         assert pool.slots_free == pool.slots_total
     finally:
-        await service.shutdown()
+        await server.shutdown()
     assert pool.closed
 
 
@@ -108,23 +109,23 @@ async def test_a_budget_too_small_for_the_cores_is_logged_at_start(
 ) -> None:
     slot = 3 * 8 << LOG_N  # a, b, c of Goldilocks
     with caplog.at_level(logging.WARNING, logger="pacer.service"):
-        service, _ = await started_service(tmp_path, PACER_MEMORY__BUDGET_BYTES=str(3 * slot))
+        server, _ = await started_service(tmp_path, PACER_MEMORY__BUDGET_BYTES=str(3 * slot))
     try:
-        pool = service.pipeline.pool
+        pool = server.service.pipeline.pool
         assert pool is not None
         assert pool.slots_total == 3
-        wanted = service.plan.pool_slots_wanted
+        wanted = server.service.plan.pool_slots_wanted
         assert wanted > 3
         assert f"holds 3 partitions of 0.00 GiB, fewer than the {wanted}" in caplog.text
         assert "PACER_MEMORY__BUDGET_BYTES" in caplog.text
     finally:
-        await service.shutdown()
+        await server.shutdown()
 
 
 async def test_a_killed_synthesis_process_is_replaced_and_the_job_completes(
     tmp_path: Path,
 ) -> None:
-    service, workload = await started_service(tmp_path)
+    server, workload = await started_service(tmp_path)
     try:
         assert workload._synthesizer is not None
         for worker in list(workload._synthesizer._executor._processes.values()):
@@ -133,14 +134,14 @@ async def test_a_killed_synthesis_process_is_replaced_and_the_job_completes(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(worker.pid, signal.SIGKILL)
             worker.join()
-        status, body = await call(service, "POST", "/v1/jobs", {"partitions": 4})
+        status, body = await call(server, "POST", "/v1/jobs", {"partitions": 4})
         assert status == 202
-        job = await until_done(service, body["id"])
+        job = await until_done(server, body["id"])
         assert job["state"] == "completed", job.get("error")
-        _, metrics = await call(service, "GET", "/metrics")
+        _, metrics = await call(server, "GET", "/metrics")
         assert "pacer_synthesis_worker_restarts_total 1.0" in metrics
-        _, status = await call(service, "GET", "/v1/status")
+        _, status = await call(server, "GET", "/v1/status")
         assert status["synthesis"] == {"executor": "processes", "kernel": "numpy", "restarts": 1}
         assert status["pool"]["backend"] == "shared"
     finally:
-        await service.shutdown()
+        await server.shutdown()

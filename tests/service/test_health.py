@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from pacer.config import Settings
 from pacer.control.policy import Decision, DispatchPolicy, Mode, Observation
 from pacer.server import Server
+from pacer.service.lifecycle import Service
 from pacer.workload import NoopWorkload, PartitionSpec
 from tests.conftest import FakeClock
 from tests.servers import settings_for, until_completed
@@ -26,10 +27,10 @@ from tests.waits import until
 pytestmark = pytest.mark.asyncio
 
 
-async def get(service: Server, path: str) -> tuple[int, Any]:
+async def get(server: Server, path: str) -> tuple[int, Any]:
     async with (
         aiohttp.ClientSession() as session,
-        session.get(f"http://127.0.0.1:{service.port}{path}") as response,
+        session.get(f"http://127.0.0.1:{server.port}{path}") as response,
     ):
         if response.content_type == "application/json":
             return response.status, await response.json()
@@ -96,10 +97,10 @@ async def test_a_failed_dispatch_loop_is_unready_then_restarted_and_jobs_complet
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     registry = CollectorRegistry()
-    svc = Server(settings_for(tmp_path), registry)
-    await svc.open()
-    svc.pipeline.controller = FailsFirstDecision(svc.pipeline.controller)
-    held = svc.supervisor.sleep = HeldSleep()
+    svc = Server(Service.build(settings_for(tmp_path), registry))
+    await svc.service.open()
+    svc.service.pipeline.controller = FailsFirstDecision(svc.service.pipeline.controller)
+    held = svc.service.supervisor.sleep = HeldSleep()
     try:
         await svc.start()
         await asyncio.wait_for(held.entered.wait(), 10)
@@ -111,7 +112,9 @@ async def test_a_failed_dispatch_loop_is_unready_then_restarted_and_jobs_complet
         assert body["error"] == given
         assert (await get(svc, "/healthz"))[0] == 200  # alive all along
         assert registry.get_sample_value("pacer_ready") == 0.0
-        job = await svc.submit(6, {}, 0)  # accepted while the loop is down, run once it is back
+        job = await svc.service.submit(
+            6, {}, 0
+        )  # accepted while the loop is down, run once it is back
 
         held.release.set()
 
@@ -119,7 +122,7 @@ async def test_a_failed_dispatch_loop_is_unready_then_restarted_and_jobs_complet
             return (await get(svc, "/readyz")) == (200, {"status": "ready"})
 
         await until(ready, "/readyz to answer 200 after the restart")
-        await until_completed(svc, job.id)
+        await until_completed(svc.service, job.id)
         assert held.waits == [0.1]
         labels = {"task": "dispatch"}
         assert registry.get_sample_value("pacer_task_failures_total", labels) == 1.0
@@ -129,15 +132,15 @@ async def test_a_failed_dispatch_loop_is_unready_then_restarted_and_jobs_complet
         assert record.exc_info is not None  # with its traceback
     finally:
         await svc.shutdown()
-    assert svc.supervisor.failures()["dispatch"] == 1  # shutting down is no failure
+    assert svc.service.supervisor.failures()["dispatch"] == 1  # shutting down is no failure
 
 
 async def test_every_task_is_supervised_and_shutdown_counts_no_failure(tmp_path: Path) -> None:
     registry = CollectorRegistry()
-    svc = Server(settings_for(tmp_path, PACER_GPU__WORKERS="2"), registry)
+    svc = Server(Service.build(settings_for(tmp_path, PACER_GPU__WORKERS="2"), registry))
     await svc.start()
-    job = await svc.submit(4, {}, 0)
-    await until_completed(svc, job.id)
+    job = await svc.service.submit(4, {}, 0)
+    await until_completed(svc.service, job.id)
     status, body = await get(svc, "/v1/status")
     assert status == 200
     assert (body["ready"], body["reasons"]) == (True, [])
@@ -146,9 +149,9 @@ async def test_every_task_is_supervised_and_shutdown_counts_no_failure(tmp_path:
         "prove-0": 0, "prove-1": 0,
     }  # fmt: skip
     # Proving threads report their failures to the supervisor (where the pipeline has the hook).
-    assert svc.pipeline.on_task_failure == svc.supervisor.record_failure
+    assert svc.service.pipeline.on_task_failure == svc.service.supervisor.record_failure
     await svc.shutdown()
-    assert set(svc.supervisor.failures().values()) == {0}
+    assert set(svc.service.supervisor.failures().values()) == {0}
     for task in ("dispatch", "journal", "upkeep", "call-watchdog", "journal-watch", "prove-0",
                  "prove-1"):  # fmt: skip
         assert registry.get_sample_value("pacer_task_failures_total", {"task": task}) == 0.0
@@ -158,15 +161,15 @@ async def test_a_short_task_that_raises_is_logged_and_counted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     registry = CollectorRegistry()
-    svc = Server(settings_for(tmp_path), registry)
+    svc = Server(Service.build(settings_for(tmp_path), registry))
     await svc.start()
     try:
 
         async def broken() -> None:
             raise RuntimeError("lost")
 
-        svc.jobs._spawn(broken())
-        await until(lambda: not svc.jobs._tasks, "the short task to end")
+        svc.service.jobs._spawn(broken())
+        await until(lambda: not svc.service.jobs._tasks, "the short task to end")
         assert registry.get_sample_value("pacer_task_failures_total", {"task": "requeue"}) == 1.0
         (record,) = [r for r in caplog.records if r.getMessage().startswith("requeue failed")]
         assert record.exc_info is not None
@@ -180,10 +183,10 @@ async def test_syntheses_and_proofs_are_progress_and_still_reach_the_metrics(
 ) -> None:
     clock = FakeClock()
     registry = CollectorRegistry()
-    svc = Server(settings_for(tmp_path), registry, clock)
-    await svc.open()
+    svc = Server(Service.build(settings_for(tmp_path), registry, clock))
+    await svc.service.open()
     clock.advance(100.0)
-    observer = svc.pipeline.observer
+    observer = svc.service.pipeline.observer
     assert observer is not None
     if event == "synthesized":
         observer.synthesized(2.0)
@@ -193,7 +196,7 @@ async def test_syntheses_and_proofs_are_progress_and_still_reach_the_metrics(
         seen = registry.get_sample_value(
             "pacer_gpu_phase_seconds_sum", {"gpu": "0", "phase": "intt"}
         )
-    assert svc.watchdog.since_progress_s() == 0.0
+    assert svc.service.watchdog.since_progress_s() == 0.0
     assert (seen or 0) > 0  # the metrics saw it too
     await svc.shutdown()
 
@@ -224,15 +227,15 @@ async def test_a_stalled_pipeline_is_unready_until_it_moves_again(tmp_path: Path
         PACER_WORKLOAD="tests.service.test_health:blocking_workload",
         PACER_HEALTH__STALL_S=str(stall_s),
     )
-    svc = Server(settings, registry)
-    await svc.open()
-    workload = svc.workload
+    svc = Server(Service.build(settings, registry))
+    await svc.service.open()
+    workload = svc.service.workload
     assert isinstance(workload, Blocking)
     try:
         await svc.start()
         assert (await get(svc, "/readyz"))[0] == 200
         submitted = time.monotonic()
-        job = await svc.submit(3, {}, 0)
+        job = await svc.service.submit(3, {}, 0)
 
         async def stalled() -> bool:
             return (await get(svc, "/readyz"))[0] == 503
@@ -253,10 +256,10 @@ async def test_a_stalled_pipeline_is_unready_until_it_moves_again(tmp_path: Path
         assert body["reasons"][0].startswith("stalled: ")
 
         workload.unblock.set()
-        await until_completed(svc, job.id)
+        await until_completed(svc.service, job.id)
         assert (await get(svc, "/readyz")) == (200, {"status": "ready"})
         assert registry.get_sample_value("pacer_stalled") == 0.0
-        assert set(svc.supervisor.failures().values()) == {0}  # a stall is not a failure
+        assert set(svc.service.supervisor.failures().values()) == {0}  # a stall is not a failure
     finally:
         workload.unblock.set()
         await svc.shutdown()

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from pacer.host.memory import HostFiles
 from pacer.plan import ConfigurationError
 from pacer.server import Server
+from pacer.service.lifecycle import Service
 from tests.servers import call, fake_host, settings_for, until_done
 from tests.service.test_gpu_path import LOG_N
 
@@ -37,12 +38,12 @@ async def test_a_budget_that_fits_the_host_starts_silently_as_configured(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     host = fake_host(tmp_path / "host", total=128 * GIB, available=100 * GIB)
-    service = Server(settings_for(tmp_path), CollectorRegistry(), host_files=host)
+    server = Server(Service.build(settings_for(tmp_path), CollectorRegistry(), host_files=host))
     with caplog.at_level(logging.WARNING):
-        await service.start()
+        await server.start()
     try:
         assert memory_warnings(caplog) == []
-        _, status = await call(service, "GET", "/v1/status")
+        _, status = await call(server, "GET", "/v1/status")
         memory = status["memory"]
         assert memory["budget_bytes"] == memory["configured_budget_bytes"] == 64 * GIB
         assert memory["budget_clamped"] is False
@@ -53,7 +54,7 @@ async def test_a_budget_that_fits_the_host_starts_silently_as_configured(
         assert memory["host_usable_bound"] == "MemAvailable"
         assert memory["cgroup_path"] is memory["cgroup_max_bytes"] is None
     finally:
-        await service.shutdown()
+        await server.shutdown()
 
 
 async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
@@ -63,10 +64,12 @@ async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
     # to MemAvailable (20 GiB) less the reserve (2.4 GiB, 10% of MemTotal).
     host = fake_host(tmp_path / "host", total=24 * GIB, available=20 * GIB)
     env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_SYNTHESIS__CORES": "64"}
-    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
+    server = Server(
+        Service.build(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
+    )
     with caplog.at_level(logging.WARNING):
-        await service.open()  # the plan is fitted to the host before anything is built on it
-        await service.start()
+        await server.service.open()  # the plan is fitted to the host before anything is built on it
+        await server.start()
     try:
         usable = 20 * GIB - 24 * GIB // 10
         [warning] = memory_warnings(caplog)
@@ -74,22 +77,22 @@ async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
         assert "MemAvailable is 20.0 GiB; less the reserve of 2.4 GiB" in warning
         assert "PACER_MEMORY__HOST_RESERVE_BYTES) that leaves 17.6 GiB" in warning
         assert "17 partitions of 1.0 GiB in flight instead of 64" in warning
-        assert service.pipeline.budget_bytes == usable
+        assert server.service.pipeline.budget_bytes == usable
         # The policy dispatches by the budget in effect: 17 partitions, not 64.
-        assert service.plan.caps.inflight_partitions == 17
-        assert service.pipeline.controller is service.policy
-        assert service.controller.bootstrap_depth == 15  # 90% of 17
-        _, status = await call(service, "GET", "/v1/status")
+        assert server.service.plan.caps.inflight_partitions == 17
+        assert server.service.pipeline.controller is server.service.policy
+        assert server.service.controller.bootstrap_depth == 15  # 90% of 17
+        _, status = await call(server, "GET", "/v1/status")
         memory = status["memory"]
         assert (memory["budget_bytes"], memory["configured_budget_bytes"]) == (usable, 64 * GIB)
         assert memory["budget_clamped"] is True
         assert memory["caps"]["inflight_partitions"] == 17
-        assert service.registry.get_sample_value("pacer_memory_budget_bytes") == usable
-        status_code, body = await call(service, "POST", "/v1/jobs", {"partitions": 3})
+        assert server.service.registry.get_sample_value("pacer_memory_budget_bytes") == usable
+        status_code, body = await call(server, "POST", "/v1/jobs", {"partitions": 3})
         assert status_code == 202
-        assert (await until_done(service, body["id"]))["state"] == "completed"
+        assert (await until_done(server, body["id"]))["state"] == "completed"
     finally:
-        await service.shutdown()
+        await server.shutdown()
 
 
 async def test_a_cgroup_limit_tighter_than_mem_available_clamps_the_budget_naming_it(
@@ -104,9 +107,11 @@ async def test_a_cgroup_limit_tighter_than_mem_available_clamps_the_budget_namin
     host = fake_host(tmp_path / "host", total=755 * GIB, available=700 * GIB,
                      cgroup="/kubepods/pod1/ctr", limits=limits)  # fmt: skip
     env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_SYNTHESIS__CORES": "64"}
-    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
+    server = Server(
+        Service.build(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
+    )
     with caplog.at_level(logging.WARNING):
-        await service.start()
+        await server.start()
     try:
         usable = 12 * GIB - 16 * GIB // 10
         [warning] = memory_warnings(caplog)
@@ -116,8 +121,8 @@ async def test_a_cgroup_limit_tighter_than_mem_available_clamps_the_budget_namin
             "1.6 GiB (PACER_MEMORY__HOST_RESERVE_BYTES) that leaves 10.4 GiB"
         ) in warning
         assert "10 partitions of 1.0 GiB in flight instead of 64" in warning
-        assert service.pipeline.budget_bytes == usable
-        _, status = await call(service, "GET", "/v1/status")
+        assert server.service.pipeline.budget_bytes == usable
+        _, status = await call(server, "GET", "/v1/status")
         memory = status["memory"]
         assert memory["budget_clamped"] is True
         assert memory["host_usable_bytes"] == usable
@@ -126,23 +131,25 @@ async def test_a_cgroup_limit_tighter_than_mem_available_clamps_the_budget_namin
         assert (memory["cgroup_max_bytes"], memory["cgroup_current_bytes"]) == (16 * GIB, 4 * GIB)
         assert status["plan"]["host_usable_bound"] == "memory.max of /kubepods/pod1"
     finally:
-        await service.shutdown()
+        await server.shutdown()
 
 
 async def test_a_host_without_room_for_one_partition_refuses_to_start(tmp_path: Path) -> None:
     host = fake_host(tmp_path / "host", total=24 * GIB, available=3 * GIB)
     env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_MEMORY__HOST_RESERVE_BYTES": "2.5GiB"}
-    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
+    server = Server(
+        Service.build(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
+    )
     try:
         with pytest.raises(ConfigurationError) as refused:
-            await service.start()
+            await server.start()
         assert str(refused.value) == (
             "the host cannot hold one partition of 1.0 GiB: MemAvailable is 3.0 GiB; less the "
             "reserve of 2.5 GiB (PACER_MEMORY__HOST_RESERVE_BYTES) that leaves 512.0 MiB; free "
             "memory on the host or lower PACER_MEMORY__HOST_RESERVE_BYTES"
         )
     finally:
-        await service.shutdown()
+        await server.shutdown()
 
 
 async def test_a_pinned_pool_larger_than_the_host_has_refuses_to_start(tmp_path: Path) -> None:
@@ -150,10 +157,12 @@ async def test_a_pinned_pool_larger_than_the_host_has_refuses_to_start(tmp_path:
     host = fake_host(tmp_path / "host", total=GIB, available=2**20 + 100 * 2**10)
     env = {**GPU_PATH, "PACER_GPU__POOL_SLOTS": "8", "PACER_MEMORY__BUDGET_BYTES": "1MiB",
            "PACER_MEMORY__HOST_RESERVE_BYTES": "1MiB"}  # fmt: skip
-    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
+    server = Server(
+        Service.build(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
+    )
     try:
         with pytest.raises(ConfigurationError) as refused:
-            await service.start()
+            await server.start()
         assert str(refused.value) == (
             "the pinned pool of 8 slots × 24.0 KiB = 192.0 KiB (PACER_GPU__POOL_SLOTS=8) does not "
             "fit the host: MemAvailable is 1.1 MiB; less the reserve of 1.0 MiB "
@@ -161,12 +170,12 @@ async def test_a_pinned_pool_larger_than_the_host_has_refuses_to_start(tmp_path:
             "swapped: allocating it would take the host into the OOM killer. Lower "
             "PACER_GPU__POOL_SLOTS or PACER_MEMORY__BUDGET_BYTES, or free memory on the host"
         )
-        steps = service.first_steps  # refused before the pool began: nothing pinned
+        steps = server.service.first_steps  # refused before the pool began: nothing pinned
         assert steps.preparing is None
         assert steps.lock is not None
         assert not steps.lock.held  # given back: a corrected start need not wait for this one
     finally:
-        await service.shutdown()
+        await server.shutdown()
 
 
 async def test_a_pool_sized_from_a_clamped_budget_fits_the_host(
@@ -177,17 +186,19 @@ async def test_a_pool_sized_from_a_clamped_budget_fits_the_host(
     host = fake_host(tmp_path / "host", total=GIB, available=2**20 + 5 * SLOT)
     env = {**GPU_PATH, "PACER_MEMORY__BUDGET_BYTES": "1MiB",
            "PACER_MEMORY__HOST_RESERVE_BYTES": "1MiB"}  # fmt: skip
-    service = Server(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
+    server = Server(
+        Service.build(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
+    )
     with caplog.at_level(logging.WARNING):
-        await service.start()
+        await server.start()
     try:
         assert any("is more than the host can give" in m for m in memory_warnings(caplog))
-        pool = service.pipeline.pool
+        pool = server.service.pipeline.pool
         assert pool is not None
         assert pool.slots_total == 5
-        assert pool.total_bytes <= service.pipeline.budget_bytes
+        assert pool.total_bytes <= server.service.pipeline.budget_bytes
     finally:
-        await service.shutdown()
+        await server.shutdown()
 
 
 async def test_without_meminfo_the_budget_stays_as_configured_with_a_warning(
@@ -195,15 +206,15 @@ async def test_without_meminfo_the_budget_stays_as_configured_with_a_warning(
 ) -> None:
     missing = tmp_path / "no-meminfo"
     files = HostFiles(meminfo=missing)
-    service = Server(settings_for(tmp_path), CollectorRegistry(), host_files=files)
+    server = Server(Service.build(settings_for(tmp_path), CollectorRegistry(), host_files=files))
     with caplog.at_level(logging.WARNING):
-        await service.start()
+        await server.start()
     try:
         [warning] = memory_warnings(caplog)
         assert warning.startswith("cannot read the host's memory ([Errno 2]")
         assert "PACER_MEMORY__BUDGET_BYTES) is not checked against it" in warning
-        assert service.pipeline.budget_bytes == 64 * GIB
-        _, status = await call(service, "GET", "/v1/status")
+        assert server.service.pipeline.budget_bytes == 64 * GIB
+        _, status = await call(server, "GET", "/v1/status")
         assert status["memory"]["host_available_bytes"] is None
     finally:
-        await service.shutdown()
+        await server.shutdown()

@@ -36,6 +36,7 @@ from pacer.journal import BUSY_TIMEOUT_S, JobRecord, Journal, PartitionResult, r
 from pacer.journal.health import Backoff
 from pacer.server import Server
 from pacer.service import commits
+from pacer.service.lifecycle import Service
 from pacer.workload import PartitionSpec, job_seed
 from tests.servers import (
     ROOT,
@@ -99,8 +100,8 @@ class Fault(Protocol):
 
 
 def faulty(svc: Server) -> FaultyJournal:
-    assert isinstance(svc.journal, FaultyJournal)
-    return svc.journal
+    assert isinstance(svc.service.journal, FaultyJournal)
+    return svc.service.journal
 
 
 class FailingWrites:
@@ -117,10 +118,10 @@ class FullDisk:
     reason = "database or disk is full"
 
     async def start(self, svc: Server) -> None:
-        await svc.db(faulty(svc).fill_disk)
+        await svc.service.db(faulty(svc).fill_disk)
 
     async def stop(self, svc: Server) -> None:
-        await svc.db(faulty(svc).free_disk)
+        await svc.service.db(faulty(svc).free_disk)
 
 
 class OutsideLock:
@@ -132,7 +133,7 @@ class OutsideLock:
         self._db: sqlite3.Connection | None = None
 
     async def start(self, svc: Server) -> None:
-        self._db = sqlite3.connect(svc.settings.journal.path, isolation_level=None)
+        self._db = sqlite3.connect(svc.service.settings.journal.path, isolation_level=None)
         self._db.execute("BEGIN EXCLUSIVE")
 
     async def stop(self, svc: Server) -> None:
@@ -147,11 +148,11 @@ class MovedAway:
     reason = "was deleted or moved away"
 
     async def start(self, svc: Server) -> None:
-        path = svc.settings.journal.path
+        path = svc.service.settings.journal.path
         path.rename(path.with_name("moved-away.sqlite"))
 
     async def stop(self, svc: Server) -> None:
-        path = svc.settings.journal.path
+        path = svc.service.settings.journal.path
         path.with_name("moved-away.sqlite").rename(path)
 
 
@@ -166,17 +167,21 @@ FAULTS: dict[str, type[Fault]] = {
 @pytest_asyncio.fixture
 async def svc(tmp_path: Path) -> AsyncIterator[Server]:
     """A started service whose journal is a `FaultyJournal`, retrying fast."""
-    service = Server(
-        settings_for(tmp_path, **FAST_JOURNAL), CollectorRegistry(), backoff=FAST_RETRY
+    server = Server(
+        Service.build(
+            settings_for(tmp_path, **FAST_JOURNAL), CollectorRegistry(), backoff=FAST_RETRY
+        )
     )
-    await service.open()
-    await service.db(service.journal.close)
-    faulty_journal = await service.db(FaultyJournal, service.settings.journal.path, 0.05)
-    service.journal_access.journal = faulty_journal
-    await service.start()
-    yield service
-    if not service.draining:
-        await service.shutdown()
+    await server.service.open()
+    await server.service.db(server.service.journal.close)
+    faulty_journal = await server.service.db(
+        FaultyJournal, server.service.settings.journal.path, 0.05
+    )
+    server.service.journal_access.journal = faulty_journal
+    await server.start()
+    yield server
+    if not server.service.draining:
+        await server.shutdown()
 
 
 def expected_digest(job_id: str, partitions: int) -> str:
@@ -216,13 +221,13 @@ async def assert_completed_exactly(svc: Server, job_id: str, partitions: int) ->
 async def test_jobs_accepted_before_a_fault_complete_once_it_clears(
     svc: Server, fault: type[Fault]
 ) -> None:
-    value = svc.registry.get_sample_value
-    svc.pipeline.hold(True)  # the job's results come only once the fault is on
+    value = svc.service.registry.get_sample_value
+    svc.service.pipeline.hold(True)  # the job's results come only once the fault is on
     status, body = await call(svc, "POST", "/v1/jobs", {"partitions": PARTITIONS})
     assert status == 202
     injected = fault()
     await injected.start(svc)
-    svc.pipeline.hold(False)
+    svc.service.pipeline.hold(False)
 
     await until_readyz(svc, injected.reason)
     status, refused = await call(svc, "POST", "/v1/jobs", {"partitions": 2})
@@ -237,9 +242,12 @@ async def test_jobs_accepted_before_a_fault_complete_once_it_clears(
     assert injected.reason in status_body["journal"]["error"]
     # The work went on: every partition was proved, and what the journal has not taken waits
     # in memory.
-    await until(lambda: svc.pipeline.idle and svc.pipeline.backlog == 0, "every partition proved")
+    await until(
+        lambda: svc.service.pipeline.idle and svc.service.pipeline.backlog == 0,
+        "every partition proved",
+    )
     _, meanwhile = await call(svc, "GET", f"/v1/jobs/{body['id']}")
-    waiting = await until(svc.uncommitted, BETWEEN_COMMITS)
+    waiting = await until(svc.service.uncommitted, BETWEEN_COMMITS)
     assert meanwhile["partitions_done"] + waiting == PARTITIONS
 
     await injected.stop(svc)
@@ -258,20 +266,20 @@ async def test_jobs_accepted_before_a_fault_complete_once_it_clears(
 async def test_a_job_that_fails_during_a_fault_fails_once_it_clears(
     svc: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    synthesize = svc.workload.synthesize
+    synthesize = svc.service.workload.synthesize
 
     def out_of_memory_on_partition_2(spec: PartitionSpec) -> Any:
         if spec.index == 2:
             raise MemoryError("cannot allocate the partition's vectors")
         return synthesize(spec)
 
-    monkeypatch.setattr(svc.workload, "synthesize", out_of_memory_on_partition_2)
-    svc.pipeline.hold(True)
+    monkeypatch.setattr(svc.service.workload, "synthesize", out_of_memory_on_partition_2)
+    svc.service.pipeline.hold(True)
     _, body = await call(svc, "POST", "/v1/jobs", {"partitions": 4})
     faulty(svc).failing.set()
-    svc.pipeline.hold(False)
+    svc.service.pipeline.hold(False)
     await until_readyz(svc, FailingWrites.reason)
-    await until(lambda: svc.pipeline.idle, "the job's partitions to leave the pipeline")
+    await until(lambda: svc.service.pipeline.idle, "the job's partitions to leave the pipeline")
     _, meanwhile = await call(svc, "GET", f"/v1/jobs/{body['id']}")
     assert meanwhile["state"] == "queued"  # nothing could be written yet
     faulty(svc).failing.clear()
@@ -281,7 +289,7 @@ async def test_a_job_that_fails_during_a_fault_fails_once_it_clears(
         job["error"] == "partition 2 failed after 3 attempts: synthesis failed: "
         'MemoryError("cannot allocate the partition\'s vectors")'
     )
-    assert svc.registry.get_sample_value("pacer_jobs_total", {"outcome": "failed"}) == 1
+    assert svc.service.registry.get_sample_value("pacer_jobs_total", {"outcome": "failed"}) == 1
     await until_readyz(svc, "ready")
 
 
@@ -294,18 +302,18 @@ async def test_a_write_that_fails_as_a_job_is_accepted_answers_503_and_keeps_not
     assert status == 503
     assert "disk I/O error: not accepting new jobs" in refused["error"]
     await until_readyz(svc, "disk I/O error")  # the probe keeps failing meanwhile
-    assert svc.pipeline.backlog == 0
+    assert svc.service.pipeline.backlog == 0
     faulty(svc).failing.clear()
     await until_readyz(svc, "ready")  # the probe says it recovered, with no job to commit
-    assert await svc.db(svc.journal.list_jobs) == []
+    assert await svc.service.db(svc.service.journal.list_jobs) == []
 
 
 @pytest.mark.asyncio
 async def test_a_write_failing_part_way_through_a_one_by_one_commit_keeps_what_is_left(
     svc: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    svc.pipeline.hold(True)  # the results below are the only ones
-    job = await svc.submit(3, {}, 0)
+    svc.service.pipeline.hold(True)  # the results below are the only ones
+    job = await svc.service.submit(3, {}, 0)
     journal = faulty(svc)
     complete_partitions = journal.complete_partitions
     last_fails = threading.Event()
@@ -319,12 +327,12 @@ async def test_a_write_failing_part_way_through_a_one_by_one_commit_keeps_what_i
     monkeypatch.setattr(journal, "complete_partitions", last_one_fails)
     last_fails.set()
     # An unknown job's result makes the journal refuse the batch, so it commits one by one.
-    svc.journal_access.pending += [PartitionResult(job.id, 0, "d0", 1.0, 0.1),
+    svc.service.journal_access.pending += [PartitionResult(job.id, 0, "d0", 1.0, 0.1),
                      PartitionResult("no-such-job", 0, "x", 1.0, 0.1),
                      PartitionResult(job.id, 1, "d1", 1.0, 0.1),
                      PartitionResult(job.id, 2, "d2", 1.0, 0.1)]  # fmt: skip
     await until_readyz(svc, "disk I/O error")
-    left = await until(lambda: [(r.job_id, r.index) for r in svc.journal_access.pending],
+    left = await until(lambda: [(r.job_id, r.index) for r in svc.service.journal_access.pending],
                        BETWEEN_COMMITS)  # fmt: skip
     assert left == [(job.id, 2)]  # only what was left
     _, meanwhile = await call(svc, "GET", f"/v1/jobs/{job.id}")
@@ -341,9 +349,9 @@ async def test_a_write_failing_part_way_through_a_one_by_one_commit_keeps_what_i
 async def test_a_deleted_or_replaced_journal_file_refuses_work_and_is_written_no_more(
     svc: Server, how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    svc.pipeline.hold(True)
+    svc.service.pipeline.hold(True)
     _, body = await call(svc, "POST", "/v1/jobs", {"partitions": PARTITIONS})
-    path = svc.settings.journal.path
+    path = svc.service.settings.journal.path
     if how == "deleted":
         path.unlink()
         problem = "deleted or moved away"
@@ -352,13 +360,16 @@ async def test_a_deleted_or_replaced_journal_file_refuses_work_and_is_written_no
         copy.write_bytes(path.read_bytes())
         copy.replace(path)
         problem = "replaced by another file"
-    svc.pipeline.hold(False)
+    svc.service.pipeline.hold(False)
     await until_readyz(svc, f"journal file {path} was {problem}")
     status, refused = await call(svc, "POST", "/v1/jobs", {"partitions": 1})
     assert (status, problem in refused["error"]) == (503, True)
     assert "restart pacer" in refused["error"]
-    await until(lambda: svc.pipeline.idle and svc.pipeline.backlog == 0, "every partition proved")
-    assert svc.uncommitted() == PARTITIONS  # all proved, none written to the lost file
+    await until(
+        lambda: svc.service.pipeline.idle and svc.service.pipeline.backlog == 0,
+        "every partition proved",
+    )
+    assert svc.service.uncommitted() == PARTITIONS  # all proved, none written to the lost file
     with caplog.at_level(logging.ERROR, "pacer.service"):
         assert await svc.shutdown()  # nothing in flight; commits retried for the drain budget
     assert f"exiting with {PARTITIONS} results and 0 failed attempts not committed" in caplog.text
@@ -374,20 +385,20 @@ async def test_dispatch_holds_while_too_many_results_wait_then_resumes(
 ) -> None:
     limit = 8
     monkeypatch.setattr(commits, "MAX_UNCOMMITTED", limit)
-    svc.pipeline.hold(True)
+    svc.service.pipeline.hold(True)
     _, body = await call(svc, "POST", "/v1/jobs", {"partitions": PARTITIONS})
     faulty(svc).failing.set()
-    svc.pipeline.hold(False)
+    svc.service.pipeline.hold(False)
 
     async def held() -> bool:
         _, status = await call(svc, "GET", "/v1/status")
-        return bool(status["journal"]["dispatch_held"]) and svc.pipeline.idle
+        return bool(status["journal"]["dispatch_held"]) and svc.service.pipeline.idle
 
     await until(held, "dispatch to hold, nothing in flight")
-    assert svc.pipeline.backlog > 0  # work waits, undispatched
+    assert svc.service.pipeline.backlog > 0  # work waits, undispatched
     # What was in flight when the limit was reached comes on top of it, no more.
-    waiting = await until(svc.uncommitted, BETWEEN_COMMITS)
-    assert limit <= waiting <= limit + svc.plan.caps.inflight_partitions
+    waiting = await until(svc.service.uncommitted, BETWEEN_COMMITS)
+    assert limit <= waiting <= limit + svc.service.plan.caps.inflight_partitions
     faulty(svc).failing.clear()
     await assert_completed_exactly(svc, body["id"], PARTITIONS)
     _, status = await call(svc, "GET", "/v1/status")

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from pacer.journal import JobRecord, Journal, PartitionResult
 from pacer.server import Server
+from pacer.service.lifecycle import Service
 from tests.conftest import FakeClock
 from tests.servers import call, settings_for
 from tests.waits import until
@@ -72,16 +73,18 @@ async def hanging_service(
     tmp_path: Path, clock: FakeClock, hang_in: str = "check_file", **env: str
 ) -> Server:
     """An opened service on ``clock`` whose journal is a `HangingJournal`."""
-    svc = Server(settings_for(tmp_path, **env), CollectorRegistry(), clock)
-    await svc.open()
-    await svc.db(svc.journal.close)
-    svc.journal_access.journal = await svc.db(HangingJournal, svc.settings.journal.path, hang_in)
+    svc = Server(Service.build(settings_for(tmp_path, **env), CollectorRegistry(), clock))
+    await svc.service.open()
+    await svc.service.db(svc.service.journal.close)
+    svc.service.journal_access.journal = await svc.service.db(
+        HangingJournal, svc.service.settings.journal.path, hang_in
+    )
     return svc
 
 
 def hanging(svc: Server) -> HangingJournal:
-    assert isinstance(svc.journal, HangingJournal)
-    return svc.journal
+    assert isinstance(svc.service.journal, HangingJournal)
+    return svc.service.journal
 
 
 @pytest_asyncio.fixture
@@ -106,8 +109,8 @@ async def test_a_hung_call_is_unready_past_the_limit_and_clears_when_it_returns(
     svc: Server, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, "pacer.service")
-    assert svc.settings.journal.stall_s == STALL_S
-    registry = svc.registry
+    assert svc.service.settings.journal.stall_s == STALL_S
+    registry = svc.service.registry
     journal = hanging(svc)
     journal.hang.set()
     await until(journal.hung.is_set, "the commit loop's check_file to hang")
@@ -136,7 +139,7 @@ async def test_a_hung_call_is_unready_past_the_limit_and_clears_when_it_returns(
     assert level == logging.ERROR
     assert message.startswith(
         "journal call check_file running for 31.0 s (more than PACER_JOURNAL__STALL_S=30 s) "
-        f"on journal {svc.settings.journal.path}: "
+        f"on journal {svc.service.settings.journal.path}: "
     )
 
     clock.advance(4.0)
@@ -163,7 +166,7 @@ async def test_a_call_that_passes_the_limit_unseen_is_logged_as_it_returns(
     journal = hanging(svc)
     journal.hang.set()
     try:
-        hung = asyncio.ensure_future(svc.db(journal.check_file))
+        hung = asyncio.ensure_future(svc.service.db(journal.check_file))
         await until(journal.hung.is_set, "check_file to hang")
         clock.advance(STALL_S + 0.5)
         journal.release.set()
@@ -174,4 +177,4 @@ async def test_a_call_that_passes_the_limit_unseen_is_logged_as_it_returns(
     [(level, message)] = stall_logs(caplog)
     assert level == logging.ERROR
     assert message.startswith("journal call check_file took 30.5 s (more than ")
-    assert svc.journal_access.calls.running() == []
+    assert svc.service.journal_access.calls.running() == []

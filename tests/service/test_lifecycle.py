@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from pacer.config import Settings
 from pacer.journal import Journal
-from pacer.service import Service, commits
+from pacer.service import commits
+from pacer.service.lifecycle import Service
 from pacer.workload import NoopWorkload, PartitionSpec, Proof, Workload
 from tests.servers import settings_for, until_completed
 from tests.waits import until
@@ -20,13 +21,13 @@ pytestmark = pytest.mark.asyncio
 
 
 async def test_restart_starts_warm_from_saved_estimates(tmp_path: Path) -> None:
-    first = Service(settings_for(tmp_path), CollectorRegistry())
+    first = Service.build(settings_for(tmp_path), CollectorRegistry())
     await first.start()
     await until_completed(first, (await first.submit(6, {}, 0)).id)
     await first.shutdown()
     assert first.controller.bootstraps == 1
 
-    second = Service(settings_for(tmp_path), CollectorRegistry())
+    second = Service.build(settings_for(tmp_path), CollectorRegistry())
     await second.open()
     assert second.controller.estimates.known  # read back from the journal
     await second.start()
@@ -36,7 +37,7 @@ async def test_restart_starts_warm_from_saved_estimates(tmp_path: Path) -> None:
 
 
 async def test_restart_on_other_cores_or_another_size_starts_cold(tmp_path: Path) -> None:
-    first = Service(settings_for(tmp_path, PACER_SYNTHESIS__CORES="4"), CollectorRegistry())
+    first = Service.build(settings_for(tmp_path, PACER_SYNTHESIS__CORES="4"), CollectorRegistry())
     await first.start()
     await until_completed(first, (await first.submit(6, {}, 0)).id)
     await first.shutdown()
@@ -45,12 +46,12 @@ async def test_restart_on_other_cores_or_another_size_starts_cold(tmp_path: Path
     assert saved_key == first.plan.estimates_key
     # Estimates saved for 4 cores, or for partitions of 2^8, describe another regime.
     for env in ({"PACER_SYNTHESIS__CORES": "8"}, {"PACER_NTT__LOG_N": "9"}):
-        other = Service(settings_for(tmp_path, **env), CollectorRegistry())
+        other = Service.build(settings_for(tmp_path, **env), CollectorRegistry())
         await other.open()
         assert other.plan.estimates_key != saved_key
         assert not other.controller.estimates.known
         await other.shutdown()
-    same = Service(settings_for(tmp_path, PACER_SYNTHESIS__CORES="4"), CollectorRegistry())
+    same = Service.build(settings_for(tmp_path, PACER_SYNTHESIS__CORES="4"), CollectorRegistry())
     await same.open()
     assert same.controller.estimates.known
     await same.shutdown()
@@ -60,7 +61,9 @@ async def test_upkeep_saves_estimates_and_prunes_finished_jobs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(commits, "UPKEEP_S", 0.0)
-    svc = Service(settings_for(tmp_path, PACER_JOURNAL__RETENTION_S="0.05"), CollectorRegistry())
+    svc = Service.build(
+        settings_for(tmp_path, PACER_JOURNAL__RETENTION_S="0.05"), CollectorRegistry()
+    )
     await svc.start()
     job = await svc.submit(3, {}, 0)
     # It completes, then ages out of the retention and is pruned.
@@ -117,7 +120,7 @@ async def test_synthesis_concurrency_follows_the_threads_one_synthesis_keeps_bus
         ntt={"log_n": 8},
         journal={"path": tmp_path / "journal.sqlite"},
     )
-    service = Service(settings, CollectorRegistry())
+    service = Service.build(settings, CollectorRegistry())
     await service.open()
     assert service.plan.caps.synthesis_concurrency == expected
     await service.shutdown()

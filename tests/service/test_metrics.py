@@ -36,13 +36,13 @@ REQUIRED = [
 ]  # fmt: skip
 
 
-async def run_job(service: Server, partitions: int) -> None:
-    await until_completed(service, (await service.submit(partitions, {}, 0)).id)
+async def run_job(server: Server, partitions: int) -> None:
+    await until_completed(server.service, (await server.service.submit(partitions, {}, 0)).id)
 
 
-async def test_metrics_follow_the_work(service: Server) -> None:
-    await run_job(service, 6)
-    value = service.registry.get_sample_value
+async def test_metrics_follow_the_work(server: Server) -> None:
+    await run_job(server, 6)
+    value = server.service.registry.get_sample_value
     assert value("pacer_jobs_total", {"outcome": "completed"}) == 1
     assert value("pacer_partitions_total", {"outcome": "completed"}) == 6
     assert value("pacer_synthesis_seconds_count") == 6
@@ -58,37 +58,37 @@ async def test_metrics_follow_the_work(service: Server) -> None:
     assert sorted(modes) == [0, 0, 0, 1]
 
 
-async def test_synthesis_cap_appears_once_a_synthesis_time_is_known(service: Server) -> None:
-    value = service.registry.get_sample_value
+async def test_synthesis_cap_appears_once_a_synthesis_time_is_known(server: Server) -> None:
+    value = server.service.registry.get_sample_value
     assert value("pacer_controller_synthesis_cap") is None  # a fresh journal: no estimate yet
-    await run_job(service, 6)
-    assert isinstance(service.policy, PIController)
-    synthesis_s = service.policy.estimates.synthesis_s
+    await run_job(server, 6)
+    assert isinstance(server.service.policy, PIController)
+    synthesis_s = server.service.policy.estimates.synthesis_s
     assert synthesis_s
     # The cap is the last decision's, a synthesis or two behind the estimate at most.
-    expected = service.plan.caps.synthesis_concurrency / synthesis_s
+    expected = server.service.plan.caps.synthesis_concurrency / synthesis_s
     assert value("pacer_controller_synthesis_cap") == pytest.approx(expected, rel=0.5)
 
 
-async def test_exposition_has_every_metric_and_no_created_series(service: Server) -> None:
-    await run_job(service, 2)
-    text = generate_latest(service.registry).decode()
+async def test_exposition_has_every_metric_and_no_created_series(server: Server) -> None:
+    await run_job(server, 2)
+    text = generate_latest(server.service.registry).decode()
     for name in REQUIRED:
         assert f"\n# TYPE {name} " in "\n" + text, name
     assert "_created" not in text
 
 
-async def test_exposition_passes_promtool(service: Server, promtool: str) -> None:
-    await run_job(service, 2)
-    text = generate_latest(service.registry)
+async def test_exposition_passes_promtool(server: Server, promtool: str) -> None:
+    await run_job(server, 2)
+    text = generate_latest(server.service.registry)
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
 
 
 async def test_the_process_and_platform_collectors_are_on_the_service_registry(
-    service: Server,
+    server: Server,
 ) -> None:
-    value = service.registry.get_sample_value
+    value = server.service.registry.get_sample_value
     assert (value("process_cpu_seconds_total") or 0) > 0
     assert (value("process_resident_memory_bytes") or 0) > 0
     assert value("python_info", {
@@ -100,37 +100,37 @@ async def test_the_process_and_platform_collectors_are_on_the_service_registry(
 
 
 async def test_request_durations_are_labelled_by_route_template_and_status(
-    service: Server,
+    server: Server,
 ) -> None:
-    job = await service.submit(1, {}, 0)
-    assert (await call(service, "GET", f"/v1/jobs/{job.id}"))[0] == 200
-    assert (await call(service, "GET", "/v1/jobs/nope-0123"))[0] == 404
-    assert (await call(service, "GET", f"/no/such/{job.id}"))[0] == 404
+    job = await server.service.submit(1, {}, 0)
+    assert (await call(server, "GET", f"/v1/jobs/{job.id}"))[0] == 200
+    assert (await call(server, "GET", "/v1/jobs/nope-0123"))[0] == 404
+    assert (await call(server, "GET", f"/no/such/{job.id}"))[0] == 404
     count = "pacer_http_request_duration_seconds_count"
-    value = service.registry.get_sample_value
+    value = server.service.registry.get_sample_value
     assert value(count, {"method": "GET", "route": "/v1/jobs/{id}", "status": "200"}) == 1
     assert value(count, {"method": "GET", "route": "/v1/jobs/{id}", "status": "404"}) == 1
     assert value(count, {"method": "GET", "route": "unmatched", "status": "404"}) == 1
     routes = {
         sample.labels["route"]
-        for family in service.registry.collect()
+        for family in server.service.registry.collect()
         if family.name == "pacer_http_request_duration_seconds"
         for sample in family.samples
     }
     assert routes == {"/v1/jobs/{id}", "unmatched"}  # never a raw path
 
 
-async def test_job_time_from_submission_to_end_is_observed_by_outcome(service: Server) -> None:
-    await run_job(service, 3)
-    [done] = await service.db(service.journal.list_jobs)
-    value = service.registry.get_sample_value
+async def test_job_time_from_submission_to_end_is_observed_by_outcome(server: Server) -> None:
+    await run_job(server, 3)
+    [done] = await server.service.db(server.service.journal.list_jobs)
+    value = server.service.registry.get_sample_value
     completed = {"outcome": "completed"}
     assert value("pacer_job_duration_seconds_count", completed) == 1
     assert value("pacer_job_duration_seconds_sum", completed) == pytest.approx(
         done.updated_at - done.created_at
     )
-    service.pipeline.stop_dispatching()
-    queued = await service.submit(2, {}, 0)
-    await service.cancel(queued.id)
+    server.service.pipeline.stop_dispatching()
+    queued = await server.service.submit(2, {}, 0)
+    await server.service.cancel(queued.id)
     assert value("pacer_job_duration_seconds_count", {"outcome": "cancelled"}) == 1
     assert value("pacer_job_duration_seconds_count", {"outcome": "failed"}) == 0

@@ -21,6 +21,7 @@ from pacer.control.policy import Mode, PolicyConflictError
 from pacer.journal import Journal
 from pacer.server import Server
 from pacer.service import commits
+from pacer.service.lifecycle import Service
 from tests.servers import ServerFactory, call, settings_for, until_completed, until_done
 from tests.waits import wait_until
 
@@ -34,7 +35,7 @@ RUNS = [("pi", 2, 4), ("unpaced", 2, 4), ("cuzk", 1, 1), ("cuzk-default", 2, 4)]
 
 def noop_service(tmp_path: Path, policy: str) -> Server:
     settings = settings_for(tmp_path, **NOOP, PACER_CONTROLLER__POLICY=policy)
-    return Server(settings, CollectorRegistry())
+    return Server(Service.build(settings, CollectorRegistry()))
 
 
 @pytest_asyncio.fixture(params=BASELINES)
@@ -63,7 +64,7 @@ async def test_each_policy_proves_jobs_end_to_end(
         for job_id in ids:
             job = await until_done(svc, job_id)
             assert (job["state"], job["partitions_done"]) == ("completed", partitions)
-        value = svc.registry.get_sample_value
+        value = svc.service.registry.get_sample_value
         assert value("pacer_controller_policy_info", {"policy": policy}) == 1
         assert value("pacer_partitions_total", {"outcome": "completed"}) == jobs * partitions
         assert value("pacer_gpu_busy_seconds_total", {"gpu": "0"}) is not None
@@ -73,14 +74,14 @@ async def test_each_policy_proves_jobs_end_to_end(
         assert (value("pacer_controller_error") is not None) == (policy == "pi")
         status, body = await call(svc, "GET", "/v1/status")
         assert (status, body["controller"]["policy"]) == (200, policy)
-        assert body["controller"]["bootstraps"] == svc.policy.bootstraps
+        assert body["controller"]["bootstraps"] == svc.service.policy.bootstraps
     finally:
         assert await svc.shutdown()
 
 
 @pytest.mark.asyncio
 async def test_retune_and_manual_mode_under_a_baseline_answer_409(baseline: Server) -> None:
-    policy = baseline.policy_name
+    policy = baseline.service.policy_name
     _, before = await call(baseline, "GET", "/v1/controller")
     for body, rule in [
         ({"kp": 0.9}, "only the pi policy can be retuned"),
@@ -96,29 +97,32 @@ async def test_retune_and_manual_mode_under_a_baseline_answer_409(baseline: Serv
     assert set(after) == {"policy", "mode", "interval_s", "bootstraps", "rebootstraps"}
     assert (after["policy"], after["mode"]) == (policy, "drained")
     with pytest.raises(PolicyConflictError, match=f"controller.policy is {policy}: only the pi"):
-        baseline.controller  # noqa: B018 - the property is what is tested
+        baseline.service.controller  # noqa: B018 - the property is what is tested
 
 
 @pytest.mark.asyncio
 async def test_baseline_exposition_names_the_policy_and_passes_promtool(
     baseline: Server, promtool: str
 ) -> None:
-    text = generate_latest(baseline.registry)
-    assert f'pacer_controller_policy_info{{policy="{baseline.policy_name}"}} 1.0' in text.decode()
-    assert baseline.registry.get_sample_value("pacer_controller_interval_seconds") == (
-        baseline.policy.interval_s()
+    text = generate_latest(baseline.service.registry)
+    assert (
+        f'pacer_controller_policy_info{{policy="{baseline.service.policy_name}"}} 1.0'
+        in text.decode()
+    )
+    assert baseline.service.registry.get_sample_value("pacer_controller_interval_seconds") == (
+        baseline.service.policy.interval_s()
     )
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
 
 
 @pytest.mark.asyncio
-async def test_policy_cannot_change_at_run_time(service: Server) -> None:
-    status, error = await call(service, "PATCH", "/v1/controller", {"policy": "unpaced"})
+async def test_policy_cannot_change_at_run_time(server: Server) -> None:
+    status, error = await call(server, "PATCH", "/v1/controller", {"policy": "unpaced"})
     assert (status, error) == (422, {"error": POLICY_FIXED, "field": "policy"})
     with pytest.raises(ValueError, match="cannot be retuned"):
-        service.controller.retune(policy="cuzk")
-    assert service.controller.settings.policy == "pi"
+        server.service.controller.retune(policy="cuzk")
+    assert server.service.controller.settings.policy == "pi"
 
 
 @pytest.mark.asyncio
@@ -128,7 +132,7 @@ async def test_a_baseline_run_keeps_the_estimates_pi_saved(
     journal_path = tmp_path / "journal.sqlite"
     pi = noop_service(tmp_path, "pi")
     await pi.start()
-    await until_completed(pi, (await pi.submit(4, {}, 0)).id)
+    await until_completed(pi.service, (await pi.service.submit(4, {}, 0)).id)
     await pi.shutdown()
     with Journal(journal_path) as journal:
         saved = journal.load_estimates()
@@ -137,14 +141,14 @@ async def test_a_baseline_run_keeps_the_estimates_pi_saved(
     monkeypatch.setattr(commits, "UPKEEP_S", 0.0)  # upkeep at every commit
     unpaced = noop_service(tmp_path, "unpaced")
     await unpaced.start()
-    await until_completed(unpaced, (await unpaced.submit(4, {}, 0)).id)
+    await until_completed(unpaced.service, (await unpaced.service.submit(4, {}, 0)).id)
     assert await unpaced.shutdown()
     with Journal(journal_path) as journal:
         assert journal.load_estimates() == saved
 
     warm = noop_service(tmp_path, "pi")
-    await warm.open()
-    assert warm.controller.estimates.known
+    await warm.service.open()
+    assert warm.service.controller.estimates.known
     await warm.shutdown()
 
 

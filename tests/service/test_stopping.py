@@ -31,6 +31,7 @@ from pacer.journal import JournalInUseError, JournalLock
 from pacer.journal.health import Backoff, JournalLeft
 from pacer.server import Server
 from pacer.service.journal_access import JournalAccess
+from pacer.service.lifecycle import Service
 from pacer.service.stopping import JournalStop
 from tests.conftest import FakeClock
 from tests.pipeline.virtual_time import VirtualTimers
@@ -48,7 +49,8 @@ NOTHING_LEFT = "nothing proved is left uncommitted"
 
 def stop_error(svc: Server, call: str, ran_s: float, why: str, left: str = NOTHING_LEFT) -> str:
     """The one error of a stop that left the journal, ``call`` hung on its thread."""
-    return (f"{STOP_ERROR}{svc.settings.journal.path}: journal call {call} has run {ran_s:.1f} "
+    path = svc.service.settings.journal.path
+    return (f"{STOP_ERROR}{path}: journal call {call} has run {ran_s:.1f} "
             f"s on pacer-journal-0 without returning, and {why}; {left}; the stop is not clean "
             "(exit status 1)")  # fmt: skip
 
@@ -91,17 +93,17 @@ def commit_held(server: ServerProcess, journal: Path) -> Iterator[None]:
 
 def on_virtual_time(svc: Server, clock: FakeClock) -> VirtualTimers:
     timers = VirtualTimers(clock)
-    svc.journal_stop = JournalStop(svc.journal_access, clock, timers)
+    svc.service.journal_stop = JournalStop(svc.service.journal_access, clock, timers)
     return timers
 
 
 async def proved_again(tmp_path: Path, job_id: str, partitions: int) -> None:
     """A restart on the journal completes the job, every partition once."""
-    svc = Server(settings_for(tmp_path), CollectorRegistry())
+    svc = Server(Service.build(settings_for(tmp_path), CollectorRegistry()))
     await svc.start()
     try:
-        await until_completed(svc, job_id)
-        job = await svc.db(svc.journal.get_job, job_id)
+        await until_completed(svc.service, job_id)
+        job = await svc.service.db(svc.service.journal.get_job, job_id)
         assert job is not None
         assert job.partitions_done == partitions
     finally:
@@ -119,20 +121,22 @@ async def test_a_stop_leaves_a_hung_commit_at_its_bound_and_the_next_start_prove
     await svc.start()
     journal = hanging(svc)
     closed: list[str] = []
-    close = svc.workload.close
+    close = svc.service.workload.close
 
     def recorded_close() -> None:
         closed.append("workload")
         close()
 
-    svc.workload.close = recorded_close  # type: ignore[method-assign]
+    svc.service.workload.close = recorded_close  # type: ignore[method-assign]
     try:
         journal.hang.set()
-        job = await svc.submit(4, {}, 0)
-        await until(lambda: journal.hung.is_set() and svc.pipeline.idle, "the commit to hang")
+        job = await svc.service.submit(4, {}, 0)
+        await until(
+            lambda: journal.hung.is_set() and svc.service.pipeline.idle, "the commit to hang"
+        )
         clock.advance(31.0)
         if hurried:  # the drain is cut short; the commit still gets its one attempt, bounded
-            svc.hurry()
+            svc.service.hurry()
         stop = asyncio.ensure_future(svc.shutdown())
         await until(lambda: timers.parked == 1, "the stop to wait for the journal")
         timers.advance(9.9)
@@ -149,13 +153,15 @@ async def test_a_stop_leaves_a_hung_commit_at_its_bound_and_the_next_start_prove
     left = ("4 results and 0 failed attempts not committed stay pending there and are proved "
             "again on the next start")  # fmt: skip
     assert stop_errors(caplog) == [stop_error(svc, "_commit", 41.0, waited, left)]
-    assert svc.journal_access.left
-    assert svc.uncommitted() == 4
+    assert svc.service.journal_access.left
+    assert svc.service.uncommitted() == 4
     assert closed == ["workload"]  # closed in order all the same (a pool kept or freed)
-    assert svc.health.failures == 0  # nothing failed: the call hangs
-    assert svc.registry.get_sample_value("pacer_journal_commit_failures_total") == 0.0
+    assert svc.service.health.failures == 0  # nothing failed: the call hangs
+    assert svc.service.registry.get_sample_value("pacer_journal_commit_failures_total") == 0.0
     # The close, queued behind the call, runs once it returns, and gives the lock up.
-    await until(lambda: lock_free(svc.settings.journal.path), "the journal's lock to be free")
+    await until(
+        lambda: lock_free(svc.service.settings.journal.path), "the journal's lock to be free"
+    )
     await proved_again(tmp_path, job.id, 4)
 
 
@@ -178,7 +184,7 @@ async def test_a_signal_ends_the_stops_wait_for_a_hung_journal_at_once(
             "waits at most 600.0 s more for the journal (another signal: not at all)"
         )
         await until(lambda: waiting in caplog.messages, "the stop to say what it waits for")
-        svc.hurry()
+        svc.service.hurry()
         assert await asyncio.wait_for(stop, 10)
     finally:
         journal.release.set()
@@ -195,8 +201,8 @@ async def test_a_close_that_hangs_is_waited_for_its_own_bound(
     await svc.start()
     journal = hanging(svc)
     try:
-        job = await svc.submit(2, {}, 0)
-        await until_completed(svc, job.id)
+        job = await svc.service.submit(2, {}, 0)
+        await until_completed(svc.service, job.id)
         journal.hang.set()
         stop = asyncio.ensure_future(svc.shutdown())
         await until(lambda: journal.hung.is_set() and timers.parked == 1, "the close to hang")
@@ -206,7 +212,9 @@ async def test_a_close_that_hangs_is_waited_for_its_own_bound(
         journal.release.set()
     waited = "the stop waited 10.0 s for the journal's close (PACER_SHUTDOWN__JOURNAL_S)"
     assert stop_errors(caplog) == [stop_error(svc, "close", 10.0, waited)]
-    await until(lambda: lock_free(svc.settings.journal.path), "the journal's lock to be free")
+    await until(
+        lambda: lock_free(svc.service.settings.journal.path), "the journal's lock to be free"
+    )
 
 
 @pytest.mark.asyncio
