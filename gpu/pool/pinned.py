@@ -261,16 +261,6 @@ class PinnedPool:
         arrays = tuple(np.empty(shape, self.dtype) for shape in self.slot_shapes)
         return Slot(self, None, arrays, sum(a.nbytes for a in arrays), pinned=False)
 
-    def try_checkout(self) -> Slot | None:
-        """A pool slot if one is free now, else None, whatever ``on_empty`` says; never blocks.
-
-        For asyncio callers: on None, await something and try again, or run `checkout` in a
-        thread.
-        """
-        with self._lock:
-            self._check_open()
-            return self._lend() if self._free else None
-
     def release(self, slot: Slot) -> None:
         """Give ``slot`` back; a waiting `checkout` gets it. A fallback slot is just dropped.
 

@@ -33,9 +33,9 @@ class Bootstrap:
         self.bootstraps = 0  # cold bootstraps
         self.rebootstraps = 0  # refills after a drain (a warm start is one)
         self._booted = False  # a cold bootstrap has been started
-        self.cold_refill_due = False  # refill once the cold start has its first estimates
+        self._cold_refill_due = False  # refill once the cold start has its first estimates
         self._warm_start_due = warm
-        self.refill_left = 0  # partitions a refill still has to dispatch
+        self._refill_left = 0  # partitions a refill still has to dispatch
         # Hysteresis: the pipeline must have been empty this long, and a refill must have
         # reached a GPU before the next one can fire.
         self._empty_since: float | None = -math.inf
@@ -83,9 +83,37 @@ class Bootstrap:
             return 0
         if not self._booted:
             self._booted = True
-            self.cold_refill_due = True
+            self._cold_refill_due = True
             self.bootstraps += 1
         return max(0, min(room, depth - obs.inflight))
+
+    @property
+    def cold_refill_due(self) -> bool:
+        """The cold start waits for its first estimates to top the pipeline up."""
+        return self._cold_refill_due
+
+    def top_up(self, little_depth: int, inflight: int) -> None:
+        """The cold start has its first estimates: refill to ``little_depth`` partitions in
+        flight, ``inflight`` of them there already."""
+        self._cold_refill_due = False
+        self._refill_left = max(0, little_depth - inflight)
+
+    def refilling(self, obs: Observation) -> bool:
+        """True while a refill has partitions left and work waits. Otherwise the refill ends
+        and its rest is dropped."""
+        if self._refill_left > 0 and obs.backlog > 0:
+            return True
+        self._refill_left = 0
+        return False
+
+    def hold_depth(self, obs: Observation, room: int, depth: int, rate: RateDispatch) -> int:
+        """Partitions to dispatch now to hold ``depth`` in flight, used until the cold start's
+        first syntheses are all in. Their lead time is known only from below until then; the
+        depth feeds the GPUs through it whatever the estimate says."""
+        count = min(room, depth - obs.inflight, int(rate.tokens))
+        if count > 0:
+            rate.take(count)
+        return count
 
     def restart(self, little_depth: int, depth: int) -> None:
         """A refill after a drain, to ``little_depth``. Saved estimates count as a few
@@ -93,18 +121,18 @@ class Bootstrap:
         case they describe another regime."""
         self.rebootstraps += 1
         self._rearmed = False
-        self.refill_left = little_depth
+        self._refill_left = little_depth
         if self._warm_start_due:
             self._warm_start_due = False
-            self.refill_left = max(little_depth, depth)
+            self._refill_left = max(little_depth, depth)
 
     def refill(self, now: float, room: int, rate: RateDispatch, floor_s: float) -> Decision:
         """Dispatch the rest of a refill at once, as fast as the caps and the pool allow."""
-        count = max(0, min(room, self.refill_left, int(rate.tokens)))
+        count = max(0, min(room, self._refill_left, int(rate.tokens)))
         if count > 0:
-            self.refill_left -= count
+            self._refill_left -= count
             rate.take(count)
-        if self.refill_left == 0:
+        if self._refill_left == 0:
             return Decision(count, None)
         if rate.tokens < 1:  # the synthesis rate cap: tokens come back with time
             return Decision(count, now + max(rate.token_wait_s(), floor_s))

@@ -131,11 +131,6 @@ class PIController:
         cold start's first cohort, and a long one counts toward T̂syn (``Estimator``)."""
         self._est.observe_synthesis_failure(elapsed_s, self._clock())
 
-    @property
-    def synthesis_failures(self) -> int:
-        """Failed or timed-out syntheses observed."""
-        return self._est.failures
-
     def _fit_windows(self, obs: Observation) -> None:
         workers = max(1, obs.gpu_workers)
         gpu = self._est.gpu_service_s
@@ -157,6 +152,21 @@ class PIController:
     def decide(self, obs: Observation) -> Decision:
         """Partitions to dispatch now, and when to ask again at the latest."""
         now = self._clock()
+        dt = self._take_in(obs, now)
+        room = self._rate.room(obs)
+        credit_dt = self._rate.credit_dt(now)
+        if self._manual_interval_s is not None:
+            self._terms = self._compute(obs, self._workers)
+            return self._paced(now, room, self._manual_interval_s, credit_dt, headroom=room)
+        self._rate.hold()
+        if (start := self._start_decision(obs, now, room)) is not None:
+            return start
+        self._starts.started()
+        self._follow_rebase()
+        return self._pace_decision(obs, now, dt, room, credit_dt)
+
+    def _take_in(self, obs: Observation, now: float) -> float:
+        """Take in ``obs`` (rate, drain watch, estimates, live workers); seconds since the last."""
         self._last_obs = obs
         dt = 0.0 if self._last_update is None else max(0.0, now - self._last_update)
         self._last_update = now
@@ -164,49 +174,45 @@ class PIController:
         self._starts.track(obs, now)
         self._fit_windows(obs)
         self._est.observe_running(now, obs.synthesizing, obs.synthesis_ages_s)
-        self._workers = workers = self.live_workers(obs)
-        room = self._rate.room(obs)
-        credit_dt = self._rate.credit_dt(now)
+        self._workers = self.live_workers(obs)
+        return dt
 
-        if self._manual_interval_s is not None:
-            self._terms = self._compute(obs, workers)
-            return self._paced(now, room, self._manual_interval_s, credit_dt, headroom=room)
-        self._rate.hold()
+    def _start_decision(self, obs: Observation, now: float, room: int) -> Decision | None:
+        """The decision of a start, a refill or an empty backlog; None where pacing decides."""
         if not self._est.known:
             return self._cold_bootstrap(obs, room)
-        starts = self._starts
-        if starts.cold_refill_due:
+        if self._starts.cold_refill_due:
             # Rates just became known: top the cold start up to the Little's-law depth at once.
-            starts.cold_refill_due = False
-            starts.refill_left = max(0, self.little_depth(workers) - obs.inflight)
-
-        if starts.refill_left > 0 and obs.backlog > 0:
+            self._starts.top_up(self.little_depth(self._workers), obs.inflight)
+        if self._starts.refilling(obs):
             return self._refill(obs, room)
-        starts.refill_left = 0
         if obs.backlog == 0:
             self._predictions.forget()  # nothing paced: no prediction to hold the GPUs to
-            self._terms = self._compute(obs, workers)._replace(
+            self._terms = self._compute(obs, self._workers)._replace(
                 mode=Mode.DRAINED if obs.inflight == 0 else Mode.PACING
             )
             return Decision(0, None)
-        if starts.drained(obs, now, self._settings.rebootstrap_hold_s):
+        if self._starts.drained(obs, now, self._settings.rebootstrap_hold_s):
             return self._rebootstrap(obs, room)
+        return None
 
-        starts.started()
+    def _follow_rebase(self) -> None:
+        """After the model was re-based, forget the predictions made with the old one and the
+        integral of their errors: they describe a bias the new estimates removed."""
         if self._est.rebased != self._rebased:
-            # The model was re-based: the predictions made with the old one, and the integral
-            # of their errors, describe the old model's bias, which the new estimates removed.
             self._rebased = self._est.rebased
             self._predictions.forget()
             self._law.reset()
+
+    def _pace_decision(
+        self, obs: Observation, now: float, dt: float, room: int, credit_dt: float
+    ) -> Decision:
+        """The PI step, then the output: order-up-to on q̃ at the paced rate."""
+        workers = self._workers
         self._terms = terms = self._pace(obs, dt, blocked=room <= 0 or self._rate.tokens < 1)
         if self._est.cold_cohort_open:
-            # Until the cold start's first syntheses are all in, their lead time is known only
-            # from below; hold in flight at least at the bootstrap depth meanwhile, so the GPUs
-            # are fed through the first synthesis lead time whatever the estimate says.
-            count = min(room, self.bootstrap_depth - obs.inflight, int(self._rate.tokens))
+            count = self._starts.hold_depth(obs, room, self.bootstrap_depth, self._rate)
             if count > 0:
-                self._rate.take(count)
                 return Decision(count, now + terms.interval_s)
         headroom = math.ceil(terms.setpoint + 1 - terms.projected_ready)
         # A projected shortfall (q̃ < 0: the GPUs will run dry within one lead time) goes out
@@ -226,16 +232,8 @@ class PIController:
             self._predictions.keep(now, terms.lead_s, terms.projected_ready + decision.dispatch)
         return decision
 
-    def _paced(
-        self,
-        now: float,
-        room: int,
-        interval: float,
-        credit_dt: float,
-        *,
-        headroom: int,
-        at_once: int = 0,
-    ) -> Decision:
+    def _paced(self, now: float, room: int, interval: float, credit_dt: float, *,
+               headroom: int, at_once: int = 0) -> Decision:  # fmt: skip
         return self._rate.paced(now, room, interval, credit_dt, headroom=headroom,
                                 floor_s=self._settings.interval_min_s, at_once=at_once)  # fmt: skip
 

@@ -10,7 +10,7 @@ and the bumpless transfers (new gains, the end of manual mode) that seed the int
 A Smith predictor corrects its model, not the process: where the model is right, ε stays near
 zero, and so do kp's and ki's terms whatever their values. They act where the model is biased
 (a T̂syn measured short, a T̂gpu that lags a change); the ready buffer (the setpoint) is the
-knob that acts where it is not (docs/decisions.md, D19).
+knob that acts where it is not (docs/decisions/controller.md, D19).
 """
 
 from __future__ import annotations

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import IntEnum
+from dataclasses import dataclass
 
 import numpy as np
 
 from pacer.control.policy import DispatchPolicy, Observation, budget_room
 from pacer.sim.scenario import Scenario
+from pacer.sim.state import Event, EventKind, EventQueue, RunState, Trace
 
 
 class VirtualClock:
@@ -42,29 +41,6 @@ class VirtualClock:
 
 
 PolicyFactory = Callable[[VirtualClock], DispatchPolicy]
-
-
-class _Event(IntEnum):
-    ARRIVAL = 0
-    GPU_DONE = 1
-    WAKE = 2
-    PHASE = 3  # the CPU speed changes: synthesis progress rates change
-    DEATH = 4  # a GPU worker dies
-    SYNTHESIS_FAILURE = 5  # the oldest synthesis running fails
-
-
-@dataclass
-class Trace:
-    """State after each event, for measurements and plots (times in s)."""
-
-    t: list[float] = field(default_factory=list)
-    busy: list[int] = field(default_factory=list)
-    available: list[int] = field(default_factory=list)  # 1 while any partition is outstanding
-    ready: list[int] = field(default_factory=list)
-    inflight: list[int] = field(default_factory=list)
-    synthesizing: list[int] = field(default_factory=list)
-    interval_s: list[float] = field(default_factory=list)
-    workers: list[int] = field(default_factory=list)  # live GPU workers
 
 
 @dataclass
@@ -106,6 +82,17 @@ class Simulation:
         self._arrivals = self._arrival_times(arr_rng)
         stalls = sorted(scenario.gpu.stalls, key=lambda s: s.at_s)
         self._stalls = [(s.at_s, s.at_s + s.duration_s) for s in stalls]
+        self._pool = self.policy.synthesis_workers  # syntheses its own workers run at once
+        self._state = RunState(scenario.gpu.workers, total)
+        self._events = EventQueue()
+        self._handlers: dict[EventKind, Callable[[Event], bool]] = {
+            EventKind.ARRIVAL: self._on_arrival,
+            EventKind.GPU_DONE: self._on_gpu_done,
+            EventKind.WAKE: self._on_wake,
+            EventKind.PHASE: self._on_phase,
+            EventKind.DEATH: self._on_death,
+            EventKind.SYNTHESIS_FAILURE: self._on_synthesis_failure,
+        }
 
     def _arrival_times(self, rng: np.random.Generator) -> list[float]:
         arrival = self.scenario.jobs.arrival
@@ -130,207 +117,200 @@ class Simulation:
         return t + left
 
     def run(self) -> RawRun:
-        sc = self.scenario
-        clock = self.clock
-        workers = sc.gpu.workers
-        events: list[tuple[float, int, int, int, int]] = []  # (t, seq, kind, a, b)
-        seq = 0
-
-        def push(t: float, kind: _Event, a: int = 0, b: int = 0) -> None:
-            nonlocal seq
-            seq += 1
-            heapq.heappush(events, (t, seq, kind, a, b))
-
-        next_pid = 0
-        for t in self._arrivals:
-            push(t, _Event.ARRIVAL)
-        for phase in sc.synthesis.phases:
-            push(phase.at_s, _Event.PHASE)
-        for death in sc.gpu.deaths:
-            push(death.at_s, _Event.DEATH, death.worker)
-        for failure in sc.synthesis.failures:
-            push(failure.at_s, _Event.SYNTHESIS_FAILURE)
-
-        backlog: deque[int] = deque()
-        ready: deque[int] = deque()
-        idle_workers = list(range(workers - 1, -1, -1))
-        last_end: list[float | None] = [None] * workers
-        on_gpu: dict[int, tuple[int, float]] = {}  # worker → (partition, start)
-        dead: set[int] = set()
-        gaps: list[tuple[float, float]] = []
-        # Processor sharing: V advances at the per-synthesis progress rate.
-        work_done = 0.0
-        # (V at finish, dispatch number, pid, start time)
-        running: list[tuple[float, int, int, float]] = []
-        started: deque[tuple[float, int]] = deque()  # (dispatch, dispatch number), in order
-        finished: set[int] = set()  # dispatch numbers synthesized or failed, still in started
-        dispatches = 0
-        pool = self.policy.synthesis_workers
-        # (pid, dispatch number) dispatched, waiting for one of the policy's workers
-        queued: deque[tuple[int, int]] = deque()
-        threads, cores = sc.synthesis.threads_per_synthesis, sc.synthesis.cores
-        busy = inflight = completed = outstanding = 0
-        peak_inflight = peak_ready = violations = 0
-        first_gpu: float | None = None
-        wake_gen = 0
-        arrived_jobs = 0
-        trace = Trace()
-        service = np.zeros(sc.total_partitions)  # actual GPU time of each partition (s)
-
-        def progress_rate() -> float:
-            n = len(running)
-            share = 1.0 if n == 0 else min(1.0, cores / (n * threads))
-            return share / sc.synthesis.scale_at(clock.now)
-
-        def synthesis_ages() -> tuple[float, ...]:
-            """Ages of the oldest syntheses running, oldest first."""
-            while started and started[0][1] in finished:
-                finished.discard(started.popleft()[1])
-            ages: list[float] = []
-            for at, number in started:
-                if len(ages) == Observation.SYNTHESIS_AGES:
-                    break
-                if number not in finished:
-                    ages.append(clock.now - at)
-            return tuple(ages)
-
-        def record() -> None:
-            trace.t.append(clock.now)
-            trace.busy.append(busy)
-            trace.available.append(1 if outstanding > 0 else 0)
-            trace.ready.append(len(ready))
-            trace.inflight.append(inflight)
-            trace.synthesizing.append(len(running) + len(queued))
-            trace.interval_s.append(self.policy.interval_s())
-            trace.workers.append(workers - len(dead))
-
-        record()
-        end = sc.duration_s
+        """Run until every job is done or the scenario's ``duration_s`` ends; return what was
+        recorded. A Simulation runs once."""
+        s, clock = self._state, self.clock
+        self._schedule()
+        self._record()
+        end = self.scenario.duration_s
         while True:
-            rate = progress_rate()
-            t_syn = clock.now + (running[0][0] - work_done) / rate if running else math.inf
-            t_evt = events[0][0] if events else math.inf
+            rate = self._progress_rate()
+            t_syn = clock.now + (s.running[0][0] - s.work_done) / rate if s.running else math.inf
+            t_evt = self._events.next_t()
             t = min(t_syn, t_evt)
             if t > end or math.isinf(t):
                 break
-            work_done += rate * (t - clock.now)
+            s.work_done += rate * (t - clock.now)
             clock.now = t
-
             if t_syn <= t_evt:
-                while running and running[0][0] <= work_done + 1e-9:
-                    _, number, pid, since = heapq.heappop(running)
-                    finished.add(number)
-                    ready.append(pid)
-                    self.policy.observe_synthesis(t - since)
-                while queued and pool is not None and len(running) < pool:
-                    pid, number = queued.popleft()
-                    heapq.heappush(
-                        running, (work_done + float(self._syn_work[pid]), number, pid, t)
-                    )
+                self._on_syntheses_done()
             else:
-                _, _, kind, a, b = heapq.heappop(events)
-                if kind == _Event.ARRIVAL:
-                    for _ in range(sc.jobs.partitions_per_job):
-                        backlog.append(next_pid)
-                        next_pid += 1
-                    outstanding += sc.jobs.partitions_per_job
-                    arrived_jobs += 1
-                elif kind == _Event.GPU_DONE:
-                    worker, pid = a, b
-                    if worker in dead:
-                        continue  # its partition went back to the ready queue
-                    del on_gpu[worker]
-                    busy -= 1
-                    inflight -= 1
-                    outstanding -= 1
-                    completed += 1
-                    idle_workers.append(worker)
-                    last_end[worker] = t
-                    self.policy.observe_gpu_service(float(service[pid]))
-                elif kind == _Event.DEATH:
-                    dead.add(a)
-                    if a in on_gpu:
-                        pid, _ = on_gpu.pop(a)
-                        busy -= 1
-                        ready.appendleft(pid)
-                    elif a in idle_workers:
-                        idle_workers.remove(a)
-                elif kind == _Event.SYNTHESIS_FAILURE and running:
-                    victim = min(range(len(running)), key=lambda i: running[i][3])
-                    _, number, pid, since = running.pop(victim)
-                    heapq.heapify(running)
-                    finished.add(number)
-                    inflight -= 1
-                    backlog.appendleft(pid)
-                    self.policy.observe_synthesis_failure(t - since)
-                elif kind == _Event.WAKE and a != wake_gen:
-                    continue  # superseded by a later decision
-
-            while idle_workers and ready:
-                worker = idle_workers.pop()
-                pid = ready.popleft()
-                busy += 1
-                if first_gpu is None:
-                    first_gpu = t
-                prev = last_end[worker]
-                if prev is not None:
-                    gaps.append((prev, t))
-                work = self._gpu_base[pid] * sc.gpu.scale_at(t)
-                done = self._gpu_finish(t, float(work))
-                service[pid] = done - t
-                on_gpu[worker] = (pid, t)
-                push(done, _Event.GPU_DONE, worker, pid)
-            peak_ready = max(peak_ready, len(ready))
-
-            free_bytes = sc.memory.budget_bytes - inflight * sc.partition.bytes
-            fits = budget_room(free_bytes, sc.partition.bytes, holding=inflight > 0)
-            obs = Observation(
-                ready=len(ready),
-                synthesizing=len(running) + len(queued),
-                gpu_busy=busy,
-                gpu_workers=workers - len(dead),
-                backlog=len(backlog),
-                budget_free=fits if backlog else None,
-                synthesis_ages_s=synthesis_ages(),
-                gpu_busy_ages_s=tuple(t - since for _, since in on_gpu.values()),
-            )
-            decision = self.policy.decide(obs)
-            asked = min(decision.dispatch, len(backlog))
-            violations += max(0, asked - fits)  # refused, as the pipeline refuses them
-            for _ in range(min(asked, fits)):
-                pid = backlog.popleft()
-                dispatches += 1
-                started.append((t, dispatches))
-                if pool is not None and len(running) >= pool:
-                    queued.append((pid, dispatches))
-                else:
-                    heapq.heappush(
-                        running, (work_done + float(self._syn_work[pid]), dispatches, pid, t)
-                    )
-                inflight += 1
-            peak_inflight = max(peak_inflight, inflight)
-            if decision.next_at is not None:
-                wake_gen += 1
-                push(max(decision.next_at, t + 1e-6), _Event.WAKE, wake_gen)
-            record()
-            if arrived_jobs == len(self._arrivals) and outstanding == 0:
+                event = self._events.pop()
+                if not self._handlers[event.kind](event):
+                    continue  # nothing changed: the policy is not asked
+            self._start_gpu_work()
+            self._decide()
+            self._record()
+            if s.arrived_jobs == len(self._arrivals) and s.outstanding == 0:
                 break
-
-        if outstanding > 0:
+        if s.outstanding > 0:
             clock.now = end
-        record()
+        self._record()
+        return self._result()
+
+    def _schedule(self) -> None:
+        """Push the scenario's events: arrivals, CPU phases, worker deaths, synthesis failures."""
+        sc, push = self.scenario, self._events.push
+        for t in self._arrivals:
+            push(t, EventKind.ARRIVAL)
+        for phase in sc.synthesis.phases:
+            push(phase.at_s, EventKind.PHASE)
+        for death in sc.gpu.deaths:
+            push(death.at_s, EventKind.DEATH, death.worker)
+        for failure in sc.synthesis.failures:
+            push(failure.at_s, EventKind.SYNTHESIS_FAILURE)
+
+    def _progress_rate(self) -> float:
+        """Work each running synthesis does per simulated second: its share of the cores, over
+        the CPU phase's scale."""
+        syn = self.scenario.synthesis
+        n = len(self._state.running)
+        share = 1.0 if n == 0 else min(1.0, syn.cores / (n * syn.threads_per_synthesis))
+        return share / syn.scale_at(self.clock.now)
+
+    # -- what happens at each event: True when the policy is to be asked after it ---------------
+
+    def _on_syntheses_done(self) -> None:
+        """Syntheses whose work is done join the ready queue; waiting ones take their workers."""
+        s, now = self._state, self.clock.now
+        while s.running and s.running[0][0] <= s.work_done + 1e-9:
+            _, number, pid, since = heapq.heappop(s.running)
+            s.finished.add(number)
+            s.ready.append(pid)
+            self.policy.observe_synthesis(now - since)
+        while s.queued and self._pool is not None and len(s.running) < self._pool:
+            pid, number = s.queued.popleft()
+            s.start_synthesis(pid, number, float(self._syn_work[pid]), now)
+
+    def _on_arrival(self, event: Event) -> bool:
+        s = self._state
+        per_job = self.scenario.jobs.partitions_per_job
+        s.backlog.extend(range(s.next_pid, s.next_pid + per_job))
+        s.next_pid += per_job
+        s.outstanding += per_job
+        s.arrived_jobs += 1
+        return True
+
+    def _on_gpu_done(self, event: Event) -> bool:
+        s, worker = self._state, event.arg
+        if worker in s.dead:
+            return False  # its partition went back to the ready queue
+        del s.on_gpu[worker]
+        s.busy -= 1
+        s.inflight -= 1
+        s.outstanding -= 1
+        s.completed += 1
+        s.idle_workers.append(worker)
+        s.last_end[worker] = event.t
+        self.policy.observe_gpu_service(float(s.service[event.pid]))
+        return True
+
+    def _on_wake(self, event: Event) -> bool:
+        return event.arg == self._state.wake_gen  # False: a later decision superseded it
+
+    def _on_phase(self, event: Event) -> bool:
+        return True  # the progress rate reads the CPU's scale at every step
+
+    def _on_death(self, event: Event) -> bool:
+        s, worker = self._state, event.arg
+        s.dead.add(worker)
+        if worker in s.on_gpu:
+            pid, _ = s.on_gpu.pop(worker)
+            s.busy -= 1
+            s.ready.appendleft(pid)
+        elif worker in s.idle_workers:
+            s.idle_workers.remove(worker)
+        return True
+
+    def _on_synthesis_failure(self, event: Event) -> bool:
+        s = self._state
+        if s.running:
+            victim = min(range(len(s.running)), key=lambda i: s.running[i][3])
+            _, number, pid, since = s.running.pop(victim)
+            heapq.heapify(s.running)
+            s.finished.add(number)
+            s.inflight -= 1
+            s.backlog.appendleft(pid)
+            self.policy.observe_synthesis_failure(event.t - since)
+        return True
+
+    # -- after each event -------------------------------------------------------------------------
+
+    def _start_gpu_work(self) -> None:
+        """Idle GPU workers take ready partitions, in order."""
+        s, t = self._state, self.clock.now
+        while s.idle_workers and s.ready:
+            worker = s.idle_workers.pop()
+            pid = s.ready.popleft()
+            s.busy += 1
+            if s.first_gpu is None:
+                s.first_gpu = t
+            prev = s.last_end[worker]
+            if prev is not None:
+                s.gaps.append((prev, t))
+            work = self._gpu_base[pid] * self.scenario.gpu.scale_at(t)
+            done = self._gpu_finish(t, float(work))
+            s.service[pid] = done - t
+            s.on_gpu[worker] = (pid, t)
+            self._events.push(done, EventKind.GPU_DONE, worker, pid)
+        s.peak_ready = max(s.peak_ready, len(s.ready))
+
+    def _decide(self) -> None:
+        """Ask the policy; start what it asks and the memory budget admits; note its wake."""
+        s, sc, t = self._state, self.scenario, self.clock.now
+        free_bytes = sc.memory.budget_bytes - s.inflight * sc.partition.bytes
+        fits = budget_room(free_bytes, sc.partition.bytes, holding=s.inflight > 0)
+        decision = self.policy.decide(self._observation(fits))
+        asked = min(decision.dispatch, len(s.backlog))
+        s.violations += max(0, asked - fits)  # refused, as the pipeline refuses them
+        for _ in range(min(asked, fits)):
+            self._dispatch(s.backlog.popleft())
+        s.peak_inflight = max(s.peak_inflight, s.inflight)
+        if decision.next_at is not None:
+            s.wake_gen += 1
+            self._events.push(max(decision.next_at, t + 1e-6), EventKind.WAKE, s.wake_gen)
+
+    def _observation(self, budget_free: int) -> Observation:
+        s, now = self._state, self.clock.now
+        return Observation(
+            ready=len(s.ready),
+            synthesizing=s.synthesizing,
+            gpu_busy=s.busy,
+            gpu_workers=s.live_workers,
+            backlog=len(s.backlog),
+            budget_free=budget_free if s.backlog else None,
+            synthesis_ages_s=s.synthesis_ages(now),
+            gpu_busy_ages_s=tuple(now - since for _, since in s.on_gpu.values()),
+        )
+
+    def _dispatch(self, pid: int) -> None:
+        """Start the synthesis of ``pid``, or queue it for a worker of the policy's own pool."""
+        s, now = self._state, self.clock.now
+        s.dispatches += 1
+        s.started.append((now, s.dispatches))
+        if self._pool is not None and len(s.running) >= self._pool:
+            s.queued.append((pid, s.dispatches))
+        else:
+            s.start_synthesis(pid, s.dispatches, float(self._syn_work[pid]), now)
+        s.inflight += 1
+
+    def _record(self) -> None:
+        self._state.record(self.clock.now, self.policy.interval_s())
+
+    def _result(self) -> RawRun:
+        s = self._state
         return RawRun(
-            scenario=sc,
+            scenario=self.scenario,
             policy=self.policy_name,
-            end_s=clock.now,
-            trace=trace,
-            gaps=gaps,
+            end_s=self.clock.now,
+            trace=s.trace,
+            gaps=s.gaps,
             first_arrival_s=self._arrivals[0],
-            first_gpu_s=first_gpu,
-            completed=completed,
-            peak_inflight=peak_inflight,
-            peak_ready=peak_ready,
-            budget_violations=violations,
+            first_gpu_s=s.first_gpu,
+            completed=s.completed,
+            peak_inflight=s.peak_inflight,
+            peak_ready=s.peak_ready,
+            budget_violations=s.violations,
             bootstraps=self.policy.bootstraps,
             rebootstraps=self.policy.rebootstraps,
         )

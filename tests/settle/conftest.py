@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpu.shm.blocks import BLOCK_PREFIX
-from pacer.settle import HeldBlockScanner
+from pacer.settle.held import HeldBlockScanner
 
 
 @pytest.fixture

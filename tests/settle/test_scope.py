@@ -18,12 +18,14 @@ from pathlib import Path
 import pytest
 
 from gpu.shm.record import sweep
-from pacer import settle
 from pacer.host.cgroup import read_cgroup_limit
 from pacer.host.memory import HostFiles, HostMemory
-from pacer.settle import GIB, Scope, resolve_scope
+from pacer.settle import cli as settle_cli
 from pacer.settle import scope as scope_module
 from pacer.settle import state as state_module
+from pacer.settle.detector import GIB
+from pacer.settle.loop import SettleOptions
+from pacer.settle.scope import Scope, resolve_scope
 from tests.conftest import FakeClock
 from tests.kept_pools import Holder
 from tests.servers import fake_host
@@ -71,7 +73,7 @@ def cli(
     """Exit status, stdout and stderr of ``pacer settle ARGV`` on ``files``; ``tick`` hears the
     seconds since the run began each time the run sleeps, after the clock moved."""
     parser = argparse.ArgumentParser(prog="pacer settle")
-    settle.add_arguments(parser)
+    settle_cli.add_arguments(parser)
     began = clock.now
 
     def sleep(seconds: float) -> None:
@@ -79,7 +81,7 @@ def cli(
         if tick is not None:
             tick(clock.now - began)
 
-    status = settle.main(parser.parse_args(argv), files, clock, sleep)
+    status = settle_cli.main(parser.parse_args(argv), files, clock, sleep)
     out, err = capsys.readouterr()
     return status, out, err
 
@@ -331,7 +333,7 @@ def test_a_remembered_baseline_is_used_only_for_the_memory_it_is_of(
     judged = Scope("host") if scope == "host" else Scope("cgroup", UNIT, 64 * GIB)
     told: list[str] = []
     options = state_module.with_baselines(
-        settle.SettleOptions(), tmp_path / "settle.json", judged, told.append
+        SettleOptions(), tmp_path / "settle.json", judged, told.append
     )
     assert (options.baseline_bytes, options.gpu_baseline_bytes) == (used, 5)
     assert len(told) == (0 if why is None else 1)
@@ -465,19 +467,19 @@ def test_settles_in_this_cgroup_after_a_child_holding_2gib_is_killed(
             "--state-file", str(tmp_path / "settle.json"), "--no-record", "--json",
             "--scope", "cgroup"]  # fmt: skip
     parser = argparse.ArgumentParser(prog="pacer settle")
-    settle.add_arguments(parser)
+    settle_cli.add_arguments(parser)
     before = limit.current_bytes
     pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
     with subprocess.Popen([sys.executable, "-c", code], **pipes) as child:  # type: ignore[call-overload]
         assert child.stdout.readline() == "ready\n"
-        settle.main(parser.parse_args([*argv, "--baseline", str(before), "--timeout", "0"]))
+        settle_cli.main(parser.parse_args([*argv, "--baseline", str(before), "--timeout", "0"]))
         held = json.loads(capsys.readouterr().out)
         assert (held["settled"], held["cgroup_path"]) == (False, limit.path)
         assert held["samples"][0]["used_bytes"] - before > 1.5 * GIB
 
         child.kill()
         started = time.monotonic()
-        status = settle.main(parser.parse_args([*argv, "--baseline", str(before),
+        status = settle_cli.main(parser.parse_args([*argv, "--baseline", str(before),
                                                 "--timeout", "30"]))  # fmt: skip
         report = json.loads(capsys.readouterr().out)
         assert (status, report["settled"]) == (0, True)

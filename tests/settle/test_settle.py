@@ -23,19 +23,13 @@ from hypothesis import strategies as st
 
 from gpu.shm.blocks import BLOCK_PREFIX
 from gpu.shm.record import sweep
-from pacer import settle
-from pacer.settle import (
-    GIB,
-    BlockHolder,
-    HeldBlockScanner,
-    ProcessScanner,
-    ReportedHolders,
-    Sample,
-    SettleDetector,
-    SettleOptions,
-    parse_size,
-)
-from pacer.settle.held import kill_holder
+from pacer.settle import cli as settle_cli
+from pacer.settle.detector import GIB, SettleDetector, parse_size
+from pacer.settle.held import BlockHolder, Held, HeldBlockScanner, ReportedHolders, kill_holder
+from pacer.settle.loop import Result, SettleOptions
+from pacer.settle.loop import run as settle_run
+from pacer.settle.sources import MeminfoSampler, ProcessScanner, Sample
+from pacer.settle.state import default_state_file, record_state
 from tests.conftest import FakeClock
 from tests.kept_pools import Holder, records, shm_exists
 from tests.pool_holder import kill_holder as kill_pool_holder
@@ -47,8 +41,8 @@ MIB = 2**20
 def cli(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """Exit status, stdout and stderr of ``pacer settle ARGV``."""
     parser = argparse.ArgumentParser(prog="pacer settle")
-    settle.add_arguments(parser)
-    status = settle.main(parser.parse_args(argv))
+    settle_cli.add_arguments(parser)
+    status = settle_cli.main(parser.parse_args(argv))
     out, err = capsys.readouterr()
     return status, out, err
 
@@ -253,7 +247,7 @@ def test_bad_option_exits_2_naming_the_option_and_the_rule(
 
 def test_help_documents_defaults_and_examples() -> None:
     parser = argparse.ArgumentParser(prog="pacer settle")
-    settle.add_arguments(parser)
+    settle_cli.add_arguments(parser)
     text = " ".join(parser.format_help().split())
     for fragment in [
         "(default: 2GiB)",
@@ -369,14 +363,14 @@ class ListSampler:
 
 def fake_run(
     options: SettleOptions, samples: Sequence[Sample], clock: FakeClock
-) -> tuple[settle.Result, list[float]]:
+) -> tuple[Result, list[float]]:
     sleeps: list[float] = []
 
     def sleep(seconds: float) -> None:
         sleeps.append(seconds)
         clock.advance(seconds)
 
-    return settle.run(options, clock, sleep, ListSampler(samples)), sleeps
+    return settle_run(options, clock, sleep, ListSampler(samples)), sleeps
 
 
 def test_run_samples_on_the_interval_and_once_more_at_the_timeout(clock: FakeClock) -> None:
@@ -418,7 +412,7 @@ def test_summary_blames_gpu_memory_when_only_it_has_not_settled(clock: FakeClock
     draining_gpu = [Sample(100 * GIB, (40 - 4 * k) * GIB) for k in range(10)]
     result, _ = fake_run(options, draining_gpu, clock)
     assert (result.settled, result.host_settled, result.gpu_settled) == (False, True, False)
-    assert settle.summary(result, options) == (
+    assert settle_cli.summary(result, options) == (
         "not settled after 3 s: GPU memory falling 12.0 GiB over the last 3 s, "
         "short of the 5 s window"
     )
@@ -431,12 +425,12 @@ def test_memory_kept_for_the_next_pacer_is_neither_draining_nor_free(
     kept = [Sample(110 * GIB, kept_bytes=63 * GIB)] * 5
     result, _ = fake_run(options, kept, clock)
     assert (result.settled, result.reason, result.settled_at_s) == (True, "baseline", 0.0)
-    assert settle.summary(result, options) == (
+    assert settle_cli.summary(result, options) == (
         "settled after 0.0 s: used 110.0 GiB, 63.0 GiB of it kept for the next pacer, "
         "within 2.0 GiB of the 46.0 GiB baseline"
     )
     assert result.samples[0].as_dict()["kept_bytes"] == 63 * GIB
-    settle.record_state(tmp_path / "settle.json", result)  # the host's rest, without the pool
+    record_state(tmp_path / "settle.json", result)  # the host's rest, without the pool
     assert json.loads((tmp_path / "settle.json").read_text())["baseline_bytes"] == 47 * GIB
     # The same memory not kept on purpose is memory that has not come back.
     held, _ = fake_run(options, [Sample(110 * GIB)] * 5, clock)
@@ -535,9 +529,9 @@ def test_corrupt_state_file_is_ignored_with_a_warning(
 
 
 def test_default_state_file_follows_systemds_state_directory() -> None:
-    assert settle.default_state_file({}) == Path("/var/lib/pacer/settle.json")
+    assert default_state_file({}) == Path("/var/lib/pacer/settle.json")
     environ = {"STATE_DIRECTORY": "/var/lib/pacer-a:/var/lib/pacer-b"}
-    assert settle.default_state_file(environ) == Path("/var/lib/pacer-a/settle.json")
+    assert default_state_file(environ) == Path("/var/lib/pacer-a/settle.json")
 
 
 # --- real processes -------------------------------------------------------------------------
@@ -557,22 +551,22 @@ def test_named_process_blocks_settling_while_alive_and_as_a_zombie(
     pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
     with subprocess.Popen([str(exe), "-c", code], **pipes) as child:  # type: ignore[call-overload]
         assert child.stdout.readline() == "ready\n"
-        result = settle.run(check_once, clock, clock.advance, ListSampler(at_baseline), scanner)
+        result = settle_run(check_once, clock, clock.advance, ListSampler(at_baseline), scanner)
         assert not result.settled
         assert [(p.pid, p.name) for p in result.blockers] == [(child.pid, "pacer-settle-te")]
 
         child.kill()
         os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
-        result = settle.run(check_once, clock, clock.advance, ListSampler(at_baseline), scanner)
+        result = settle_run(check_once, clock, clock.advance, ListSampler(at_baseline), scanner)
         assert not result.settled
         assert [p.state for p in result.blockers] == ["Z"]
-        assert settle.summary(result, check_once) == (
+        assert settle_cli.summary(result, check_once) == (
             f"not settled after 0 s: process pacer-settle-te (pid {child.pid}, zombie) "
             "still present"
         )
 
         child.wait()
-        result = settle.run(check_once, clock, clock.advance, ListSampler(at_baseline), scanner)
+        result = settle_run(check_once, clock, clock.advance, ListSampler(at_baseline), scanner)
         assert (result.settled, result.reason, result.blockers) == (True, "baseline", [])
 
 
@@ -590,7 +584,7 @@ def test_settles_for_real_after_a_child_holding_2gib_is_killed(
         "held = np.ones(2**28)  # 2 GiB, every page written\n"
         "print('ready', flush=True)\nsys.stdin.read()\n"
     )
-    before = settle.MeminfoSampler().sample().used_bytes
+    before = MeminfoSampler().sample().used_bytes
     argv = [
         "--baseline", str(before), "--tolerance", "256MiB", "--window", "1", "--interval", "0.1",
         "--process-name", "", "--state-file", str(tmp_path / "settle.json"), "--no-record",
@@ -710,15 +704,15 @@ def test_memory_held_by_orphans_is_never_settled(tmp_path: Path, clock: FakeCloc
     scanner = HeldBlockScanner(tmp_path)
     progress: list[str] = []
 
-    def run() -> settle.Result:
+    def run() -> Result:
         sampler = ListSampler([Sample(100 * GIB)])  # at the baseline, flat: settled but for them
-        return settle.run(options, clock, clock.advance, sampler, progress=progress.append,
+        return settle_run(options, clock, clock.advance, sampler, progress=progress.append,
                           held=scanner)  # fmt: skip
 
     result = run()
     assert (result.settled, result.reason, len(result.samples)) == (False, "timeout", 21)
     assert result.held is not None
-    assert settle.summary(result, options) == (
+    assert settle_cli.summary(result, options) == (
         "not settled after 20 s: held by orphans: 4 processes, 9.0 GiB (pid 201, 202, 300, 401), "
         "given back only when they end; --kill-orphans kills those that are pacer's synthesis "
         "processes"
@@ -736,7 +730,7 @@ def test_memory_held_by_orphans_is_never_settled(tmp_path: Path, clock: FakeCloc
         shutil.rmtree(tmp_path / str(pid))
     result = run()
     assert (result.settled, result.reason, result.settled_at_s) == (True, "baseline", 0.0)
-    assert result.held == settle.Held()
+    assert result.held == Held()
 
 
 def test_kill_orphans_kills_pacers_synthesis_processes_and_only_names_the_others(
@@ -813,7 +807,7 @@ def test_a_child_mapping_an_unlinked_block_of_a_dead_pacer_holds_settle_up(
         assert child.stdout.readline() == "holding\n"
         scanner = HeldBlockScanner(prefix=f"{BLOCK_PREFIX}{owner}-")
         held = ReportedHolders(scanner, told.append, kill_orphans=True)
-        result = settle.run(check_once, clock, clock.advance, ListSampler([Sample(100 * GIB)]),
+        result = settle_run(check_once, clock, clock.advance, ListSampler([Sample(100 * GIB)]),
                             held=held)  # fmt: skip
         assert not result.settled
         assert result.held is not None
@@ -831,9 +825,9 @@ def test_a_child_mapping_an_unlinked_block_of_a_dead_pacer_holds_settle_up(
             assert child.poll() is None  # another process than the one found: left alone
             child.kill()
             child.wait()
-        result = settle.run(check_once, clock, clock.advance, ListSampler([Sample(100 * GIB)]),
+        result = settle_run(check_once, clock, clock.advance, ListSampler([Sample(100 * GIB)]),
                             held=scanner)  # fmt: skip
-        assert (result.settled, result.held) == (True, settle.Held())
+        assert (result.settled, result.held) == (True, Held())
 
 
 def test_the_command_names_the_holders_and_exits_1(

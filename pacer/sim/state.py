@@ -1,0 +1,161 @@
+"""What a simulation run holds between events: the event queue, the queues and counters of the
+pipeline, and the trace (``pacer.sim.engine`` moves them on)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from pacer.control.policy import Observation
+
+
+class EventKind(IntEnum):
+    """What happens at an event; syntheses ending are not events (the CPU share sets when)."""
+
+    ARRIVAL = 0  # a job arrives
+    GPU_DONE = 1  # a GPU worker ends its partition
+    WAKE = 2  # the time the policy asked to decide again
+    PHASE = 3  # the CPU speed changes: synthesis progress rates change
+    DEATH = 4  # a GPU worker dies
+    SYNTHESIS_FAILURE = 5  # the oldest synthesis running fails
+
+
+class Event(NamedTuple):
+    """One event: ``t`` in simulated seconds; ``seq`` orders events of one time as pushed.
+
+    ``arg`` is the GPU worker (GPU_DONE, DEATH) or the decision's number (WAKE); ``pid``
+    is the partition on the GPU (GPU_DONE).
+    """
+
+    t: float
+    seq: int
+    kind: EventKind
+    arg: int
+    pid: int
+
+
+class EventQueue:
+    """Events by time, those of one time in the order they were pushed."""
+
+    def __init__(self) -> None:
+        self._heap: list[Event] = []
+        self._seq = 0
+
+    def push(self, t: float, kind: EventKind, arg: int = 0, pid: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, Event(t, self._seq, kind, arg, pid))
+
+    def next_t(self) -> float:
+        """When the next event happens (s); infinity when none is left."""
+        return self._heap[0].t if self._heap else math.inf
+
+    def pop(self) -> Event:
+        return heapq.heappop(self._heap)
+
+
+@dataclass
+class Trace:
+    """State after each event, for measurements and plots (times in s)."""
+
+    t: list[float] = field(default_factory=list)
+    busy: list[int] = field(default_factory=list)
+    available: list[int] = field(default_factory=list)  # 1 while any partition is outstanding
+    ready: list[int] = field(default_factory=list)
+    inflight: list[int] = field(default_factory=list)
+    synthesizing: list[int] = field(default_factory=list)
+    interval_s: list[float] = field(default_factory=list)
+    workers: list[int] = field(default_factory=list)  # live GPU workers
+
+
+# A synthesis running: (work done at its end, dispatch number, partition, start time in s).
+Running = tuple[float, int, int, float]
+
+
+@dataclass
+class RunState:
+    """The pipeline of one run: partitions by place, GPU workers, syntheses and counters.
+
+    Syntheses share the CPU: ``work_done`` advances at the progress rate of each one, so a
+    synthesis started at ``work_done`` w with work x ends when ``work_done`` reaches w + x.
+    """
+
+    workers: int  # GPU workers at the start
+    total_partitions: int  # of all the jobs
+    backlog: deque[int] = field(default_factory=deque)
+    ready: deque[int] = field(default_factory=deque)
+    next_pid: int = 0
+    arrived_jobs: int = 0
+    # GPU workers: idle ones popped from the end; worker → (partition, start) while busy.
+    idle_workers: list[int] = field(init=False)
+    last_end: list[float | None] = field(init=False)
+    on_gpu: dict[int, tuple[int, float]] = field(default_factory=dict)
+    dead: set[int] = field(default_factory=set)
+    gaps: list[tuple[float, float]] = field(default_factory=list)
+    service: npt.NDArray[np.float64] = field(init=False)  # GPU time of each partition (s)
+    first_gpu: float | None = None
+    # Syntheses: a heap by end, those dispatched in order, and those waiting for a worker.
+    work_done: float = 0.0
+    running: list[Running] = field(default_factory=list)
+    started: deque[tuple[float, int]] = field(default_factory=deque)  # (dispatch, number)
+    finished: set[int] = field(default_factory=set)  # numbers ended or failed, still in started
+    queued: deque[tuple[int, int]] = field(default_factory=deque)  # (partition, number)
+    dispatches: int = 0
+    busy: int = 0
+    inflight: int = 0
+    completed: int = 0
+    outstanding: int = 0
+    peak_inflight: int = 0
+    peak_ready: int = 0
+    violations: int = 0
+    wake_gen: int = 0
+    trace: Trace = field(default_factory=Trace)
+
+    def __post_init__(self) -> None:
+        self.idle_workers = list(range(self.workers - 1, -1, -1))
+        self.last_end = [None] * self.workers
+        self.service = np.zeros(self.total_partitions)
+
+    @property
+    def live_workers(self) -> int:
+        return self.workers - len(self.dead)
+
+    @property
+    def synthesizing(self) -> int:
+        """Syntheses running or waiting for a worker of the policy's pool."""
+        return len(self.running) + len(self.queued)
+
+    def start_synthesis(self, pid: int, number: int, work: float, now: float) -> None:
+        """Start synthesis number ``number`` of partition ``pid``: ``work`` seconds alone."""
+        heapq.heappush(self.running, (self.work_done + work, number, pid, now))
+
+    def synthesis_ages(self, now: float) -> tuple[float, ...]:
+        """Ages of the oldest syntheses running, oldest first (s)."""
+        started, finished = self.started, self.finished
+        while started and started[0][1] in finished:
+            finished.discard(started.popleft()[1])
+        ages: list[float] = []
+        for at, number in started:
+            if len(ages) == Observation.SYNTHESIS_AGES:
+                break
+            if number not in finished:
+                ages.append(now - at)
+        return tuple(ages)
+
+    def record(self, now: float, interval_s: float) -> None:
+        """Append the state now to the trace; ``interval_s`` is the policy's."""
+        trace = self.trace
+        trace.t.append(now)
+        trace.busy.append(self.busy)
+        trace.available.append(1 if self.outstanding > 0 else 0)
+        trace.ready.append(len(self.ready))
+        trace.inflight.append(self.inflight)
+        trace.synthesizing.append(self.synthesizing)
+        trace.interval_s.append(interval_s)
+        trace.workers.append(self.live_workers)
