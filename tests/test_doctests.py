@@ -28,6 +28,7 @@ MODULES = [
     "pacer.table",
     "pacer.threads",
     "pacer.settle.detector",
+    "pacer.settle.cli",
     "pacer.service.startup",
     "pacer.strict_json",
     "pacer.client",
@@ -45,7 +46,7 @@ MODULES = [
     "gpu.ntt",
     "gpu.pool",
     "gpu.pool_record",
-    "gpu.process_executor",
+    pytest.param("gpu.process_executor", marks=pytest.mark.slow),  # synthesis processes
     "gpu.shm_blocks",
     "gpu.sizes",
     "gpu.slots",
