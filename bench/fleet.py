@@ -6,7 +6,8 @@ partitions a second a fleet of `pacer serve` hosts proves.
     .venv/bin/python -m bench.fleet hosts [--hosts 1,2,4] [--jobs 20] [--partitions 4000]
                                     [--markdown]
 
-Both start their own PostgreSQL (Debian's package, as the tests do, but durable: fsync on).
+Both start their own PostgreSQL (Debian's package, as the tests do, but durable: fsync on;
+and reached over loopback TCP, as a fleet's hosts reach theirs).
 
 ``claims``: for each batch size n and number of claimers, a fresh database holding four jobs
 of a million partitions at two priorities. Each claimer is a process of its own with one
@@ -202,7 +203,7 @@ def measure_hosts(journal: str, count: int, jobs: int, partitions: int) -> list[
 
 def hosts_main(args: argparse.Namespace) -> int:
     counts = [int(c) for c in args.hosts.split(",")]
-    server = PostgresServer(durable=True)
+    server = PostgresServer(durable=True, tcp=True)
     server.start()
     try:
         with tempfile.TemporaryDirectory(prefix="pacer-fleet-") as folder:
@@ -241,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         return hosts_main(args)
     counts = [int(c) for c in args.claimers.split(",")]
     batches = [int(b) for b in args.batches.split(",")]
-    server = PostgresServer(durable=True)
+    server = PostgresServer(durable=True, tcp=True)
     server.start()
     try:
         rows = [measure(server, n, c, args.seconds) for n in batches for c in counts]

@@ -213,8 +213,8 @@ def pin_alone(threads: int | None = None) -> dict[str, Any]:
 
     cupy.cuda.Device(0).synchronize()
     n = 1 << workload.log_n
-    allocator = allocators.SharedHostAllocator(True, Handover.for_service(False, slots),
-                                               threads)  # fmt: skip
+    handover = Handover.for_service(False, slots, settings.gpu.shm_dir)
+    allocator = allocators.SharedHostAllocator(True, handover, threads)
     began = time.perf_counter()
     pool = PinnedPool.build(slots, [(n,)] * 3, dtype=workload.field.storage, backend=allocator)
     seconds = time.perf_counter() - began

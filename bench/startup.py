@@ -37,6 +37,7 @@ def shared_pool_workload(settings: Settings) -> GpuNttWorkload:
     return SharedPoolWorkload(
         settings.ntt.log_n or 24, [0], 1, "wait", settings.synthesis.executor,
         pool_backend="shared", field=settings.ntt.field, backend=settings.ntt.cpu_backend,
+        shm_dir=settings.gpu.shm_dir,
     )  # fmt: skip
 
 

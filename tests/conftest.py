@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,9 +13,11 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
+from gpu.shm.blocks import process_alive
 from pacer.server import Server
 from pacer.service.lifecycle import Service
 from tests.servers import fake_host, settings_for
+from tests.waits import wait_until
 
 if TYPE_CHECKING:
     from tests.postgres_server import PostgresServer
@@ -38,6 +41,16 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+SLOW_FIXTURES = {"postgres_server", "postgres_url", "server_factory", "promtool"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A test that takes a process-starting fixture is slow without having to say so.
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _clean_pacer_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests start from the defaults, whatever the developer's shell exports."""
@@ -45,6 +58,54 @@ def _clean_pacer_env(monkeypatch: pytest.MonkeyPatch) -> None:
         if key.startswith("PACER_"):
             monkeypatch.delenv(key)
     return
+
+
+SHM_ROOT = "/dev/shm"
+SHM_TEST_PREFIX = "pacer-test-"
+"""Each test's directory: ``pacer-test-<pid>-<8 hex digits>``, for the pytest process."""
+LEFT_WAIT_S = 2.0
+"""How long a test's shared-memory directory may take to empty after the test: a process the
+test stopped may still be closing its pool."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_directory_of_a_dead_run() -> None:
+    """Remove the test directories of test runs that were killed (their pytest process is
+    gone); a live run's are its own."""
+    for name in os.listdir(SHM_ROOT):
+        pid, _, _ = name.removeprefix(SHM_TEST_PREFIX).partition("-")
+        if name.startswith(SHM_TEST_PREFIX) and pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(os.path.join(SHM_ROOT, name), ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def shm_dir(_clean_pacer_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """This test's own tmpfs directory for shared pools' blocks and owner records, made under
+    /dev/shm and named in PACER_GPU__SHM_DIR: settings made in the test, and processes it
+    starts, use it. The test must leave it empty: whatever is left is removed, and the test
+    fails naming it (a test that leaves a pool on purpose sweeps it: `gpu.shm.record.sweep`
+    with ``drop_kept``)."""
+    directory = os.path.join(SHM_ROOT, f"{SHM_TEST_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    os.mkdir(directory, 0o700)
+    monkeypatch.setenv("PACER_GPU__SHM_DIR", directory)
+    try:
+        yield directory
+    finally:
+        left = _left_in(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+    if left:
+        pytest.fail(f"the test left in its shared-memory directory {directory}: "
+                    f"{', '.join(left)}", pytrace=False)  # fmt: skip
+
+
+def _left_in(directory: str) -> list[str]:
+    """The files still in ``directory`` after LEFT_WAIT_S; none once it is empty."""
+    try:
+        wait_until(lambda: os.listdir(directory), f"{directory} to be empty",
+                   done=lambda names: not names, timeout_s=LEFT_WAIT_S)  # fmt: skip
+    except AssertionError:
+        return sorted(os.listdir(directory))
+    return []
 
 
 def ensure_debian_package(command: str, package: str) -> str | None:
@@ -94,9 +155,13 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture
-def postgres_url(postgres_server: PostgresServer) -> str:
-    """The URL of a fresh, empty database on the session's PostgreSQL server."""
-    return postgres_server.create_database()
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """The URL of a fresh, empty database on the session's PostgreSQL server, the test's own:
+    a fleet's host names, their advisory locks and leases are a database's, so they cannot
+    meet another test's. Dropped after the test, with whatever connection is left to it."""
+    url = postgres_server.create_database()
+    yield url
+    postgres_server.drop_database(url)
 
 
 @pytest_asyncio.fixture
@@ -111,17 +176,3 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
     yield svc
     if not svc.service.draining:
         await svc.shutdown()
-
-
-@pytest.fixture(scope="session")
-def no_pool_kept_here() -> None:
-    """The kept-pool tests sweep /dev/shm, kept pools included. Where pool blocks or owner
-    records were there before the tests started (a pacer's pool, kept for its successor, or
-    another test run's), they skip rather than drop what is not theirs."""
-    from gpu.shm.blocks import BLOCK_PREFIX, SHM_DIR
-    from tests.kept_pools import records
-
-    found = [*records(), *(n for n in os.listdir(SHM_DIR) if n.startswith(BLOCK_PREFIX))]
-    if found:
-        pytest.skip(f"{SHM_DIR} holds pacer pool blocks or records these tests would sweep: "
-                    f"{', '.join(sorted(found)[:4])}{' …' if len(found) > 4 else ''}")  # fmt: skip

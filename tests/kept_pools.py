@@ -1,6 +1,7 @@
 """Pools kept for the next pacer, made by real processes: a holder that builds a shared pool
 with a handover, marks its slots, and keeps it (or is killed holding it), for the tests that
-adopt what it leaves."""
+adopt what it leaves. Every pool here lives in the test's own directory (``shm_dir``, which
+PACER_GPU__SHM_DIR names to the processes a test starts)."""
 
 from __future__ import annotations
 
@@ -10,22 +11,24 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpu.shm.blocks import SHM_DIR
+from gpu.pool.allocators import SharedHostAllocator
+from gpu.shm.handover import Handover
 from gpu.shm.record import RECORD_PREFIX, PoolRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A pacer's pool as the GPU workload builds it, shared and handed over: it writes MARK into
-# each slot, prints its block names and paths, then on "keep" closes keeping the pool and
-# exits; on end of input it waits (to be killed, or closes without keeping).
+# A pacer's pool as the GPU workload builds it, shared and handed over, in the directory
+# PACER_GPU__SHM_DIR names: it writes MARK into each slot, prints its block names and paths,
+# then on "keep" closes keeping the pool and exits; on end of input it waits (to be killed, or
+# closes without keeping).
 HOLD = """
-import sys
+import os, sys
 import numpy as np
 from gpu.pool.allocators import SharedHostAllocator
 from gpu.shm.handover import Handover
 from gpu.pool.pinned import PinnedPool
 slots, n, keep, store = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "keep", sys.argv[4]
-handover = Handover(keep, store)
+handover = Handover(keep, store, directory=os.environ["PACER_GPU__SHM_DIR"])
 pool = PinnedPool.build(slots, [(n,)] * 3, np.uint32, SharedHostAllocator(False, handover),
                   field="babybear")
 held = [pool.checkout() for _ in range(slots)]
@@ -90,7 +93,13 @@ class Holder:
                 pipe.close()
 
 
-def records(directory: str = SHM_DIR) -> dict[str, PoolRecord]:
+def shared(directory: str, register: bool = False) -> SharedHostAllocator:
+    """The "shared" pool backend (or "shared-cuda", with ``register``), its blocks in
+    ``directory``."""
+    return SharedHostAllocator(register, Handover(directory=directory))
+
+
+def records(directory: str) -> dict[str, PoolRecord]:
     """The owner records in ``directory`` that can be read, by file name."""
     found = {}
     for name in sorted(os.listdir(directory)):
@@ -102,8 +111,8 @@ def records(directory: str = SHM_DIR) -> dict[str, PoolRecord]:
     return found
 
 
-def shm_exists(name: str) -> bool:
-    return os.path.exists(f"{SHM_DIR}/{name}")
+def shm_exists(directory: str, name: str) -> bool:
+    return os.path.exists(os.path.join(directory, name))
 
 
 # A process that maps a block and holds it until its input ends: what a crashed pacer's

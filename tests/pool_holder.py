@@ -1,5 +1,5 @@
 """A child process holding an open shared-memory pool, as a service would, for the tests that
-kill it and look at what it leaves in /dev/shm."""
+kill it and look at what it leaves in the test's directory (PACER_GPU__SHM_DIR)."""
 
 from __future__ import annotations
 
@@ -8,21 +8,22 @@ import sys
 
 from gpu.shm.blocks import BLOCK_PREFIX
 
-# A service's pool that is still open: it reports its block names, then waits to be killed.
-# Its blocks are taken off multiprocessing's resource tracker, as when the tracker dies with it
-# (the OOM killer or a container stop takes every process), so only the sweep can remove them.
+# A service's pool that is still open, in the directory PACER_GPU__SHM_DIR names: it reports
+# its block names, then waits to be killed. Multiprocessing's resource tracker removes blocks
+# in /dev/shm only, so none removes these, as when the tracker dies with the service (the OOM
+# killer or a container stop takes every process): only the sweep can remove them.
 HOLD_A_POOL = """
-import sys
-from multiprocessing import resource_tracker
+import os, sys
 import numpy as np
+from gpu.pool.allocators import SharedHostAllocator
+from gpu.shm.handover import Handover
 from gpu.pool.pinned import PinnedPool
-pool = PinnedPool.build(2, [(1024,)] * 3, np.uint32, backend="shared")
+shared = SharedHostAllocator(False, Handover(directory=os.environ["PACER_GPU__SHM_DIR"]))
+pool = PinnedPool.build(2, [(1024,)] * 3, np.uint32, backend=shared)
 for index in range(2):
     slot = pool.checkout()
     slot.arrays[0][:] = 7  # written: the blocks hold memory
-    name = pool.slot_block(slot).name
-    resource_tracker.unregister("/" + name, "shared_memory")
-    print(name, flush=True)
+    print(pool.slot_block(slot).name, flush=True)
 sys.stdin.read()
 """
 
@@ -54,12 +55,15 @@ def kill_holder(holder: subprocess.Popen[str]) -> None:
 # one having written a slot. It reports its block names and its forkserver's PID, then fills the
 # slot again for each line it reads, saying how many times the workers were replaced.
 HOLD_A_POOL_WITH_SYNTHESIS = """
-import sys
+import os, sys
 from multiprocessing import forkserver
 import numpy as np
+from gpu.pool.allocators import SharedHostAllocator
+from gpu.shm.handover import Handover
 from gpu.pool.pinned import PinnedPool
 from gpu.procs.executor import ProcessSynthesizer
-pool = PinnedPool.build(2, [(1024,)] * 3, np.uint32, backend="shared")
+shared = SharedHostAllocator(False, Handover(directory=os.environ["PACER_GPU__SHM_DIR"]))
+pool = PinnedPool.build(2, [(1024,)] * 3, np.uint32, backend=shared)
 synthesizer = ProcessSynthesizer(2, pool.block_paths)
 synthesizer.start()
 slot = pool.checkout()

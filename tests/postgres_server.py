@@ -1,8 +1,11 @@
 """A real PostgreSQL server for the tests, started from Debian's ``postgresql`` package.
 
-The server runs from a throw-away data directory on a free loopback port with trust
-authentication. PostgreSQL refuses to run as root, so where the tests run as root the server
-runs as the package's ``postgres`` user (``runuser``); elsewhere as the current user.
+The server runs from a throw-away directory of its own, which holds its data and the Unix socket
+its clients connect through, with trust authentication: two test runs on one machine each have
+their own server, and neither can reach the other's (no TCP port to collide on, or to be taken
+while a test has stopped its server). PostgreSQL refuses to run as root, so where the tests run
+as root the server runs as the package's ``postgres`` user (``runuser``); elsewhere as the
+current user.
 """
 
 from __future__ import annotations
@@ -16,10 +19,15 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import quote
 
+from gpu.shm.blocks import process_alive
 from tests.conftest import ensure_debian_package
 
 START_TIMEOUT_S = 60
+PREFIX = "pacer-pg-"  # then the pid of the process that made the server, and a random part
+# Without TCP, the port only names the socket file in the server's own directory.
+SOCKET_PORT = 5432
 
 
 class PostgresUnavailableError(RuntimeError):
@@ -49,15 +57,19 @@ def _free_port() -> int:
 
 
 class PostgresServer:
-    """One PostgreSQL cluster: ``start()``, ``url(database)``, ``create_database()``, ``stop()``;
-    ``halt()`` and ``resume()`` stop the server and start it again on its data and port (the
-    database out of reach for a while).
+    """One PostgreSQL cluster: ``start()``, ``url(database)``, ``create_database()``,
+    ``drop_database(url)``, ``stop()``; ``halt()`` and ``resume()`` stop the server and start
+    it again on its data and socket (the database out of reach for a while).
 
-    For tests it does not flush to disk (``fsync=off``, ``synchronous_commit=off``); a
-    ``durable`` one, for benchmarks, commits as a production server does."""
+    Clients connect through the socket in the server's directory; a ``tcp`` one also listens
+    on a free loopback port, and its URLs name that (the benchmarks' hosts connect over TCP, as
+    a fleet's do). For tests it does not flush to disk (``fsync=off``,
+    ``synchronous_commit=off``); a ``durable`` one, for benchmarks, commits as a production
+    server does."""
 
-    def __init__(self, durable: bool = False) -> None:
+    def __init__(self, durable: bool = False, tcp: bool = False) -> None:
         self.durable = durable
+        self.tcp = tcp
         self._bin = _binaries()
         self._as_user: list[str] = []
         owner: pwd.struct_passwd | None = None
@@ -67,12 +79,12 @@ class PostgresServer:
             except KeyError as exc:
                 raise PostgresUnavailableError("running as root and no 'postgres' user") from exc
             self._as_user = ["runuser", "-u", "postgres", "--"]
-        self.root = Path(tempfile.mkdtemp(prefix="pacer-pg-"))
+        self.root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
         self.data = self.root / "data"
         if owner is not None:
             os.chown(self.root, owner.pw_uid, owner.pw_gid)
         os.chmod(self.root, 0o755)
-        self.port = _free_port()
+        self.port = _free_port() if tcp else SOCKET_PORT
         self.user = "postgres" if owner is not None else pwd.getpwuid(os.geteuid()).pw_name
         self._databases = 0
 
@@ -84,6 +96,12 @@ class PostgresServer:
             raise PostgresUnavailableError(f"{args[0]} failed: {done.stderr.strip()[-2000:]}")
 
     def start(self) -> None:
+        """Make the cluster and start the server, after stopping those of runs that were
+        killed before they could (a server outlives the process that started it)."""
+        for root in Path(tempfile.gettempdir()).glob(f"{PREFIX}*-*"):
+            pid = root.name.removeprefix(PREFIX).partition("-")[0]
+            if pid.isdigit() and not process_alive(int(pid)):
+                self._remove(root)
         initdb = str(self._bin / "initdb")
         self._run(
             [
@@ -103,8 +121,9 @@ class PostgresServer:
 
     def resume(self) -> None:
         """Start the server on its data directory and port (after `halt`, or `start`'s)."""
+        listen = "127.0.0.1" if self.tcp else "''"
         options = (
-            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200"
+            f"-p {self.port} -k {self.root} -c listen_addresses={listen} -c max_connections=200"
         )
         if not self.durable:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
@@ -119,10 +138,12 @@ class PostgresServer:
         self._run([pg_ctl, "-D", str(self.data), "-m", "fast", "-w", "stop"])
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
+        if self.tcp:
+            return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://{self.user}@/{database}?host={quote(str(self.root))}&port={self.port}"
 
     def create_database(self) -> str:
-        """A fresh, empty database; its URL."""
+        """A fresh, empty database of a name never used on this server; its URL."""
         import psycopg
 
         self._databases += 1
@@ -131,10 +152,24 @@ class PostgresServer:
             conn.execute(f"CREATE DATABASE {name}")
         return self.url(name)
 
+    def drop_database(self, url: str) -> None:
+        """Drop the database of ``url`` (one `create_database` made), ending the connections
+        still open to it: its host names, their locks and its leases go with it."""
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+
+        name = conninfo_to_dict(url)["dbname"]
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
     def stop(self) -> None:
-        if self.data.exists():
+        self._remove(self.root)
+
+    def _remove(self, root: Path) -> None:
+        """Stop the server of ``root``, if it runs, and remove its directory."""
+        if (root / "data").exists():
             subprocess.run(
-                [*self._as_user, str(self._bin / "pg_ctl"), "-D", str(self.data), "-m",
+                [*self._as_user, str(self._bin / "pg_ctl"), "-D", str(root / "data"), "-m",
                  "immediate", "stop"], capture_output=True, timeout=START_TIMEOUT_S,
             )  # fmt: skip
-        shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from gpu.shm.blocks import BLOCK_PREFIX
@@ -66,8 +67,10 @@ def running(processes: dict[int, tuple[str, int]]) -> dict[int, str]:
 
 
 def mapping_blocks_of(owner: int) -> list[int]:
-    """PIDs of the processes (other than ``owner``) that map a pool block ``owner`` made."""
-    held = HeldBlockScanner(prefix=f"{BLOCK_PREFIX}{owner}-")()
+    """PIDs of the processes (other than ``owner``) that map a pool block ``owner`` made in
+    the test's directory, which PACER_GPU__SHM_DIR names to the test and what it starts."""
+    directory = os.environ["PACER_GPU__SHM_DIR"]
+    held = HeldBlockScanner(prefix=f"{BLOCK_PREFIX}{owner}-", directory=directory)()
     return [holder.pid for holder in held.holders if holder.pid != owner]
 
 

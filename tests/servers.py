@@ -4,12 +4,15 @@ calls tests make to it."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +25,15 @@ from pacer.host.memory import HostFiles
 from pacer.journal import JobState
 from pacer.server import Server
 from pacer.service.lifecycle import Service
-from tests.waits import until
+from tests.waits import until, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON = {"Content-Type": "application/json"}
 ENDED = ("completed", "failed", "cancelled")
 FAST = {"PACER_NTT__LOG_N": "8", "PACER_SYNTHESIS__THREADS_PER_SYNTHESIS": "1"}
+# How long `pacer serve` may take to serve: seconds where it is ready, on a loaded machine.
+READY_S = 90.0
+SERVING = re.compile(r"pacer ready on http://\S+:(\d+) ")
 
 
 def settings_for(tmp_path: Path, **env: str) -> Settings:
@@ -103,27 +109,76 @@ async def until_completed(service: Service, job_id: str) -> None:
 
 
 def free_port() -> int:
+    """A loopback port free now, for a program that takes its port only by number: another
+    process may take it before that program does (a port of 0 is better where it can do)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
+@contextmanager
+def refusing_port() -> Iterator[int]:
+    """A loopback port that refuses connections while the block runs: bound and never
+    listening, so that no other process can listen there meanwhile."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
+
+
 class ServerProcess:
-    """``pacer serve`` as a child process with its own journal file and port."""
+    """``pacer serve`` as a child process with its own journal file. It serves on a port the
+    OS gives it, unless ``PACER_API__PORT`` names one: ``port`` and ``client`` are known once
+    it serves (they wait for it to say so, `READY_S` at most)."""
 
     def __init__(self, tmp_path: Path, **env: str) -> None:
-        self.port = free_port()
-        self.log_path = tmp_path / f"serve-{self.port}.log"
         self.env = {
             **os.environ, **FAST,
             "PACER_JOURNAL__PATH": str(tmp_path / "journal.sqlite"),
-            "PACER_API__PORT": str(self.port),
+            "PACER_API__PORT": "0",
             **env,
         }  # fmt: skip
+        self._port = int(self.env["PACER_API__PORT"]) or None
+        self._client: Client | None = None
+        fd, log = tempfile.mkstemp(prefix="serve-", suffix=".log", dir=tmp_path)
+        os.close(fd)
+        self.log_path = Path(log)
+        self._log_from = 0  # where the log of the process launched last begins
         self.proc: subprocess.Popen[bytes] | None = None
-        self.client = Client(f"http://127.0.0.1:{self.port}")
+
+    @property
+    def port(self) -> int:
+        """The port it serves on."""
+        if self._port is None:
+            serving = wait_until(self._serving_port, "pacer serve to serve", timeout_s=READY_S)
+            assert serving is not None
+            self._port = serving
+        return self._port
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(f"http://127.0.0.1:{self.port}")
+        return self._client
+
+    def _serving_port(self) -> int | None:
+        """The port the log says it serves on; None until then. AssertionError, with the log,
+        once the process has ended without serving."""
+        found = SERVING.search(
+            self.log_path.read_bytes()[self._log_from :].decode(errors="replace")
+        )
+        if found is not None:
+            return int(found.group(1))
+        if self.proc is None:
+            raise AssertionError("pacer serve was not launched")
+        if self.proc.poll() is not None:
+            raise AssertionError(f"pacer serve exited with status {self.proc.returncode} before "
+                                 f"it served; its log ends:\n{self.log[-3000:]}")  # fmt: skip
+        return None
 
     def launch(self) -> ServerProcess:
+        if not int(self.env["PACER_API__PORT"]):
+            self._port = self._client = None  # the port of the process launched now
+        self._log_from = self.log_path.stat().st_size
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pacer", "serve"], env=self.env, cwd=ROOT,
@@ -133,7 +188,7 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         self.launch()
-        self.client.wait_ready(30)
+        self.client.wait_ready(READY_S)
         return self
 
     def signal(self, signum: int) -> None:

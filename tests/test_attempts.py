@@ -159,6 +159,7 @@ def test_shutdown_cancels_what_has_not_started() -> None:
     assert busy.result(timeout=5) is True
 
 
+@pytest.mark.slow
 def test_the_interpreter_exits_with_a_call_hung_in_the_pool() -> None:
     # concurrent.futures' pools join their threads at exit: this would never end with one.
     code = (

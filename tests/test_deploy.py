@@ -424,6 +424,7 @@ def test_unit_reaches_the_gpus_and_pins_memory() -> None:
     assert "MemoryDenyWriteExecute" not in entries  # the CUDA JIT writes code
 
 
+@pytest.mark.slow
 def test_systemd_analyze_verifies_the_unit(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     true = shutil.which("true")

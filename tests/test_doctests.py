@@ -28,6 +28,7 @@ MODULES = [
     "pacer.cli.table",
     "pacer.runtime.threads",
     "pacer.settle.detector",
+    "pacer.settle.cli",
     "pacer.service.startup",
     "pacer.api.strict_json",
     "pacer.cli.http_client",
@@ -45,7 +46,7 @@ MODULES = [
     "gpu.reference.ntt",
     "gpu.pool.pinned",
     "gpu.shm.record",
-    "gpu.procs.executor",
+    pytest.param("gpu.procs.executor", marks=pytest.mark.slow),  # synthesis processes
     "gpu.shm.blocks",
     "gpu.sizes",
     "gpu.pool.slots",

@@ -13,6 +13,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
+# The default bound of a wait: long enough for what takes a second or two on a quiet machine to
+# happen on a loaded one (several times slower, and a pipeline paced to it slower still). A
+# wait ends as soon as its condition holds: a long bound costs nothing where the tests pass.
+WAIT_S = 120.0
 
 
 def _timed_out(what: str, timeout_s: float, last: object) -> AssertionError:
@@ -47,7 +51,7 @@ async def until(
     what: str,
     *,
     done: Callable[[Any], object] = bool,
-    timeout_s: float = 20.0,
+    timeout_s: float = WAIT_S,
     every_s: float = 0.005,
 ) -> Any:
     """Call ``poll`` (a function or a coroutine function) every ``every_s`` until ``done`` of
@@ -73,7 +77,7 @@ def wait_until(
     what: str,
     *,
     done: Callable[[T], object] = bool,
-    timeout_s: float = 30.0,
+    timeout_s: float = WAIT_S,
     every_s: float = 0.02,
 ) -> T:
     """`until` for code that blocks (a real process, a blocking client): the same contract,

@@ -167,15 +167,16 @@ class SharedHostAllocator:
 
     With ``register`` each block is page-locked with cudaHostRegister (portable to every
     device), so GPU copies from it run at the pinned rate like cudaHostAlloc memory.
-    ``handover`` (`gpu.shm.handover.Handover`) says what happens to blocks a previous pacer left
-    and to these at the end: `reserve` adopts the compatible ones, makes the rest, and (with
-    ``register``, or ``populate``) has ``threads`` threads fill in their page tables
-    (`populate`) and register them side by side (the time each part took: ``pin_seconds``);
-    `release` unregisters them and removes them, or keeps them. Without ``register``
-    or ``populate`` a block's pages come as they are first written. With ``register`` CuPy is
-    imported on a thread of its own while those fill the first blocks: its import (a second or
-    so on a GPU host) overlaps the filling instead of coming before it or taking a filling
-    thread (a thread waits for it once its first block is filled, to register it).
+    ``handover`` (`gpu.shm.handover.Handover`) says where the blocks live (its ``directory``), and
+    what happens to blocks a previous pacer left and to these at the end: `reserve` adopts
+    the compatible ones, makes the rest, and (with ``register``, or ``populate``) has
+    ``threads`` threads fill in their page tables (`populate`) and register them side by side
+    (the time each part took: ``pin_seconds``); `release` unregisters them and removes them,
+    or keeps them. Without ``register`` or ``populate`` a block's pages come as they are first
+    written. With ``register`` CuPy is imported on a thread of its own while those fill the
+    first blocks: its import (a second or so on a GPU host) overlaps the filling instead of
+    coming before it or taking a filling thread (a thread waits for it once its first block is
+    filled, to register it).
     """
 
     pinned: bool
@@ -204,7 +205,7 @@ class SharedHostAllocator:
         fresh = slots - len(adopted)
         try:
             if fresh and not self.handover.memfd:
-                shm_blocks.check_room(fresh * layout.slot_bytes)
+                shm_blocks.check_room(fresh * layout.slot_bytes, self.handover.directory)
             made = [self._new_block(layout.slot_bytes) for _ in range(fresh)]
         except BaseException:
             self.handover.release(adopted)
@@ -220,7 +221,10 @@ class SharedHostAllocator:
 
     def _new_block(self, nbytes: int) -> HostBlock:
         return shm_blocks.create_block(
-            nbytes, memfd=self.handover.memfd, tracked=not self.handover.keep
+            nbytes,
+            memfd=self.handover.memfd,
+            tracked=not self.handover.keep,
+            directory=self.handover.directory,
         )
 
     def _pin_all(self) -> list[ByteArray]:
@@ -342,12 +346,14 @@ def pool_allocator(
     slots: int,
     *,
     populate: bool | None = None,
+    shm_dir: str = shm_blocks.SHM_DIR,
 ) -> HostAllocator | Literal["cuda"]:
-    """A service's pool allocator: shared blocks handed to and from other pacers of this host
-    (`gpu.shm.handover.Handover.for_service`), or "cuda" (cudaHostAlloc memory, never kept)."""
+    """A service's pool allocator: shared blocks in ``shm_dir`` (a tmpfs) handed to and from
+    other pacers of this host (`gpu.shm.handover.Handover.for_service`), or "cuda" (cudaHostAlloc
+    memory, never kept)."""
     if backend == "cuda":
         return "cuda"
-    handover = Handover.for_service(keep, slots)
+    handover = Handover.for_service(keep, slots, shm_dir)
     return SharedHostAllocator(backend == "shared-cuda", handover, populate=populate)
 
 

@@ -9,6 +9,8 @@ module imports no NumPy.
 >>> line = "7f00-7f10 rw-s 00000000 00:1b 42 /dev/shm/pacer-pool-7-0 (deleted)"
 >>> list(block_mappings(line))
 [BlockMapping(start='7f00', inode=('00:1b', 42), name='pacer-pool-7-0', owner=7, unlinked=True)]
+>>> list(block_mappings(line, directory="/dev/shm/pacer"))  # another directory's blocks only
+[]
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class BlockMapping(NamedTuple):
     inode: tuple[str, int]  # (device as maps writes it, inode): one block however many map it
     name: str
     owner: int  # the PID in its name
-    unlinked: bool  # its name is gone from /dev/shm
+    unlinked: bool  # its name is gone from its directory
 
 
 def maps_inode(device: int, inode: int) -> tuple[str, int]:
@@ -40,9 +42,13 @@ def maps_inode(device: int, inode: int) -> tuple[str, int]:
     return f"{os.major(device):02x}:{os.minor(device):02x}", inode
 
 
-def block_mappings(maps: str, prefix: str = BLOCK_PREFIX) -> Iterator[BlockMapping]:
-    """The mappings of /dev/shm blocks whose names start with ``prefix`` in maps text."""
-    marker = f"{SHM_DIR}/{prefix}"
+def block_mappings(
+    maps: str, prefix: str = BLOCK_PREFIX, directory: str = SHM_DIR
+) -> Iterator[BlockMapping]:
+    """The mappings, in maps text, of the blocks in ``directory`` whose names start with
+    ``prefix``."""
+    directory = os.path.normpath(directory)
+    marker = f"{directory}/{prefix}"
     for line in maps.splitlines():
         if marker not in line:
             continue
@@ -51,25 +57,25 @@ def block_mappings(maps: str, prefix: str = BLOCK_PREFIX) -> Iterator[BlockMappi
             continue
         path = parts[5]
         unlinked = path.endswith(" (deleted)")
-        directory, _, name = path.removesuffix(" (deleted)").rpartition("/")
+        folder, _, name = path.removesuffix(" (deleted)").rpartition("/")
         owner = block_owner(name)
-        if directory == SHM_DIR and owner is not None and name.startswith(prefix):
+        if folder == directory and owner is not None and name.startswith(prefix):
             start = parts[0].partition("-")[0]
             yield BlockMapping(start, (parts[3], int(parts[4])), name, owner, unlinked)
 
 
 def scan(
-    proc: Path = PROC, prefix: str = BLOCK_PREFIX
+    proc: Path = PROC, prefix: str = BLOCK_PREFIX, directory: str = SHM_DIR
 ) -> tuple[dict[int, list[BlockMapping]], set[int]]:
-    """Every process's mappings of blocks named with ``prefix``, by PID, and the PIDs whose
-    maps could not be read (another user's processes)."""
+    """Every process's mappings of blocks in ``directory`` named with ``prefix``, by PID, and
+    the PIDs whose maps could not be read (another user's processes)."""
     mapped: dict[int, list[BlockMapping]] = {}
     unreadable: set[int] = set()
     for pid, text in _maps(proc):
         if text is None:
             unreadable.add(pid)
             continue
-        found = list(block_mappings(text, prefix))
+        found = list(block_mappings(text, prefix, directory))
         if found:
             mapped[pid] = found
     return mapped, unreadable

@@ -1,6 +1,6 @@
-"""The blocks a shared pool's slots live in: named shared memory in /dev/shm, or memfd blocks
-that a service manager can keep; making, opening, renaming and removing them, and removing
-those a dead process left.
+"""The blocks a shared pool's slots live in: files in a tmpfs directory (/dev/shm, `SHM_DIR`,
+unless another is given), or memfd blocks that a service manager can keep; making, opening,
+renaming and removing them, and removing those a dead process left.
 
 A shared pool's slots are such blocks (`gpu.pool.allocators.SharedHostAllocator`), named
 ``pacer-pool-<pid>-<n>`` (`BLOCK_PREFIX`) for the process that holds them, so that a later
@@ -31,6 +31,7 @@ __all__ = [
     "BLOCK_PREFIX",
     "SHM_DIR",
     "HostBlock",
+    "NoRoomError",
     "block_owner",
     "check_room",
     "create_block",
@@ -42,10 +43,17 @@ __all__ = [
 logger = logging.getLogger("gpu.shm.blocks")
 
 SHM_DIR = "/dev/shm"
+"""Where blocks and owner records go unless a directory is given: the host's tmpfs for shared
+memory, and the one directory whose blocks multiprocessing's resource tracker can remove."""
 BLOCK_PREFIX = "pacer-pool-"
 """Names of shared slot blocks: ``pacer-pool-<pid>-<n>``, for the process that holds them."""
 _block_numbers = itertools.count()
-_live_blocks: set[str] = set()  # names this process holds in SHM_DIR and has not let go of
+_live_blocks: set[tuple[str, str]] = set()  # (directory, name) this process holds, not let go of
+
+
+def _live(directory: str, name: str) -> tuple[str, str]:
+    """How `_live_blocks` knows a block: one name in two directories is two blocks."""
+    return os.path.normpath(directory), name
 
 
 class HostBlock:
@@ -54,7 +62,9 @@ class HostBlock:
 
     ``path`` is where another process of this host opens it: the file, or this process's
     descriptor under /proc. ``tracked``: multiprocessing's resource tracker unlinks the file
-    should this process die without doing so (the default for a pool that is not kept).
+    should this process die without doing so (the default for a pool that is not kept). The
+    tracker unlinks in `SHM_DIR` only, so a block elsewhere is never tracked: a dead process's
+    blocks there wait for the next start's sweep, or ``pacer settle``'s.
     """
 
     def __init__(
@@ -98,9 +108,16 @@ class HostBlock:
         stat = os.fstat(self.fd) if self.fd is not None else os.stat(self.path)
         return stat.st_dev, stat.st_ino
 
+    @property
+    def trackable(self) -> bool:
+        """Whether the resource tracker can remove the file: one in `SHM_DIR`."""
+        directory = self.directory
+        return directory is not None and os.path.normpath(directory) == SHM_DIR
+
     def track(self) -> None:
-        """Have the resource tracker remove the file should this process die first."""
-        if not self.tracked and not self.memfd:
+        """Have the resource tracker remove the file should this process die first (a file in
+        `SHM_DIR` only: elsewhere, nothing)."""
+        if not self.tracked and self.trackable:
             resource_tracker.register(f"/{self.name}", "shared_memory")
             self.tracked = True
 
@@ -112,12 +129,12 @@ class HostBlock:
 
     def rename(self, name: str) -> None:
         """Give the file a new name in its directory (a memfd's name cannot change)."""
-        if self.memfd or name == self.name:
+        if self.directory is None or name == self.name:
             return
         os.rename(self.path, f"{self.directory}/{name}")
-        _live_blocks.discard(self.name)
+        _live_blocks.discard(_live(self.directory, self.name))
         self.name = name
-        _live_blocks.add(name)
+        _live_blocks.add(_live(self.directory, name))
 
     def close(self) -> None:
         """Unmap it here and close its descriptor; the block itself stays. Arrays still holding
@@ -134,31 +151,34 @@ class HostBlock:
     def unlink(self) -> None:
         """Close it and remove its name: its memory goes once no process maps it any more."""
         self.close()
-        if not self.memfd:
+        if self.directory is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{self.directory}/{self.name}")
             if self.tracked:
                 self.untrack()
-            _live_blocks.discard(self.name)
+            _live_blocks.discard(_live(self.directory, self.name))
 
     def __repr__(self) -> str:
         where = "memfd" if self.memfd else self.directory
         return f"<HostBlock {self.name} ({where}), {format_bytes(self.size)}>"
 
 
-def next_name() -> str:
-    """A block name for this process that no file in /dev/shm has yet."""
+def next_name(directory: str = SHM_DIR) -> str:
+    """A block name for this process that no file in ``directory`` has yet."""
     while True:
         name = f"{BLOCK_PREFIX}{os.getpid()}-{next(_block_numbers)}"
-        if not os.path.exists(f"{SHM_DIR}/{name}"):
+        if not os.path.exists(f"{directory}/{name}"):
             return name
 
 
-def create_block(nbytes: int, *, memfd: bool = False, tracked: bool = False) -> HostBlock:
+def create_block(
+    nbytes: int, *, memfd: bool = False, tracked: bool = False, directory: str = SHM_DIR
+) -> HostBlock:
     """A new block of ``nbytes`` named for this process, mapped here (sparse until written):
-    a file in /dev/shm, or with ``memfd`` a memfd; ``tracked`` (files only) registers it with
-    the resource tracker, which removes it should this process die first."""
-    name = next_name()
+    a file in ``directory`` (a tmpfs), or with ``memfd`` a memfd; ``tracked`` (files in
+    `SHM_DIR` only) registers it with the resource tracker, which removes it should this
+    process die first. OSError where the file cannot be made."""
+    name = next_name(directory)
     if memfd:
         descriptor = os.memfd_create(name, os.MFD_CLOEXEC)
         try:
@@ -167,7 +187,7 @@ def create_block(nbytes: int, *, memfd: bool = False, tracked: bool = False) -> 
             os.close(descriptor)
             raise
         return HostBlock(name, nbytes, mapping, directory=None, fd=descriptor)
-    path = f"{SHM_DIR}/{name}"
+    path = f"{directory}/{name}"
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         mapping = _sized_mapping(descriptor, nbytes)
@@ -176,8 +196,8 @@ def create_block(nbytes: int, *, memfd: bool = False, tracked: bool = False) -> 
         raise
     finally:
         os.close(descriptor)
-    _live_blocks.add(name)
-    block = HostBlock(name, nbytes, mapping)
+    _live_blocks.add(_live(directory, name))
+    block = HostBlock(name, nbytes, mapping, directory=directory)
     if tracked:
         block.track()
     return block
@@ -199,30 +219,43 @@ def open_block(name: str, *, fd: int | None = None, directory: str = SHM_DIR) ->
         mapping = mmap.mmap(descriptor, size)
     finally:
         os.close(descriptor)
-    if directory == SHM_DIR:
-        _live_blocks.add(name)
+    _live_blocks.add(_live(directory, name))
     return HostBlock(name, size, mapping, directory=directory)
 
 
-def check_room(total_bytes: int) -> None:
-    """Refuse new blocks of ``total_bytes`` in all that do not fit in /dev/shm now (remove
-    stale blocks first: `gpu.kept_pool.sweep`). Blocks are sparse until written, and a write
-    past the tmpfs limit is a SIGBUS, so this is checked before any block."""
-    stats = os.statvfs(SHM_DIR)
-    room = stats.f_bavail * stats.f_frsize
-    if total_bytes > room:
-        raise RuntimeError(
-            f"shared-memory pool slots need {format_bytes(total_bytes)} in {SHM_DIR}, which "
-            f"has {format_bytes(room)} free; enlarge it (e.g. docker --shm-size, a "
-            "Kubernetes emptyDir with medium Memory), lower the slot count, or synthesize on "
-            "threads instead (PACER_SYNTHESIS__EXECUTOR=threads: pinned without /dev/shm, "
-            "synthesis slower)"
+class NoRoomError(RuntimeError):
+    """Shared-memory blocks of ``needed_bytes`` do not fit in ``directory``, which has
+    ``free_bytes`` free."""
+
+    def __init__(self, needed_bytes: int, free_bytes: int, directory: str) -> None:
+        self.needed_bytes = needed_bytes
+        self.free_bytes = free_bytes
+        self.directory = directory
+        super().__init__(
+            f"shared-memory pool slots need {format_bytes(needed_bytes)} in {directory}, which "
+            f"has {format_bytes(free_bytes)} free; enlarge it (e.g. docker --shm-size, a "
+            "Kubernetes emptyDir with medium Memory) or lower the slot count"
         )
 
 
-def remove_stale_blocks(
-    directory: str | None = None, keep: Collection[str] = ()
-) -> tuple[int, int]:
+def check_room(total_bytes: int, directory: str = SHM_DIR) -> None:
+    """Refuse new blocks of ``total_bytes`` in all that do not fit in ``directory`` now
+    (remove stale blocks first: `gpu.shm.record.sweep`). Blocks are sparse until written, and
+    a write past the tmpfs limit is a SIGBUS, so this is checked before any block.
+    `NoRoomError` where they do not fit; RuntimeError where ``directory`` does not exist."""
+    try:
+        stats = os.statvfs(directory)
+    except FileNotFoundError:
+        raise RuntimeError(
+            f"the directory for shared-memory pool slots, {directory}, does not exist: create "
+            "it (a tmpfs such as /dev/shm, or a directory in one)"
+        ) from None
+    room = stats.f_bavail * stats.f_frsize
+    if total_bytes > room:
+        raise NoRoomError(total_bytes, room, directory)
+
+
+def remove_stale_blocks(directory: str = SHM_DIR, keep: Collection[str] = ()) -> tuple[int, int]:
     """Unlink the slot blocks of processes that are gone; returns (blocks, bytes) removed.
 
     A service killed outright (SIGKILL, the OOM killer) never unlinks its blocks, and tmpfs
@@ -231,7 +264,6 @@ def remove_stale_blocks(
     is in ``keep`` (blocks an owner record keeps for the next pacer). Blocks of a live process
     (another service on this host) are left alone.
     """
-    directory = directory or SHM_DIR
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -242,7 +274,7 @@ def remove_stale_blocks(
         if pid is None or name in keep:
             continue
         mine = pid == os.getpid()
-        if (mine and name in _live_blocks) or (not mine and process_alive(pid)):
+        if (mine and _live(directory, name) in _live_blocks) or (not mine and process_alive(pid)):
             continue
         size = remove_file(os.path.join(directory, name))
         if size is not None:

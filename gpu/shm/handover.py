@@ -89,10 +89,11 @@ class Handover:
         self._layout: PoolLayout | None = None
 
     @classmethod
-    def for_service(cls, keep: bool, slots: int) -> Handover:
-        """The handover of a service's pool of ``slots`` slots: kept, where ``keep``, in the
-        service manager's descriptor store when it has room for every slot (else in /dev/shm,
-        with a warning), taking what the store passed back (`gpu.shm.fdstore.listen_fds`)."""
+    def for_service(cls, keep: bool, slots: int, directory: str = SHM_DIR) -> Handover:
+        """The handover of a service's pool of ``slots`` slots, its blocks and records in
+        ``directory`` (a tmpfs): kept, where ``keep``, in the service manager's descriptor
+        store when it has room for every slot (else in ``directory``, with a warning), taking
+        what the store passed back (`gpu.shm.fdstore.listen_fds`)."""
         store_size = fdstore.store_size()
         store: Store = "shm"
         if keep and store_size:
@@ -101,10 +102,10 @@ class Handover:
             else:
                 logger.warning(
                     "the service manager's descriptor store takes %d descriptors, fewer than "
-                    "the pool's %d slots: the pool is kept in /dev/shm instead (raise "
-                    "FileDescriptorStoreMax=)", store_size, slots,
+                    "the pool's %d slots: the pool is kept in %s instead (raise "
+                    "FileDescriptorStoreMax=)", store_size, slots, directory,
                 )  # fmt: skip
-        return cls(keep, store, received=fdstore.listen_fds())
+        return cls(keep, store, received=fdstore.listen_fds(), directory=directory)
 
     @property
     def memfd(self) -> bool:
@@ -168,7 +169,7 @@ class Handover:
         for block in adopted:
             owner = block_owner(block.name)
             if not block.memfd and owner != os.getpid():
-                block.rename(next_name())
+                block.rename(next_name(self.directory))
         self._file, self._previous = file, record
         how = "stopped" if record.state == "kept" else "died"
         logger.info(

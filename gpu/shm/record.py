@@ -2,12 +2,12 @@
 blocks from stale ones.
 
 A pool that may outlive its pacer (``PACER_GPU__KEEP_POOL``, or a handover) has a record beside
-its blocks: ``/dev/shm/pacer-pool.<pid>-<n>.json``, saying how its slots are laid out, which
-blocks hold them, where (named files in /dev/shm, or the service manager's descriptor store),
-who made it and who holds it now, how often it changed hands (``generation``) and on which
-boot. The pacer holding the pool holds an exclusive ``flock`` on the record for as long as it
-uses the blocks, so that no other process takes them meanwhile; the kernel lets go of it when
-that process ends, however it ends.
+its blocks: ``pacer-pool.<pid>-<n>.json`` in the blocks' directory (/dev/shm unless another is
+given), saying how its slots are laid out, which blocks hold them, where (named files in that
+directory, or the service manager's descriptor store), who made it and who holds it now, how
+often it changed hands (``generation``) and on which boot. The pacer holding the pool holds an
+exclusive ``flock`` on the record for as long as it uses the blocks, so that no other process
+takes them meanwhile; the kernel lets go of it when that process ends, however it ends.
 
 `survey` reads every record: one locked belongs to a live pacer; one unlocked whose blocks are
 all there is kept for the next pacer (``state`` "kept" after a clean stop, "in-use" after a
@@ -144,7 +144,8 @@ class RecordFile:
 
     @classmethod
     def new(cls, directory: str = SHM_DIR) -> RecordFile:
-        """A record file for a pool of this process, locked."""
+        """A record file for a pool of this process in ``directory``, locked. OSError where it
+        cannot be made."""
         while True:
             name = f"{RECORD_PREFIX}{os.getpid()}-{next(_record_numbers)}.json"
             try:
@@ -238,6 +239,7 @@ def boot_id() -> str:
 
 
 def record_paths(directory: str = SHM_DIR) -> list[str]:
+    """The paths of the owner records in ``directory``, by name; none where it is missing."""
     try:
         names = sorted(os.listdir(directory))
     except FileNotFoundError:
@@ -252,11 +254,11 @@ def record_paths(directory: str = SHM_DIR) -> list[str]:
 def survey(
     directory: str = SHM_DIR, shmem_bytes: int | None = None
 ) -> Iterator[tuple[RecordFile, PoolRecord | None, str | None]]:
-    """Each record not held by a live pacer, locked for the caller while it looks: (file, the
-    record or None, why it is stale or None). ``shmem_bytes`` (/proc/meminfo's Shmem), where
-    given, judges records of the descriptor store, whose blocks this process cannot see: the
-    shared memory of the host must at least hold them. The caller closes (or removes) each
-    file it is given."""
+    """Each record in ``directory`` not held by a live pacer, locked for the caller while it
+    looks: (file, the record or None, why it is stale or None). ``shmem_bytes``
+    (/proc/meminfo's Shmem), where given, judges records of the descriptor store, whose blocks
+    this process cannot see: the shared memory of the host must at least hold them. The caller
+    closes (or removes) each file it is given."""
     for path in record_paths(directory):
         try:
             file = RecordFile(path)
@@ -295,9 +297,9 @@ def stale_because(record: PoolRecord, directory: str, shmem_bytes: int | None) -
 def sweep(
     directory: str = SHM_DIR, shmem_bytes: int | None = None, drop_kept: bool = False
 ) -> Sweep:
-    """Remove stale records and their blocks, then the blocks no record keeps whose process is
-    gone (`gpu.shm.blocks.remove_stale_blocks`); with ``drop_kept``, kept pools too. What is
-    kept for the next pacer stays, and is listed."""
+    """Remove stale records in ``directory`` and their blocks, then the blocks there that no
+    record keeps whose process is gone (`gpu.shm.blocks.remove_stale_blocks`); with
+    ``drop_kept``, kept pools too. What is kept for the next pacer stays, and is listed."""
     kept: list[KeptPool] = []
     stale: list[tuple[str, str]] = []
     removed = freed = 0

@@ -49,6 +49,7 @@ def ntt(settings: Settings) -> NttWorkload:
                               settings.gpu.workers_per_device, settings.gpu.pool_on_empty,
                               settings.synthesis.executor, field=settings.ntt.field,
                               backend=settings.ntt.cpu_backend,
-                              keep_pool=settings.gpu.keep_pool)  # fmt: skip
+                              keep_pool=settings.gpu.keep_pool,
+                              shm_dir=settings.gpu.shm_dir)  # fmt: skip
     return NttWorkload(settings.ntt.log_n or NttWorkload.DEFAULT_LOG_N, settings.ntt.field,
                        settings.ntt.cpu_backend)  # fmt: skip

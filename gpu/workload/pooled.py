@@ -13,6 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from gpu.reference import cpu_backend
+from gpu.shm.blocks import SHM_DIR
 from gpu.workload.cpu import NttWorkload
 from pacer.workload import PartitionSpec, Proof
 
@@ -38,7 +39,8 @@ class GpuNttWorkload(NttWorkload):
     synthesis processes) before the service is ready; ``close`` stops those and frees the pool.
     A proof carries H's digest, folded on the GPU; H itself comes back only for partitions
     that will be verified (every ``verify_every``-th by default: a CPU check of 2^27 elements
-    costs seconds of a core).
+    costs seconds of a core). A shared pool's blocks and owner records live in ``shm_dir``, a
+    tmpfs directory.
     """
 
     DEFAULT_LOG_N = 27
@@ -61,6 +63,7 @@ class GpuNttWorkload(NttWorkload):
         field: str | None = None,
         backend: str = "numpy",
         keep_pool: bool = False,
+        shm_dir: str = SHM_DIR,
     ) -> None:
         # The compiled kernels load in `prepare`, once the pool is pinned, not here.
         super().__init__(log_n, field, backend, warm=False)
@@ -74,6 +77,7 @@ class GpuNttWorkload(NttWorkload):
             "shared-cuda" if executor == "processes" or keep_pool else "cuda"
         )
         self.keep_on_close = keep_pool
+        self.shm_dir = shm_dir
         self.pool: PinnedPool | None = None
         self._provers: dict[int, Any] = {}
         self._synthesizer: ProcessSynthesizer | None = None
@@ -114,14 +118,15 @@ class GpuNttWorkload(NttWorkload):
         self.keep_on_close = True
 
     def adoptable_bytes(self) -> int:
-        """Bytes of the first pool a previous pacer kept on this host laid out as this one's
+        """Bytes of the first pool a previous pacer kept in ``shm_dir`` laid out as this one's
         would be (what `prepare` adopts); 0 without one, or with the cuda backend."""
         if self.pool_backend == "cuda":
             return 0
         from gpu.pool.slots import pool_layout
         from gpu.shm.record import adoptable_bytes
 
-        return adoptable_bytes(pool_layout(((1 << self.log_n,),) * 3, self.field.storage))
+        layout = pool_layout(((1 << self.log_n,),) * 3, self.field.storage)
+        return adoptable_bytes(layout, self.shm_dir)
 
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         out = super().check_params(params)
@@ -210,13 +215,21 @@ class GpuNttWorkload(NttWorkload):
     def _build_pool(self, slots: int, budget: int) -> PinnedPool:
         from gpu.pool.allocators import pool_allocator
         from gpu.pool.pinned import PinnedPool
+        from gpu.shm.blocks import NoRoomError
 
         n = 1 << self.log_n
         allocator = pool_allocator(self.pool_backend, self.keep_on_close, slots,
-                                   populate=self.populate_pool)  # fmt: skip
-        return PinnedPool.build(slots, [(n,)] * 3, dtype=self.field.storage, backend=allocator,
-                          on_empty=self.on_empty, budget_bytes=budget,
-                          field=self.field.name)  # fmt: skip
+                                   populate=self.populate_pool, shm_dir=self.shm_dir)  # fmt: skip
+        try:
+            return PinnedPool.build(slots, [(n,)] * 3, dtype=self.field.storage,
+                                    backend=allocator, on_empty=self.on_empty,
+                                    budget_bytes=budget, field=self.field.name)  # fmt: skip
+        except NoRoomError as error:
+            raise RuntimeError(
+                f"{error} (PACER_GPU__POOL_SLOTS, PACER_GPU__SHM_DIR), or synthesize on threads "
+                "(PACER_SYNTHESIS__EXECUTOR=threads: pinned without shared memory, synthesis "
+                "slower)"
+            ) from error
 
     def _build_provers(self) -> None:
         from gpu.cuda.prover import build_provers

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Literal, Self
 
-from pydantic import ByteSize, Field, model_validator
+from pydantic import ByteSize, Field, field_validator, model_validator
 
 from pacer.config.section import Section
 
@@ -120,8 +120,22 @@ class GpuSettings(Section):
         description="On a clean stop (SIGTERM), leave the pinned pool's shared-memory blocks "
         "for the next pacer on this host to adopt instead of freeing them: a restart then "
         "skips pinning; under systemd with FileDescriptorStoreMax= they are kept in its "
-        "descriptor store, else in /dev/shm (true/false)",
+        "descriptor store, else in shm_dir (true/false)",
     )
+    shm_dir: str = Field(
+        "/dev/shm",
+        description="The tmpfs directory where a shared pool's blocks (pacer-pool-<pid>-<n>) "
+        "and owner records (pacer-pool.<pid>-<n>.json) live; it must be a tmpfs such as "
+        "/dev/shm or a directory in one, and exist; pacers that hand a pool over, and pacer "
+        "settle (--shm-dir), must name the same one (absolute path)",
+    )
+
+    @field_validator("shm_dir")
+    @classmethod
+    def _absolute_path(cls, value: str) -> str:
+        if not os.path.isabs(value):
+            raise ValueError("must be an absolute path, such as /dev/shm")
+        return os.path.normpath(value)
 
 
 class NttSettings(Section):

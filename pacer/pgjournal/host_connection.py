@@ -88,10 +88,13 @@ class HostConnection:
 
     @staticmethod
     def _holder(conn: psycopg.Connection[TupleRow], key: int) -> str:
-        """Who holds the name, as the server shows it (another role's sessions may be hidden)."""
+        """Who holds the name, as the server shows it (another role's sessions may be hidden).
+        An advisory lock is a database's: another fleet's database on the server may have a
+        host of the same name."""
         row = conn.execute(
             "SELECT a.application_name, a.client_addr::text FROM pg_locks l"
             " JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"
+            " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             " AND l.classid = %s AND l.objid = %s AND l.objsubid = 2 AND l.granted",
             (HOST_LOCK, key),
         ).fetchone()

@@ -175,22 +175,23 @@ class Commits:
         """Commit what waits: proved partitions, then failed ones. On a journal error it
         raises, and what did not land stays queued, in order, for the next attempt (the
         journal ignores a result it already has, so a repeat is harmless). While the journal
-        fails and nothing waits, a probe write tells when it takes writes again."""
+        fails and nothing waits, a probe write tells when it takes writes again. One flush at
+        a time: the commit loop's, then the last commit's."""
         access = self._access
         await access.run(access.journal.check_file)
         wrote = False
         if access.pending:
-            batch, access.pending = access.pending, []
+            # The batch stays in ``pending`` until written, so that MAX_UNCOMMITTED and the
+            # metric count it during the commit too; results proved meanwhile join the end.
+            batch = list(access.pending)
             try:
                 ended = await access.run(self._commit, batch)
             except _PartialCommit as partial:
-                access.pending[:0] = partial.left
+                del access.pending[: len(batch) - len(partial.left)]
                 self._jobs.completed(partial.ended)
                 cause = partial.__cause__
                 raise JournalUnavailable(f"journal {access.settings.location}: {cause}") from cause
-            except BaseException:
-                access.pending[:0] = batch
-                raise
+            del access.pending[: len(batch)]
             self._jobs.completed(ended)
             self._watchdog.progress()
             wrote = True

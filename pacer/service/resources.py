@@ -78,7 +78,7 @@ async def close_workload(close: Callable[[], object], *, bounded: bool) -> None:
     """The workload's ``close`` (the pinned pool, synthesis processes) on a daemon thread;
     ``bounded``, when calls are still in flight or hung, for at most CLOSE_WORKLOAD_S: a
     close stuck behind a hung call must not hold the exit, and the process's end frees
-    what it held (pool blocks left in /dev/shm are removed at the next start)."""
+    what it held (pool blocks left in PACER_GPU__SHM_DIR are removed at the next start)."""
     closer = DaemonPool(1, "pacer-close")
     try:
         await asyncio.wait_for(asyncio.wrap_future(closer.submit(close)),

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from gpu.procs.lifeline import SYNTHESIS_PROCESS_NAME
+from gpu.shm.blocks import SHM_DIR
 from pacer.host.memory import HOST_FILES, HostFiles
 from pacer.settle.detector import (
     DEFAULT_INTERVAL_S,
@@ -20,12 +22,11 @@ from pacer.settle.detector import (
     DEFAULT_TOLERANCE,
     DEFAULT_WINDOW_S,
     PROGRESS_EVERY_S,
-    Trend,
-    gib,
     parse_size,
 )
 from pacer.settle.held import HeldBlockScanner, ReportedHolders
 from pacer.settle.loop import Result, SettleOptions, replay, run
+from pacer.settle.report import summary
 from pacer.settle.scope import HOST, SCOPE_RULE, Scope, other_bound, parse_scope, resolve_scope
 from pacer.settle.sources import (
     CgroupSampler,
@@ -40,68 +41,6 @@ from pacer.settle.sources import (
     read_replay,
 )
 from pacer.settle.state import default_state_file, record_state, with_baselines
-
-# --- messages -------------------------------------------------------------------------------
-
-
-def summary(
-    result: Result, options: SettleOptions, replay_ended: bool = False, scope: Scope | None = None
-) -> str:
-    """The one line printed at the end of a run; ``scope``: the memory judged, which it names
-    (None: a replay's recorded used memory)."""
-    base = options.baseline_bytes
-    if result.settled:
-        last = result.samples[-1]
-        used = last.judged_bytes
-        sampled = f"used {gib(last.used_bytes)}" if scope is None else scope.used(last.used_bytes)
-        head = f"settled after {result.settled_at_s:.1f} s: {sampled}"
-        if last.kept_bytes:
-            head += f", {gib(last.kept_bytes)} of it kept for the next pacer"
-        if result.reason == "baseline":
-            assert base is not None
-            if used < base:
-                return f"{head}, below the {gib(base)} baseline"
-            tol = gib(options.tolerance_bytes)
-            return f"{head}, within {tol} of the {gib(base)} baseline"
-        assert result.trend is not None
-        line = f"{head}, stable: changed {gib(result.trend.spread_bytes)} over the last "
-        line += f"{result.trend.span_s:.3g} s"
-        if base is not None and used > base:
-            line += f" ({gib(used - base)} above the {gib(base)} baseline)"
-        return line
-    ended = result.samples[-1].t_s if result.samples else 0.0
-    when = f"{ended:g} s (end of the replay)" if replay_ended else f"{options.timeout_s:g} s"
-    problems = []
-    if not result.host_settled:
-        what = "used memory" if scope is None else scope.what
-        problems.append(_unsettled(what, result.trend, options, base))
-    if not result.gpu_settled:
-        gpu_base = options.gpu_baseline_bytes
-        problems.append(_unsettled("GPU memory", result.gpu_trend, options, gpu_base))
-    problems += [f"{p} still present" for p in result.blockers]
-    if result.held is not None and result.held.holders:
-        pids = ", ".join(str(holder.pid) for holder in result.held.holders)
-        problems.append(
-            f"{result.held.words()} (pid {pids}), given back only when they end; "
-            "--kill-orphans kills those that are pacer's synthesis processes"
-        )
-    return f"not settled after {when}: {'; '.join(problems)}"
-
-
-def _unsettled(what: str, trend: Trend | None, options: SettleOptions, base: int | None) -> str:
-    if trend is None:
-        return f"{what} not sampled"
-    tol = options.tolerance_bytes
-    if not trend.covered:
-        text = f"{what} {trend.words()}, short of the {options.window_s:g} s window"
-    elif abs(trend.change_bytes) >= tol:
-        text = f"{what} still {trend.words()}"
-    else:
-        text = f"{what} varying by {gib(trend.spread_bytes)} over the last {trend.span_s:.3g} s"
-    return text if base is None else f"{text}, above the {gib(base)} baseline + {gib(tol)}"
-
-
-# --- command line ---------------------------------------------------------------------------
 
 HELP = "wait until memory has settled after a previous pacer died (systemd ExecStartPre=)"
 DESCRIPTION = """\
@@ -120,14 +59,14 @@ there is bounded by. Elsewhere it is the host's used memory, MemTotal - MemAvail
     that process ends. Each such process is named with its PID, command line and resident
     bytes; --kill-orphans kills those that are pacer's synthesis processes.
 A pinned pool kept for the next pacer (PACER_GPU__KEEP_POOL: its owner record beside its
-blocks in /dev/shm, the blocks there or in systemd's descriptor store) is memory held on
+blocks in --shm-dir, the blocks there or in systemd's descriptor store) is memory held on
 purpose: it is reported as "kept for the next pacer", left out of used memory when judging,
 and left in place (--drop-kept removes it). Its pages are charged to the cgroup that first
 wrote them, which after a restart may not be the one judged: of a cgroup's memory.current,
 at most its shared memory (memory.stat's shmem) counts as the kept pool.
 With NVML (pip install nvidia-ml-py) and a GPU, GPU used memory is sampled too and must
 settle by the same rules, against the GPU level remembered in the state file.
-Pinned-pool blocks that a killed pacer left in /dev/shm (pacer-pool-<pid>-<n>, its process
+Pinned-pool blocks that a killed pacer left in --shm-dir (pacer-pool-<pid>-<n>, its process
 gone, no owner record keeping them) never come back by themselves, nor do owner records whose
 blocks are gone: each sample removes them first, and says so.
 On a settled exit the used level is remembered in the state file as the next baseline, with
@@ -144,6 +83,7 @@ examples:
   pacer settle --replay drain.csv            # judge a recorded series (t_s,used_bytes)
   pacer settle --kill-orphans                # kill synthesis processes a dead pacer left
   pacer settle --drop-kept                   # free a pool kept for the next pacer too
+  pacer settle --shm-dir /dev/shm/pacer      # the pool of a pacer with PACER_GPU__SHM_DIR set
   pacer settle --scope host                  # the host, even inside a memory-limited cgroup
 
   in the unit file (TimeoutStartSec= also bounds ExecStartPre=, and is 90 s by default;
@@ -226,6 +166,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "as such and left out of used memory)",
     )
     parser.add_argument(
+        "--shm-dir",
+        metavar="DIR",
+        help="the tmpfs directory of the pinned pools' blocks and owner records, as pacer "
+        "serve's PACER_GPU__SHM_DIR names it: swept, surveyed for kept pools, and searched for "
+        f"orphans' mappings (default: PACER_GPU__SHM_DIR where set, else {SHM_DIR})",
+    )
+    parser.add_argument(
         "--state-file",
         metavar="PATH",
         type=Path,
@@ -292,6 +239,22 @@ def _size(text: str, option: str) -> int:
         raise ValueError(f"{option}: {exc}") from None
 
 
+def shm_dir(option: str | None, environ: Mapping[str, str]) -> str:
+    """The directory of the pools' blocks and records: ``--shm-dir``, else PACER_GPU__SHM_DIR
+    where set, else /dev/shm. ValueError where it is not an absolute path.
+
+    >>> shm_dir(None, {"PACER_GPU__SHM_DIR": "/dev/shm/pacer/"}), shm_dir(None, {})
+    ('/dev/shm/pacer', '/dev/shm')
+    """
+    if option is not None:
+        name, value = "--shm-dir", option
+    else:
+        name, value = "PACER_GPU__SHM_DIR", environ.get("PACER_GPU__SHM_DIR") or SHM_DIR
+    if not os.path.isabs(value):
+        raise ValueError(f"{name}: must be an absolute path, such as {SHM_DIR}, got {value!r}")
+    return os.path.normpath(value)
+
+
 def _warn(message: str) -> None:
     print(f"pacer settle: {message}", file=sys.stderr, flush=True)
 
@@ -304,15 +267,18 @@ def _run_host(
     clock: Callable[[], float],
     sleep: Callable[[float], None],
     progress: Callable[[str], None] | None,
+    directory: str,
 ) -> Result:
     processes = ProcessScanner(args.process_name) if args.process_name else no_processes
-    held = ReportedHolders(HeldBlockScanner(), _warn, args.kill_orphans)
+    held = ReportedHolders(HeldBlockScanner(directory=directory), _warn, args.kill_orphans)
     gpu = NvmlMemory.open()
     try:
         memory: Sampler = MeminfoSampler(files.meminfo, gpu)
         if scope.cgroup is not None:
             memory = CgroupSampler(scope.cgroup, files.cgroup_root, gpu)
-        sampler = StaleBlocksRemoved(memory, _warn, args.drop_kept, files.meminfo)
+        sampler = StaleBlocksRemoved(
+            memory, _warn, args.drop_kept, files.meminfo, directory=directory
+        )
         return run(options, clock, sleep, sampler, processes, progress, held)
     finally:
         if gpu is not None:
@@ -344,6 +310,7 @@ def main(
     try:
         options = _options(args)
         scope = _scope(args, files)
+        directory = shm_dir(args.shm_dir, os.environ)
     except ValueError as exc:
         _warn(str(exc))
         return 2
@@ -363,7 +330,7 @@ def main(
         else:
             if progress is not None:
                 progress(scope.judging())
-            result = _run_host(args, options, scope, files, clock, sleep, progress)
+            result = _run_host(args, options, scope, files, clock, sleep, progress, directory)
     except (ReplayError, SamplingError) as exc:
         _warn(str(exc))
         return 2

@@ -3,10 +3,10 @@
 Unlinking a shared-memory block removes its name, not its memory: the pages go back once no
 process maps the block. A synthesis process that outlived its service keeps every pool block
 mapped (the whole pool, tens of GiB) while used memory stays flat, which "stable" alone would
-call settled. `HeldBlockScanner` finds such mappings in /proc/PID/maps (an unlinked block shows
-as ``/dev/shm/pacer-pool-<pid>-<n> (deleted)``) and sizes them from /proc/PID/smaps;
-`ReportedHolders` says what it found and, asked to, kills pacer's synthesis processes among
-the holders.
+call settled. `HeldBlockScanner` finds such mappings in /proc/PID/maps (an unlinked block in
+/dev/shm shows as ``/dev/shm/pacer-pool-<pid>-<n> (deleted)``) and sizes them from
+/proc/PID/smaps; `ReportedHolders` says what it found and, asked to, kills pacer's synthesis
+processes among the holders.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from gpu.procs.lifeline import SYNTHESIS_PROCESS_NAME
 from gpu.shm import block_maps
 from gpu.shm.block_maps import BlockMapping
-from gpu.shm.blocks import BLOCK_PREFIX
+from gpu.shm.blocks import BLOCK_PREFIX, SHM_DIR
 from pacer.settle.detector import GIB, gib
 from pacer.settle.sources import self_and_ancestors
 
@@ -44,7 +44,7 @@ class BlockHolder:
     started: int
     owners: tuple[int, ...]  # the dead services whose blocks it maps
     blocks: int
-    unlinked: int  # of those, blocks whose name is gone from /dev/shm
+    unlinked: int  # of those, blocks whose name is gone from their directory
     resident_bytes: int  # what its mappings of them have resident (Rss)
     synthesis: bool
 
@@ -107,22 +107,26 @@ def is_synthesis_process(name: str, cmdline: str) -> bool:
 
 
 class HeldBlockScanner:
-    """Processes mapping pool blocks (names starting with ``prefix``) whose owner, the process
-    in the block's name, no longer maps them: it died, or its PID went to another process.
+    """Processes mapping pool blocks (in ``directory``, names starting with ``prefix``) whose
+    owner, the process in the block's name, no longer maps them: it died, or its PID went to
+    another process.
 
     A block whose owner's maps cannot be read (another user's service) counts as its owner's.
     This process and its ancestors are left out. ``proc`` is /proc, or a tree laid out like it.
     """
 
-    def __init__(self, proc: Path = Path("/proc"), prefix: str = BLOCK_PREFIX) -> None:
+    def __init__(
+        self, proc: Path = Path("/proc"), prefix: str = BLOCK_PREFIX, directory: str = SHM_DIR
+    ) -> None:
         if not prefix.startswith(BLOCK_PREFIX):
             raise ValueError(f"prefix must start with {BLOCK_PREFIX!r}, got {prefix!r}")
         self.proc = proc
         self.prefix = prefix
+        self.directory = directory
 
     def __call__(self) -> Held:
         skip = self_and_ancestors(self.proc)
-        mapped, unreadable = block_maps.scan(self.proc, self.prefix)
+        mapped, unreadable = block_maps.scan(self.proc, self.prefix, self.directory)
         owned = {m.inode for pid, found in mapped.items() for m in found if m.owner == pid}
         holders = []
         block_bytes: dict[tuple[str, int], int] = {}

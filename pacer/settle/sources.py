@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpu.shm.blocks import SHM_DIR
 from pacer.host.cgroup import CGROUP_ROOT, read_cgroup, read_memory_stat
 from pacer.host.memory import MEMINFO, bytes_text, meminfo_bytes
 from pacer.settle.detector import COMM_LEN
@@ -153,8 +154,8 @@ class CgroupSampler:
 
 
 class StaleBlocksRemoved:
-    """``sampler``, after removing the pinned-pool blocks a dead pacer left in /dev/shm, with
-    the pools kept for the next pacer counted apart (`Sample.kept_bytes`).
+    """``sampler``, after removing the pinned-pool blocks a dead pacer left in ``directory``
+    (a tmpfs), with the pools kept for the next pacer counted apart (`Sample.kept_bytes`).
 
     Shared memory outlives a process killed with SIGKILL, so a killed service's pool (tens of
     GiB) would hold used memory up until the next service starts and removes it. Only blocks
@@ -174,22 +175,25 @@ class StaleBlocksRemoved:
         report: Callable[[str], None],
         drop_kept: bool = False,
         meminfo: Path = MEMINFO,
+        directory: str = SHM_DIR,
     ) -> None:
         self.sampler = sampler
         self.report = report
         self.drop_kept = drop_kept
         self.meminfo = meminfo
+        self.directory = directory
         self._told: set[tuple[str, int]] = set()
         self._told_outside = False
 
     def sample(self) -> Sample:
         from gpu.shm.record import sweep
 
-        done = sweep(shmem_bytes=self._shmem_bytes(), drop_kept=self.drop_kept)
+        done = sweep(self.directory, self._shmem_bytes(), self.drop_kept)
         if done.removed_blocks:
             self.report(
                 f"removed {done.removed_blocks} pinned-pool blocks "
-                f"({done.removed_bytes / 2**30:.2f} GiB) that a dead pacer left in /dev/shm"
+                f"({done.removed_bytes / 2**30:.2f} GiB) that a dead pacer left in "
+                f"{self.directory}"
             )
         for path, why in done.stale_records:
             self.report(f"removed the pool record {path}: {why}")

@@ -462,7 +462,7 @@ def read_with_a_shell(path: Path) -> dict[str, str]:
     return {name: value for name, _, value in pairs if name.startswith("PACER_")}
 
 
-@pytest.mark.parametrize("reader", ["systemd", "sh"])
+@pytest.mark.parametrize("reader", ["systemd", pytest.param("sh", marks=pytest.mark.slow)])
 @pytest.mark.parametrize(
     "changes",
     [

@@ -11,7 +11,7 @@ from pacer.cli.args import Progress, param
 from pacer.cli.http_client import Client
 from pacer.cli.jobs import fleet_rows, journal_rows
 from tests.conftest import FakeClock
-from tests.servers import free_port
+from tests.servers import refusing_port
 
 
 @pytest.mark.parametrize(
@@ -43,8 +43,9 @@ def test_a_service_address_keeps_its_path_prefix() -> None:
 
 
 def test_waiting_for_the_service_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    assert main(["status", "--url", url, "--timeout", "0.3"]) == 1
+    with refusing_port() as port:
+        url = f"http://127.0.0.1:{port}"
+        assert main(["status", "--url", url, "--timeout", "0.3"]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"waiting for pacer at {url} (Connection refused), 0 s of 0.3\n")
     assert err.endswith(f"pacer: not ready after 0.3 s: cannot reach pacer at {url}: "

@@ -84,6 +84,7 @@ def pacer_run(tmp_path: Path) -> Any:
         run.stop()
 
 
+@pytest.mark.slow
 def test_run_completes_the_jobs_prints_a_summary_and_leaves_nothing_behind(
     pacer_run: Any, tmp_path: Path
 ) -> None:
@@ -104,6 +105,7 @@ def test_run_completes_the_jobs_prints_a_summary_and_leaves_nothing_behind(
     assert list(run.tmp.iterdir()) == []  # its temporary journal removed
 
 
+@pytest.mark.slow
 def test_run_keeps_a_journal_it_is_given(pacer_run: Any, tmp_path: Path) -> None:
     status, out, err = pacer_run("--jobs", "1", "--partitions", "1", "--journal", "j.sqlite",
                                  "--log-level", "info", PACER_WORKLOAD="noop").finish()  # fmt: skip
@@ -113,6 +115,7 @@ def test_run_keeps_a_journal_it_is_given(pacer_run: Any, tmp_path: Path) -> None
     assert re.search(r"^journal +j\.sqlite$", out, re.M), out
 
 
+@pytest.mark.slow
 def test_run_keeps_the_sqlite_journal_a_url_names(pacer_run: Any, tmp_path: Path) -> None:
     status, out, err = pacer_run("--jobs", "1", "--partitions", "1", PACER_WORKLOAD="noop",
                                  PACER_JOURNAL__URL="sqlite:///u.sqlite").finish()  # fmt: skip
@@ -121,12 +124,14 @@ def test_run_keeps_the_sqlite_journal_a_url_names(pacer_run: Any, tmp_path: Path
     assert re.search(r"^journal +u\.sqlite$", out, re.M), out
 
 
+@pytest.mark.slow
 def test_run_refuses_a_fleets_database(pacer_run: Any) -> None:
     status, out, err = pacer_run(PACER_JOURNAL__URL="postgresql://pacer@db/pacer").finish()
     assert (status, out) == (2, "")
     assert err.startswith("pacer run: PACER_JOURNAL__URL names a fleet's PostgreSQL database")
 
 
+@pytest.mark.slow
 def test_run_says_which_jobs_failed(pacer_run: Any) -> None:
     fail = json.dumps([{"call": "prove", "index": 1, "kind": "raise"}])
     run = pacer_run("--jobs", "1", "--partitions", "2", "--param", f"faults={fail}",
@@ -139,6 +144,7 @@ def test_run_says_which_jobs_failed(pacer_run: Any) -> None:
     assert err.endswith("pacer run: 1 of 1 jobs did not complete\n"), err
 
 
+@pytest.mark.slow
 def test_run_says_why_the_service_could_not_start(pacer_run: Any) -> None:
     status, out, err = pacer_run(PACER_WORKLOAD="no_such_module:make").finish()
     assert status == 1
@@ -148,6 +154,7 @@ def test_run_says_why_the_service_could_not_start(pacer_run: Any) -> None:
                         "its log above says why\n"), err  # fmt: skip
 
 
+@pytest.mark.slow
 def test_run_says_so_when_the_service_dies_under_it(pacer_run: Any) -> None:
     run = pacer_run("--jobs", "1", "--partitions", "400", "--param", f"faults={SLOW_PROVE}",
                     PACER_WORKLOAD="tests.faults:make")  # fmt: skip
@@ -159,6 +166,7 @@ def test_run_says_so_when_the_service_dies_under_it(pacer_run: Any) -> None:
     assert "the service stopped before the jobs ended (killed by SIGKILL)" in err
 
 
+@pytest.mark.slow
 def test_ctrl_c_drains_the_service_and_exits(pacer_run: Any) -> None:
     run = pacer_run("--jobs", "1", "--partitions", "400", "--param", f"faults={SLOW_PROVE}",
                     PACER_WORKLOAD="tests.faults:make")  # fmt: skip
@@ -176,6 +184,7 @@ def test_ctrl_c_drains_the_service_and_exits(pacer_run: Any) -> None:
     assert list(run.tmp.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_second_signal_stops_the_service_at_once(pacer_run: Any) -> None:
     hang = json.dumps([{"call": "prove", "kind": "slow", "seconds": 60}])
     run = pacer_run("--jobs", "1", "--partitions", "2", "--param", f"faults={hang}",
@@ -193,6 +202,7 @@ def test_a_second_signal_stops_the_service_at_once(pacer_run: Any) -> None:
     assert "the service stopped (exit status 1)" in err
 
 
+@pytest.mark.slow
 def test_a_killed_run_leaves_no_service_behind(pacer_run: Any) -> None:
     run = pacer_run("--jobs", "1", "--partitions", "400", "--param", f"faults={SLOW_PROVE}",
                     PACER_WORKLOAD="tests.faults:make")  # fmt: skip

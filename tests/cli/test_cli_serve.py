@@ -74,6 +74,7 @@ def test_setup_logs_json_at_the_level_given(monkeypatch: pytest.MonkeyPatch) -> 
     assert json.loads(lines[0])["job"] == "j1"
 
 
+@pytest.mark.slow
 def test_serve_takes_host_and_port_and_logs_json_with_context(tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "serve.log"

@@ -39,6 +39,25 @@ def test_nested_variable_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
+    ("value", "loaded"),
+    [("/dev/shm/pacer/", "/dev/shm/pacer"), ("pacer", None)],
+    ids=["absolute", "relative"],
+)
+def test_the_shm_dir_is_an_absolute_path(
+    monkeypatch: pytest.MonkeyPatch, value: str, loaded: str | None
+) -> None:
+    monkeypatch.setenv("PACER_GPU__SHM_DIR", value)
+    if loaded is not None:
+        assert load_settings().gpu.shm_dir == loaded
+        return
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert str(info.value) == (
+        "PACER_GPU__SHM_DIR: must be an absolute path, such as /dev/shm (got 'pacer')"
+    )
+
+
+@pytest.mark.parametrize(
     ("env", "expected"),
     [
         ({"PACER_CONTROLLER__KP": "-1"}, "PACER_CONTROLLER__KP: Input should be greater than or"),
@@ -256,6 +275,7 @@ def test_each_call_limit_and_its_floor_are_bounded_to_a_day_and_name_each_other(
     assert str(fields[floor].description).startswith("Least derived ")
 
 
+@pytest.mark.slow
 def test_cli_invalid_setting_exits_nonzero_without_traceback() -> None:
     env = {**os.environ, "PACER_CONTROLLER__TARGET_READY": "0"}
     proc = subprocess.run(

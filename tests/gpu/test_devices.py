@@ -39,6 +39,7 @@ def _run_with_cupy_installed(tmp_path: Path, script: str) -> subprocess.Complete
                           cwd=ROOT, env=env, timeout=60)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_devices_are_counted_and_named_without_importing_cupy(tmp_path: Path) -> None:
     """CuPy installed is looked up, not imported: its import costs a second or so on a GPU
     host, before the pool is pinned."""
@@ -69,15 +70,20 @@ ctypes.CDLL = lambda name: Driver()
 @pytest.mark.parametrize(
     ("command", "starter"), [("serve", "pacer-cuda-driver"), ("config", "MainThread")]
 )
+@pytest.mark.slow
 def test_pacer_serve_starts_the_driver_beside_its_imports_once(
     tmp_path: Path, command: str, starter: str
 ) -> None:
     """cuInit (0.2 s on an H200 host) begins as `pacer serve`'s imports do, on a thread of its
     own; the first steps' `device_count` finds the driver started, without starting it again.
     Another command starts it only where it asks."""
-    script = FAKE_DRIVER + (
-        f"sys.argv[1:] = [{command!r}]\n"
-        "import pacer.__main__\n"
+    arguments = ["serve", "--port", "70000"] if command == "serve" else [command]
+    script = FAKE_DRIVER + (  # `pacer serve` refuses the port once its imports are done
+        "import contextlib, io\n"
+        "from pacer.__main__ import main\n"
+        "quiet = io.StringIO()\n"
+        "with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):\n"
+        f"    main({arguments!r})\n"
         "from gpu.cuda.devices import device_count\n"
         "print(device_count(), started)\n"
     )
@@ -94,6 +100,7 @@ def test_the_driver_sees_the_devices_cupy_sees(cupy_module: Any) -> None:
     assert device_name(device_count()) == "unknown"
 
 
+@pytest.mark.slow
 def test_a_process_that_ends_during_the_drivers_start_waits_for_it(tmp_path: Path) -> None:
     """`pacer serve` refusing its settings ends at once; the driver's exit handlers must not
     run while another thread is inside cuInit."""
@@ -114,6 +121,7 @@ def test_a_process_that_ends_during_the_drivers_start_waits_for_it(tmp_path: Pat
     assert _with_cupy_installed(tmp_path, script, returncode=2) == "started"
 
 
+@pytest.mark.slow
 def test_a_driver_that_hangs_in_its_start_holds_the_exit_only_so_long(tmp_path: Path) -> None:
     script = (
         "import ctypes, sys, threading\n"

@@ -14,19 +14,20 @@ import pytest
 
 from gpu.shm import fdstore
 from gpu.shm.blocks import BLOCK_PREFIX
-from gpu.shm.record import sweep
 from tests.kept_pools import MARK, ROOT, Holder, ServiceManager, records
 
 # The next process: adopts what the store passed back, prints what it found, then closes
 # without keeping (the store is told to drop the blocks).
 SUCCESSOR = """
+import os
 import numpy as np
 from gpu.shm import fdstore
 from gpu.pool.allocators import SharedHostAllocator
 from gpu.shm.handover import Handover
 from gpu.pool.pinned import PinnedPool
 received = fdstore.listen_fds()
-handover = Handover(True, "fdstore", received=received)
+handover = Handover(True, "fdstore", received=received,
+                    directory=os.environ["PACER_GPU__SHM_DIR"])
 pool = PinnedPool.build(2, [(1024,)] * 3, np.uint32, SharedHostAllocator(False, handover))
 held = sorted((pool.checkout() for _ in range(2)), key=lambda slot: slot.index)
 print(len(received), pool.slots_adopted, *(int(slot.arrays[0][0]) for slot in held), flush=True)
@@ -37,12 +38,10 @@ pool.close(keep=False)
 
 
 @pytest.fixture
-def manager(tmp_path: Path, no_pool_kept_here: None) -> Iterator[ServiceManager]:
-    sweep(drop_kept=True)
+def manager(tmp_path: Path) -> Iterator[ServiceManager]:
     made = ServiceManager(tmp_path)
     yield made
     made.close()
-    sweep(drop_kept=True)
 
 
 def test_store_size_needs_a_notify_socket() -> None:
@@ -62,15 +61,16 @@ def test_listen_fds_are_taken_once_and_only_by_their_process() -> None:
         os.close(write)
 
 
+@pytest.mark.slow
 def test_a_pool_in_the_descriptor_store_is_adopted_by_the_next_process(
-    manager: ServiceManager,
+    manager: ServiceManager, shm_dir: str
 ) -> None:
     holder = Holder(slots=2, store="fdstore", env=manager.environ)
-    assert not [n for n in os.listdir("/dev/shm") if n.startswith(BLOCK_PREFIX)]  # memfds
+    assert not [n for n in os.listdir(shm_dir) if n.startswith(BLOCK_PREFIX)]  # memfds
     holder.close(keep=True)
     manager.receive()
     assert sorted(manager.stored) == sorted(holder.names)  # one FDNAME a block
-    ((_, record),) = records().items()
+    ((_, record),) = records(shm_dir).items()
     assert (record.store, record.state) == ("fdstore", "kept")
 
     successor = manager.launch(
@@ -82,11 +82,12 @@ def test_a_pool_in_the_descriptor_store_is_adopted_by_the_next_process(
     assert output.split() == ["2", "2", str(MARK), str(MARK + 1)]
     manager.receive()
     assert sorted(manager.removed) == sorted(holder.names)  # not kept: the store drops them
-    assert records() == {}
+    assert records(shm_dir) == {}
 
 
+@pytest.mark.slow
 def test_a_store_that_did_not_pass_the_blocks_back_makes_the_record_stale(
-    manager: ServiceManager,
+    manager: ServiceManager, shm_dir: str
 ) -> None:
     holder = Holder(slots=2, store="fdstore", env=manager.environ)
     holder.close(keep=True)
@@ -100,4 +101,4 @@ def test_a_store_that_did_not_pass_the_blocks_back_makes_the_record_stale(
     )  # fmt: skip
     output, _ = successor.communicate(timeout=60)
     assert output.split()[:2] == ["0", "0"]
-    assert records() == {}
+    assert records(shm_dir) == {}

@@ -97,19 +97,20 @@ def test_a_size_past_the_chosen_fields_domains_is_refused_at_load() -> None:
         load_workload(settings)
 
 
-def threads_workload() -> GpuNttWorkload:
-    return GpuNttWorkload(10, [0], 1, "wait", pool_backend="shared", backend="numba")
+def threads_workload(shm_dir: str) -> GpuNttWorkload:
+    return GpuNttWorkload(10, [0], 1, "wait", pool_backend="shared", backend="numba",
+                          shm_dir=shm_dir)  # fmt: skip
 
 
 @pytest.mark.skipif(not cpu_backend.numba_available(), reason="Numba is not installed")
 def test_prepare_does_not_wait_for_this_processes_compiled_kernels(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, shm_dir: str
 ) -> None:
     # Seconds of loading that made them the last part of a restart's prepare: only a
     # verification, or a synthesis here, needs them.
     loading = threading.Event()
     monkeypatch.setattr(cpu_backend, "warm", lambda *_, **__: loading.wait(30))
-    workload = threads_workload()
+    workload = threads_workload(shm_dir)
     workload.prepare(slots=1, budget_bytes=2**30, synthesis_workers=1)
     try:
         assert workload._kernels_loaded is not None
@@ -125,11 +126,11 @@ def test_prepare_does_not_wait_for_this_processes_compiled_kernels(
 
 @pytest.mark.skipif(not cpu_backend.numba_available(), reason="Numba is not installed")
 def test_this_processes_kernels_begin_loading_once_the_pool_is_pinned(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, shm_dir: str
 ) -> None:
     # Loaded beside the pinning they slowed it by a third on an H200 host.
     seen: list[object] = []
-    workload = threads_workload()
+    workload = threads_workload(shm_dir)
     monkeypatch.setattr(cpu_backend, "warm", lambda *_, **__: seen.append(workload.pool))
     workload.prepare(slots=1, budget_bytes=2**30, synthesis_workers=1)
     try:
@@ -142,13 +143,13 @@ def test_this_processes_kernels_begin_loading_once_the_pool_is_pinned(
 
 @pytest.mark.skipif(not cpu_backend.numba_available(), reason="Numba is not installed")
 def test_a_synthesis_here_waits_for_the_kernels_and_fails_with_them(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, shm_dir: str
 ) -> None:
     def broken(*_: object, **__: object) -> None:
         raise RuntimeError("the kernels did not load")
 
     monkeypatch.setattr(cpu_backend, "warm", broken)
-    workload = threads_workload()
+    workload = threads_workload(shm_dir)
     workload.prepare(slots=1, budget_bytes=2**30, synthesis_workers=1)
     try:
         with pytest.raises(RuntimeError, match="the kernels did not load"):

@@ -1,13 +1,13 @@
 """A shared pool kept by one process and adopted by the next: the round trip, a layout that
 does not fit, a crashed holder whose processes linger, and the lock that keeps a live pool
-from a second process. Holders are real processes (`tests.kept_pools`)."""
+from a second process. Holders are real processes (`tests.kept_pools`); every pool lives in the
+test's own directory (``shm_dir``), which each test leaves empty."""
 
 from __future__ import annotations
 
 import logging
 import os
 import threading
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -19,21 +19,16 @@ from gpu.shm.handover import Handover
 from gpu.shm.record import sweep
 from tests.kept_pools import MARK, Holder, records, shm_exists, start_mapper, stop
 
-
-@pytest.fixture(autouse=True)
-def _no_pool_left(no_pool_kept_here: None) -> Iterator[None]:
-    """Each test starts and ends with no record and no block in /dev/shm."""
-    sweep(drop_kept=True)
-    yield
-    sweep(drop_kept=True)
-    assert records() == {}
-    assert not [n for n in os.listdir("/dev/shm") if n.startswith(BLOCK_PREFIX)]
+pytestmark = pytest.mark.slow
 
 
 def adopting_pool(
-    slots: int = 2, n: int = 1024, keep: bool = False, **handover: float
+    directory: str, slots: int = 2, n: int = 1024, keep: bool = False, **handover: float
 ) -> PinnedPool:
-    allocator = SharedHostAllocator(False, Handover(keep, **handover))  # type: ignore[arg-type]
+    allocator = SharedHostAllocator(
+        False,
+        Handover(keep, directory=directory, **handover),  # type: ignore[arg-type]
+    )
     return PinnedPool.build(slots, [(n,)] * 3, np.uint32, allocator, field="babybear")
 
 
@@ -46,76 +41,82 @@ def marks(pool: PinnedPool) -> list[int]:
     return [mark for _, mark in found]
 
 
-def test_a_kept_pool_is_adopted_whole_by_the_next_process() -> None:
+def test_a_kept_pool_is_adopted_whole_by_the_next_process(shm_dir: str) -> None:
     holder = Holder(slots=2)
     holder.close(keep=True)
-    ((_, kept),) = records().items()
+    ((_, kept),) = records(shm_dir).items()
     assert (kept.state, kept.holder_pid, kept.generation) == ("kept", holder.pid, 1)
     assert list(kept.blocks) == holder.names
-    assert all(shm_exists(name) for name in holder.names)
+    assert all(shm_exists(shm_dir, name) for name in holder.names)
 
-    pool = adopting_pool(keep=True)
+    pool = adopting_pool(shm_dir, keep=True)
     assert (pool.slots_adopted, pool.allocations) == (2, 2)
     assert marks(pool) == [MARK, MARK + 1]  # the same memory, not new
     assert all(block_owner(name) == os.getpid() for name in pool.block_names)
-    assert not any(shm_exists(name) for name in holder.names)  # renamed for their new holder
-    ((_, taken),) = records().items()
+    assert not any(shm_exists(shm_dir, name) for name in holder.names)  # renamed for their holder
+    ((_, taken),) = records(shm_dir).items()
     assert (taken.state, taken.holder_pid, taken.creator_pid) == ("in-use", os.getpid(), holder.pid)
     assert taken.generation == 2
     pool.close()  # not kept: gone, record and all
-    assert records() == {}
-    assert not any(shm_exists(name) for name in pool.block_names)
+    assert records(shm_dir) == {}
+    assert not any(shm_exists(shm_dir, name) for name in pool.block_names)
 
 
 @pytest.mark.parametrize(
     ("slots", "adopted", "removed"), [(3, 2, 0), (1, 1, 1)], ids=["topped-up", "extra-removed"]
 )
-def test_a_pool_of_another_size_adopts_what_fits(slots: int, adopted: int, removed: int) -> None:
+def test_a_pool_of_another_size_adopts_what_fits(
+    slots: int, adopted: int, removed: int, shm_dir: str
+) -> None:
     holder = Holder(slots=2)
     holder.close(keep=True)
-    pool = adopting_pool(slots)
+    pool = adopting_pool(shm_dir, slots)
     assert (pool.slots_adopted, pool.slots_total) == (adopted, slots)
     assert marks(pool)[:adopted] == [MARK, MARK + 1][:adopted]
-    left = [n for n in os.listdir("/dev/shm") if n.startswith(BLOCK_PREFIX)]
+    left = [n for n in os.listdir(shm_dir) if n.startswith(BLOCK_PREFIX)]
     assert sorted(left) == sorted(pool.block_names)  # the extra one went
     assert len(holder.names) - adopted == removed
     pool.close()
 
 
-def test_an_incompatible_pool_is_removed_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+def test_an_incompatible_pool_is_removed_and_logged(
+    caplog: pytest.LogCaptureFixture, shm_dir: str
+) -> None:
     holder = Holder(slots=2, n=1024)
     holder.close(keep=True)
     with caplog.at_level(logging.WARNING, "gpu.shm.handover"):
-        pool = adopting_pool(n=2048)
+        pool = adopting_pool(shm_dir, n=2048)
     assert pool.slots_adopted == 0
-    assert not any(shm_exists(name) for name in holder.names)
+    assert not any(shm_exists(shm_dir, name) for name in holder.names)
     assert "its 12.0 KiB slots of 1024+1024+1024 <u4 are not this pool's 24.0 KiB" in caplog.text
     pool.close()
 
 
-def test_a_live_pools_blocks_are_never_taken(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_live_pools_blocks_are_never_taken(
+    caplog: pytest.LogCaptureFixture, shm_dir: str
+) -> None:
     holder = Holder(slots=2)  # holds its record's lock while it runs
     try:
-        pool = adopting_pool()
+        pool = adopting_pool(shm_dir)
         assert pool.slots_adopted == 0
-        assert all(shm_exists(name) for name in holder.names)
-        assert sweep().removed_blocks == 0
+        assert all(shm_exists(shm_dir, name) for name in holder.names)
+        assert sweep(shm_dir).removed_blocks == 0
         pool.close()
     finally:
         holder.close(keep=False)
-    assert not any(shm_exists(name) for name in holder.names)
+    assert not any(shm_exists(shm_dir, name) for name in holder.names)
 
 
 def test_a_crashed_holders_pool_is_adopted_once_its_processes_let_go(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, shm_dir: str
 ) -> None:
     holder = Holder(slots=2)
     lingering = start_mapper(holder.paths[1])  # as a synthesis process of the holder would
     holder.kill()
-    ((_, left),) = records().items()
+    ((_, left),) = records(shm_dir).items()
     assert (left.state, left.holder_pid) == ("in-use", holder.pid)
     built: list[PinnedPool] = []
-    adopting = threading.Thread(target=lambda: built.append(adopting_pool()))
+    adopting = threading.Thread(target=lambda: built.append(adopting_pool(shm_dir)))
     waiting = threading.Event()
 
     class Told(logging.Handler):
@@ -138,30 +139,34 @@ def test_a_crashed_holders_pool_is_adopted_once_its_processes_let_go(
     pool.close()
 
 
-def test_blocks_still_mapped_after_the_wait_are_given_up(caplog: pytest.LogCaptureFixture) -> None:
+def test_blocks_still_mapped_after_the_wait_are_given_up(
+    caplog: pytest.LogCaptureFixture, shm_dir: str
+) -> None:
     holder = Holder(slots=2)
     lingering = start_mapper(holder.paths[0])
     holder.kill()
     try:
         with caplog.at_level(logging.ERROR, "gpu.shm.handover"):
-            pool = adopting_pool(wait_s=0.0)
+            pool = adopting_pool(shm_dir, wait_s=0.0)
         assert pool.slots_adopted == 0
         assert f"processes {lingering.pid} still map the blocks pacer {holder.pid} left" in (
             caplog.text
         )
-        assert not any(shm_exists(name) for name in holder.names)
+        assert not any(shm_exists(shm_dir, name) for name in holder.names)
         pool.close()
     finally:
         stop(lingering)
 
 
-def test_a_record_whose_blocks_are_gone_is_stale_and_so_are_blocks_without_one() -> None:
+def test_a_record_whose_blocks_are_gone_is_stale_and_so_are_blocks_without_one(
+    shm_dir: str,
+) -> None:
     holder = Holder(slots=2)
     holder.close(keep=True)
-    os.unlink(f"/dev/shm/{holder.names[0]}")
-    done = sweep()
+    os.unlink(f"{shm_dir}/{holder.names[0]}")
+    done = sweep(shm_dir)
     assert done.kept == ()
     ((_, why),) = done.stale_records
     assert why == f"its block {holder.names[0]} is gone"
-    assert (done.removed_blocks, records()) == (1, {})
-    assert not shm_exists(holder.names[1])
+    assert (done.removed_blocks, records(shm_dir)) == (1, {})
+    assert not shm_exists(shm_dir, holder.names[1])

@@ -19,7 +19,9 @@ from gpu.pool.allocators import ALIGNMENT_BYTES, NumpyHostAllocator, SharedHostA
 from gpu.pool.pinned import PinnedPool, PoolClosedError, PoolExhausted
 from gpu.pool.slots import Slot
 from gpu.shm.blocks import HostBlock
+from gpu.shm.handover import Handover
 from tests.conftest import FakeClock
+from tests.kept_pools import shared
 
 N = 1000
 SHAPES = [(N,), (N,), (N,)]
@@ -308,16 +310,16 @@ def test_close_with_a_slot_out_keeps_its_memory_until_released(
 
 
 def test_a_shared_slot_out_at_close_is_unlinked_and_unmapped_quietly_when_dropped(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, shm_dir: str
 ) -> None:
     unraisable: list[Any] = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
-    pool = PinnedPool.build(2, SHAPES, backend="shared", on_empty="wait", clock=FakeClock())
+    pool = PinnedPool.build(2, SHAPES, backend=shared(shm_dir), on_empty="wait", clock=FakeClock())
     slot = pool.checkout()
     block = pool.slot_block(slot)
     assert block is not None
     pool.close()
-    assert not os.path.exists(os.path.join("/dev/shm", block.name))  # unlinked at close
+    assert not os.path.exists(os.path.join(shm_dir, block.name))  # unlinked at close
     slot.arrays[0][:] = 5  # the mapping is still the holder's
     slot.release()
     del slot
@@ -326,12 +328,12 @@ def test_a_shared_slot_out_at_close_is_unlinked_and_unmapped_quietly_when_droppe
 
 
 def test_a_shared_pool_to_pin_makes_its_blocks_before_needing_cupy(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, shm_dir: str
 ) -> None:
     """CuPy is imported beside the filling of the blocks, not before they are made; where it
     is missing the pool says so and leaves no block behind."""
     monkeypatch.setitem(sys.modules, "cupy", None)  # makes `import cupy` raise ImportError
-    allocator = SharedHostAllocator(True, threads=2)
+    allocator = SharedHostAllocator(True, Handover(directory=shm_dir), threads=2)
     made: list[str] = []
     new_block = allocator._new_block
 

@@ -30,6 +30,7 @@ from gpu.reference.synthesis import synthesize
 from gpu.shm.blocks import remove_stale_blocks
 from gpu.workload import GpuNttWorkload
 from pacer.workload import PartitionSpec
+from tests.kept_pools import shared, shm_exists
 from tests.pool_holder import kill_holder, start_synthesis_holder
 from tests.processes import (
     descendants,
@@ -45,15 +46,12 @@ def synthesizer() -> Iterator[ProcessSynthesizer]:
         yield started
 
 
-def shm_exists(name: str) -> bool:
-    return os.path.exists(f"/dev/shm/{name.lstrip('/')}")
-
-
 @pytest.mark.parametrize("log_n", [0, 5, 19], ids=lambda n: f"2^{n}")
+@pytest.mark.slow
 def test_a_worker_process_writes_the_slot_the_parent_reads(
-    synthesizer: ProcessSynthesizer, log_n: int
+    synthesizer: ProcessSynthesizer, log_n: int, shm_dir: str
 ) -> None:
-    with PinnedPool.build(2, [(1 << log_n,)] * 3, np.uint32, backend="shared") as pool:
+    with PinnedPool.build(2, [(1 << log_n,)] * 3, np.uint32, backend=shared(shm_dir)) as pool:
         for index in range(3):  # the same slots again: the workers map each block once
             with pool.checkout() as slot:
                 synthesizer.fill(pool.slot_block(slot), seed=5, index=index)
@@ -83,13 +81,14 @@ def kernel_populates() -> bool:
 
 @pytest.mark.skipif(not kernel_populates(), reason="the kernel lacks MADV_POPULATE_READ")
 @pytest.mark.parametrize("at_start", [True, False], ids=["blocks-given", "no-blocks"])
+@pytest.mark.slow
 def test_workers_fill_in_every_blocks_page_tables_when_they_start(
-    at_start: bool, caplog: pytest.LogCaptureFixture
+    at_start: bool, caplog: pytest.LogCaptureFixture, shm_dir: str
 ) -> None:
     caplog.set_level(logging.INFO, logger="gpu.procs.executor")
     log_n = 21  # a 24 MiB slot, 6,144 pages
     pages = 3 * 4 * (1 << log_n) // mmap.PAGESIZE
-    with PinnedPool.build(1, [(1 << log_n,)] * 3, np.uint32, backend="shared") as pool:
+    with PinnedPool.build(1, [(1 << log_n,)] * 3, np.uint32, backend=shared(shm_dir)) as pool:
         names = pool.block_paths if at_start else ()
         assert len(pool.block_names) == 1
         with ProcessSynthesizer(1, names) as synthesizer, pool.checkout() as slot:
@@ -109,10 +108,11 @@ def test_workers_fill_in_every_blocks_page_tables_when_they_start(
         assert first - second >= pages // 2
 
 
+@pytest.mark.slow
 def test_threads_fill_slots_through_the_processes_at_once(
-    synthesizer: ProcessSynthesizer,
+    synthesizer: ProcessSynthesizer, shm_dir: str
 ) -> None:
-    with PinnedPool.build(4, [(1 << 12,)] * 3, np.uint32, backend="shared") as pool:
+    with PinnedPool.build(4, [(1 << 12,)] * 3, np.uint32, backend=shared(shm_dir)) as pool:
         slots = [pool.checkout() for _ in range(4)]
         threads = [
             threading.Thread(target=synthesizer.fill, args=(pool.slot_block(s), 9, i))
@@ -127,6 +127,7 @@ def test_threads_fill_slots_through_the_processes_at_once(
             slot.release()
 
 
+@pytest.mark.slow
 def test_a_slot_outside_shared_memory_is_refused(synthesizer: ProcessSynthesizer) -> None:
     with (
         PinnedPool.build(1, [(8,)] * 3, np.uint32, backend="numpy") as pool,
@@ -137,12 +138,12 @@ def test_a_slot_outside_shared_memory_is_refused(synthesizer: ProcessSynthesizer
             synthesizer.fill(pool.slot_block(slot), 1, 0)
 
 
-def test_shared_blocks_are_unlinked_when_the_pool_closes() -> None:
-    pool = PinnedPool.build(3, [(64,)] * 3, np.uint32, backend="shared", on_empty="fallback")
+def test_shared_blocks_are_unlinked_when_the_pool_closes(shm_dir: str) -> None:
+    pool = PinnedPool.build(3, [(64,)] * 3, np.uint32, backend=shared(shm_dir), on_empty="fallback")
     slot = pool.checkout()
     block = pool.slot_block(slot)
     assert block is not None
-    assert shm_exists(block.name)
+    assert shm_exists(shm_dir, block.name)
     assert block.shapes == ((64,),) * 3
     others = [pool.checkout(), pool.checkout()]
     fallback = pool.checkout()  # every slot is out: pageable memory, which no process can map
@@ -151,13 +152,16 @@ def test_shared_blocks_are_unlinked_when_the_pool_closes() -> None:
     for held in [slot, *others, fallback]:
         held.release()
     pool.close()
-    assert not shm_exists(block.name)
+    assert not shm_exists(shm_dir, block.name)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
-def test_the_gpu_workload_synthesizes_in_processes_and_frees_them(backend: str) -> None:
+@pytest.mark.slow
+def test_the_gpu_workload_synthesizes_in_processes_and_frees_them(
+    backend: str, shm_dir: str
+) -> None:
     workload = GpuNttWorkload(10, [0], 1, "fallback", executor="processes", pool_backend="shared",
-                              field="goldilocks", backend=backend)  # fmt: skip
+                              field="goldilocks", backend=backend, shm_dir=shm_dir)  # fmt: skip
     workload.prepare(slots=2, budget_bytes=2**30, synthesis_workers=2)
     try:
         specs = [PartitionSpec("job", i, 77, {}) for i in range(3)]
@@ -170,17 +174,18 @@ def test_the_gpu_workload_synthesizes_in_processes_and_frees_them(backend: str) 
         assert workload.pool is not None
         block = workload.pool.slot_block(workload.pool.checkout())
         assert block is not None
-        assert shm_exists(block.name)
+        assert shm_exists(shm_dir, block.name)
     finally:
         workload.close()
-    assert not shm_exists(block.name)
+    assert not shm_exists(shm_dir, block.name)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_replaced_and_the_synthesis_starts_over(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, shm_dir: str
 ) -> None:
     with (
-        PinnedPool.build(1, [(256,)] * 3, np.uint32, backend="shared") as pool,
+        PinnedPool.build(1, [(256,)] * 3, np.uint32, backend=shared(shm_dir)) as pool,
         ProcessSynthesizer(2) as synthesizer,
         pool.checkout() as slot,
     ):
@@ -205,7 +210,8 @@ def test_a_killed_worker_is_replaced_and_the_synthesis_starts_over(
 # --- the workers end with the service ---------------------------------------------------------
 
 
-def test_synthesis_processes_end_when_their_service_is_killed() -> None:
+@pytest.mark.slow
+def test_synthesis_processes_end_when_their_service_is_killed(shm_dir: str) -> None:
     holder, _, _ = start_synthesis_holder()
     try:
         tree = descendants(holder.pid)
@@ -216,10 +222,11 @@ def test_synthesis_processes_end_when_their_service_is_killed() -> None:
     finally:
         kill_holder(holder)
     wait_until_gone(tree, holder.pid)
-    remove_stale_blocks()
+    remove_stale_blocks(shm_dir)
 
 
-def test_synthesis_processes_end_when_the_forkserver_is_killed() -> None:
+@pytest.mark.slow
+def test_synthesis_processes_end_when_the_forkserver_is_killed(shm_dir: str) -> None:
     holder, _, forkserver = start_synthesis_holder()
     assert holder.stdin is not None
     assert holder.stdout is not None
@@ -237,9 +244,10 @@ def test_synthesis_processes_end_when_the_forkserver_is_killed() -> None:
     finally:
         kill_holder(holder)
     wait_until_gone(tree, holder.pid)
-    remove_stale_blocks()
+    remove_stale_blocks(shm_dir)
 
 
+@pytest.mark.slow
 def test_the_start_log_says_how_the_workers_are_tied_to_the_service(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -249,6 +257,7 @@ def test_the_start_log_says_how_the_workers_are_tied_to_the_service(
     assert "each is killed should the forkserver die (PR_SET_PDEATHSIG)" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_cut_lifeline_ends_the_child_watching_it() -> None:
     line = lifeline.Lifeline.open()
     code = (
@@ -285,6 +294,7 @@ with ProcessSynthesizer(1, backend=sys.argv[1], field=GOLDILOCKS) as synthesizer
 
 @pytest.mark.skipif(not cpu_backend.numba_available(), reason="Numba is not installed")
 @pytest.mark.parametrize(("backend", "preloaded"), [("numba", True), ("numpy", False)])
+@pytest.mark.slow
 def test_the_forkserver_of_compiled_synthesis_holds_the_kernels_its_workers_fork_with(
     backend: str, preloaded: bool
 ) -> None:
@@ -300,6 +310,7 @@ def test_the_forkserver_of_compiled_synthesis_holds_the_kernels_its_workers_fork
     ("field", "loaded"),
     [(GOLDILOCKS, "True False"), (BABYBEAR, "False True"), (None, "True True")],
 )
+@pytest.mark.slow
 def test_the_preload_loads_the_synthesis_kernel_of_the_field_in_use(
     field: PrimeField | None, loaded: str
 ) -> None:

@@ -27,8 +27,11 @@ from gpu.procs.fill_table import FillTable
 from gpu.reference.synthesis import synthesize
 from gpu.workload import GpuNttWorkload
 from pacer.workload import PartitionSpec
+from tests.kept_pools import shared
 from tests.processes import descendants, running, state_of
 from tests.waits import wait_until
+
+pytestmark = pytest.mark.slow
 
 LOG_N = 8
 OneWorker = tuple[ProcessSynthesizer, PinnedPool, ThreadPoolExecutor]
@@ -88,10 +91,10 @@ def cleared(slot: Slot) -> bool:
 
 
 @pytest.fixture
-def one_worker() -> Iterator[OneWorker]:
+def one_worker(shm_dir: str) -> Iterator[OneWorker]:
     """A synthesizer of one worker, a pool of two slots, and threads to call `fill` on."""
     with (
-        PinnedPool.build(2, [(1 << LOG_N,)] * 3, np.uint32, backend="shared") as pool,
+        PinnedPool.build(2, [(1 << LOG_N,)] * 3, np.uint32, backend=shared(shm_dir)) as pool,
         ProcessSynthesizer(1) as synthesizer,
         ThreadPoolExecutor(2) as callers,
     ):
@@ -276,10 +279,10 @@ def test_a_cancelled_fill_kills_its_stopped_worker_and_fails_without_starting_ov
 
 
 @pytest.fixture
-def workload() -> Iterator[GpuNttWorkload]:
+def workload(shm_dir: str) -> Iterator[GpuNttWorkload]:
     """The GPU workload with one synthesis process and one slot (no GPU: shared memory)."""
     made = GpuNttWorkload(LOG_N, [0], 1, "wait", executor="processes", pool_backend="shared",
-                          field="goldilocks")  # fmt: skip
+                          field="goldilocks", shm_dir=shm_dir)  # fmt: skip
     made.prepare(slots=1, budget_bytes=2**30, synthesis_workers=1)
     try:
         yield made

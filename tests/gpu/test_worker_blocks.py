@@ -36,6 +36,7 @@ def workers_mapping(synthesizer: ProcessSynthesizer, block: HostBlock) -> set[in
     return set(mapping) & workers
 
 
+@pytest.mark.slow
 def test_a_worker_maps_a_block_when_it_first_writes_into_it_and_none_before(
     blocks: list[HostBlock],
 ) -> None:

@@ -29,7 +29,7 @@ from tests.conftest import FakeClock
 from tests.journal.stores import AnyJournal, PgStore, SqliteStore, Store, current, proved
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     if request.param == "sqlite":
         return SqliteStore(tmp_path / "journal.sqlite")

@@ -135,6 +135,7 @@ def journal_child(code: str, path: Path) -> Iterator[tuple[subprocess.Popen[str]
         yield process, process.stdout
 
 
+@pytest.mark.slow
 def test_a_killed_process_leaves_a_readable_journal_with_its_job(path: Path) -> None:
     code = (
         "journal = Journal(Path(sys.argv[1]))\n"
@@ -183,6 +184,7 @@ def test_the_lock_refuses_a_second_holder_naming_the_first(path: Path) -> None:
     second.release()  # idempotent
 
 
+@pytest.mark.slow
 def test_the_lock_is_released_when_its_holder_is_killed(path: Path) -> None:
     code = "JournalLock(Path(sys.argv[1])).acquire()\nprint('locked', flush=True)\n"
     with journal_child(code, path) as (process, stdout):

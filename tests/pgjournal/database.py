@@ -1,5 +1,5 @@
-"""Helpers of the PostgreSQL journal's tests: statements run past the journal, leases run
-out, and calls made from several threads at once."""
+"""Helpers of the PostgreSQL journal's tests: statements run past the journal, connections
+ended, leases run out, and calls made from several threads at once."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import TypeVar
 import psycopg
 
 T = TypeVar("T")
+TERMINATE_WAIT_MS = 60_000
 
 
 def sql(url: str, query: str, *params: object) -> list[tuple[object, ...]]:
@@ -18,6 +19,17 @@ def sql(url: str, query: str, *params: object) -> list[tuple[object, ...]]:
     with psycopg.connect(url, autocommit=True) as conn:
         cursor = conn.execute(query, params or None)
         return cursor.fetchall() if cursor.description else []
+
+
+def terminate(url: str, which: str, *params: object) -> int:
+    """End the connections to ``url``'s database that ``which`` selects (a condition on
+    pg_stat_activity), as a restart of the server would, and wait until their server processes
+    have exited: each holds its locks until then. How many were ended."""
+    ended = sql(url, f"SELECT pg_terminate_backend(pid, {TERMINATE_WAIT_MS}) FROM pg_stat_activity"
+                     f" WHERE datname = current_database() AND pid <> pg_backend_pid() AND {which}",
+                *params)  # fmt: skip
+    assert all(done for (done,) in ended), f"a connection outlived {TERMINATE_WAIT_MS} ms"
+    return len(ended)
 
 
 def expire(url: str, host: str) -> None:

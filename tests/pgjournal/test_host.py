@@ -12,7 +12,9 @@ import pytest
 from pacer.journal import HostInUseError
 from pacer.pgjournal import PgJournal
 from tests.journal.stores import proved
-from tests.pgjournal.database import sql
+from tests.pgjournal.database import terminate
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
@@ -30,9 +32,9 @@ def open_as(url: str, host: str, opened: list[PgJournal]) -> PgJournal:
 
 
 def drop_host_connections(url: str, host: str) -> None:
-    """The server ends the host's own connection, as a restart of the server would."""
-    sql(url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-             " WHERE application_name LIKE %s", f"pacer {host} %")  # fmt: skip
+    """The server ends the host's own connection, as a restart of the server would: once
+    this returns, the name it held is free."""
+    assert terminate(url, "application_name LIKE %s", f"pacer {host} %") == 1
 
 
 def test_a_second_pacer_of_the_same_name_is_refused_naming_the_first(

@@ -10,6 +10,8 @@ from pacer.pgjournal import SCHEMA_VERSION, NewerDatabaseSchemaError, PgJournal,
 from pacer.pgjournal.schema import schema_version
 from tests.pgjournal.database import at_once, sql
 
+pytestmark = pytest.mark.slow
+
 
 def test_migrate_creates_the_schema_on_an_empty_database_and_a_rerun_changes_nothing(
     postgres_url: str,

@@ -20,6 +20,7 @@ from tests.servers import ROOT, settings_for
 from tests.waits import until
 
 
+@pytest.mark.slow
 def test_importing_the_service_imports_neither_the_api_nor_the_server() -> None:
     """At run time, as `tests/test_layers.py` checks the source."""
     code = (
@@ -59,6 +60,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_opening_on_gpus_imports_neither_cupy_nor_numba(tmp_path: Path) -> None:
     """Before the pool is pinned, nothing imports CuPy (a second or so on a GPU host) or
     Numba: both load beside the pinning, in `prepare`. The GPUs' model is asked once."""

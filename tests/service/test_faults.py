@@ -199,6 +199,7 @@ async def test_a_fault_ends_in_a_completed_or_failed_job_with_every_attempt(
 
 
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_a_hung_prove_stalls_no_other_job(tmp_path: Path) -> None:
     async with running(tmp_path, PACER_GPU__WORKERS="1") as svc:
         stuck = await svc.service.submit(2, {"faults": [fault("prove", "hang", 0)]}, 0)

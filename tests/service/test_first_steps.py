@@ -71,6 +71,7 @@ def taken(tmp_path: Path, clock: FakeClock | None = None) -> tuple[Settings, Fir
 
 
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_the_pool_is_prepared_while_the_journal_opens_and_the_jobs_resume(
     tmp_path: Path,
 ) -> None:
@@ -97,6 +98,7 @@ async def test_the_pool_is_prepared_while_the_journal_opens_and_the_jobs_resume(
 
 
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_a_second_pacer_on_the_journal_refuses_before_it_pins_anything(
     tmp_path: Path,
 ) -> None:
@@ -116,6 +118,7 @@ async def test_a_second_pacer_on_the_journal_refuses_before_it_pins_anything(
 
 
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_a_start_that_fails_opening_closes_the_pool_once_it_is_prepared(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -149,6 +152,7 @@ async def test_a_start_that_fails_opening_closes_the_pool_once_it_is_prepared(
 # -- `pacer serve`, a real process -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_pacer_serve_begins_the_pool_before_it_imports_its_http_server(tmp_path: Path) -> None:
     record = tmp_path / "watched.json"
     server = ServerProcess(
@@ -167,6 +171,7 @@ def test_pacer_serve_begins_the_pool_before_it_imports_its_http_server(tmp_path:
 
 
 @pytest.mark.parametrize("workload", ["signalled_workload", "restoring_workload"])
+@pytest.mark.slow
 def test_a_signal_before_the_loop_takes_them_drains_in_order(tmp_path: Path, workload: str) -> None:
     # One received while the first steps are taken is held and answered once the service runs;
     # and a library that saved the action it found then and puts it back later puts back the
@@ -225,6 +230,7 @@ async def test_a_start_that_waits_says_for_what_and_names_a_hung_journal_call(
 
 
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_a_start_waiting_for_the_pool_says_how_long_it_has_been_prepared(
     tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:

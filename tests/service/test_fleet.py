@@ -27,11 +27,15 @@ from pacer.workload import job_seed
 from tests.conftest import running_postgres
 from tests.pgjournal.database import sql
 from tests.postgres_server import PostgresServer
-from tests.servers import ServerFactory, ServerProcess, readyz_refuses
+from tests.servers import READY_S, ServerFactory, ServerProcess, readyz_refuses
 from tests.waits import wait_until
+
+pytestmark = pytest.mark.slow
 
 LEASE_S = 2.0
 IDLE_POLL_MAX_S = 1.0  # pacer.service.fleet_host.IDLE_POLL_MAX_S: how late an idle host looks again
+# What a loaded machine adds to a reclaim: the kill seen, a claim's round trip, this test's polls.
+RECLAIM_SLACK_S = 3.0
 SLOW = {"faults": [{"call": "synthesis", "kind": "slow", "seconds": 0.01}]}
 
 
@@ -52,7 +56,7 @@ def start_fleet(factory: ServerFactory, url: str, names: list[str]) -> dict[str,
     for host in hosts.values():
         host.launch()
     for host in hosts.values():
-        host.client.wait_ready(60)
+        host.client.wait_ready(READY_S)
     return hosts
 
 
@@ -151,11 +155,12 @@ def test_a_host_killed_mid_run_again_and_again_loses_its_partitions_within_its_l
         killed = time.monotonic()
         held = leases_of(postgres_url, "victim")
         wait_until(lambda: leases_of(postgres_url, "victim") == 0, "its leases to be taken")
-        reclaimed_after.append(time.monotonic() - killed)
-        assert held > 0 or reclaimed_after[-1] < 0.1
+        if held > 0:  # the kill left leases: how long the others took to take them
+            reclaimed_after.append(time.monotonic() - killed)
         hosts["victim"] = server_factory(**fleet_env(postgres_url, "victim")).start()
         everyone.append(hosts["victim"])
-    assert max(reclaimed_after) < LEASE_S + IDLE_POLL_MAX_S + 1.0, reclaimed_after
+    assert reclaimed_after, "no kill left the victim holding leases"
+    assert max(reclaimed_after) < LEASE_S + IDLE_POLL_MAX_S + RECLAIM_SLACK_S, reclaimed_after
     wait_until(lambda: all_completed(postgres_url), "every job to complete", timeout_s=120)
     reclaimed = sum(metric(hosts[n], "pacer_fleet_reclaimed_partitions_total") for n in "ab")
     assert reclaimed > 0
@@ -183,19 +188,19 @@ def test_the_database_out_of_reach_is_a_fault_the_fleet_rides_out(
     down = time.monotonic()
     clients = [host.client for host in hosts.values()]
     wait_until(lambda: all(readyz_refuses(c, "journal") for c in clients),
-               "readiness to name the journal", timeout_s=15)  # fmt: skip
+               "readiness to name the journal")  # fmt: skip
     with pytest.raises(ApiError) as refused:
         hosts["b"].client.submit(5, params=SLOW)
     assert refused.value.reason.startswith("503 journal failing for ")
     # What was claimed is proved meanwhile: its results wait for the journal.
     wait_until(lambda: sum(metric(h, "pacer_journal_uncommitted_results") for h in hosts.values()),
-               "results waiting for the journal", timeout_s=15)  # fmt: skip
+               "results waiting for the journal")  # fmt: skip
     time.sleep(max(0.0, LEASE_S - (time.monotonic() - down)))  # down longer than a lease
     for host in hosts.values():
         assert readyz_refuses(host.client, "leases not renewed")
     own_postgres.resume()
     for host in hosts.values():
-        host.client.wait_ready(30)
+        host.client.wait_ready(READY_S)
     accepted.append(hosts["b"].client.submit(5, params=SLOW))
     wait_until(lambda: all_completed(url), "every job to complete", timeout_s=120)
     for host in hosts.values():

@@ -18,12 +18,14 @@ from pacer.api.openapi import document
 from pacer.journal import HostInUseError, JobState
 from pacer.journal.health import JournalUnavailable
 from pacer.pgjournal import PgJournal
+from pacer.ranges import IndexRanges
 from pacer.server import Server
 from pacer.service.lifecycle import Service
 from tests.conftest import FakeClock
 from tests.json_schema import problems
 from tests.pgjournal.database import expire
-from tests.servers import call, fake_host, free_port, settings_for, until_done
+from tests.servers import call, fake_host, refusing_port, settings_for, until_done
+from tests.waits import until
 
 pytestmark = pytest.mark.asyncio
 HOST = "gpu-a"
@@ -64,10 +66,16 @@ async def held_claims(server: Server, partitions: int) -> str:
     server.service.pipeline.hold(True)
     job = await server.service.submit(partitions, {}, 0)
     assert server.service.pipeline.backlog == 0  # accepted into the fleet's queue, not this backlog
-    # The claim loop may have begun a claim before the hold, which takes some of them first:
-    # this claim, on the same thread, queues after it, and together they hold every one.
-    await fleet.claim(partitions)
-    assert server.service.pipeline.backlog == partitions
+
+    # The claim loop may have begun a claim before the hold, which takes some of them first
+    # (a claim made while it reads their job finishes that one rather than claiming anew):
+    # claim again until the backlog holds every one. One lease or two hold them.
+    async def backlog() -> int:
+        await fleet.claim(partitions - server.service.pipeline.backlog)
+        return server.service.pipeline.backlog
+
+    await until(backlog, f"the backlog to hold all {partitions} partitions",
+                done=lambda n: n == partitions)  # fmt: skip
     return job.id
 
 
@@ -85,8 +93,12 @@ async def test_a_host_proves_what_it_accepts_through_the_fleets_queue_and_shows_
     assert status == 200
     check_schema(detail, "/v1/jobs/{id}")
     [holder] = detail["holders"]
-    assert (holder["host"], holder["leases"], holder["partitions"]) == (HOST, 1, 5)
-    assert holder["runs"] == [[0, 5]]
+    assert (holder["host"], holder["partitions"]) == (HOST, 5)
+    # One lease, or two where the claim loop had begun a claim before the hold (held_claims):
+    # either way, in order, they hold the five partitions once each.
+    assert holder["leases"] in (1, 2)
+    assert len(holder["runs"]) == holder["leases"]
+    assert IndexRanges((start, stop) for start, stop in holder["runs"]).runs() == [(0, 5)]
     assert 0 < holder["expires_in_s"] <= 30
     assert detail["state"] == "running"  # marked at its first claim
     host.service.pipeline.hold(False)
@@ -112,14 +124,16 @@ async def test_a_lease_another_host_reclaimed_leaves_the_backlog_at_the_renewal(
     fleet = host.service.fleet
     assert fleet is not None
     job_id = await held_claims(host, 10)
+    leases = len(fleet.held)
     expire(postgres_url, HOST)  # as if this host had not renewed for a lease
-    [claim] = other.claim("gpu-b", 10)
-    assert (claim.job_id, claim.reclaimed_from, len(claim.pending)) == (job_id, HOST, 10)
+    claims = other.claim("gpu-b", 10)
+    assert {(claim.job_id, claim.reclaimed_from) for claim in claims} == {(job_id, HOST)}
+    assert sum(len(claim.pending) for claim in claims) == 10
     await fleet.renew()
     assert host.service.pipeline.backlog == 0
     assert fleet.held == {}
-    assert fleet.counts.lost_leases == 1
-    assert host.service.registry.get_sample_value("pacer_fleet_lost_leases_total") == 1.0
+    assert fleet.counts.lost_leases == leases  # each with partitions not started
+    assert host.service.registry.get_sample_value("pacer_fleet_lost_leases_total") == leases
 
 
 async def test_a_cancel_on_another_host_reaches_this_one_at_its_renewal(
@@ -188,11 +202,13 @@ async def test_leases_not_renewed_for_longer_than_a_lease_make_the_host_unready(
         await server.shutdown()
 
 
+@pytest.mark.slow
 async def test_a_database_out_of_reach_stops_the_start_with_the_reason(tmp_path: Path) -> None:
-    url = f"postgresql://pacer:secret@127.0.0.1:{free_port()}/pacer"
-    server = fleet_server(tmp_path, url, PACER_JOURNAL__TIMEOUT_S="1")
-    with pytest.raises(JournalUnavailable) as refused:
-        await server.start()
-    await server.shutdown()
+    with refusing_port() as port:
+        url = f"postgresql://pacer:secret@127.0.0.1:{port}/pacer"
+        server = fleet_server(tmp_path, url, PACER_JOURNAL__TIMEOUT_S="1")
+        with pytest.raises(JournalUnavailable) as refused:
+            await server.start()
+        await server.shutdown()
     assert str(refused.value).startswith("journal postgresql://pacer:***@127.0.0.1:")
     assert "secret" not in str(refused.value)

@@ -29,7 +29,7 @@ from pacer.server import Server
 from pacer.service.lifecycle import Service
 from tests.servers import call, settings_for, until_done
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 LOG_N = 10
 
 
@@ -52,7 +52,7 @@ class NumpyProver:
 def shared_gpu_workload(settings: Settings) -> GpuNttWorkload:
     workload = GpuNttWorkload(
         LOG_N, devices=[3], workers_per_device=2, on_empty="wait", executor="processes",
-        pool_backend="shared", keep_pool=settings.gpu.keep_pool,
+        pool_backend="shared", keep_pool=settings.gpu.keep_pool, shm_dir=settings.gpu.shm_dir,
     )  # fmt: skip
     workload._provers = {worker: NumpyProver(workload.field) for worker in range(workload.workers)}
     return workload

@@ -178,6 +178,7 @@ async def test_a_pinned_pool_larger_than_the_host_has_refuses_to_start(tmp_path:
         await server.shutdown()
 
 
+@pytest.mark.slow
 async def test_a_pool_sized_from_a_clamped_budget_fits_the_host(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

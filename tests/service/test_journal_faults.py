@@ -17,7 +17,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import closing, contextmanager
@@ -51,8 +50,6 @@ from tests.waits import until, wait_until
 
 LOG_N = 8  # tests.servers.FAST
 PARTITIONS = 64  # their results take several pages: a journal that cannot grow refuses them
-# A commit attempt holds the results it tries to write: between two, they wait in memory.
-BETWEEN_COMMITS = "the results waiting between two commit attempts"
 FAST_RETRY = Backoff(first_s=0.01, max_s=0.05, jitter=0.0)
 FAST_JOURNAL = {
     "PACER_JOURNAL__COMMIT_INTERVAL_S": "0.01",
@@ -247,8 +244,7 @@ async def test_jobs_accepted_before_a_fault_complete_once_it_clears(
         "every partition proved",
     )
     _, meanwhile = await call(svc, "GET", f"/v1/jobs/{body['id']}")
-    waiting = await until(svc.service.uncommitted, BETWEEN_COMMITS)
-    assert meanwhile["partitions_done"] + waiting == PARTITIONS
+    assert meanwhile["partitions_done"] + svc.service.uncommitted() == PARTITIONS
 
     await injected.stop(svc)
     await assert_completed_exactly(svc, body["id"], PARTITIONS)
@@ -263,6 +259,7 @@ async def test_jobs_accepted_before_a_fault_complete_once_it_clears(
 
 
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_a_job_that_fails_during_a_fault_fails_once_it_clears(
     svc: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -331,9 +328,8 @@ async def test_a_write_failing_part_way_through_a_one_by_one_commit_keeps_what_i
                      PartitionResult("no-such-job", 0, "x", 1.0, 0.1),
                      PartitionResult(job.id, 1, "d1", 1.0, 0.1),
                      PartitionResult(job.id, 2, "d2", 1.0, 0.1)]  # fmt: skip
-    await until_readyz(svc, "disk I/O error")
-    left = await until(lambda: [(r.job_id, r.index) for r in svc.service.journal_access.pending],
-                       BETWEEN_COMMITS)  # fmt: skip
+    await until_readyz(svc, "disk I/O error")  # said once the partial commit has returned
+    left = [(r.job_id, r.index) for r in svc.service.journal_access.pending]
     assert left == [(job.id, 2)]  # only what was left
     _, meanwhile = await call(svc, "GET", f"/v1/jobs/{job.id}")
     assert meanwhile["partitions_done"] == 2
@@ -396,8 +392,10 @@ async def test_dispatch_holds_while_too_many_results_wait_then_resumes(
 
     await until(held, "dispatch to hold, nothing in flight")
     assert svc.service.pipeline.backlog > 0  # work waits, undispatched
-    # What was in flight when the limit was reached comes on top of it, no more.
-    waiting = await until(svc.service.uncommitted, BETWEEN_COMMITS)
+    # Every commit fails, so the results waiting (those of a commit attempt included) only
+    # grow, one at a time: dispatch held at the limit, and what was in flight then came on
+    # top of it, no more.
+    waiting = svc.service.uncommitted()
     assert limit <= waiting <= limit + svc.service.plan.caps.inflight_partitions
     faulty(svc).failing.clear()
     await assert_completed_exactly(svc, body["id"], PARTITIONS)
@@ -414,9 +412,10 @@ def test_a_second_service_on_the_journal_refuses_to_start_naming_the_first(
     first = server_factory().start()
     assert first.proc is not None
     second = server_factory().launch()
-    started = time.monotonic()
-    assert second.wait(30) == 2
-    assert time.monotonic() - started < 10  # the lock is taken before anything slow
+    assert second.wait(60) == 2
+    # The lock is taken before anything slow: the workload was not loaded (its backend, Numba
+    # or NumPy, is logged as it is).
+    assert "synthesis and verification" not in second.log
     holder = f"pid {first.proc.pid} on {socket.gethostname()}"
     assert f"is in use by {holder}" in second.log
     assert "Traceback" not in second.log

@@ -3,7 +3,7 @@ each time: every job accepted (202) completes exactly once with the results a fa
 computation gives, and nothing a killed service started outlives it or keeps its pool mapped.
 
 Two runs: the CPU workload (synthesis on threads) and the GPU workload's processes executor
-(pool slots in /dev/shm written by forkserver synthesis processes), proving through the NumPy
+(pool slots in shared memory written by forkserver synthesis processes), proving through the NumPy
 stand-in of `tests.service.test_gpu_path` where CI has no CUDA.
 """
 
@@ -34,6 +34,8 @@ from tests.processes import descendants, wait_until_gone
 from tests.servers import ServerFactory, ServerProcess
 from tests.service import test_gpu_path
 from tests.waits import wait_until
+
+pytestmark = pytest.mark.slow
 
 KILLS = 20
 PHASES = ("submit", "dispatch", "commit", "drain")

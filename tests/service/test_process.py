@@ -20,6 +20,8 @@ from pacer.workload import job_seed
 from tests.servers import ServerFactory, readyz_refuses
 from tests.waits import wait_until
 
+pytestmark = pytest.mark.slow
+
 
 def job_states(journal: Path) -> dict[str, str]:
     with sqlite3.connect(journal) as db:

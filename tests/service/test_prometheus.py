@@ -30,8 +30,10 @@ from tests.dashboard_queries import (
     substitute,
 )
 from tests.postgres_server import PostgresServer
-from tests.servers import ROOT, ServerProcess, free_port
+from tests.servers import READY_S, ROOT, ServerProcess, free_port
 from tests.waits import wait_until
+
+pytestmark = pytest.mark.slow
 
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
 BASELINE = "unpaced"
@@ -94,6 +96,15 @@ def stack(
         servers[policy] = ServerProcess(
             tmp / policy, **env, **journal, PACER_CONTROLLER__POLICY=policy
         )
+    try:  # serving first: the scrape targets name the ports they were given
+        for server in servers.values():
+            server.launch()
+        for server in servers.values():
+            server.client.wait_ready(READY_S)
+    except BaseException:
+        for server in servers.values():
+            server.stop()
+        raise
     port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
@@ -114,10 +125,6 @@ def stack(
     )  # fmt: skip
     prom = Prometheus(f"http://127.0.0.1:{port}")
     try:
-        for server in servers.values():
-            server.launch()
-        for server in servers.values():
-            server.client.wait_ready(30)
         wait_until(lambda: _ready(prom), "Prometheus to start")
         # a few seconds of work on each
         jobs = [(s, s.client.submit(80)) for s in servers.values() for _ in range(4)]

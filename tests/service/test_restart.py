@@ -14,19 +14,20 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpu.shm.block_maps import maps_inode
-from gpu.shm.blocks import BLOCK_PREFIX, SHM_DIR
+from gpu.shm.blocks import BLOCK_PREFIX
 from gpu.shm.record import sweep
 from tests.kept_pools import ServiceManager, records
 from tests.servers import ROOT, ServerFactory, ServerProcess
 from tests.service.test_process import job_states
 from tests.service.test_stopping import WAITS_ON_LOCKS, commit_held
 from tests.waits import wait_until
+
+pytestmark = pytest.mark.slow
 
 GPU = {
     "PACER_WORKLOAD": "tests.service.test_gpu_path:shared_gpu_workload",
@@ -35,19 +36,12 @@ GPU = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _no_pool_left(no_pool_kept_here: None) -> Iterator[None]:
-    sweep(drop_kept=True)
-    yield
-    sweep(drop_kept=True)
-
-
-def blocks_in_shm() -> dict[tuple[str, int], str]:
-    """The pool blocks in /dev/shm: inode → name."""
+def blocks_in(directory: str) -> dict[tuple[str, int], str]:
+    """The pool blocks in ``directory``: inode → name."""
     found = {}
-    for name in os.listdir(SHM_DIR):
+    for name in os.listdir(directory):
         if name.startswith(BLOCK_PREFIX):
-            stat = os.stat(f"{SHM_DIR}/{name}")
+            stat = os.stat(f"{directory}/{name}")
             found[maps_inode(stat.st_dev, stat.st_ino)] = name
     return found
 
@@ -64,16 +58,16 @@ def prove_a_job(server: ServerProcess, partitions: int = 6) -> None:
     ids=["keep-pool-setting", "handover-signal"],
 )
 def test_the_next_pacer_adopts_the_pool_its_predecessor_kept(
-    server_factory: ServerFactory, env: dict[str, str], signum: int
+    server_factory: ServerFactory, env: dict[str, str], signum: int, shm_dir: str
 ) -> None:
     first = server_factory(**GPU, **env).start()
     prove_a_job(first)
     assert first.client.status()["pool"]["origin"] == {"adopted": 0, "allocated": 4}
     first.signal(signum)
     assert first.wait() == 0
-    ((_, kept),) = records().items()
+    ((_, kept),) = records(shm_dir).items()
     assert (kept.state, kept.holder_pid, len(kept.blocks)) == ("kept", first.proc.pid, 4)  # type: ignore[union-attr]
-    before = blocks_in_shm()
+    before = blocks_in(shm_dir)
     assert sorted(before.values()) == sorted(kept.blocks)
     assert "kept for the next pacer" in first.log
 
@@ -86,7 +80,7 @@ def test_the_next_pacer_adopts_the_pool_its_predecessor_kept(
         set(phases)
     )
     assert status["startup"]["ready_s"] >= phases["prepare"]
-    after = blocks_in_shm()
+    after = blocks_in(shm_dir)
     assert set(after) == set(before)  # the same blocks: none made, none lost
     assert all(name.startswith(f"{BLOCK_PREFIX}{second.proc.pid}-") for name in after.values())  # type: ignore[union-attr]
     prove_a_job(second)
@@ -95,24 +89,25 @@ def test_the_next_pacer_adopts_the_pool_its_predecessor_kept(
     second.signal(signal.SIGTERM)
     assert second.wait() == 0
     if env:  # kept again, for the pacer after
-        assert [r.generation for r in records().values()] == [2]
+        assert [r.generation for r in records(shm_dir).values()] == [2]
+        sweep(shm_dir, drop_kept=True)
     else:  # not asked to keep it: freed as ever
-        assert (records(), blocks_in_shm()) == ({}, {})
+        assert (records(shm_dir), blocks_in(shm_dir)) == ({}, {})
 
 
 def test_the_pool_goes_through_the_descriptor_store_to_the_next_pacer(
-    server_factory: ServerFactory, tmp_path: Path
+    server_factory: ServerFactory, tmp_path: Path, shm_dir: str
 ) -> None:
     manager = ServiceManager(tmp_path)
     try:
         first = launched(manager, server_factory(**GPU, PACER_GPU__KEEP_POOL="true"))
-        assert blocks_in_shm() == {}  # memfds: nothing in /dev/shm
+        assert blocks_in(shm_dir) == {}  # memfds: no file in the directory
         prove_a_job(first)  # synthesis processes write the memfds through /proc/PID/fd
         first.signal(signal.SIGTERM)
         assert first.wait() == 0
         manager.receive()
         assert any(m.startswith("READY=1") for m in manager.messages)
-        ((_, kept),) = records().items()
+        ((_, kept),) = records(shm_dir).items()
         assert (kept.store, sorted(manager.stored)) == ("fdstore", sorted(kept.blocks))
 
         second = launched(manager, server_factory(**GPU, PACER_GPU__KEEP_POOL="true"))
@@ -124,10 +119,11 @@ def test_the_pool_goes_through_the_descriptor_store_to_the_next_pacer(
         assert sorted(manager.stored) == sorted(kept.blocks)  # the same, stored once each
     finally:
         manager.close()
+        sweep(shm_dir, drop_kept=True)  # the record of the pool kept in the store
 
 
 def test_a_stop_that_leaves_a_hung_journal_call_still_keeps_the_pool(
-    server_factory: ServerFactory, tmp_path: Path
+    server_factory: ServerFactory, tmp_path: Path, shm_dir: str
 ) -> None:
     # The commit waits on a lock another connection holds (PACER_JOURNAL__BUSY_TIMEOUT_S=600):
     # SIGUSR2 leaves it after the bound, exits 1, and the pool is kept all the same.
@@ -139,7 +135,7 @@ def test_a_stop_that_leaves_a_hung_journal_call_still_keeps_the_pool(
         first.signal(signal.SIGUSR2)
         assert first.wait(30) == 1
     assert "stopping without journal" in first.log
-    ((_, kept),) = records().items()
+    ((_, kept),) = records(shm_dir).items()
     assert (kept.state, kept.holder_pid) == ("kept", first.proc.pid)  # type: ignore[union-attr]
 
     second = server_factory(**GPU).start()

@@ -44,7 +44,8 @@ def watched_workload(settings: Settings) -> GpuNttWorkload:
     sys.meta_path.insert(0, _Watch(Path(os.environ["FIRST_STEPS_RECORD"]),
                                    settings.journal.sqlite_path))  # fmt: skip
     return GpuNttWorkload(8, devices=[0], workers_per_device=1, on_empty="wait",
-                          executor="processes", pool_backend="shared")  # fmt: skip
+                          executor="processes", pool_backend="shared",
+                          shm_dir=settings.gpu.shm_dir)  # fmt: skip
 
 
 def signalled_workload(settings: Settings) -> GpuNttWorkload:

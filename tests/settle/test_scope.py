@@ -1,7 +1,7 @@
 """``pacer settle --scope``: the memory of the cgroup whose memory.max limits the process, or the
 host's; on fake /proc/meminfo and cgroup v2 trees rewritten as a virtual clock moves, the CLI
-end to end (a real kept pool in /dev/shm, a real `python -m pacer settle`, a real child in a
-limited cgroup where the tests run in one)."""
+end to end (a real kept pool in the test's directory, a real `python -m pacer settle`, a real
+child in a limited cgroup where the tests run in one)."""
 
 from __future__ import annotations
 
@@ -238,12 +238,12 @@ POOL = 24 * KIB  # Holder(slots=2): two blocks of 3 × 1024 uint32
 
 
 @pytest.fixture
-def kept_pool(no_pool_kept_here: None) -> Iterator[Holder]:
+def kept_pool(shm_dir: str) -> Iterator[Holder]:
     """A pool of two slots kept by a process that has ended; dropped after the test."""
     holder = Holder(slots=2)
     holder.close(keep=True)
     yield holder
-    sweep(drop_kept=True)
+    sweep(shm_dir, drop_kept=True)
 
 
 @pytest.mark.parametrize(
@@ -256,11 +256,13 @@ def kept_pool(no_pool_kept_here: None) -> Iterator[Holder]:
     ],
     ids=["charged-here", "charged-elsewhere", "partly", "other-memory"],
 )
+@pytest.mark.slow
 def test_a_kept_pool_counts_as_kept_as_far_as_it_is_charged_to_the_cgroup(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     clock: FakeClock,
     kept_pool: Holder,
+    shm_dir: str,
     current: int,
     shmem: int,
     kept: int,
@@ -277,7 +279,7 @@ def test_a_kept_pool_counts_as_kept_as_far_as_it_is_charged_to_the_cgroup(
         current,
         kept,
     )
-    assert f"kept for the next pacer: 2 blocks, 24.0 KiB in /dev/shm (pacer {kept_pool.pid}" in err
+    assert f"kept for the next pacer: 2 blocks, 24.0 KiB in {shm_dir} (pacer {kept_pool.pid}" in err
     told = [line for line in err.splitlines() if "is not in the memory judged" in line]
     assert told == ([] if outside is None else [
         f"pacer settle: {outside} of the pools kept for the next pacer is not in the memory "
@@ -433,6 +435,7 @@ def test_docstring_examples(module: object) -> None:
 # --- on this machine's own cgroup ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_command_judges_this_machines_cgroup_where_one_limits_it(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "pacer", "settle", "--scope", "cgroup", "--timeout", "0",
             "--process-name", "", "--state-file", str(tmp_path / "s.json"), "--no-record",
@@ -453,6 +456,7 @@ def test_the_command_judges_this_machines_cgroup_where_one_limits_it(tmp_path: P
 
 
 @pytest.mark.skipif(read_cgroup_limit() is None, reason="no cgroup memory limit on this process")
+@pytest.mark.slow
 def test_settles_in_this_cgroup_after_a_child_holding_2gib_is_killed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -21,13 +21,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu.shm.blocks import BLOCK_PREFIX
-from gpu.shm.record import sweep
+from gpu.shm.blocks import BLOCK_PREFIX, SHM_DIR
 from pacer.settle import cli as settle_cli
 from pacer.settle.detector import GIB, SettleDetector, parse_size
 from pacer.settle.held import BlockHolder, Held, HeldBlockScanner, ReportedHolders, kill_holder
 from pacer.settle.loop import Result, SettleOptions
 from pacer.settle.loop import run as settle_run
+from pacer.settle.report import summary as settle_summary
 from pacer.settle.sources import MeminfoSampler, ProcessScanner, Sample
 from pacer.settle.state import default_state_file, record_state
 from tests.conftest import FakeClock
@@ -412,7 +412,7 @@ def test_summary_blames_gpu_memory_when_only_it_has_not_settled(clock: FakeClock
     draining_gpu = [Sample(100 * GIB, (40 - 4 * k) * GIB) for k in range(10)]
     result, _ = fake_run(options, draining_gpu, clock)
     assert (result.settled, result.host_settled, result.gpu_settled) == (False, True, False)
-    assert settle_cli.summary(result, options) == (
+    assert settle_summary(result, options) == (
         "not settled after 3 s: GPU memory falling 12.0 GiB over the last 3 s, "
         "short of the 5 s window"
     )
@@ -425,7 +425,7 @@ def test_memory_kept_for_the_next_pacer_is_neither_draining_nor_free(
     kept = [Sample(110 * GIB, kept_bytes=63 * GIB)] * 5
     result, _ = fake_run(options, kept, clock)
     assert (result.settled, result.reason, result.settled_at_s) == (True, "baseline", 0.0)
-    assert settle_cli.summary(result, options) == (
+    assert settle_summary(result, options) == (
         "settled after 0.0 s: used 110.0 GiB, 63.0 GiB of it kept for the next pacer, "
         "within 2.0 GiB of the 46.0 GiB baseline"
     )
@@ -439,7 +439,6 @@ def test_memory_kept_for_the_next_pacer_is_neither_draining_nor_free(
 
 def kept_pool(tmp_path: Path) -> tuple[Holder, list[str]]:
     """A pool of 2 slots kept by a process that has ended, and the options of a check once."""
-    sweep(drop_kept=True)
     holder = Holder(slots=2)
     holder.close(keep=True)
     argv = ["--timeout", "0", "--process-name", "", "--state-file", str(tmp_path / "s.json"),
@@ -447,36 +446,75 @@ def kept_pool(tmp_path: Path) -> tuple[Holder, list[str]]:
     return holder, argv
 
 
-@pytest.mark.usefixtures("only_own_blocks", "no_pool_kept_here")
+@pytest.mark.usefixtures("only_own_blocks")
+@pytest.mark.slow
 def test_the_command_reports_a_kept_pool_leaves_it_and_drops_it_when_asked(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shm_dir: str
 ) -> None:
     holder, argv = kept_pool(tmp_path)
     _, out, err = cli([*argv, "--json"], capsys)
     assert (
-        f"kept for the next pacer: 2 blocks, 24.0 KiB in /dev/shm (pacer {holder.pid} stopped, "
+        f"kept for the next pacer: 2 blocks, 24.0 KiB in {shm_dir} (pacer {holder.pid} stopped, "
         "generation 1, 12.0 KiB slots of 1024+1024+1024 <u4)"
     ) in err
     assert json.loads(out)["samples"][0]["kept_bytes"] == 24 * 1024
-    assert all(shm_exists(name) for name in holder.names)  # kept in place
+    assert all(shm_exists(shm_dir, name) for name in holder.names)  # kept in place
     assert "not settled" not in err
 
     _, _, err = cli([*argv, "--drop-kept"], capsys)
     assert "asked to drop kept pools" in err
-    assert not any(shm_exists(name) for name in holder.names)
-    assert records() == {}
+    assert not any(shm_exists(shm_dir, name) for name in holder.names)
+    assert records(shm_dir) == {}
 
 
-@pytest.mark.usefixtures("only_own_blocks", "no_pool_kept_here")
+@pytest.mark.usefixtures("only_own_blocks")
+@pytest.mark.slow
 def test_a_record_whose_blocks_are_gone_is_removed_by_the_sweep(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shm_dir: str
 ) -> None:
     holder, argv = kept_pool(tmp_path)
-    os.unlink(f"/dev/shm/{holder.names[1]}")
+    os.unlink(f"{shm_dir}/{holder.names[1]}")
     _, _, err = cli(argv, capsys)
     assert f"its block {holder.names[1]} is gone" in err
     assert "removed 1 pinned-pool blocks" in err  # the one left, no record keeping it now
-    assert (records(), shm_exists(holder.names[0])) == ({}, False)
+    assert (records(shm_dir), shm_exists(shm_dir, holder.names[0])) == ({}, False)
+
+
+@pytest.mark.usefixtures("only_own_blocks")
+@pytest.mark.slow
+def test_the_directory_swept_is_shm_dir_else_the_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shm_dir: str
+) -> None:
+    holder, argv = kept_pool(tmp_path)  # in shm_dir, which PACER_GPU__SHM_DIR names
+    elsewhere = os.path.join(shm_dir, "elsewhere")
+    os.mkdir(elsewhere)
+    _, _, err = cli([*argv, "--drop-kept", "--shm-dir", elsewhere], capsys)
+    assert "kept for the next pacer" not in err
+    assert all(shm_exists(shm_dir, name) for name in holder.names)  # not looked at
+    os.rmdir(elsewhere)
+    _, _, err = cli([*argv, "--drop-kept"], capsys)
+    assert "asked to drop kept pools" in err
+    assert os.listdir(shm_dir) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "setting", "named"),
+    [("shm", None, "--shm-dir"), (None, "shm", "PACER_GPU__SHM_DIR")],
+    ids=["option", "setting"],
+)
+def test_a_relative_shm_dir_is_refused_naming_where_it_came_from(
+    option: str | None,
+    setting: str | None,
+    named: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if setting is not None:
+        monkeypatch.setenv("PACER_GPU__SHM_DIR", setting)
+    argv = ["--timeout", "0", *(["--shm-dir", option] if option is not None else [])]
+    status, _, err = cli(argv, capsys)
+    assert status == 2
+    assert f"{named}: must be an absolute path, such as {SHM_DIR}, got 'shm'" in err
 
 
 # --- state file -----------------------------------------------------------------------------
@@ -537,6 +575,7 @@ def test_default_state_file_follows_systemds_state_directory() -> None:
 # --- real processes -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_named_process_blocks_settling_while_alive_and_as_a_zombie(
     tmp_path: Path, clock: FakeClock
 ) -> None:
@@ -560,7 +599,7 @@ def test_named_process_blocks_settling_while_alive_and_as_a_zombie(
         result = settle_run(check_once, clock, clock.advance, ListSampler(at_baseline), scanner)
         assert not result.settled
         assert [p.state for p in result.blockers] == ["Z"]
-        assert settle_cli.summary(result, check_once) == (
+        assert settle_summary(result, check_once) == (
             f"not settled after 0 s: process pacer-settle-te (pid {child.pid}, zombie) "
             "still present"
         )
@@ -576,6 +615,7 @@ def test_process_scanner_leaves_out_this_process_and_its_ancestors() -> None:
 
 
 @pytest.mark.usefixtures("only_own_blocks")
+@pytest.mark.slow
 def test_settles_for_real_after_a_child_holding_2gib_is_killed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -608,17 +648,18 @@ def test_settles_for_real_after_a_child_holding_2gib_is_killed(
 
 
 @pytest.mark.usefixtures("only_own_blocks")
-def test_blocks_a_killed_pacer_left_in_dev_shm_are_removed_and_reported(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.slow
+def test_blocks_a_killed_pacer_left_in_its_directory_are_removed_and_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shm_dir: str
 ) -> None:
     holder, names = start_pool_holder()
     kill_pool_holder(holder)
-    assert all(os.path.exists(f"/dev/shm/{name}") for name in names)
+    assert all(shm_exists(shm_dir, name) for name in names)
     argv = ["--timeout", "0", "--process-name", "", "--state-file", str(tmp_path / "s.json"),
             "--no-record", "--scope", "host"]  # fmt: skip
     _, _, err = cli(argv, capsys)
-    assert not any(os.path.exists(f"/dev/shm/{name}") for name in names)
-    assert "removed 2 pinned-pool blocks (0.00 GiB) that a dead pacer left in /dev/shm" in err
+    assert not any(shm_exists(shm_dir, name) for name in names)
+    assert f"removed 2 pinned-pool blocks (0.00 GiB) that a dead pacer left in {shm_dir}" in err
     _, _, err = cli(argv, capsys)  # nothing left to remove, nothing said
     assert "pinned-pool blocks" not in err
 
@@ -633,9 +674,10 @@ def fake_process(
     cmdline: str,
     blocks: Sequence[tuple[str, int, int, bool]] = (),
     started: int = 1000,
+    directory: str = SHM_DIR,
 ) -> None:
     """A /proc/PID directory: stat, cmdline, and maps and smaps holding a library mapping and
-    one shared mapping per block (name, inode, resident bytes, unlinked)."""
+    one shared mapping per block in ``directory`` (name, inode, resident bytes, unlinked)."""
     where = proc / str(pid)
     where.mkdir(parents=True)
     fields = ["S", "1", *["0"] * 17, str(started), "0"]  # state, ppid, …, starttime (22nd)
@@ -645,7 +687,8 @@ def fake_process(
     smaps = [maps[0], "Size:  4 kB", "Rss:  4 kB", "Pss:  4 kB"]
     for number, (block, inode, resident, unlinked) in enumerate(blocks):
         start = 0x7F0000000000 + number * 0x100000000
-        header = f"{start:x}-{start + 6 * GIB:x} rw-s 00000000 00:1b {inode:<10} /dev/shm/{block}"
+        path = f"{directory}/{block}"
+        header = f"{start:x}-{start + 6 * GIB:x} rw-s 00000000 00:1b {inode:<10} {path}"
         header += " (deleted)" if unlinked else ""
         maps.append(header)
         smaps += [header, f"Size: {6 * GIB // 1024} kB", f"Rss: {resident // 1024} kB"]
@@ -656,22 +699,26 @@ def fake_process(
 FORKSERVER = "/usr/bin/python3 -B -c from multiprocessing.forkserver import main; main(9, 10)"
 
 
-def host_with_orphans(proc: Path) -> None:
+def host_with_orphans(proc: Path, directory: str = SHM_DIR) -> None:
     """A live pacer (100) with its worker (101); a dead one's (200) two workers and a process
     that mapped its blocks to look at them; a block whose owner's PID (400) went to another
-    process; an unrelated process."""
+    process; an unrelated process. Every block is in ``directory``."""
     live = [(f"{BLOCK_PREFIX}100-0", 11, 6 * GIB, False)]
-    fake_process(proc, 100, "pacer", "/usr/bin/python3 /usr/local/bin/pacer serve", live)
-    fake_process(proc, 101, "pacer-synth", FORKSERVER, live)
+    serve = "/usr/bin/python3 /usr/local/bin/pacer serve"
+    fake_process(proc, 100, "pacer", serve, live, directory=directory)
+    fake_process(proc, 101, "pacer-synth", FORKSERVER, live, directory=directory)
     dead = [
         (f"{BLOCK_PREFIX}200-0", 21, 6 * GIB, True),
         (f"{BLOCK_PREFIX}200-1", 22, 2 * GIB, True),
     ]
-    fake_process(proc, 201, "pacer-synth", FORKSERVER, dead, started=2001)
-    fake_process(proc, 202, "python", FORKSERVER, [(*dead[0][:2], 5 * GIB, True)])
-    fake_process(proc, 300, "python", "python3 look.py", [(*dead[1][:2], 1 * GIB, False)])
+    fake_process(proc, 201, "pacer-synth", FORKSERVER, dead, started=2001, directory=directory)
+    fake_process(proc, 202, "python", FORKSERVER, [(*dead[0][:2], 5 * GIB, True)],
+                 directory=directory)  # fmt: skip
+    fake_process(proc, 300, "python", "python3 look.py", [(*dead[1][:2], 1 * GIB, False)],
+                 directory=directory)  # fmt: skip
     fake_process(proc, 400, "bash", "bash")  # not the pacer that made block 400-0
-    fake_process(proc, 401, "pacer-synth", FORKSERVER, [(f"{BLOCK_PREFIX}400-0", 41, GIB, False)])
+    fake_process(proc, 401, "pacer-synth", FORKSERVER, [(f"{BLOCK_PREFIX}400-0", 41, GIB, False)],
+                 directory=directory)  # fmt: skip
     fake_process(proc, 500, "sshd", "sshd: /usr/sbin/sshd")
     (proc / "self").mkdir()  # not a process directory
 
@@ -712,7 +759,7 @@ def test_memory_held_by_orphans_is_never_settled(tmp_path: Path, clock: FakeCloc
     result = run()
     assert (result.settled, result.reason, len(result.samples)) == (False, "timeout", 21)
     assert result.held is not None
-    assert settle_cli.summary(result, options) == (
+    assert settle_summary(result, options) == (
         "not settled after 20 s: held by orphans: 4 processes, 9.0 GiB (pid 201, 202, 300, 401), "
         "given back only when they end; --kill-orphans kills those that are pacer's synthesis "
         "processes"
@@ -774,11 +821,12 @@ from gpu.procs.lifeline import SYNTHESIS_PROCESS_NAME
 name, size = sys.argv[1], int(sys.argv[2])
 if sys.argv[3] == "synthesis":
     lifeline.name_process(SYNTHESIS_PROCESS_NAME)
-descriptor = os.open("/dev/shm/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+path = os.path.join(os.environ["PACER_GPU__SHM_DIR"], name)
+descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
 os.ftruncate(descriptor, size)
 block = mmap.mmap(descriptor, size)
 os.close(descriptor)
-os.unlink("/dev/shm/" + name)
+os.unlink(path)
 block.write(b"x" * size)  # resident
 print("holding", flush=True)
 sys.stdin.read()
@@ -793,8 +841,9 @@ def dead_pid() -> int:
 
 
 @pytest.mark.parametrize("kind", ["synthesis", "other"])
+@pytest.mark.slow
 def test_a_child_mapping_an_unlinked_block_of_a_dead_pacer_holds_settle_up(
-    kind: str, clock: FakeClock
+    kind: str, clock: FakeClock, shm_dir: str
 ) -> None:
     owner = dead_pid()
     block = f"{BLOCK_PREFIX}{owner}-0"
@@ -805,7 +854,7 @@ def test_a_child_mapping_an_unlinked_block_of_a_dead_pacer_holds_settle_up(
     told: list[str] = []
     with subprocess.Popen(args, **pipes) as child:  # type: ignore[call-overload]
         assert child.stdout.readline() == "holding\n"
-        scanner = HeldBlockScanner(prefix=f"{BLOCK_PREFIX}{owner}-")
+        scanner = HeldBlockScanner(prefix=f"{BLOCK_PREFIX}{owner}-", directory=shm_dir)
         held = ReportedHolders(scanner, told.append, kill_orphans=True)
         result = settle_run(check_once, clock, clock.advance, ListSampler([Sample(100 * GIB)]),
                             held=held)  # fmt: skip
@@ -831,11 +880,15 @@ def test_a_child_mapping_an_unlinked_block_of_a_dead_pacer_holds_settle_up(
 
 
 def test_the_command_names_the_holders_and_exits_1(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    shm_dir: str,
 ) -> None:
-    host_with_orphans(tmp_path / "proc")
+    host_with_orphans(tmp_path / "proc", shm_dir)  # where PACER_GPU__SHM_DIR says
     monkeypatch.setattr(
-        "pacer.settle.cli.HeldBlockScanner", lambda: HeldBlockScanner(tmp_path / "proc")
+        "pacer.settle.cli.HeldBlockScanner",
+        lambda directory: HeldBlockScanner(tmp_path / "proc", directory=directory),
     )
     argv = ["--timeout", "0", "--process-name", "", "--state-file", str(tmp_path / "s.json"),
             "--baseline", "1TiB"]  # fmt: skip
