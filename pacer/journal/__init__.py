@@ -1,12 +1,15 @@
 """The job journal: jobs and their partition results, kept so that a restart resumes.
 
 The service speaks to it through `JournalBackend` (`interface`), opened by `open_journal`
-(`factory`); a journal a fleet of pacers shares is also a `FleetBackend` (`fleet`: claims and
-leases; `pacer.pgjournal` keeps it in PostgreSQL). `SqliteJournal` (`sqlite`, also named
-`Journal`) keeps it in an SQLite file, built from `schema` (versions and migrations), `writer`,
-`failures`, `reads` and `saved_estimates`.
-What it holds and answers, whatever stores it, is in `records`; what it checks before it
-writes, in `checks`. One service per file: `JournalLock` (`lock`) holds ``<journal>.lock``.
+(`factory`); a journal a fleet of pacers shares is also a `FleetBackend` (`fleet_backend`:
+claims and leases; `pacer.pgjournal` keeps it in PostgreSQL). The rules and queries are written
+once: `JournalCore` (`core`, the writes) and `JournalQueries` (`queries`, the reads) run on a
+`Dialect` (`dialect`), which holds only what SQLite and PostgreSQL do differently.
+`SqliteJournal` (`sqlite`, also named `Journal`) keeps the journal in an SQLite file through
+`SqliteDialect` (`sqlite_dialect`), whose versions and migrations are in `schema`.
+What it holds and answers, whatever stores it, is in `records` and `rows`; what it checks
+before it writes, in `checks`. One service per file: `JournalLock` (`lock`) holds
+``<journal>.lock``.
 """
 
 from pacer.journal.factory import open_fleet_journal, open_journal

@@ -52,15 +52,6 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 
-# What the parts of the journal read and write, column by column.
-JOB_COLUMNS = (
-    "id, state, partitions, partitions_done, workload, params, priority, created_at, updated_at,"
-    " error, result_digest"
-)
-BY_FAILURES = "INDEXED BY partitions_failed"
-PARTITION_COLUMNS = "idx, state, synthesis_s, gpu_s, phases, digest, error, gpu, completed_at"
-ATTEMPT_COLUMNS = "idx, attempt, reason, gpu, at"
-
 
 class NewerSchemaError(JournalFileError):
     """The file was written by a newer pacer, with a schema this version cannot read."""

@@ -1,10 +1,10 @@
 """The job journal in PostgreSQL, shared by a fleet of pacers, and the fleet's queue.
 
-`PgJournal` (`journal`) has the SQLite journal's methods and semantics, and the fleet's:
-`claim`, `renew`, `release` and `leases` (`fleet`), which hand a job's partitions to hosts as
-leased index runs, and the host's own connection (`host`: its name held, word of work heard).
-`schema` holds the versions and migrates a database as a host starts; `database` the pool and
-what the parts share; `reads` the queries.
+`PgJournal` (`journal`) has the SQLite journal's methods and semantics, from the same core on
+`PgDialect` (`dialect`: where PostgreSQL's SQL differs), and the fleet's: `claim`, `renew`,
+`release` and `leases` (`leases`), which hand a job's partitions to hosts as leased index
+runs, and the host's own connection (`host_connection`: its name held, word of work heard).
+`schema` holds the versions and migrates a database as a host starts; `database` the pool.
 """
 
 from pacer.journal.fleet_backend import Claim, HostInUseError, Lease

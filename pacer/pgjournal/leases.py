@@ -13,27 +13,31 @@ A lease that expires is any host's to claim: the claim hands out only the partit
 run that have no result yet. Results are stored once whoever sends them (``complete_partitions``
 ignores a partition already journaled) and a run whose partitions all have results is deleted.
 A job that ends (completed, failed, cancelled) has its runs deleted: nothing of it is claimed
-again.
+again. The journal's writes keep the runs in step with the jobs through `add_runs`,
+`drop_finished_runs` and `drop_runs`, in their transactions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import pairwise
 
+from psycopg_pool import ConnectionPool
+
 from pacer.journal.fleet_backend import Claim, Lease
-from pacer.journal.records import is_int
-from pacer.pgjournal.database import ACTIVE, Database
-from pacer.pgjournal.reads import free_runs
+from pacer.journal.records import ACTIVE, JobRecord, is_int
+from pacer.pgjournal.database import PgConnection, connection
 from pacer.pgjournal.schema import LANE_PARTITIONS, LANES
+from pacer.ranges import IndexRanges
 
 MAX_CLAIM = 10_000  # partitions one claim may ask for
 # What hosts LISTEN on: a job accepted, or leases given back (partitions free to claim now).
 WORK_CHANNEL = "pacer_work"
 
-_ACTIVE_JOB = "EXISTS (SELECT 1 FROM jobs j WHERE j.id = b.job_id AND j.state IN (%s, %s))"
+_ACTIVE_JOB = "EXISTS (SELECT 1 FROM jobs j WHERE j.id = b.job_id AND j.state IN (?, ?))"
 # Before a statement on a host's leases: drop those of jobs that ended (a lease taken as its
 # job ended outlives the job's deletion of its runs). Parameters: the host, ACTIVE.
-_DROP_ENDED = f"WITH ended AS (DELETE FROM batches b WHERE b.claimed_by = %s AND NOT {_ACTIVE_JOB})"
+_DROP_ENDED = f"WITH ended AS (DELETE FROM batches b WHERE b.claimed_by = ? AND NOT {_ACTIVE_JOB})"
 
 
 def lanes(partitions: int) -> list[tuple[int, int]]:
@@ -47,8 +51,62 @@ def lanes(partitions: int) -> list[tuple[int, int]]:
     return list(pairwise(bounds))
 
 
-class FleetQueue(Database):
-    """Claims, leases and their release: what a host of a fleet asks of the shared journal."""
+def free_runs(start: int, stop: int, taken: Iterable[tuple[int, int]]) -> IndexRanges:
+    """The indices of ``[start, stop)`` outside the ascending, disjoint runs ``taken``.
+
+    >>> free_runs(0, 10, [(0, 1), (3, 5)]).runs()
+    [(1, 3), (5, 10)]
+    """
+    gaps: list[tuple[int, int]] = []
+    at = start
+    for first, end in taken:
+        if first > at:
+            gaps.append((at, min(first, stop)))
+        at = max(at, end)
+        if at >= stop:
+            break
+    if at < stop:
+        gaps.append((at, stop))
+    return IndexRanges(gaps)
+
+
+def add_runs(db: PgConnection, job: JobRecord) -> None:
+    """In the open transaction: the new ``job``'s lanes, free for any claim, and word of work
+    to the hosts (delivered when the transaction commits)."""
+    starts, stops = zip(*lanes(job.partitions), strict=True)
+    db.execute(
+        "INSERT INTO batches (job_id, priority, created_at, seq, first, start, stop)"
+        " SELECT j.id, j.priority, j.created_at, j.seq, l.start, l.start, l.stop"
+        " FROM jobs j, unnest(?::integer[], ?::integer[]) AS l (start, stop) WHERE j.id = ?",
+        (list(starts), list(stops), job.id),
+    )
+    db.execute(f"NOTIFY {WORK_CHANNEL}")
+
+
+def drop_finished_runs(db: PgConnection, job_id: str, first: int, last: int) -> None:
+    """In the open transaction: delete the leased runs of the job, among those that reach into
+    ``[first, last]``, whose partitions all have results: nothing of them is left to claim."""
+    db.execute(
+        "DELETE FROM batches b WHERE b.job_id = ? AND b.claimed_by IS NOT NULL"
+        " AND b.start <= ? AND b.stop > ? AND b.stop - b.start = (SELECT count(*)"
+        " FROM partitions p WHERE p.job_id = b.job_id AND p.idx >= b.start"
+        " AND p.idx < b.stop)",
+        (job_id, last, first),
+    )
+
+
+def drop_runs(db: PgConnection, job_id: str) -> None:
+    """In the open transaction: the job ended; delete its runs, so no host claims it again."""
+    db.execute("DELETE FROM batches WHERE job_id = ?", (job_id,))
+
+
+class FleetQueue:
+    """Claims, leases and their release on ``pool``: what a host of a fleet asks of the shared
+    journal. A claim or a renewal holds partitions for ``lease_s`` seconds."""
+
+    def __init__(self, pool: ConnectionPool, lease_s: float) -> None:
+        self._pool = pool
+        self.lease_s = lease_s
 
     def claim(self, host: str, n: int) -> list[Claim]:
         """Lease up to ``n`` pending partitions to ``host`` in the fleet's order, from the
@@ -58,9 +116,9 @@ class FleetQueue(Database):
         _check_host(host)
         if not is_int(n) or not 1 <= n <= MAX_CLAIM:
             raise ValueError(f"a claim takes from 1 to {MAX_CLAIM} partitions, got {n!r}")
-        with self._connection() as conn:
-            rows = conn.execute(
-                "SELECT * FROM pacer_claim(%s, %s, %s)", (host, n, self.lease_s)
+        with connection(self._pool) as db:
+            rows = db.execute(
+                "SELECT * FROM pacer_claim(?, ?, ?)", (host, n, self.lease_s)
             ).fetchall()
         return [
             Claim(batch, job_id, free_runs(start, stop, ((d, d + 1) for d in done)), previous)
@@ -72,11 +130,11 @@ class FleetQueue(Database):
         batch it claimed that is not among them was reclaimed after its lease expired, or had
         all its results, or its job ended (those leases are dropped here)."""
         _check_host(host)
-        with self._connection() as conn:
-            rows = conn.execute(
+        with connection(self._pool) as db:
+            rows = db.execute(
                 f"{_DROP_ENDED} UPDATE batches b"
-                " SET lease_until = now() + make_interval(secs => %s)"
-                f" WHERE b.claimed_by = %s AND {_ACTIVE_JOB} RETURNING b.id",
+                " SET lease_until = now() + make_interval(secs => ?)"
+                f" WHERE b.claimed_by = ? AND {_ACTIVE_JOB} RETURNING b.id",
                 (host, *ACTIVE, self.lease_s, host, *ACTIVE),
             ).fetchall()
         return sorted(batch for (batch,) in rows)
@@ -86,15 +144,15 @@ class FleetQueue(Database):
         it proved is committed, the rest it did not start); how many partitions they cover.
         Leases of jobs that ended are dropped instead."""
         _check_host(host)
-        with self._connection() as conn:
-            rows = conn.execute(
+        with connection(self._pool) as db:
+            rows = db.execute(
                 f"{_DROP_ENDED} UPDATE batches b SET claimed_by = NULL, lease_until = NULL,"
                 " given_back = true, first = start"
-                f" WHERE b.claimed_by = %s AND {_ACTIVE_JOB} RETURNING stop - start",
+                f" WHERE b.claimed_by = ? AND {_ACTIVE_JOB} RETURNING stop - start",
                 (host, *ACTIVE, host, *ACTIVE),
             ).fetchall()
             if rows:
-                conn.execute(f"NOTIFY {WORK_CHANNEL}")
+                db.execute(f"NOTIFY {WORK_CHANNEL}")
         return sum(count for (count,) in rows)
 
     def leases(self, job_id: str | None = None) -> list[Lease]:
@@ -105,20 +163,20 @@ class FleetQueue(Database):
             " extract(epoch FROM lease_until - now())::double precision FROM batches"
             " WHERE claimed_by IS NOT NULL"
         )
-        with self._connection() as conn:
+        with connection(self._pool) as db:
             if job_id is None:
-                rows = conn.execute(query + " ORDER BY job_id, start").fetchall()
+                rows = db.execute(query + " ORDER BY job_id, start").fetchall()
             else:
-                rows = conn.execute(query + " AND job_id = %s ORDER BY start", (job_id,)).fetchall()
+                rows = db.execute(query + " AND job_id = ? ORDER BY start", (job_id,)).fetchall()
             return [Lease(*row) for row in rows]
 
     def pending_partitions(self) -> int:
         """Partitions of queued and running jobs without a result, fleet-wide: what the
         fleet has left to prove, whoever holds it."""
-        with self._connection() as conn:
-            row = conn.execute(
+        with connection(self._pool) as db:
+            row = db.execute(
                 "SELECT coalesce(sum(partitions - partitions_done), 0) FROM jobs"
-                " WHERE state IN (%s, %s)",
+                " WHERE state IN (?, ?)",
                 ACTIVE,
             ).fetchone()
         return 0 if row is None else int(row[0])
