@@ -20,6 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     from pacer.cli import jobs as cli_client
     from pacer.cli import run as cli_run
     from pacer.cli import serve
+    from pacer.cli import tune as cli_tune
     from pacer.sim import cli as sim_cli
 
     parser = argparse.ArgumentParser(
@@ -44,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     sim_cli.add_arguments(sub.add_parser("simulate", help=sim_cli.HELP))
+    cli_tune.add_arguments(sub.add_parser("tune", help=cli_tune.HELP))
 
     from pacer import settle
 
@@ -100,6 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pacer.cli import jobs as cli_client
 
         return cli_client.run(args, settings)
+    if args.command == "tune":
+        from pacer.cli import tune as cli_tune
+
+        return cli_tune.main(args, settings)
     from pacer.sim import cli as sim_cli
 
     return sim_cli.main(args, settings)

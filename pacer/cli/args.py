@@ -41,6 +41,74 @@ def seconds(text: str) -> float:
     return value
 
 
+def share(low: float, high: float, *, low_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a number from ``low`` to ``high`` (above ``low`` with ``low_open``),
+    as ``--min-busy 0.99`` or ``--holdout 0.3``."""
+    rule = f"{'more than' if low_open else 'from'} {low:g} {'and at most' if low_open else 'to'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (low < value <= high if low_open else low <= value <= high):
+            raise argparse.ArgumentTypeError(f"must be a number {rule} {high:g}, got {text!r}")
+        return value
+
+    return parse
+
+
+def size(text: str) -> int:
+    """An argparse type: a size in bytes, more than 0, or with a unit (``40GiB``, ``3GB``)."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
+    try:
+        value = int(TypeAdapter(ByteSize).validate_python(text))
+    except ValidationError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a size in bytes more than 0, or with a unit (40GiB), got {text!r}"
+        )
+    return value
+
+
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(text: str) -> float:
+    """An argparse type: a span of time more than 0, in seconds or with a unit (``90s``,
+    ``30m``, ``2h``, ``1d``), in seconds.
+
+    >>> duration("2h"), duration("90")
+    (7200.0, 90.0)
+    """
+    unit = DURATION_UNITS.get(text[-1:], 0.0)
+    try:
+        value = float(text[:-1] if unit else text) * (unit or 1.0)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a span of time more than 0 (90s, 30m, 2h, 1d), got {text!r}"
+        )
+    return value
+
+
+def clock_time(text: str) -> float:
+    """An argparse type: a time of day as ISO 8601 (``2026-12-01T10:00``, this host's time
+    zone unless it names one: ``+00:00`` or ``Z``), as clock seconds."""
+    from datetime import datetime
+
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a time as ISO 8601 (2026-12-01T10:00, or with +00:00), got {text!r}"
+        ) from None
+    return (at if at.tzinfo is not None else at.astimezone()).timestamp()
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 

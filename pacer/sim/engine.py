@@ -12,8 +12,9 @@ many at once; the others wait for a worker in dispatch order, holding their byte
 synthesizing.
 
 Each partition's synthesis work and GPU service time are drawn up front from the scenario's seed,
-so every policy meets the same partitions (common random numbers). Nothing sleeps: an hour of
-simulated time takes well under a second.
+so every policy meets the same partitions (common random numbers); a `Replay` gives them instead,
+with each job's arrival and size, to run recorded partitions (`pacer tune`). Nothing sleeps: an
+hour of simulated time takes well under a second.
 """
 
 from __future__ import annotations
@@ -43,6 +44,28 @@ class VirtualClock:
 PolicyFactory = Callable[[VirtualClock], DispatchPolicy]
 
 
+@dataclass(frozen=True)
+class Replay:
+    """Partitions to run instead of the scenario's draws: job i arrives at ``arrivals_s[i]``
+    with ``job_sizes[i]`` partitions; partition k (in arrival order) takes ``synthesis_s[k]`` of
+    synthesis alone and ``gpu_s[k]`` on a GPU (s). The scenario still gives the host, the
+    disturbances and the end."""
+
+    arrivals_s: tuple[float, ...]
+    job_sizes: tuple[int, ...]
+    synthesis_s: np.ndarray
+    gpu_s: np.ndarray
+
+    def __post_init__(self) -> None:
+        total = sum(self.job_sizes)
+        if len(self.arrivals_s) != len(self.job_sizes) or not self.job_sizes:
+            raise ValueError("a replay needs one arrival for each job, and one job at least")
+        if min(self.job_sizes) < 1 or len(self.synthesis_s) != total or len(self.gpu_s) != total:
+            raise ValueError(f"a replay needs jobs of 1 partition or more and {total} durations")
+        if list(self.arrivals_s) != sorted(self.arrivals_s):
+            raise ValueError("a replay's arrivals must be in increasing order")
+
+
 @dataclass
 class RawRun:
     """What one simulation recorded; ``pacer.sim.report`` turns it into metrics."""
@@ -65,7 +88,10 @@ class RawRun:
 class Simulation:
     """One run of one policy on one scenario: ``Simulation(scenario, "pi", factory).run()``."""
 
-    def __init__(self, scenario: Scenario, policy_name: str, factory: PolicyFactory) -> None:
+    def __init__(
+        self, scenario: Scenario, policy_name: str, factory: PolicyFactory,
+        replay: Replay | None = None,
+    ) -> None:  # fmt: skip
         self.scenario = scenario
         self.policy_name = policy_name
         self.clock = VirtualClock()
@@ -75,11 +101,19 @@ class Simulation:
         # Separate streams so that, e.g., the arrival count never shifts the service times.
         syn_rng, gpu_rng, arr_rng = rng.spawn(3)
         jobs = scenario.jobs
-        scales = np.asarray(jobs.work_scales)
-        work_scale = np.repeat(np.resize(scales, jobs.arrival.jobs), jobs.partitions_per_job)
-        self._syn_work = scenario.synthesis.duration_s.sample(syn_rng, total) * work_scale
-        self._gpu_base = scenario.gpu.service_s.sample(gpu_rng, total) * work_scale
-        self._arrivals = self._arrival_times(arr_rng)
+        if replay is None:
+            scales = np.asarray(jobs.work_scales)
+            work_scale = np.repeat(np.resize(scales, jobs.arrival.jobs), jobs.partitions_per_job)
+            self._syn_work = scenario.synthesis.duration_s.sample(syn_rng, total) * work_scale
+            self._gpu_base = scenario.gpu.service_s.sample(gpu_rng, total) * work_scale
+            self._arrivals = self._arrival_times(arr_rng)
+            self._job_sizes = [jobs.partitions_per_job] * len(self._arrivals)
+        else:
+            total = sum(replay.job_sizes)
+            self._syn_work = np.asarray(replay.synthesis_s, dtype=float)
+            self._gpu_base = np.asarray(replay.gpu_s, dtype=float)
+            self._arrivals = list(replay.arrivals_s)
+            self._job_sizes = list(replay.job_sizes)
         stalls = sorted(scenario.gpu.stalls, key=lambda s: s.at_s)
         self._stalls = [(s.at_s, s.at_s + s.duration_s) for s in stalls]
         self._pool = self.policy.synthesis_workers  # syntheses its own workers run at once
@@ -151,8 +185,8 @@ class Simulation:
     def _schedule(self) -> None:
         """Push the scenario's events: arrivals, CPU phases, worker deaths, synthesis failures."""
         sc, push = self.scenario, self._events.push
-        for t in self._arrivals:
-            push(t, EventKind.ARRIVAL)
+        for job, t in enumerate(self._arrivals):
+            push(t, EventKind.ARRIVAL, job)
         for phase in sc.synthesis.phases:
             push(phase.at_s, EventKind.PHASE)
         for death in sc.gpu.deaths:
@@ -184,7 +218,7 @@ class Simulation:
 
     def _on_arrival(self, event: Event) -> bool:
         s = self._state
-        per_job = self.scenario.jobs.partitions_per_job
+        per_job = self._job_sizes[event.arg]
         s.backlog.extend(range(s.next_pid, s.next_pid + per_job))
         s.next_pid += per_job
         s.outstanding += per_job

@@ -30,7 +30,8 @@ class EventKind(IntEnum):
 class Event(NamedTuple):
     """One event: ``t`` in simulated seconds; ``seq`` orders events of one time as pushed.
 
-    ``arg`` is the GPU worker (GPU_DONE, DEATH) or the decision's number (WAKE); ``pid``
+    ``arg`` is the GPU worker (GPU_DONE, DEATH), the decision's number (WAKE) or the job
+    (ARRIVAL, its place in the order of arrivals); ``pid``
     is the partition on the GPU (GPU_DONE).
     """
 
@@ -72,6 +73,7 @@ class Trace:
     synthesizing: list[int] = field(default_factory=list)
     interval_s: list[float] = field(default_factory=list)
     workers: list[int] = field(default_factory=list)  # live GPU workers
+    backlog: list[int] = field(default_factory=list)  # partitions waiting for dispatch
 
 
 # A synthesis running: (work done at its end, dispatch number, partition, start time in s).
@@ -159,3 +161,4 @@ class RunState:
         trace.synthesizing.append(self.synthesizing)
         trace.interval_s.append(interval_s)
         trace.workers.append(self.live_workers)
+        trace.backlog.append(len(self.backlog))

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pacer.config import ControllerSettings, Settings
 from pacer.control.baselines import FixedConcurrency, Unpaced
 from pacer.control.policy import Caps, Decision, Mode, Observation
 from pacer.control.registry import build_policy
-from pacer.sim.engine import Simulation, VirtualClock
+from pacer.sim.engine import Replay, Simulation, VirtualClock
 from pacer.sim.report import summarize
 from pacer.sim.scenario import Scenario
 from pacer.sim.suite import run_policy
@@ -255,3 +256,18 @@ def test_observations_carry_the_oldest_synthesis_and_the_gpu_ages() -> None:
     assert woken.oldest_synthesis_age_s == pytest.approx(4.0)
     on_gpu = next(o for o in rec.observations if o.gpu_busy == 1)
     assert on_gpu.gpu_busy_ages_s == (0.0,)
+
+
+def test_a_replay_runs_its_jobs_and_durations_instead_of_the_draws() -> None:
+    # Jobs of 2 and 1 partitions at 0 and 50 s; the scenario's own draws (10 s, 1 s) unused.
+    replay = Replay((0.0, 50.0), (2, 1), np.array([1.0, 2.0, 3.0]), np.array([0.5, 0.25, 4.0]))
+    sc = scenario(synthesis__cores=8)
+    sim = Simulation(sc, "unpaced", lambda clock: Unpaced(sc.memory_slots), replay)
+    raw = sim.run()
+    assert raw.completed == 3
+    assert raw.end_s == pytest.approx(50.0 + 3.0 + 4.0)
+    assert raw.trace.backlog[0] == 0  # unpaced: nothing waits for dispatch
+    with pytest.raises(ValueError, match="increasing order"):
+        Replay((5.0, 0.0), (1, 1), np.ones(2), np.ones(2))
+    with pytest.raises(ValueError, match="3 durations"):
+        Replay((0.0,), (3,), np.ones(2), np.ones(3))
