@@ -10,33 +10,22 @@ from __future__ import annotations
 
 import math
 import socket
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar, Self
+from collections.abc import Callable
+from typing import ClassVar, Self
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from pacer.journal.core import JournalCore
 from pacer.journal.fleet_backend import Claim, Lease
-from pacer.journal.queries import JournalQueries
-from pacer.journal.records import (
-    Attempt,
-    JobKey,
-    JobRecord,
-    JobState,
-    PartitionRecord,
-    PartitionResult,
-    PartitionSummary,
-)
+from pacer.journal.on_core import CoreJournal
 from pacer.pgjournal.database import LEASE_S, POOL_SIZE, TIMEOUT_S, open_pool
 from pacer.pgjournal.dialect import PgDialect
 from pacer.pgjournal.host_connection import HostConnection
 from pacer.pgjournal.leases import FleetQueue
 from pacer.pgjournal.schema import migrate
-from pacer.ranges import IndexRanges
 
 
-class PgJournal:
+class PgJournal(CoreJournal):
     """The job journal in PostgreSQL, shared by the hosts of a fleet: open one per host with
     `connect`, which migrates the schema. ``pool`` is its `open_pool`; ``clock`` gives
     wall-clock seconds for the jobs' times (None: the database's ``now()``, one clock for the
@@ -65,9 +54,7 @@ class PgJournal:
         self._pool = pool
         self.host = host
         self.lease_s = float(lease_s)
-        sql = PgDialect(pool, clock, host)
-        self._core = JournalCore(sql)
-        self._queries = JournalQueries(sql)
+        super().__init__(PgDialect(pool, clock, host))
         self._queue = FleetQueue(pool, self.lease_s)
         self._host_connection: HostConnection | None = None
 
@@ -92,112 +79,6 @@ class PgJournal:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    # -- jobs ---------------------------------------------------------------------------------
-    def add_job(
-        self, partitions: int, workload: str | None, params: dict[str, Any], priority: int = 0
-    ) -> JobRecord:
-        """Journal a queued job of ``partitions`` partitions, free for any host's claim."""
-        return self._core.add_job(partitions, workload, params, priority)
-
-    def add_job_once(
-        self, key: str, partitions: int, workload: str | None, params: dict[str, Any],
-        priority: int = 0,
-    ) -> tuple[JobRecord, bool]:  # fmt: skip
-        """``add_job`` under an idempotency key: the job, and whether it is new. Hosts that
-        take the same key at once create one job: the others wait for it and return it."""
-        return self._core.add_job_once(key, partitions, workload, params, priority)
-
-    def job_for_key(
-        self, key: str, partitions: int, workload: str | None, params: dict[str, Any],
-        priority: int = 0,
-    ) -> JobRecord | None:  # fmt: skip
-        """The job ``key`` names if it was added with this request, None if the key is new."""
-        return self._core.job_for_key(key, partitions, workload, params, priority)
-
-    def mark_running(self, job_id: str) -> JobRecord:
-        """A queued job's first partitions were claimed: it is running."""
-        return self._core.mark_running(job_id)
-
-    def cancel(self, job_id: str) -> JobRecord | None:
-        """Cancel a queued or running job (no host claims it again; leases held on it are
-        dropped at their next renewal); a finished one as is; None if unknown."""
-        return self._core.cancel(job_id)
-
-    def get_job(self, job_id: str) -> JobRecord | None:
-        """The job with this id, or None."""
-        return self._queries.get_job(job_id)
-
-    def list_jobs(self, state: JobState | None = None, limit: int = 100) -> list[JobRecord]:
-        """Up to ``limit`` jobs, newest first; only those in ``state`` if given."""
-        return self._queries.list_jobs(state, limit)
-
-    def jobs_page(
-        self, state: JobState | None, limit: int, after: JobKey | None = None
-    ) -> tuple[list[JobRecord], JobKey | None]:
-        """A page of ``list_jobs`` from the job after ``after``, and the key of its last job."""
-        return self._queries.jobs_page(state, limit, after)
-
-    def counts(self) -> dict[JobState, int]:
-        """How many jobs are in each state (every state present)."""
-        return self._queries.counts()
-
-    def incomplete(self) -> list[tuple[JobRecord, IndexRanges]]:
-        """Queued and running jobs, each with its partitions not yet completed."""
-        return self._queries.incomplete()
-
-    def prune(self, retention_s: float) -> int:
-        """Delete finished jobs last updated over ``retention_s`` ago; how many."""
-        return self._core.prune(retention_s)
-
-    # -- partitions ---------------------------------------------------------------------------
-    def complete_partitions(self, items: Iterable[PartitionResult]) -> list[JobRecord]:
-        """Journal proved partitions at once, all or none; the jobs this completed. Each result
-        counts once, whichever host sent it: a job completes once, fleet-wide."""
-        return self._core.complete_partitions(items)
-
-    def fail_partition(self, job_id: str, index: int, error: str) -> JobRecord:
-        """A partition failed: so does its queued or running job, with ``error``."""
-        return self._core.fail_partition(job_id, index, error)
-
-    def record_attempt(
-        self, job_id: str, index: int, reason: str, gpu: int | None, max_attempts: int
-    ) -> tuple[int, JobRecord]:
-        """Journal a failed attempt; its number (0: the job is finished) and the job."""
-        return self._core.record_attempt(job_id, index, reason, gpu, max_attempts)
-
-    def fail_exhausted(self, max_attempts: int) -> list[JobRecord]:
-        """Fail the active jobs with a partition that has had ``max_attempts`` attempts."""
-        return self._core.fail_exhausted(max_attempts)
-
-    def failures(self, job_id: str, limit: int = 5) -> list[Attempt]:
-        """The job's last ``limit`` failed attempts, newest first."""
-        return self._queries.failures(job_id, limit)
-
-    def partitions(self, job_id: str) -> list[PartitionRecord]:
-        """All the job's partitions in index order, pending ones included."""
-        return self._queries.partitions(job_id)
-
-    def partition_page(self, job_id: str, offset: int, limit: int) -> list[PartitionRecord]:
-        """The job's partitions ``offset`` to ``offset + limit - 1``, pending ones included."""
-        return self._queries.partition_page(job_id, offset, limit)
-
-    def partition_summary(self, job_id: str, failures: int = 5) -> PartitionSummary:
-        """Counts of the job's partitions by state and its first ``failures`` failures."""
-        return self._queries.partition_summary(job_id, failures)
-
-    # -- estimates ----------------------------------------------------------------------------
-    def save_estimates(self, values: Mapping[str, float | None], key: str | None = None) -> None:
-        """Store this host's estimates (s, None if unknown), replacing those it saved."""
-        self._core.save_estimates(values, key)
-
-    def load_estimates(self) -> dict[str, float | None] | None:
-        """The estimates this host last saved, or None."""
-        return self._queries.load_estimates()
-
-    def load_estimates_key(self) -> str | None:
-        """What this host's saved estimates are valid for, or None."""
-        return self._queries.load_estimates_key()
 
     # -- the fleet's queue --------------------------------------------------------------------
     def claim(self, host: str, n: int) -> list[Claim]:
