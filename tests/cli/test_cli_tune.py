@@ -222,6 +222,7 @@ def test_a_grid_naming_no_setting_is_refused(
     )
 
 
+@pytest.mark.slow
 def test_points_replayed_in_parallel_come_to_the_same(
     trace_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
