@@ -1,12 +1,12 @@
-"""A start's first steps: what the pool's pinning waits for, and nothing else.
+"""A start's first steps: the work the pool's pinning must wait for, and nothing more.
 
-The pinning is most of a cold start (seconds a 10 GiB), so it begins as soon as it can: after
-the journal's lock (a second pacer on the same journal refuses here, before it pins
-anything), the workload and the plan fitted to the host, and before the rest of the service
-is imported, the journal opened or the service assembled, all of which then run beside it.
-`pacer serve` takes these steps before it imports the HTTP server; a `Service` given none takes
-them itself when it opens. With a fleet's journal the pinning waits for the journal instead:
-the host's name held in the database is what says whether another pacer runs as this host.
+Pinning the pool takes most of a cold start, so it begins as early as it can. First the
+journal's lock is taken, so a second pacer on the same journal stops before it pins anything.
+Then the workload is loaded and the plan is fitted to the host. The pinning then begins, and the
+rest of the service is imported, opened and assembled beside it. `pacer serve` takes these
+steps before it imports the HTTP server; a `Service` whose steps were not taken takes them when
+it opens. With a fleet's journal the pinning waits for the journal: the host's name, held in
+the database, says whether another pacer already runs as this host.
 """
 
 from __future__ import annotations
