@@ -1,10 +1,12 @@
-"""Where a pinned pool's slot memory comes from: one allocation per slot, at construction only.
+"""Where a pinned pool's slot memory comes from: one allocation per slot, made at construction.
 
-Three allocators (`allocator_for` picks one by name): "cuda" page-locks with cudaHostAlloc,
-"numpy" uses ordinary pageable memory with the same API (CI, machines without a GPU), and
-"shared" / "shared-cuda" make each slot a shared-memory block (`gpu.shm.blocks`) that other
-processes can map, page-locked with cudaHostRegister for "shared-cuda", and that the next
-pacer can adopt (`gpu.shm.handover`).
+`allocator_for` picks an allocator by name:
+
+- "cuda" page-locks memory with cudaHostAlloc.
+- "numpy" uses ordinary pageable memory with the same API, for CI and hosts without a GPU.
+- "shared" makes each slot a shared-memory block (`gpu.shm.blocks`) that other processes map
+  and the next pacer can adopt (`gpu.shm.handover`).
+- "shared-cuda" does the same and page-locks the blocks with cudaHostRegister.
 
 >>> memory = allocator_for("numpy").allocate(1000)
 >>> memory.size, memory.ctypes.data % ALIGNMENT_BYTES
@@ -76,8 +78,7 @@ _madvise = _libc_madvise()
 
 
 class HostAllocator(Protocol):
-    """Where a pool's slot memory comes from: `reserve` once, then one `allocate` per slot, at
-    construction only; `release` at close."""
+    """Gives a pool its slot memory: `reserve` once, one `allocate` per slot, `release` at close."""
 
     @property
     def name(self) -> str:
@@ -100,8 +101,10 @@ class HostAllocator(Protocol):
         ...
 
     def reserve(self, layout: PoolLayout, slots: int) -> None:
-        """Before the first `allocate`: refuse a pool that cannot fit, and get ready ``slots``
-        slots laid out as ``layout`` (a shared allocator adopts and pins them all here)."""
+        """Prepare ``slots`` slots laid out as ``layout``; raise if the pool cannot fit.
+
+        Call it once, before the first `allocate`. A shared allocator adopts and pins blocks here.
+        """
         ...
 
     def allocate(self, nbytes: int) -> ByteArray:
@@ -109,14 +112,15 @@ class HostAllocator(Protocol):
         ...
 
     def release(self, keep: bool = False) -> bool:
-        """Let go of what it holds beyond the arrays; with ``keep``, leave it for the next
-        pacer where it can (shared blocks). Whether it was kept."""
+        """Let go of what it holds beyond the arrays, and return whether anything was kept.
+
+        With ``keep``, shared blocks stay for the next pacer.
+        """
         ...
 
 
 class PrivateHostAllocator:
-    """What an allocator of this process's own memory does beyond `allocate`: nothing to
-    reserve or adopt, nothing shared, nothing it could keep."""
+    """Base for allocators of this process's own memory: nothing to reserve, share or keep."""
 
     slots_adopted = 0
     blocks: Sequence[HostBlock] = ()
@@ -129,11 +133,10 @@ class PrivateHostAllocator:
 
 
 class CudaHostAllocator(PrivateHostAllocator):
-    """Page-locked memory from cudaHostAlloc, through CuPy (imported here, not at module load).
+    """Page-locked memory from cudaHostAlloc, through CuPy (imported on first use).
 
-    Each call makes one `cupy.cuda.PinnedMemory`, which frees itself (cudaFreeHost) when the last
-    reference to it goes. CuPy's `alloc_pinned_memory` is not used: it serves from CuPy's
-    caching pinned pool, which keeps freed blocks instead of handing them back to the OS.
+    Each call makes one `cupy.cuda.PinnedMemory`, which calls cudaFreeHost when its last reference
+    goes. CuPy's caching pinned pool is not used (docs/decisions/gpu.md, D94).
     """
 
     name = "cuda"
@@ -165,18 +168,16 @@ class NumpyHostAllocator(PrivateHostAllocator):
 class SharedHostAllocator:
     """Shared-memory blocks, one per slot, that other processes can map (`gpu.shm.blocks`).
 
-    With ``register`` each block is page-locked with cudaHostRegister (portable to every
-    device), so GPU copies from it run at the pinned rate like cudaHostAlloc memory.
-    ``handover`` (`gpu.shm.handover.Handover`) says where the blocks live (its ``directory``), and
-    what happens to blocks a previous pacer left and to these at the end: `reserve` adopts
-    the compatible ones, makes the rest, and (with ``register``, or ``populate``) has
-    ``threads`` threads fill in their page tables (`populate`) and register them side by side
-    (the time each part took: ``pin_seconds``); `release` unregisters them and removes them,
-    or keeps them. Without ``register`` or ``populate`` a block's pages come as they are first
-    written. With ``register`` CuPy is imported on a thread of its own while those fill the
-    first blocks: its import (a second or so on a GPU host) overlaps the filling instead of
-    coming before it or taking a filling thread (a thread waits for it once its first block is
-    filled, to register it).
+    ``handover`` (`gpu.shm.handover.Handover`) names the blocks' directory. It also says what
+    happens to blocks a previous pacer left, and to these at the end.
+
+    `reserve` adopts the compatible blocks and makes the rest. With ``register``, each block is
+    page-locked with cudaHostRegister for every device, so copies run at the pinned rate. With
+    ``register`` or ``populate``, ``threads`` threads fill in the page tables first. Otherwise the
+    pages come as they are first written. ``pin_seconds`` holds the time each part took.
+
+    With ``register``, CuPy is imported on its own thread while the first blocks fill
+    (docs/decisions/startup.md, D123). `release` unregisters the blocks, then removes or keeps them.
     """
 
     pinned: bool
@@ -228,9 +229,7 @@ class SharedHostAllocator:
         )
 
     def _pin_all(self) -> list[ByteArray]:
-        """Every block mapped as an array, page tables filled and registered, on ``threads``
-        threads (the kernel and the driver take each block's pages in parallel), with a
-        progress line every PROGRESS_EVERY_S."""
+        """Map, populate and register every block on ``threads`` threads, logging progress."""
         start = last_report = time.monotonic()
         importing = ThreadPoolExecutor(1, thread_name_prefix="pin-cupy")
         with importing, ThreadPoolExecutor(self.threads, thread_name_prefix="pin") as pinning:
@@ -276,8 +275,10 @@ class SharedHostAllocator:
         return array
 
     def release(self, keep: bool = False) -> bool:
-        """Unpin every block, then keep it for the next pacer or remove it; mappings still held
-        elsewhere stay valid until dropped."""
+        """Unpin every block, then keep or remove it.
+
+        Mappings held elsewhere stay valid until they are dropped.
+        """
         for pointer in self._registered:
             _cupy_cuda().runtime.hostUnregister(pointer)
         self._registered.clear()
@@ -291,9 +292,9 @@ class SharedHostAllocator:
 
 
 class PinSeconds:
-    """Seconds the pinning threads spent, summed over them, in each part of pinning a block:
-    filling in page tables (``populate``), waiting for CUDA (``cuda``: CuPy's import, once),
-    page-locking (``register``); and the blocks each part took.
+    """Thread-seconds spent in each part of pinning a block, and how many blocks each part took.
+
+    The parts are "populate" (page tables), "cuda" (CuPy's import, once) and "register".
 
     >>> spent = PinSeconds()
     >>> with spent.counting("populate"):
@@ -319,7 +320,7 @@ class PinSeconds:
                 self.blocks[part] = self.blocks.get(part, 0) + 1
 
     def words(self, block_bytes: int) -> str:
-        """Each part's thread-seconds and, for the pages, its rate a thread."""
+        """Each part's thread-seconds, and the per-thread page rate, as text."""
         said = []
         for part, seconds in self.seconds.items():
             rate = ""
@@ -330,10 +331,12 @@ class PinSeconds:
 
 
 def populate(address: int, nbytes: int, existing: bool = False) -> bool:
-    """Fill in this process's page tables for ``nbytes`` of a shared mapping at ``address``,
-    without holding the GIL: as writes would (allocating the pages), or for ``existing`` pages
-    (an adopted block) as reads would, which maps them writable 16 at a time. False where the
-    kernel cannot (before Linux 5.14: the pages then fault in on first use)."""
+    """Fill in page tables for ``nbytes`` of a shared mapping at ``address``, without the GIL.
+
+    New pages are allocated as writes would. With ``existing`` (an adopted block), pages are mapped
+    as reads would, then made writable. Returns False where the kernel cannot do this (before
+    Linux 5.14); the pages then fault in on first use.
+    """
     if _madvise is None:
         return False
     advice = MADV_POPULATE_READ if existing else MADV_POPULATE_WRITE
@@ -348,9 +351,11 @@ def pool_allocator(
     populate: bool | None = None,
     shm_dir: str = shm_blocks.SHM_DIR,
 ) -> HostAllocator | Literal["cuda"]:
-    """A service's pool allocator: shared blocks in ``shm_dir`` (a tmpfs) handed to and from
-    other pacers of this host (`gpu.shm.handover.Handover.for_service`), or "cuda" (cudaHostAlloc
-    memory, never kept)."""
+    """A service's pool allocator: shared blocks in ``shm_dir``, or "cuda" memory.
+
+    Shared blocks pass to and from other pacers on this host
+    (`gpu.shm.handover.Handover.for_service`). "cuda" memory is never kept.
+    """
     if backend == "cuda":
         return "cuda"
     handover = Handover.for_service(keep, slots, shm_dir)
@@ -358,8 +363,10 @@ def pool_allocator(
 
 
 def allocator_for(backend: Backend | HostAllocator) -> HostAllocator:
-    """The allocator ``backend`` names ("auto": cuda where CuPy sees a device, else numpy), or
-    ``backend`` itself when it is one."""
+    """The allocator ``backend`` names, or ``backend`` itself when it is an allocator.
+
+    "auto" means cuda where CuPy sees a device, else numpy.
+    """
     if not isinstance(backend, str):
         return backend
     if backend == "auto":
@@ -376,7 +383,7 @@ def allocator_for(backend: Backend | HostAllocator) -> HostAllocator:
 
 
 def _cupy_cuda() -> Any:
-    """``cupy.cuda``, imported here; a clear error where CuPy is missing."""
+    """Import and return ``cupy.cuda``; raise a clear error where CuPy is missing."""
     try:
         import cupy
     except ImportError as error:

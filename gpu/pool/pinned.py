@@ -1,17 +1,13 @@
-"""The pinned host-memory pool: every page-locked buffer allocated once, before readiness.
+"""The pinned host-memory pool: every page-locked buffer is allocated once, before readiness.
 
-Pinned memory makes host-to-device copies fast (about 54.5 GB/s against 5 GB/s from pageable
-memory on an H200) but is slow and disruptive to get: cudaHostAlloc runs at about 2 GiB/s, and a
-thread calling it in a loop slowed a 1.1 ms kernel loop 573-fold. So the pool allocates all its
-slots when it is built (build it in a thread before the service reports ready) and only lends
-them out afterwards; `allocations_after_warmup` counts any slot allocation made later, which
-must stay 0.
+Pinned memory makes copies to the GPU fast but is slow to get, and getting it slows running
+kernels. So the pool allocates all its slots when it is built and only lends them afterwards
+(docs/decisions/gpu.md, D93). `allocations_after_warmup` counts later allocations; it must
+stay 0.
 
-A slot (`gpu.pool.slots.Slot`) holds one partition's buffers (a, b, c), NumPy views into one
-allocation (`gpu.pool.allocators`), which a synthesis fills in place and a GPU worker copies to the
-device without staging. With the "shared" backends each slot is a named shared-memory block
-(`gpu.shm.blocks`; registered with cudaHostRegister for "shared-cuda"), so synthesis in other
-processes can write it in place (`slot_block`).
+A slot (`gpu.pool.slots.Slot`) holds one partition's buffers a, b and c. A synthesis fills them
+in place, and a GPU worker copies them to the device. With the "shared" backends each slot is a
+shared-memory block that other processes write in place (`slot_block`).
 
 >>> with PinnedPool.build(slots=2, slot_shapes=[(8,), (8,), (8,)], backend="numpy") as pool:
 ...     with pool.checkout() as slot:
@@ -47,7 +43,7 @@ OnEmpty = Literal["wait", "fallback"]
 
 
 class PoolExhausted(Exception):  # noqa: N818 - the domain name STYLE.md uses
-    """No slot came free within the checkout's timeout (policy ``on_empty="wait"``)."""
+    """No slot came free within the checkout's timeout (``on_empty="wait"``)."""
 
     def __init__(self, slots_total: int, slot_bytes: int, timeout_s: float) -> None:
         self.slots_total = slots_total
@@ -64,27 +60,22 @@ class PoolClosedError(RuntimeError):
 
 
 class PinnedPool:
-    """A fixed set of slots of pinned host memory, allocated by `open`, lent thread-safely.
+    """A fixed set of slots of pinned host memory, allocated by `open` and lent thread-safely.
 
-    Each of ``slots`` slots holds one array per shape in ``slot_shapes`` (e.g. three vectors of n
-    elements for a partition's a, b, c), all of ``dtype``, in one allocation. ``backend``:
-    "cuda" pins with cudaHostAlloc through CuPy, "numpy" uses ordinary memory with the same API,
-    "auto" picks cuda where CuPy sees a device; a `gpu.pool.allocators.HostAllocator` may be given
-    instead (a `gpu.pool.allocators.SharedHostAllocator` with a `gpu.shm.handover.Handover`, say).
-    ``field`` is recorded with blocks kept for the next pacer.
+    Each slot holds one array of ``dtype`` per shape in ``slot_shapes``, in one allocation.
+    ``backend`` is "cuda", "numpy", "shared", "shared-cuda" or "auto", or a
+    `gpu.pool.allocators.HostAllocator`. ``field`` is recorded with blocks kept for the next pacer.
 
-    "shared" and "shared-cuda" make each slot a named shared-memory block (see
-    `gpu.pool.allocators.SharedHostAllocator`) that `slot_block` describes to other processes. When
-    every slot is out, ``on_empty`` decides: "wait" blocks `checkout` until a release (or its
-    timeout, raising `PoolExhausted`), counted in `waits`; "fallback" lends freshly allocated
-    pageable memory, counted in `fallbacks`, dropped on release. With ``budget_bytes`` the
-    pool refuses to be built larger than that. ``clock`` (seconds) times allocation, waits
-    and freeing.
+    ``on_empty`` says what `checkout` does when every slot is out:
 
-    Construction only checks and stores; `open` (or `build`, which constructs and opens)
-    allocates or adopts the slots. Opening takes about total_bytes / (2 GiB/s) on the cuda
-    backend: do it on a thread before the service reports ready. The counters are plain ints,
-    read without the lock.
+    - "wait" blocks until a release, or raises `PoolExhausted` at the timeout; counted in `waits`.
+    - "fallback" lends new pageable memory, dropped on release; counted in `fallbacks`.
+
+    Raises ValueError if the pool would exceed ``budget_bytes``. ``clock`` returns seconds.
+
+    The constructor only checks and stores. `open` (or `build`) allocates or adopts the slots; on
+    the cuda backend that takes seconds, so run it on a thread before the service reports ready.
+    The counters are plain ints, read without the lock.
     """
 
     def __init__(
@@ -152,17 +143,18 @@ class PinnedPool:
         field: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> PinnedPool:
-        """A pool constructed with these arguments and opened: its slots allocated or adopted."""
+        """Construct a pool with these arguments and open it."""
         pool = cls(slots, slot_shapes, dtype, backend, on_empty, budget_bytes=budget_bytes,
                    field=field, clock=clock)  # fmt: skip
         pool.open()
         return pool
 
     def open(self) -> None:
-        """Allocate every slot, or adopt those a previous pacer kept (a shared pool with a
-        handover); progress is logged every few seconds. What the allocator raises (out of
-        memory, no room in the shared-memory directory) propagates, with nothing left held.
-        Once only."""
+        """Allocate every slot, or adopt those a previous pacer kept. Call it once.
+
+        Progress is logged every few seconds. Errors from the allocator (out of memory, a full
+        shared-memory directory) propagate, and nothing is left held.
+        """
         if self._warm or self._closed:
             raise RuntimeError("a pool opens once")
         clock, slots = self._clock, self.slots_total
@@ -215,8 +207,7 @@ class PinnedPool:
 
     @property
     def slots_adopted(self) -> int:
-        """Slots whose memory a previous pacer left (`gpu.shm.handover`); the rest were
-        allocated."""
+        """Slots whose memory a previous pacer left (`gpu.shm.handover`)."""
         return self._allocator.slots_adopted
 
     @property
@@ -230,8 +221,10 @@ class PinnedPool:
         return tuple(block.path for block in self._allocator.blocks)
 
     def slot_block(self, slot: Slot) -> SlotBlock | None:
-        """Where ``slot`` lives, for another process to write it; None unless the backend is a
-        shared one and the slot is a pool slot (not a pageable fallback)."""
+        """Where ``slot`` lives, for another process to write it.
+
+        None unless the backend is shared and the slot is a pool slot, not a fallback.
+        """
         blocks = self._allocator.blocks
         if not blocks or slot.index is None:
             return None
@@ -242,10 +235,10 @@ class PinnedPool:
     # Lending ----------------------------------------------------------------------------------
 
     def checkout(self, timeout_s: float | None = None) -> Slot:
-        """A slot for one partition, blocking per ``on_empty`` while none is free.
+        """Lend a slot for one partition; if none is free, act per ``on_empty``.
 
-        With "wait", ``timeout_s`` bounds the wait (None: forever) and `PoolExhausted` is raised
-        when it runs out; with "fallback" it is unused. Raises `PoolClosedError` after `close`.
+        With "wait", ``timeout_s`` bounds the wait (None: forever); then `PoolExhausted` is
+        raised. Raises `PoolClosedError` after `close`.
         """
         if timeout_s is not None and timeout_s < 0:
             raise ValueError(f"timeout_s must be non-negative or None, got {timeout_s}")
@@ -262,10 +255,10 @@ class PinnedPool:
         return Slot(self, None, arrays, sum(a.nbytes for a in arrays), pinned=False)
 
     def release(self, slot: Slot) -> None:
-        """Give ``slot`` back; a waiting `checkout` gets it. A fallback slot is just dropped.
+        """Give ``slot`` back, to a waiting `checkout` if there is one. A fallback slot is dropped.
 
-        Releasing twice, or a slot of another pool, raises ValueError. After `close` a release
-        is accepted and does nothing (the memory goes when the holder drops its arrays).
+        Raises ValueError for a slot released twice or from another pool.
+        After `close` it does nothing.
         """
         if slot._pool is not self:
             raise ValueError(f"{slot!r} belongs to another pool")
@@ -282,13 +275,11 @@ class PinnedPool:
     # Shutdown ---------------------------------------------------------------------------------
 
     def close(self, keep: bool = False) -> float:
-        """Free every buffer and return how long it took, in seconds; later calls return that.
+        """Free every buffer; return the seconds it took (later calls return the same).
 
-        The pool drops its references, so each slot's memory goes back (cudaFreeHost) as soon as
-        no array of it is held elsewhere: a slot still checked out is freed when its holder
-        lets go, never under it. Waiting checkouts and any later one raise `PoolClosedError`.
-        With ``keep``, shared blocks stay for the next pacer to adopt (`gpu.shm.handover`),
-        unpinned and unmapped here; other backends free their memory all the same.
+        A slot still checked out is freed when its holder lets go, never under it. Waiting and later
+        checkouts raise `PoolClosedError`. With ``keep``, shared blocks stay for the next pacer
+        (`gpu.shm.handover`); other backends free their memory all the same.
         """
         with self._lock:
             if self.freed_in_s is not None:
@@ -333,7 +324,7 @@ class PinnedPool:
     # Internals (the lock is held) -------------------------------------------------------------
 
     def _add_slot(self) -> None:
-        """The one place slot memory is allocated; counted so a hot-path allocation shows."""
+        """Allocate one slot; the one place that does, so late allocations are counted."""
         memory = self._allocator.allocate(self.slot_bytes)
         self.allocations += 1
         if self._warm:

@@ -1,5 +1,6 @@
-"""What a pinned pool lends: a `Slot` (one partition's buffers in one allocation), laid out
-by `slot_layout`, and a `SlotBlock`, where a shared slot lives for another process to map.
+"""What a pinned pool lends: a `Slot`, laid out by `slot_layout`, and a `SlotBlock`.
+
+A `SlotBlock` says where a shared slot lives, for another process to map.
 
 >>> slot_layout(((1000,), (10, 10)), np.dtype(np.uint64))
 (9216, [0, 8192])
@@ -27,11 +28,10 @@ class SlotOwner(Protocol):
 
 
 class Slot:
-    """One checked-out partition's buffers; give it back with `release` or a ``with`` block.
+    """One checked-out partition's buffers; give them back with `release` or a ``with`` block.
 
-    ``arrays`` are views the holder writes in place; they must not be used after release (the
-    next holder gets the same memory). ``index`` is the pool slot, None for a pageable
-    fallback; ``pinned`` is False for a fallback and for the NumPy backend.
+    The holder writes ``arrays`` in place and must not use them after release. ``index`` is the
+    pool slot, or None for a pageable fallback. ``pinned`` is False for a fallback and for NumPy.
     """
 
     __slots__ = ("_arrays", "_pool", "index", "nbytes", "pinned")
@@ -78,7 +78,7 @@ class Slot:
 
 
 class SlotBlock(NamedTuple):
-    """Where a slot lives, for a process that maps it: `SlotBlock.arrays` gives its buffers."""
+    """Where a slot lives, for a process that maps it; `SlotBlock.arrays` gives its buffers."""
 
     name: str  # the shared-memory block
     offsets: tuple[int, ...]
