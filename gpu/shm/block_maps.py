@@ -1,10 +1,9 @@
-"""Which processes map a pool's blocks, read from /proc/PID/maps.
+"""Which processes map a pool's blocks, read from /proc/PID/maps. Imports no NumPy.
 
-Unlinking a block removes its name, not its memory: the pages stay while any process maps
-it. ``pacer settle`` looks for processes that outlived their pacer and still map its blocks
-(`scan`, by name), and a pacer adopting the blocks a predecessor left waits until no other
-process maps them (`processes_mapping`, by inode: a memfd block has no name to go by). This
-module imports no NumPy.
+Unlinking a block removes its name, but its pages stay while any process maps it.
+``pacer settle`` uses `scan` to find processes that outlived their pacer and still map its
+blocks, by name. A pacer adopting a predecessor's blocks uses `processes_mapping` to wait until
+no other process maps them, by inode (a memfd block has no name).
 
 >>> line = "7f00-7f10 rw-s 00000000 00:1b 42 /dev/shm/pacer-pool-7-0 (deleted)"
 >>> list(block_mappings(line))
@@ -38,15 +37,14 @@ class BlockMapping(NamedTuple):
 
 
 def maps_inode(device: int, inode: int) -> tuple[str, int]:
-    """(device, inode) as /proc/PID/maps writes them, from `os.stat`'s st_dev and st_ino."""
+    """Return (device, inode) as /proc/PID/maps writes them, from `os.stat`'s st_dev and st_ino."""
     return f"{os.major(device):02x}:{os.minor(device):02x}", inode
 
 
 def block_mappings(
     maps: str, prefix: str = BLOCK_PREFIX, directory: str = SHM_DIR
 ) -> Iterator[BlockMapping]:
-    """The mappings, in maps text, of the blocks in ``directory`` whose names start with
-    ``prefix``."""
+    """Yield the mappings in ``maps`` text of blocks in ``directory`` named with ``prefix``."""
     directory = os.path.normpath(directory)
     marker = f"{directory}/{prefix}"
     for line in maps.splitlines():
@@ -67,8 +65,10 @@ def block_mappings(
 def scan(
     proc: Path = PROC, prefix: str = BLOCK_PREFIX, directory: str = SHM_DIR
 ) -> tuple[dict[int, list[BlockMapping]], set[int]]:
-    """Every process's mappings of blocks in ``directory`` named with ``prefix``, by PID, and
-    the PIDs whose maps could not be read (another user's processes)."""
+    """Each process's mappings of blocks in ``directory`` named with ``prefix``, by PID.
+
+    Also returns the PIDs whose maps could not be read (another user's processes).
+    """
     mapped: dict[int, list[BlockMapping]] = {}
     unreadable: set[int] = set()
     for pid, text in _maps(proc):
@@ -84,9 +84,10 @@ def scan(
 def processes_mapping(
     inodes: Collection[tuple[str, int]], proc: Path = PROC, skip: Collection[int] = ()
 ) -> dict[int, int]:
-    """Processes (other than those in ``skip``) that map any of ``inodes`` (`maps_inode`):
-    PID → how many of them. Another user's processes, whose maps cannot be read, are not
-    seen."""
+    """Map each PID that maps any of ``inodes`` to how many it maps; PIDs in ``skip`` are left out.
+
+    Another user's processes cannot be read, so they are not seen.
+    """
     wanted = set(inodes)
     found: dict[int, int] = {}
     for pid, text in _maps(proc):
@@ -103,7 +104,7 @@ def processes_mapping(
 
 
 def _maps(proc: Path) -> Iterator[tuple[int, str | None]]:
-    """(PID, its maps text, None where it cannot be read) for every process still there."""
+    """Yield (PID, maps text or None where unreadable) for every process still there."""
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue

@@ -1,13 +1,11 @@
-"""The blocks a shared pool's slots live in: files in a tmpfs directory (/dev/shm, `SHM_DIR`,
-unless another is given), or memfd blocks that a service manager can keep; making, opening,
-renaming and removing them, and removing those a dead process left.
+"""The blocks a shared pool's slots live in: make, open, rename and remove them.
 
-A shared pool's slots are such blocks (`gpu.pool.allocators.SharedHostAllocator`), named
-``pacer-pool-<pid>-<n>`` (`BLOCK_PREFIX`) for the process that holds them, so that a later
-start, or ``pacer settle``, can tell whose they are (`block_owner`). A block kept for the next
-pacer (`gpu.kept_pool`) is renamed for the pacer that adopts it. This module imports no
-NumPy: ``pacer settle`` removes stale blocks (`remove_stale_blocks`) and reads their names
-without it.
+A block is a file in a tmpfs directory (`SHM_DIR` unless another is given), or a memfd that a
+service manager can keep. Blocks are named ``pacer-pool-<pid>-<n>`` (`BLOCK_PREFIX`) for the
+process that holds them, so a later start or ``pacer settle`` can tell whose they are
+(`block_owner`). A block kept for the next pacer is renamed for the pacer that adopts it.
+
+This module imports no NumPy, because ``pacer settle`` uses it.
 
 >>> block = create_block(4096)
 >>> block_owner(block.name) == os.getpid(), block.path == f"{SHM_DIR}/{block.name}"
@@ -52,19 +50,17 @@ _live_blocks: set[tuple[str, str]] = set()  # (directory, name) this process hol
 
 
 def _live(directory: str, name: str) -> tuple[str, str]:
-    """How `_live_blocks` knows a block: one name in two directories is two blocks."""
+    """The key `_live_blocks` uses: one name in two directories is two blocks."""
     return os.path.normpath(directory), name
 
 
 class HostBlock:
-    """One slot's memory, mapped here: a file in ``directory`` (named shared memory), or a
-    memfd (``fd``; no name in any directory, alive while a descriptor or mapping holds it).
+    """One slot's memory, mapped here: a file in ``directory``, or a memfd (``fd``, no name).
 
-    ``path`` is where another process of this host opens it: the file, or this process's
-    descriptor under /proc. ``tracked``: multiprocessing's resource tracker unlinks the file
-    should this process die without doing so (the default for a pool that is not kept). The
-    tracker unlinks in `SHM_DIR` only, so a block elsewhere is never tracked: a dead process's
-    blocks there wait for the next start's sweep, or ``pacer settle``'s.
+    ``path`` is where another process on this host opens it: the file, or this process's descriptor
+    under /proc. With ``tracked``, multiprocessing's resource tracker unlinks the file if this
+    process dies first. The tracker only works in `SHM_DIR`; blocks elsewhere wait for the next
+    start's sweep, or ``pacer settle``'s.
     """
 
     def __init__(
@@ -104,25 +100,24 @@ class HostBlock:
         return self._mapping
 
     def inode(self) -> tuple[int, int]:
-        """(device, inode) of the block: how /proc/PID/maps tells it from others."""
+        """(device, inode) of the block, as /proc/PID/maps shows it."""
         stat = os.fstat(self.fd) if self.fd is not None else os.stat(self.path)
         return stat.st_dev, stat.st_ino
 
     @property
     def trackable(self) -> bool:
-        """Whether the resource tracker can remove the file: one in `SHM_DIR`."""
+        """Whether the resource tracker can remove the file (only in `SHM_DIR`)."""
         directory = self.directory
         return directory is not None and os.path.normpath(directory) == SHM_DIR
 
     def track(self) -> None:
-        """Have the resource tracker remove the file should this process die first (a file in
-        `SHM_DIR` only: elsewhere, nothing)."""
+        """Have the resource tracker remove the file if this process dies first (`SHM_DIR` only)."""
         if not self.tracked and self.trackable:
             resource_tracker.register(f"/{self.name}", "shared_memory")
             self.tracked = True
 
     def untrack(self) -> None:
-        """Take the file off the resource tracker: it outlives this process, whatever its end."""
+        """Take the file off the resource tracker, so it outlives this process."""
         if self.tracked:
             resource_tracker.unregister(f"/{self.name}", "shared_memory")
             self.tracked = False
@@ -137,8 +132,10 @@ class HostBlock:
         _live_blocks.add(_live(self.directory, name))
 
     def close(self) -> None:
-        """Unmap it here and close its descriptor; the block itself stays. Arrays still holding
-        the mapping (a slot checked out) keep it until they are dropped."""
+        """Unmap the block here and close its descriptor; the block itself stays.
+
+        Arrays that still hold the mapping (a slot checked out) keep it until they are dropped.
+        """
         mapping, self._mapping = self._mapping, None
         if mapping is not None:
             # Arrays still referring to it keep the mapping; it goes when they do.
@@ -149,7 +146,7 @@ class HostBlock:
             self.fd = None
 
     def unlink(self) -> None:
-        """Close it and remove its name: its memory goes once no process maps it any more."""
+        """Close the block and remove its name; its memory goes once no process maps it."""
         self.close()
         if self.directory is not None:
             with contextlib.suppress(FileNotFoundError):
@@ -174,10 +171,11 @@ def next_name(directory: str = SHM_DIR) -> str:
 def create_block(
     nbytes: int, *, memfd: bool = False, tracked: bool = False, directory: str = SHM_DIR
 ) -> HostBlock:
-    """A new block of ``nbytes`` named for this process, mapped here (sparse until written):
-    a file in ``directory`` (a tmpfs), or with ``memfd`` a memfd; ``tracked`` (files in
-    `SHM_DIR` only) registers it with the resource tracker, which removes it should this
-    process die first. OSError where the file cannot be made."""
+    """Make a block of ``nbytes`` named for this process and map it here; raise OSError on failure.
+
+    The block is a file in ``directory`` (a tmpfs), or a memfd with ``memfd``. It is sparse until
+    written. ``tracked`` registers a file in `SHM_DIR` with the resource tracker.
+    """
     name = next_name(directory)
     if memfd:
         descriptor = os.memfd_create(name, os.MFD_CLOEXEC)
@@ -209,8 +207,10 @@ def _sized_mapping(descriptor: int, nbytes: int) -> mmap.mmap:
 
 
 def open_block(name: str, *, fd: int | None = None, directory: str = SHM_DIR) -> HostBlock:
-    """Map an existing block: the file ``name`` in ``directory``, or the memfd ``fd`` (then
-    held by the block). OSError when it cannot be opened."""
+    """Map an existing block: file ``name`` in ``directory``, or memfd ``fd``.
+
+    The block takes over ``fd``. Raises OSError when it cannot be opened.
+    """
     if fd is not None:
         return HostBlock(name, os.fstat(fd).st_size, mmap.mmap(fd, 0), directory=None, fd=fd)
     descriptor = os.open(f"{directory}/{name}", os.O_RDWR)
@@ -224,8 +224,7 @@ def open_block(name: str, *, fd: int | None = None, directory: str = SHM_DIR) ->
 
 
 class NoRoomError(RuntimeError):
-    """Shared-memory blocks of ``needed_bytes`` do not fit in ``directory``, which has
-    ``free_bytes`` free."""
+    """Blocks of ``needed_bytes`` do not fit in ``directory``, which has ``free_bytes`` free."""
 
     def __init__(self, needed_bytes: int, free_bytes: int, directory: str) -> None:
         self.needed_bytes = needed_bytes
@@ -239,10 +238,12 @@ class NoRoomError(RuntimeError):
 
 
 def check_room(total_bytes: int, directory: str = SHM_DIR) -> None:
-    """Refuse new blocks of ``total_bytes`` in all that do not fit in ``directory`` now
-    (remove stale blocks first: `gpu.shm.record.sweep`). Blocks are sparse until written, and
-    a write past the tmpfs limit is a SIGBUS, so this is checked before any block.
-    `NoRoomError` where they do not fit; RuntimeError where ``directory`` does not exist."""
+    """Raise `NoRoomError` if blocks of ``total_bytes`` do not fit in ``directory`` now.
+
+    Blocks are sparse, and a write past the tmpfs limit is a SIGBUS, so check before making any.
+    Remove stale blocks first (`gpu.shm.record.sweep`). Raises RuntimeError if ``directory`` is
+    missing.
+    """
     try:
         stats = os.statvfs(directory)
     except FileNotFoundError:
@@ -256,13 +257,11 @@ def check_room(total_bytes: int, directory: str = SHM_DIR) -> None:
 
 
 def remove_stale_blocks(directory: str = SHM_DIR, keep: Collection[str] = ()) -> tuple[int, int]:
-    """Unlink the slot blocks of processes that are gone; returns (blocks, bytes) removed.
+    """Unlink the slot blocks of processes that are gone; return (blocks, bytes) removed.
 
-    A service killed outright (SIGKILL, the OOM killer) never unlinks its blocks, and tmpfs
-    keeps them, GiB each, until someone does. A block is stale when the process in its name
-    has exited, or is this one (a restarted container's PID 1) but did not make it, unless it
-    is in ``keep`` (blocks an owner record keeps for the next pacer). Blocks of a live process
-    (another service on this host) are left alone.
+    A service killed outright never unlinks its blocks, and tmpfs keeps them. A block is stale when
+    the process in its name has exited, or is this process but did not make it (a restarted
+    container's PID 1). Blocks in ``keep`` and blocks of live processes are left alone.
     """
     try:
         names = os.listdir(directory)
@@ -288,8 +287,7 @@ def remove_stale_blocks(directory: str = SHM_DIR, keep: Collection[str] = ()) ->
 
 
 def remove_file(path: str) -> int | None:
-    """Unlink ``path``; the bytes it held (not its sparse length), None where it was gone or
-    cannot be removed (logged)."""
+    """Unlink ``path``; return the bytes it held, or None if it was gone or stayed (logged)."""
     try:
         size = os.stat(path).st_blocks * 512
         os.unlink(path)
@@ -302,7 +300,7 @@ def remove_file(path: str) -> int | None:
 
 
 def block_owner(name: str) -> int | None:
-    """The PID of the process that holds slot block ``name``; None for a name not of that form.
+    """The PID in slot block ``name``; None for a name not of that form.
 
     >>> block_owner("pacer-pool-4242-7"), block_owner("pacer-pool-x-7"), block_owner("other")
     (4242, None, None)

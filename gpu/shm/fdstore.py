@@ -1,13 +1,11 @@
-"""The service manager's file-descriptor store: memfd blocks handed to systemd on the way out,
-and received back on the next start.
+"""The service manager's descriptor store: memfd blocks given to systemd and got back on restart.
 
-systemd keeps descriptors a service sends it (``FDSTORE=1`` with the descriptor attached as
-SCM_RIGHTS, named by ``FDNAME=``) across a restart of the unit, and passes them to the next
-process it starts as descriptors 3, 4, … with ``LISTEN_FDS``, ``LISTEN_PID`` and
-``LISTEN_FDNAMES`` (sd_listen_fds(3)). The unit needs ``FileDescriptorStoreMax=``; systemd 254
-and later tell the service its size in ``$FDSTORE``. A memfd held there keeps its memory owned
-by the unit: nothing in /dev/shm, and gone when the unit stops for good. This module imports
-no NumPy.
+systemd keeps descriptors a service sends with ``FDSTORE=1`` across a restart of the unit. It
+passes them to the next process as descriptors 3, 4, … with ``LISTEN_FDS`` and friends
+(sd_listen_fds(3)). The unit needs ``FileDescriptorStoreMax=``. A memfd kept there belongs to
+the unit and goes when the unit stops for good (docs/decisions/restarts.md, D112).
+
+This module imports no NumPy.
 
 >>> store_size({"NOTIFY_SOCKET": "/run/notify", "FDSTORE": "64"}), store_size({})
 (64, 0)
@@ -31,8 +29,7 @@ LISTEN_FDS_START = 3
 
 
 def store_size(environ: Mapping[str, str] = os.environ) -> int:
-    """How many descriptors the service manager's store takes for this service; 0 where there
-    is none (no notify socket, or no ``FileDescriptorStoreMax=``)."""
+    """How many descriptors the store takes for this service; 0 where there is no store."""
     if not environ.get("NOTIFY_SOCKET"):
         return 0
     size = environ.get("FDSTORE", "0")
@@ -40,8 +37,10 @@ def store_size(environ: Mapping[str, str] = os.environ) -> int:
 
 
 def notify(message: str, fds: Sequence[int] = (), environ: Mapping[str, str] = os.environ) -> bool:
-    """Send ``message`` to the notify socket with ``fds`` attached (sd_pid_notify_with_fds);
-    False where there is no socket or the send failed (logged)."""
+    """Send ``message`` to the notify socket with ``fds`` attached; return whether it was sent.
+
+    Returns False where there is no socket or the send failed (logged).
+    """
     address = environ.get("NOTIFY_SOCKET", "")
     if not address:
         return False
@@ -58,8 +57,7 @@ def notify(message: str, fds: Sequence[int] = (), environ: Mapping[str, str] = o
 
 
 def store(name: str, fd: int, environ: Mapping[str, str] = os.environ) -> bool:
-    """Hand ``fd`` to the store under ``name``; it is not watched for hang-ups (FDPOLL=0), as
-    a memfd never has one. Storing the same file twice keeps one."""
+    """Hand ``fd`` to the store under ``name`` (FDPOLL=0). Storing a file twice keeps one."""
     return notify(f"FDSTORE=1\nFDNAME={name}\nFDPOLL=0", [fd], environ)
 
 
@@ -69,9 +67,11 @@ def remove(name: str, environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def listen_fds(environ: MutableMapping[str, str] = os.environ) -> list[tuple[str, int]]:
-    """The descriptors the service manager passed this process, with their names, once: the
-    variables are removed (so no child takes them for its own) and each descriptor is made
-    close-on-exec. Empty when none were passed, or they were meant for another process."""
+    """The descriptors the service manager passed this process, by name; returns them only once.
+
+    The variables are removed so no child takes them, and each descriptor is made close-on-exec.
+    Empty when none were passed or they were meant for another process.
+    """
     pid, count = environ.get("LISTEN_PID", ""), environ.get("LISTEN_FDS", "")
     names = environ.get("LISTEN_FDNAMES", "").split(":")
     for variable in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):

@@ -1,16 +1,12 @@
-"""A shared pool's blocks passed from one pacer to the next on the same host.
+"""A shared pool's blocks passed from one pacer to the next on the same host. Imports no NumPy.
 
-On start, `Handover.claim` looks at the records a predecessor left (`gpu.shm.record`): a pool
-laid out as this one is adopted (its blocks mapped again and renamed for this process, its
-record taken over under its lock), after waiting until no other process maps its blocks (a
-crashed pacer's synthesis processes end within moments of it); anything else is removed and
-logged. On a clean stop, `keep` leaves the blocks for the next pacer (unmapped, their record
-saying so, memfd blocks handed to the service manager's descriptor store); `release` removes
-them, as a pool that is not kept always did.
+On start, `Handover.claim` reads the records a predecessor left (`gpu.shm.record`). It adopts a
+pool laid out like this one: it waits until no other process maps the blocks, maps them again,
+renames them and takes over the record. Anything else is removed and logged.
 
-With ``keep`` (``PACER_GPU__KEEP_POOL``) the record is written from the start, its blocks off
-the resource tracker, so that a pacer killed outright also leaves an adoptable pool. This
-module imports no NumPy.
+On a clean stop, `keep` leaves the blocks for the next pacer; `release` removes them. With
+``keep``, the record is written from the start, so a pacer killed outright also leaves an
+adoptable pool (docs/decisions/restarts.md).
 """
 
 from __future__ import annotations
@@ -52,12 +48,11 @@ POLL_S = 0.05
 
 
 class Handover:
-    """What a shared pool does with blocks a predecessor left, and with its own at the end.
+    """What a shared pool does with a predecessor's blocks, and with its own at the end.
 
-    ``store``: where kept blocks live, "shm" (named files in ``directory``) or "fdstore"
-    (memfd blocks in the service manager's descriptor store; ``received`` are the (name,
-    descriptor) pairs it passed back, `gpu.shm.fdstore.listen_fds`). ``keep``: the pool is kept
-    when it closes (it can also be asked for then: `gpu.pool.pinned.PinnedPool.close`).
+    ``store`` is where kept blocks live: "shm" (files in ``directory``) or "fdstore" (memfds in the
+    service manager's store). ``received`` are the (name, descriptor) pairs the store passed back.
+    ``keep`` keeps the pool when it closes; `gpu.pool.pinned.PinnedPool.close` can also ask then.
     """
 
     def __init__(
@@ -90,10 +85,11 @@ class Handover:
 
     @classmethod
     def for_service(cls, keep: bool, slots: int, directory: str = SHM_DIR) -> Handover:
-        """The handover of a service's pool of ``slots`` slots, its blocks and records in
-        ``directory`` (a tmpfs): kept, where ``keep``, in the service manager's descriptor
-        store when it has room for every slot (else in ``directory``, with a warning), taking
-        what the store passed back (`gpu.shm.fdstore.listen_fds`)."""
+        """A service's handover for ``slots`` slots, with blocks and records in ``directory``.
+
+        With ``keep``, blocks go to the descriptor store when it has room for every slot. Otherwise
+        they stay in ``directory``, with a warning.
+        """
         store_size = fdstore.store_size()
         store: Store = "shm"
         if keep and store_size:
@@ -115,8 +111,10 @@ class Handover:
     # -- start ----------------------------------------------------------------------------------
 
     def claim(self, layout: PoolLayout, slots: int) -> list[HostBlock]:
-        """Up to ``slots`` blocks of a predecessor's pool laid out as ``layout``, mapped here;
-        every other record and block it can use no more is removed (and logged)."""
+        """Map up to ``slots`` blocks of a predecessor's pool laid out as ``layout``.
+
+        Every other record and block that is of no more use is removed and logged.
+        """
         self._layout = layout
         adopted: list[HostBlock] = []
         left_alone: set[str] = set()
@@ -155,8 +153,7 @@ class Handover:
         return None
 
     def _take(self, record: PoolRecord, file: RecordFile, slots: int) -> list[HostBlock] | None:
-        """The record's blocks, once no other process maps them; None when they did not come
-        free in time (then they are given up)."""
+        """The record's blocks once no other process maps them; None if they stay held."""
         inodes = {maps_inode(*inode) for inode in self._inodes(record)}
         if not self._wait_for_holders(record, inodes):
             self._drop(record)
@@ -192,8 +189,7 @@ class Handover:
         return found
 
     def _wait_for_holders(self, record: PoolRecord, inodes: set[tuple[str, int]]) -> bool:
-        """Wait until no process but this one maps the blocks: a crashed pacer's synthesis
-        processes end when they notice, moments after it. False after ``wait_s``."""
+        """Wait until only this process maps the blocks; return False after ``wait_s``."""
         deadline = self._clock() + self.wait_s
         told = False
         while holders := processes_mapping(inodes, skip={os.getpid()}):
@@ -220,7 +216,7 @@ class Handover:
         return open_block(name, directory=self.directory)
 
     def _drop(self, record: PoolRecord | None) -> None:
-        """Remove what ``record`` keeps: its named blocks, or its memfds from the store."""
+        """Remove what ``record`` keeps: its named blocks, or its memfds in the store."""
         if record is None:
             return
         for name in record.blocks:
@@ -240,9 +236,11 @@ class Handover:
     # -- running --------------------------------------------------------------------------------
 
     def begin(self, blocks: Sequence[HostBlock]) -> None:
-        """The pool is built of ``blocks``: with ``keep``, record it (locked while this process
-        holds it) and hand memfds to the store now, so that even a crash leaves it adoptable;
-        without, an adopted pool's record goes (its blocks are this pool's to remove)."""
+        """Start the pool's life with ``blocks``.
+
+        With ``keep``, write the record (locked while held) and hand memfds to the store now, so
+        even a crash leaves an adoptable pool. Without it, drop an adopted pool's record.
+        """
         if self.keep:
             for block in blocks:
                 if block.memfd and block.fd is not None:
@@ -259,8 +257,11 @@ class Handover:
                 block.track()
 
     def keep_blocks(self, blocks: Sequence[HostBlock]) -> None:
-        """Leave ``blocks`` for the next pacer (CUDA must have let go of them): recorded as
-        kept, memfds in the store, unmapped here; the lock goes last."""
+        """Leave ``blocks`` for the next pacer; CUDA must have let go of them first.
+
+        They are recorded as kept, memfds go to the store, and they are unmapped here. The lock goes
+        last.
+        """
         self._record("kept", blocks)
         for block in blocks:
             block.close()
@@ -269,7 +270,7 @@ class Handover:
         self._file = None
 
     def release(self, blocks: Sequence[HostBlock]) -> None:
-        """Remove ``blocks`` and the record: their memory goes once no process maps them."""
+        """Remove ``blocks`` and the record; the memory goes once no process maps them."""
         for block in blocks:
             self._discard(block)
         if self._file is not None:

@@ -1,19 +1,17 @@
-"""The owner record of a pool kept for the next pacer, its lock, and the sweep that tells kept
-blocks from stale ones.
+"""The owner record of a kept pool, its lock, and the sweep that tells kept blocks from stale ones.
 
-A pool that may outlive its pacer (``PACER_GPU__KEEP_POOL``, or a handover) has a record beside
-its blocks: ``pacer-pool.<pid>-<n>.json`` in the blocks' directory (/dev/shm unless another is
-given), saying how its slots are laid out, which blocks hold them, where (named files in that
-directory, or the service manager's descriptor store), who made it and who holds it now, how
-often it changed hands (``generation``) and on which boot. The pacer holding the pool holds an
-exclusive ``flock`` on the record for as long as it uses the blocks, so that no other process
-takes them meanwhile; the kernel lets go of it when that process ends, however it ends.
+A pool that may outlive its pacer has a record beside its blocks, named
+``pacer-pool.<pid>-<n>.json``. It holds the slots' layout, the blocks and where they are, who
+made the pool and who holds it, its ``generation`` and its boot. The holder keeps an exclusive
+``flock`` on the record; the kernel drops it when the holder ends (docs/decisions/restarts.md,
+D110).
 
-`survey` reads every record: one locked belongs to a live pacer; one unlocked whose blocks are
-all there is kept for the next pacer (``state`` "kept" after a clean stop, "in-use" after a
-crash: adoptable once the dead pacer's processes are gone); any other is stale. `sweep`
-removes stale records with their blocks, and blocks no record keeps whose process is gone.
-This module imports no NumPy: ``pacer settle`` runs it.
+`survey` reads every record. A locked record belongs to a live pacer. An unlocked one whose
+blocks are all there is kept: ``state`` "kept" after a clean stop, "in-use" after a crash. Any
+other is stale. `sweep` removes stale records and their blocks, and blocks of dead processes
+that no record keeps.
+
+This module imports no NumPy, because ``pacer settle`` runs it.
 
 >>> layout = PoolLayout(768, (0, 256, 512), ((32,),) * 3, "<u8", "goldilocks")
 >>> layout.fits(PoolLayout(768, (0, 256, 512), ((32,),) * 3, "<u8", None))
@@ -64,8 +62,8 @@ _record_numbers = itertools.count()
 class PoolLayout:
     """How a pool's slots are laid out: what a successor must match to adopt the blocks.
 
-    ``field`` is recorded for people reading the record; the blocks' contents are written
-    again by every synthesis, so only sizes, offsets, shapes and dtype must agree."""
+    Sizes, offsets, shapes and dtype must agree. ``field`` is only for people reading the record.
+    """
 
     slot_bytes: int
     offsets: tuple[int, ...]
@@ -85,7 +83,7 @@ class PoolLayout:
 
 @dataclass(frozen=True)
 class PoolRecord:
-    """What the record file holds (see the module's docstring)."""
+    """What the record file holds (see the module docstring)."""
 
     layout: PoolLayout
     blocks: tuple[str, ...]
@@ -108,7 +106,7 @@ class PoolRecord:
 
     @classmethod
     def from_json(cls, text: str) -> PoolRecord:
-        """ValueError saying what is wrong with a record that cannot be used."""
+        """Parse a record; raise ValueError saying what is wrong with one that cannot be used."""
         try:
             data = json.loads(text)
             if data.get("format") != RECORD_FORMAT:
@@ -133,8 +131,10 @@ class PoolRecord:
 
 
 class RecordFile:
-    """A record file, open, and its lock: `try_lock` takes it (exclusive, without waiting),
-    `close` lets go. Opened close-on-exec, so no child holds the lock after this process."""
+    """An open record file and its lock: `try_lock` takes it without waiting, `close` drops it.
+
+    The file is opened close-on-exec, so no child holds the lock.
+    """
 
     def __init__(self, path: str, create: bool = False) -> None:
         self.path = path
@@ -144,8 +144,7 @@ class RecordFile:
 
     @classmethod
     def new(cls, directory: str = SHM_DIR) -> RecordFile:
-        """A record file for a pool of this process in ``directory``, locked. OSError where it
-        cannot be made."""
+        """Make a locked record file in ``directory`` for this process; may raise OSError."""
         while True:
             name = f"{RECORD_PREFIX}{os.getpid()}-{next(_record_numbers)}.json"
             try:
@@ -171,7 +170,7 @@ class RecordFile:
             return PoolRecord.from_json(file.read())
 
     def write(self, record: PoolRecord) -> None:
-        """Replace the record in place (under the lock: the file, and its lock, stay)."""
+        """Replace the record in place, keeping the file and its lock."""
         data = record.to_json().encode()
         descriptor = self._descriptor()
         os.ftruncate(descriptor, 0)
@@ -254,11 +253,12 @@ def record_paths(directory: str = SHM_DIR) -> list[str]:
 def survey(
     directory: str = SHM_DIR, shmem_bytes: int | None = None
 ) -> Iterator[tuple[RecordFile, PoolRecord | None, str | None]]:
-    """Each record in ``directory`` not held by a live pacer, locked for the caller while it
-    looks: (file, the record or None, why it is stale or None). ``shmem_bytes``
-    (/proc/meminfo's Shmem), where given, judges records of the descriptor store, whose blocks
-    this process cannot see: the shared memory of the host must at least hold them. The caller
-    closes (or removes) each file it is given."""
+    """Yield each record in ``directory`` not held by a live pacer, locked for the caller.
+
+    Each item is (file, record or None, why it is stale or None); the caller closes or removes the
+    file. Blocks in the descriptor store cannot be seen from here, so ``shmem_bytes`` (Shmem in
+    /proc/meminfo) judges them: the host's shared memory must at least hold them.
+    """
     for path in record_paths(directory):
         try:
             file = RecordFile(path)
@@ -297,9 +297,10 @@ def stale_because(record: PoolRecord, directory: str, shmem_bytes: int | None) -
 def sweep(
     directory: str = SHM_DIR, shmem_bytes: int | None = None, drop_kept: bool = False
 ) -> Sweep:
-    """Remove stale records in ``directory`` and their blocks, then the blocks there that no
-    record keeps whose process is gone (`gpu.shm.blocks.remove_stale_blocks`); with
-    ``drop_kept``, kept pools too. What is kept for the next pacer stays, and is listed."""
+    """Remove stale records in ``directory`` with their blocks, then dead processes' loose blocks.
+
+    With ``drop_kept``, kept pools go too. Otherwise they stay and are listed.
+    """
     kept: list[KeptPool] = []
     stale: list[tuple[str, str]] = []
     removed = freed = 0
@@ -324,8 +325,7 @@ def sweep(
 
 
 def adoptable_bytes(layout: PoolLayout, directory: str = SHM_DIR) -> int:
-    """Bytes of the first pool kept for the next pacer in ``directory`` that slots laid out
-    as ``layout`` can adopt; 0 where there is none."""
+    """Bytes of the first kept pool in ``directory`` that ``layout`` can adopt; 0 if none."""
     found = 0
     for file, record, why in survey(directory):
         file.close()
@@ -341,8 +341,7 @@ def new_record(
     previous: PoolRecord | None = None,
     state: State = "in-use",
 ) -> PoolRecord:
-    """The record of a pool this process holds: a new one, or ``previous`` taken over (its
-    creator kept, one generation more)."""
+    """The record of a pool this process holds: new, or ``previous`` one generation on."""
     return PoolRecord(
         layout=layout,
         blocks=tuple(blocks),
