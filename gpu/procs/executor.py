@@ -1,31 +1,21 @@
 """Synthesis in worker processes that write straight into shared pool slots.
 
-Threads of one process share the GIL: each NumPy call a synthesis makes (thousands a partition)
-gives it up and takes it back, and with many threads, or a busy event loop, taking it back
-waits. Worker processes each have their own. A `ProcessSynthesizer` keeps a pool of them; each
-maps the pool's shared-memory blocks by path (once per block) and runs
-`gpu.reference.synthesis.synthesize_into` on the slot it is told, so only a slot reference crosses
-the
-process boundary and the buffers are written once, in place, where the GPU copies them from.
+Threads of one process share the GIL, and a synthesis gives it up thousands of times a
+partition. Worker processes each have their own (docs/decisions/gpu.md, D103). A
+`ProcessSynthesizer` keeps a set of them. Each worker maps the pool's shared blocks by path and
+runs `gpu.reference.synthesis.synthesize_into` on the slot it is told. Only a slot reference
+crosses the process boundary; the buffers are written once, in place.
 
-Each worker fills in its page tables for every block of the pool, paid once
-(`gpu.procs.worker_blocks`): when it starts for blocks given then, and for any other when it first
-writes into it; none while a pool is being pinned, which they would slow.
+Each worker fills in its page tables for a block once, never while the pool is being pinned
+(`gpu.procs.worker_blocks`).
 
-The workers end with the service, however it ends (SIGKILL included): left running, each would
-keep every pool block mapped, the pool's memory held though its names are gone from /dev/shm.
-Each watches a `gpu.procs.lifeline.Lifeline` whose write end only the service holds and exits when
-it closes; each is killed by the kernel should the forkserver die (``PR_SET_PDEATHSIG``; the
-forkserver forks on its one thread); and the forkserver and multiprocessing's resource
-tracker exit by themselves once every process holding their pipes has gone. The workers are
-named ``pacer-synth`` (`gpu.procs.lifeline.SYNTHESIS_PROCESS_NAME`), which ``pacer settle
---kill-orphans`` looks for.
+The workers end with the service, however it ends, even by SIGKILL (D104). Each watches a
+`gpu.procs.lifeline.Lifeline` and is killed if the forkserver dies. They are named
+``pacer-synth`` (`gpu.procs.lifeline.SYNTHESIS_PROCESS_NAME`) for ``pacer settle --kill-orphans``.
 
-A synthesis that never returns (its worker stopped, stuck or looping) would keep its worker and
-its slot for good: `ProcessSynthesizer.cancel` kills the worker running it, found in the table of
-fills the workers share (`gpu.procs.fill_table`), and the set is replaced as for any worker that
-dies;
-a fill cancelled before a worker began it is never begun.
+`ProcessSynthesizer.cancel` kills the worker running a synthesis that never returns, and the
+set is replaced. A fill cancelled before a worker began it is never begun
+(`gpu.procs.fill_table`).
 
 >>> import numpy as np
 >>> from gpu.pool.pinned import PinnedPool
@@ -69,8 +59,7 @@ logger = logging.getLogger("gpu.procs.executor")
 
 
 class SynthesisCancelled(Exception):  # noqa: N818 - a domain name, like PoolExhausted
-    """A fill was cancelled (`ProcessSynthesizer.cancel`): its worker was killed, or no worker
-    began it; the slot holds nothing to use."""
+    """A fill was cancelled (`ProcessSynthesizer.cancel`); the slot holds nothing to use."""
 
     def __init__(self, token: int, partition: str) -> None:
         super().__init__(f"the synthesis of partition {partition or token} was cancelled")
@@ -79,24 +68,20 @@ class SynthesisCancelled(Exception):  # noqa: N818 - a domain name, like PoolExh
 
 
 class ProcessSynthesizer:
-    """``processes`` worker processes filling shared pool slots; `fill` blocks until done.
+    """``processes`` worker processes that fill shared pool slots; `fill` blocks until done.
 
-    Started with forkserver (the workers never touch CUDA, and a fork of a process holding a
-    CUDA context is not safe to use); with ``backend="numba"`` the forkserver loads ``field``'s
-    compiled kernel before its first fork (`gpu.procs.preload`). `start` launches them
-    all, so none is forked on the hot path, and has each map the shared-memory ``blocks`` (paths:
-    `gpu.pool.pinned.PinnedPool.block_paths`) with their page tables filled and, with
-    ``backend="numba"``, load ``field``'s compiled kernel (already there when forked from a
-    preloaded forkserver); `close` stops them. A block not among them is mapped on its first
-    fill in each worker.
+    Workers come from a forkserver, because forking a process that holds a CUDA context is unsafe.
+    With ``backend="numba"``, the forkserver loads ``field``'s compiled kernel before its first fork
+    (`gpu.procs.preload`).
 
-    A worker that dies (the OOM killer, a signal) breaks the whole set: the syntheses in flight
-    then start over once on a new set (``restarts`` counts them), instead of every later
-    partition failing. A fill that must not go on (abandoned past its time limit) is stopped by
-    `cancel`, whenever it comes: each fill runs under a ``token`` (`token`), and each worker
-    records in a table shared with this process (`gpu.procs.fill_table`) which fill it runs, and
-    reads there whether it is cancelled before it begins it. The workers end when this process
-    does, however it ends (see the module's docstring).
+    `start` launches every worker, so none is forked on the hot path. Each maps the shared-memory
+    ``blocks`` (`gpu.pool.pinned.PinnedPool.block_paths`) and fills in their page tables. A block
+    not among them is mapped on its first fill. `close` stops the workers.
+
+    If a worker dies (the OOM killer, a signal), the whole set breaks. The fills in flight start
+    over once on a new set; ``restarts`` counts them. `cancel` stops a fill at any moment: each fill
+    runs under a `token`, and the workers share a table of tokens with this process
+    (`gpu.procs.fill_table`).
     """
 
     def __init__(
@@ -135,9 +120,11 @@ class ProcessSynthesizer:
         )  # fmt: skip
 
     def start(self) -> None:
-        """Launch every worker process now (each imports NumPy once, and loads the compiled
-        kernel) and map the blocks given at construction in each; any other block a worker
-        maps when it first writes into it."""
+        """Launch every worker now and map the blocks given at construction in each.
+
+        Each worker imports NumPy once and loads the compiled kernel. Other blocks are mapped on
+        first write.
+        """
         began = time.monotonic()
         started = [task.result() for task in self._each_worker(self.blocks)]
         logger.info(
@@ -159,18 +146,22 @@ class ProcessSynthesizer:
             )  # fmt: skip
 
     def _each_worker(self, blocks: Sequence[str]) -> list[Future[tuple[int, bool]]]:
-        """One mapping task per process, all submitted at once: each process takes one, as
-        none is free before it has started. Should one take two, the second finds its blocks
-        mapped and the process that got none maps each block on its first fill."""
+        """Submit one mapping task per process, all at once, so each process takes one.
+
+        If a process takes two, the second finds its blocks mapped. The process that got none maps
+        each block on its first fill.
+        """
         return [
             self._executor.submit(_start_worker, blocks, self.backend, self.field)
             for _ in range(self.processes)
         ]
 
     def token(self, partition: str = "") -> int:
-        """A token for one `fill` (``partition`` names it, in the log and to `token_of`):
-        `cancel` stops that fill from now on, before it is asked for as well as while it runs.
-        The fill ends the token (each token is for one)."""
+        """Return a token for one `fill`; ``partition`` names it in the log and for `token_of`.
+
+        `cancel` stops that fill from then on, whether it has started or not. The fill ends the
+        token.
+        """
         with self._lock:
             token = next(self._tokens)
             self._live[token] = partition
@@ -180,10 +171,11 @@ class ProcessSynthesizer:
         self, block: SlotBlock | None, seed: int, index: int, field: PrimeField = BABYBEAR,
         token: int | None = None,
     ) -> None:  # fmt: skip
-        """Write partition (seed, index) of ``field`` into the slot ``block`` describes, in a
-        worker, under ``token`` (one of its own where None); `SynthesisCancelled` where
-        `cancel` stopped it, whenever that was: none begins it after, and one running it is
-        killed."""
+        """In a worker, write partition (seed, index) of ``field`` into the slot of ``block``.
+
+        The fill runs under ``token``, or a new one if None. Raises `SynthesisCancelled` if `cancel`
+        stopped it: no worker begins it after that, and a worker running it is killed.
+        """
         if block is None:
             raise ValueError("the slot is not in shared memory: synthesize it in this process")
         token = self.token() if token is None else token
@@ -216,8 +208,7 @@ class ProcessSynthesizer:
             raise SynthesisCancelled(token, partition)
 
     def token_of(self, partition: str) -> int | None:
-        """The token of the fill of ``partition`` (as `token` was told it) neither done nor
-        cancelled, the newest where there are several; None where there is none."""
+        """The newest token for ``partition`` neither done nor cancelled; None if none."""
         with self._lock:
             tokens = [
                 token
@@ -227,7 +218,7 @@ class ProcessSynthesizer:
         return max(tokens, default=None)
 
     def worker_of(self, token: int) -> int | None:
-        """The PID of the worker process running fill ``token`` now; None where none is."""
+        """The PID of the worker running fill ``token`` now; None if none is."""
         pid = self._table.worker(token)
         # A worker gone may have left its record, and its PID may name another process now.
         if pid is None or pid not in (self._executor._processes or {}):
@@ -235,11 +226,13 @@ class ProcessSynthesizer:
         return pid
 
     def cancel(self, token: int) -> int | None:
-        """Stop fill ``token``, taken (`token`) and not done: it raises `SynthesisCancelled`
-        instead of starting over. A worker running it is killed with SIGKILL, which breaks the
-        set (replaced as when any worker dies; other fills in flight start over); a worker
-        that has not begun it does not (`gpu.procs.fill_table`). The killed worker's PID; None where
-        no worker runs it, or where it is done or cancelled already."""
+        """Stop fill ``token``; it raises `SynthesisCancelled` instead of starting over.
+
+        A worker running the fill is killed with SIGKILL. The set is then replaced as when any
+        worker dies, and other fills in flight start over. A worker that has not begun the fill
+        never will. Returns the killed worker's PID, or None if no worker ran it or it was done or
+        cancelled.
+        """
         with self._lock:
             if token not in self._live or token in self._cancelled:
                 return None
@@ -261,7 +254,7 @@ class ProcessSynthesizer:
         return pid
 
     def _replace(self, broken: ProcessPoolExecutor) -> None:
-        """A new set of workers for a broken one, once however many fills saw it break."""
+        """Replace a broken set of workers, once however many fills saw it break."""
         with self._lock:
             if self._executor is not broken:
                 return
@@ -293,15 +286,14 @@ _table: FillTable | None = None  # the table of fills, in a worker
 
 
 def _start_process(lifeline_reader: Connection, table_path: str) -> None:
-    """First thing in each worker: tied to the service, and the table of fills opened."""
+    """Run first in each worker: tie it to the service and open the table of fills."""
     global _table
     _tie_to_service(lifeline_reader)
     _table = FillTable.open(table_path)
 
 
 def _tie_to_service(lifeline_reader: Connection) -> None:
-    """First thing in each worker: its name, and its end when the service or the forkserver
-    (its parent, one thread) ends."""
+    """Name this worker, and make it end when the service or the forkserver ends."""
     global _dies_with_forkserver
     lifeline.name_process(SYNTHESIS_PROCESS_NAME)
     _dies_with_forkserver = lifeline.die_with_parent()
@@ -309,9 +301,11 @@ def _tie_to_service(lifeline_reader: Connection) -> None:
 
 
 def _start_worker(paths: Sequence[str], backend: str, field: PrimeField | None) -> tuple[int, bool]:
-    """Map each block not yet mapped in this process and load the compiled kernel; the bytes
-    whose page tables it filled in (0 where the kernel cannot), and whether the kernel kills
-    this process should the forkserver die."""
+    """Map each block not yet mapped here and load the compiled kernel.
+
+    Returns the bytes whose page tables were filled in (0 where the kernel cannot), and whether the
+    kernel will kill this process if the forkserver dies.
+    """
     if backend == "numba" and field is not None:
         cpu_backend.warm(field)
     return map_blocks(paths), _dies_with_forkserver
@@ -320,8 +314,10 @@ def _start_worker(paths: Sequence[str], backend: str, field: PrimeField | None) 
 def _fill(
     block: SlotBlock, seed: int, index: int, field: PrimeField, backend: str, token: int
 ) -> None:
-    """Fill the slot, this process recorded against fill ``token`` in the table meanwhile;
-    nothing where the fill was cancelled before this process took it (its caller knows)."""
+    """Fill the slot while this process is recorded against fill ``token`` in the table.
+
+    Does nothing if the fill was cancelled before this process took it; the caller knows.
+    """
     table = _table
     if table is None:
         raise RuntimeError("a fill runs in a worker process, whose initializer opens the table")
@@ -338,9 +334,11 @@ def _fill(
 
 
 def _end_if_cancelled(table: FillTable, token: int) -> None:
-    """End this process where fill ``token`` is cancelled now that this process has recorded
-    it: the service may have seen the record and be killing this process, or may not; it cannot
-    tell which, and must take no other fill that a late kill would end (`gpu.procs.fill_table`). The
-    set is replaced as when the service kills a worker; the fill raises `SynthesisCancelled`."""
+    """End this process if fill ``token`` is cancelled now that this process has recorded it.
+
+    The service may be killing this process, or may not, and it cannot tell which. So it must not
+    take another fill that a late kill would end. The set is replaced, and the fill raises
+    `SynthesisCancelled` (docs/decisions/hangs.md, D118).
+    """
     if table.cancelled(token):
         os.kill(os.getpid(), signal.SIGKILL)

@@ -1,21 +1,16 @@
 """Child processes that end when the process that started them dies, however it dies.
 
-A process killed with SIGKILL runs no clean-up: its children live on unless something in them
-notices. Two things do, whatever the signal:
+A process killed by SIGKILL runs no clean-up, so its children live on unless they notice.
+Two things make them notice (docs/decisions/gpu.md, D104):
 
-- a `Lifeline`: a pipe whose write end only the parent holds (never written, never inherited:
-  pipes are opened close-on-exec, and the read end alone is passed to a child). Each child
-  watches the read end on a daemon thread (`watch`); the kernel closes the write end when the
-  parent dies, the read returns end of file, and the child exits. It works on every POSIX
-  system and through any number of processes in between, such as multiprocessing's forkserver.
-- `die_with_parent`: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux), so the kernel kills the child
-  when its parent dies. "Parent" is the *thread* that forked it: armed in a process forked by
-  a thread that ends before the process should, the child would be killed early, so it is for
-  children of a single-threaded parent (the forkserver's workers), not for a process the
-  service starts from a passing thread.
+- A `Lifeline` is a pipe whose write end only the parent holds. Each child watches the read end
+  on a daemon thread (`watch`). When the parent dies, the kernel closes the write end and the
+  child exits. This works on any POSIX system, through a forkserver in between.
+- `die_with_parent` asks Linux to SIGKILL the child when the *thread* that forked it ends. Use it
+  only for children of a single-threaded parent, such as the forkserver's workers.
 
-`name_process` sets the name the kernel shows (``ps -o comm``), so that ``pacer settle`` can
-tell pacer's processes from others (`SYNTHESIS_PROCESS_NAME`). This module imports no NumPy.
+`name_process` sets the name ``ps -o comm`` shows, so ``pacer settle`` can tell pacer's
+processes (`SYNTHESIS_PROCESS_NAME`). This module imports no NumPy.
 
 >>> lifeline = Lifeline.open()
 >>> lifeline.cut()  # children watching it exit now
@@ -55,9 +50,8 @@ COMM_LEN = 15  # the kernel keeps the first 15 bytes of a process name
 class Lifeline:
     """A pipe whose write end only this process holds; children `watch` ``reader``.
 
-    Pass ``reader`` to a child (a multiprocessing child gets its own copy of the descriptor
-    when it is pickled, e.g. as an initializer argument). `cut` closes both ends: children
-    still watching exit at once, so cut it only once they should be gone.
+    Pass ``reader`` to a child; a multiprocessing child gets its own copy when it is pickled.
+    `cut` closes both ends and children still watching exit at once, so cut it last.
     """
 
     def __init__(self, reader: Connection, writer: Connection) -> None:
@@ -75,8 +69,10 @@ class Lifeline:
 
 
 def watch(reader: Connection, name: str = "lifeline") -> threading.Thread:
-    """In a child: a daemon thread that ends this process (status `EXIT_ORPHANED`) once the
-    parent holding the pipe's write end is gone. Returns the thread, started."""
+    """In a child: start and return a daemon thread that exits the process when the parent is gone.
+
+    The exit status is `EXIT_ORPHANED`.
+    """
     thread = threading.Thread(target=_exit_at_end_of_file, args=(reader,), name=name, daemon=True)
     thread.start()
     return thread
@@ -96,11 +92,10 @@ def _exit_at_end_of_file(reader: Connection) -> None:
 
 
 def die_with_parent(signum: int = signal.SIGKILL) -> bool:
-    """Have the kernel send ``signum`` to this process when the thread that forked it ends
-    (Linux ``PR_SET_PDEATHSIG``); False where that is not available.
+    """Have the kernel send ``signum`` when the thread that forked this process ends.
 
-    A parent that died before this call leaves the process to a new parent, which the
-    setting does not watch: this process then exits at once, with status `EXIT_ORPHANED`.
+    Uses Linux ``PR_SET_PDEATHSIG``; returns False where it is not available. If the parent died
+    before this call, the process exits at once with status `EXIT_ORPHANED`.
     """
     parent = os.getppid()
     if not _prctl(_PR_SET_PDEATHSIG, signum):
@@ -111,8 +106,10 @@ def die_with_parent(signum: int = signal.SIGKILL) -> bool:
 
 
 def name_process(name: str) -> bool:
-    """Set the name the kernel shows for this thread (for the main thread: the process's
-    ``comm``, what ``ps -o comm`` shows), cut to 15 bytes; False where it cannot."""
+    """Set this thread's kernel name, cut to 15 bytes; return False where it cannot.
+
+    For the main thread this is the process's ``comm``, which ``ps -o comm`` shows.
+    """
     return _prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:COMM_LEN]))
 
 

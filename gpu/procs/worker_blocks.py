@@ -1,21 +1,13 @@
-"""A pool's shared blocks as a synthesis worker process maps them: each block once, when the
-worker first writes into it.
+"""A pool's shared blocks as a synthesis worker maps them: each block once, at its first write.
 
-A process's first write to each 4 KiB page of a mapping it did not create is a page fault: for
-a 3 GiB slot, 786,432 of them, which made synthesis about half as slow again until every worker
-had written every slot, minutes into a run. A worker therefore fills in its page tables for a
-block when it maps it (``MADV_POPULATE_READ``, Linux 5.14 or later; older kernels fault pages
-in on first write, as before): 1/512 of the block's bytes in page tables per worker. The pool's
-pages exist by then (pinned, or adopted), and a read fault on a shared writable mapping maps
-them writable, 16 at a time (fault-around): twice the rate of MADV_POPULATE_WRITE, with no
-fault on the writes that follow.
+A first write to each page of a mapping is a page fault, which made synthesis much slower until
+every worker had touched every slot. So a worker fills in its page tables when it maps a block
+(``MADV_POPULATE_READ``, Linux 5.14 or later). The pages exist by then, so a read fault maps
+them writable, 16 at a time.
 
-No worker maps a block while the pool is being pinned: sixteen workers filling in their page
-tables beside the pinning slowed it by a sixth on an H200 host, and the start waits for the
-pinning (bench/RESULTS.md). Each block costs a worker its mapping once, at its first synthesis
-into it (a tenth of a second or so for 3 GiB), at the worker's own priority.
-
-The functions without a leading underscore run in the worker processes.
+No worker maps a block while the pool is being pinned, because it slows the pinning that the
+start waits for (docs/decisions/gpu.md, D103). The functions without a leading underscore run in
+the worker processes.
 """
 
 from __future__ import annotations
@@ -37,18 +29,16 @@ _making = threading.Lock()
 
 
 def mapping(path: str) -> mmap.mmap:
-    """This process's mapping of the shared block at ``path``, made (and populated) on first
-    use: a file in /dev/shm, or the service's memfd under /proc/PID/fd.
+    """This process's mapping of the shared block at ``path``, made and populated on first use.
 
-    The block is the pool owner's: opened by path, not through `SharedMemory`, so no resource
-    tracker here learns of it and none unlinks it when this process ends.
+    ``path`` is a file in /dev/shm or the service's memfd under /proc/PID/fd. It is opened by path,
+    not through `SharedMemory`, so no resource tracker here unlinks it when this process ends.
     """
     return _mapping_made(path)[0]
 
 
 def _mapping_made(path: str) -> tuple[mmap.mmap, int]:
-    """The mapping of ``path``, and the bytes this call populated (0 where it was mapped
-    already, or where the kernel cannot)."""
+    """The mapping of ``path``, and the bytes this call populated (0 if none)."""
     made = _mapped.get(path)
     if made is not None:
         return made, 0
@@ -66,9 +56,10 @@ def _mapping_made(path: str) -> tuple[mmap.mmap, int]:
 
 
 def _populate(made: mmap.mmap) -> int:
-    """Fill in this process's page tables for ``made``; the bytes, or 0 where the kernel
-    cannot (each page then faults in on its first write). Through libc, without the GIL
-    (mmap.madvise holds it)."""
+    """Fill in page tables for ``made`` through libc, without the GIL; return the bytes.
+
+    Returns 0 where the kernel cannot; each page then faults in on its first write.
+    """
     view = (ctypes.c_char * len(made)).from_buffer(made)
     try:
         if not populate(ctypes.addressof(view), len(made), existing=True):
@@ -79,11 +70,10 @@ def _populate(made: mmap.mmap) -> int:
 
 
 def map_blocks(paths: Sequence[str]) -> int:
-    """Map each of ``paths`` not yet mapped here; the bytes whose page tables it filled in (0
-    where the kernel cannot)."""
+    """Map each of ``paths`` not yet mapped here; return the bytes populated."""
     return sum(_map_new(path) for path in paths)
 
 
 def _map_new(path: str) -> int:
-    """Map ``path`` unless mapped already; the bytes populated by this call."""
+    """Map ``path`` unless mapped already; return the bytes populated by this call."""
     return _mapping_made(path)[1]
