@@ -1,28 +1,19 @@
 """The asyncio pipeline: backlog → paced dispatch → synthesis → ready queue → proving workers.
 
-The dispatch loop asks the controller (the same object the simulator drives) how many
-partitions to start and when to ask again, and wakes early on every pipeline event. Synthesis
-runs on a thread pool sized to the synthesis-concurrency cap: NumPy and native provers release
-the GIL, and the buffers stay in this process, ready for the proving worker (and the pinned
-pool) without a copy. Each proving worker has its own thread (`proving`). Every partition
-holds its bytes against the memory budget from dispatch until its proving (GPU copy included)
-has finished (`holdings`).
+The dispatch loop asks the controller how many partitions to start and when to ask again. It
+wakes early on every pipeline event. Synthesis runs on a thread pool sized to the synthesis cap,
+so buffers reach the proving worker without a copy (docs/decisions/pipeline.md, D34). Each
+proving worker has its own thread (`proving`). A partition holds its bytes against the memory
+budget from dispatch until its proving ends (`holdings`). Busy time is kept per GPU (`busy`).
 
-Busy time and idle gaps are kept per GPU, not per worker (`busy`): with two workers on one
-device the GPU is busy while either proves, and an idle gap is a stretch when neither does.
+Every workload call has a time limit (`pacer.pipeline.attempts.CallLimits`). A watchdog abandons
+a call past it: the attempt fails, a new thread takes the hung one's place, and the bytes stay
+counted until the call returns (docs/decisions/hangs.md, D54). Anything a call raises fails the
+attempt, not the thread. The service decides whether to retry.
 
-Every workload call has a time limit (`pacer.pipeline.attempts.CallLimits`). A watchdog on the loop
-abandons a call past it: the partition's attempt fails with the reason, a new thread takes the
-hung one's place (synthesis and verification run on a `DaemonPool`; a proving worker gets a new
-thread under the same index), and the partition's bytes stay counted against the budget until
-the call really returns. Whatever a call raises, BaseException included, and a proof unfit to
-journal fail the attempt, not the thread. The service decides whether the attempt is retried.
-
-Modules: `core` (the `Pipeline`: the backlog and the dispatch loop), `inflight` (`InFlight`:
-partitions from dispatch to their outcome, the watchdog of time limits), `calls` (synthesis and
-verification on a `DaemonPool`), `proving` (the proving workers' threads), `holdings` (memory
-held against the budget), `busy` (busy time per GPU), `work` (what travels through it),
-`timers` (how it waits: on the event loop's clock, or a test's virtual one).
+Modules: `core` (the `Pipeline`), `inflight` (partitions from dispatch to outcome, and the
+watchdog), `calls` (synthesis and verification threads), `proving`, `holdings`, `busy`, `work`
+(what travels through it) and `timers` (how it waits).
 """
 
 from pacer.pipeline.busy import BusyMeter, GpuBusy

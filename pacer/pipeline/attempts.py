@@ -1,16 +1,11 @@
-"""Attempts of a partition: how long each workload call may run, what a valid proof is, and
-when a failed attempt is tried again.
+"""Attempts of a partition: each call's time limit, what a valid proof is, and when to retry.
 
-Pure: no clock, no threads. The pipeline asks `CallLimits` how long a call may run and
-abandons it past that; the service asks `RetrySchedule` how long to wait before the next
-attempt, or whether the partition's job has failed.
+Pure: no clock, no threads. The pipeline asks `CallLimits` how long a call may run. The service
+asks `RetrySchedule` how long to wait before the next attempt, or whether the job has failed.
 
-A derived limit is max(floor, multiple × the controller's estimate of the call): a cold start
-has no estimate and gets the floor, generous enough for a slow first partition (600 s of
-synthesis, 300 s of proving, 600 s of verification by default); once estimates exist a
-partition stuck at ten times the usual duration is abandoned even when the floor is long.
-Verification has no estimate of its own: it reads the same buffers on the CPU as synthesis
-writes, so it scales with the synthesis estimate.
+A derived limit is max(floor, multiple × the controller's estimate of the call). A cold start
+has no estimate and gets the floor. Verification scales with the synthesis estimate
+(docs/decisions/hangs.md, D55).
 
 >>> from pacer.config import TimeoutSettings
 >>> limits = CallLimits(TimeoutSettings(), lambda: Estimates(gpu_service_s=40.0, synthesis_s=2.0))
@@ -33,7 +28,7 @@ CALLS: tuple[Call, ...] = ("synthesis", "prove", "verify")
 
 
 def seconds_text(seconds: float) -> str:
-    """``300.0`` → ``"300"``, ``0.25`` → ``"0.25"``: a limit as an operator wrote it."""
+    """A limit as an operator wrote it: ``300.0`` → ``"300"``, ``0.25`` → ``"0.25"``."""
     return f"{seconds:.3f}".rstrip("0").rstrip(".")
 
 
@@ -49,9 +44,11 @@ class CallTimedOut(TimeoutError):  # noqa: N818 - a domain name, like UnknownJob
 
 
 class CallLimits:
-    """The time limit (s) of each workload call, from ``settings`` and the controller's
-    ``estimates`` (a callable: they change as partitions finish; None under a baseline
-    policy, which keeps none)."""
+    """The time limit of each workload call, in seconds.
+
+    Limits come from ``settings`` and the callable ``estimates``, which returns None under a
+    baseline policy.
+    """
 
     def __init__(
         self,
@@ -74,7 +71,7 @@ class CallLimits:
         return floor if estimate is None else max(floor, s.estimate_multiple * estimate)
 
     def estimate_s(self, call: Call) -> float | None:
-        """The controller's estimate a derived limit of ``call`` scales (s), if any."""
+        """The controller's estimate (s) that a derived limit of ``call`` scales, if any."""
         est = self._estimates()
         if est is None:
             return None
@@ -105,11 +102,11 @@ class RetrySchedule:
         return self.settings.max
 
     def gives_up(self, failed: int) -> bool:
-        """After ``failed`` failed attempts, the partition (and so its job) has failed."""
+        """Whether the partition, and so its job, has failed after ``failed`` failed attempts."""
         return failed >= self.settings.max
 
     def delay_s(self, failed: int) -> float:
-        """Wait (s) before the attempt after ``failed`` failed ones: the base, doubling, capped."""
+        """Seconds to wait after ``failed`` failed attempts: the base, doubling, capped."""
         if failed < 1:
             raise ValueError(f"failed must be at least 1, got {failed}")
         s = self.settings
@@ -118,8 +115,10 @@ class RetrySchedule:
 
 
 def proof_problem(proof: Any) -> str | None:
-    """What makes ``proof`` unfit to journal, or None: a Proof whose digest is a non-empty
-    string without whitespace and whose phases are finite seconds >= 0 by name."""
+    """What makes ``proof`` unfit to journal, or None.
+
+    A fit proof has a non-empty digest without whitespace, and its phases are finite seconds >= 0.
+    """
     if not isinstance(proof, Proof):
         return f"proving returned {type(proof).__name__}, not a Proof"
     digest = proof.digest

@@ -1,10 +1,9 @@
 """The backlog: partitions of accepted jobs waiting for dispatch, in dispatch order.
 
-Higher priority first, then lower order (the job's arrival), then lower partition index. Each
-job's pending partitions are an `IndexRanges`, sorted disjoint runs ``[start, stop)``: a fresh
-job of a million partitions is one run (two integers, not a million), a resumed job is the
-runs between its completed partitions, and a retried partition joins its job's runs at its
-place. Taking the next partition is O(1) amortised; the jobs are a heap.
+The order is higher priority, then lower order (arrival), then lower index. Each job's pending
+partitions are an `IndexRanges` of sorted runs, so a job of a million partitions is one run.
+The jobs are a heap; taking the next partition is O(1) amortised (docs/decisions/pipeline.md,
+D45).
 """
 
 from __future__ import annotations
@@ -30,8 +29,9 @@ class QueuedJob:
 
 
 class Backlog:
-    """Partitions waiting for dispatch, across jobs: `peek` at the job whose partition goes
-    next, `pop` it. A job costs one heap entry and its runs, whatever its size.
+    """Partitions waiting for dispatch, across jobs: `peek` at the next job, `pop` its partition.
+
+    A job costs one heap entry and its runs, whatever its size.
 
     >>> backlog = Backlog()
     >>> backlog.add("old", 1, {}, range(3), order=1)
@@ -55,10 +55,11 @@ class Backlog:
         self, job_id: str, seed: int, params: dict[str, Any], indices: Iterable[int],
         *, priority: int = 0, order: int = 0,
     ) -> int:  # fmt: skip
-        """Queue partitions of a job: higher ``priority`` first, then lower ``order``, then
-        lower index. ``indices`` may be a ``range`` or an `IndexRanges` (kept as runs) or any
-        iterable of indices. A job already queued keeps its place; returns how many
-        partitions were not queued already."""
+        """Queue partitions of a job; return how many were not queued already.
+
+        Higher ``priority`` goes first, then lower ``order``, then lower index. ``indices`` may be a
+        ``range``, an `IndexRanges` or any iterable. A job already queued keeps its place.
+        """
         runs = IndexRanges.of(indices)
         queued = self._jobs.get(job_id)
         if queued is None:
@@ -76,15 +77,14 @@ class Backlog:
         return added
 
     def cancel(self, job_id: str) -> int:
-        """Drop a job's partitions; how many were dropped."""
+        """Drop a job's partitions; return how many were dropped."""
         queued = self._jobs.pop(job_id, None)
         dropped = 0 if queued is None else len(queued.pending)
         self._count -= dropped
         return dropped
 
     def discard(self, job_id: str, indices: IndexRanges) -> int:
-        """Drop those of ``indices`` that wait in the job's backlog (partitions no longer this
-        service's to prove); how many were dropped."""
+        """Drop those of ``indices`` waiting in the job's backlog; return how many."""
         queued = self._jobs.get(job_id)
         if queued is None:
             return 0

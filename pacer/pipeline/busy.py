@@ -1,5 +1,4 @@
-"""Busy time per GPU: a GPU is busy while any of its workers proves, and an idle gap is a
-stretch when none does (from one partition's end to the next one's start on that device)."""
+"""Busy time per GPU: busy while any of its workers proves, idle when none does."""
 
 from __future__ import annotations
 
@@ -9,11 +8,10 @@ from dataclasses import dataclass, field
 
 
 class BusyMeter:
-    """Busy time (a GPU's, in the pipeline): in total, and as a fraction of the trailing
-    ``window_s``.
+    """A GPU's busy time, in total and as a fraction of the trailing ``window_s``.
 
-    Busy intervals are added when they end, into per-second buckets (constant work and memory
-    per partition); an interval still running is passed in by the reader.
+    Intervals are added when they end, into per-second buckets. The reader passes in an interval
+    still running.
     """
 
     def __init__(self, clock: Callable[[], float], window_s: int = 60) -> None:
@@ -63,7 +61,7 @@ class GpuBusy:
     last_end: float | None = None  # when it last fell to 0
 
     def begin(self, now: float) -> float | None:
-        """A worker starts a partition; returns the idle gap that this ends, if any."""
+        """Mark a worker's partition started; return the idle gap this ends, if any."""
         with self.lock:
             self.active += 1
             if self.active > 1:

@@ -1,5 +1,4 @@
-"""Synthesis and verification calls on a pool of daemon threads: what runs and since when, and
-the abandoning of a call past its limit, whose thread another takes the place of."""
+"""Synthesis and verification calls on a pool of daemon threads, and abandoning late calls."""
 
 from __future__ import annotations
 
@@ -19,8 +18,8 @@ from pacer.workload import Workload
 class PoolCalls:
     """``workload``'s synthesize and verify calls, at most ``threads`` at once.
 
-    Each call's end is heard on the loop through ``synthesized`` or ``verified`` (the call);
-    `finished` then says whether it is still the partition's attempt or was abandoned.
+    The loop hears each call's end through ``synthesized`` or ``verified``. `finished` then says
+    whether the call is still the partition's attempt or was abandoned.
     """
 
     def __init__(
@@ -48,8 +47,10 @@ class PoolCalls:
         return self._pool.abandoned
 
     def synthesis_ages(self, now: float) -> tuple[float, ...]:
-        """Ages (s) of the oldest syntheses running, oldest first (at most
-        ``Observation.SYNTHESIS_AGES``)."""
+        """Ages (s) of the oldest syntheses running, oldest first.
+
+        At most ``Observation.SYNTHESIS_AGES`` are returned.
+        """
         # The oldest syntheses running are the first in the insertion-ordered dict.
         oldest = itertools.islice(self._synthesis_started.values(), Observation.SYNTHESIS_AGES)
         return tuple(max(0.0, now - at) for at in oldest)
@@ -76,8 +77,10 @@ class PoolCalls:
         running.future.add_done_callback(lambda _: threadsafe(loop, then, running))
 
     def finished(self, running: Running) -> tuple[Future[Any], bool]:
-        """The call's future, and whether the call is still its partition's attempt (False:
-        it was abandoned, and its attempt failed already)."""
+        """The call's future, and whether the call is still its partition's attempt.
+
+        False means it was abandoned, and its attempt failed already.
+        """
         self._running.discard(running)
         done = running.future
         assert done is not None
@@ -92,8 +95,7 @@ class PoolCalls:
         return [r for r in self._running if now - r.started > limits[r.call]]
 
     def abandon(self, running: Running) -> None:
-        """``running`` was abandoned (``running.state.abandon()`` won): cancelled if it has not
-        started, else another thread takes its place."""
+        """Abandon ``running``: cancel it if not started, else replace its thread."""
         self._running.discard(running)
         assert running.future is not None
         if not running.future.cancel():  # running, not queued: another thread takes its place

@@ -1,5 +1,4 @@
-"""The `Pipeline`: the backlog of accepted jobs and the dispatch loop that paces them into
-the partitions in flight (`pacer.pipeline.inflight`)."""
+"""The `Pipeline`: the backlog of accepted jobs and the loop that paces them into dispatch."""
 
 from __future__ import annotations
 
@@ -26,11 +25,12 @@ MIN_WAIT_S = 0.001
 class Pipeline(InFlight):
     """Runs partitions of accepted jobs through synthesis and proving, paced by ``controller``.
 
-    ``on_outcome`` is called on the event loop for every partition that leaves the pipeline;
-    ``budget_bytes`` bounds what partitions in flight hold; every ``verify_every``-th
-    dispatched is verified (0: none). ``after_dispatch``, when set, is called on the loop after
-    each round of the dispatch loop (a fleet's host claims more when its backlog runs low).
-    ``clock`` and ``timers`` are one clock: the one the pipeline reads and the one it waits on.
+    - ``on_outcome`` is called on the loop for every partition that leaves the pipeline.
+    - ``budget_bytes`` bounds what partitions in flight hold.
+    - Every ``verify_every``-th dispatched partition is verified (0: none).
+    - ``after_dispatch``, if set, is called on the loop after each dispatch round.
+    - ``clock`` and ``timers`` must be one clock.
+
     See `InFlight` for ``on_task_failure``.
     """
 
@@ -100,16 +100,19 @@ class Pipeline(InFlight):
         self, job_id: str, seed: int, params: dict[str, Any], indices: Iterable[int],
         *, priority: int = 0, order: int = 0,
     ) -> None:  # fmt: skip
-        """Add partitions of a job to the backlog: higher ``priority`` first, then lower
-        ``order`` (the job's arrival), then lower partition index. ``indices``: a ``range``
-        or an `IndexRanges` stays a few runs however many partitions it holds."""
+        """Add partitions of a job to the backlog, in the order `Backlog.add` gives.
+
+        A ``range`` or an `IndexRanges` stays a few runs however many partitions it holds.
+        """
         self._cancelled.discard(job_id)
         self._backlog.add(job_id, seed, params, indices, priority=priority, order=order)
         self._wake.set()
 
     def cancel(self, job_id: str) -> int:
-        """Drop a job's partitions from the backlog (in-flight ones finish, unreported).
-        Returns how many were dropped."""
+        """Drop a job's partitions from the backlog; return how many were dropped.
+
+        Partitions in flight finish and are not reported.
+        """
         self._cancelled.add(job_id)
         dropped = self._backlog.cancel(job_id)
         self._wake.set()
@@ -121,8 +124,10 @@ class Pipeline(InFlight):
         return 0 if pending is None else len(pending)
 
     def discard(self, job_id: str, indices: IndexRanges) -> int:
-        """Drop those of ``indices`` that wait in the backlog (in-flight ones finish and are
-        reported); how many were dropped."""
+        """Drop those of ``indices`` that wait in the backlog; return how many were dropped.
+
+        Partitions in flight finish and are reported.
+        """
         dropped = self._backlog.discard(job_id, indices)
         self._wake.set()
         return dropped
@@ -130,9 +135,11 @@ class Pipeline(InFlight):
     # -- running --------------------------------------------------------------------------
 
     def start(self, supervisor: Supervisor | None = None) -> None:
-        """Start the dispatch loop, the watchdog and the proving workers on the running loop;
-        the dispatch loop and the watchdog run as the tasks ``dispatch`` and ``call-watchdog``
-        of ``supervisor`` (restarted if they fail), if any."""
+        """Start the dispatch loop, the watchdog and the proving workers on the running loop.
+
+        With a ``supervisor``, the loop and watchdog run as its tasks ``dispatch`` and
+        ``call-watchdog``, restarted if they fail.
+        """
         self._dispatching = True
         if supervisor is None:
             self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="pacer-dispatch")
@@ -143,8 +150,10 @@ class Pipeline(InFlight):
         self.provers.start()
 
     def hold(self, held: bool) -> None:
-        """Dispatch nothing new while ``held`` (in-flight work goes on); False resumes. Held,
-        the policy sees no backlog, so it neither dispatches nor winds its integral up."""
+        """Dispatch nothing new while ``held``; False resumes. Work in flight goes on.
+
+        While held, the policy sees no backlog, so its integral does not wind up.
+        """
         self._held = held
         self._wake.set()
 
@@ -153,8 +162,7 @@ class Pipeline(InFlight):
         self._wake.set()
 
     async def drain(self, timeout_s: float) -> bool:
-        """Stop dispatching and wait up to ``timeout_s`` for in-flight partitions to finish.
-        True if everything finished."""
+        """Stop dispatching; wait up to ``timeout_s`` for work in flight. True if all finished."""
         self.stop_dispatching()
         deadline = self._clock() + timeout_s
         while not self.idle:
@@ -166,8 +174,7 @@ class Pipeline(InFlight):
         return True
 
     async def close(self) -> None:
-        """Stop the workers and release the threads (running calls are not interrupted, and
-        not waited for: every thread is a daemon)."""
+        """Stop the workers and release the threads, without waiting for running calls."""
         self._closing = True
         self.stop_dispatching()
         if self._dispatcher is not None:

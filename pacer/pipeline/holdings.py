@@ -1,5 +1,4 @@
-"""The memory partitions hold against the budget, counted from dispatch until their buffers go
-back to the workload."""
+"""Memory that partitions hold against the budget, from dispatch until their buffers go back."""
 
 from __future__ import annotations
 
@@ -11,10 +10,10 @@ from pacer.pipeline.work import Work
 
 
 class Holdings:
-    """Partitions holding memory, and their bytes (``release`` hands buffers back).
+    """Partitions holding memory, and their bytes; ``release`` hands buffers back.
 
-    A partition whose call was abandoned leaves the pipeline (it is no longer ``inflight``),
-    but its bytes stay held, as ``abandoned_bytes``, until the call really returns.
+    A partition whose call was abandoned leaves ``inflight``, but its bytes stay held as
+    ``abandoned_bytes`` until the call returns.
     """
 
     def __init__(self, release: Callable[[Any], None]) -> None:
@@ -25,18 +24,20 @@ class Holdings:
         self.abandoned_bytes = 0
 
     def room(self, nbytes: int, budget_bytes: int) -> int:
-        """Partitions of ``nbytes`` that stay within ``budget_bytes`` with what is held
-        (`budget_room`: one when nothing is held, however large)."""
+        """How many partitions of ``nbytes`` fit in ``budget_bytes`` beside what is held.
+
+        One always fits when nothing is held (`budget_room`).
+        """
         holding = self.inflight > 0 or self.abandoned > 0
         return budget_room(budget_bytes - self.inflight_bytes, nbytes, holding=holding)
 
     def take(self, work: Work) -> None:
-        """A partition is dispatched: its bytes are held from now."""
+        """Hold a dispatched partition's bytes."""
         self.inflight += 1
         self.inflight_bytes += work.nbytes
 
     def release(self, work: Work) -> None:
-        """A partition leaves the pipeline: its buffers go back, its bytes are free."""
+        """Free a leaving partition's bytes and hand its buffers back."""
         if work.buffers is not None:
             self._release(work.buffers)
         work.buffers = None
@@ -44,14 +45,13 @@ class Holdings:
         self.inflight_bytes -= work.nbytes
 
     def abandon(self, work: Work) -> None:
-        """A partition's call was abandoned: it leaves, its bytes stay held."""
+        """Drop an abandoned partition from ``inflight``; its bytes stay held."""
         self.inflight -= 1
         self.abandoned += 1
         self.abandoned_bytes += work.nbytes
 
     def returned(self, work: Work, late_buffers: Any) -> None:
-        """An abandoned call returned (with ``late_buffers``, a synthesis's result): the
-        partition's buffers go back and its bytes are free."""
+        """Free an abandoned call's bytes once it returns, handing back ``late_buffers`` if any."""
         for buffers in (work.buffers, late_buffers):
             if buffers is not None:
                 self._release(buffers)

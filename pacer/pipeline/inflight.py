@@ -1,5 +1,4 @@
-"""The partitions in flight: from dispatch through synthesis, the ready queue, proving and
-verification to their outcome; the memory they hold and their calls' time limits."""
+"""Partitions in flight, from dispatch to their outcome; their memory and their time limits."""
 
 from __future__ import annotations
 
@@ -26,15 +25,15 @@ WORKLOAD_CALLS: dict[Call, str] = {"synthesis": "synthesize", "prove": "prove", 
 
 
 class InFlight:
-    """Partitions once dispatched: each is synthesized on the pool (`PoolCalls`), waits in the
-    ready queue, is proved by a worker (`ProvingWorkers`), verified where chosen, and leaves as
-    an `Outcome` reported to ``on_outcome``. `Pipeline` adds the backlog and paced dispatch.
+    """Partitions from dispatch to their `Outcome`, which goes to ``on_outcome``.
 
-    ``controller`` hears every synthesis and proving time; ``on_task_failure(name, exc)``, when
-    set, is called on the loop when a thread's call hangs (``exc`` is a `CallTimedOut`) or
-    raises what would have ended the thread (a BaseException that is no Exception), or a
-    proving worker's thread dies; names are ``prove-3``, ``synthesis``, ``verify`` and
-    ``pipeline-watchdog``.
+    Each is synthesized (`PoolCalls`), waits in the ready queue, is proved (`ProvingWorkers`) and
+    maybe verified. `Pipeline` adds the backlog and paced dispatch. ``controller`` hears every
+    synthesis and proving time.
+
+    ``on_task_failure(name, exc)``, if set, is called on the loop when a call hangs (``exc`` is a
+    `CallTimedOut`), raises a BaseException that is not an Exception, or a worker's thread dies.
+    Names are ``prove-3``, ``synthesis``, ``verify`` and ``pipeline-watchdog``.
     """
 
     def __init__(
@@ -154,7 +153,7 @@ class InFlight:
 
     @property
     def live_workers(self) -> int:
-        """Proving workers whose thread runs (or has yet to start): a dead one proves nothing."""
+        """Proving workers whose thread runs or has yet to start."""
         return self.provers.live
 
     @property
@@ -216,8 +215,10 @@ class InFlight:
         self._report(outcome)
 
     def _worker_died(self, worker: Worker, thread: threading.Thread, exc: BaseException) -> None:
-        """A proving worker's thread ended on an error of pacer's own: fail the partition it
-        held, if any, and start another thread in its place (unless closing)."""
+        """Handle a worker thread that died on pacer's own error.
+
+        Fails the partition it held, if any, and starts a new thread unless closing.
+        """
         log.error("proving worker %d died: %r", worker.index, exc, exc_info=exc,
                   extra={"gpu": worker.gpu.label})  # fmt: skip
         self._task_failed(f"prove-{worker.index}", exc)
@@ -267,7 +268,7 @@ class InFlight:
     # -- time limits --------------------------------------------------------------------------
 
     async def _watch_loop(self) -> None:
-        """Abandon calls past their limit, every 1/20 of the shortest limit (10 ms to 1 s)."""
+        """Abandon calls past their limit; check every 1/20 of the shortest limit (10 ms to 1 s)."""
         while True:
             interval = min(max(self.limits.shortest_s() / 20, WATCH_MIN_S), WATCH_MAX_S)
             await self._timers.sleep(interval)
@@ -278,7 +279,7 @@ class InFlight:
                 self._task_failed("pipeline-watchdog", exc)
 
     def check_limits(self) -> int:
-        """Abandon every call that has run past its limit; how many were."""
+        """Abandon every call past its limit; return how many."""
         now = self._clock()
         limits = {call: self.limits.limit_s(call) for call in CALLS}
         late = self.calls.late(now, limits)
@@ -294,8 +295,10 @@ class InFlight:
         return abandoned
 
     def _abandon(self, running: Running, limit_s: float) -> None:
-        """A synthesis or verification ran past its limit: its attempt fails, its pool thread
-        is replaced, its memory stays counted until the call returns."""
+        """Abandon a late synthesis or verification: fail it and replace its thread.
+
+        Its memory stays counted until the call returns.
+        """
         self.calls.abandon(running)
         work, spec = running.work, running.work.spec
         error = CallTimedOut(running.call, limit_s, spec.job_id, spec.index)
@@ -313,8 +316,10 @@ class InFlight:
         self._report(outcome)
 
     def _abandon_prove(self, worker: Worker, running: Running, limit_s: float) -> None:
-        """A prove ran past its limit: its attempt fails, a new thread takes the worker's
-        place, the partition's memory stays counted until the call returns."""
+        """Abandon a late prove: fail it and give the worker a new thread.
+
+        Its memory stays counted until the call returns.
+        """
         now = self._clock()
         self.provers.vacate(worker, now, abandoned=True)
         work, spec = running.work, running.work.spec
@@ -327,8 +332,10 @@ class InFlight:
                              now - running.started, error=str(error), call="prove"))  # fmt: skip
 
     def _hold_abandoned(self, work: Work, call: Call) -> None:
-        """The partition leaves the pipeline, but its bytes stay held until its call returns;
-        the workload hears of it, and may stop the call (`Workload.abandoned`)."""
+        """Remove the partition but keep its bytes held until its call returns.
+
+        The workload hears of it and may stop the call (`Workload.abandoned`).
+        """
         self.holdings.abandon(work)
         self._wake.set()
         try:
@@ -338,7 +345,7 @@ class InFlight:
                           extra=work.context())  # fmt: skip
 
     def _abandoned_returned(self, running: Running, late_buffers: Any) -> None:
-        """An abandoned call returned at last: its partition's memory comes back."""
+        """Give back an abandoned partition's memory once its call returns."""
         work = running.work
         elapsed = self._clock() - running.started
         log.warning("an abandoned %s call returned after %s s; its memory is released",

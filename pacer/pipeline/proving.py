@@ -1,9 +1,7 @@
-"""The proving workers: each a thread of its own that takes the next ready partition from a
-queue, proves it, and reports back on the event loop.
+"""The proving workers: each thread takes the next ready partition, proves it and reports.
 
-A worker's thread marks itself busy in its `Worker` fields (read by the loop for
-observations), so a partition costs the loop one callback, not a task and a future. Busy time
-is kept per GPU (`GpuBusy`), the workload saying which device each worker proves on.
+A worker's thread marks itself busy in its `Worker` fields, which the loop reads. So a partition
+costs the loop one callback. Busy time is kept per GPU (`GpuBusy`).
 """
 
 from __future__ import annotations
@@ -25,8 +23,10 @@ log = logging.getLogger("pacer.pipeline")
 
 @dataclass
 class Worker:
-    """A proving worker. ``takes``, ``busy_since`` and ``running`` are written by its thread,
-    and by the loop when it abandons the thread's call (the thread writes none of them after)."""
+    """A proving worker. Its thread writes ``takes``, ``busy_since`` and ``running``.
+
+    The loop writes them too when it abandons the call; the thread then writes none of them.
+    """
 
     index: int
     gpu: GpuBusy
@@ -45,11 +45,10 @@ raised)."""
 
 
 class ProvingWorkers:
-    """``count`` workers proving ``workload``'s partitions put in their queue.
+    """``count`` workers proving ``workload``'s partitions from their queue.
 
-    The loop hears of each partition through ``proved``; of a thread ended by an error of
-    pacer's own through ``died`` (worker, thread, error); of an abandoned prove that returned
-    at last through ``returned`` (the call, None).
+    The loop hears of each proof through ``proved``, of a thread ended by pacer's own error through
+    ``died``, and of an abandoned prove that returned through ``returned``.
     """
 
     def __init__(
@@ -89,7 +88,7 @@ class ProvingWorkers:
 
     @property
     def live(self) -> int:
-        """Workers whose thread runs (or has yet to start): a dead one proves nothing."""
+        """Workers whose thread runs or has yet to start."""
         return sum(w.thread is None or w.thread.is_alive() for w in self.workers)
 
     @property
@@ -117,7 +116,7 @@ class ProvingWorkers:
             self.start_thread(worker)
 
     def start_thread(self, worker: Worker) -> None:
-        """Start a thread for ``worker``, in place of any it had."""
+        """Start a thread for ``worker``, replacing any it had."""
         loop = asyncio.get_running_loop()
         worker.thread = threading.Thread(
             target=self._prove_loop, args=(worker, loop), name=f"pacer-prove-{worker.index}",
@@ -126,7 +125,7 @@ class ProvingWorkers:
         worker.thread.start()
 
     def stop(self) -> None:
-        """Each thread ends after the partition it proves (none is waited for)."""
+        """Tell each thread to end after its current partition, without waiting."""
         for _ in self.workers:
             self._ready.put(None)
 
@@ -140,8 +139,10 @@ class ProvingWorkers:
         return out
 
     def vacate(self, worker: Worker, now: float, *, abandoned: bool) -> None:
-        """``worker`` no longer proves what it held (its thread died, or its call was
-        ``abandoned``: the thread is left to finish, and counted until it does)."""
+        """Free ``worker`` of what it held, because its thread died or its call was ``abandoned``.
+
+        An abandoned thread is left to finish and counted until it does.
+        """
         worker.running = None
         worker.busy_since = None
         worker.gpu.end(now)
@@ -149,17 +150,17 @@ class ProvingWorkers:
             self._abandoned.add(worker.thread)
 
     def _prove_loop(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
-        """A worker's thread. Whatever prove does is caught in `_prove_one`; should pacer's
-        own code here fail, the loop hears of it and starts another thread."""
+        """A worker's thread; if pacer's own code fails, the loop starts a new one."""
         try:
             self._prove_until_closed(worker, loop)
         except BaseException as exc:
             threadsafe(loop, self._on_died, worker, threading.current_thread(), exc)
 
     def _prove_until_closed(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
-        """Take the next ready partition, prove it, report; until told to stop (None). If the
-        call was abandoned meanwhile, another thread has this worker's place: this one hands
-        the partition's memory back and ends."""
+        """Take, prove and report ready partitions until told to stop (None).
+
+        If the call was abandoned meanwhile, this thread hands the memory back and ends.
+        """
         while True:
             work = self._ready.get()
             if work is None:
@@ -183,7 +184,7 @@ class ProvingWorkers:
     def _prove_one(
         self, worker: Worker, work: Work
     ) -> tuple[Proof | None, str | None, BaseException | None]:
-        """(proof, None, None), or (None, the reason, what prove raised if it did)."""
+        """Return (proof, None, None), or (None, reason, the exception prove raised if any)."""
         context = work.context(worker.gpu.label)
         try:
             proof = self.workload.prove(work.buffers, worker.index, keep_output=work.verify)

@@ -1,8 +1,7 @@
-"""How the pipeline waits: the dispatch loop until its next decision is due or an event wakes
-it, the watchdog between checks of the calls' limits, a drain up to its budget.
+"""How the pipeline waits: for its next decision or an event, between checks, or during a drain.
 
-The service waits on the event loop's clock (`LoopTimers`); a test passes timers on its
-virtual clock, so that time moves only when the test moves it.
+The service waits on the event loop's clock (`LoopTimers`). A test passes timers on a virtual
+clock, so time moves only when the test moves it.
 """
 
 from __future__ import annotations

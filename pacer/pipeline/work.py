@@ -1,5 +1,4 @@
-"""What travels through the pipeline: a partition's `Work`, the `Outcome` it leaves with, the
-`Running` call watched against its limit, and the `Observer` that hears of it all."""
+"""What travels through the pipeline: `Work`, `Outcome`, `Running` and the `Observer`."""
 
 from __future__ import annotations
 
@@ -33,8 +32,10 @@ class Work:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A partition's attempt that left the pipeline: proved (``proof``) or failed (``error``,
-    the reason, and ``call``, the one that failed: synthesis, prove or verify)."""
+    """A partition's attempt that left the pipeline: proved (``proof``) or failed (``error``).
+
+    ``call`` names the call that failed: synthesis, prove or verify.
+    """
 
     job_id: str
     index: int
@@ -75,7 +76,6 @@ class Running:
 
 
 def threadsafe(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
-    """Call back on the loop from a thread; nothing when the loop is closed (the process is on
-    its way out and a late call's result has nowhere to go)."""
+    """Call back on the loop from a thread; do nothing once the loop is closed."""
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(callback, *args)
