@@ -1,2 +1,4 @@
-"""The ntt workload: its device code and NumPy (CPU) references. Only `gpu.workload`, the
-adapter that implements pacer's Workload contract, imports pacer."""
+"""The ntt workload: its device code and NumPy (CPU) references.
+
+Only `gpu.workload`, the adapter to pacer's Workload contract, imports pacer.
+"""

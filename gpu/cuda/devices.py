@@ -1,10 +1,9 @@
 """The CUDA devices this process can use, asked of the CUDA driver without importing CuPy.
 
-One answer to "is there CUDA here": `device_count`, 0 without CuPy, a driver or a device.
-CuPy proves, so it must be installed, but importing it takes a second or so on a GPU host: the
-service asks here before its pool is pinned (`gpu.workload.ntt`, the plan's GPU model), and
-imports CuPy only beside the pinning (`gpu.workload.GpuNttWorkload.prepare`). The driver
-(``libcuda.so.1``) numbers devices as CuPy's runtime does, ``CUDA_VISIBLE_DEVICES`` included.
+`device_count` is the one answer to "is there CUDA here": 0 without CuPy, a driver or a device.
+Importing CuPy takes a second or so, so the service asks here before the pool is pinned and
+imports CuPy beside the pinning (docs/decisions/startup.md). The driver numbers devices as
+CuPy does, ``CUDA_VISIBLE_DEVICES`` included.
 """
 
 from __future__ import annotations
@@ -41,18 +40,20 @@ def _started_driver() -> ctypes.CDLL | None:
 
 def _driver() -> ctypes.CDLL | None:
     """The CUDA driver, initialized once (cuInit); None where it cannot be loaded or started.
-    A second thread asking while the first starts it waits for that start."""
+
+    A second thread that asks during the start waits for it.
+    """
     with _starting:
         return _started_driver()
 
 
 def begin_driver_start() -> threading.Thread:
-    """Start the CUDA driver (where CuPy is installed) on a thread of its own, so that a later
-    `device_count` finds it started: cuInit takes 0.2 s on an H200 host, which a start can
-    spend beside its imports instead of after them. A process that ends sooner (a setting
-    refused) waits for the start to end first, so the driver's exit handlers do not run beside
-    it; but a driver that hangs in cuInit (a device fallen off the bus) is waited for only
-    `EXIT_WAIT_S`, and a warning says so."""
+    """Start the CUDA driver on its own thread, where CuPy is installed.
+
+    A later `device_count` then finds it started (docs/decisions/startup.md, D123). A process that
+    ends sooner waits for the start first, but only `EXIT_WAIT_S` for a driver hung in cuInit, with
+    a warning.
+    """
     thread = threading.Thread(target=_usable_driver, name="pacer-cuda-driver", daemon=True)
     thread.start()
     atexit.register(_waited_at_exit, thread)

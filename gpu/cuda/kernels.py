@@ -1,21 +1,20 @@
-"""The CUDA C++ of the H computation's kernels (`cuda_source`) and the launches one transform
-makes (`launch_plan`); `gpu.cuda.ntt` compiles and drives them. Imports without CuPy.
+"""The CUDA C++ of the H computation's kernels (`cuda_source`) and one transform's launches.
 
-The kernels are written once over ``elem`` and the field's ``fmul``/``fadd``/``fsub``
-(`gpu.field.prime.PrimeField.CUDA`), and compiled per field and device. Launch plan of one transform
-of n = 2^k points:
+`gpu.cuda.ntt` compiles and drives them; this module imports without CuPy. The kernels are
+written once over ``elem`` and the field's arithmetic (`gpu.field.prime.PrimeField.CUDA`), and
+compiled per field and device. A transform of n = 2^k points makes these launches
+(`launch_plan`):
 
 * ``ntt_head``: one block per tile of 2^t points, t = min(k, 11). It gathers its tile in
-  bit-reversed order (optionally times a per-element scale, for the coset shift), runs stages
-  0 .. t−1 in shared memory, and writes the tile back contiguously.
-* ``ntt_stage2``: the remaining stages two at a time (a radix-4 pass over global memory).
+  bit-reversed order, maybe scaled for the coset shift, and runs stages 0 .. t−1 in shared
+  memory.
+* ``ntt_stage2``: the remaining stages two at a time (radix-4 over global memory).
 * ``ntt_stage``: one last radix-2 stage when an odd number remain.
 
-The last launch of a transform applies its output scale (n⁻¹, or n⁻¹·shift^−i for the coset
-inverse: `OUT_SCALAR`, `OUT_VECTOR`), so scaling costs no pass of its own. ``h_pointwise``
-computes (a·b − c)·Z⁻¹; ``h_digest`` folds `gpu.reference.digest.digest_lanes` on the device.
-``power_table`` fills the twiddle and coset tables on the device, each element an exact
-product of the root's (or shift's) repeated squares, so no table crosses from the host.
+The last launch applies the output scale (`OUT_SCALAR`, `OUT_VECTOR`), so scaling costs no pass.
+``h_pointwise`` computes (a·b − c)·Z⁻¹. ``h_digest`` folds `gpu.reference.digest.digest_lanes`.
+``power_table`` fills the twiddle and coset tables on the device, so no table crosses from the
+host.
 """
 
 from __future__ import annotations
@@ -184,8 +183,7 @@ extern "C" __global__ void h_digest(const elem* __restrict__ values, u64* __rest
 
 
 def cuda_source(field: PrimeField) -> str:
-    """The CUDA C++ of every kernel for ``field``: ``elem`` (its storage type) and ``FIELD_P``
-    (its prime), its arithmetic, then the kernels."""
+    """The CUDA C++ of every kernel for ``field``, with its ``elem``, ``FIELD_P`` and arithmetic."""
     elem, suffix = ("u32", "u") if field.storage.itemsize == 4 else ("u64", "ull")
     constants = f"typedef {elem} elem;\n#define FIELD_P {field.P:#x}{suffix}\n"
     return _TYPES + constants + field.CUDA + _KERNELS
@@ -231,7 +229,7 @@ def launch_plan(log_n: int, log_tile: int = HEAD_LOG_TILE) -> tuple[Launch, ...]
 
 
 def check_log_n(log_n: int, field: PrimeField | None = None) -> None:
-    """ValueError unless 1 ≤ log_n ≤ `MAX_LOG_N` and, with ``field``, its two-adicity."""
+    """Raise ValueError unless 1 ≤ log_n ≤ `MAX_LOG_N` and, with ``field``, its two-adicity."""
     high = MAX_LOG_N if field is None else min(MAX_LOG_N, field.TWO_ADICITY)
     if not 1 <= log_n <= high:
         raise ValueError(f"log_n must be between 1 and {high}, got {log_n}")

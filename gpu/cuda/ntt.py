@@ -1,17 +1,11 @@
-"""The Groth16 H computation of `gpu.reference.ntt` on a CUDA device: CuPy drives the raw kernels of
-`gpu.cuda.kernels`.
+"""The Groth16 H computation of `gpu.reference.ntt` on a CUDA device, through CuPy.
 
-`CudaHSteps` mirrors `gpu.reference.ntt.HSteps` phase by phase on device arrays and gives the same
-canonical elements bit for bit: every kernel does exact arithmetic mod p, the twiddle and coset
-tables are computed on the device from the same roots and shifts as `gpu.reference.ntt`'s host
-tables
-(`gpu.cuda.tables`), and the transform is the same
-radix-2 decimation-in-time NTT (bit-reversed gather, then log2(n) butterfly stages). Device
-vectors hold one canonical element in the field's storage type (``elem``: uint32 for
-BabyBear, half the traffic of uint64; uint64 for Goldilocks).
+`CudaHSteps` mirrors `gpu.reference.ntt.HSteps` phase by phase, and gives the same elements bit
+for bit. The kernels (`gpu.cuda.kernels`) do exact arithmetic mod p. The tables come from the
+same roots and shifts (`gpu.cuda.tables`). Device vectors hold canonical elements in the field's
+storage type: uint32 for BabyBear, uint64 for Goldilocks.
 
-CuPy is imported lazily: this module imports without it (`gpu.cuda.devices.device_count` says
-whether a device can be used).
+This module imports without CuPy; `gpu.cuda.devices.device_count` says whether a device is there.
 """
 
 from __future__ import annotations
@@ -54,18 +48,12 @@ ships no stubs)."""
 
 
 class CudaHSteps:
-    """`gpu.reference.ntt.HSteps` on a CUDA device: the same four phases, the same elements bit for
-    bit.
+    """`gpu.reference.ntt.HSteps` on a CUDA device: the same four phases, the same elements.
 
-    Device vectors are ``cupy.ndarray`` of n canonical elements in ``field.storage``. Every
-    launch and copy
-    goes on ``stream`` (the current stream at construction when None), on the device current at
-    construction. Work buffers are allocated once here: each phase returns views of this
-    instance's buffers, which its next call of the same phase overwrites, so copy a result to
-    keep it. Nothing is checked on device: inputs must be canonical (`gpu.field.prime.to_field`
-    checks host arrays). ``CudaHSteps(16).run(*gpu.reference.synthesis.synthesize(1, 0, 16))``
-    equals
-    ``gpu.reference.ntt.compute_h`` of the same vectors.
+    Device vectors are ``cupy.ndarray`` of n canonical elements in ``field.storage``. Every launch
+    and copy goes on ``stream`` (the current one if None), on the device current at construction.
+    Each phase returns views of this instance's buffers, which the next call overwrites: copy a
+    result to keep it. Inputs must be canonical; nothing is checked on the device.
     """
 
     def __init__(
@@ -109,11 +97,10 @@ class CudaHSteps:
     def h2d(
         self, a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike
     ) -> tuple[DeviceArray, DeviceArray, DeviceArray]:
-        """Copies host vectors a, b, c (length n, the field's storage dtype or uint64) to this
-        instance's inputs.
+        """Copy host vectors a, b, c (the storage dtype or uint64) to this instance's inputs.
 
-        Arrays of the storage dtype in pinned memory copy asynchronously straight from their
-        pages; others are narrowed on the host first (and the copy waits for it).
+        Pinned arrays of the storage dtype copy asynchronously. Others are narrowed on the host
+        first.
         """
         for name, values, target in zip("abc", (a, b, c), self._inputs, strict=True):
             host = self._host_vector(name, values)
@@ -156,11 +143,9 @@ class CudaHSteps:
         return self._h
 
     def d2h(self, h: DeviceArray, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
-        """Copies device vector h to the host and waits for it.
+        """Copy device vector h to the host and wait for it.
 
-        Into ``out`` when given (the storage dtype: copied straight in, at full speed when
-        pinned; uint64: widened on the host), else into a new uint64 array like
-        `gpu.reference.ntt`'s.
+        Copies into ``out`` if given (storage dtype or uint64), else into a new uint64 array.
         """
         self._check_device("h", h)
         if out is not None and (out.shape != (self.n,) or not out.flags.c_contiguous):
@@ -183,9 +168,7 @@ class CudaHSteps:
         return out
 
     def digest(self, h: DeviceArray) -> str:
-        """`gpu.reference.digest.digest` of device vector h: its lanes folded on the device, 8
-        bytes a lane
-        copied back; waits for the copy."""
+        """`gpu.reference.digest.digest` of device vector h, folded on the device."""
         self._check_device("h", h)
         lanes = self._lanes
         args = (h, self._lane_states, np.uint32(lanes), np.uint32(self.n // lanes))
@@ -281,10 +264,10 @@ class CudaHSteps:
 
 
 def to_device(values: Sequence[FieldArray] | FieldArray, field: PrimeField = BABYBEAR) -> Any:
-    """Host uint64 vector(s) as device arrays of ``field.storage``, for calling one phase on
-    its own. The copies have landed when it returns: they run on the current stream, and a
-    kernel on a non-blocking stream would not wait for them (from pageable memory the call
-    returns once the data is staged, before it reaches the device)."""
+    """Copy host uint64 vectors to device arrays of ``field.storage``, to call one phase alone.
+
+    The copies have landed when it returns, so a kernel on a non-blocking stream sees them.
+    """
     import cupy
 
     if isinstance(values, np.ndarray):

@@ -1,9 +1,8 @@
-"""Proving one partition on a GPU: H2D from (pinned) host buffers, the H kernels, D2H.
+"""Proving one partition on a GPU: copy in from (pinned) host buffers, run the kernels, copy out.
 
-Each ``GpuProver`` owns one device, one non-blocking stream and its work buffers, so two
-provers on one GPU overlap one partition's copies with another's kernels. Phase times come
-from CUDA events recorded on the stream between the phases (`gpu.cuda.ntt.GPU_PHASES`), read
-once the partition is done.
+Each ``GpuProver`` owns one device, one non-blocking stream and its buffers. So two provers on
+one GPU overlap one partition's copies with another's kernels (docs/decisions/gpu.md, D102).
+Phase times come from CUDA events between the phases (`gpu.cuda.ntt.GPU_PHASES`).
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ __all__ = ["GpuProver", "GpuResult", "build_provers"]
 
 @dataclass(frozen=True)
 class GpuResult:
-    """H's digest (`gpu.reference.digest.digest`), its coefficients when kept, and each phase's
-    time (s)."""
+    """H's digest, its coefficients when kept, and each phase's time in seconds."""
 
     digest: str
     h: npt.NDArray[np.uint64] | None
@@ -83,7 +81,8 @@ class GpuProver:
 
 
 def build_provers(devices: list[int], log_n: int, field: PrimeField) -> dict[int, GpuProver]:
-    """A prover for each worker, on ``devices[worker]``: each device's context, kernels and
-    tables (computed there, `gpu.cuda.tables.table_recipes`) made once and shared by its
-    workers."""
+    """Make a prover for each worker on ``devices[worker]``.
+
+    Each device's context, kernels and tables are made once and shared by its workers.
+    """
     return {worker: GpuProver(device, log_n, field) for worker, device in enumerate(devices)}

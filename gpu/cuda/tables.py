@@ -1,9 +1,8 @@
-"""The tables the H computation's transforms read, for 2^log_n points of a field: computed on
-the device (`device_tables`, by the ``power_table`` kernel from `table_recipes`), and on the
-host (`host_tables`, from `gpu.reference.ntt`'s own), the reference the device's are tested against;
-and the compiled kernels of a device (`compiled_kernels`).
+"""The tables the H computation's transforms read, for 2^log_n points of a field.
 
-CuPy is imported lazily: this module imports without it.
+`device_tables` computes them on the device from `table_recipes`. `host_tables` builds them on
+the host, as the reference the device's are tested against. `compiled_kernels` compiles a
+device's kernels. This module imports without CuPy.
 """
 
 from __future__ import annotations
@@ -44,9 +43,7 @@ DeviceArray = Any
 
 @dataclass(frozen=True)
 class HostTables:
-    """`gpu.reference.ntt`'s tables for one size and field as host arrays of the field's storage
-    dtype,
-    in the layout the kernels read."""
+    """`gpu.reference.ntt`'s tables for one size and field, laid out for the kernels."""
 
     forward: npt.NDArray[Any]
     """Every stage's twiddles back to back: stage s (half-span m = 2^s) at [m − 1, 2m − 1)."""
@@ -62,9 +59,10 @@ class HostTables:
 
 @functools.lru_cache(maxsize=_CACHED_SIZES)
 def host_tables(log_n: int, field: PrimeField = BABYBEAR) -> HostTables:
-    """The tables for 2^log_n points, from `gpu.reference.ntt`'s cached uint64 tables, on the host:
-    the reference the device's own (`table_recipes`) are checked against, and the input of
-    the kernels' NumPy simulation in the tests."""
+    """The tables for 2^log_n points on the host, from `gpu.reference.ntt`'s cached tables.
+
+    Tests check the device's tables against these, and feed them to the kernels' simulation.
+    """
     check_log_n(log_n, field)
     plan = _plan(log_n, field)
     up, down = _coset_scales(log_n, field.GENERATOR, field)
@@ -94,8 +92,10 @@ class DeviceTables:
 
 @dataclass(frozen=True)
 class TableRecipe:
-    """How `power_table` fills one table on the device: ``count`` elements first·base^e(i),
-    e(i) = i, or, ``staged``, the twiddle exponent of the transforms' stage-by-stage layout."""
+    """How `power_table` fills one table: ``count`` elements first·base^e(i).
+
+    e(i) = i, or with ``staged`` the twiddle exponent of the stage-by-stage layout.
+    """
 
     base: int
     first: int
@@ -104,8 +104,10 @@ class TableRecipe:
 
 
 def table_recipes(log_n: int, field: PrimeField) -> tuple[TableRecipe, ...]:
-    """The recipes of forward, backward, coset_up and coset_down, in that order: the same
-    roots and shifts as `host_tables`, hence the same elements."""
+    """The recipes of forward, backward, coset_up and coset_down, in that order.
+
+    They use the same roots and shifts as `host_tables`, so they give the same elements.
+    """
     n = 1 << log_n
     root = field.root_of_unity(log_n)
     shift = field.GENERATOR
@@ -119,8 +121,7 @@ def table_recipes(log_n: int, field: PrimeField) -> tuple[TableRecipe, ...]:
 
 
 def table_squares(base: int, field: PrimeField) -> npt.NDArray[Any]:
-    """base^(2^k) mod p for k < 32 in the field's storage dtype: the factors `power_table`
-    multiplies, one per set bit of an exponent."""
+    """base^(2^k) mod p for k < 32, in the storage dtype: the factors `power_table` multiplies."""
     squares, value = [], base % field.P
     for _ in range(32):
         squares.append(value)
@@ -136,9 +137,10 @@ def h_scalars(log_n: int, field: PrimeField) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=_CACHED_SIZES)
 def device_tables(log_n: int, field: PrimeField, device_id: int) -> DeviceTables:
-    """The four tables, computed on device ``device_id`` (`power_table`): milliseconds, where
-    building them on the host and uploading them took seconds and ~6 GiB of host memory at
-    2^27. Equal to `host_tables` element for element (tests/gpu/test_ntt_cuda.py)."""
+    """The four tables, computed on device ``device_id`` in milliseconds.
+
+    They equal `host_tables` element for element (tests/gpu/test_ntt_cuda.py).
+    """
     import cupy
 
     kernel = compiled_kernels(device_id, field)["power_table"]

@@ -1,5 +1,4 @@
-"""Prime fields for NTTs: `PrimeField` (`gpu.field.prime`) and the two fields pacer ships,
-BabyBear and Goldilocks, found by name (`by_name`)."""
+"""Prime fields for NTTs: `PrimeField` and the two shipped fields, BabyBear and Goldilocks."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ FIELD_NAMES = ("babybear", "goldilocks")
 
 
 def by_name(name: str) -> PrimeField:
-    """The field called ``name`` (one of `FIELD_NAMES`); ValueError for any other name."""
+    """The field called ``name`` (one of `FIELD_NAMES`); raise ValueError for any other name."""
     if name == "babybear":
         from gpu.field.babybear import BABYBEAR
 

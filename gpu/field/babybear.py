@@ -1,8 +1,7 @@
 """The BabyBear field, p = 15·2^27 + 1: elements fit 31 bits, a product fits 62.
 
-Multiplying two arrays in uint64 and reducing is exact, so each operation is a few whole-array
-numpy calls; on the device an element is a uint32 (half the traffic of uint64). Its largest
-power-of-two domain is 2^27.
+A product in uint64 is exact, so each operation is a few whole-array NumPy calls. On the device
+an element is a uint32. Its largest power-of-two domain is 2^27.
 
 >>> F = BABYBEAR
 >>> F.to_ints(F.mul(F.to_field([2, F.P - 1]), F.to_field([3, F.P - 1])))
@@ -79,8 +78,7 @@ static __device__ __forceinline__ elem fsub(elem a, elem b) {
         out[...] = product
 
     def random_elements(self, bits: np.random.BitGenerator, out: npt.NDArray[Any]) -> None:
-        """31 random bits per element, less p when they exceed it (values below 2^31 − p are
-        twice as likely as the rest; the circuit only needs field elements)."""
+        """31 random bits per element, less p when they exceed it (slightly non-uniform)."""
         count = out.size
         words = bits.random_raw((count + 1) // 2).view(np.uint32)  # two 32-bit words a draw
         np.bitwise_and(words[:count], _LOW_31, out=out)
@@ -110,9 +108,10 @@ static __device__ __forceinline__ elem fsub(elem a, elem b) {
 
 
 def _reduce_product(product: FieldArray, quotient: FieldArray) -> None:
-    """product mod p in place (any uint64 below 2^62), with ``quotient`` as scratch:
-    product − ⌊product / p⌋·p, since numpy divides by a scalar with libdivide, which runs about
-    twice as fast as its uint64 remainder."""
+    """Reduce ``product`` (below 2^62) mod p in place, with ``quotient`` as scratch.
+
+    Computes product − ⌊product / p⌋·p, which NumPy runs faster than its uint64 remainder.
+    """
     np.floor_divide(product, _P, out=quotient)
     np.multiply(quotient, _P, out=quotient)
     np.subtract(product, quotient, out=product)

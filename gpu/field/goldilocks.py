@@ -1,10 +1,9 @@
 """The Goldilocks field, p = 2^64 − 2^32 + 1: elements fill a uint64, domains reach 2^32.
 
-A product needs 128 bits, which numpy lacks: `Goldilocks.mul_into` forms it from four 32×32-bit
-partial products, then reduces it with 2^64 ≡ 2^32 − 1 and 2^96 ≡ −1 (mod p), in 30 whole-array
-calls (`Goldilocks.consecutive_products`, synthesis's c, in 28). On the device ``__umul64hi``
-gives the high half and the same reduction follows. Each element is twice BabyBear's bytes, so
-a transform of 2^k points moves twice the memory; 2^27 points of a, b and c are 3 GiB.
+NumPy has no 128-bit product. `Goldilocks.mul_into` forms it from four 32×32-bit partial
+products, then reduces with 2^64 ≡ 2^32 − 1 and 2^96 ≡ −1 (mod p). On the device,
+``__umul64hi`` gives the high half. Elements are twice BabyBear's size; 2^27 points of a, b and
+c take 3 GiB.
 
 >>> F = GOLDILOCKS
 >>> F.to_ints(F.mul(F.to_field([F.P - 1, 2**63]), F.to_field([F.P - 1, 2])))
@@ -107,8 +106,7 @@ static __device__ __forceinline__ elem fsub(elem a, elem b) {
     def consecutive_products(
         self, window: FieldArray, out: npt.NDArray[Any], buffers: tuple[FieldArray, ...]
     ) -> None:
-        """Each element's 32-bit halves are split once, then serve as both factors: two whole-
-        array calls fewer than `mul_into` of the two shifted views."""
+        """Products of neighbours, splitting each element's 32-bit halves only once."""
         size = out.size
         low, high, t, v, w, u = (buffer[: size + 1] for buffer in buffers)
         np.bitwise_and(window, _LOW_32, out=low)
@@ -121,8 +119,7 @@ static __device__ __forceinline__ elem fsub(elem a, elem b) {
         _reduce_partials(t, v, w, u, low[:size], out)
 
     def random_elements(self, bits: np.random.BitGenerator, out: npt.NDArray[Any]) -> None:
-        """64 random bits per element, less p when they reach it (2^32 − 1 of the 2^64 values
-        do: all but uniform)."""
+        """64 random bits per element, less p when they reach it (all but uniform)."""
         words = bits.random_raw(out.size)
         if words.size and words.max() >= _P:  # about one draw in 2^32: checked, not computed
             _canonical(words, out, scratch=out)
@@ -133,13 +130,13 @@ static __device__ __forceinline__ elem fsub(elem a, elem b) {
 def _reduce_partials(
     t: FieldArray, v: FieldArray, w: FieldArray, u: FieldArray, scratch: FieldArray, out: Any
 ) -> None:
-    """out = x mod p for x = t + (v + w)·2^32 + u·2^64, the product of a = a1·2^32 + a0 and
-    b = b1·2^32 + b0 from its partials t = a0·b0, v = a0·b1, w = a1·b0, u = a1·b1 (each below
-    2^64). Overwrites all five inputs; ``out`` may be any of them.
+    """Set out = x mod p, where x is a·b given by its 32-bit partials t, v, w, u.
 
-    With 2^64 ≡ 2^32 − 1 = ε and 2^96 ≡ −1 (mod p): a carry out of v + w is worth 2^96, so
-    −1. The rest, hi·2^64 + lo, has hi = u + (v + w)/2^32 + carry, which never overflows
-    (u ≤ (2^32 − 1)^2). Then hi = h1·2^32 + h0 gives x ≡ lo + h0·ε − h1 − carries.
+    With a = a1·2^32 + a0 and b = b1·2^32 + b0: t = a0·b0, v = a0·b1, w = a1·b0, u = a1·b1.
+    Overwrites all five inputs; ``out`` may be any of them.
+
+    With 2^64 ≡ 2^32 − 1 = ε and 2^96 ≡ −1 (mod p), a carry out of v + w is worth −1. The rest is
+    hi·2^64 + lo, and hi = h1·2^32 + h0 gives x ≡ lo + h0·ε − h1 − carries.
     """
     np.add(v, w, out=v)  # mid = a0·b1 + a1·b0, mod 2^64
     np.less(v, w, out=scratch)  # its carry, worth −1
@@ -167,8 +164,7 @@ def _reduce_partials(
 def _canonical(
     values: FieldArray, out: npt.NDArray[Any], scratch: FieldArray | None = None
 ) -> npt.NDArray[Any]:
-    """Any uint64 into [0, p): below p, ``values − p`` wraps to above ``values``; at or above
-    p it is the smaller."""
+    """Bring any uint64 into [0, p) by taking the smaller of ``values`` and ``values − p``."""
     over = np.subtract(values, _P, out=scratch)
     result: npt.NDArray[Any] = np.minimum(values, over, out=out)
     return result

@@ -1,12 +1,8 @@
-"""Prime fields for the NTT workload: what every field shares, over numpy uint64 arrays.
+"""Prime fields for the NTT workload: what every field shares, over NumPy uint64 arrays.
 
-A `PrimeField` holds canonical elements, integers in [0, p), one per uint64. Each field
-(`gpu.field.babybear`, `gpu.field.goldilocks`) supplies its vectorized add, sub and mul, how a
-synthesis
-draws random elements, and the same arithmetic as CUDA device functions; everything else here
-(powers, inverses, roots of unity, checks and encodings) is built on those. The arithmetic
-trusts its inputs to be canonical (it sits in the NTT's inner loop); the conversion helpers
-(`PrimeField.to_field`, `PrimeField.from_le_bytes`) are where outside data is checked.
+A `PrimeField` holds canonical elements, integers in [0, p). Each field supplies add, sub, mul,
+random draws and CUDA device functions; the rest is built on those. The arithmetic trusts its
+inputs. `PrimeField.to_field` and `PrimeField.from_le_bytes` check outside data.
 
 >>> from gpu.field import by_name
 >>> F = by_name("goldilocks")
@@ -36,8 +32,7 @@ _LOW_32 = np.uint64(0xFFFFFFFF)
 
 
 class PrimeField:
-    """A prime field with a large power-of-two subgroup, for NTTs; subclasses set the class
-    attributes and the vectorized arithmetic."""
+    """A prime field with a large power-of-two subgroup; subclasses set constants and arithmetic."""
 
     name: ClassVar[str]
     P: ClassVar[int]

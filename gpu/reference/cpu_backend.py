@@ -1,25 +1,16 @@
-"""The CPU backends of the ntt workload's synthesis and verification, and the compiled one.
+"""The CPU backends of the ntt workload's synthesis and verification: "numpy" and "numba".
 
-`CPU_BACKENDS` names them: "numpy", whole-array NumPy calls (`gpu.reference.synthesis`,
-`gpu.reference.verification`), and "numba", the same work compiled by Numba, here.
+`CPU_BACKENDS` names them. "numpy" is whole-array NumPy calls (`gpu.reference.synthesis`,
+`gpu.reference.verification`). "numba" is the same work compiled by Numba, here
+(docs/decisions/gpu.md, D100).
 
-NumPy has no 128-bit product, so a Goldilocks c_i = a_i·a_(i+1) costs 28 whole-array calls
-(`Goldilocks.consecutive_products`), each a pass over a cache-sized step: about 27 ns an
-element of synthesis on one core, which leaves one H200 waiting on 32 cores
-(bench/RESULTS.md). Compiled, each element is a few dozen instructions between its draw and its
-three stores: the draws are SFC64's, stepped here on the state NumPy's SeedSequence gives
-``SFC64([seed, index])``, so the outputs are identical bit for bit to the NumPy path's (tested
-for both fields). The kernels release the GIL, so synthesis on threads runs in parallel too.
+The compiled draws step SFC64 on the state NumPy gives ``SFC64([seed, index])``. So the outputs
+equal the NumPy path's bit for bit. The kernels release the GIL. Verification sums and runs of
+powers (`powers`) compile the same way.
 
-`gpu.reference.verification.verify`'s sums compile the same way (`barycentric_sums`, `evaluate`):
-the
-same field values as the NumPy path's, at 1.8 (BabyBear) to 3.6 (Goldilocks) times its rate;
-and so do the long runs of powers the GPU's tables are made of (`powers`).
-
-Numba is optional (``pip install 'pacer[fast]'``; the ``gpu`` extras include it):
-`numba_available` says whether it imports. The kernels compile on first use, per output dtype,
-and are cached on disk (``NUMBA_CACHE_DIR``, else beside this module or in the user's cache
-directory; with none writable, each process compiles them, about 2 s); `warm` does it up front.
+Numba is optional (``pip install 'pacer[fast]'``). Kernels compile on first use and are cached
+on disk (``NUMBA_CACHE_DIR``, else beside this module or in the user's cache). `warm` compiles
+them up front.
 """
 
 from __future__ import annotations
@@ -63,15 +54,12 @@ logger = logging.getLogger("gpu.reference.cpu_backend")
 
 @functools.cache
 def numba_available() -> bool:
-    """Whether Numba is installed here: found, not imported (importing it takes a while, and
-    a service decides its backend before its pool is pinned; the kernels import it beside
-    the pinning)."""
+    """Whether Numba is installed here; found, not imported, because importing it is slow."""
     return importlib.util.find_spec("numba") is not None
 
 
 def check(backend: str) -> None:
-    """ValueError unless ``backend`` is one of `CPU_BACKENDS`; RuntimeError for "numba" where
-    Numba is not installed."""
+    """Raise ValueError unless ``backend`` is known; RuntimeError if Numba is missing."""
     if backend not in CPU_BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(CPU_BACKENDS)}, got {backend!r}")
     if backend == "numba" and not numba_available():
@@ -81,10 +69,10 @@ def check(backend: str) -> None:
 def synthesize_into(
     seed: int, index: int, out: Sequence[npt.NDArray[Any]], field: PrimeField
 ) -> None:
-    """Partition (seed, index) of ``field`` into ``out`` (a, b, c), as
-    `gpu.reference.synthesis.synthesize_into` writes it. The caller checks the arguments; this
-    takes them
-    as given."""
+    """Write partition (seed, index) of ``field`` into ``out`` (a, b, c), compiled.
+
+    Same values as `gpu.reference.synthesis.synthesize_into`. The caller checks the arguments.
+    """
     state = np.random.SFC64([seed, index]).state["state"]["state"].astype(np.uint64)
     a_out, b_out, c_out = out
     _kernels()[field.name](state, a_out, b_out, c_out)
@@ -93,16 +81,16 @@ def synthesize_into(
 def consecutive_products(
     window: npt.NDArray[np.uint64], out: npt.NDArray[Any], field: PrimeField
 ) -> None:
-    """out[i] = window[i]·window[i + 1] mod p, compiled: the products synthesis's c is made of,
-    as `PrimeField.consecutive_products` computes them."""
+    """out[i] = window[i]·window[i + 1] mod p, compiled, as `PrimeField.consecutive_products`."""
     _kernels()[f"{field.name} products"](window, out)
 
 
 def barycentric_sums(r: int, log_n: int, field: PrimeField, *evals: npt.NDArray[Any]) -> list[int]:
-    """Σ_i v_i·ω^i / (r − ω^i) mod p for each of three vectors v (values on <ω>, of 2^log_n
-    elements, any unsigned dtype), as `gpu.reference.verification` computes them: the weights
-    1 / (r·ω^−i − 1) inverted in blocks of `VERIFY_BLOCK` (one exponentiation a block), each
-    weight used by the three at once. r must lie outside <ω>."""
+    """Σ_i v_i·ω^i / (r − ω^i) mod p for each of three vectors v on <ω>, compiled.
+
+    Same values as `gpu.reference.verification`. Weights are inverted in blocks of
+    `VERIFY_BLOCK`. r must lie outside <ω>.
+    """
     omega_inverse = field.inverse(field.root_of_unity(log_n))
     sums = np.zeros(3, dtype=np.uint64)
     _kernels()[f"{field.name} barycentric"](np.uint64(r), np.uint64(omega_inverse), *evals, sums)
@@ -117,10 +105,11 @@ def evaluate(coeffs: npt.NDArray[Any], x: int, field: PrimeField) -> int:
 def powers(
     base: int, count: int, field: PrimeField, first: int = 1, threads: int = POWER_THREADS
 ) -> npt.NDArray[np.uint64]:
-    """[first, first·base, first·base², …] mod p, ``count`` of them, as uint64: the same values
-    as ``field.mul(field.powers(base, count), first)``, compiled and split over ``threads``
-    threads (each run starts at first·base^start), where NumPy's Goldilocks products would
-    take ~30 s for the GPU's tables at 2^27. Canonical inputs are the caller's to give."""
+    """[first, first·base, first·base², …] mod p, ``count`` of them, as uint64.
+
+    Runs on ``threads`` threads. Same values as ``field.mul(field.powers(base, count), first)``.
+    Inputs must be canonical.
+    """
     out = np.empty(count, dtype=np.uint64)
     if count == 0:
         return out
@@ -144,11 +133,11 @@ VERIFY_BLOCK = 1 << 10
 def warm(
     field: PrimeField, dtypes: Sequence[np.dtype[Any]] = (), *, verification: bool = False
 ) -> None:
-    """Compile (or load from the cache) ``field``'s synthesis kernel for outputs of each of
-    ``dtypes`` (default: the field's storage) and, with ``verification``, its verification
-    kernels for the uint64 inputs `gpu.reference.verification.verify` passes, so the first
-    partition does
-    not wait for them."""
+    """Compile or load ``field``'s kernels now, so the first partition does not wait.
+
+    Synthesis kernels are built for each of ``dtypes`` (default: the storage dtype). With
+    ``verification``, the uint64 verification kernels too.
+    """
     for dtype in dtypes or (field.storage,):
         tiny = [np.zeros(2, dtype=dtype) for _ in range(3)]
         synthesize_into(0, 0, tiny, field)
@@ -160,8 +149,7 @@ def warm(
 
 @functools.cache
 def _kernels() -> dict[str, _Kernel]:
-    """The kernels by field name (synthesis) and by field name and purpose, defined on first
-    use so that importing this module does not import Numba."""
+    """The kernels by field name and purpose, defined on first use so import skips Numba."""
     import numba
 
     u64 = np.uint64
@@ -176,7 +164,7 @@ def _kernels() -> dict[str, _Kernel]:
     cache = True  # until Numba finds no writable place: then said once, not per kernel
 
     def kernel(function: _Kernel) -> _Kernel:
-        """``function`` compiled, cached on disk where Numba finds a writable place for it."""
+        """``function`` compiled, cached on disk where Numba finds a writable place."""
         nonlocal cache
         if cache:
             try:
@@ -189,13 +177,12 @@ def _kernels() -> dict[str, _Kernel]:
 
     @inline
     def carry(a: Any, b: Any, total: Any) -> Any:
-        """1 where total = a + b wrapped past 2^64, else 0, from the top bits: no compare, which
-        the compiler would turn into a branch taken at random (a mispredict every other time)."""
+        """1 where a + b wrapped past 2^64, else 0, from the top bits; no compare, so no branch."""
         return ((a & b) | ((a | b) & ~total)) >> shift_63
 
     @inline
     def borrow(a: Any, b: Any, difference: Any) -> Any:
-        """1 where difference = a − b wrapped below 0, else 0, likewise without a compare."""
+        """1 where a − b wrapped below 0, else 0, likewise without a compare."""
         return ((~a & b) | ((~a | b) & difference)) >> shift_63
 
     @inline
@@ -221,9 +208,11 @@ def _kernels() -> dict[str, _Kernel]:
         return (u64(a) * u64(b)) % babybear_p
 
     def make(draws_per_word: int, mul: _Kernel) -> _Kernel:
-        """The kernel of a field that takes ``draws_per_word`` elements from each SFC64 word
-        (Goldilocks 1: the word less p at or above p; BabyBear 2: its low 31 bits, then its
-        high word's, each less p at or above p) and multiplies with ``mul``."""
+        """A field's synthesis kernel, drawing ``draws_per_word`` elements per SFC64 word.
+
+        Goldilocks takes 1 (the word, less p at or above p). BabyBear takes 2 (low and high 31 bits,
+        each less p at or above p). It multiplies with ``mul``.
+        """
 
         @kernel
         def synthesize(state: Any, a_out: Any, b_out: Any, c_out: Any) -> None:

@@ -1,10 +1,7 @@
-"""A fingerprint of a vector of field elements, to compare results: CPU against GPU, run
-against run.
+"""A fingerprint of a vector of field elements, to compare results: CPU with GPU, run with run.
 
-Element i (its canonical value as a uint64) is folded by FNV-1a/64 into lane i mod L,
-L = min(n, `DIGEST_LANES`); the digest is SHA-256 of n and the lanes' final states. A GPU
-computes the lanes in one coalesced pass (``gpu.cuda.ntt``) and copies back 8·L bytes instead
-of the vector.
+Element i is folded by FNV-1a/64 into lane i mod L, L = min(n, `DIGEST_LANES`). The digest is
+SHA-256 of n and the lanes. A GPU computes the lanes in one pass and copies back 8·L bytes.
 
 >>> from gpu.field.babybear import BABYBEAR
 >>> digest([1, 2, 3, 4]) == digest([1, 2, 3, 4], field=BABYBEAR) != digest([1, 2, 4, 3])
@@ -31,11 +28,7 @@ FNV_PRIME = 0x100000001B3
 
 
 def digest(h: npt.ArrayLike, *, field: PrimeField = BABYBEAR) -> str:
-    """Hex fingerprint of a vector of field elements (see the module's docstring).
-
-    It tells results apart; it is not collision-resistant against someone choosing vectors
-    (FNV is not).
-    """
+    """Hex fingerprint of a vector of field elements; not collision-resistant."""
     values = field.to_field(h)
     return digest_of_lanes(values.size, digest_lanes(values))
 

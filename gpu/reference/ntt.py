@@ -1,20 +1,14 @@
-"""The number-theoretic transform over a prime field and the Groth16 prover's H computation, in
-NumPy.
+"""The number-theoretic transform over a prime field, and the Groth16 H computation, in NumPy.
 
-This is the CPU reference a GPU port (`gpu.cuda.ntt`) must match bit for bit (compare
-`gpu.reference.digest.digest` values). The H computation takes a partition's a, b, c
-(`gpu.reference.synthesis`)
-to the coefficients of H = (A·B − C) / Z in four phases (`H_PHASES`, `HSteps`);
-`gpu.reference.verification` checks the result.
+This is the CPU reference that `gpu.cuda.ntt` must match bit for bit. The H computation takes
+a partition's a, b, c to the coefficients of H = (A·B − C) / Z in four phases (`H_PHASES`,
+`HSteps`). `gpu.reference.verification` checks the result.
 
-Layout of one transform of n = 2^k points: the input is gathered once into bit-reversed order,
-stored as a (cols, rows) matrix, cols·rows = n, rows ≥ cols ≈ √n. Radix-2 stages whose
-butterflies span fewer than ``cols`` points run on that matrix, the later stages on its
-transpose, so every numpy call sweeps contiguous runs of at least √n elements rather than short
-strided ones. Each stage is a handful of whole-array numpy calls; Python loops only over the
-log2(n) stages. Twiddle tables are built once per size and field, and cached.
+A transform gathers its input once into bit-reversed order, as a (cols, rows) matrix with
+cols ≈ √n. Early stages run on that matrix and later ones on its transpose, so each NumPy call
+sweeps long contiguous runs. Twiddle tables are cached per size and field.
 
-Every function takes the field as ``field`` (a `gpu.field.prime.PrimeField`; BabyBear unless given).
+Every function takes ``field`` (a `gpu.field.prime.PrimeField`; BabyBear unless given).
 
 >>> from gpu.field.goldilocks import GOLDILOCKS
 >>> values = GOLDILOCKS.to_field([1, 2, 3, 4])
@@ -55,8 +49,8 @@ _Array = TypeVar("_Array", bound=npt.NDArray[Any])
 def ntt(values: npt.ArrayLike, *, field: PrimeField = BABYBEAR) -> FieldArray:
     """Evaluations of the polynomial with coefficients ``values`` on the domain <ω>.
 
-    Output k is Σ_j values[j]·ω^(jk), ω = ``field.root_of_unity``(log2 n); n must be a power of
-    two up to 2^TWO_ADICITY and every value an element in [0, p).
+    Output k is Σ_j values[j]·ω^(jk). n must be a power of two up to 2^TWO_ADICITY, and every value
+    must be in [0, p).
     """
     array, log_n = check_vector("values", values, field)
     return _transform(array, log_n, field, inverse=False)
@@ -157,17 +151,17 @@ def compute_h(
 ) -> FieldArray:
     """The coefficients of H = (A·B − C) / Z, Z(x) = x^n − 1, as a Groth16 prover computes them.
 
-    a, b, c are evaluations on <ω> of equal power-of-two length n with A·B − C vanishing there
-    (as `gpu.reference.synthesis.synthesize` makes them). Returns n coefficients, lowest first; H
-    has
-    degree ≤ n − 2, so the last is 0. For the phases one at a time, use `HSteps`.
+    a, b, c are evaluations on <ω> of equal power-of-two length n, with A·B − C vanishing there.
+    Returns n coefficients, lowest first; the last is 0. `HSteps` gives the phases one at a time.
     """
     return HSteps(check_vector("a", a, field)[1], field).run(a, b, c)
 
 
 def check_vector(name: str, values: npt.ArrayLike, field: PrimeField) -> tuple[FieldArray, int]:
-    """``values`` as canonical elements of ``field`` and log2 of their count; ValueError
-    naming ``name`` unless they are a vector of 2^k elements, k up to the two-adicity."""
+    """Return ``values`` as canonical elements of ``field``, and log2 of their count.
+
+    Raises ValueError naming ``name`` unless they are 2^k elements, k up to the two-adicity.
+    """
     array = np.asarray(values)
     if array.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
@@ -184,7 +178,7 @@ def check_vector(name: str, values: npt.ArrayLike, field: PrimeField) -> tuple[F
 
 
 def check_log_n(log_n: int, field: PrimeField, low: int) -> None:
-    """ValueError unless 2^log_n points fit ``field``'s largest domain, log_n ≥ ``low``."""
+    """Raise ValueError unless 2^log_n points fit ``field``'s largest domain and log_n ≥ ``low``."""
     if not low <= log_n <= field.TWO_ADICITY:
         raise ValueError(
             f"log_n must be between {low} and {field.TWO_ADICITY} ({field.name}'s two-adicity), "
@@ -218,8 +212,7 @@ def _coset_intt(evals: FieldArray, log_n: int, shift: int, field: PrimeField) ->
 class _Plan:
     """Everything a transform of 2^log_n points needs but its input.
 
-    The gather index is built on first use: the GPU port reads only the twiddles, and at 2^27
-    the index is 1 GiB and seconds of work.
+    The gather index is built on first use; the GPU port needs only the twiddles.
     """
 
     def __init__(self, log_n: int, field: PrimeField) -> None:
@@ -234,8 +227,7 @@ class _Plan:
 
     @functools.cached_property
     def gather(self) -> npt.NDArray[np.intp]:
-        """Gathering through this reads the input in bit-reversed order straight into the
-        transposed (cols, rows) layout the early stages run on."""
+        """Index reading the input in bit-reversed order into the (cols, rows) layout."""
         reversed_index = _bit_reversal(self.log_n)
         return _frozen(
             reversed_index.reshape(self.rows, self.cols).T.reshape(1 << self.log_n).astype(np.intp)

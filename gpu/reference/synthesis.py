@@ -1,10 +1,8 @@
 """A partition's witness vectors a, b and c = a∘b, drawn from (seed, index), on the CPU.
 
-`synthesize` returns new vectors; `synthesize_into` writes buffers given to it (a pinned pool
-slot), each once, so a GPU copies them without another host copy. Either computes on a CPU
-backend (`gpu.reference.cpu_backend.CPU_BACKENDS`): whole-array NumPy calls (here) or a compiled
-pass
-(``backend="numba"``), with the same values bit for bit.
+`synthesize` returns new vectors. `synthesize_into` writes given buffers, such as a pinned slot,
+each once. Both run on a CPU backend (`gpu.reference.cpu_backend.CPU_BACKENDS`) with the same
+values bit for bit.
 
 >>> a, b, c = synthesize(seed=7, index=0, log_n=3)
 >>> bool((BABYBEAR.mul(a, b) == c).all())
@@ -38,10 +36,10 @@ elements of BabyBear (two buffers), 2^14 of Goldilocks (five)."""
 def synthesize(
     seed: int, index: int, log_n: int, *, field: PrimeField = BABYBEAR, backend: str = "numpy"
 ) -> tuple[FieldArray, FieldArray, FieldArray]:
-    """A partition's witness vectors (a, b, c = a∘b) of length 2^log_n, a function of (seed, index).
+    """A partition's witness vectors (a, b, c = a∘b) of length 2^log_n, from (seed, index).
 
-    a is drawn from the field and b is a rotated by one place; c makes A·B − C vanish on <ω>,
-    as in a satisfied circuit. Equal to what `synthesize_into` writes, as uint64.
+    a is drawn from the field, b is a rotated by one place, and A·B − C vanishes on <ω>. Equal to
+    what `synthesize_into` writes, as uint64.
     """
     _check_partition(seed, index, log_n, field)
     a, b, c = (np.empty(1 << log_n, dtype=np.uint64) for _ in range(3))
@@ -58,22 +56,14 @@ def synthesize_into(
     field: PrimeField = BABYBEAR,
     backend: str = "numpy",
 ) -> None:
-    """`synthesize` written into ``out`` (three arrays of 2^log_n elements, of the field's
-    storage dtype or uint64, e.g. a pinned pool slot), so a GPU can copy them without another
-    host copy.
+    """Write `synthesize`'s vectors into ``out``: three arrays of 2^log_n elements.
 
-    a is drawn from an SFC64 generator seeded by (seed, index) (``field.random_elements``).
-    b is a rotated by one place, b_i = a_(i+1 mod n): half the draws, and A·B − C still
-    vanishes on the domain. Each output is written once.
+    ``out`` is of the storage dtype or uint64, such as a pinned slot. a is drawn from SFC64 seeded
+    by (seed, index); b_i = a_(i+1 mod n). Each output is written once.
 
-    ``step`` unset: steps of `SYNTHESIS_CHUNK` elements, c in `_PRODUCT_BYTES` of buffers at a
-    time, all in a core's cache; fastest where synthesis has its core to itself (a worker
-    process). Each NumPy call gives up the GIL, though, and on a thread beside others each
-    waits to take it back: there, pass a larger power of two (`THREADED_STEP`), which makes c
-    in one go per step and so far fewer calls. The same values come out either way.
-
-    ``backend="numba"``: the same values from one compiled pass that holds no GIL
-    (`gpu.reference.cpu_backend`; ``step`` is then moot): for Goldilocks 2.2 to 2.8 times the rate.
+    ``step`` unset works in cache-sized steps, fastest in a worker process. On a thread beside
+    others, pass `THREADED_STEP` to make far fewer GIL-releasing calls. ``backend="numba"`` runs one
+    compiled pass without the GIL. The values are the same every way.
     """
     size = out[0].size
     log_n = size.bit_length() - 1

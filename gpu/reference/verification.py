@@ -1,8 +1,7 @@
 """Checking a proved partition: H(r)·Z(r) = A(r)·B(r) − C(r) at a random point r, no transform.
 
-A, B and C are evaluated at r from their values on <ω> by the barycentric formula, H from its
-coefficients by a dot product with powers of r: time linear in n, memory a few arrays of 2^16
-elements beyond the inputs, whatever n.
+A, B and C are evaluated at r by the barycentric formula, and H by a dot product with powers of
+r. Time is linear in n; memory beyond the inputs stays small (docs/decisions/gpu.md, D98).
 
 >>> from gpu.reference.ntt import compute_h
 >>> from gpu.reference.synthesis import synthesize
@@ -40,15 +39,10 @@ def verify(
 ) -> bool:
     """Whether H(r)·Z(r) = A(r)·B(r) − C(r) at a point r outside <ω>.
 
-    r is drawn from ``rng`` (a fresh, unseeded generator by default) unless given. Vectors that
-    do not satisfy the identity pass only if r is a root of the nonzero polynomial
-    H·Z − (A·B − C), of degree < 2n: probability < 2n / p for a random r.
-
-    No transform runs: A, B and C are evaluated at r from their values on <ω> by the
-    barycentric formula V(r) = (r^n − 1)/n · Σ_i v_i·ω^i / (r − ω^i), the weights shared by
-    the three and inverted in batches (`field.batch_inverse`); H(r) is a dot product with
-    powers of r. ``backend="numba"``: the same sums compiled (`gpu.reference.cpu_backend`),
-    weights inverted in blocks and H(r) by Horner's rule.
+    r is drawn from ``rng`` (a fresh generator by default) unless given. Wrong vectors pass with
+    probability < 2n / p. A, B and C use the barycentric formula
+    V(r) = (r^n − 1)/n · Σ_i v_i·ω^i / (r − ω^i), weights shared and inverted in batches.
+    ``backend="numba"`` runs the same sums compiled (`gpu.reference.cpu_backend`).
     """
     a_, log_n = check_vector("a", a, field)
     n = 1 << log_n
@@ -78,8 +72,7 @@ def verify(
 def barycentric_sums(r: int, log_n: int, field: PrimeField, *evals: FieldArray) -> list[int]:
     """Σ_i v_i·ω^i / (r − ω^i) mod p for each v in ``evals`` (values on <ω>, |<ω>| = 2^log_n).
 
-    r must lie outside <ω>. The weight ω^i / (r − ω^i) is 1 / (r·ω^−i − 1): per chunk, one
-    table of ω^−i scaled by r·ω^−start, and one batch inversion shared by every vector.
+    r must lie outside <ω>. Each chunk inverts its weights 1 / (r·ω^−i − 1) in one shared batch.
     """
     n = 1 << log_n
     chunk = min(n, _VERIFY_CHUNK)
