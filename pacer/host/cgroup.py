@@ -1,14 +1,10 @@
-"""This process's cgroup (v2) memory limit: what a container's or a systemd unit's memory.max
-leaves it, which /proc/meminfo does not show (it shows the whole host).
+"""This process's cgroup (v2) memory limit, which /proc/meminfo does not show.
 
-/proc/self/cgroup names the process's cgroup (``0::/kubepods.slice/…``); under the cgroup
-filesystem (/sys/fs/cgroup) that cgroup and each of its ancestors may hold a ``memory.max``
-("max": no limit) and a ``memory.current``. An ancestor's limit bounds all its descendants
-together, so the room left is the least, over the cgroups with a limit, of memory.max less
-memory.current. memory.current counts page cache, which the kernel would reclaim first: the
-room errs on the safe side. Under cgroup v1, or without a cgroup filesystem, there is no limit.
-``pacer settle`` samples the cgroup so found (`read_cgroup`, and its shared memory from
-``memory.stat``, `read_memory_stat`).
+/proc/self/cgroup names the process's cgroup. It and each ancestor may hold ``memory.max``
+("max": no limit) and ``memory.current``. The room left is the least memory.max less
+memory.current over the cgroups with a limit. memory.current counts page cache, so the room
+errs on the safe side. Under cgroup v1, or without a cgroup filesystem, there is no limit.
+``pacer settle`` samples the cgroup found here (`read_cgroup`, `read_memory_stat`).
 """
 
 from __future__ import annotations
@@ -25,8 +21,7 @@ log = logging.getLogger("pacer.service")
 
 @dataclass(frozen=True)
 class CgroupLimit:
-    """A cgroup's memory limit and usage (bytes); ``path`` as /proc/self/cgroup names it
-    (``/kubepods.slice/…``, or ``/`` at the root of a container's cgroup namespace).
+    """A cgroup's memory limit and usage in bytes; ``path`` as /proc/self/cgroup names it.
 
     >>> CgroupLimit("/pacer.service", 64 * 2**30, 70 * 2**30).room_bytes
     0

@@ -1,14 +1,10 @@
 """The host's memory against what the service means to hold, read once at start.
 
-MemAvailable (``/proc/meminfo``) is what the kernel can hand out without swapping; in a
-container or a systemd unit with a memory limit, the cgroup's room (`pacer.host.cgroup`) where
-that is less, since /proc/meminfo shows the whole host. Less a
-reserve for everything else on the host (the kernel, the service's own heap and threads, other
-processes; ``PACER_MEMORY__HOST_RESERVE_BYTES``), it is what the service may use. The service
-checks two figures against it at start (`pacer.service`): the pinned pool, allocated at once
-and never swapped, must fit, or it refuses to start; the memory budget, the most that
-in-flight partitions hold, is clamped to it, with a warning. This module reads and plans; it
-raises nothing about settings.
+The service may use MemAvailable, or the cgroup's room where that is less (`pacer.host.cgroup`),
+less a reserve (``PACER_MEMORY__HOST_RESERVE_BYTES``). At start the pinned pool must fit, or the
+service refuses to start. The memory budget is clamped to fit, with a warning
+(docs/decisions/service.md, D37). This module reads and plans; it raises nothing about
+settings.
 """
 
 from __future__ import annotations
@@ -53,10 +49,10 @@ HOST_FILES = HostFiles()
 
 @dataclass(frozen=True)
 class HostMemory:
-    """The host's memory at one instant (bytes). ``kept_bytes``: of the memory in use, a
-    pinned pool the previous pacer kept for this one, which it adopts rather than allocates:
-    not in MemAvailable, yet the service's to use; charged to the cgroup that first wrote it,
-    not to this one. ``cgroup``: the memory limit of this process's cgroup, where one is set.
+    """The host's memory at one instant, in bytes.
+
+    ``kept_bytes`` is a pinned pool the previous pacer kept for this one. It is not in MemAvailable,
+    yet is this service's to use. ``cgroup`` is this process's cgroup limit, where one is set.
     """
 
     total_bytes: int  # MemTotal
@@ -115,8 +111,7 @@ class HostMemory:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """The memory budget in effect, and the host's figures it was fitted to (None when the
-    host was not read: before start, or without /proc/meminfo).
+    """The memory budget in effect, and the host's figures it was fitted to (None if unread).
 
     >>> plan = MemoryPlan.fit(64 * 2**30, HostMemory(24 * 2**30, 20 * 2**30), 2 * 2**30)
     >>> plan.budget_bytes / 2**30, plan.usable_bytes / 2**30, plan.clamped

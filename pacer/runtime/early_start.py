@@ -1,13 +1,9 @@
 """What `pacer serve` begins before its own imports: the early start its workload names.
 
-A workload's module may have work to do before its first use that needs nothing of pacer:
-the ntt workload's is the CUDA driver's start (cuInit, `gpu.cuda.devices.begin_driver_start`).
-`pacer serve` begins it on the workload's own thread as its imports begin (pydantic's and
-the settings' among them), and the first steps find it done. Named here as a workload is, by
-``module:function``, so that pacer's core imports nothing of the device code. The workload is
-read from the environment as the settings will read it (``PACER_WORKLOAD``, its case
-ignored); one with no early start begins nothing, and an early start that fails is left for
-the first steps, which do the same work and say what failed.
+For the ntt workload this starts the CUDA driver (`gpu.cuda.devices.begin_driver_start`) on its
+own thread, beside the imports (docs/decisions/startup.md, D123). It is named by
+``module:function``, so pacer's core imports no device code. The workload comes from
+``PACER_WORKLOAD``. If the early start fails, the first steps redo the work and report.
 """
 
 from __future__ import annotations

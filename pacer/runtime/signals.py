@@ -1,10 +1,8 @@
-"""What the process hears from and tells whoever runs it: signals in, sd_notify out.
+"""Signals in, sd_notify out: what the process hears from whoever runs it, and tells them.
 
-The first SIGTERM or SIGINT asks for a drain (SIGUSR2 too, handing the pinned pool over to the
-next pacer); a second cuts it short, and any later one too ends a wait for the journal. Either
-way the service stops in order (committing what it proved, closing the journal) and the exit
-status comes back through ``main``: 0 after a drain, 1 when a second signal cut it short (or a
-journal call hung past the stop's bound).
+The first SIGTERM or SIGINT asks for a drain; SIGUSR2 also hands the pool to the next pacer. A
+second signal cuts the drain short; a later one also ends a wait for the journal. The service
+stops in order either way. ``main`` exits 0 after a drain, 1 when cut short or the journal hung.
 """
 
 from __future__ import annotations
@@ -24,10 +22,11 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, HANDOVER)
 
 
 class Signals:
-    """First SIGTERM/SIGINT/SIGUSR2: set ``stop`` (SIGUSR2 also sets ``handover``). Second:
-    call ``on_second`` (cut the drain short) and set ``forced``; each later one calls it again
-    (a stop waiting for the journal waits no more). `installed` puts the handlers on the
-    running loop and restores the ones there were on exit."""
+    """The first SIGTERM, SIGINT or SIGUSR2 sets ``stop``; SIGUSR2 also sets ``handover``.
+
+    A second signal calls ``on_second`` and sets ``forced``; each later one calls it again.
+    `installed` puts the handlers on the running loop and restores the old ones on exit.
+    """
 
     def __init__(self, on_second: Callable[[], None]) -> None:
         self.stop = asyncio.Event()

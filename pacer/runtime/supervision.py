@@ -1,15 +1,11 @@
 """Liveness that tells the truth: supervised tasks and the progress watchdog.
 
-A long-lived asyncio task (the dispatch loop, the journal's commit loop, upkeep) runs under a
-:class:`Supervisor`: an exception is logged with its traceback, counted, and the task starts
-again after an exponential backoff; cancellation (shutdown) is not a failure. A
-:class:`ProgressWatchdog` says when work has waited with nothing synthesized, proved or
-committed for too long. Each of them, like any other component with an opinion on readiness,
-is a :class:`ReadinessSource`: ``reasons()`` lists why the service should not be sent work,
-empty when it has none. ``/readyz`` answers 503 with the reasons of every source.
+A :class:`Supervisor` restarts a long-lived task that fails, after a backoff, and logs and counts
+the failure. A :class:`ProgressWatchdog` says when work has waited too long without progress.
+Each is a :class:`ReadinessSource`: ``reasons()`` lists why the service should not get work, and
+``/readyz`` answers 503 with them (docs/decisions/observability.md, D49).
 
-The decisions are plain code on an injected clock (:class:`TaskHealth`, :class:`Backoff`, the
-watchdog); only :meth:`Supervisor.start` touches asyncio, with an injectable ``sleep``.
+The logic is plain code on an injected clock; only :meth:`Supervisor.start` touches asyncio.
 """
 
 from __future__ import annotations
@@ -129,11 +125,9 @@ class TaskHealth:
 class Supervisor:
     """Runs the service's long-lived tasks, restarts those that fail, and counts failures.
 
-    ``start(name, run)`` runs ``run()`` as a task until it returns or is cancelled. An
-    exception is logged with its traceback, counted under ``name`` and, after ``backoff``,
-    ``run()`` is called again. ``record_failure`` counts a failure that happened elsewhere (a
-    proving thread) under the same counts, from any thread. ``reasons()`` names each task that
-    is down or crash-looping. ``stop()``: no more restarts (shutdown).
+    ``start(name, run)`` runs ``run()`` as a task. An exception is logged, counted under ``name``,
+    and ``run()`` is called again after ``backoff``. ``record_failure`` counts a failure from any
+    thread. ``reasons()`` names each task down or crash-looping. ``stop()`` ends restarts.
     """
 
     def __init__(
@@ -234,11 +228,8 @@ class Supervisor:
 class ProgressWatchdog:
     """Says when work has waited ``stall_s`` with no progress (0: never).
 
-    Progress is what the owner reports through :meth:`progress` (a partition synthesized,
-    proved, or a result committed). ``waiting()`` says whether there is work; the owner calls
-    :meth:`observe` before and after adding work, so that the stall clock starts when work
-    arrives at an idle service rather than at the last progress before the idle stretch.
-    ``reasons()``, :meth:`stalled` and :meth:`stalled_s` observe too. Cheap: a few comparisons.
+    The owner reports progress through :meth:`progress`, and calls :meth:`observe` before and after
+    adding work. So the stall clock starts when work arrives at an idle service.
 
     >>> now = [0.0]
     >>> work = [False]

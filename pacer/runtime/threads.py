@@ -1,12 +1,8 @@
 """Threads for workload calls that may never return.
 
-Python cannot stop a thread. A call that hangs is abandoned instead: its partition's attempt
-fails, its thread is left to finish (or to end with the process) and a new thread takes its
-place. `DaemonPool` is the executor this needs: its threads are daemons that the interpreter's
-exit does not join (``concurrent.futures.ThreadPoolExecutor`` joins its threads at exit, so
-one hung call kept the process alive after SIGTERM), and `DaemonPool.replace` gives the pool a
-new thread for one stuck in a call. `CallState` settles the race between a call returning and
-its time running out: exactly one of the two wins.
+Python cannot stop a thread, so a hung call is abandoned: its attempt fails and a new thread
+takes its place (docs/decisions/hangs.md, D54). `DaemonPool` runs calls on daemon threads that
+exit does not join. `CallState` decides whether the call's return or its timeout wins.
 """
 
 from __future__ import annotations
@@ -66,9 +62,8 @@ class _Thread:
 class DaemonPool:
     """Up to ``size`` daemon threads named ``name-N`` that run submitted calls.
 
-    Threads start as calls need them. A thread whose call was abandoned (`replace`) is left
-    to finish it and then ends; a new thread takes its place at once, so a hung call costs no
-    capacity. Nothing joins the threads: not `shutdown`, not the interpreter's exit.
+    Threads start as calls need them. `replace` leaves an abandoned call's thread to finish, and
+    starts a new one at once. Nothing joins the threads, not even interpreter exit.
 
     >>> pool = DaemonPool(2, "example")
     >>> pool.submit(sum, [1, 2, 3]).result()
