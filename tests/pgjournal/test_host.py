@@ -13,6 +13,7 @@ from pacer.journal import HostInUseError
 from pacer.pgjournal import PgJournal
 from tests.journal.stores import proved
 from tests.pgjournal.database import terminate
+from tests.waits import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -49,8 +50,18 @@ def test_a_second_pacer_of_the_same_name_is_refused_naming_the_first(
     assert refused.value.holder.startswith("pacer gpu-1 pid ")
     assert "PACER_JOURNAL__HOST" in str(refused.value)
     open_as(postgres_url, "gpu-2", journals).hold_host()  # another name is free
-    first.close()  # the name goes with its connection (as when the host dies)
-    second.hold_host()
+    first.close()  # the name goes with its connection (as when the host dies), once the
+    # server has ended that connection's backend: a moment after the client let go of it.
+    wait_until(lambda: taken(second), "the name to be free once its holder closed")
+
+
+def taken(journal: PgJournal) -> bool:
+    """Whether ``journal`` now holds its host's name (False while another pacer holds it)."""
+    try:
+        journal.hold_host()
+    except HostInUseError:
+        return False
+    return True
 
 
 def test_word_of_work_comes_from_any_host_on_accepting_and_on_giving_back(
