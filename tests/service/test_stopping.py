@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
 import signal
 import sqlite3
@@ -72,6 +73,23 @@ def lock_free(path: Path) -> bool:
         return False
     lock.release()
     return True
+
+
+def holds_a_lock(pid: int, *paths: Path) -> bool:
+    """Whether process ``pid`` holds a flock on one of ``paths`` (read from /proc/locks,
+    without taking any lock)."""
+    inodes = set()
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            stat = path.stat()
+            inodes.add(f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}")
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 4242 00:2a:1234 0 EOF" (a blocked waiter's has "->")
+        held = "->" not in fields and fields[1] == "FLOCK" and fields[4] == str(pid)
+        if held and fields[5] in inodes:
+            return True
+    return False
 
 
 def commit_running_s(server: ServerProcess) -> float:
@@ -299,7 +317,14 @@ def test_sigterm_before_ready_gives_up_a_start_held_by_a_journal_that_does_not_a
     with closing(sqlite3.connect(journal, isolation_level=None)) as outside:
         outside.execute("BEGIN EXCLUSIVE")
         server = server_factory(**WAITS_ON_LOCKS).launch()
-        wait_until(lambda: not lock_free(journal), "the first steps to take the journal's lock")
+        # Watched without taking the lock: a probe that took it for a moment could meet the
+        # start's own attempt, which would then refuse to start.
+        lock_files = (journal, JournalLock(journal).path)
+        proc = server.proc
+        assert proc is not None
+        wait_until(lambda: proc.poll() is not None or holds_a_lock(proc.pid, *lock_files),
+                   "the first steps to take the journal's lock")  # fmt: skip
+        assert proc.poll() is None, server.log
         began = time.monotonic()
         server.signal(signal.SIGTERM)
         assert server.wait(30) == 0, server.log
