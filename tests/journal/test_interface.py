@@ -87,7 +87,7 @@ def test_open_journal_opens_the_sqlite_file_the_settings_name(
     "make",
     [
         lambda p: NewerSchemaError(p, 9),
-        lambda p: JournalInUseError(p, p.with_name("j.lock"), "pid 1 on a"),
+        lambda p: JournalInUseError(p, "pid 1 on a"),
         lambda p: JournalFileGoneError(p, "deleted or moved away"),
     ],
     ids=["newer-schema", "in-use", "gone"],

@@ -427,6 +427,32 @@ def test_a_second_service_on_the_journal_refuses_to_start_naming_the_first(
     assert third.wait() == 0
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("link", ["hard", "symbolic"])
+def test_a_second_service_on_the_journal_under_another_name_refuses_to_start(
+    server_factory: ServerFactory, tmp_path: Path, link: str
+) -> None:
+    # Where an older pacer kept its lock file, a symlink to someone else's file: left alone.
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (tmp_path / "journal.sqlite.lock").symlink_to(victim)
+    first = server_factory().start()
+    assert first.proc is not None
+    other = tmp_path / "elsewhere" / "journal.sqlite"
+    other.parent.mkdir()
+    if link == "hard":
+        other.hardlink_to(tmp_path / "journal.sqlite")
+    else:
+        other.symlink_to(tmp_path / "journal.sqlite")
+    second = server_factory(PACER_JOURNAL__PATH=str(other)).launch()
+    assert second.wait(60) == 2
+    assert f"journal {other} is in use by pid {first.proc.pid} on " in second.log
+    assert "Traceback" not in second.log
+    assert victim.read_text() == "keep me\n"
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+
+
 def test_sigterm_while_the_journal_is_locked_drains_and_exits_zero_then_a_restart_finishes(
     server_factory: ServerFactory, tmp_path: Path
 ) -> None:
