@@ -278,6 +278,24 @@ def test_check_file_tells_when_the_path_no_longer_names_the_open_file(
         journal.check_file()  # back where it was: fine again
 
 
+@pytest.mark.parametrize("how", ["moved", "replaced"])
+def test_a_write_is_not_committed_to_a_file_the_path_no_longer_names(
+    journal: Journal, path: Path, how: str
+) -> None:
+    kept = journal.add_job(1, None, {})
+    moved = path.with_name("moved.sqlite")
+    path.rename(moved)
+    if how == "replaced":
+        path.write_bytes(moved.read_bytes())
+    with pytest.raises(JournalFileGoneError) as gone:
+        journal.add_job(1, None, {})
+    assert isinstance(gone.value, sqlite3.OperationalError)  # a fault the service waits out
+    if how == "replaced":
+        path.unlink()
+    moved.rename(path)  # back: the write was rolled back, not committed to the file
+    assert [job.id for job in journal.list_jobs()] == [kept.id]
+
+
 def test_probe_writes_nothing_and_fails_as_a_write_does(path: Path) -> None:
     with Journal(path, busy_timeout_s=0.01) as journal:
         job = journal.add_job(2, None, {})
