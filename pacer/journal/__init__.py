@@ -9,7 +9,7 @@ once: `JournalCore` (`core`, the writes) and `JournalQueries` (`queries`, the re
 `SqliteDialect` (`sqlite_dialect`), whose versions and migrations are in `schema`.
 What it holds and answers, whatever stores it, is in `records` and `rows`; what it checks
 before it writes, in `checks`. One service per file: `JournalLock` (`lock`) holds
-``<journal>.lock``.
+a lock on the file itself.
 """
 
 from pacer.journal.factory import open_fleet_journal, open_journal

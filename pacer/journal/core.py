@@ -317,15 +317,18 @@ class JournalCore(Generic[C]):
                 (value, blob),
             )
 
-    def prune(self, retention_s: float) -> int:
-        """Delete finished jobs last updated more than ``retention_s`` seconds ago, and every
-        row of theirs; how many jobs were deleted."""
+    def prune(self, retention_s: float, now: float | None = None) -> int:
+        """Delete finished jobs last updated more than ``retention_s`` seconds before the
+        journal's clock now, or before ``now`` where that is earlier, and every row of theirs;
+        how many jobs were deleted."""
         check_duration("retention_s", retention_s)
         deleted = 0
         with self._sql.writing() as db:
+            own = self._sql.now(db)
+            cutoff = (own if now is None else min(own, now)) - retention_s
             ids = [job_id for (job_id,) in db.execute(
                 "SELECT id FROM jobs WHERE state IN (?, ?, ?) AND updated_at < ? ORDER BY id",
-                (*TERMINAL, self._sql.now(db) - retention_s),
+                (*TERMINAL, cutoff),
             ).fetchall()]  # fmt: skip
             for markers, part in in_lists(ids):
                 for table in self._sql.job_tables:

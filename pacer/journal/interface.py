@@ -85,8 +85,14 @@ class JournalBackend(Protocol):
         not yet completed: what a restarted service dispatches again."""
         ...
 
-    def prune(self, retention_s: float) -> int:
-        """Delete finished jobs last updated over ``retention_s`` ago; how many."""
+    def prune(self, retention_s: float, now: float | None = None) -> int:
+        """Delete finished jobs last updated over ``retention_s`` before the journal's clock
+        now, or before ``now`` where that is earlier (a clock the caller trusts: see
+        `pacer.service.retention`); how many."""
+        ...
+
+    def now(self) -> float:
+        """The journal's clock: the wall-clock seconds it stamps jobs with now."""
         ...
 
     # -- partitions ---------------------------------------------------------------------------

@@ -83,9 +83,14 @@ class CoreJournal:
         """Queued and running jobs, each with its partitions not yet completed."""
         return self._queries.incomplete()
 
-    def prune(self, retention_s: float) -> int:
-        """Delete finished jobs last updated over ``retention_s`` ago; how many."""
-        return self._core.prune(retention_s)
+    def prune(self, retention_s: float, now: float | None = None) -> int:
+        """Delete finished jobs last updated over ``retention_s`` before the journal's now, or
+        ``now`` where earlier; how many."""
+        return self._core.prune(retention_s, now)
+
+    def now(self) -> float:
+        """The journal's clock: the wall-clock seconds it stamps jobs with now."""
+        return self._queries.now()
 
     # -- partitions ---------------------------------------------------------------------------
     def complete_partitions(self, items: Iterable[PartitionResult]) -> list[JobRecord]:

@@ -56,6 +56,11 @@ class JournalQueries(Generic[C]):
     def __init__(self, sql: Dialect[C]) -> None:
         self._sql = sql
 
+    def now(self) -> float:
+        """The dialect's clock: the wall-clock seconds jobs are stamped with now."""
+        with self._sql.reading() as db:
+            return self._sql.now(db)
+
     def get_job(self, job_id: str) -> JobRecord | None:
         """The job with this id, or None."""
         with self._sql.reading() as db:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pacer.journal.lock import create_journal_file
 from pacer.journal.records import JournalFileError
 
 SCHEMA_VERSION = 2
@@ -81,7 +82,9 @@ def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 def connect(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     """Open the file at ``path`` (created if missing) in WAL mode with ``synchronous=FULL``,
-    brought to SCHEMA_VERSION; ``NewerSchemaError`` if it is past it."""
+    brought to SCHEMA_VERSION; ``NewerSchemaError`` if it is past it. A new file is made
+    readable by its owner only, and SQLite gives its -wal and -shm files the same mode."""
+    create_journal_file(path)
     db = sqlite3.connect(path, isolation_level=None)
     try:
         db.execute(f"PRAGMA busy_timeout = {round(busy_timeout_s * 1000)}")

@@ -30,9 +30,10 @@ from pacer.journal.sqlite_dialect import SqliteDialect
 BUSY_TIMEOUT_S = 5.0
 
 
-class JournalFileGoneError(JournalFileError):
+class JournalFileGoneError(JournalFileError, sqlite3.OperationalError):
     """The journal's path no longer names the file that was opened (deleted, or replaced):
-    what is written now would not be read by the next start."""
+    what is written now would not be read by the next start. An ``OperationalError``: the
+    service waits it out as any fault of the file (the file may be put back)."""
 
     def __init__(self, path: Path, problem: str) -> None:
         super().__init__(
@@ -84,15 +85,21 @@ class SqliteJournal(CoreJournal):
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction on the file: every write of this journal opens it here."""
+        """One write transaction on the file: every write of this journal opens it here. The
+        file is checked (`check_file`) before the commit, so that no write is acknowledged
+        to a file the next start would not read: it is rolled back instead."""
         with transaction(self._db) as db:
             yield db
+            self._check_identity()
 
     # -- the file -----------------------------------------------------------------------------
     def check_file(self) -> None:
         """Raise ``JournalFileGoneError`` if the path no longer names the file that was opened: it
         was deleted, or replaced by another file. One ``stat``; a file moved away and back is
         fine again."""
+        self._check_identity()
+
+    def _check_identity(self) -> None:
         try:
             identity = _identity(self.path)
         except FileNotFoundError:

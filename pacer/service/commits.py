@@ -23,9 +23,11 @@ from pacer.pipeline.attempts import RetrySchedule
 from pacer.runtime.supervision import ProgressWatchdog, Supervisor
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import FailedAttempt, JournalAccess
+from pacer.service.retention import Retention
 
 log = logging.getLogger("pacer.service")
 UPKEEP_S = 60.0
+CLOCK_WATCH_S = 1.0  # between two upkeep rounds, the wall clock is read this often
 # Results proved but not committed, held while the journal fails (about 0.6 KiB each: 100,000
 # are ~60 MiB). Past that, dispatch holds until the journal takes them: nothing proved is
 # durable meanwhile, and more of it would only be more to redo if the process died.
@@ -36,7 +38,7 @@ class Commits:
     """Writes what the pipeline reports to the journal: ``on_outcome`` takes each outcome,
     `start` runs the commit loop and upkeep under a supervisor, `stop` and `last_commit` end
     them at shutdown. ``policy()`` is the policy whose estimates are saved under
-    ``estimates_key``."""
+    ``estimates_key``; ``retention`` says when finished jobs may be pruned."""
 
     def __init__(
         self,
@@ -49,6 +51,7 @@ class Commits:
         policy: Callable[[], DispatchPolicy],
         estimates_key: str,
         clock: Callable[[], float],
+        retention: Retention,
     ) -> None:
         self._access = access
         self._pipeline = pipeline
@@ -58,6 +61,7 @@ class Commits:
         self._policy = policy
         self._estimates_key = estimates_key
         self._clock = clock
+        self.retention = retention
         self.dispatch_held = False
         self._closing = asyncio.Event()
         self._committer: asyncio.Task[None] | None = None
@@ -137,19 +141,38 @@ class Commits:
                 self._journal_ok()
 
     async def _upkeep_loop(self) -> None:
-        """Every ``UPKEEP_S``, save the estimates and prune old jobs. A journal error is the
-        journal's failure (the commit loop tells when it recovers), not this task's."""
-        access = self._access
+        """An upkeep round every ``UPKEEP_S``; meanwhile the wall clock is read every
+        ``CLOCK_WATCH_S``, and a step brings the next round forward."""
         while True:
-            try:
-                # Estimates saved as we go, so that even a killed service restarts warm.
-                await self.save_estimates()
-                pruned = await access.run(access.journal.prune, access.settings.retention_s)
+            await self.upkeep()
+            waited_s = 0.0
+            while waited_s < UPKEEP_S:
+                tick_s = min(CLOCK_WATCH_S, UPKEEP_S - waited_s)
+                await asyncio.sleep(tick_s)
+                waited_s += tick_s
+                if self.retention.watch_host():
+                    break
+
+    async def upkeep(self) -> None:
+        """Save the estimates, look for steps of the wall clocks, and prune the finished jobs
+        past their retention (`Retention.prune_now`). A journal error is the journal's
+        failure (the commit loop tells when it recovers), not this task's."""
+        access, retention = self._access, self.retention
+        try:
+            # Estimates saved as we go, so that even a killed service restarts warm.
+            await self.save_estimates()
+            retention.watch_host()
+            if retention.journal is not None:
+                began = retention.steady()
+                journal_now = await access.run(access.journal.now)
+                retention.watch_journal(journal_now, began, retention.steady())
+            now = retention.prune_now()
+            if now is not None:
+                pruned = await access.run(access.journal.prune, retention.retention_s, now)
                 if pruned:
                     log.info("pruned %d finished jobs older than the retention", pruned)
-            except Exception as exc:
-                access.failed(exc, "saving estimates and pruning finished jobs")
-            await asyncio.sleep(UPKEEP_S)
+        except Exception as exc:
+            access.failed(exc, "saving estimates and pruning finished jobs")
 
     async def save_estimates(self) -> None:
         """Save the PI controller's estimates, with the key they are valid for. A baseline

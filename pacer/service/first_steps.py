@@ -144,6 +144,14 @@ class FirstSteps:
         hung = preparing is not None and not preparing.done()  # hurried past it
         await host.close_workload(self.workload.close, bounded=stuck or hung)
 
+    def keep_pool(self) -> None:
+        """Leave the pinned pool for the next pacer on this host when the workload closes."""
+        workload = pooled(self.workload) if self.taken else None
+        if workload is None:
+            log.warning("a handover was asked for, but the workload holds no pool to keep")
+            return
+        workload.keep_pool()
+
     def release(self) -> None:
         """Give the journal's lock back (the service's close does, once it has it)."""
         if self.lock is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from pacer.control.controller import PIController
 from pacer.control.policy import DispatchPolicy
@@ -23,6 +23,7 @@ from pacer.workload import job_seed
 
 log = logging.getLogger("pacer.service")
 LIVE = (JobState.QUEUED, JobState.RUNNING)
+T = TypeVar("T")
 
 
 class Jobs:
@@ -88,18 +89,11 @@ class Jobs:
         they would take the backlog past PACER_API__MAX_BACKLOG: then nothing is journaled.
         ``JournalUnavailable`` while the journal fails, or a call to it hangs: nothing is accepted
         that it cannot hold, and no request waits behind a call that may never return."""
-        access = self._access
-        reason = access.health.reason() or next(iter(access.reasons()), None)
-        if reason is not None:
-            raise JournalUnavailable(f"{reason}: not accepting new jobs")
+        self._refuse_unless_writable()
         with self._admission.reserve(self._pipeline.backlog, partitions, self._backlog_rate()):
-            try:
-                job = await access.run(
-                    access.journal.add_job, partitions, self._workload, params, priority
-                )
-            except JournalUnavailable as exc:
-                access.failed(exc, "accepting a job")
-                raise JournalUnavailable(f"{exc}: not accepting new jobs") from exc
+            job = await self._journaled(
+                self._access.journal.add_job, partitions, self._workload, params, priority
+            )
             self._accepted(job)
         log.info("job accepted: %d partitions", partitions, extra={"job": job.id})
         return job
@@ -115,8 +109,9 @@ class Jobs:
                                  priority)  # fmt: skip
         if found is not None:
             return found, False
+        self._refuse_unless_writable()
         with self._admission.reserve(self._pipeline.backlog, partitions, self._backlog_rate()):
-            job, created = await access.run(
+            job, created = await self._journaled(
                 access.journal.add_job_once, key, partitions, name, params, priority
             )
             if created:  # else a twin of this request was journaled meanwhile
@@ -124,6 +119,22 @@ class Jobs:
         if created:
             log.info("job accepted: %d partitions", partitions, extra={"job": job.id})
         return job, created
+
+    def _refuse_unless_writable(self) -> None:
+        """``JournalUnavailable`` while the journal fails or a call to it hangs."""
+        access = self._access
+        reason = access.health.reason() or next(iter(access.reasons()), None)
+        if reason is not None:
+            raise JournalUnavailable(f"{reason}: not accepting new jobs")
+
+    async def _journaled(self, call: Callable[..., T], *args: Any) -> T:
+        """A write that accepts a job; one the journal cannot take now is the journal's
+        failure (unready at once, not at the next commit round), and refuses the job."""
+        try:
+            return await self._access.run(call, *args)
+        except JournalUnavailable as exc:
+            self._access.failed(exc, "accepting a job")
+            raise JournalUnavailable(f"{exc}: not accepting new jobs") from exc
 
     def _accepted(self, job: JobRecord) -> None:
         """A new job is journaled: queue it here, or tell the fleet's claims."""

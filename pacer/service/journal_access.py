@@ -72,7 +72,7 @@ class JournalAccess:
     journal, by (job, partition), oldest first. Both wait here while the journal fails;
     ``backoff`` paces the retries of writes that fail, and ``health`` says since when;
     ``calls`` holds the call running on each journal thread, and since when; ``left``, whether
-    a stop has stopped waiting for them (`leave`)."""
+    a stop has stopped waiting for them (`leave`). ``wall`` stamps an SQLite journal's jobs."""
 
     def __init__(
         self,
@@ -80,8 +80,10 @@ class JournalAccess:
         clock: Callable[[], float],
         backoff: Backoff,
         lock: JournalLock | None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
+        self.wall = wall  # the SQLite journal's clock
         self.backoff = backoff
         self.health = JournalHealth(clock)
         self.calls = JournalCalls(clock, settings.stall_s)
@@ -140,7 +142,7 @@ class JournalAccess:
     async def _open(self) -> JournalBackend:
         assert self._thread is not None
         if not self.settings.fleet:
-            return await self._submit(self._thread, open_journal, self.settings, time.time)
+            return await self._submit(self._thread, open_journal, self.settings, self.wall)
         fleet = await self._submit(self._thread, open_fleet_journal, self.settings)
         try:
             await self._submit(self._thread, fleet.hold_host)

@@ -32,9 +32,10 @@ from pacer.service.first_steps import FirstSteps
 from pacer.service.fleet_host import Fleet
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import JournalAccess
+from pacer.service.retention import Retention
 from pacer.service.startup import StartupTimes, reported
 from pacer.service.stopping import CLOSE, LAST_COMMIT, JournalStop, unless_set
-from pacer.workload import Workload, pooled
+from pacer.workload import Workload
 
 log = logging.getLogger("pacer.service")
 T = TypeVar("T")
@@ -49,7 +50,8 @@ class Service:
     (its pool pinned from the first steps on) beside the resume of the journal's jobs, and
     starts dispatching; `shutdown` drains and closes. A fleet's host resumes nothing: it
     claims from the shared journal (``fleet``). ``backoff`` paces the retries of failed
-    journal writes. `pacer.server.Server` serves the HTTP API around it."""
+    journal writes; ``wall_clock`` stamps an SQLite journal's jobs (retention is guarded
+    against its steps: `pacer.service.retention`). `pacer.server.Server` serves the API."""
 
     # Assembled by `open`.
     workload: Workload
@@ -69,6 +71,7 @@ class Service:
         first_steps: FirstSteps,
         registry: CollectorRegistry | None = None,
         backoff: Backoff | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         check_bind(settings)
         self.settings = settings
@@ -85,14 +88,13 @@ class Service:
         self._started = False
         self._hurry = asyncio.Event()
         self.journal_access = JournalAccess(settings.journal, clock, backoff or Backoff(),
-                                            self.first_steps.lock)  # fmt: skip
+                                            self.first_steps.lock, wall_clock)  # fmt: skip
         self.journal_stop = JournalStop(self.journal_access, clock)  # how long a stop waits on it
         self.health = self.journal_access.health
         self.admission = Admission(settings.api.max_backlog)
         self.supervisor = Supervisor(clock)
         self.watchdog = ProgressWatchdog(settings.health.stall_s, self._work_waiting, clock)
-        # Why /readyz answers 503, beside starting and draining: each source lists its reasons,
-        # and a component with an opinion of its own appends itself.
+        # Why /readyz answers 503 beside starting and draining; a component may append itself.
         self.readiness: list[ReadinessSource] = [self.supervisor, self.watchdog, self.health,
                                                  self.journal_access]  # fmt: skip
 
@@ -104,9 +106,11 @@ class Service:
         clock: Callable[[], float] = time.monotonic,
         backoff: Backoff | None = None,
         host_files: HostFiles = HOST_FILES,
+        wall_clock: Callable[[], float] = time.time,
     ) -> Service:
         """A service with first steps of its own, not yet taken (`open` takes them)."""
-        return cls(settings, FirstSteps(settings, host_files, clock), registry, backoff)
+        return cls(settings, FirstSteps(settings, host_files, clock), registry, backoff,
+                   wall_clock)  # fmt: skip
 
     @property
     def journal(self) -> JournalBackend:
@@ -143,8 +147,7 @@ class Service:
         `start` opens."""
         if self._opened:
             return
-        # The lock first, so that a second service refuses at once: it would resume and prove
-        # the same jobs (JournalInUseError names the holder).
+        # The lock first: a second service on the journal refuses at once (JournalInUseError).
         self.first_steps.take()
         self.startup.record("first_steps", self.first_steps.taken_s or 0.0)
         await self.journal_access.open()
@@ -185,6 +188,8 @@ class Service:
             self.journal_access, self.pipeline, self.jobs, retry=self.retry,
             watchdog=self.watchdog, policy=lambda: self.policy,
             estimates_key=self.plan.estimates_key, clock=self._clock,
+            retention=Retention(settings.journal.retention_s, wall=self.journal_access.wall,
+                                fleet=settings.journal.fleet),
         )  # fmt: skip
         calls = self.journal_access.calls
         self.registry.register(JournalMetrics(self.health, calls, self.commits.uncommitted))
@@ -271,12 +276,7 @@ class Service:
     def keep_pool(self) -> None:
         """At the end of the drain, leave the pinned pool for the next pacer on this host (a
         handover), whatever ``PACER_GPU__KEEP_POOL`` says."""
-        steps = self.first_steps
-        workload = pooled(steps.workload) if steps.taken else None
-        if workload is None:
-            log.warning("a handover was asked for, but the workload holds no pool to keep")
-            return
-        workload.keep_pool()
+        self.first_steps.keep_pool()
 
     # -- jobs and the controller --------------------------------------------------------------
 

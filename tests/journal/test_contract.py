@@ -352,6 +352,24 @@ def test_an_idempotency_key_returns_its_job_for_the_same_request_only(
         journal.add_job_once("k" * 129, 1, "w", {})
 
 
+def test_prune_measures_from_the_earlier_of_its_clock_and_the_callers(
+    journal: AnyJournal, clock: FakeClock
+) -> None:
+    done = journal.add_job(1, None, {})
+    journal.complete_partitions([proved(done.id, 0)])
+    trusted = clock()
+    clock.advance(8 * 86400)  # the journal's clock is set 8 days on
+    assert journal.prune(retention_s=7 * 86400, now=trusted + 60) == 0  # the caller's is earlier
+    assert journal.get_job(done.id) is not None
+    assert journal.prune(retention_s=7 * 86400, now=clock() + 60) == 1  # the journal's is
+
+
+def test_now_is_the_clock_jobs_are_stamped_with(journal: AnyJournal, clock: FakeClock) -> None:
+    clock.advance(12.5)
+    assert journal.now() == clock()
+    assert journal.add_job(1, None, {}).created_at == journal.now()
+
+
 def test_an_idempotency_key_is_forgotten_with_its_pruned_job(
     journal: AnyJournal, clock: FakeClock
 ) -> None:

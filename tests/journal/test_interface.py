@@ -40,7 +40,7 @@ def test_the_protocol_lists_what_the_service_asks_of_the_journal() -> None:
         "Error", "OperationalError", "add_job", "add_job_once", "cancel", "check_file", "close",
         "complete_partitions", "counts", "fail_exhausted", "failures", "get_job",
         "incomplete", "job_for_key", "jobs_page", "list_jobs", "load_estimates",
-        "load_estimates_key", "partition_page", "partition_summary", "probe", "prune",
+        "load_estimates_key", "now", "partition_page", "partition_summary", "probe", "prune",
         "record_attempt", "save_estimates",
     ]  # fmt: skip
 
@@ -87,7 +87,7 @@ def test_open_journal_opens_the_sqlite_file_the_settings_name(
     "make",
     [
         lambda p: NewerSchemaError(p, 9),
-        lambda p: JournalInUseError(p, p.with_name("j.lock"), "pid 1 on a"),
+        lambda p: JournalInUseError(p, "pid 1 on a"),
         lambda p: JournalFileGoneError(p, "deleted or moved away"),
     ],
     ids=["newer-schema", "in-use", "gone"],

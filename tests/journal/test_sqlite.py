@@ -28,6 +28,7 @@ from pacer.journal import (
     PartitionResult,
     PartitionSummary,
 )
+from pacer.journal.lock import lock_holder
 from tests.conftest import FakeClock
 from tests.journal.stores import current, proved
 
@@ -166,15 +167,16 @@ def test_a_version_1_journal_gains_the_attempts_table(path: Path) -> None:
 def test_the_lock_refuses_a_second_holder_naming_the_first(path: Path) -> None:
     first, second = JournalLock(path), JournalLock(path)
     first.acquire()
-    # flock belongs to the open file: a second open of the lock file conflicts, in one process
-    # as across processes.
+    # flock belongs to the open file: a second open of the journal conflicts, in one process as
+    # across processes.
     with pytest.raises(JournalInUseError) as refused:
         second.acquire()
     holder = f"pid {os.getpid()} on {socket.gethostname()}"
     assert refused.value.holder == holder
     assert str(refused.value) == (
-        f"journal {path} is in use by {holder} (it holds {path}.lock): stop that pacer, "
-        "or give this one another journal file"
+        f"journal {path} is in use by {holder}, which holds the file's lock (under this name or "
+        "another: a hard link or a symlink): stop that pacer, or give this one another journal "
+        "file"
     )
     assert not second.held
     first.release()
@@ -182,6 +184,62 @@ def test_the_lock_refuses_a_second_holder_naming_the_first(path: Path) -> None:
     assert second.held
     second.release()
     second.release()  # idempotent
+
+
+@pytest.mark.parametrize("link", ["hard", "symbolic"])
+def test_the_lock_is_the_files_whatever_name_leads_to_it(tmp_path: Path, link: str) -> None:
+    path = tmp_path / "a" / "journal.sqlite"
+    other = tmp_path / "b" / "journal.sqlite"
+    path.parent.mkdir()
+    other.parent.mkdir()
+    Journal(path).close()
+    if link == "hard":
+        other.hardlink_to(path)
+    else:
+        other.symlink_to(path)
+    first = JournalLock(path)
+    first.acquire()
+    try:
+        with pytest.raises(JournalInUseError, match=f"in use by pid {os.getpid()} on "):
+            JournalLock(other).acquire()
+    finally:
+        first.release()
+
+
+def test_the_lock_writes_nothing_and_leaves_a_lock_file_beside_it_alone(path: Path) -> None:
+    # An older pacer's lock file, as a symlink to a file of someone else's: never written.
+    victim = path.with_name("victim.txt")
+    victim.write_text("keep me\n")
+    path.with_name(path.name + ".lock").symlink_to(victim)
+    lock = JournalLock(path)
+    lock.acquire()
+    lock.release()
+    assert victim.read_text() == "keep me\n"
+    assert path.stat().st_size == 0  # created empty: an empty SQLite database
+
+
+def test_the_holder_is_read_from_the_kernels_list_of_locks(tmp_path: Path) -> None:
+    st = os.stat(tmp_path)
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+    locks = tmp_path / "locks"
+    locks.write_text(
+        f"1: POSIX  ADVISORY  WRITE 11 {device}:{st.st_ino} 0 EOF\n"
+        f"2: FLOCK  ADVISORY  WRITE 4021 {device}:{st.st_ino} 0 EOF\n"
+        f"2: -> FLOCK  ADVISORY  WRITE 77 {device}:{st.st_ino} 0 EOF\n"
+    )
+    assert lock_holder(st, locks) == f"pid 4021 on {socket.gethostname()}"
+    locks.write_text("")
+    assert lock_holder(st, locks) == f"a process on {socket.gethostname()}"
+    assert lock_holder(st, tmp_path / "missing") == f"a process on {socket.gethostname()}"
+
+
+def test_a_new_journal_and_its_wal_and_shm_are_the_owners_alone(path: Path) -> None:
+    with Journal(path) as journal:
+        journal.add_job(1, None, {})
+        made = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+        assert {p.name: oct(p.stat().st_mode & 0o777) for p in made} == {
+            p.name: "0o600" for p in made
+        }
 
 
 @pytest.mark.slow
@@ -218,6 +276,24 @@ def test_check_file_tells_when_the_path_no_longer_names_the_open_file(
     if how == "moved":
         moved.rename(path)
         journal.check_file()  # back where it was: fine again
+
+
+@pytest.mark.parametrize("how", ["moved", "replaced"])
+def test_a_write_is_not_committed_to_a_file_the_path_no_longer_names(
+    journal: Journal, path: Path, how: str
+) -> None:
+    kept = journal.add_job(1, None, {})
+    moved = path.with_name("moved.sqlite")
+    path.rename(moved)
+    if how == "replaced":
+        path.write_bytes(moved.read_bytes())
+    with pytest.raises(JournalFileGoneError) as gone:
+        journal.add_job(1, None, {})
+    assert isinstance(gone.value, sqlite3.OperationalError)  # a fault the service waits out
+    if how == "replaced":
+        path.unlink()
+    moved.rename(path)  # back: the write was rolled back, not committed to the file
+    assert [job.id for job in journal.list_jobs()] == [kept.id]
 
 
 def test_probe_writes_nothing_and_fails_as_a_write_does(path: Path) -> None:

@@ -40,11 +40,11 @@ class Gate:
     def __init__(self, workload: Any, journal: Path) -> None:
         self.began = threading.Event()
         self.release = threading.Event()
-        self.journal_existed: bool | None = None
+        self.journal_opened: bool | None = None  # the lock creates the file, empty
         prepare = workload.prepare
 
         def gated(*args: Any) -> None:
-            self.journal_existed = journal.exists()
+            self.journal_opened = journal.exists() and journal.stat().st_size > 0
             self.began.set()
             assert self.release.wait(30)
             prepare(*args)
@@ -76,7 +76,7 @@ async def test_the_pool_is_prepared_while_the_journal_opens_and_the_jobs_resume(
     tmp_path: Path,
 ) -> None:
     settings, steps, gate = taken(tmp_path)
-    assert gate.journal_existed is False  # the pinning began before the journal was opened
+    assert gate.journal_opened is False  # the pinning began before the journal was opened
     server = Server(Service(settings, steps, CollectorRegistry()))
     starting = asyncio.ensure_future(server.start())
     try:
@@ -161,7 +161,7 @@ def test_pacer_serve_begins_the_pool_before_it_imports_its_http_server(tmp_path:
     )  # fmt: skip
     try:
         server.start()
-        assert json.loads(record.read_text()) == {"preparing": True, "journal_existed": False}
+        assert json.loads(record.read_text()) == {"preparing": True, "journal_opened": False}
         phases = server.client.status()["startup"]["phases_s"]
         assert phases["first_steps"] > 0
         assert phases["prepare.pool"] > 0

@@ -376,6 +376,46 @@ async def test_a_deleted_or_replaced_journal_file_refuses_work_and_is_written_no
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+@pytest.mark.parametrize("key", [None, "retry-me"], ids=["plain", "idempotency-key"])
+async def test_a_job_posted_right_after_the_journal_file_goes_is_refused_not_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, key: str | None
+) -> None:
+    server = Server(Service.build(settings_for(tmp_path), CollectorRegistry()))
+    await server.start()
+    try:
+
+        async def no_commit_round() -> None:  # nothing else looks at the file meanwhile
+            pass
+
+        monkeypatch.setattr(server.service.commits, "flush", no_commit_round)
+        server.service.pipeline.hold(True)  # nothing proved waits for a commit at the end
+        path = server.service.settings.journal.path
+        status, before = await call(server, "POST", "/v1/jobs", {"partitions": 1})
+        assert status == 202
+        if how == "deleted":
+            path.unlink()
+            problem = "deleted or moved away"
+        else:
+            copy = path.with_name("copy.sqlite")
+            copy.write_bytes(path.read_bytes())
+            copy.replace(path)
+            problem = "replaced by another file"
+        headers = None if key is None else {"Idempotency-Key": key}
+        status, refused = await call(server, "POST", "/v1/jobs", {"partitions": 1},
+                                     headers=headers)  # fmt: skip
+        assert status == 503, refused
+        assert f"journal file {path} was {problem}" in refused["error"]
+        status, ready = await call(server, "GET", "/readyz")  # at once, not at a commit round
+        assert (status, problem in ready["error"]) == (503, True)
+    finally:
+        monkeypatch.undo()
+        await server.shutdown()
+    if how == "replaced":
+        assert job_states(path) == {before["id"]: "queued"}  # nothing more was written there
+
+
+@pytest.mark.asyncio
 async def test_dispatch_holds_while_too_many_results_wait_then_resumes(
     svc: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -425,6 +465,32 @@ def test_a_second_service_on_the_journal_refuses_to_start_naming_the_first(
     third = server_factory().start()  # a killed holder's lock went with it
     third.signal(signal.SIGTERM)
     assert third.wait() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("link", ["hard", "symbolic"])
+def test_a_second_service_on_the_journal_under_another_name_refuses_to_start(
+    server_factory: ServerFactory, tmp_path: Path, link: str
+) -> None:
+    # Where an older pacer kept its lock file, a symlink to someone else's file: left alone.
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (tmp_path / "journal.sqlite.lock").symlink_to(victim)
+    first = server_factory().start()
+    assert first.proc is not None
+    other = tmp_path / "elsewhere" / "journal.sqlite"
+    other.parent.mkdir()
+    if link == "hard":
+        other.hardlink_to(tmp_path / "journal.sqlite")
+    else:
+        other.symlink_to(tmp_path / "journal.sqlite")
+    second = server_factory(PACER_JOURNAL__PATH=str(other)).launch()
+    assert second.wait(60) == 2
+    assert f"journal {other} is in use by pid {first.proc.pid} on " in second.log
+    assert "Traceback" not in second.log
+    assert victim.read_text() == "keep me\n"
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
 
 
 def test_sigterm_while_the_journal_is_locked_drains_and_exits_zero_then_a_restart_finishes(

@@ -16,6 +16,7 @@ from gpu.reference.ntt import compute_h
 from gpu.reference.synthesis import synthesize
 from gpu.reference.verification import verify
 from pacer.cli.http_client import ApiError
+from pacer.runtime.signals import IGNORED, STACKS
 from pacer.workload import job_seed
 from tests.servers import ServerFactory, readyz_refuses
 from tests.waits import wait_until
@@ -113,6 +114,26 @@ def test_second_signal_forces_exit(server_factory: ServerFactory) -> None:
     server.signal(signal.SIGTERM)
     assert server.wait(10) == 1
     assert "second signal: exiting now" in server.log
+
+
+def test_a_signal_that_is_not_a_stop_is_logged_and_pacer_serves_on(
+    server_factory: ServerFactory,
+) -> None:
+    server = server_factory().start()
+    for signum in (STACKS, *IGNORED):
+        name = signal.Signals(signum).name
+        server.signal(signum)
+        wait_until(lambda: f"signal {name}" in server.log, f"{name} to be logged")  # noqa: B023
+        assert server.proc is not None
+        assert server.proc.poll() is None, server.log
+        assert server.client.request("GET", "/readyz") == {"status": "ready"}
+    log = server.log
+    assert "signal SIGHUP ignored: pacer reads its settings only at start" in log
+    assert "Current thread" in log  # SIGQUIT: every thread's stack, then pacer went on
+    job_id = server.client.submit(2)
+    wait_until(lambda: server.client.job(job_id)["state"] == "completed", "the job to complete")
+    server.signal(signal.SIGTERM)
+    assert server.wait() == 0
 
 
 def test_sd_notify_ready_and_stopping(server_factory: ServerFactory, tmp_path: Path) -> None:

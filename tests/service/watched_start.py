@@ -22,7 +22,8 @@ from pacer.config import Settings
 
 class _Watch(importlib.abc.MetaPathFinder):
     """Notes, when ``aiohttp`` is first imported (the HTTP server), whether the pool's prepare
-    had begun (its thread exists) and whether the journal's file existed; into a file."""
+    had begun (its thread exists) and whether the journal had been opened (its file has more
+    than the lock's creating it empty); into a file."""
 
     def __init__(self, record: Path, journal: Path) -> None:
         self.record, self.journal = record, journal
@@ -34,7 +35,7 @@ class _Watch(importlib.abc.MetaPathFinder):
             threads = [thread.name for thread in threading.enumerate()]
             self.record.write_text(json.dumps({
                 "preparing": any(name.startswith("pacer-prepare") for name in threads),
-                "journal_existed": self.journal.exists(),
+                "journal_opened": self.journal.exists() and self.journal.stat().st_size > 0,
             }))  # fmt: skip
 
 
