@@ -315,9 +315,10 @@ def test_dead_and_hung_workers_leave_the_count(clock: FakeClock) -> None:
     c = PIController(ControllerSettings(), Caps(48, 200), clock, Estimates(2.0, 30.0))
     c.decide(Observation(ready=8, synthesizing=30, gpu_busy=2, gpu_workers=2, backlog=100))
     assert (c.terms.gpu_workers, c.terms.ff_interval_s) == (2, 1.0)
-    # One worker's partition has run 25 s, more than 10 × T̂gpu: it consumes nothing.
+    # One worker's partition has run 25 s, more than 10 × T̂gpu: it consumes nothing. The
+    # ages come oldest first, and the stuck are counted by bisection.
     c.decide(Observation(ready=8, synthesizing=30, gpu_busy=2, gpu_workers=2, backlog=100,
-                         gpu_busy_ages_s=(1.0, 25.0)))  # fmt: skip
+                         gpu_busy_ages_s=(25.0, 1.0)))  # fmt: skip
     assert (c.terms.gpu_workers, c.terms.ff_interval_s) == (1, 2.0)
     # The pipeline counts only live workers: one died.
     c.decide(Observation(ready=8, synthesizing=30, gpu_busy=1, gpu_workers=1, backlog=100))
