@@ -109,6 +109,21 @@ def test_cold_start_holds_bootstrap_depth_while_the_cohort_runs(clock: FakeClock
     assert c.terms.mode is Mode.BOOTSTRAP
 
 
+def test_the_cold_hold_is_bounded_by_what_the_gpus_take(clock: FakeClock) -> None:
+    # Synthesis far outruns the GPUs: 40 slots, GPUs that take one partition every 2 s.
+    c = make(clock, estimates=None, bootstrap_depth=40, spread_sigmas=0.0)
+    assert c.decide(obs(busy=0)).dispatch == 40  # nothing known yet: every slot
+    clock.advance(10)
+    c.observe_synthesis(10.0)  # the first finisher; 39 still running, 10 s old
+    c.observe_gpu_service(4.0)  # 2 workers: 0.5 a second
+    c.decide(obs(ready=0, synth=39, busy=1, synthesis_ages_s=(10.0,)))
+    clock.advance(1)
+    # The GPUs took 5 more. Over 1.25 × the oldest age (11 s) they take 6.9, and q* is 8:
+    # the 35 in flight are more than that, and none of the 5 is sent again.
+    assert c.decide(obs(ready=0, synth=34, busy=1, synthesis_ages_s=(11.0,))).dispatch == 0
+    assert c.terms.mode is Mode.BOOTSTRAP
+
+
 def test_cohort_bound_corrects_fast_first_finishers(clock: FakeClock) -> None:
     c = make(clock, estimates=None, bootstrap_depth=16)
     c.decide(obs(busy=0))  # 16 dispatched at t=0
@@ -149,7 +164,7 @@ def test_spread_of_synthesis_times_raises_the_setpoint(clock: FakeClock) -> None
     c = make(clock, estimates=Estimates(gpu_service_s=0.5, synthesis_s=45.0),
              target_ready=8.0, spread_sigmas=3.0)  # fmt: skip
     for i in range(64):
-        c.observe_synthesis(25.0 + 40.0 * i / 63)  # even from 25 to 65 s: mean 45
+        c.observe_synthesis(25.0 + 40.0 * (i * 37 % 64) / 63)  # even over 25-65 s: mean 45
     c.decide(obs(ready=8, synth=180, busy=2))
     # 4 partitions/s: the number in synthesis wanders by sqrt(4 × ∫F(1 − F)), and ∫F(1 − F)
     # of n samples evenly over w seconds is w(n + 1) ÷ 6(n − 1).
