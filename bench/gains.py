@@ -46,8 +46,8 @@ from pacer.sim.suite import BASELINES, run_policy
 
 DISTURBED = ("gpu-outage", "gpu-slowdown", "synthesis-slowdown-gpu-bound")
 HEAVY = ("heavy-tail", "bimodal-partitions")
-KP = (1.0, 2.0, 4.0, 8.0)
-KI = (0.0, 0.1, 0.25, 0.5)
+KP = (1.0, 2.0, 4.0, 8.0)  # the safe range, 2 to 8, and one below it
+KI = (0.0, 0.1, 0.25, 0.5)  # the safe range, 0 to 0.25, and one above it
 BUFFER_LEADS = (0.0, 0.5, 1.0)
 NEVER_LEADS = 10.0  # a recovery that never came, in lead times
 MOVED = 0.02  # a knob "acts" where a measure moves one way by at least this share
@@ -124,6 +124,7 @@ class Row:
     worst_margin: float  # the lowest busy less the best baseline's, scenario by scenario
     inflight: float
     recovery_leads: float  # nan where the group has no disturbance
+    margins: tuple[tuple[str, float], ...]  # (scenario, its worst busy less the best baseline)
 
     @property
     def label(self) -> str:
@@ -141,13 +142,16 @@ def sweep(seeds: int, jobs: int) -> list[Row]:
         for (group, scs), (knob, value) in itertools.product(groups.items(), settings):
             reports = list(pool.map(_pi, [(knob, value, sc) for sc in scs]))
             recoveries = [x for r in reports for x in _recoveries(r)]
+            margin: dict[str, float] = {}
+            for r, b in zip(reports, best[group], strict=True):
+                margin[r.scenario] = min(margin.get(r.scenario, 1.0), r.gpu_busy_ratio - b)
             rows.append(Row(
                 group, knob, value,
                 busy=statistics.fmean(r.gpu_busy_ratio for r in reports),
-                worst_margin=min(r.gpu_busy_ratio - b
-                                 for r, b in zip(reports, best[group], strict=True)),
+                worst_margin=min(margin.values()),
                 inflight=statistics.fmean(r.mean_inflight_partitions for r in reports),
                 recovery_leads=statistics.fmean(recoveries) if recoveries else math.nan,
+                margins=tuple(margin.items()),
             ))  # fmt: skip
     return rows
 
@@ -160,6 +164,22 @@ def render_rows(rows: Sequence[Row], markdown: bool) -> str:
          "-" if math.isnan(r.recovery_leads) else f"{r.recovery_leads:.3f}")
         for r in rows
     ]  # fmt: skip
+    return render(headers, cells, markdown=markdown)
+
+
+def render_margins(rows: Sequence[Row], markdown: bool) -> str:
+    """Per scenario and setting: the worst busy less the best baseline over the seeds."""
+    names = list(dict.fromkeys(name for r in rows for name, _ in r.margins))
+    cells = []
+    for name in names:
+        cell = [name]
+        for r in rows:
+            found = dict(r.margins)
+            cell.append(f"{found[name]:+.4f}" if name in found else "")
+        cells.append(tuple(cell))
+    headers = ("scenario", *(r.label for r in rows if r.group == rows[0].group))
+    # Each scenario is in one group: its cells of the other group are empty, dropped here.
+    cells = [tuple(c for c in cell if c != "") for cell in cells]
     return render(headers, cells, markdown=markdown)
 
 
@@ -224,6 +244,9 @@ def main() -> int:
     started = time.perf_counter()
     rows = sweep(args.seeds, args.jobs)
     print(render_rows(rows, args.markdown))
+    print()
+    print("Worst busy less the best baseline, per scenario (over the seeds):\n")
+    print(render_margins(rows, args.markdown))
     print()
     print(f"Over each knob's range (a measure {MOVED:.0%} or more one way: the knob acts):\n")
     print(movement(rows, args.markdown))

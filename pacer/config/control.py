@@ -42,7 +42,8 @@ class ControllerSettings(Section):
         description="Proportional gain: the share of a projected shortfall (setpoint less the "
         "projected ready depth) refilled each synthesis lead time, above the feed-forward "
         "rate. Higher: a disturbance is refilled sooner, and more memory follows the noise of "
-        "the estimates. Safe range 1-8 (below 1 the GPUs idle after a disturbance) (1/lead)",
+        "the estimates. Safe range 2-8 (below 2 the GPUs idle after a disturbance, and a wide "
+        "spread of synthesis times costs busy time) (1/lead)",
     )
     ki: float = Field(
         0.1,
@@ -52,8 +53,8 @@ class ControllerSettings(Section):
         "ready depth (the projection corrected by what it got wrong a lead time earlier) "
         "removed each synthesis lead time; it brings the ready depth observed to the setpoint. "
         "Higher: a biased model is corrected sooner; where the model errs on the safe side it "
-        "trims memory and a little busy time. Safe range 0-0.5, and at most kp^2/4 (more rings) "
-        "(1/lead)",
+        "trims memory and a little busy time. Safe range 0-0.25: above, there is no more to "
+        "remove and busy time falls (1/lead)",
     )
     integral_min: float = Field(
         -200.0,
