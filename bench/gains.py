@@ -48,6 +48,7 @@ DISTURBED = ("gpu-outage", "gpu-slowdown", "synthesis-slowdown-gpu-bound")
 HEAVY = ("heavy-tail", "bimodal-partitions")
 KP = (1.0, 2.0, 4.0, 8.0)  # the safe range, 2 to 8, and one below it
 KI = (0.0, 0.1, 0.25, 0.5)  # the safe range, 0 to 0.25, and one above it
+SAFE = {"kp": (2.0, 8.0), "ki": (0.0, 0.25), "buffer": (0.0, 1.0)}  # README "Tuning"
 BUFFER_LEADS = (0.0, 0.5, 1.0)
 NEVER_LEADS = 10.0  # a recovery that never came, in lead times
 MOVED = 0.02  # a knob "acts" where a measure moves one way by at least this share
@@ -184,11 +185,12 @@ def render_margins(rows: Sequence[Row], markdown: bool) -> str:
 
 
 def movement(rows: Sequence[Row], markdown: bool) -> str:
-    """Per knob and group: each measure's change over the range (first to last setting, as a
-    share of the first) and whether every step went the same way."""
+    """Per knob and group: each measure's change over the knob's safe range (``SAFE``: first
+    to last setting in it, as a share of the first) and whether every step went one way."""
     cells = []
     for group, knob in itertools.product(("disturbed", "heavy-tailed"), ("kp", "ki", "buffer")):
-        items = [r for r in rows if r.group == group and r.knob == knob]
+        low, high = SAFE[knob]
+        items = [r for r in rows if r.group == group and r.knob == knob and low <= r.value <= high]
         line: list[str] = [group, knob]
         for measure in ("busy", "inflight", "recovery_leads"):
             values = [getattr(r, measure) for r in items]
@@ -248,7 +250,7 @@ def main() -> int:
     print("Worst busy less the best baseline, per scenario (over the seeds):\n")
     print(render_margins(rows, args.markdown))
     print()
-    print(f"Over each knob's range (a measure {MOVED:.0%} or more one way: the knob acts):\n")
+    print(f"Over each knob's safe range (a measure {MOVED:.0%} or more one way: it acts):\n")
     print(movement(rows, args.markdown))
     print()
     d = ControllerSettings()
