@@ -18,7 +18,7 @@ loses more than 0.005 is unsafe); mean partitions in flight; the recovery after 
 disturbance (t > 0) in lead times, as the report measures it (a trailing lead time back at
 0.95, so 1.00 is the soonest it can read; one never reached counts as ``NEVER_LEADS``). Then,
 per knob and group, how much each measure moved over the range and whether it moved one way.
---plot draws busy and recovery against memory in flight for each knob.
+--plot draws busy time and recovery against memory in flight for each knob.
 """
 
 from __future__ import annotations
@@ -209,28 +209,28 @@ def movement(rows: Sequence[Row], markdown: bool) -> str:
 
 
 def plot(rows: Sequence[Row], path: Path) -> None:
-    """Busy and recovery against memory in flight, one panel per group and measure."""
+    """Against memory in flight: busy and recovery on the disturbed hosts, busy on the
+    heavy-tailed ones (they have no disturbance to recover from)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
-    for col, group in enumerate(("disturbed", "heavy-tailed")):
-        for row, measure in enumerate(("busy", "recovery_leads")):
-            ax = axes[row][col]
-            for knob in ("kp", "ki", "buffer"):
-                items = [r for r in rows if r.group == group and r.knob == knob]
-                ys = [getattr(r, measure) for r in items]
-                ax.plot([r.inflight for r in items], ys, marker="o", label=knob)
-                for r, y in zip(items, ys, strict=True):
-                    ax.annotate(f"{r.value:g}", (r.inflight, y), fontsize=7, xytext=(3, 3),
-                                textcoords="offset points")  # fmt: skip
-            ax.set_title(f"{group}: {measure.replace('_', ' ')}")
-            ax.set_xlabel("mean partitions in flight")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7)
-    fig.suptitle("pacer's knobs, the model as shipped (bench/gains.py)")
+    panels = (("disturbed", "busy"), ("disturbed", "recovery_leads"), ("heavy-tailed", "busy"))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    for ax, (group, measure) in zip(axes, panels, strict=True):
+        for knob in ("kp", "ki", "buffer"):
+            items = [r for r in rows if r.group == group and r.knob == knob]
+            ys = [getattr(r, measure) for r in items]
+            ax.plot([r.inflight for r in items], ys, marker="o", label=knob)
+            for r, y in zip(items, ys, strict=True):
+                ax.annotate(f"{r.value:g}", (r.inflight, y), fontsize=7, xytext=(3, 3),
+                            textcoords="offset points")  # fmt: skip
+        ax.set_title(f"{group}: {'recovery (lead times)' if measure != 'busy' else 'GPU busy'}")
+        ax.set_xlabel("mean partitions in flight")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("pacer's knobs, the model as shipped, ten seeds (bench/gains.py)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

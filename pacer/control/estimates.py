@@ -1,12 +1,13 @@
 """Duration estimates the controller paces by, from windows of recent samples.
 
 GPU service time and synthesis duration are each estimated from a window of their last
-samples (``pacer.control.windows.DurationWindow``): one GPU stall moves the estimate not at all, and
-a real change of level is followed within a few samples. The synthesis
-duration also keeps its spread, because the spread of synthesis times sets how far the ready
-queue wanders, and a live floor: syntheses still running after far longer than any recent
-one took show a slowdown before any slow one completes.
-A cold start adds a censored estimate of its first cohort (``pacer.control.cohort.ColdCohort``).
+samples (``pacer.control.windows.DurationWindow``): one GPU stall moves the estimate not at
+all, and a real change of level is followed within a few samples. The synthesis duration keeps
+every sample, a heavy tail included, and its spread, because the spread of synthesis times sets
+how far the ready queue wanders. The syntheses still running give a live floor and tell the
+hung ones (``pacer.control.live_floor.LiveFloor``): those older than anything the host shows
+before a change mark a slowdown before any slow one completes. A cold start adds a censored
+estimate of its first cohort (``pacer.control.cohort.ColdCohort``).
 
 Saved estimates (``Estimates``) count as a few samples, not as settled, and are dropped when
 the first fresh samples disagree with them by more than a factor of two; the service keeps
