@@ -83,7 +83,7 @@ class Estimator:
     RECENT_FRACTION = 4  # the newest quarter of a window detects a change of level
     SHIFT_MIN_SAMPLES = 8  # ... and holds at least this many samples
     MEAN_ERROR = 0.05  # the windows hold enough samples to know their mean this closely
-    RANGE_QUANTILE = 0.25  # a change of synthesis level must leave the quartiles' range
+    RANGE_QUANTILE = 0.1  # a change of synthesis level must leave the deciles' range
     DROP_RUN_MIN = 3  # a GPU speed-up: this many GPU times in a row, at least one a worker more
 
     def __init__(self, gpu_window: int, synthesis_window: int, saved: Estimates) -> None:

@@ -233,6 +233,17 @@ def test_a_heavy_tail_still_shows_a_change_of_level() -> None:
     assert (est.synthesis_s or 0.0) >= 3 * (before or math.inf)
 
 
+def test_two_sizes_drawn_at_random_are_no_change_of_level() -> None:
+    # 1× or 3× the work, even odds, on a 30 s host: a run of small ones now and then must not
+    # read as a level of its own (the lead time would halve, and the GPUs starve).
+    rng = random.Random(5)
+    est = estimator(Estimates(gpu_service_s=6.0, synthesis_s=60.0))
+    for i in range(3000):
+        est.observe_synthesis(rng.lognormvariate(math.log(30.0), 0.2) * rng.choice((1, 3)), i)
+        est.fit(4, in_synthesis=40.0)
+    assert est.shifts[1] == 0
+
+
 def test_the_synthesis_window_grows_with_its_spread() -> None:
     # Partitions of 1× or 4× the work, 3 to 1, drawn at random: the mean is 2.45 s. A window
     # of 64 would swing with its mix by a third either way.
