@@ -15,7 +15,7 @@ mismatch, filtered over a lead time, the integral, and does all of the PI arithm
   seen a lead time late: at kp's pace it would be noise, so only the integral takes it;
 - anti-windup, and the bumpless transfers (new gains, the end of manual mode).
 
-docs/decisions/controller.md, D124 and D125, has why.
+docs/decisions/controller.md, D131 and D132, has why.
 """
 
 from __future__ import annotations
