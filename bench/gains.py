@@ -1,32 +1,36 @@
-"""What the controller's knobs do: the ready buffer, kp and ki on the disturbances.
+"""What the controller's knobs do: kp, ki and the ready buffer on disturbed and heavy-tailed hosts.
 
-    .venv/bin/python -m bench.gains [--markdown] [--plot FILE.png] [--seeds N]
+    .venv/bin/python -m bench.gains [--markdown] [--seeds N] [--jobs J] [--plot FILE.png]
 
-Runs pi on the disturbance scenarios (``SCENARIOS``) and prints three sweeps:
+Runs pi on two groups of shipped scenarios, the model as shipped (no bias injected):
 
-- **the ready buffer**, model as shipped: ``target_ready_s`` set to a share of each scenario's
-  synthesis lead time (``BUFFER_LEADS``; ``target_ready`` 1, so that the seconds decide);
-- **kp and ki with a biased model**: T̂syn read as ``LEAD_BIAS`` of itself (a lead time
-  measured without the wait for a core), each gain swept with the other at 0;
-- **kp and ki with the model as shipped**: the same sweep, unbiased.
+- **disturbed** (``DISTURBED``): a GPU lost and returned, GPUs that slow and speed up again, a
+  synthesis slowdown that leaves the GPUs the bottleneck;
+- **heavy-tailed** (``HEAVY``): synthesis times of a lognormal tail, partitions of 1× or 4×
+  the work drawn independently;
 
-Per setting: the GPU time lost in the two lead times after each disturbance (idle
-worker-seconds while work waited, ÷ the live workers, in lead times; mean over the
-disturbances), the recovery after each (in lead times, as the report measures it: a trailing
-lead time back at 0.95, so 1.00 is the soonest it can read; one never reached counts as
-``NEVER_LEADS``), the GPU busy ratio (mean and lowest over the scenarios) and the memory in
-flight (mean partitions ÷ Little's law, and GiB, means over the scenarios); for the buffer,
-also per scenario. --plot draws the time lost and the busy ratio against memory in flight.
+and sweeps one knob at a time from the defaults: kp over ``KP``, ki over ``KI`` (the ranges
+README's tuning guide calls safe), and the ready buffer ``target_ready_s`` in lead times over
+``BUFFER_LEADS`` (``target_ready`` 1, so that the seconds decide). Per setting and group, means
+over the scenarios and seeds: the GPU busy ratio; the worst margin of busy against the best
+baseline of the same scenario and seed (unpaced, cuzk, cuzk-default, fixed: a setting that
+loses more than 0.005 is unsafe); mean partitions in flight; the recovery after each
+disturbance (t > 0) in lead times, as the report measures it (a trailing lead time back at
+0.95, so 1.00 is the soonest it can read; one never reached counts as ``NEVER_LEADS``). Then,
+per knob and group, how much each measure moved over the range and whether it moved one way.
+--plot draws busy time and recovery against memory in flight for each knob.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import statistics
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,44 +38,26 @@ import numpy as np
 
 from pacer.cli.table import render
 from pacer.config import ControllerSettings, Settings
-from pacer.control.controller import PIController
-from pacer.control.policy import DispatchPolicy
-from pacer.sim.engine import RawRun, Simulation, VirtualClock
+from pacer.sim.engine import RawRun, Simulation
 from pacer.sim.policies import policy_factory
 from pacer.sim.report import Report, summarize
-from pacer.sim.scenario import Scenario, load_scenario, shipped_scenarios
+from pacer.sim.scenario import Scenario, load_scenario, scenario_path
+from pacer.sim.suite import BASELINES, run_policy
 
-SCENARIOS = (
-    "gpu-stall", "gpu-speedup", "gpu-slowdown", "synthesis-jump", "worker-dies",
-    "warm-start-elsewhere",
-)  # fmt: skip
-BUFFER_LEADS = (0.0, 0.25, 0.5, 0.75, 1.0)
-KP = (0.0, 0.25, 0.5, 1.0, 2.0)
-KI = (0.0, 0.05, 0.1, 0.2, 0.5)
+DISTURBED = ("gpu-outage", "gpu-slowdown", "synthesis-slowdown-gpu-bound")
+HEAVY = ("heavy-tail", "bimodal-partitions")
+KP = (1.0, 2.0, 4.0, 8.0)  # the safe range, 2 to 8, and one below it
+KI = (0.0, 0.1, 0.25, 0.5)  # the safe range, 0 to 0.25, and one above it
+SAFE = {"kp": (2.0, 8.0), "ki": (0.0, 0.25), "buffer": (0.0, 1.0)}  # README "Tuning"
+BUFFER_LEADS = (0.0, 0.5, 1.0)
 NEVER_LEADS = 10.0  # a recovery that never came, in lead times
-LEAD_BIAS = 0.5  # the biased model reads T̂syn as this share of itself
+MOVED = 0.02  # a knob "acts" where a measure moves one way by at least this share
 
 
-def simulate_pi(
-    scenario: Scenario, settings: Settings, lead_bias: float = 1.0
-) -> tuple[RawRun, Report]:
-    """pi on ``scenario``; with ``lead_bias`` != 1 its T̂syn is read as that share of itself."""
-    factory = policy_factory("pi", scenario, settings)
-
-    def biased(clock: VirtualClock) -> DispatchPolicy:
-        controller = factory(clock)
-        assert isinstance(controller, PIController)
-        lead_s = controller.lead_s
-        setattr(controller, "lead_s", lambda: lead_bias * lead_s())  # noqa: B010
-        return controller
-
-    raw = Simulation(scenario, "pi", factory if lead_bias == 1.0 else biased).run()
+def simulate_pi(scenario: Scenario, settings: Settings) -> tuple[RawRun, Report]:
+    """pi on ``scenario`` with ``settings``."""
+    raw = Simulation(scenario, "pi", policy_factory("pi", scenario, settings)).run()
     return raw, summarize(raw)
-
-
-def run_pi(scenario: Scenario, settings: Settings, lead_bias: float = 1.0) -> Report:
-    """The report of ``simulate_pi``."""
-    return simulate_pi(scenario, settings, lead_bias)[1]
 
 
 def lost_leads(raw: RawRun, report: Report) -> list[float]:
@@ -96,149 +82,155 @@ def lost_leads(raw: RawRun, report: Report) -> list[float]:
     return out
 
 
-@dataclass(frozen=True)
-class Row:
-    """One setting's results over the scenarios and seeds."""
-
-    label: str
-    knob: str  # the knob swept: "buffer", "kp" or "ki"
-    value: float
-    lost_leads: float
-    recovery_leads: float
-    worst_recovery_leads: float
-    busy: float
-    lowest_busy: float
-    inflight_vs_little: float
-    inflight_gib: float
-    per_scenario: tuple[tuple[str, float, float], ...]  # (scenario, time lost, in flight ÷ L)
-
-
-def _scenarios(seeds: int) -> list[Scenario]:
-    paths = [p for p in shipped_scenarios() if p.stem in SCENARIOS]
+def _scenarios(names: Sequence[str], seeds: int) -> list[Scenario]:
     return [
-        (sc := load_scenario(path)).model_copy(update={"seed": sc.seed + 101 * k})
-        for path in paths
+        (sc := load_scenario(scenario_path(name))).model_copy(update={"seed": sc.seed + 101 * k})
+        for name in names
         for k in range(seeds)
     ]
 
 
+def _controller(knob: str, value: float, scenario: Scenario) -> ControllerSettings:
+    if knob == "buffer":
+        lead_s = scenario.synthesis.duration_s.mean
+        return ControllerSettings(target_ready=1, target_ready_s=value * lead_s)
+    return ControllerSettings(**{knob: value})
+
+
+def _pi(job: tuple[str, float, Scenario]) -> Report:
+    knob, value, scenario = job
+    return run_policy(scenario, "pi", Settings(controller=_controller(knob, value, scenario)))[1]
+
+
+def _best_baseline(scenario: Scenario) -> float:
+    return max(run_policy(scenario, b, Settings())[1].gpu_busy_ratio for b in BASELINES)
+
+
 def _recoveries(report: Report) -> list[float]:
-    return [NEVER_LEADS if r.after_s is None else r.after_s / r.lead_s for r in report.recoveries]
+    return [
+        NEVER_LEADS if r.after_s is None else r.after_s / r.lead_s
+        for r in report.recoveries
+        if r.at_s > 0
+    ]
 
 
-def run_row(knob: str, value: float, scenarios: Sequence[Scenario], lead_bias: float = 1.0) -> Row:
-    """pi on every scenario with ``knob`` at ``value``: "buffer" (``target_ready_s`` at
-    ``value`` × the scenario's lead time, ``target_ready`` 1), "kp" or "ki" (the other at 0)."""
-    results: list[tuple[Scenario, Report, list[float]]] = []
-    for scenario in scenarios:
-        if knob == "buffer":
-            lead_s = scenario.synthesis.duration_s.mean
-            controller = ControllerSettings(target_ready=1, target_ready_s=value * lead_s)
-        else:
-            other = "ki" if knob == "kp" else "kp"
-            controller = ControllerSettings(**{knob: value, other: 0.0})
-        raw, report = simulate_pi(scenario, Settings(controller=controller), lead_bias)
-        results.append((scenario, report, lost_leads(raw, report)))
-    recoveries = [x for _, r, _ in results for x in _recoveries(r)]
-    lost = [x for _, _, losses in results for x in losses]
-    return Row(
-        label=f"{knob}={value:g}" + (" leads" if knob == "buffer" else ""),
-        knob=knob,
-        value=value,
-        lost_leads=statistics.fmean(lost) if lost else math.nan,
-        recovery_leads=statistics.fmean(recoveries),
-        worst_recovery_leads=max(recoveries),
-        busy=statistics.fmean(r.gpu_busy_ratio for _, r, _ in results),
-        lowest_busy=min(r.gpu_busy_ratio for _, r, _ in results),
-        inflight_vs_little=statistics.fmean(
-            r.mean_inflight_partitions / r.little_min_inflight for _, r, _ in results
-        ),
-        inflight_gib=statistics.fmean(
-            r.mean_inflight_partitions * sc.partition.bytes / 2**30 for sc, r, _ in results
-        ),
-        per_scenario=tuple(
-            (
-                sc.name,
-                statistics.fmean(losses),
-                r.mean_inflight_partitions / r.little_min_inflight,
-            )
-            for sc, r, losses in results
-            if losses
-        ),
-    )
+@dataclass(frozen=True)
+class Row:
+    """One setting's results over a group's scenarios and seeds."""
+
+    group: str
+    knob: str
+    value: float
+    busy: float
+    worst_margin: float  # the lowest busy less the best baseline's, scenario by scenario
+    inflight: float
+    recovery_leads: float  # nan where the group has no disturbance
+    margins: tuple[tuple[str, float], ...]  # (scenario, its worst busy less the best baseline)
+
+    @property
+    def label(self) -> str:
+        return f"{self.knob}={self.value:g}" + (" leads" if self.knob == "buffer" else "")
+
+
+def sweep(seeds: int, jobs: int) -> list[Row]:
+    """Every knob's range on both groups; the baselines of each scenario and seed once."""
+    groups = {"disturbed": _scenarios(DISTURBED, seeds), "heavy-tailed": _scenarios(HEAVY, seeds)}
+    settings = [("kp", v) for v in KP] + [("ki", v) for v in KI]
+    settings += [("buffer", v) for v in BUFFER_LEADS]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        best = {g: list(pool.map(_best_baseline, scs)) for g, scs in groups.items()}
+        rows = []
+        for (group, scs), (knob, value) in itertools.product(groups.items(), settings):
+            reports = list(pool.map(_pi, [(knob, value, sc) for sc in scs]))
+            recoveries = [x for r in reports for x in _recoveries(r)]
+            margin: dict[str, float] = {}
+            for r, b in zip(reports, best[group], strict=True):
+                margin[r.scenario] = min(margin.get(r.scenario, 1.0), r.gpu_busy_ratio - b)
+            rows.append(Row(
+                group, knob, value,
+                busy=statistics.fmean(r.gpu_busy_ratio for r in reports),
+                worst_margin=min(margin.values()),
+                inflight=statistics.fmean(r.mean_inflight_partitions for r in reports),
+                recovery_leads=statistics.fmean(recoveries) if recoveries else math.nan,
+                margins=tuple(margin.items()),
+            ))  # fmt: skip
+    return rows
 
 
 def render_rows(rows: Sequence[Row], markdown: bool) -> str:
-    headers = (
-        "setting", "GPU time lost (leads)", "recovery (leads)", "worst (leads)", "busy",
-        "lowest busy", "in flight ÷ Little", "in flight (GiB)",
-    )  # fmt: skip
+    headers = ("group", "setting", "busy", "worst busy − best baseline", "mean in flight",
+               "recovery (leads)")  # fmt: skip
     cells = [
-        (r.label, f"{r.lost_leads:.3f}", f"{r.recovery_leads:.2f}",
-         f"{r.worst_recovery_leads:.2f}", f"{r.busy:.4f}",
-         f"{r.lowest_busy:.4f}", f"{r.inflight_vs_little:.3f}", f"{r.inflight_gib:.0f}")
+        (r.group, r.label, f"{r.busy:.4f}", f"{r.worst_margin:+.4f}", f"{r.inflight:.2f}",
+         "-" if math.isnan(r.recovery_leads) else f"{r.recovery_leads:.3f}")
         for r in rows
     ]  # fmt: skip
     return render(headers, cells, markdown=markdown)
 
 
-def render_per_scenario(rows: Sequence[Row], markdown: bool) -> str:
-    """GPU time lost (lead times) and in flight ÷ Little's law per scenario, one column a
-    setting."""
-    names = sorted({name for r in rows for name, _, _ in r.per_scenario})
-    headers = ("scenario", *(r.label for r in rows))
+def render_margins(rows: Sequence[Row], markdown: bool) -> str:
+    """Per scenario and setting: the worst busy less the best baseline over the seeds."""
+    names = list(dict.fromkeys(name for r in rows for name, _ in r.margins))
     cells = []
     for name in names:
-        cell = []
+        cell = [name]
         for r in rows:
-            found = [(lost, held) for n, lost, held in r.per_scenario if n == name]
-            lost = statistics.fmean(x for x, _ in found)
-            held = statistics.fmean(y for _, y in found)
-            cell.append(f"{lost:.3f} / {held:.2f}")
-        cells.append((name, *cell))
+            found = dict(r.margins)
+            cell.append(f"{found[name]:+.4f}" if name in found else "")
+        cells.append(tuple(cell))
+    headers = ("scenario", *(r.label for r in rows if r.group == rows[0].group))
+    # Each scenario is in one group: its cells of the other group are empty, dropped here.
+    cells = [tuple(c for c in cell if c != "") for cell in cells]
     return render(headers, cells, markdown=markdown)
 
 
-def plot(buffer: Sequence[Row], biased: Sequence[Row], shipped: Sequence[Row], path: Path) -> None:
-    """Three panels against memory in flight ÷ Little's law: the GPU time the buffer saves
-    after the disturbances, per scenario; the busy ratio under kp and ki with the model
-    biased; the same with the model as shipped."""
+def movement(rows: Sequence[Row], markdown: bool) -> str:
+    """Per knob and group: each measure's change over the knob's safe range (``SAFE``: first
+    to last setting in it, as a share of the first) and whether every step went one way."""
+    cells = []
+    for group, knob in itertools.product(("disturbed", "heavy-tailed"), ("kp", "ki", "buffer")):
+        low, high = SAFE[knob]
+        items = [r for r in rows if r.group == group and r.knob == knob and low <= r.value <= high]
+        line: list[str] = [group, knob]
+        for measure in ("busy", "inflight", "recovery_leads"):
+            values = [getattr(r, measure) for r in items]
+            if any(math.isnan(v) for v in values):
+                line.append("-")
+                continue
+            steps = [b - a for a, b in itertools.pairwise(values)]
+            one_way = all(s >= 0 for s in steps) or all(s <= 0 for s in steps)
+            share = (values[-1] - values[0]) / values[0]
+            mark = "one way" if one_way else "both ways"
+            acts = " (acts)" if one_way and abs(share) >= MOVED else ""
+            line.append(f"{share:+.1%}, {mark}{acts}")
+        cells.append(tuple(line))
+    return render(("group", "knob", "busy", "mean in flight", "recovery"), cells,
+                  markdown=markdown)  # fmt: skip
+
+
+def plot(rows: Sequence[Row], path: Path) -> None:
+    """Against memory in flight: busy and recovery on the disturbed hosts, busy on the
+    heavy-tailed ones (they have no disturbance to recover from)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (buf_ax, bias_ax, ship_ax) = plt.subplots(1, 3, figsize=(16, 4.8))
-    ship_ax.sharey(bias_ax)  # one scale: the gains' effect, biased, against none unbiased
-    names = sorted({name for name, _, _ in buffer[0].per_scenario})
-    for name in names:
-        points = [
-            (statistics.fmean(x for n, x, _ in r.per_scenario if n == name),
-             statistics.fmean(y for n, _, y in r.per_scenario if n == name))
-            for r in buffer
-        ]  # fmt: skip
-        buf_ax.plot([h for _, h in points], [x for x, _ in points], marker="o", label=name)
-        for r, (lost, held) in zip(buffer, points, strict=True):
-            buf_ax.annotate(f"{r.value:g}", (held, lost), fontsize=7, xytext=(3, 3),
+    panels = (("disturbed", "busy"), ("disturbed", "recovery_leads"), ("heavy-tailed", "busy"))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    for ax, (group, measure) in zip(axes, panels, strict=True):
+        for knob in ("kp", "ki", "buffer"):
+            items = [r for r in rows if r.group == group and r.knob == knob]
+            ys = [getattr(r, measure) for r in items]
+            ax.plot([r.inflight for r in items], ys, marker="o", label=knob)
+            for r, y in zip(items, ys, strict=True):
+                ax.annotate(f"{r.value:g}", (r.inflight, y), fontsize=7, xytext=(3, 3),
                             textcoords="offset points")  # fmt: skip
-    buf_ax.set_title("target_ready_s (in lead times), model as shipped")
-    buf_ax.set_ylabel("GPU time lost after a disturbance (lead times)")
-    for ax, rows, title in ((bias_ax, biased, f"kp, ki: T̂syn read as {LEAD_BIAS:g}×"),
-                            (ship_ax, shipped, "kp, ki: model as shipped")):  # fmt: skip
-        for knob in ("ki", "kp"):
-            items = [r for r in rows if r.knob == knob]
-            ax.plot([r.inflight_vs_little for r in items], [r.busy for r in items], marker="o",
-                    label=f"{knob} (the other 0)")  # fmt: skip
-            for r in items:
-                ax.annotate(f"{r.value:g}", (r.inflight_vs_little, r.busy), fontsize=7,
-                            xytext=(3, 3), textcoords="offset points")  # fmt: skip
-        ax.set_title(title)
-        ax.set_ylabel("GPU busy ratio (mean over the scenarios)")
-    for ax in (buf_ax, bias_ax, ship_ax):
-        ax.set_xlabel("mean in flight ÷ Little's law")
+        ax.set_title(f"{group}: {'recovery (lead times)' if measure != 'busy' else 'GPU busy'}")
+        ax.set_xlabel("mean partitions in flight")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("pacer's knobs on the disturbance scenarios (bench/gains.py)")
+    fig.suptitle("pacer's knobs, the model as shipped, ten seeds (bench/gains.py)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -247,41 +239,28 @@ def plot(buffer: Sequence[Row], biased: Sequence[Row], shipped: Sequence[Row], p
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="Markdown tables")
-    parser.add_argument("--plot", type=Path, metavar="FILE.png", help="plot the three sweeps")
+    parser.add_argument("--plot", type=Path, metavar="FILE.png", help="plot the sweeps")
     parser.add_argument("--seeds", type=int, default=1, metavar="N", help="seeds per scenario")
+    parser.add_argument("--jobs", type=int, default=1, metavar="J", help="processes (1)")
     args = parser.parse_args()
     started = time.perf_counter()
-    scenarios = _scenarios(args.seeds)
-    gains = [("kp", v) for v in KP] + [("ki", v) for v in KI]
-    buffer = [run_row("buffer", f, scenarios) for f in BUFFER_LEADS]
-    biased = [run_row(knob, v, scenarios, LEAD_BIAS) for knob, v in gains]
-    shipped = [run_row(knob, v, scenarios) for knob, v in gains]
-    sections = (
-        ("The ready buffer (target_ready_s in lead times, target_ready 1), model as shipped",
-         buffer),
-        (f"kp and ki, T̂syn read as {LEAD_BIAS:g}×", biased),
-        ("kp and ki, model as shipped", shipped),
-    )  # fmt: skip
-    for title, rows in sections:
-        print(f"{title}:\n")
-        print(render_rows(rows, args.markdown))
-        print()
-    print("The ready buffer per scenario (GPU time lost in lead times / in flight ÷ Little):\n")
-    print(render_per_scenario(buffer, args.markdown))
+    rows = sweep(args.seeds, args.jobs)
+    print(render_rows(rows, args.markdown))
     print()
-    runs = len(scenarios) * (len(buffer) + len(biased) + len(shipped))
-    print(f"{runs} runs ({len(SCENARIOS)} scenarios × {args.seeds} seed(s)) in "
-          f"{time.perf_counter() - started:.0f} s; defaults: {_defaults()}")  # fmt: skip
-    if args.plot:
-        plot(buffer, biased, shipped, args.plot)
-    return 0
-
-
-def _defaults() -> str:
+    print("Worst busy less the best baseline, per scenario (over the seeds):\n")
+    print(render_margins(rows, args.markdown))
+    print()
+    print(f"Over each knob's safe range (a measure {MOVED:.0%} or more one way: it acts):\n")
+    print(movement(rows, args.markdown))
+    print()
     d = ControllerSettings()
-    return f"kp={d.kp:g} ki={d.ki:g} target_ready={d.target_ready:g} " + (
-        f"target_ready_s={d.target_ready_s:g}"
-    )
+    runs = (len(DISTURBED) + len(HEAVY)) * args.seeds * (len(rows) // 2 + len(BASELINES))
+    print(f"{runs} runs ({args.seeds} seed(s)) in {time.perf_counter() - started:.0f} s; "
+          f"defaults: kp={d.kp:g} ki={d.ki:g} target_ready={d.target_ready:g} "
+          f"target_ready_s={d.target_ready_s:g}")  # fmt: skip
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
 
 
 if __name__ == "__main__":

@@ -51,8 +51,8 @@ others draw each job's partitions again from that job's.
 """
 EPILOG = """\
 the grid (--grid NAME=V1,V2,... replaces one setting's values, or adds a setting; repeat it):
-  kp               0, 0.5, 1
-  ki               0, 0.1, 0.2, 0.5
+  kp               2, 4, 8 (the safe range the README gives)
+  ki               0, 0.1, 0.25
   target_ready_s   0 and 1/8, 1/4, 1/2, 1 of the mean synthesis time recorded
   any other PACER_CONTROLLER__* setting by name, e.g. --grid target_ready=2,4,8
 

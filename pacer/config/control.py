@@ -36,38 +36,52 @@ class ControllerSettings(Section):
         "setpoint is the larger of this and target_ready; 0: target_ready alone (s)",
     )
     kp: float = Field(
-        0.0,
+        4.0,
         ge=0,
         le=100,
-        description="Proportional gain on the prediction error, the ready depth observed less "
-        "the one predicted a synthesis lead time earlier; 0: trust the model (1)",
+        description="Proportional gain: the share of a projected shortfall (setpoint less the "
+        "projected ready depth) refilled each synthesis lead time, above the feed-forward "
+        "rate. Higher: a disturbance is refilled sooner, and more memory follows the noise of "
+        "the estimates. Safe range 2-8 (below 2 the GPUs idle after a disturbance, and a wide "
+        "spread of synthesis times costs busy time) (1/lead)",
     )
     ki: float = Field(
-        0.2,
+        0.1,
         ge=0,
         le=100,
-        description="Integral gain on the prediction error, per synthesis lead time (the "
-        "loop's delay): the share of a persistent model bias removed each lead time (1/lead)",
+        description="Integral gain: the share of a persistent error of the Smith-predicted "
+        "ready depth (the projection corrected by what it got wrong a lead time earlier) "
+        "removed each synthesis lead time; it brings the ready depth observed to the setpoint. "
+        "Higher: a biased model is corrected sooner; where the model errs on the safe side it "
+        "trims memory and a little busy time. Safe range 0-0.25: above, there is no more to "
+        "remove and busy time falls (1/lead)",
     )
     integral_min: float = Field(
         -200.0,
         ge=-1e6,
         le=0,
-        description="Lower clamp of the prediction-error integral over time in lead times "
+        description="Lower clamp of the integral of the error over time in lead times "
         "(partition-leads)",
     )
     integral_max: float = Field(
         200.0,
         ge=0,
         le=1e6,
-        description="Upper clamp of the prediction-error integral over time in lead times "
+        description="Upper clamp of the integral of the error over time in lead times "
         "(partition-leads)",
     )
     multiplier_min: float = Field(
-        0.25, ge=0.001, le=1, description="Lowest dispatch-rate multiplier 1+u (1)"
+        0.001,
+        ge=0.001,
+        le=1,
+        description="Lowest dispatch rate, as a multiple of the feed-forward rate (1)",
     )
     multiplier_max: float = Field(
-        4.0, ge=1, le=1000, description="Highest dispatch-rate multiplier 1+u (1)"
+        1000.0,
+        ge=1,
+        le=1000,
+        description="Highest dispatch rate, as a multiple of the "
+        "feed-forward rate; the synthesis caps bound it too (1)",
     )
     interval_min_s: float = Field(
         0.001,

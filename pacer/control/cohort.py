@@ -22,8 +22,11 @@ class ColdCohort:
 
     def __init__(self) -> None:
         self._pending: dict[float, int] = {}  # dispatch time → members still running
+        self._running = 0  # members still running: the sum of _pending's counts
+        self._running_since = 0.0  # the sum of their dispatch times
         self._size = 0
         self._finished: list[float] = []
+        self._finished_s = 0.0  # the sum of _finished
 
     @property
     def finished(self) -> list[float]:
@@ -31,13 +34,21 @@ class ColdCohort:
 
     def dispatched(self, at: float, count: int) -> None:
         self._pending[at] = self._pending.get(at, 0) + count
+        self._running += count
+        self._running_since += count * at
         self._size += count
+
+    def _leave(self, at: float, count: int) -> None:
+        """``count`` members dispatched at ``at`` no longer run."""
+        self._running -= count
+        self._running_since -= count * at
 
     def _take(self, origin: float) -> bool:
         match = min(self._pending, key=lambda at: abs(at - origin), default=None)
         if match is None or abs(match - origin) > self.MATCH_S:
             return False
         self._pending[match] -= 1
+        self._leave(match, 1)
         if self._pending[match] == 0:
             del self._pending[match]
         return True
@@ -52,6 +63,7 @@ class ColdCohort:
         if not self._take(now - seconds):
             return None
         self._finished.append(seconds)
+        self._finished_s += seconds
         return self._mean_if_complete()
 
     def failed(self, now: float, seconds: float) -> float | None:
@@ -70,11 +82,13 @@ class ColdCohort:
         if not gone:
             return None
         for t in gone:
-            self._size -= self._pending.pop(t)
+            count = self._pending.pop(t)
+            self._size -= count
+            self._leave(t, count)
         return self._mean_if_complete()
 
     def lower_bound(self, now: float) -> float:
         if self._size <= 0:
             return 0.0
-        running = sum(count * (now - at) for at, count in self._pending.items())
-        return (sum(self._finished) + running) / self._size
+        running = self._running * now - self._running_since
+        return (self._finished_s + running) / self._size

@@ -3,28 +3,22 @@
 Pure and synchronous: a function of observations and an injected clock, so the simulator and
 the service drive the very same object. No asyncio, no metrics library.
 
-Model: the *projected* ready depth ``q̂ = q + s − λ̂·T̂syn`` (ready, plus in synthesis, minus
-what the GPUs consume during one synthesis lead time, ``λ̂ = W ÷ T̂gpu``) predicts the ready
-depth one lead time ahead. A dispatch shows in ``q̂`` at once; the ready depth sees it one
-synthesis later.
+Model (``pacer.control.model``): the *projected* ready depth ``q̂ = q + s − λ̂·T̂syn`` (ready,
+plus in synthesis but for the hung, minus what the GPUs consume during one synthesis lead time,
+``λ̂ = W ÷ T̂gpu``) predicts the ready depth one lead time ahead. A dispatch shows in ``q̂`` at
+once; the ready depth sees it one synthesis later.
 
-Correction (a Smith predictor): each prediction is kept, and one lead time later compared with
-the ready depth then observed. PI acts on that prediction error ``ε = q − q̃(t − T̂syn)``
-(partitions): ``c = kp·ε + ki·∫ε dt ÷ T̂syn``, and the controller steers the corrected
-projection ``q̃ = q̂ + c`` to the setpoint ``q*``. The prediction kept is ``q̃`` after the
-dispatch it led to, so ε → 0 means the observed ready depth settles at ``q*``. A biased
-model (a T̂syn or T̂gpu that lags a change, or is measured short) shows as a persistent ε;
-kp answers it at once, ki removes what persists.
+Law (``pacer.control.pi_law``): a Smith predictor. Each projection is kept and, one lead time
+later, compared with the ready depth then observed; the mismatch ``ε``, filtered over a lead
+time, corrects the projection: ``q̃ = q̂ + ε̄``. PI acts on ``e = q* − q̃`` and sets the dispatch
+rate around the feed-forward: ``r = λ̂ + (kp·e + ki·∫e dt ÷ T̂syn) ÷ T̂syn``. kp is the share of
+a shortfall refilled each lead time; ki the share of a persistent error removed each lead time.
 
-Output: order-up-to on ``q̃`` (never more than ``q* + 1 − q̃`` partitions; a shortfall below
-zero at once, up to ``q*``; the end of the backlog together), at the rate
-``clamp(1 + (q* − q̃) ÷ q*) ÷ base`` where the feed-forward ``base = T̂gpu ÷ W`` dispatches at
-the rate the GPUs consume. ``q*`` is the ready buffer in seconds of GPU work,
-``target_ready_s ÷ base``, at least ``target_ready`` partitions.
-
-The PI arithmetic is ``pacer.control.pi_law``; dispatch by rate within the caps,
-``pacer.control.rate_dispatch``; the cold start and the refills after a drain,
-``pacer.control.bootstrap``.
+Output: dispatch by rate within the caps (``pacer.control.rate_dispatch``), under a safety
+ceiling: never beyond ``q̃ = q* + 1`` (an order up to the setpoint as a bound, not as the law);
+the end of the backlog together where it fits under that ceiling. ``q*`` is the ready buffer in
+seconds of GPU work, ``target_ready_s ÷ base``, at least ``target_ready`` partitions. The cold
+start and the refills after a drain: ``pacer.control.bootstrap``.
 """
 
 from __future__ import annotations
@@ -37,7 +31,8 @@ from typing import Any
 from pacer.config import ControllerSettings
 from pacer.control.bootstrap import Bootstrap
 from pacer.control.estimates import Estimates, Estimator
-from pacer.control.pi_law import PILaw, Predictions
+from pacer.control.live_floor import older_than
+from pacer.control.pacing import Pacing
 from pacer.control.policy import Caps, Decision, Mode, Observation, Terms
 from pacer.control.rate_dispatch import RateDispatch
 
@@ -49,6 +44,7 @@ class PIController:
 
     ``HUNG_FACTOR``: a worker on one partition for longer than this many T̂gpu is not counted
     among the workers consuming (a hung worker, or a stalled GPU, consumes nothing).
+    ``CEILING``: the safety ceiling: dispatch never takes q̃ past q* × (1 + ``CEILING``) + 1.
 
     >>> from pacer.control.policy import Caps, Observation
     >>> c = PIController(ControllerSettings(), Caps(48, 50), clock=lambda: 0.0)
@@ -58,6 +54,7 @@ class PIController:
 
     synthesis_workers: int | None = None  # its caps bound synthesis; no pool of its own
     HUNG_FACTOR = 10.0
+    CEILING = 1.0
 
     def __init__(
         self,
@@ -72,8 +69,7 @@ class PIController:
         self._est = Estimator(
             settings.gpu_window, settings.synthesis_window, estimates or Estimates()
         )
-        self._law = PILaw(settings)
-        self._predictions = Predictions()  # q̃ after each dispatch, to compare a lead later
+        self._pacing = Pacing(settings, self._est)
         self._rebased = 0  # the estimator's re-basings seen
         self._last_update: float | None = None
         self._rate = RateDispatch(caps)
@@ -81,8 +77,6 @@ class PIController:
         self._manual_interval_s: float | None = None
         self._starts = Bootstrap(caps, warm=estimates is not None and estimates.known)
         self._last_obs: Observation | None = None
-        self._model_key: tuple[int, int, int] | None = None
-        self._model_cache = (1.0, settings.target_ready)  # (base interval, setpoint)
         self._terms = self._compute(None, 0)
 
     # -- observations ------------------------------------------------------------------
@@ -105,7 +99,7 @@ class PIController:
 
     @property
     def integral(self) -> float:
-        return self._law.integral
+        return self._pacing.law.integral
 
     @property
     def terms(self) -> Terms:
@@ -131,21 +125,14 @@ class PIController:
         cold start's first cohort, and a long one counts toward T̂syn (``Estimator``)."""
         self._est.observe_synthesis_failure(elapsed_s, self._clock())
 
-    def _fit_windows(self, obs: Observation) -> None:
-        workers = max(1, obs.gpu_workers)
-        gpu = self._est.gpu_service_s
-        in_synthesis = math.inf if not gpu else workers * self._est.lead_s(self._clock()) / gpu
-        self._est.fit(workers, in_synthesis)
-
     def live_workers(self, obs: Observation) -> int:
         """GPU workers delivering: the live ones (``obs.gpu_workers``) less those on one
-        partition for more than ``HUNG_FACTOR`` × T̂gpu (hung, or stalled with their GPU)."""
+        partition for more than ``HUNG_FACTOR`` × T̂gpu (hung, or stalled with their GPU);
+        ``obs.gpu_busy_ages_s`` is oldest first, so they are counted by bisection."""
         gpu = self._est.gpu_service_s
         if gpu is None or not obs.gpu_busy_ages_s:
             return max(0, obs.gpu_workers)
-        limit = self.HUNG_FACTOR * gpu
-        stuck = sum(age > limit for age in obs.gpu_busy_ages_s)
-        return max(0, obs.gpu_workers - stuck)
+        return max(0, obs.gpu_workers - older_than(obs.gpu_busy_ages_s, self.HUNG_FACTOR * gpu))
 
     # -- the decision ------------------------------------------------------------------
 
@@ -172,7 +159,9 @@ class PIController:
         self._last_update = now
         self._rate.elapse(dt, self._rate_cap_per_s())
         self._starts.track(obs, now)
-        self._fit_windows(obs)
+        workers = max(1, obs.gpu_workers)
+        gpu = self._est.gpu_service_s
+        self._est.fit(workers, math.inf if not gpu else workers * self.lead_s() / gpu)
         self._est.observe_running(now, obs.synthesizing, obs.synthesis_ages_s)
         self._workers = self.live_workers(obs)
         return dt
@@ -187,7 +176,7 @@ class PIController:
         if self._starts.refilling(obs):
             return self._refill(obs, room)
         if obs.backlog == 0:
-            self._predictions.forget()  # nothing paced: no prediction to hold the GPUs to
+            self._pacing.predictions.forget()  # nothing paced: no projection to hold to
             self._terms = self._compute(obs, self._workers)._replace(
                 mode=Mode.DRAINED if obs.inflight == 0 else Mode.PACING
             )
@@ -201,35 +190,32 @@ class PIController:
         integral of their errors: they describe a bias the new estimates removed."""
         if self._est.rebased != self._rebased:
             self._rebased = self._est.rebased
-            self._predictions.forget()
-            self._law.reset()
+            self._pacing.forget()
 
     def _pace_decision(
         self, obs: Observation, now: float, dt: float, room: int, credit_dt: float
     ) -> Decision:
-        """The PI step, then the output: order-up-to on q̃ at the paced rate."""
-        workers = self._workers
-        self._terms = terms = self._pace(obs, dt, blocked=room <= 0 or self._rate.tokens < 1)
+        """The PI step, then the output: the rate, under the safety ceiling."""
+        workers, lead = self._workers, self.lead_s()
+        self._pacing.take_in(now, dt, lead, obs.ready, max(0, workers - obs.gpu_busy))
+        before = self._output(obs, workers, lead)
+        self._pacing.integrate(before, dt, blocked=room <= 0 or self._rate.tokens < 1)
+        self._terms = terms = self._output(obs, workers, lead)
         if self._est.cold_cohort_open:
-            count = self._starts.hold_depth(obs, room, self.bootstrap_depth, self._rate)
+            count = self._starts.hold_depth(obs, room, self._hold_depth(obs), self._rate)
             if count > 0:
                 return Decision(count, now + terms.interval_s)
-        headroom = math.ceil(terms.setpoint + 1 - terms.projected_ready)
-        # A projected shortfall (q̃ < 0: the GPUs will run dry within one lead time) goes out
-        # at once rather than at the paced rate: each partition of it arrives a lead time
-        # after its dispatch, so spreading it out only spreads out the idle time.
-        shortfall = 0
-        if terms.projected_ready < 0:
-            shortfall = math.ceil(terms.setpoint - terms.projected_ready)
-        if obs.backlog <= headroom:
-            shortfall = obs.backlog  # the end of the backlog: nothing after it to pace for
+        ceiling = terms.setpoint * (1 + self.CEILING) + 1
+        headroom = math.ceil(ceiling - terms.projected_ready)
+        # The end of the backlog goes out together: nothing after it to pace for.
+        at_once = obs.backlog if obs.backlog <= headroom else 0
         if workers == 0:
-            headroom = shortfall = 0  # no GPU consumes: nothing to pace
+            headroom = at_once = 0  # no GPU consumes: nothing to pace
         decision = self._paced(
-            now, room, terms.interval_s, credit_dt, headroom=headroom, at_once=shortfall
+            now, room, terms.interval_s, credit_dt, headroom=headroom, at_once=at_once
         )
         if workers > 0:
-            self._predictions.keep(now, terms.lead_s, terms.projected_ready + decision.dispatch)
+            self._pacing.keep(now, terms, decision.dispatch)
         return decision
 
     def _paced(self, now: float, room: int, interval: float, credit_dt: float, *,
@@ -255,6 +241,20 @@ class PIController:
             self._est.cold_dispatched(self._clock(), count)
         return Decision(count, None)
 
+    def _hold_depth(self, obs: Observation) -> int:
+        """The depth held while the cold start's cohort runs: the bootstrap depth, but no more
+        than the GPUs consume over ``Bootstrap.HOLD_LEADS`` × the age of its oldest member
+        (the cohort's lead time is at least that long only where members still run), and
+        q*. Where synthesis outruns the GPUs, the slots a cold start filled are not filled
+        again as the GPUs take the first partitions."""
+        depth = self.bootstrap_depth
+        gpu = self._est.gpu_service_s
+        if gpu is None or self._workers <= 0 or not obs.synthesis_ages_s:
+            return depth
+        base, setpoint = self._pacing.model.at(self._workers)
+        horizon = Bootstrap.HOLD_LEADS * obs.synthesis_ages_s[0]
+        return min(depth, math.ceil(horizon / base + setpoint))
+
     @property
     def bootstrap_depth(self) -> int:
         """Partitions a cold start dispatches at once (``Bootstrap.depth``)."""
@@ -267,20 +267,10 @@ class PIController:
     def little_depth(self, gpu_workers: int) -> int:
         """Partitions in flight that keep ``gpu_workers`` busy with ``q*`` waiting:
         ceil(T̂syn ÷ base interval + q*)."""
-        gpu = self._est.gpu_service_s
-        if gpu is None:
-            raise ValueError("little_depth needs a GPU service-time estimate")
-        base = self._base(gpu, gpu_workers)
-        return math.ceil(self.lead_s() / base + self._setpoint(base))
-
-    @staticmethod
-    def _base(gpu: float, workers: int) -> float:
-        """The feed-forward interval T̂gpu ÷ W (s); infinite without a worker consuming."""
-        return math.inf if workers <= 0 else max(gpu / workers, 1e-9)
+        return self._pacing.model.little_depth(gpu_workers, self.lead_s())
 
     def _rebootstrap(self, obs: Observation, room: int) -> Decision:
-        self._law.reset()  # bumpless restart: the old integral belongs to another regime
-        self._predictions.forget()
+        self._pacing.forget()  # a bumpless restart: the old integral is another regime's
         self._starts.restart(self.little_depth(self._workers), self.bootstrap_depth)
         return self._refill(obs, room)
 
@@ -289,7 +279,7 @@ class PIController:
         floor = self._settings.interval_min_s
         return self._starts.refill(self._clock(), room, self._rate, floor)
 
-    # -- the model, its correction and the output -----------------------------------------
+    # -- the projection, its error and the rate --------------------------------------------
 
     def _compute(self, obs: Observation | None, workers: int) -> Terms:
         s = self._settings
@@ -302,63 +292,22 @@ class PIController:
                 mode, interval = Mode.MANUAL, self._manual_interval_s
             return Terms(mode, 0.0, s.target_ready, 0.0, 0.0, 0.0, 0.0, 1.0, interval, rate_cap,
                          self.lead_s(), workers)  # fmt: skip
-        terms = self._output(obs, workers, self._terms.error)
+        terms = self._output(obs, workers, self.lead_s())
         if self._manual_interval_s is not None:
             return terms._replace(mode=Mode.MANUAL, interval_s=self._manual_interval_s)
         return terms
 
-    def _output(self, obs: Observation, workers: int, error: float) -> Terms:
-        """Terms for prediction error ``error`` and the integral as it stands."""
-        s = self._settings
-        base, lead, setpoint = self._model(workers)
-        p_term, i_term = self._law.terms(error)
-        projected = obs.ready + obs.synthesizing - lead / base + p_term + i_term
-        multiplier = self._law.multiplier(projected, setpoint)
-        interval = min(base / multiplier, s.interval_max_s)
-        mode = Mode.BOOTSTRAP if self._est.cold_cohort_open else Mode.PACING
-        return Terms(mode, projected, setpoint, error, p_term, i_term,
-                     min(base, s.interval_max_s), multiplier, interval,
-                     self._rate_cap_per_s(), lead, workers)  # fmt: skip
-
-    def _model(self, workers: int) -> tuple[float, float, float]:
-        """(base interval, lead time, setpoint) for ``workers``: the base interval and the
-        setpoint recomputed only when an estimate or the worker count changed; the lead time
-        each time (the cold cohort's bound and the live floor move with the clock)."""
-        key = (self._est.version, workers, id(self._settings))
-        if key != self._model_key:
-            gpu = self._est.gpu_service_s or 0.0
-            base = self._base(gpu, workers)
-            self._model_cache = (base, self._setpoint(base))
-            self._model_key = key
-        base, setpoint = self._model_cache
-        return base, self.lead_s(), setpoint
-
-    def _setpoint(self, base_interval_s: float) -> float:
-        """The effective setpoint q* (partitions): the ready buffer of ``target_ready_s`` of
-        GPU work (÷ the base interval), at least ``target_ready``, and more where the spread
-        of synthesis and GPU times makes the ready queue wander further (``spread_sigmas``)."""
-        s = self._settings
-        rate = 1 / base_interval_s
-        spread = self._est.ready_wander_sd(rate, self._est.synthesis_s or 0.0)
-        buffer = s.target_ready_s * rate if math.isfinite(rate) else 0.0
-        return max(s.target_ready, buffer, s.spread_sigmas * spread)
-
-    def _pace(self, obs: Observation, dt: float, *, blocked: bool) -> Terms:
-        """The PI step on the prediction error (``PILaw.step``), then the output."""
-        now, workers, lead = self._clock(), self._workers, self.lead_s()
-        idle = max(0, workers - obs.gpu_busy)
-        error = self._predictions.error(now, lead, obs.ready, idle)
-        before = self._output(obs, workers, error)
-        dt_leads = dt / max(lead, 1e-9)
-        self._law.step(error, dt_leads, before.multiplier, blocked=blocked or workers == 0)
-        return self._output(obs, workers, error)
+    def _output(self, obs: Observation, workers: int, lead_s: float) -> Terms:
+        """The terms of ``obs`` (``Pacing.terms``), with the synthesis rate cap."""
+        terms = self._pacing.terms(obs, workers=workers, lead_s=lead_s, hung=self._est.hung)
+        return terms._replace(rate_cap_per_s=self._rate_cap_per_s())
 
     # -- run-time changes -----------------------------------------------------------------
 
     def retune(self, **changes: Any) -> ControllerSettings:
         """Change gains, setpoint or limits without a jump in the correction.
 
-        The integral is re-seeded so that the correction ``kp·ε + ki·∫ε`` keeps its value
+        The integral is re-seeded so that the correction ``kp·(q* − q̂) + ki·∫e`` keeps its value
         under the new gains (where ``ki > 0``); a new setpoint moves the output as a setpoint
         should. Unknown names, ``policy`` (fixed at start) or invalid values raise ValueError
         naming the field and the rule; nothing changes then.
@@ -371,22 +320,18 @@ class PIController:
         new = ControllerSettings.model_validate({**self._settings.model_dump(), **changes})
         self._settings = new
         keep = self._terms.mode is not Mode.DRAINED and self._est.known
-        self._law.retune(new, self._terms.error, keep=keep)
+        self._pacing.retune(new, self._terms, keep=keep)
         self._refresh_terms()
         return new
 
     def set_manual(self, interval_s: float | None) -> None:
         """Fix the dispatch interval (s), or hand control back to PI with None (bumpless:
-        the integral is seeded so the PI output starts at the manual interval, as far as a
-        correction of at most q* either way allows)."""
+        the integral is seeded so the PI output starts at the manual rate, within the
+        integral's clamps)."""
         if interval_s is not None and not (math.isfinite(interval_s) and interval_s > 0):
             raise ValueError(f"interval_s must be a finite number > 0, got {interval_s}")
         if interval_s is None and self._manual_interval_s is not None:
-            # The correction under which the PI output gives the manual rate.
-            t = self._terms
-            model = t.projected_ready - t.p_term - t.i_term
-            wanted = t.ff_interval_s / self._manual_interval_s
-            self._law.seed(self._law.correction_for(wanted, t.setpoint, model), t.error)
+            self._pacing.leave_manual(self._manual_interval_s, self._terms)
         self._manual_interval_s = interval_s
         self._refresh_terms()
 

@@ -1,12 +1,13 @@
 """Duration estimates the controller paces by, from windows of recent samples.
 
 GPU service time and synthesis duration are each estimated from a window of their last
-samples (``pacer.control.windows.DurationWindow``): one GPU stall moves the estimate not at all, and
-a real change of level is followed within a few samples. The synthesis
-duration also keeps its spread, because the spread of synthesis times sets how far the ready
-queue wanders, and a live floor: syntheses still running after far longer than any recent
-one took show a slowdown before any slow one completes.
-A cold start adds a censored estimate of its first cohort (``pacer.control.cohort.ColdCohort``).
+samples (``pacer.control.windows.DurationWindow``): one GPU stall moves the estimate not at
+all, and a real change of level is followed within a few samples. The synthesis duration keeps
+every sample, a heavy tail included, and its spread, because the spread of synthesis times sets
+how far the ready queue wanders. The syntheses still running give a live floor and tell the
+hung ones (``pacer.control.live_floor.LiveFloor``): those older than anything the host shows
+before a change mark a slowdown before any slow one completes. A cold start adds a censored
+estimate of its first cohort (``pacer.control.cohort.ColdCohort``).
 
 Saved estimates (``Estimates``) count as a few samples, not as settled, and are dropped when
 the first fresh samples disagree with them by more than a factor of two; the service keeps
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pacer.control.cohort import ColdCohort
+from pacer.control.live_floor import LiveFloor
 from pacer.control.windows import MAX_WINDOW, DurationWindow, check_duration
 
 __all__ = ["ColdCohort", "DurationWindow", "Estimates", "Estimator", "estimates_key"]
@@ -67,21 +69,21 @@ class Estimator:
     """Keeps the estimates up to date from observed durations.
 
     T̂gpu is the mean of the last ``gpu_window`` GPU service times (at least 8 per worker, and
-    more where they spread widely: enough to know the mean within ``GPU_MEAN_ERROR``), less
+    more where they spread widely: enough to know the mean within ``MEAN_ERROR``), less
     the W longest and W shortest: a stall that holds every worker adds one long sample
     each, and those are the ones left out. T̂syn is the mean of the last ``synthesis_window``
-    synthesis durations (at least two lead times of them), with their spread. Both drop
-    older samples on a change of level (``DurationWindow``); a GPU that speeds up is believed
-    after a run of W + 1 shorter times (at least ``DROP_RUN_MIN``). The lead time the projection
-    looks ahead is T̂syn, raised by the cold start's censored cohort mean and by the live
-    floor (``lead_s``).
+    synthesis durations, every one of them (a heavy tail is real), with their spread; its
+    window holds at least two lead times of them, and as many as its spread needs for the
+    mean within ``MEAN_ERROR``. Both drop older samples on a change of level
+    (``DurationWindow``); a GPU that speeds up is believed after a run of W + 1 shorter times
+    (at least ``DROP_RUN_MIN``). The lead time the projection looks ahead is T̂syn, raised by
+    the cold start's censored cohort mean and by the live floor (``lead_s``, ``LiveFloor``).
     """
 
     RECENT_FRACTION = 4  # the newest quarter of a window detects a change of level
     SHIFT_MIN_SAMPLES = 8  # ... and holds at least this many samples
-    FLOOR_SIGMAS = 2.0  # margin of the live floor, beyond the longest recent synthesis
-    FLOOR_RANK = 3  # the live floor follows the third oldest synthesis running
-    GPU_MEAN_ERROR = 0.05  # the GPU window holds enough samples to know T̂gpu this closely
+    MEAN_ERROR = 0.05  # the windows hold enough samples to know their mean this closely
+    RANGE_QUANTILE = 0.1  # a change of synthesis level must leave the deciles' range
     DROP_RUN_MIN = 3  # a GPU speed-up: this many GPU times in a row, at least one a worker more
 
     def __init__(self, gpu_window: int, synthesis_window: int, saved: Estimates) -> None:
@@ -96,9 +98,11 @@ class Estimator:
             0,
             saved.synthesis_s,
             saved.synthesis_sd_s,
+            outliers=False,
+            range_quantile=self.RANGE_QUANTILE,
         )
         self._cohort: ColdCohort | None = None if saved.known else ColdCohort()
-        self._ages_s: tuple[float, ...] = ()
+        self._floor = LiveFloor()
         self.failures = 0  # syntheses that failed or timed out
         self.version = 0  # bumped by every observation, so derived values can be cached
 
@@ -143,29 +147,34 @@ class Estimator:
 
     def fit(self, workers: int, in_synthesis: float) -> None:
         """Size the windows for the host: the GPU window holds at least 8 samples a worker,
-        and (cv ÷ ``GPU_MEAN_ERROR``)² where its samples spread widely (partitions of several
+        and (cv ÷ ``MEAN_ERROR``)² where its samples spread widely (partitions of several
         sizes: fewer hold too few runs of each, and T̂gpu swings with the window's mix), trims
         one a worker at each end (a stall of every worker is dropped whole), and its newest
-        part holds more than 2 a worker (a stall stays a minority there); the
-        synthesis window holds at least two lead times of completions, ``in_synthesis`` × 2
-        (its mean's noise, in partitions, does not grow with the rate)."""
-        size = max(self._gpu_window, 8 * workers)
-        gpu = self._gpu.value
-        if gpu:
-            # Enough samples for the mean to be known within GPU_MEAN_ERROR (its relative
-            # standard error, cv ÷ √n), in doublings of the base size so that the window
-            # is not resized at every sample.
-            needed = (self._gpu.sd / gpu / self.GPU_MEAN_ERROR) ** 2
-            size <<= max(0, math.ceil(math.log2(max(needed, 1.0) / size)))
+        part holds more than 2 a worker (a stall stays a minority there); the synthesis
+        window holds at least two lead times of completions, ``in_synthesis`` × 2 (its mean's
+        noise, in partitions, does not grow with the rate), and as many as its spread needs
+        (a heavy tail, partitions of several sizes)."""
+        size = self._spread_size(self._gpu, max(self._gpu_window, 8 * workers))
         self._gpu.resize(
-            min(MAX_WINDOW, size),
+            size,
             max(self.SHIFT_MIN_SAMPLES, 2 * workers + 1),
             workers,
             drop_run=max(self.DROP_RUN_MIN, workers + 1),
         )
         if math.isfinite(in_synthesis):
-            size = min(MAX_WINDOW, max(self._synthesis_window, math.ceil(2 * in_synthesis)))
+            size = max(self._synthesis_window, math.ceil(2 * in_synthesis))
+            size = self._spread_size(self._syn, size)
             self._syn.resize(size, self._recent(size))
+
+    def _spread_size(self, window: DurationWindow, size: int) -> int:
+        """``size``, doubled until the window's mean is known within ``MEAN_ERROR`` (its
+        relative standard error, cv ÷ √n), at most ``MAX_WINDOW``: in doublings, so that the
+        window is not resized at every sample."""
+        mean = window.value
+        if mean:
+            needed = (window.sd / mean / self.MEAN_ERROR) ** 2
+            size <<= max(0, math.ceil(math.log2(max(needed, 1.0) / size)))
+        return min(MAX_WINDOW, size)
 
     def observe_gpu_service(self, seconds: float) -> None:
         self._gpu.add(seconds)
@@ -189,7 +198,8 @@ class Estimator:
         self.failures += 1
         self.version += 1
         current = self._syn.value
-        if current is not None and seconds > current and self._cohort is None:
+        hung = current is not None and seconds > LiveFloor.HUNG_FACTOR * current
+        if current is not None and seconds > current and self._cohort is None and not hung:
             self._syn.add(seconds)
         if self._cohort is not None:
             self._close_cohort(self._cohort.failed(now, seconds))
@@ -197,9 +207,11 @@ class Estimator:
     def observe_running(self, now: float, synthesizing: int, ages_s: tuple[float, ...]) -> None:
         """What the pipeline runs now: ``synthesizing`` syntheses, the oldest of them
         dispatched ``ages_s`` ago, oldest first (empty: not told). Cohort members older than
-        the oldest are gone."""
-        self._ages_s = ages_s if synthesizing > 0 else ()
+        the oldest are gone; outside the cohort, the live floor follows the ages."""
+        ages_s = ages_s if synthesizing > 0 else ()
         if self._cohort is None:
+            estimate = self._syn.value or 0.0
+            self._floor.update(now, ages_s, estimate, max(estimate, self._floor.value_s))
             return
         if synthesizing == 0:
             self._close_cohort(self._cohort.forget_before(math.inf))
@@ -221,22 +233,15 @@ class Estimator:
             self._cohort.dispatched(at, count)
 
     def live_floor_s(self) -> float:
-        """A floor on the lead time from the syntheses running: the age of the
-        ``FLOOR_RANK``-th oldest, less how much longer than T̂syn the longest recent synthesis
-        took and ``FLOOR_SIGMAS`` spreads.
+        """A floor on the lead time from the syntheses running (``LiveFloor``): in a steady
+        state below T̂syn; when synthesis slows, it rises with the ages of those running long
+        before the slow ones complete and enter the window."""
+        return self._floor.value_s
 
-        In a steady state the oldest running syntheses are about as old as the longest recent
-        one, and the floor stays below T̂syn. When synthesis slows, all that run age past
-        anything seen, and the floor rises with them (about one second a second) long before
-        the slow ones complete and enter the window. Not the oldest: one straggler, or one
-        hung synthesis, must not raise the lead time of all.
-        """
-        estimate = self._syn.value
-        if not self._ages_s or estimate is None:
-            return 0.0
-        age = self._ages_s[min(self.FLOOR_RANK, len(self._ages_s)) - 1]
-        margin = (self._syn.longest - estimate) + self.FLOOR_SIGMAS * self._syn.sd
-        return age - margin
+    @property
+    def hung(self) -> int:
+        """Syntheses running so long that they are hung (``LiveFloor.HUNG_FACTOR`` × T̂syn)."""
+        return self._floor.hung
 
     def lead_s(self, now: float) -> float:
         """T̂syn, the synthesis lead time (s) the projection looks ahead.
@@ -257,12 +262,13 @@ class Estimator:
         second, from the spread of both durations.
 
         Synthesis: each partition dispatched ``a`` seconds ago is still in synthesis with
-        probability F̄(a), so the count in synthesis varies by rate × ∫ F̄(1 − F̄) da, which
-        is rate × σsyn ÷ √π for durations spread normally. GPUs: the number they consume in
+        probability F̄(a), so the count in synthesis varies by rate × ∫ F̄(1 − F̄) da, taken
+        from the samples (``DurationWindow.half_mean_difference``): rate × σsyn ÷ √π for
+        durations spread normally, less for a heavy tail. GPUs: the number they consume in
         one lead time varies by rate × lead × (σgpu ÷ T̂gpu)² (each worker a renewal
         process), which matters where partitions of several sizes alternate.
         """
-        synthesis = rate_per_s * self._syn.sd / math.sqrt(math.pi)
+        synthesis = rate_per_s * self._syn.half_mean_difference
         gpu = self._gpu.value
         cv = self._gpu.sd / gpu if gpu else 0.0
         consumed = rate_per_s * lead_s * cv * cv if math.isfinite(rate_per_s) else 0.0

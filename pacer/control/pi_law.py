@@ -1,16 +1,21 @@
-"""The PI law of pacer's controller: a Smith predictor's memory, and PI on its prediction error.
+"""The PI law of pacer's controller: a Smith predictor's projection, and PI on its error.
 
-The controller projects the ready depth one synthesis lead time ahead, q̂ = q + s − λ̂·T̂syn.
-``Predictions`` keeps each prediction and, one lead time later, gives the prediction error
-ε = q − q̃(t − T̂syn) against the ready depth then observed. ``PILaw`` holds the integral of ε
-and does all of the PI arithmetic: the correction c = kp·ε + ki·∫ε dt ÷ T̂syn of the projection,
-the dispatch-rate multiplier clamp(1 + (q* − q̃) ÷ q*) of the corrected projection q̃ = q̂ + c,
-and the bumpless transfers (new gains, the end of manual mode) that seed the integral.
+The controller projects the ready depth one synthesis lead time ahead, q̂ = q + s − λ̂·T̂syn
+(a model without delay: a dispatch shows in it at once). ``Predictions`` keeps each projection
+and, one lead time later, gives the mismatch ε = q − q̂(t − T̂syn) against the ready depth then
+observed (a Smith predictor's correction for what the model gets wrong). ``PILaw`` holds the
+mismatch, filtered over a lead time, the integral, and does all of the PI arithmetic:
 
-A Smith predictor corrects its model, not the process: where the model is right, ε stays near
-zero, and so do kp's and ki's terms whatever their values. They act where the model is biased
-(a T̂syn measured short, a T̂gpu that lags a change); the ready buffer (the setpoint) is the
-knob that acts where it is not (docs/decisions/controller.md, D19).
+- the Smith-predicted ready depth q̃ = q̂ + ε̄ and its error e = q* − q̃ (partitions);
+- the dispatch rate r = λ̂ + (kp·(q* − q̂) + ki·∫e dt ÷ T̂syn) ÷ T̂syn around the feed-forward
+  λ̂ (the rate the GPUs consume). P acts on the projection at once: kp is the share of a
+  shortfall refilled each lead time. I acts on the Smith-predicted depth: ki is the share of
+  a persistent error (the model's bias, shown by the mismatch) removed each lead time; the
+  integral runs in lead times, the loop's delay. The mismatch is the ready queue's wander,
+  seen a lead time late: at kp's pace it would be noise, so only the integral takes it;
+- anti-windup, and the bumpless transfers (new gains, the end of manual mode).
+
+docs/decisions/controller.md, D131 and D132, has why.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ def clamp(value: float, low: float, high: float) -> float:
 
 
 class Predictions:
-    """Predictions of the ready depth, by time, compared with it one lead time later.
+    """Projections of the ready depth, by time, compared with it one lead time later.
 
     At most ``KEEP`` are kept, one per lead ÷ ``KEEP`` seconds.
 
@@ -43,7 +48,7 @@ class Predictions:
         self._matched: float | None = None  # the prediction made one lead time ago
 
     def keep(self, now: float, lead_s: float, predicted: float) -> None:
-        """Keep ``predicted`` (q̃ after this decision's dispatch) to compare a lead time on."""
+        """Keep ``predicted`` (q̂ after this decision's dispatch) to compare a lead time on."""
         last = self._items[-1][0] if self._items else -math.inf
         if now - last >= lead_s / self.KEEP:
             self._items.append((now, predicted))
@@ -54,9 +59,9 @@ class Predictions:
         self._matched = None
 
     def error(self, now: float, lead_s: float, ready: int, idle_workers: int) -> float:
-        """ε = q − q̃(t − T̂syn): the ready depth observed now less what was predicted for now
+        """ε = q − q̂(t − T̂syn): the ready depth observed now less what was predicted for now
         one lead time ago (0 until a prediction is that old). An empty ready queue tells only
-        that the prediction was too high (q̃ may be negative, q cannot), and a GPU worker idle
+        that the prediction was too high (q̂ may be negative, q cannot), and a GPU worker idle
         on it that it was too high by at least one partition."""
         while self._items and self._items[0][0] <= now - lead_s:
             self._matched = self._items.popleft()[1]
@@ -68,68 +73,86 @@ class Predictions:
 
 
 class PILaw:
-    """PI on the prediction error, and the rate multiplier of the corrected projection.
+    """P on the projection's error and I on the Smith-predicted depth's error; the dispatch
+    rate around the feed-forward.
 
-    The integral runs in lead times (``step``'s ``dt_leads``), the loop's delay, so that ki
-    means the same on any host: the share of a persistent bias removed each lead time.
+    At 2 partitions a second and a lead time of 10 s, with 4 partitions short, kp = 1 adds
+    0.4 a second (the shortfall closed within about a lead time); ki = 0.5 after one lead time
+    of that shortfall adds 0.2 more:
 
-    >>> law = PILaw(ControllerSettings(kp=0.5, ki=0.2))
-    >>> law.step(error=-2.0, dt_leads=1.0, multiplier=1.0, blocked=False)
-    >>> law.terms(error=-2.0)  # (kp·ε, ki·∫ε): partitions added to the projection
-    (-1.0, -0.4)
-    >>> law.multiplier(projected=4.0, setpoint=8.0)  # half the buffer short: 1.5 × the base rate
-    1.5
+    >>> law = PILaw(ControllerSettings(kp=1.0, ki=0.5))
+    >>> law.rate(feed_forward=2.0, lead_s=10.0, correction=sum(law.terms(4.0, 4.0)))
+    2.4
+    >>> law.step(error=4.0, dt_leads=1.0, saturated_up=False, saturated_down=False)
+    >>> round(law.rate(feed_forward=2.0, lead_s=10.0, correction=sum(law.terms(4.0, 4.0))), 6)
+    2.6
     """
 
     def __init__(self, settings: ControllerSettings) -> None:
         self.settings = settings
-        self.integral = 0.0  # ∫ε dt ÷ T̂syn (partition-leads)
+        self.integral = 0.0  # ∫e dt ÷ T̂syn (partition-leads)
+        self.mismatch = 0.0  # ε̄: the Smith predictor's mismatch, filtered over a lead time
 
-    def terms(self, error: float) -> tuple[float, float]:
-        """(kp·ε, ki·∫ε): the P and I terms of the correction (partitions)."""
-        return self.settings.kp * error, self.settings.ki * self.integral
+    def filter(self, mismatch: float, dt_leads: float) -> float:
+        """Take in the mismatch ε observed now, ``dt_leads`` lead times after the last; ε̄, its
+        first-order filter with a time constant of one lead time (its noise, the wander of
+        the ready queue, does not reach the rate; a model that is off shows within one)."""
+        self.mismatch += (mismatch - self.mismatch) * (1 - math.exp(-dt_leads))
+        return self.mismatch
 
-    def multiplier(self, projected: float, setpoint: float) -> float:
-        """The dispatch-rate multiplier clamp(1 + (q* − q̃) ÷ q*) of the base rate."""
+    def terms(self, model_error: float, error: float) -> tuple[float, float]:
+        """(kp·(q* − q̂), ki·∫e): the P and I terms (partitions, each closed over a lead time).
+        ``error`` (e = q* − q̃) is what the integral takes in (``step``)."""
+        return self.settings.kp * model_error, self.settings.ki * self.integral
+
+    def rate(self, feed_forward: float, lead_s: float, correction: float) -> float:
+        """The dispatch rate (partitions/s): ``feed_forward`` plus the ``correction`` (the P
+        and I terms) spread over ``lead_s``, within [multiplier_min, multiplier_max] ×
+        ``feed_forward``."""
         s = self.settings
-        return clamp(1 + (setpoint - projected) / setpoint, s.multiplier_min, s.multiplier_max)
+        if not math.isfinite(feed_forward) or feed_forward <= 0:
+            return feed_forward
+        wanted = feed_forward + correction / max(lead_s, 1e-9)
+        return clamp(wanted, s.multiplier_min * feed_forward, s.multiplier_max * feed_forward)
 
-    def step(self, error: float, dt_leads: float, multiplier: float, *, blocked: bool) -> None:
+    def step(
+        self, error: float, dt_leads: float, *, saturated_up: bool, saturated_down: bool
+    ) -> None:
         """Integrate ``error`` over ``dt_leads`` lead times.
 
         Anti-windup: no integration while the output is saturated in the error's direction
-        (the multiplier at a clamp, or dispatch ``blocked``: a cap full, no worker consuming),
-        and the integral stays within its clamps.
+        (``saturated_up``: the rate at its clamp, a cap full, no worker consuming;
+        ``saturated_down``: the rate at its lowest, or the ceiling holding dispatch), and the
+        integral stays within its clamps.
         """
         s = self.settings
-        saturated_up = blocked or multiplier >= s.multiplier_max
-        saturated_down = multiplier <= s.multiplier_min
-        if (error < 0 and saturated_up) or (error > 0 and saturated_down):
+        if (error > 0 and saturated_up) or (error < 0 and saturated_down):
             return
         self.integral = clamp(self.integral + error * dt_leads, s.integral_min, s.integral_max)
 
-    def seed(self, correction: float, error: float) -> None:
-        """Set the integral so that kp·ε + ki·∫ε comes to ``correction`` (a bumpless
+    def seed(self, correction: float, model_error: float) -> None:
+        """Set the integral so that kp·(q* − q̂) + ki·∫e comes to ``correction`` (a bumpless
         transfer), within the integral's clamps; without ki it is only clamped."""
         s = self.settings
-        wanted = (correction - s.kp * error) / s.ki if s.ki > 0 else self.integral
+        wanted = (correction - s.kp * model_error) / s.ki if s.ki > 0 else self.integral
         self.integral = clamp(wanted, s.integral_min, s.integral_max)
 
-    def retune(self, settings: ControllerSettings, error: float, *, keep: bool) -> None:
+    def retune(self, settings: ControllerSettings, model_error: float, *, keep: bool) -> None:
         """Take new gains and limits; with ``keep``, the correction keeps its value."""
-        correction = sum(self.terms(error))
+        correction = sum(self.terms(model_error, 0.0))
         self.settings = settings
         if keep:
-            self.seed(correction, error)
+            self.seed(correction, model_error)
         else:
             self.integral = clamp(self.integral, settings.integral_min, settings.integral_max)
 
-    def correction_for(self, multiplier: float, setpoint: float, model: float) -> float:
-        """The correction under which an uncorrected projection ``model`` gives the rate
-        ``multiplier``: q̃ = q*·(2 − m), less the model; at most q* either way (a manual rate
-        that starved the GPUs is no evidence of a model that under-predicts)."""
-        return clamp(setpoint * (2 - multiplier) - model, -setpoint, setpoint)
+    @staticmethod
+    def correction_for(rate: float, feed_forward: float, lead_s: float) -> float:
+        """The correction (P and I terms) under which the law gives ``rate``:
+        (rate − λ̂) × T̂syn."""
+        return (rate - feed_forward) * lead_s
 
     def reset(self) -> None:
-        """Forget the integral: it belongs to another regime."""
+        """Forget the integral and the mismatch: they belong to another regime."""
         self.integral = 0.0
+        self.mismatch = 0.0

@@ -7,9 +7,10 @@ implement
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import ClassVar, NamedTuple, Protocol
+from typing import ClassVar, NamedTuple, Protocol, overload
 
 
 class Mode(StrEnum):
@@ -37,10 +38,11 @@ class Observation:
     # Ages (s) of the oldest syntheses running, oldest first, at most SYNTHESIS_AGES of
     # them; empty when not known.
     synthesis_ages_s: tuple[float, ...] = ()
-    # Age (s) of the partition on each busy GPU worker; empty when not known.
-    gpu_busy_ages_s: tuple[float, ...] = ()
+    # Age (s) of the partition on each busy GPU worker, oldest first (the controller counts
+    # the stuck ones by bisection); empty when not known.
+    gpu_busy_ages_s: Sequence[float] = ()
 
-    SYNTHESIS_AGES: ClassVar[int] = 8
+    SYNTHESIS_AGES: ClassVar[int] = 16
 
     @property
     def oldest_synthesis_age_s(self) -> float | None:
@@ -50,6 +52,37 @@ class Observation:
     def inflight(self) -> int:
         """Partitions holding memory: dispatched and not yet through their GPU work."""
         return self.ready + self.synthesizing + self.gpu_busy
+
+
+class AgesView(Sequence[float]):
+    """Ages at ``now`` of what started at ``starts`` (ascending, so oldest first), each
+    computed as it is read: an observation of a thousand busy workers costs nothing to make,
+    and the controller reads only a few of them.
+
+    >>> ages = AgesView([1.0, 4.0, 9.0], now=10.0)
+    >>> len(ages), ages[0], ages[-1], list(ages)
+    (3, 9.0, 1.0, [9.0, 6.0, 1.0])
+    """
+
+    __slots__ = ("_now", "_starts")
+
+    def __init__(self, starts: Sequence[float], now: float) -> None:
+        self._starts = starts
+        self._now = now
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    @overload
+    def __getitem__(self, index: int) -> float: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[float, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> float | tuple[float, ...]:
+        if isinstance(index, slice):
+            return tuple(self._now - at for at in self._starts[index])
+        return self._now - self._starts[index]
 
 
 def budget_room(free_bytes: int, partition_bytes: int, *, holding: bool) -> int:
@@ -117,17 +150,18 @@ class Terms(NamedTuple):
     """The controller's last computation, for metrics, status and plots."""
 
     mode: Mode
-    projected_ready: float  # corrected projection q̃ = q̂ + kp·ε + ki·∫ε (partitions)
+    projected_ready: float  # Smith-predicted ready depth q̃ = q̂ + ε̄ (partitions)
     setpoint: float  # effective q* (partitions): target_ready_s of GPU work, >= target_ready
-    error: float  # prediction error ε = q − q̂(t − T̂syn) (partitions)
-    p_term: float  # kp·ε (partitions)
-    i_term: float  # ki·∫ε dt ÷ T̂syn (partitions)
+    error: float  # e = q* − q̃ (partitions): positive when short
+    p_term: float  # kp·e (partitions refilled over a lead time)
+    i_term: float  # ki·∫e dt ÷ T̂syn (partitions over a lead time)
     ff_interval_s: float  # feed-forward interval T̂gpu ÷ W (s)
-    multiplier: float  # clamp(1 + (q* − q̃) ÷ q*)
+    multiplier: float  # dispatch rate ÷ feed-forward rate
     interval_s: float  # mean interval between dispatches, 1 ÷ dispatch rate (s)
     rate_cap_per_s: float  # synthesis rate cap (partitions/s); inf until T̂syn is known
     lead_s: float = 0.0  # the synthesis lead time the projection looks ahead (s)
     gpu_workers: int = 0  # GPU workers counted as consuming: live, not stuck on a partition
+    mismatch: float = 0.0  # ε̄: ready depth observed less predicted a lead earlier, filtered
 
 
 class PolicyConflictError(Exception):

@@ -9,10 +9,12 @@ dropped).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 
-MAX_WINDOW = 4096  # samples: a window is summed again every 1/32 of it
+MAX_WINDOW = 4096  # samples: a window is summed again every 1/16 of it
+SPREAD_SAMPLES = 512  # the spread of a wider window is taken from this many of its samples
 
 
 def check_duration(sample: float) -> None:
@@ -21,7 +23,10 @@ def check_duration(sample: float) -> None:
 
 
 def _median(values: list[float]) -> float:
-    ordered = sorted(values)
+    return _median_sorted(sorted(values))
+
+
+def _median_sorted(ordered: list[float]) -> float:
     n = len(ordered)
     mid = n // 2
     return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
@@ -32,13 +37,18 @@ class DurationWindow:
 
     The estimate is a trimmed mean: the ``trim`` longest and ``trim`` shortest samples are
     left out (a GPU stall shows as one long sample per worker: with ``trim`` = the workers
-    it moves nothing), and so are samples beyond ``OUTLIER_RATIO`` times the median either
-    way. A mean rather than a median because Little's law counts the mean, and because a
-    median flips from one level to the other where partitions of two sizes alternate.
+    it moves nothing), and with ``outliers`` so are samples beyond ``OUTLIER_RATIO`` times
+    the median either way. A mean rather than a median because Little's law counts the mean,
+    and because a median flips from one level to the other where partitions of two sizes
+    alternate. Synthesis keeps every sample (``outliers=False``): a heavy tail is real, and
+    its mean is what the lead time must be; a hung synthesis never completes, and the
+    controller tells it apart by its age (``pacer.control.live_floor``).
 
     A change of level: when the median of the newest ``recent`` samples lies beyond the range
     of the older ones (their shortest ÷ ``SHIFT_RATIO`` to their longest × ``SHIFT_RATIO``,
-    trimmed as above), only the newest samples beyond that range are kept, so a GPU that
+    trimmed as above; with ``range_quantile`` q, their q and 1 − q quantiles instead, so that
+    a heavy tail does not stretch the range), only the newest samples beyond it are kept, so a
+    GPU that
     speeds up or a synthesis that slows down is followed after about ``recent / 2`` samples.
     The window must hold half its size (and twice ``recent``), and ``recent`` samples added
     one by one since it was last replaced, before it looks again (samples handed over at
@@ -79,7 +89,12 @@ class DurationWindow:
         prior: float | None = None,
         prior_sd: float = 0.0,
         drop_run: int | None = None,
+        *,
+        outliers: bool = True,
+        range_quantile: float = 0.0,
     ) -> None:
+        if not 0 <= range_quantile < 0.5:
+            raise ValueError(f"range_quantile must be in [0, 0.5), got {range_quantile}")
         if size < 2 or not 1 <= recent <= size or trim < 0:
             rule = "size >= 2, 1 <= recent <= size, trim >= 0"
             raise ValueError(f"need {rule}; got size {size}, recent {recent}, trim {trim}")
@@ -87,9 +102,12 @@ class DurationWindow:
         self._recent = recent
         self._trim = trim
         self._drop_run = drop_run
+        self._outliers = outliers
+        self._range_quantile = range_quantile
         self._drop_below = 0.0  # the older samples' range starts here (0: not settled)
         self._below = 0  # newest samples in a row below _drop_below
-        self._samples: deque[float] = deque(maxlen=size)
+        self._samples: deque[float] = deque(maxlen=size)  # in the order they came
+        self._sorted: list[float] = []  # the same, in order of duration
         self._prior: float | None = None
         self._fresh: list[float] = []  # the first fresh samples, while a prior is held
         self._since_check = 0
@@ -97,7 +115,8 @@ class DurationWindow:
         self._since_stats = 0
         self._stash: list[float] = []  # the old level's samples, dropped at a change of level
         self._stash_left = 0  # samples until the stash is forgotten
-        self._stats: tuple[float, float, float] | None = None  # (value, sd, longest), cached
+        # (value, sd, longest, half the mean difference), cached
+        self._stats: tuple[float, float, float, float] | None = None
         self.shifts = 0  # changes of level detected
         self.rebased = 0  # times the samples were replaced: a new level, the old one back, ...
         if prior is not None:
@@ -108,6 +127,7 @@ class DurationWindow:
             step = prior_sd * math.sqrt((self.PRIOR_SAMPLES - 1) / self.PRIOR_SAMPLES)
             for i in range(self.PRIOR_SAMPLES):
                 self._samples.append(max(0.0, prior + (step if i < half else -step)))
+            self._sorted = sorted(self._samples)
 
     def __len__(self) -> int:
         return len(self._samples)
@@ -130,6 +150,7 @@ class DurationWindow:
         self._size, self._recent, self._trim = size, min(recent, size), trim
         self._drop_run = drop_run
         self._samples = deque(self._samples, maxlen=size)
+        self._sorted = sorted(self._samples)
         self._stats = None
 
     def add(self, sample: float, *, in_order: bool = True) -> None:
@@ -137,10 +158,13 @@ class DurationWindow:
         cold start's first cohort completes fastest first): no change of level is looked for.
         """
         check_duration(sample)
+        if len(self._samples) == self._size:
+            del self._sorted[bisect.bisect_left(self._sorted, self._samples[0])]
         self._samples.append(sample)
+        bisect.insort(self._sorted, sample)
         self._since_stats += 1
-        if self._since_stats >= max(1, self._size // 32):
-            self._stats = None  # a wide window is summed again every 1/32 of it
+        if self._since_stats >= max(1, self._size // 16):
+            self._stats = None  # a wide window is summed again every 1/16 of it
         if self._prior is not None:
             self._fresh.append(sample)
             ratio = _median(self._fresh) / self._prior if self._prior > 0 else math.inf
@@ -173,13 +197,14 @@ class DurationWindow:
             self._since_check = 0
             self._detect_shift()
             if self._drop_run and len(self._samples) > self._drop_run:
-                older = self._kept(list(self._samples)[: -self._drop_run])
+                older = self._range(list(self._samples)[: -self._drop_run])
                 self._drop_below = older[0] / self.SHIFT_RATIO
 
     def replace(self, samples: list[float]) -> None:
         """Hold exactly ``samples`` (the newest ``size`` of them), forgetting the rest."""
         self.rebased += 1
         self._samples = deque(samples, maxlen=self._size)
+        self._sorted = sorted(self._samples)
         self._prior, self._fresh = None, []
         self._stats = None
         self._since_replace = 0
@@ -187,14 +212,31 @@ class DurationWindow:
         self._drop_below, self._below = 0.0, 0
 
     def _kept(self, samples: list[float]) -> list[float]:
-        """``samples`` sorted, less the ``trim`` at each end and the outliers."""
-        ordered = sorted(samples)
+        """``samples`` sorted, less the ``trim`` at each end and (with ``outliers``) the
+        outliers."""
+        return self._trimmed(sorted(samples))
+
+    def _trimmed(self, ordered: list[float]) -> list[float]:
+        """``ordered`` (sorted) less the ``trim`` at each end and the outliers."""
         trim = min(self._trim, (len(ordered) - 1) // 2)
         if trim:
             ordered = ordered[trim:-trim]
-        median = _median(ordered)
-        low, high = median / self.OUTLIER_RATIO, median * self.OUTLIER_RATIO
-        return [s for s in ordered if low <= s <= high] or ordered
+        if not self._outliers:
+            return ordered
+        median = _median_sorted(ordered)
+        low = bisect.bisect_left(ordered, median / self.OUTLIER_RATIO)
+        high = bisect.bisect_right(ordered, median * self.OUTLIER_RATIO)
+        return ordered[low:high] or ordered
+
+    def _range(self, samples: list[float]) -> tuple[float, float]:
+        """The range of ``samples`` a change of level must leave: the shortest and longest
+        kept, or their ``range_quantile`` quantiles."""
+        kept = self._kept(samples)
+        q = self._range_quantile
+        if q <= 0:
+            return kept[0], kept[-1]
+        last = len(kept) - 1
+        return kept[int(q * last)], kept[math.ceil((1 - q) * last)]
 
     def _back_to_stash(self, level: float | None = None) -> bool:
         """The old level is back within a window (``level``, or the median of the newest
@@ -204,8 +246,8 @@ class DurationWindow:
             return False
         samples = list(self._samples)
         recent = _median(samples[-self._recent :]) if level is None else level
-        stash = self._kept(self._stash)
-        if not stash[0] / self.SHIFT_RATIO <= recent <= stash[-1] * self.SHIFT_RATIO:
+        low, high = self._range(self._stash)
+        if not low / self.SHIFT_RATIO <= recent <= high * self.SHIFT_RATIO:
             return False
         self.shifts -= 1
         merged = self._stash + samples
@@ -215,9 +257,9 @@ class DurationWindow:
 
     def _detect_shift(self) -> None:
         samples = list(self._samples)
-        older = self._kept(samples[: -self._recent])
+        low, high = self._range(samples[: -self._recent])
         newest = samples[-self._recent :]
-        high, low = older[-1] * self.SHIFT_RATIO, older[0] / self.SHIFT_RATIO
+        high, low = high * self.SHIFT_RATIO, low / self.SHIFT_RATIO
         recent = _median(newest)
         if recent > high or recent < low:
             beyond = (
@@ -232,7 +274,7 @@ class DurationWindow:
         if len(samples) <= self._drop_run or self._since_replace < self._drop_run:
             return False
         newest = samples[-self._drop_run :]
-        if max(newest) >= self._kept(samples[: -self._drop_run])[0] / self.SHIFT_RATIO:
+        if max(newest) >= self._range(samples[: -self._drop_run])[0] / self.SHIFT_RATIO:
             return False
         self._new_level(samples, newest, len(newest))
         return True
@@ -247,13 +289,21 @@ class DurationWindow:
         self.replace(beyond)
         self._stash, self._stash_left = samples[:-newest], self._size
 
-    def _compute(self) -> tuple[float, float, float]:
+    def _compute(self) -> tuple[float, float, float, float]:
         if self._stats is None:
-            kept = self._kept(list(self._samples))
+            kept = self._trimmed(self._sorted)
             n = len(kept)
             mean = sum(kept) / n
-            var = sum((s - mean) ** 2 for s in kept) / (n - 1) if n > 1 else 0.0
-            self._stats = (mean, math.sqrt(var), kept[-1])
+            # The spread of a wide window from an even share of its samples in order of
+            # duration: a stratified sample, as exact as the sd needs, at a fixed cost.
+            some = kept[:: max(1, n // SPREAD_SAMPLES)]
+            m = len(some)
+            var, diff = 0.0, 0.0
+            if m > 1:
+                var = sum((s - mean) ** 2 for s in some) / (m - 1)
+                # E|X − X'| of sorted samples: Σ (2i − m + 1)·x_i ÷ (m(m − 1) ÷ 2), i from 0.
+                diff = sum((2 * i - m + 1) * x for i, x in enumerate(some)) / (m * (m - 1) / 2)
+            self._stats = (mean, math.sqrt(var), kept[-1], diff / 2)
             self._since_stats = 0
         return self._stats
 
@@ -265,6 +315,12 @@ class DurationWindow:
     def sd(self) -> float:
         """Standard deviation of one sample (trimmed samples and outliers left out)."""
         return self._compute()[1] if self._samples else 0.0
+
+    @property
+    def half_mean_difference(self) -> float:
+        """Half the mean difference of two samples, E|X − X'| ÷ 2 = ∫ F(1 − F): σ ÷ √π for a
+        normal spread, less for a heavy tail, whose spread is in a few long samples."""
+        return self._compute()[3] if self._samples else 0.0
 
     @property
     def longest(self) -> float:

@@ -82,18 +82,18 @@ class _StateCollector(Collector):
             # be mistaken for a value (nor fire an alert on one).
             t = policy.terms
             gauges = [
-                ("pacer_controller_error", "Prediction error: ready depth observed less the one "
-                 "predicted a synthesis lead time earlier (partitions)", t.error),
-                ("pacer_controller_p_term", "Proportional correction kp*error (partitions)",
-                 t.p_term),
-                ("pacer_controller_i_term", "Integral correction ki*integral(error) per lead time "
+                ("pacer_controller_error", "Setpoint less the Smith-predicted ready depth, the "
+                 "error the integral takes in (partitions)", t.error),
+                ("pacer_controller_p_term", "Proportional term kp*(setpoint - projected depth), "
+                 "refilled over a lead time above the feed-forward (partitions)", t.p_term),
+                ("pacer_controller_i_term", "Integral term ki*integral(error) per lead time "
                  "(partitions)", t.i_term),
                 ("pacer_controller_ff_term",
                  "Feed-forward dispatch interval, GPU time / workers (s)", t.ff_interval_s),
                 ("pacer_controller_setpoint", "Effective setpoint of the projected ready depth",
                  t.setpoint),
-                ("pacer_controller_projected_ready", "Projected ready depth one lead time ahead, "
-                 "with the PI correction (partitions)",
+                ("pacer_controller_projected_ready", "Smith-predicted ready depth one lead time "
+                 "ahead: the projection and its filtered mismatch (partitions)",
                  t.projected_ready),
             ]  # fmt: skip
             for name, doc, value in gauges:

@@ -98,13 +98,13 @@ class ProvingWorkers:
         return len(self._abandoned)
 
     def busy_ages(self, now: float) -> tuple[float, ...]:
-        """Age (s) of the partition on each busy worker."""
+        """Age (s) of the partition on each busy worker, oldest first."""
         ages = []
         for worker in self.workers:
             since = worker.busy_since  # written by the worker's thread: read once
             if since is not None:
                 ages.append(max(0.0, now - since))
-        return tuple(ages)
+        return tuple(sorted(ages, reverse=True))
 
     def put(self, work: Work) -> None:
         self._puts += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from pacer.cli.args import count
@@ -164,8 +165,9 @@ def _single(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _progress(done: int, total: int, report: object) -> None:
+def _progress(done: int, total: int, reports: Sequence[object]) -> None:
     from pacer.sim.report import Report
 
-    assert isinstance(report, Report)
-    print(f"[{done}/{total}] {report.scenario} / {report.policy}", file=sys.stderr, flush=True)
+    names = [r.policy for r in reports if isinstance(r, Report)]
+    scenario = next(r.scenario for r in reports if isinstance(r, Report))
+    print(f"[{done}/{total}] {scenario}: {' and '.join(names)}", file=sys.stderr, flush=True)

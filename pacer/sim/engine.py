@@ -99,11 +99,13 @@ class Simulation:
         rng = np.random.default_rng(scenario.seed)
         total = scenario.total_partitions
         # Separate streams so that, e.g., the arrival count never shifts the service times.
-        syn_rng, gpu_rng, arr_rng = rng.spawn(3)
+        syn_rng, gpu_rng, arr_rng, work_rng = rng.spawn(4)
         jobs = scenario.jobs
         if replay is None:
             scales = np.asarray(jobs.work_scales)
             work_scale = np.repeat(np.resize(scales, jobs.arrival.jobs), jobs.partitions_per_job)
+            if jobs.partition_work is not None:
+                work_scale = work_scale * jobs.partition_work.sample(work_rng, total)
             self._syn_work = scenario.synthesis.duration_s.sample(syn_rng, total) * work_scale
             self._gpu_base = scenario.gpu.service_s.sample(gpu_rng, total) * work_scale
             self._arrivals = self._arrival_times(arr_rng)
@@ -117,6 +119,7 @@ class Simulation:
         stalls = sorted(scenario.gpu.stalls, key=lambda s: s.at_s)
         self._stalls = [(s.at_s, s.at_s + s.duration_s) for s in stalls]
         self._pool = self.policy.synthesis_workers  # syntheses its own workers run at once
+        self._hangs = [(h.at_s, h.fails_after_s) for h in scenario.synthesis.hangs]
         self._state = RunState(scenario.gpu.workers, total)
         self._events = EventQueue()
         self._handlers: dict[EventKind, Callable[[Event], bool]] = {
@@ -126,6 +129,9 @@ class Simulation:
             EventKind.PHASE: self._on_phase,
             EventKind.DEATH: self._on_death,
             EventKind.SYNTHESIS_FAILURE: self._on_synthesis_failure,
+            EventKind.HANG_FAILURE: self._on_hang_failure,
+            EventKind.OUTAGE: self._on_outage,
+            EventKind.RETURN: self._on_return,
         }
 
     def _arrival_times(self, rng: np.random.Generator) -> list[float]:
@@ -183,7 +189,8 @@ class Simulation:
         return self._result()
 
     def _schedule(self) -> None:
-        """Push the scenario's events: arrivals, CPU phases, worker deaths, synthesis failures."""
+        """Push the scenario's events: arrivals, CPU phases, worker deaths and outages,
+        synthesis failures."""
         sc, push = self.scenario, self._events.push
         for job, t in enumerate(self._arrivals):
             push(t, EventKind.ARRIVAL, job)
@@ -191,6 +198,10 @@ class Simulation:
             push(phase.at_s, EventKind.PHASE)
         for death in sc.gpu.deaths:
             push(death.at_s, EventKind.DEATH, death.worker)
+        for outage in sc.gpu.outages:
+            for worker in outage.workers:
+                push(outage.at_s, EventKind.OUTAGE, worker)
+                push(outage.at_s + outage.duration_s, EventKind.RETURN, worker)
         for failure in sc.synthesis.failures:
             push(failure.at_s, EventKind.SYNTHESIS_FAILURE)
 
@@ -209,12 +220,12 @@ class Simulation:
         s, now = self._state, self.clock.now
         while s.running and s.running[0][0] <= s.work_done + 1e-9:
             _, number, pid, since = heapq.heappop(s.running)
-            s.finished.add(number)
+            del s.started[number]
             s.ready.append(pid)
             self.policy.observe_synthesis(now - since)
-        while s.queued and self._pool is not None and len(s.running) < self._pool:
+        while s.queued and self._pool is not None and s.on_workers < self._pool:
             pid, number = s.queued.popleft()
-            s.start_synthesis(pid, number, float(self._syn_work[pid]), now)
+            self._start_synthesis(pid, number)
 
     def _on_arrival(self, event: Event) -> bool:
         s = self._state
@@ -227,9 +238,11 @@ class Simulation:
 
     def _on_gpu_done(self, event: Event) -> bool:
         s, worker = self._state, event.arg
-        if worker in s.dead:
-            return False  # its partition went back to the ready queue
+        held = s.on_gpu.get(worker)
+        if held is None or held[2] != event.t:
+            return False  # the worker left: its partition went back to the ready queue
         del s.on_gpu[worker]
+        s.gpu_ended(held[1])
         s.busy -= 1
         s.inflight -= 1
         s.outstanding -= 1
@@ -249,11 +262,31 @@ class Simulation:
         s, worker = self._state, event.arg
         s.dead.add(worker)
         if worker in s.on_gpu:
-            pid, _ = s.on_gpu.pop(worker)
+            pid, since, _ = s.on_gpu.pop(worker)
+            s.gpu_ended(since)
             s.busy -= 1
             s.ready.appendleft(pid)
         elif worker in s.idle_workers:
             s.idle_workers.remove(worker)
+        return True
+
+    def _on_outage(self, event: Event) -> bool:
+        return self._on_death(event)  # a death it returns from
+
+    def _on_return(self, event: Event) -> bool:
+        s, worker = self._state, event.arg
+        s.dead.discard(worker)
+        s.idle_workers.append(worker)
+        s.last_end[worker] = None  # its absence is no idle gap
+        return True
+
+    def _on_hang_failure(self, event: Event) -> bool:
+        s = self._state
+        pid, since = s.hung.pop(event.arg)
+        del s.started[event.arg]
+        s.inflight -= 1
+        s.backlog.appendleft(pid)
+        self.policy.observe_synthesis_failure(event.t - since)
         return True
 
     def _on_synthesis_failure(self, event: Event) -> bool:
@@ -262,7 +295,7 @@ class Simulation:
             victim = min(range(len(s.running)), key=lambda i: s.running[i][3])
             _, number, pid, since = s.running.pop(victim)
             heapq.heapify(s.running)
-            s.finished.add(number)
+            del s.started[number]
             s.inflight -= 1
             s.backlog.appendleft(pid)
             self.policy.observe_synthesis_failure(event.t - since)
@@ -285,7 +318,8 @@ class Simulation:
             work = self._gpu_base[pid] * self.scenario.gpu.scale_at(t)
             done = self._gpu_finish(t, float(work))
             s.service[pid] = done - t
-            s.on_gpu[worker] = (pid, t)
+            s.on_gpu[worker] = (pid, t, done)
+            s.gpu_started(t)
             self._events.push(done, EventKind.GPU_DONE, worker, pid)
         s.peak_ready = max(s.peak_ready, len(s.ready))
 
@@ -314,19 +348,30 @@ class Simulation:
             backlog=len(s.backlog),
             budget_free=budget_free if s.backlog else None,
             synthesis_ages_s=s.synthesis_ages(now),
-            gpu_busy_ages_s=tuple(now - since for _, since in s.on_gpu.values()),
+            gpu_busy_ages_s=s.gpu_busy_ages(now),
         )
 
     def _dispatch(self, pid: int) -> None:
         """Start the synthesis of ``pid``, or queue it for a worker of the policy's own pool."""
         s, now = self._state, self.clock.now
         s.dispatches += 1
-        s.started.append((now, s.dispatches))
-        if self._pool is not None and len(s.running) >= self._pool:
+        s.started[s.dispatches] = now
+        if self._pool is not None and s.on_workers >= self._pool:
             s.queued.append((pid, s.dispatches))
         else:
-            s.start_synthesis(pid, s.dispatches, float(self._syn_work[pid]), now)
+            self._start_synthesis(pid, s.dispatches)
         s.inflight += 1
+
+    def _start_synthesis(self, pid: int, number: int) -> None:
+        """Start synthesis ``number`` of ``pid``; the first to start after a hang's time hangs."""
+        s, now = self._state, self.clock.now
+        if self._hangs and self._hangs[0][0] <= now:
+            _, fails_after_s = self._hangs.pop(0)
+            s.hung[number] = (pid, now)
+            if fails_after_s is not None:
+                self._events.push(now + fails_after_s, EventKind.HANG_FAILURE, number)
+            return
+        s.start_synthesis(pid, number, float(self._syn_work[pid]), now)
 
     def _record(self) -> None:
         self._state.record(self.clock.now, self.policy.interval_s())

@@ -58,6 +58,8 @@ class Report:
     recoveries: tuple[Recovery, ...] = ()
     target_gpu_busy_min: float | None = None  # the scenario's own target, if it sets one
     warm_start: bool = False  # pi started from saved estimates (its start is a refill)
+    memory_slots: int = 0  # partitions the memory budget holds
+    hung_syntheses: int = 0  # syntheses the scenario makes hang
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -128,6 +130,8 @@ def summarize(run: RawRun) -> Report:
         recoveries=tuple(_recoveries(run, busy, avail, capacity)),
         target_gpu_busy_min=sc.targets.gpu_busy_min,
         warm_start=sc.warm_start is not None,
+        memory_slots=sc.memory_slots,
+        hung_syntheses=len(sc.synthesis.hangs),
     )
 
 

@@ -14,62 +14,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
+
+from pacer.sim.distributions import Distribution, Strict
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Fixed(_Strict):
-    dist: Literal["fixed"]
-    value: float = Field(ge=0)
-
-    @property
-    def mean(self) -> float:
-        return self.value
-
-    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
-        return np.full(size, self.value)
-
-
-class Uniform(_Strict):
-    dist: Literal["uniform"]
-    low: float = Field(ge=0)
-    high: float = Field(ge=0)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Self:
-        if self.low > self.high:
-            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
-        return self
-
-    @property
-    def mean(self) -> float:
-        return (self.low + self.high) / 2
-
-    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
-        return rng.uniform(self.low, self.high, size)
-
-
-class LogNormal(_Strict):
-    dist: Literal["lognormal"]
-    median: float = Field(gt=0)
-    sigma: float = Field(ge=0, le=3)
-
-    @property
-    def mean(self) -> float:
-        return self.median * math.exp(self.sigma**2 / 2)
-
-    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
-        return self.median * np.exp(rng.normal(0.0, self.sigma, size))
-
-
-Distribution = Annotated[Fixed | Uniform | LogNormal, Field(discriminator="dist")]
-
-
-class Phase(_Strict):
+class Phase(Strict):
     at_s: float = Field(ge=0)
     scale: float = Field(gt=0)
 
@@ -88,7 +38,7 @@ def _sorted_phases(phases: tuple[Phase, ...]) -> None:
         raise ValueError("phases must be listed in increasing at_s")
 
 
-class Stall(_Strict):
+class Stall(Strict):
     """Every GPU worker makes no progress from ``at_s`` for ``duration_s``: the partitions on
     them take that much longer (and report it as their GPU time)."""
 
@@ -96,7 +46,7 @@ class Stall(_Strict):
     duration_s: float = Field(gt=0)
 
 
-class Death(_Strict):
+class Death(Strict):
     """GPU worker ``worker`` dies at ``at_s``: it takes no more work, and the partition it
     held goes back to the front of the ready queue (a retry on another worker)."""
 
@@ -104,12 +54,23 @@ class Death(_Strict):
     worker: int = Field(ge=0)
 
 
-class Gpu(_Strict):
-    workers: int = Field(ge=1, le=1024)
+class Outage(Strict):
+    """GPU workers ``workers`` (a GPU's, say) leave at ``at_s`` for ``duration_s``: their
+    partitions go back to the front of the ready queue, as at a death, and the workers take
+    work again when they return."""
+
+    at_s: float = Field(ge=0)
+    duration_s: float = Field(gt=0)
+    workers: tuple[Annotated[int, Field(ge=0)], ...] = Field(min_length=1)
+
+
+class Gpu(Strict):
+    workers: int = Field(ge=1, le=4096)
     service_s: Distribution
     phases: tuple[Phase, ...] = ()
     stalls: tuple[Stall, ...] = ()
     deaths: tuple[Death, ...] = ()
+    outages: tuple[Outage, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -122,6 +83,16 @@ class Gpu(_Strict):
             raise ValueError(f"deaths: worker must be below workers ({self.workers})")
         if len(set(workers)) != len(workers):
             raise ValueError("deaths: a worker dies once")
+        away: dict[int, list[tuple[float, float]]] = {}
+        for outage in self.outages:
+            for w in outage.workers:
+                if w >= self.workers:
+                    raise ValueError(f"outages: worker must be below workers ({self.workers})")
+                away.setdefault(w, []).append((outage.at_s, outage.at_s + outage.duration_s))
+        for w, spans in away.items():
+            spans.sort()
+            if any(b[0] < a[1] for a, b in itertools.pairwise(spans)):
+                raise ValueError(f"outages: worker {w}'s outages must not overlap")
         return self
 
     def scale_at(self, t: float) -> float:
@@ -129,18 +100,30 @@ class Gpu(_Strict):
         return _scale_at(self.phases, t)
 
     def live_at(self, t: float) -> int:
-        """Workers alive at time ``t`` (s)."""
-        return self.workers - sum(d.at_s <= t for d in self.deaths)
+        """Workers alive and present at time ``t`` (s)."""
+        dead = {d.worker for d in self.deaths if d.at_s <= t}
+        away = {w for o in self.outages if o.at_s <= t < o.at_s + o.duration_s
+                for w in o.workers}  # fmt: skip
+        return self.workers - len(dead | away)
 
 
-class SynthesisFailure(_Strict):
+class SynthesisFailure(Strict):
     """At ``at_s`` the oldest synthesis running fails: its memory is freed, the policy is
     told (``observe_synthesis_failure``) and the partition goes back to the backlog."""
 
     at_s: float = Field(ge=0)
 
 
-class Synthesis(_Strict):
+class Hang(Strict):
+    """The first synthesis dispatched at or after ``at_s`` hangs: it makes no progress and
+    holds its memory. After ``fails_after_s`` (a watchdog's timeout) it fails, is reported as
+    a failure and its partition goes back to the backlog; unset: it hangs to the end."""
+
+    at_s: float = Field(ge=0)
+    fails_after_s: float | None = Field(None, gt=0)
+
+
+class Synthesis(Strict):
     duration_s: Distribution
     threads_per_synthesis: int = Field(ge=1)
     cores: int = Field(ge=1)
@@ -148,10 +131,13 @@ class Synthesis(_Strict):
     # in progress too, as when another process takes the cores).
     phases: tuple[Phase, ...] = ()
     failures: tuple[SynthesisFailure, ...] = ()
+    hangs: tuple[Hang, ...] = ()
 
     @model_validator(mode="after")
     def _phases_sorted(self) -> Self:
         _sorted_phases(self.phases)
+        if [h.at_s for h in self.hangs] != sorted(h.at_s for h in self.hangs):
+            raise ValueError("hangs must be listed in increasing at_s")
         return self
 
     def scale_at(self, t: float) -> float:
@@ -159,26 +145,26 @@ class Synthesis(_Strict):
         return _scale_at(self.phases, t)
 
 
-class Partition(_Strict):
+class Partition(Strict):
     bytes: int = Field(gt=0)
 
 
-class Memory(_Strict):
+class Memory(Strict):
     budget_bytes: int = Field(gt=0)
 
 
-class Backlog(_Strict):
+class Backlog(Strict):
     kind: Literal["backlog"]
     jobs: int = Field(ge=1)
 
 
-class Poisson(_Strict):
+class Poisson(Strict):
     kind: Literal["poisson"]
     jobs_per_hour: float = Field(gt=0)
     jobs: int = Field(ge=1)
 
 
-class Bursts(_Strict):
+class Bursts(Strict):
     """``per_burst`` jobs arrive together every ``every_s``, from time 0, ``jobs`` in all."""
 
     kind: Literal["bursts"]
@@ -187,25 +173,31 @@ class Bursts(_Strict):
     every_s: float = Field(gt=0)
 
 
-class Jobs(_Strict):
+class Jobs(Strict):
     partitions_per_job: int = Field(ge=1)
     arrival: Annotated[Backlog | Poisson | Bursts, Field(discriminator="kind")]
     # Work per partition of job i: synthesis and GPU time × work_scales[i % len] (the bytes
     # a partition holds stay the same).
     work_scales: tuple[Annotated[float, Field(gt=0)], ...] = (1.0,)
+    # Work of each partition, drawn independently of every other: its synthesis and GPU time
+    # × a draw (on top of work_scales), e.g. { dist = "choice", values = [1, 4] }.
+    partition_work: Distribution | None = None
 
     @model_validator(mode="after")
     def _scales(self) -> Self:
         if not self.work_scales:
             raise ValueError("work_scales must list at least one scale")
+        if self.partition_work is not None and self.partition_work.mean <= 0:
+            raise ValueError("partition_work must have a mean above 0")
         return self
 
     @property
     def mean_work_scale(self) -> float:
-        return sum(self.work_scales) / len(self.work_scales)
+        per_partition = 1.0 if self.partition_work is None else self.partition_work.mean
+        return sum(self.work_scales) / len(self.work_scales) * per_partition
 
 
-class WarmStart(_Strict):
+class WarmStart(Strict):
     """Estimates the ``pi`` policy starts from, as if saved by an earlier run (s)."""
 
     gpu_service_s: float = Field(gt=0)
@@ -213,13 +205,13 @@ class WarmStart(_Strict):
     synthesis_sd_s: float = Field(0.0, ge=0)
 
 
-class Targets(_Strict):
+class Targets(Strict):
     """Targets of this scenario beyond the suite's own."""
 
     gpu_busy_min: float | None = Field(None, gt=0, le=1)
 
 
-class Scenario(_Strict):
+class Scenario(Strict):
     """One simulated host and workload; see README "Scenario files"."""
 
     name: str = Field(min_length=1)
@@ -273,6 +265,7 @@ class Scenario(_Strict):
             | {p.at_s for p in self.synthesis.phases}
             | {d.at_s for d in self.gpu.deaths}
             | {t for span in stalls for t in span}
+            | {t for o in self.gpu.outages for t in (o.at_s, o.at_s + o.duration_s)}
         )
         scale = self.jobs.mean_work_scale
         out = []
@@ -295,10 +288,12 @@ class Scenario(_Strict):
 
     def disturbances(self) -> list[float]:
         """When each disturbance ends and the pipeline must recover (s): a change of GPU or CPU
-        speed, the end of a stall, a worker's death, and a warm start (at 0)."""
+        speed, the end of a stall, a worker's death, workers leaving or returning, and a warm
+        start (at 0)."""
         times = {p.at_s for p in self.gpu.phases} | {p.at_s for p in self.synthesis.phases}
         times |= {s.at_s + s.duration_s for s in self.gpu.stalls}
         times |= {d.at_s for d in self.gpu.deaths}
+        times |= {t for o in self.gpu.outages for t in (o.at_s, o.at_s + o.duration_s)}
         if self.warm_start is not None:
             times.add(0.0)
         return sorted(times)
@@ -359,7 +354,7 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ScenarioError("\n".join(f"{path}: {line}" for line in _lines(exc))) from None
 
 
-_UNION_TAGS = ("fixed", "uniform", "lognormal", "backlog", "poisson", "bursts")
+_UNION_TAGS = ("fixed", "uniform", "lognormal", "choice", "backlog", "poisson", "bursts")
 
 
 def _lines(exc: ValidationError) -> list[str]:

@@ -3,9 +3,11 @@ pipeline, and the trace (``pacer.sim.engine`` moves them on)."""
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
@@ -13,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from pacer.control.policy import Observation
+from pacer.control.policy import AgesView, Observation
 
 
 class EventKind(IntEnum):
@@ -25,14 +27,17 @@ class EventKind(IntEnum):
     PHASE = 3  # the CPU speed changes: synthesis progress rates change
     DEATH = 4  # a GPU worker dies
     SYNTHESIS_FAILURE = 5  # the oldest synthesis running fails
+    HANG_FAILURE = 6  # a hung synthesis times out
+    OUTAGE = 7  # a GPU worker leaves
+    RETURN = 8  # ... and comes back
 
 
 class Event(NamedTuple):
     """One event: ``t`` in simulated seconds; ``seq`` orders events of one time as pushed.
 
-    ``arg`` is the GPU worker (GPU_DONE, DEATH), the decision's number (WAKE) or the job
-    (ARRIVAL, its place in the order of arrivals); ``pid``
-    is the partition on the GPU (GPU_DONE).
+    ``arg`` is the GPU worker (GPU_DONE, DEATH, OUTAGE, RETURN), the decision's number (WAKE),
+    the job (ARRIVAL, its place in the order of arrivals) or the synthesis's (HANG_FAILURE);
+    ``pid`` is the partition on the GPU (GPU_DONE).
     """
 
     t: float
@@ -94,10 +99,12 @@ class RunState:
     ready: deque[int] = field(default_factory=deque)
     next_pid: int = 0
     arrived_jobs: int = 0
-    # GPU workers: idle ones popped from the end; worker → (partition, start) while busy.
+    # GPU workers: idle ones popped from the end; worker → (partition, start, end) while
+    # busy, oldest start first.
     idle_workers: list[int] = field(init=False)
     last_end: list[float | None] = field(init=False)
-    on_gpu: dict[int, tuple[int, float]] = field(default_factory=dict)
+    on_gpu: dict[int, tuple[int, float, float]] = field(default_factory=dict)
+    gpu_starts: list[float] = field(default_factory=list)  # of the busy workers, ascending
     dead: set[int] = field(default_factory=set)
     gaps: list[tuple[float, float]] = field(default_factory=list)
     service: npt.NDArray[np.float64] = field(init=False)  # GPU time of each partition (s)
@@ -105,9 +112,10 @@ class RunState:
     # Syntheses: a heap by end, those dispatched in order, and those waiting for a worker.
     work_done: float = 0.0
     running: list[Running] = field(default_factory=list)
-    started: deque[tuple[float, int]] = field(default_factory=deque)  # (dispatch, number)
-    finished: set[int] = field(default_factory=set)  # numbers ended or failed, still in started
+    # Syntheses dispatched and not ended, failed or timed out: number → dispatch time, in order.
+    started: OrderedDict[int, float] = field(default_factory=OrderedDict)
     queued: deque[tuple[int, int]] = field(default_factory=deque)  # (partition, number)
+    hung: dict[int, tuple[int, float]] = field(default_factory=dict)  # number → (pid, start)
     dispatches: int = 0
     busy: int = 0
     inflight: int = 0
@@ -129,9 +137,14 @@ class RunState:
         return self.workers - len(self.dead)
 
     @property
+    def on_workers(self) -> int:
+        """Syntheses that hold a synthesis worker: running or hung."""
+        return len(self.running) + len(self.hung)
+
+    @property
     def synthesizing(self) -> int:
-        """Syntheses running or waiting for a worker of the policy's pool."""
-        return len(self.running) + len(self.queued)
+        """Syntheses running, hung, or waiting for a worker of the policy's pool."""
+        return len(self.running) + len(self.hung) + len(self.queued)
 
     def start_synthesis(self, pid: int, number: int, work: float, now: float) -> None:
         """Start synthesis number ``number`` of partition ``pid``: ``work`` seconds alone."""
@@ -139,16 +152,18 @@ class RunState:
 
     def synthesis_ages(self, now: float) -> tuple[float, ...]:
         """Ages of the oldest syntheses running, oldest first (s)."""
-        started, finished = self.started, self.finished
-        while started and started[0][1] in finished:
-            finished.discard(started.popleft()[1])
-        ages: list[float] = []
-        for at, number in started:
-            if len(ages) == Observation.SYNTHESIS_AGES:
-                break
-            if number not in finished:
-                ages.append(now - at)
-        return tuple(ages)
+        oldest = itertools.islice(self.started.values(), Observation.SYNTHESIS_AGES)
+        return tuple(now - at for at in oldest)
+
+    def gpu_started(self, at: float) -> None:
+        self.gpu_starts.append(at)  # the clock only moves forward: still ascending
+
+    def gpu_ended(self, at: float) -> None:
+        del self.gpu_starts[bisect.bisect_left(self.gpu_starts, at)]
+
+    def gpu_busy_ages(self, now: float) -> AgesView:
+        """Ages of the partitions on the busy workers, oldest first (s), read as needed."""
+        return AgesView(self.gpu_starts, now)
 
     def record(self, now: float, interval_s: float) -> None:
         """Append the state now to the trace; ``interval_s`` is the policy's."""

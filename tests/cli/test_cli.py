@@ -134,7 +134,7 @@ def test_suite_on_one_scenario_checks_targets(
     assert re.search(r"throughput >= 0\.97 x bound +FAIL", captured.out)
     assert re.search(r"steady GPU busy >= min\(0\.995, best baseline - 0\.005\) +pass",
                      captured.out)  # fmt: skip
-    assert "[5/5] small / fixed" in captured.err
+    assert "[1/1] small: pi and " in captured.err
 
 
 def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
+import statistics
 
 import pytest
 
@@ -156,6 +158,104 @@ def test_synthesis_that_slows_five_fold_is_followed_within_one_lead_time() -> No
     assert leads[150] >= 0.8 * 150
     assert leads[75] >= 0.8 * 75
     # An EMA at 0.02 of the same completions reads ~66 s at x = 150.
+
+
+def steady(est: Estimator, until: float, step: float = 0.1) -> None:
+    """A steady host up to ``until`` (s): syntheses of 1.3 to 1.5 s complete, and the
+    syntheses running are up to 1.5 s old (the fourth oldest 1.45 s)."""
+    durations = itertools.cycle((1.3, 1.35, 1.4, 1.45, 1.5))
+    t = 0.0
+    while t < until:
+        est.observe_synthesis(next(durations), now=t)
+        est.observe_running(t, 18, (1.5, 1.48, 1.46, 1.45, 1.2, 1.0, 0.8))
+        t += step
+
+
+def test_the_live_floor_keeps_a_margin_taken_before_the_change() -> None:
+    """At t0 = 30 s the cores slow five-fold, work in progress too: at t0 + x the syntheses
+    running are 0.8x older than they were, and those completing took as long. They enter the
+    window at once, its longest and its spread with them; the floor's margin, from the ages
+    seen before the change, is the 0.05 s by which the fourth oldest outran T̂syn."""
+    est = estimator(Estimates(gpu_service_s=0.16, synthesis_s=1.4))
+    steady(est, until=30.0)
+    assert est.lead_s(30.0) == pytest.approx(1.4, rel=0.02)
+    for i in range(1, 41):
+        x = i * 0.1
+        est.observe_synthesis(1.45 + 0.8 * x, now=30.0 + x)
+        ages = tuple(1.5 + 0.8 * x - d for d in (0.0, 0.02, 0.04, 0.05, 0.3, 0.5))
+        est.observe_running(30.0 + x, 18, ages)
+        # The floor: the fourth oldest, 1.45 + 0.8x, less the margin 0.05 from before.
+        assert est.lead_s(30.0 + x) >= 1.4 + 0.8 * x - 0.01, x
+
+
+def test_hung_syntheses_neither_hold_the_lead_time_up_nor_count_in_synthesis() -> None:
+    est = estimator(Estimates(gpu_service_s=0.16, synthesis_s=1.4))
+    steady(est, until=30.0)
+    for i in range(1, 301):  # three syntheses hang at t = 30 s; the rest go on as before
+        t = 30.0 + i * 0.1
+        hung = (t - 30.0 + 1.0, t - 30.0 + 0.9, t - 30.0 + 0.8)
+        est.observe_synthesis(1.4, now=t)
+        est.observe_running(t, 18, (*hung, 1.5, 1.48, 1.46, 1.45, 1.2))
+        assert est.lead_s(t) < 1.5, t  # the fourth oldest not hung is as old as ever
+    assert est.hung == 3  # past 10 × T̂syn: they will not deliver, and the count leaves them
+    est.observe_synthesis_failure(600.0, now=60.0)  # one times out: a hang, not a sample
+    assert est.synthesis_s == pytest.approx(1.4, rel=0.01)
+
+
+def lognormal(median: float, sigma: float, n: int, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [rng.lognormvariate(math.log(median), sigma) for _ in range(n)]
+
+
+def test_a_heavy_tail_stays_in_the_synthesis_estimate() -> None:
+    # Lognormal sigma 1: the mean is 1.65 × the median, a good part of it in samples beyond
+    # 8 × the median, which are real syntheses, not hung ones.
+    est = estimator(Estimates(gpu_service_s=0.16, synthesis_s=2.3))
+    seen = []
+    for i, sample in enumerate(lognormal(1.4, 1.0, 12000, seed=1)):
+        est.observe_synthesis(sample, now=i * 0.08)
+        est.fit(2, in_synthesis=30.0)
+        if i >= 2000:
+            seen.append(est.synthesis_s or 0.0)
+    # On average over the run, T̂syn is the mean: trimmed, it would run low.
+    assert statistics.fmean(seen) == pytest.approx(1.4 * math.exp(0.5), rel=0.03)
+
+
+def test_a_heavy_tail_still_shows_a_change_of_level() -> None:
+    est = estimator(Estimates(gpu_service_s=0.16, synthesis_s=2.3))
+    for i, sample in enumerate(lognormal(1.4, 1.0, 3000, seed=2)):
+        est.observe_synthesis(sample, now=i * 0.08)
+        est.fit(2, in_synthesis=30.0)
+    before = est.synthesis_s
+    for i, sample in enumerate(lognormal(7.0, 1.0, 600, seed=3)):  # five-fold slower
+        est.observe_synthesis(sample, now=240.0 + i * 0.08)
+    assert est.shifts[1] >= 1
+    assert (est.synthesis_s or 0.0) >= 3 * (before or math.inf)
+
+
+def test_two_sizes_drawn_at_random_are_no_change_of_level() -> None:
+    # 1× or 3× the work, even odds, on a 30 s host: a run of small ones now and then must not
+    # read as a level of its own (the lead time would halve, and the GPUs starve).
+    rng = random.Random(5)
+    est = estimator(Estimates(gpu_service_s=6.0, synthesis_s=60.0))
+    for i in range(3000):
+        est.observe_synthesis(rng.lognormvariate(math.log(30.0), 0.2) * rng.choice((1, 3)), i)
+        est.fit(4, in_synthesis=40.0)
+    assert est.shifts[1] == 0
+
+
+def test_the_synthesis_window_grows_with_its_spread() -> None:
+    # Partitions of 1× or 4× the work, 3 to 1, drawn at random: the mean is 2.45 s. A window
+    # of 64 would swing with its mix by a third either way.
+    rng = random.Random(4)
+    est = estimator(Estimates(gpu_service_s=0.3, synthesis_s=2.45))
+    seen = []
+    for i in range(6000):
+        est.observe_synthesis(1.4 * rng.choice((1.0, 1.0, 1.0, 4.0)), now=i * 0.1)
+        est.fit(2, in_synthesis=20.0)
+        if i >= 3000:
+            seen.append(est.synthesis_s or 0.0)
+    assert 0.85 * 2.45 <= min(seen) <= max(seen) <= 1.15 * 2.45, (min(seen), max(seen))
 
 
 def test_the_live_floor_stays_below_the_estimate_and_ignores_a_straggler() -> None:
@@ -315,9 +415,10 @@ def test_dead_and_hung_workers_leave_the_count(clock: FakeClock) -> None:
     c = PIController(ControllerSettings(), Caps(48, 200), clock, Estimates(2.0, 30.0))
     c.decide(Observation(ready=8, synthesizing=30, gpu_busy=2, gpu_workers=2, backlog=100))
     assert (c.terms.gpu_workers, c.terms.ff_interval_s) == (2, 1.0)
-    # One worker's partition has run 25 s, more than 10 × T̂gpu: it consumes nothing.
+    # One worker's partition has run 25 s, more than 10 × T̂gpu: it consumes nothing. The
+    # ages come oldest first, and the stuck are counted by bisection.
     c.decide(Observation(ready=8, synthesizing=30, gpu_busy=2, gpu_workers=2, backlog=100,
-                         gpu_busy_ages_s=(1.0, 25.0)))  # fmt: skip
+                         gpu_busy_ages_s=(25.0, 1.0)))  # fmt: skip
     assert (c.terms.gpu_workers, c.terms.ff_interval_s) == (1, 2.0)
     # The pipeline counts only live workers: one died.
     c.decide(Observation(ready=8, synthesizing=30, gpu_busy=1, gpu_workers=1, backlog=100))

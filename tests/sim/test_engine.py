@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -66,7 +68,8 @@ class Recorder:
         self.failures.append(elapsed_s)
 
     def decide(self, obs: Observation) -> Decision:
-        self.observations.append(obs)
+        # The busy workers' ages are a view, read as needed: keep them as they are now.
+        self.observations.append(replace(obs, gpu_busy_ages_s=tuple(obs.gpu_busy_ages_s)))
         n, self.n = min(self.n, obs.backlog), 0
         if self.greedy:
             n = obs.backlog
@@ -271,3 +274,102 @@ def test_a_replay_runs_its_jobs_and_durations_instead_of_the_draws() -> None:
         Replay((5.0, 0.0), (1, 1), np.ones(2), np.ones(2))
     with pytest.raises(ValueError, match="3 durations"):
         Replay((0.0,), (3,), np.ones(2), np.ones(3))
+
+
+def test_a_hung_synthesis_holds_its_memory_until_its_timeout() -> None:
+    rec = Recorder(2, greedy=True)
+    sc = scenario(synthesis={"duration_s": {"dist": "fixed", "value": 10.0},
+                             "threads_per_synthesis": 1, "cores": 8,
+                             "hangs": [{"at_s": 0.0, "fails_after_s": 50.0}]},
+                  jobs__partitions_per_job=2)  # fmt: skip
+    raw = run_with(sc, rec)
+    # The first dispatched hangs: it holds its memory and stays the oldest synthesis running
+    # until it times out at 50 s; its partition is retried and done at 61 s.
+    assert rec.failures == pytest.approx([50.0])
+    assert rec.synthesis == pytest.approx([10.0, 10.0])
+    held = next(o for o in rec.observations if o.ready == 0 and o.gpu_busy == 0 and o.backlog == 0
+                and o.synthesizing == 1)  # fmt: skip
+    assert held.synthesis_ages_s[0] >= 11.0  # the hung one, still synthesizing at 11 s
+    assert (raw.completed, raw.end_s, raw.peak_inflight) == (2, pytest.approx(61.0), 2)
+
+
+def test_the_workers_of_an_outage_hand_back_their_partition_and_return() -> None:
+    rec = Recorder(4)
+    sc = scenario(gpu={"workers": 2, "service_s": {"dist": "fixed", "value": 1.0},
+                       "outages": [{"at_s": 10.5, "duration_s": 2.0, "workers": [0]}]},
+                  synthesis__cores=64)  # fmt: skip
+    raw = run_with(sc, rec)
+    # At 10 s both workers take one; worker 0 leaves at 10.5 s (its partition back to the
+    # front of the ready queue; its end, due at 11 s, is stale and ignored). Worker 1 proves
+    # it 11-12 s and the third 12-13 s; worker 0 returns at 12.5 s and takes the fourth.
+    assert rec.gpu == pytest.approx([1.0] * 4)
+    assert (raw.completed, raw.end_s) == (4, pytest.approx(13.5))
+    assert (min(raw.trace.workers), raw.trace.workers[-1]) == (1, 2)
+    assert (sc.gpu.live_at(11.0), sc.gpu.live_at(13.0)) == (1, 2)
+    assert sc.disturbances() == [10.5, 12.5]
+
+
+def test_partition_work_multiplies_each_partition_by_a_draw() -> None:
+    sc = scenario(jobs={"partitions_per_job": 400, "arrival": {"kind": "backlog", "jobs": 1},
+                        "partition_work": {"dist": "choice", "values": [1.0, 4.0],
+                                           "weights": [3.0, 1.0]}})  # fmt: skip
+    sim = Simulation(sc, "unpaced", lambda clock: Unpaced(sc.memory_slots))
+    assert set(sim._syn_work) == {10.0, 40.0}
+    assert list(sim._gpu_base / sim._syn_work) == pytest.approx([0.1] * 400)  # same draw
+    assert sum(sim._syn_work == 40.0) == pytest.approx(100, abs=30)
+    assert sc.jobs.mean_work_scale == pytest.approx(1.75)
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        (
+            {
+                "gpu": {
+                    "workers": 2,
+                    "service_s": {"dist": "fixed", "value": 1.0},
+                    "outages": [{"at_s": 1.0, "duration_s": 1.0, "workers": [2]}],
+                }
+            },
+            "outages: worker must be below workers (2)",
+        ),
+        (
+            {
+                "gpu": {
+                    "workers": 2,
+                    "service_s": {"dist": "fixed", "value": 1.0},
+                    "outages": [
+                        {"at_s": 1.0, "duration_s": 5.0, "workers": [0]},
+                        {"at_s": 3.0, "duration_s": 5.0, "workers": [0, 1]},
+                    ],
+                }
+            },
+            "outages: worker 0's outages must not overlap",
+        ),
+        (
+            {
+                "jobs": {
+                    "partitions_per_job": 1,
+                    "arrival": {"kind": "backlog", "jobs": 1},
+                    "partition_work": {"dist": "choice", "values": [1.0, 2.0], "weights": [1.0]},
+                }
+            },
+            "weights (1) must be as many as values (2)",
+        ),
+        (
+            {
+                "synthesis": {
+                    "duration_s": {"dist": "fixed", "value": 1.0},
+                    "threads_per_synthesis": 1,
+                    "cores": 1,
+                    "hangs": [{"at_s": 5.0}, {"at_s": 1.0}],
+                }
+            },
+            "hangs must be listed in increasing at_s",
+        ),
+    ],
+    ids=["outage-worker", "outages-overlap", "choice-weights", "hangs-order"],
+)
+def test_a_scenario_that_breaks_a_rule_says_which(over: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        scenario(**over)

@@ -1,10 +1,10 @@
-"""The knobs act: with a biased model, a larger kp or ki feeds the GPUs more, visibly; with
-the model as shipped, a larger ready buffer carries the GPUs through a speed-up.
+"""The knobs act, on the model as shipped (no bias injected): kp refills a shortfall sooner
+and holds more for the noise of the estimates; ki brings the ready depth observed to the
+setpoint, trimming what the model's own projection holds above it; a larger ready buffer
+carries the GPUs through a speed-up.
 
-T̂syn is read as half of itself (``bench.gains.run_pi``), as a lead time measured short
-would be: the model then under-dispatches, and only the correction of its prediction error
-(kp, ki) makes up for it. Shipped seeds, so the figures are deterministic; bench/gains.py
-sweeps the same on six disturbance scenarios (bench/RESULTS.md, "the knobs").
+Shipped seeds, so the figures are deterministic; bench/gains.py sweeps the same knobs on ten
+seeds of the disturbed and the heavy-tailed hosts (bench/RESULTS.md, "the gains").
 """
 
 from __future__ import annotations
@@ -13,47 +13,66 @@ import itertools
 
 import pytest
 
-from bench.gains import lost_leads, run_pi, simulate_pi
+from bench.gains import lost_leads, simulate_pi
 from pacer.config import ControllerSettings, Settings
 from pacer.sim.report import Report
-from pacer.sim.scenario import load_scenario, shipped_scenarios
-
-BIAS = 0.5
+from pacer.sim.scenario import load_scenario, scenario_path
+from pacer.sim.suite import run_policy
 
 
 def _run(name: str, **controller: float) -> Report:
-    path = next(p for p in shipped_scenarios() if p.stem == name)
-    return run_pi(load_scenario(path), Settings(controller=controller), BIAS)
+    scenario = load_scenario(scenario_path(name))
+    return run_policy(scenario, "pi", Settings(controller=ControllerSettings(**controller)))[1]
 
 
-@pytest.mark.parametrize(
-    ("knob", "values", "other"),
-    [("kp", (0.0, 0.25, 0.5, 1.0), {"ki": 0.0}), ("ki", (0.0, 0.02, 0.05), {"kp": 0.0})],
-    ids=["kp", "ki"],
-)
-def test_a_larger_gain_keeps_the_gpus_busier_and_holds_more(
-    knob: str, values: tuple[float, ...], other: dict[str, float]
-) -> None:
-    reports = [_run("gpu-stall", **{knob: v}, **other) for v in values]
+def _falls(values: list[float], by: float) -> None:
+    """Each value below the one before, the last below the first by ``by`` of it."""
+    assert all(b < a for a, b in itertools.pairwise(values)), values
+    assert values[-1] <= (1 - by) * values[0], values
+
+
+def _rises(values: list[float], by: float) -> None:
+    assert all(b > a for a, b in itertools.pairwise(values)), values
+    assert values[-1] >= (1 + by) * values[0], values
+
+
+KP = (2.0, 4.0, 8.0)  # README "Tuning": the safe range of kp, 2 to 8
+KI = (0.0, 0.1, 0.25)  # ... and of ki, 0 to 0.25
+
+
+@pytest.mark.parametrize(("name", "at_s"), [("gpu-outage", 1500.0), ("gpu-slowdown", 2100.0)])
+def test_a_larger_kp_refills_sooner_once_the_gpus_take_more(name: str, at_s: float) -> None:
+    # A GPU back from an outage, a GPU back to full speed: what is in flight falls short by
+    # a lead time of the added consumption, and kp is how fast it is sent.
+    reports = [_run(name, kp=kp) for kp in KP]
+    recovery = [next(r.after_s for r in rep.recoveries if r.at_s == at_s) for rep in reports]
+    assert None not in recovery
+    _falls([float(x) for x in recovery if x is not None], by=0.03)
     busy = [r.gpu_busy_ratio for r in reports]
-    held = [r.mean_inflight_partitions for r in reports]
-    assert all(b - a >= 0.0005 for a, b in itertools.pairwise(busy)), busy
-    assert busy[-1] - busy[0] >= 0.05, busy
-    assert all(b - a >= 0.5 for a, b in itertools.pairwise(held)), held
+    assert all(b >= a for a, b in itertools.pairwise(busy)), busy
 
 
-def test_without_gains_a_biased_model_never_recovers_from_a_worker_dying() -> None:
-    untuned = _run("worker-dies", kp=0.0, ki=0.0)
-    tuned = _run("worker-dies", kp=0.0, ki=0.2)
-    assert [r.after_s for r in untuned.recoveries] == [None]
-    assert all(r.after_s is not None and r.after_s <= 2 * r.lead_s for r in tuned.recoveries)
-    assert tuned.gpu_busy_ratio - untuned.gpu_busy_ratio >= 0.2
+def test_a_larger_kp_holds_more_for_a_heavy_tail() -> None:
+    # Synthesis times of a heavy tail move the projection back and forth; a larger kp
+    # follows each dip sooner, and what it sent stays in flight when the projection rises.
+    _rises([_run("heavy-tail", kp=kp).mean_inflight_partitions for kp in KP], by=0.02)
+
+
+@pytest.mark.parametrize("name", ["heavy-tail", "bimodal-partitions"])
+def test_a_larger_ki_brings_the_ready_depth_observed_down_to_the_setpoint(name: str) -> None:
+    # With a wide spread the ready queue, which cannot go below zero, averages above what
+    # the projection expects; ki removes that excess in flight, and a little busy time.
+    reports = [_run(name, ki=ki) for ki in KI]
+    _falls([r.mean_inflight_partitions for r in reports], by=0.02)
+    default = ControllerSettings().ki
+    shipped = next(r for ki, r in zip(KI, reports, strict=True) if ki == default)
+    assert shipped.gpu_busy_ratio >= reports[0].gpu_busy_ratio - 0.002
 
 
 def test_a_larger_ready_buffer_loses_less_gpu_time_after_a_speed_up_and_holds_more() -> None:
-    # The model as shipped: the buffer, not the gains, is what carries the GPUs through a
-    # speed-up until the shortfall dispatched on seeing it arrives, a lead time later.
-    scenario = load_scenario(next(p for p in shipped_scenarios() if p.stem == "gpu-speedup"))
+    # The buffer, not the gains, is what carries the GPUs through a speed-up until the
+    # shortfall dispatched on seeing it arrives, a lead time later.
+    scenario = load_scenario(scenario_path("gpu-speedup"))
     lead_s = scenario.synthesis.duration_s.mean
     lost, held = [], []
     for share in (0.0, 0.5, 1.0):

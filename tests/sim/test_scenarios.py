@@ -1,6 +1,7 @@
-"""One test per base scenario: pacer's controller meets its targets there (but for the misses
-bench/RESULTS.md reports); the cuzk baseline does not collapse where a partition's trip is
-shorter than its bootstrap spacing.
+"""One test per base scenario: pacer's controller meets its targets there against every
+baseline (but for the misses bench/RESULTS.md reports); the checks that cannot fail are not
+counted; the cuzk baseline does not collapse where a partition's trip is shorter than its
+bootstrap spacing.
 
 The disturbance scenarios (a stall, a dead worker, ...) have theirs in test_disturbances.py.
 """
@@ -16,16 +17,21 @@ from pacer.control.baselines import CuzkPacer
 from pacer.sim.engine import Simulation
 from pacer.sim.report import summarize
 from pacer.sim.scenario import load_scenario, shipped_scenarios
-from pacer.sim.suite import check_targets, run_policy
+from pacer.sim.suite import check_targets, run_policy, run_scenario
 
 BASE = {
     "steady-backlog", "cold-start", "gpu-slowdown", "bursty-arrivals", "cpu-contended",
-    "memory-bound", "two-gpus", "short-trip",
+    "memory-bound", "two-gpus", "short-trip", "heavy-tail", "bimodal-partitions",
+    "cold-start-fast-synthesis",
 }  # fmt: skip
 SCENARIOS = [p for p in shipped_scenarios() if p.stem in BASE]
 # Targets pi misses on the shipped seeds, each explained in bench/RESULTS.md. The test fails
 # when one is met again, so that the results and this list are brought up to date.
-KNOWN_MISSES: set[tuple[str, str]] = set()
+KNOWN_MISSES: set[tuple[str, str]] = {
+    # The setpoint grows with the spread of partition sizes (D24) past target_ready, which
+    # is all the Little target allows for; pi is as busy as a fixed concurrency its size.
+    ("bimodal-partitions", "mean in flight <= 1.15 x Little + target"),
+}
 
 
 def test_suite_has_the_required_scenarios() -> None:
@@ -36,21 +42,26 @@ def test_suite_has_the_required_scenarios() -> None:
 def test_pi_meets_targets(path: Path) -> None:
     settings = Settings()
     scenario = load_scenario(path)
-    reports = [run_policy(scenario, policy, settings)[1] for policy in ("pi", "cuzk")]
-    findings = check_targets(reports, settings)
-    assert findings, "no target applies: the check itself is broken"
+    findings = check_targets(run_scenario(scenario, settings), settings)
+    assert "busy ratio >= best baseline - 0.005" in {f.target for f in findings}
     failed = {(f.scenario, f.target): f.detail for f in findings if not f.passed}
     known = {key for key in KNOWN_MISSES if key[0] == scenario.name}
     assert set(failed) == known, failed
 
 
-def test_steady_backlog_applies_the_gpu_bound_targets() -> None:
+def test_steady_backlog_applies_the_gpu_bound_targets_and_no_check_that_cannot_fail() -> None:
     settings = Settings()
     scenario = load_scenario(next(p for p in SCENARIOS if p.stem == "steady-backlog"))
-    findings = check_targets([run_policy(scenario, "pi", settings)[1]], settings)
-    targets = {f.target for f in findings}
+    reports = run_scenario(scenario, settings)
+    targets = {f.target for f in check_targets(reports, settings)}
     assert "steady GPU busy >= min(0.995, best baseline - 0.005)" in targets
     assert "mean in flight <= 1.15 x Little + target" in targets
+    assert "mean in flight <= 1.05 x a fixed concurrency as busy" in targets
+    # pi asks only for what the budget admits, and unpaced holds the whole budget on a
+    # backlog: neither check can fail, so neither counts.
+    assert not any("budget" in t or "unpaced" in t for t in targets)
+    assert {r.policy for r in reports} >= {"pi", "unpaced", "cuzk", "cuzk-default", "fixed"}
+    assert any(r.policy.startswith("fixed@") for r in reports)
 
 
 def short_trip() -> Path:

@@ -19,6 +19,7 @@ from pacer.sim.engine import Replay, Simulation
 from pacer.sim.recording import Recording, RecordingError, read_journal, read_trace
 from pacer.sim.replay import HostShape, Outcome, evaluate, scenario_for, waiting_busy
 from pacer.sim.sweep import (
+    DEFAULT_KI,
     Goal,
     GoalError,
     Grid,
@@ -254,7 +255,7 @@ def test_the_grid_names_settings_as_the_settings_do_and_checks_them() -> None:
     axes = dict(grid.axes)
     assert axes["kp"] == (0.0, 1.0)
     assert axes["target_ready"] == (2.0, 4.0)
-    assert len(grid.points()) == 2 * 4 * 5 * 2
+    assert len(grid.points()) == 2 * len(DEFAULT_KI) * 5 * 2
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,92 @@
+"""A floor on the synthesis lead time from the ages of the syntheses running, and the hung ones.
+
+Completions show a slowdown of synthesis a lead time late, when the slow ones finish; the ages
+of the syntheses still running show it at once. ``LiveFloor`` follows the ``RANK``-th oldest
+synthesis that is not hung. It compares that age with T̂syn, the windowed mean, and keeps the
+excess (age − T̂syn) seen at its highest over the last ``HISTORY_LEADS`` lead times: the margin
+by which the oldest syntheses outrun T̂syn on this host. The floor is the age less that margin.
+
+The margin is a reference taken before the change: only the excesses of slots older than
+``GUARD_LEADS`` lead times count. The first slowed syntheses to complete raise T̂syn's window
+and its spread at once; a margin drawn from that window would grow with the age it is taken
+from, and the floor would cancel itself. The guard counts in the lead time the floor raises,
+so while it rises the ages that raised it never enter its reference.
+
+A synthesis older than ``HUNG_FACTOR`` × T̂syn is hung: it will not deliver in any lead time
+the projection looks at. The controller leaves it out of the syntheses it counts, and the
+floor out of its ranks, so a few hung syntheses neither hold the lead time up nor hold memory
+for what they will never bring.
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+from collections import deque
+from collections.abc import Sequence
+
+
+def older_than(ages_s: Sequence[float], limit_s: float) -> int:
+    """How many of ``ages_s`` (oldest first) exceed ``limit_s``, by bisection.
+
+    >>> older_than((9.0, 5.0, 3.0, 1.0), 4.0)
+    2
+    """
+    return bisect.bisect_left(ages_s, -limit_s, key=operator.neg)
+
+
+class LiveFloor:
+    """The live floor of one estimator (s), and the hung syntheses it leaves out.
+
+    >>> f = LiveFloor()
+    >>> for t in range(0, 40):  # steady: the 4th oldest runs 1 s past a 10 s estimate
+    ...     f.update(float(t), (12.0, 11.5, 11.2, 11.0, 10.5), 10.0, 10.0)
+    >>> round(f.value_s, 6), f.hung
+    (10.0, 0)
+    >>> f.update(40.0, (500.0, 19.0, 18.5, 18.0, 17.0), 10.0, 10.0)  # one hung, the rest older
+    >>> round(f.value_s, 6), f.hung
+    (16.0, 1)
+    """
+
+    RANK = 4  # the floor follows the 4th oldest synthesis that is not hung
+    HUNG_FACTOR = 10.0  # a synthesis older than this many T̂syn is hung
+    SLOT_LEADS = 0.5  # the excess is kept at its highest per slot of this many lead times
+    HISTORY_LEADS = 8.0  # ... over the last this many lead times
+    GUARD_LEADS = 2.0  # ... but for the newest this many (the reference is from before)
+
+    def __init__(self) -> None:
+        self._slots: deque[list[float]] = deque()  # [first, last, highest excess], oldest first
+        self.value_s = 0.0
+        self.hung = 0
+
+    def clear(self) -> None:
+        """Syntheses of another regime: the excesses seen so far say nothing of the next."""
+        self._slots.clear()
+        self.value_s = 0.0
+
+    def update(
+        self, now: float, ages_s: tuple[float, ...], estimate_s: float, lead_s: float
+    ) -> None:
+        """The syntheses running are ``ages_s`` old (oldest first), T̂syn is ``estimate_s`` and
+        the lead time was ``lead_s`` (the floor's last value counted): count the hung ones,
+        set the floor (``value_s``), and keep the excess of the ``RANK``-th oldest."""
+        self.hung = older_than(ages_s, self.HUNG_FACTOR * estimate_s) if estimate_s > 0 else 0
+        if estimate_s <= 0 or len(ages_s) < self.hung + self.RANK:
+            self.value_s = 0.0
+            return
+        age = ages_s[self.hung + self.RANK - 1]
+        guard = now - self.GUARD_LEADS * lead_s
+        reference = max((x for _, last, x in self._slots if last <= guard), default=None)
+        self.value_s = 0.0 if reference is None else age - reference
+        self._keep(now, age - estimate_s, estimate_s, lead_s)
+
+    def _keep(self, now: float, excess: float, estimate_s: float, lead_s: float) -> None:
+        slots = self._slots
+        if slots and now - slots[-1][0] < self.SLOT_LEADS * estimate_s:
+            slot = slots[-1]
+            slot[1], slot[2] = now, max(slot[2], excess)
+        else:
+            slots.append([now, now, excess])
+        horizon = now - self.HISTORY_LEADS * lead_s
+        while len(slots) > 1 and slots[0][1] < horizon:
+            slots.popleft()

@@ -1,0 +1,101 @@
+"""The law at work: from an observation to the terms of a decision (``Terms``).
+
+``Pacing`` holds what the law keeps between decisions: the Smith predictor's projections
+(``Predictions``), the filtered mismatch and the integral (``PILaw``), and the model of the
+pipeline (``Model``: the feed-forward, the setpoint). Each decision it takes in the mismatch,
+steps the integral, and gives the projection, its errors, the P and I terms and the rate.
+The controller (``pacer.control.controller``) turns the rate into dispatches under the caps
+and the safety ceiling.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pacer.config import ControllerSettings
+from pacer.control.estimates import Estimator
+from pacer.control.model import Model
+from pacer.control.pi_law import PILaw, Predictions
+from pacer.control.policy import Mode, Observation, Terms
+
+
+class Pacing:
+    """The projections, the mismatch and the integral of one controller, and its terms.
+
+    >>> from pacer.control.estimates import Estimates
+    >>> p = Pacing(ControllerSettings(kp=1.0), Estimator(64, 64, Estimates(2.0, 30.0)))
+    >>> t = p.terms(Observation(ready=0, synthesizing=30, gpu_busy=2, gpu_workers=2,
+    ...                         backlog=100), workers=2, lead_s=30.0, hung=0)
+    >>> t.projected_ready, t.p_term, round(t.multiplier, 4)  # 8 short: 8 more a lead time
+    (0.0, 8.0, 1.2667)
+    """
+
+    def __init__(self, settings: ControllerSettings, estimator: Estimator) -> None:
+        self._est = estimator
+        self.model = Model(estimator, settings)
+        self.law = PILaw(settings)
+        self.predictions = Predictions()  # q̂ after each dispatch, to compare a lead later
+
+    @property
+    def settings(self) -> ControllerSettings:
+        return self.law.settings
+
+    def take_in(self, now: float, dt: float, lead_s: float, ready: int, idle_workers: int) -> None:
+        """Take in the mismatch: the ready depth observed now against the projection made a
+        lead time ago (``Predictions``), filtered over a lead time (``PILaw.filter``)."""
+        mismatch = self.predictions.error(now, lead_s, ready, idle_workers)
+        self.law.filter(mismatch, dt / max(lead_s, 1e-9))
+
+    def terms(self, obs: Observation, *, workers: int, lead_s: float, hung: int) -> Terms:
+        """The terms of ``obs`` with ``workers`` consuming, ``lead_s`` ahead, ``hung``
+        syntheses left out: the projection q̂, the Smith-predicted depth q̃ = q̂ + ε̄, the
+        P term on q* − q̂, the I term, and the rate around the feed-forward."""
+        s = self.settings
+        base, setpoint = self.model.at(workers)
+        model = obs.ready + obs.synthesizing - hung - lead_s / base
+        mismatch = self.law.mismatch
+        projected = model + mismatch
+        error = setpoint - projected
+        p_term, i_term = self.law.terms(setpoint - model, error)
+        feed_forward = 1 / base
+        rate = self.law.rate(feed_forward, lead_s, p_term + i_term)
+        multiplier = rate / feed_forward if feed_forward > 0 else 1.0
+        interval = min(1 / rate if rate > 0 else math.inf, s.interval_max_s)
+        mode = Mode.BOOTSTRAP if self._est.cold_cohort_open else Mode.PACING
+        return Terms(mode, projected, setpoint, error, p_term, i_term,
+                     min(base, s.interval_max_s), multiplier, interval, math.inf, lead_s,
+                     workers, mismatch)  # fmt: skip
+
+    def integrate(self, terms: Terms, dt: float, *, blocked: bool) -> None:
+        """Step the integral of e over ``dt`` (``PILaw.step``), held where the rate is at a
+        clamp, a cap ``blocked`` dispatch, or no worker consumes."""
+        s = self.settings
+        self.law.step(
+            terms.error,
+            dt / max(terms.lead_s, 1e-9),
+            saturated_up=blocked or terms.multiplier >= s.multiplier_max or terms.gpu_workers == 0,
+            saturated_down=terms.multiplier <= s.multiplier_min,
+        )
+
+    def keep(self, now: float, terms: Terms, dispatched: int) -> None:
+        """Keep the projection after this decision's ``dispatched`` partitions (q̂, the
+        model's own, without the mismatch) to compare with the ready depth a lead later."""
+        model = terms.projected_ready - terms.mismatch
+        self.predictions.keep(now, terms.lead_s, model + dispatched)
+
+    def forget(self) -> None:
+        """Another model, or a restart: the projections, the mismatch and the integral
+        belong to the old one."""
+        self.predictions.forget()
+        self.law.reset()
+
+    def retune(self, settings: ControllerSettings, terms: Terms, *, keep: bool) -> None:
+        """New settings; with ``keep`` the correction keeps its value (``PILaw.retune``)."""
+        self.model.settings = settings
+        self.law.retune(settings, terms.error + terms.mismatch, keep=keep)
+
+    def leave_manual(self, interval_s: float, terms: Terms) -> None:
+        """Back from a manual ``interval_s``: seed the integral so that the rate starts at
+        the manual one (``PILaw.seed``)."""
+        correction = PILaw.correction_for(1 / interval_s, 1 / terms.ff_interval_s, terms.lead_s)
+        self.law.seed(correction, terms.error + terms.mismatch)
