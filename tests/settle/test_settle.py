@@ -614,7 +614,7 @@ def test_process_scanner_leaves_out_this_process_and_its_ancestors() -> None:
     assert os.getpid() not in [p.pid for p in ProcessScanner(own_name)()]
 
 
-@pytest.mark.usefixtures("only_own_blocks")
+@pytest.mark.usefixtures("only_own_blocks", "host_memory_to_itself")
 @pytest.mark.slow
 def test_settles_for_real_after_a_child_holding_2gib_is_killed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
