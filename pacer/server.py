@@ -1,9 +1,9 @@
 """``pacer serve``: the service with its HTTP API, stopped in order by signals, told to systemd.
 
-`Server` holds a `pacer.service.Service`: it serves `pacer.api` once the service has started,
-and stops serving after the drain, before the journal closes. `serve` runs one until SIGTERM
-or SIGINT, or SIGUSR2, which also hands the pinned pool over to the next pacer
-(`Service.keep_pool`).
+`Server` holds a `pacer.service.Service`: it serves `pacer.api` (only the probes until the
+service has started), and stops serving after the drain, before the journal closes. `serve`
+runs one until SIGTERM or SIGINT, or SIGUSR2, which also hands the pinned pool over to the
+next pacer (`Service.keep_pool`).
 """
 
 from __future__ import annotations
@@ -39,14 +39,18 @@ class Server:
         service.status_listeners.append(_tell_systemd)
 
     async def start(self) -> None:
-        """Start the service, then serve the API; ready (``READY=1`` to systemd) on return."""
+        """Serve the API, then start the service; ready (``READY=1`` to systemd) on return.
+        Until then only the probes answer (`pacer.api.middleware.PROBES`): a start that waits
+        for its journal says why on ``/readyz``."""
         service = self.service
         # The loop shares the GIL with synthesis and proving threads; by default a thread may
         # keep it 5 ms before the loop gets a turn, which is loop lag. 1 ms keeps lag low.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        await service.start()
         self._runner = build_runner(service)
         await service.startup.timed("api", self._serve_api(self._runner), service.clock)
+        log.info("listening on http://%s:%d; /readyz says when pacer is ready",
+                 service.settings.api.host, self.port)  # fmt: skip
+        await service.start()
         service.startup.ready_s = service.clock() - service.first_steps.began
         # Start-up objects (modules, settings, the resumed backlog) live as long as the process:
         # keep them out of the collector's full passes, which otherwise stall the loop.

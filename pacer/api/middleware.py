@@ -1,5 +1,6 @@
 """What every request goes through, outermost first: its duration observed by route and
-status, errors turned into JSON answers, the token checked, and the content type of writes.
+status, errors turned into JSON answers, only the probes answered while the service starts,
+the token checked, and the content type of writes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ log = logging.getLogger("pacer.api")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 METHODS = frozenset({"GET", "HEAD", "POST", "PATCH", "DELETE", "OPTIONS"})
 UNMATCHED = "unmatched"  # the route label of a request for no route (404, a hostile path)
+# What answers while the service starts (it may wait long for its journal): the rest needs what
+# the start opens and resumes.
+PROBES = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", UNMATCHED})
 
 
 def route_of(request: web.Request) -> str:
@@ -80,6 +84,15 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 @web.middleware
+async def started(request: web.Request, handler: Handler) -> web.StreamResponse:
+    service = request.app[SERVICE]
+    if service.ready or route_of(request) in PROBES:
+        return await handler(request)
+    reasons = "; ".join(service.unready_reasons())
+    return error(503, f"not serving yet: {reasons}", headers={"Retry-After": "1"})
+
+
+@web.middleware
 async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     token = request.app[SERVICE].settings.api.token
     if token is not None and request.method not in ("GET", "HEAD", "OPTIONS"):
@@ -110,4 +123,4 @@ async def content_type(request: web.Request, handler: Handler) -> web.StreamResp
     return await handler(request)
 
 
-MIDDLEWARES = [timed, errors, auth, content_type]
+MIDDLEWARES = [timed, errors, started, auth, content_type]

@@ -27,7 +27,9 @@ DESCRIPTION = (
     "Run pacer on uvloop: accept jobs over HTTP, journal them, pace their partitions through "
     "synthesis and proving, export metrics. The first SIGTERM/SIGINT drains in-flight work "
     "(PACER_SHUTDOWN__DRAIN_S) and exits 0; a second cuts the drain short and exits 1, as does "
-    "a stop that leaves a journal call that hangs (PACER_SHUTDOWN__JOURNAL_S)."
+    "a stop that leaves a journal call that hangs (PACER_SHUTDOWN__JOURNAL_S). Exit status 2: "
+    "refused to start for what a restart cannot mend (bad settings, a journal another pacer "
+    "holds); a journal out of reach at start is waited for, not ready."
 )
 
 
@@ -43,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """``pacer serve`` with ``argv`` its arguments; the exit status (2: refused to start)."""
+    """``pacer serve`` with ``argv`` its arguments; the exit status (2: refused to start, for
+    what a restart cannot mend)."""
     early_start.begin(["serve", *argv])  # beside the imports below, not after them
     parser = argparse.ArgumentParser(prog="pacer serve", description=DESCRIPTION)
     add_arguments(parser)
@@ -58,7 +61,10 @@ def main(argv: Sequence[str]) -> int:
 
 def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
     """Apply the options, set up the logs and serve; 2 with the reason where the start is
-    refused (bad options, settings the host cannot meet, a journal that cannot be used)."""
+    refused for what a restart cannot mend (bad options, settings the host cannot meet, a
+    journal this pacer cannot use as it is: another's, a newer schema's, not a database), 1
+    for the rest. A journal out of reach (a database down, a disk full, read-only or
+    failing) ends nothing: the service waits for it, not ready."""
     import sqlite3
 
     from pydantic import ValidationError
@@ -79,18 +85,21 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
         print(f"pacer: --{error['loc'][0]}: {error['msg']}", file=sys.stderr)
         return 2
     logs.setup(args.log_level, args.log_format)
-    refused = (ConfigurationError, WorkloadError, JournalRefusedError, JournalUnavailable)
+    refused = (ConfigurationError, WorkloadError, JournalRefusedError)
     try:
         return _serve_from_first_steps(settings)
     except refused as exc:
         print(f"pacer: {exc}", file=sys.stderr)
         return 2
-    except sqlite3.Error as exc:
+    except sqlite3.OperationalError as exc:  # a fault of the moment: a restart may mend it
+        print(f"pacer: journal {settings.journal.location}: {exc}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as exc:  # not a database, or a damaged one
         print(f"pacer: journal {settings.journal.location}: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
+    except (JournalUnavailable, OSError) as exc:
         print(f"pacer: cannot serve: {exc}", file=sys.stderr)
-        return 2
+        return 1
 
 
 def _serve_from_first_steps(settings: config.Settings) -> int:

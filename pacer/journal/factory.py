@@ -19,10 +19,14 @@ def open_journal(
     """Open the journal ``settings`` name: the SQLite file (`JournalSettings.sqlite_path`),
     whose writes wait ``settings.busy_timeout_s`` for a lock, or the fleet's PostgreSQL
     database (`open_fleet_journal`). ``clock`` gives wall-clock seconds to SQLite; a fleet
-    keeps the database's, one clock for every host."""
+    keeps the database's, one clock for every host. JournalUnavailable where the file cannot
+    be opened now (the disk full, read-only or failing: worth trying again)."""
     if settings.fleet:
         return open_fleet_journal(settings)
-    return SqliteJournal(settings.sqlite_path, clock, settings.busy_timeout_s)
+    try:
+        return SqliteJournal(settings.sqlite_path, clock, settings.busy_timeout_s)
+    except SqliteJournal.OperationalError as exc:  # the disk full, read-only, failing, ...
+        raise JournalUnavailable(f"journal {settings.location}: {exc}") from exc
 
 
 def open_fleet_journal(settings: JournalSettings) -> FleetBackend:

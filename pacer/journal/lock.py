@@ -64,7 +64,7 @@ class JournalLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = lock_holder(os.fstat(fd))
+            holder = lock_holder(os.fstat(fd)) or f"a process on {socket.gethostname()}"
             os.close(fd)
             raise JournalInUseError(self.path, holder) from None
         except BaseException:
@@ -87,9 +87,18 @@ def create_journal_file(path: Path) -> None:
         os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, JOURNAL_MODE))
 
 
-def lock_holder(st: os.stat_result, proc_locks: Path = PROC_LOCKS) -> str:
+def held_by(path: Path) -> str | None:
+    """Who holds the lock of the journal at ``path`` (`lock_holder`), without opening the file:
+    a probe that leaves the locks of this process's own SQLite connections to it alone."""
+    try:
+        return lock_holder(os.stat(path))
+    except FileNotFoundError:
+        return None
+
+
+def lock_holder(st: os.stat_result, proc_locks: Path = PROC_LOCKS) -> str | None:
     """Who holds a flock on the file ``st`` describes, as ``/proc/locks`` tells: ``pid N on
-    HOST`` (flock is the host's own), or a plainer phrase where it does not say."""
+    HOST`` (flock is the host's own); None where it names none."""
     try:
         lines = proc_locks.read_text().splitlines()
     except OSError:
@@ -105,6 +114,9 @@ def lock_holder(st: os.stat_result, proc_locks: Path = PROC_LOCKS) -> str:
         if where[2] == str(st.st_ino):
             same_inode.append((where[0] == device, fields[4]))
     same_inode.sort(reverse=True)  # the device's own first (some filesystems report another)
-    if same_inode and same_inode[0][1].isdigit() and same_inode[0][1] != "0":
-        return f"pid {same_inode[0][1]} on {socket.gethostname()}"
-    return f"a process on {socket.gethostname()}"
+    if not same_inode:
+        return None
+    pid = same_inode[0][1]
+    return f"pid {pid} on {socket.gethostname()}" if pid.isdigit() and pid != "0" else (
+        f"a process on {socket.gethostname()}"
+    )  # fmt: skip

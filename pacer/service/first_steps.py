@@ -61,12 +61,17 @@ class FirstSteps:
         """Take the journal's lock (``JournalInUseError`` naming the holder), load the
         workload and resolve the plan, fitted to the host where its memory can be read (a
         warning where that clamps the budget); the lock is given back should a later step
-        fail. Once only."""
+        fail. A lock the file system refuses now (its disk full, read-only, failing) is left
+        to the journal's open, which tries again: the prepare waits for it. Once only."""
         if self.taken:
             return
         self.began = started = self._clock()
         if self.lock is not None:
-            self.lock.acquire()
+            try:
+                self.lock.acquire()
+            except OSError as exc:
+                log.warning("journal %s cannot be locked yet (%s): the pool waits for it",
+                            self.lock.path, exc)  # fmt: skip
         try:
             self.workload: Workload = load_workload(self.settings)
             self.plan: Plan = self._fitted(self.workload)
@@ -88,11 +93,15 @@ class FirstSteps:
 
     def begin_prepare(self) -> None:
         """Begin a pooled workload's prepare on a thread of its own, with the plan's slots
-        (`host.prepare_pool`); nothing for a workload with no pool. Once only, after `take`."""
+        (`host.prepare_pool`); nothing for a workload with no pool, or yet while the journal's
+        lock is not held (a second pacer on the journal pins nothing). Once only, after
+        `take`."""
         if self._begun:
             return
         if not self.taken:
             raise RuntimeError("take the first steps before the prepare: it needs the plan")
+        if self.lock is not None and not self.lock.held:
+            return
         self._begun = True
         workload = pooled(self.workload)
         if workload is None:

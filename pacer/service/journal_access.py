@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -123,10 +123,13 @@ class JournalAccess:
         service has it), then open the journal the settings name (`open_journal`) on the
         journal's thread; a fleet's journal, then take the host's name in it
         (``HostInUseError`` naming the holder). ``JournalUnavailable`` when a database
-        cannot be reached."""
+        cannot be reached, or the file cannot be locked or opened now."""
         taken = self._lock is not None and not self._lock.held
         if self._lock is not None:
-            self._lock.acquire()
+            try:
+                self._lock.acquire()
+            except OSError as exc:  # the file cannot be made or opened now
+                raise JournalUnavailable(f"journal {self.settings.location}: {exc}") from exc
         self._thread = DaemonPool(1, "pacer-journal")
         try:
             self._journal = await self._open()
@@ -154,6 +157,26 @@ class JournalAccess:
             raise
         self._fleet = fleet
         return fleet
+
+    async def retried(self, doing: str, step: Callable[[], Awaitable[T]]) -> T:
+        """``step`` of a start, tried again with ``backoff`` for as long as the journal is
+        unavailable (a database out of reach, a disk full, read-only or failing): a fault a
+        restart would not mend. Meanwhile ``health`` says why (readiness), and the failures
+        are logged as a failing write's are; the recovery too."""
+        failures = 0
+        while True:
+            try:
+                result = await step()
+            except JournalUnavailable as exc:
+                if isinstance(exc, JournalLeft):
+                    raise
+                failures += 1
+                self.failed(exc, doing)
+                await self.sleep(self.backoff.delay_s(failures))
+                continue
+            if failures:
+                self.succeeded()
+            return result
 
     async def run(self, call: Callable[..., T], *args: Any) -> T:
         """Run a journal call on the journal's thread. ``JournalUnavailable`` when the journal
@@ -313,11 +336,16 @@ class JournalAccess:
 
     async def saved_estimates(self, key: str) -> Estimates | None:
         """The estimates the journal holds, if they were saved under ``key`` (this host's and
-        workload's); others describe another regime, and a cold start is better."""
-        saved = await self.run(self.journal.load_estimates)
+        workload's); others describe another regime, and a cold start is better. None too
+        where the journal cannot be read now: a cold start, rather than no start."""
+        try:
+            saved = await self.run(self.journal.load_estimates)
+            saved_key = await self.run(self.journal.load_estimates_key)
+        except JournalUnavailable as exc:
+            log.warning("saved estimates not read (%s): the controller starts cold", exc)
+            return None
         if saved is None:
             return None
-        saved_key = await self.run(self.journal.load_estimates_key)
         if saved_key != key:
             log.info(
                 "saved estimates not used: saved for %s, this start is %s",

@@ -150,7 +150,7 @@ class Service:
         # The lock first: a second service on the journal refuses at once (JournalInUseError).
         self.first_steps.take()
         self.startup.record("first_steps", self.first_steps.taken_s or 0.0)
-        await self.journal_access.open()
+        await self.journal_access.retried("opening it at start", self.journal_access.open)
         try:
             await self._assemble()
         except BaseException:
@@ -226,16 +226,19 @@ class Service:
                 self.first_steps.take()
                 self.first_steps.begin_prepare()
             await self.startup.timed("open", self.open(), self._clock)
+            self.first_steps.begin_prepare()  # where only the open could take the journal's lock
+            retried = self.journal_access.retried  # a journal out of reach: not ready, not gone
             if self.fleet is None:
+                resuming = retried("resuming jobs", self.jobs.resume)
                 # The journal's jobs are resumed while the pool is pinned (or adopted).
                 _, self.resumed = await asyncio.gather(
                     self.first_steps.prepared(self.startup),
-                    self.startup.timed("resume", self.jobs.resume(), self._clock),
+                    self.startup.timed("resume", resuming, self._clock),
                 )
             else:  # no claims held while the pool is not there to work them
-                self.first_steps.begin_prepare()
                 await self.first_steps.prepared(self.startup)
-                await self.startup.timed("resume", self._take_over(), self._clock)
+                await self.startup.timed("resume", retried("taking over", self._take_over),
+                                         self._clock)  # fmt: skip
         self.startup.ready_s = self._clock() - self.first_steps.began
         self._started = True  # from here on, a drain has work to wait for and commit
         self.journal_access.start(self.supervisor)
@@ -254,8 +257,7 @@ class Service:
         return f"{waiting} ({', '.join(calls)})" if calls else waiting
 
     def _say_starting(self) -> str:
-        """What a start that takes long waits for, logged (a journal call past its limit
-        also on a line of its own)."""
+        """What a start that takes long waits for, logged (a journal call that hangs too)."""
         began = self.first_steps.began
         line = (
             f"still starting after {self._clock() - began:.0f} s: waiting for {self.waiting_for()}"
@@ -267,15 +269,13 @@ class Service:
         return line
 
     async def _take_over(self) -> None:
-        """A fleet's host: fail the jobs out of attempts, give back what a previous run of it
-        held, and claim."""
+        """A fleet's host: fail the jobs out of attempts, give back its last run's, claim."""
         assert self.fleet is not None
         await self.jobs.fail_exhausted()
         await self.fleet.take_over()
 
     def keep_pool(self) -> None:
-        """At the end of the drain, leave the pinned pool for the next pacer on this host (a
-        handover), whatever ``PACER_GPU__KEEP_POOL`` says."""
+        """Hand the pinned pool over to the next pacer, whatever PACER_GPU__KEEP_POOL says."""
         self.first_steps.keep_pool()
 
     # -- jobs and the controller --------------------------------------------------------------

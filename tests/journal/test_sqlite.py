@@ -28,7 +28,7 @@ from pacer.journal import (
     PartitionResult,
     PartitionSummary,
 )
-from pacer.journal.lock import lock_holder
+from pacer.journal.lock import held_by, lock_holder
 from tests.conftest import FakeClock
 from tests.journal.stores import current, proved
 
@@ -228,9 +228,22 @@ def test_the_holder_is_read_from_the_kernels_list_of_locks(tmp_path: Path) -> No
         f"2: -> FLOCK  ADVISORY  WRITE 77 {device}:{st.st_ino} 0 EOF\n"
     )
     assert lock_holder(st, locks) == f"pid 4021 on {socket.gethostname()}"
+    locks.write_text(f"2: FLOCK  ADVISORY  WRITE -1 {device}:{st.st_ino} 0 EOF\n")
+    assert lock_holder(st, locks) == f"a process on {socket.gethostname()}"  # another namespace
     locks.write_text("")
-    assert lock_holder(st, locks) == f"a process on {socket.gethostname()}"
-    assert lock_holder(st, tmp_path / "missing") == f"a process on {socket.gethostname()}"
+    assert lock_holder(st, locks) is None
+    assert lock_holder(st, tmp_path / "missing") is None
+
+
+def test_held_by_names_the_holder_without_opening_the_file(path: Path) -> None:
+    assert held_by(path) is None  # no file
+    lock = JournalLock(path)
+    lock.acquire()
+    try:
+        assert held_by(path) == f"pid {os.getpid()} on {socket.gethostname()}"
+    finally:
+        lock.release()
+    assert held_by(path) is None
 
 
 def test_a_new_journal_and_its_wal_and_shm_are_the_owners_alone(path: Path) -> None:
