@@ -379,8 +379,8 @@ class PIController:
         """Fix the dispatch interval (s), or hand control back to PI with None (bumpless:
         the integral is seeded so the PI output starts at the manual interval, as far as a
         correction of at most q* either way allows)."""
-        if interval_s is not None and not (math.isfinite(interval_s) and interval_s > 0):
-            raise ValueError(f"interval_s must be a finite number > 0, got {interval_s}")
+        if interval_s is not None:  # within interval_min_s and interval_max_s
+            self._settings.check_manual_interval(interval_s)
         if interval_s is None and self._manual_interval_s is not None:
             # The correction under which the PI output gives the manual rate.
             t = self._terms
