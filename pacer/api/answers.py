@@ -12,12 +12,14 @@ from prometheus_client import Counter, Histogram
 from pacer.api.strict_json import BadInputError, dumps
 
 if TYPE_CHECKING:
+    from pacer.api.hosts import HostNames
     from pacer.service.lifecycle import Service
 
 SERVICE: web.AppKey[Service] = web.AppKey("service")
 REFUSALS: web.AppKey[Counter] = web.AppKey("refusals")
 DURATIONS: web.AppKey[Histogram] = web.AppKey("durations")
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
+HOSTS: web.AppKey[HostNames] = web.AppKey("hosts")
 
 
 def respond(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

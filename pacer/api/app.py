@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import Counter, Histogram
 
-from pacer.api.answers import DURATIONS, OPENAPI, REFUSALS, SERVICE
+from pacer.api.answers import DURATIONS, HOSTS, OPENAPI, REFUSALS, SERVICE
 from pacer.api.connection import Runner
+from pacer.api.hosts import HostNames
 from pacer.api.middleware import MIDDLEWARES
 from pacer.api.openapi import document
 from pacer.api.routes import ROUTES, add_routes
@@ -27,6 +28,7 @@ def build_app(service: Service) -> web.Application:
         middlewares=MIDDLEWARES, client_max_size=service.settings.api.max_body_bytes
     )
     app[SERVICE] = service
+    app[HOSTS] = HostNames.of(service.settings.api)
     app[OPENAPI] = document(ROUTES)
     app[REFUSALS] = Counter(
         "pacer_api_refusals_total",

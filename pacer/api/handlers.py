@@ -161,6 +161,13 @@ async def get_controller(request: web.Request) -> web.Response:
     return respond(views.controller_state(request.app[SERVICE]))
 
 
+def _manual_within(settings: ControllerSettings, interval_s: object) -> None:
+    try:
+        settings.check_manual_interval(interval_s)
+    except ValueError as exc:  # nothing is applied: the gains wait for a valid interval too
+        raise BadInputError("manual_interval_s", str(exc)) from None
+
+
 async def patch_controller(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await json_object(request)
@@ -171,17 +178,13 @@ async def patch_controller(request: web.Request) -> web.Response:
     if "policy" in body:
         raise BadInputError("policy", POLICY_FIXED)
     manual = body.pop("manual_interval_s", ...)
-    if (
-        manual is not ...
-        and manual is not None
-        and (isinstance(manual, bool) or not isinstance(manual, int | float) or not manual > 0)
-    ):
-        raise BadInputError("manual_interval_s", "manual_interval_s must be a number > 0, or null")
     try:
-        if body and isinstance(service.policy, PIController):
+        if isinstance(service.policy, PIController):
             # Strict: a number where a number is due, never a string or a bool made into one.
             merged = {**service.policy.settings.model_dump(), **body}
-            ControllerSettings.model_validate(merged, strict=True)
+            settings = ControllerSettings.model_validate(merged, strict=True)
+            if manual is not ... and manual is not None:  # within the limits it will have
+                _manual_within(settings, manual)
         service.retune(body, manual)
     except PolicyConflictError as exc:
         raise BadInputError(None, str(exc), 409) from None

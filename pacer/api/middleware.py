@@ -1,6 +1,7 @@
 """What every request goes through, outermost first: its duration observed by route and
-status, errors turned into JSON answers, only the probes answered while the service starts,
-the token checked, and the content type of writes.
+status, errors turned into JSON answers, a Host or Origin not this service's refused (DNS
+rebinding: `pacer.api.hosts`), only the probes answered while the service starts, the token
+checked, and the content type of writes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from pacer.api.answers import DURATIONS, SERVICE, error, too_large
+from pacer.api.answers import DURATIONS, HOSTS, SERVICE, error, too_large
 from pacer.api.strict_json import BadInputError
 from pacer.journal.health import JournalUnavailable
 
@@ -84,6 +85,26 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 @web.middleware
+async def same_host(request: web.Request, handler: Handler) -> web.StreamResponse:
+    names = request.app[HOSTS]
+    host = request.headers.get("Host")  # none: not a browser, which always names the host
+    if host is not None and not names.allows_host(host):
+        return error(
+            421, f"pacer does not answer to the host name {host[:100]!r}: a web page may be "
+            "reaching it by a name of its own (DNS rebinding); a name of this host's belongs "
+            "in PACER_API__ALLOWED_HOSTS", "Host",
+        )  # fmt: skip
+    origin = request.headers.get("Origin")
+    if origin is not None and not names.allows_origin(origin):
+        return error(
+            403, f"requests from the origin {origin[:100]!r} are refused: a web page elsewhere "
+            "may not drive pacer; a name of this host's belongs in PACER_API__ALLOWED_HOSTS",
+            "Origin",
+        )  # fmt: skip
+    return await handler(request)
+
+
+@web.middleware
 async def started(request: web.Request, handler: Handler) -> web.StreamResponse:
     service = request.app[SERVICE]
     if service.ready or route_of(request) in PROBES:
@@ -123,4 +144,4 @@ async def content_type(request: web.Request, handler: Handler) -> web.StreamResp
     return await handler(request)
 
 
-MIDDLEWARES = [timed, errors, started, auth, content_type]
+MIDDLEWARES = [timed, errors, same_host, started, auth, content_type]

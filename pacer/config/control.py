@@ -3,6 +3,7 @@ and limits (``PACER_CONTROLLER__*``)."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal, Self
 
 from pydantic import Field, model_validator
@@ -135,6 +136,26 @@ class ControllerSettings(Section):
         description="How long the pipeline must stay drained with work waiting before a "
         "re-bootstrap (s)",
     )
+
+    def check_manual_interval(self, interval_s: object) -> None:
+        """ValueError unless ``interval_s`` (s) may be a manual dispatch interval: from
+        ``interval_min_s`` to ``interval_max_s``, the bounds of pacing's own. A longer one
+        would stop dispatch while the service reads as ready.
+
+        >>> ControllerSettings().check_manual_interval(1e300)
+        Traceback (most recent call last):
+        ValueError: manual_interval_s must be from interval_min_s (0.001 s) to interval_max_s (60 s), got 1e+300
+        """  # noqa: E501 - a doctest's line
+        if not (
+            isinstance(interval_s, int | float)
+            and not isinstance(interval_s, bool)
+            and math.isfinite(interval_s)
+            and self.interval_min_s <= interval_s <= self.interval_max_s
+        ):
+            raise ValueError(
+                f"manual_interval_s must be from interval_min_s ({self.interval_min_s:g} s) to "
+                f"interval_max_s ({self.interval_max_s:g} s), got {interval_s!r:.40}"
+            )
 
     @model_validator(mode="after")
     def _limits_ordered(self) -> Self:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Self
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -16,19 +16,39 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 SQLITE_SCHEME = "sqlite:///"
 
 
-def redacted(url: str) -> str:
-    """``url`` fit for a log line: its password (in the address or as a parameter) hidden.
+# Connection parameters whose value is a secret, or says where one is (libpq's ``passfile``).
+SECRET_PARAMETERS = ("password", "sslpassword", "passfile", "sslkey")
 
-    >>> redacted("postgresql://pacer:s3cret@db:5432/pacer?sslmode=require&password=x")
-    'postgresql://pacer:***@db:5432/pacer?sslmode=require&password=%2A%2A%2A'
+
+def redacted(url: str) -> str:
+    """``url`` fit for a log line or an answer: the password of its address and every
+    parameter that holds a secret or names where one is (`SECRET_PARAMETERS`, and any name
+    with ``password``, ``secret`` or ``token`` in it) hidden; a URL that does not parse,
+    hidden whole.
+
+    >>> redacted("postgresql://pacer:s3cret@db:5432/pacer?sslmode=require&sslpassword=x")
+    'postgresql://pacer:***@db:5432/pacer?sslmode=require&sslpassword=***'
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises for a port that is not one
+    except ValueError:
+        return "(a URL that does not parse, not shown: it may hold a password)"
     netloc = parts.netloc
-    if parts.password is not None:
+    if "@" in netloc:
         user, _, host = netloc.rpartition("@")
-        netloc = f"{user.partition(':')[0]}:***@{host}"
-    query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query)])
+        if ":" in user:
+            netloc = f"{user.partition(':')[0]}:***@{host}"
+    query = "&".join(
+        f"{key}={'***' if _secret(unquote(key)) else value}" if sep else key
+        for key, sep, value in (item.partition("=") for item in parts.query.split("&") if item)
+    )
     return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _secret(parameter: str) -> bool:
+    name = parameter.lower()
+    return name in SECRET_PARAMETERS or any(w in name for w in ("password", "secret", "token"))
 
 
 class JournalSettings(Section):
@@ -122,7 +142,20 @@ class JournalSettings(Section):
             return value
         text = value.get_secret_value()
         sqlite_file = text.removeprefix(SQLITE_SCHEME) if text.startswith(SQLITE_SCHEME) else text
-        if text.startswith(POSTGRES_SCHEMES) or (sqlite_file and "://" not in sqlite_file):
+        if text.startswith(POSTGRES_SCHEMES):
+            try:
+                parts = urlsplit(text)
+                parts.port  # noqa: B018 - raises for a port that is not one
+            except ValueError as exc:
+                # Its own words name the part (an IPv6 address unclosed, a port out of range),
+                # never the password.
+                reason = str(exc).split(":")[0].split(" as ")[0]
+                raise ValueError(
+                    f"is not a URL a PostgreSQL database can be reached at ({reason}): "
+                    "postgresql://user[:password]@host[:port]/database, an IPv6 host in [ ]"
+                ) from None
+            return value
+        if sqlite_file and "://" not in sqlite_file:
             return value
         # Never echo it: it may hold a password.
         raise ValueError(

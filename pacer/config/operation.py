@@ -36,6 +36,14 @@ class ApiSettings(Section):
         False,
         description="Allow a non-loopback address without a token (true/false)",
     )
+    allowed_hosts: str = Field(
+        "",
+        max_length=4096,
+        description="Host names the API answers to besides localhost, IP addresses and "
+        "PACER_API__HOST, comma-separated; * for any. A request whose Host or Origin names "
+        "another is refused (421, 403): a web page cannot reach pacer by a name of its own "
+        "that resolves to it (DNS rebinding) (names)",
+    )
     max_body_bytes: int = Field(
         65536, ge=1024, le=16 * 2**20, description="Largest request body accepted (bytes)"
     )
@@ -67,6 +75,25 @@ class ApiSettings(Section):
         "most 16 bytes of service memory each); a job that would exceed it gets 429 with "
         "Retry-After (partitions)",
     )
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: str) -> str:
+        for name in (part.strip() for part in value.split(",")):
+            if name and name != "*" and not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+                raise ValueError(
+                    f"must be host names (letters, digits, '.', '-', '_') or *, comma-separated; "
+                    f"got {name[:100]!r}"
+                )
+        return value
+
+    @property
+    def host_names(self) -> frozenset[str]:
+        """``allowed_hosts`` as lower-case names, without a trailing dot."""
+        return frozenset(
+            part.strip().lower().rstrip(".") for part in self.allowed_hosts.split(",")
+            if part.strip()
+        )  # fmt: skip
 
     @field_validator("token")
     @classmethod

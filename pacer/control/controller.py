@@ -327,9 +327,10 @@ class PIController:
     def set_manual(self, interval_s: float | None) -> None:
         """Fix the dispatch interval (s), or hand control back to PI with None (bumpless:
         the integral is seeded so the PI output starts at the manual rate, within the
-        integral's clamps)."""
-        if interval_s is not None and not (math.isfinite(interval_s) and interval_s > 0):
-            raise ValueError(f"interval_s must be a finite number > 0, got {interval_s}")
+        integral's clamps). Raises ValueError for an interval outside the settings'
+        interval_min_s and interval_max_s."""
+        if interval_s is not None:  # within interval_min_s and interval_max_s
+            self._settings.check_manual_interval(interval_s)
         if interval_s is None and self._manual_interval_s is not None:
             self._pacing.leave_manual(self._manual_interval_s, self._terms)
         self._manual_interval_s = interval_s

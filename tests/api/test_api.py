@@ -168,7 +168,25 @@ async def test_controller_patch_is_bumpless_and_validated(server: Server) -> Non
         ({"kp": -1}, "kp", "kp: Input should be greater than or equal to 0"),
         ({"gain": 1}, "gain", "unknown field 'gain'"),
         ({"interval_min_s": 120}, None, "interval_min_s (120.0) must be less than"),
-        ({"manual_interval_s": 0}, "manual_interval_s", "must be a number > 0, or null"),
+        (
+            {"manual_interval_s": 0},
+            "manual_interval_s",
+            "manual_interval_s must be from "
+            "interval_min_s (0.001 s) to interval_max_s (60 s), got 0",
+        ),
+        # Dispatch would stop while /readyz stayed 200; nor are the gains beside it applied.
+        (
+            {"kp": 0.5, "manual_interval_s": 1e300},
+            "manual_interval_s",
+            "to interval_max_s (60 s), got 1e+300",
+        ),
+        ({"manual_interval_s": 0.0001}, "manual_interval_s", "got 0.0001"),
+        (
+            {"interval_max_s": 10, "manual_interval_s": 30},
+            "manual_interval_s",
+            "to interval_max_s (10 s), got 30",
+        ),  # the limits it would have
+        ({"manual_interval_s": "2"}, "manual_interval_s", "got '2'"),
     ]:
         status, err = await call(server, "PATCH", "/v1/controller", body)
         assert status == 422, body
@@ -178,6 +196,9 @@ async def test_controller_patch_is_bumpless_and_validated(server: Server) -> Non
     assert unchanged["settings"] == after["settings"]
     status, manual = await call(server, "PATCH", "/v1/controller", {"manual_interval_s": 2.5})
     assert (status, manual["terms"]["mode"], manual["terms"]["interval_s"]) == (200, "manual", 2.5)
+    longer = {"interval_max_s": 120, "manual_interval_s": 90}  # within the limits it sets
+    status, manual = await call(server, "PATCH", "/v1/controller", longer)
+    assert (status, manual["terms"]["interval_s"]) == (200, 90)
 
 
 async def test_status_reports_the_pipeline(server: Server) -> None:

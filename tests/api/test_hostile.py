@@ -80,6 +80,8 @@ CASES = [
     patch("patch-manual-bool", '{"manual_interval_s": true}', 422, "manual_interval_s"),
     patch("patch-manual-negative", '{"manual_interval_s": -1}', 422, "manual_interval_s"),
     patch("patch-manual-1e400", '{"manual_interval_s": 1e400}', 422, "manual_interval_s"),
+    patch("patch-manual-1e300", '{"manual_interval_s": 1e300}', 422, "manual_interval_s"),
+    patch("patch-manual-past-max", '{"manual_interval_s": 61}', 422, "manual_interval_s"),
     patch("patch-policy", '{"policy": "unpaced"}', 422, "policy"),
     patch("patch-unknown-field", '{"gain": 1}', 422, "gain"),
     patch("patch-array", "[1, 2]", 400),

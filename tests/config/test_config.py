@@ -124,6 +124,14 @@ def test_the_shm_dir_is_an_absolute_path(
         ({"PACER_JOURNAL__URL": "mysql://u:pw@db/x"},
          "PACER_JOURNAL__URL: must be postgresql://…, sqlite:///… (with a path) or a path"),
         ({"PACER_JOURNAL__URL": "sqlite:///"}, "PACER_JOURNAL__URL: must be postgresql://…"),
+        ({"PACER_JOURNAL__URL": "postgresql://u:p@[::1/db"},
+         "PACER_JOURNAL__URL: is not a URL a PostgreSQL database can be reached at (Invalid "
+         "IPv6 URL)"),
+        ({"PACER_JOURNAL__URL": "postgresql://u:p@db:99999/x"},
+         "PACER_JOURNAL__URL: is not a URL a PostgreSQL database can be reached at (Port out of "
+         "range 0-65535)"),
+        ({"PACER_API__ALLOWED_HOSTS": "pacer.internal, evil/x"},
+         "PACER_API__ALLOWED_HOSTS: must be host names (letters, digits, '.', '-', '_') or *"),
         ({"PACER_JOURNAL__URL": "a.sqlite", "PACER_JOURNAL__PATH": "b.sqlite"},
          "PACER_JOURNAL__URL and PACER_JOURNAL__PATH both name the SQLite file"),
         ({"PACER_JOURNAL__HOST": "gpu 1"}, "PACER_JOURNAL__HOST: must be visible ASCII"),
@@ -162,6 +170,9 @@ def test_the_shm_dir_is_an_absolute_path(
         "backlog-zero",
         "journal-scheme",
         "journal-no-path",
+        "journal-url-ipv6-unclosed",
+        "journal-url-port",
+        "allowed-hosts",
         "journal-url-and-path",
         "journal-host-space",
         "journal-lease-short",
@@ -183,8 +194,13 @@ def test_invalid_value_names_variable_and_rule(
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("PACER_API__TOKEN", "hunter2"), ("PACER_JOURNAL__URL", "mysql://pacer:hunter2@db/x")],
-    ids=["token", "journal-url"],
+    [
+        ("PACER_API__TOKEN", "hunter2"),
+        ("PACER_JOURNAL__URL", "mysql://pacer:hunter2@db/x"),
+        ("PACER_JOURNAL__URL", "postgresql://pacer:hunter2@[::1/db"),
+        ("PACER_JOURNAL__URL", "postgresql://pacer:hunter2@db:hunter2/db"),
+    ],
+    ids=["token", "journal-url", "journal-url-ipv6", "journal-url-port"],
 )
 def test_a_refused_secret_is_not_echoed(
     monkeypatch: pytest.MonkeyPatch, name: str, value: str
@@ -206,9 +222,14 @@ def test_a_refused_secret_is_not_echoed(
         ({"PACER_JOURNAL__URL": "postgresql://pacer:pw@db:5432/pacer"},
          "postgresql://pacer:***@db:5432/pacer", True),
         ({"PACER_JOURNAL__URL": "postgres://db/pacer?password=pw&sslmode=require"},
-         "postgres://db/pacer?password=%2A%2A%2A&sslmode=require", True),
+         "postgres://db/pacer?password=***&sslmode=require", True),
+        ({"PACER_JOURNAL__URL":
+          "postgresql://u:pw@[::1]:5432/p?sslpassword=pw&passfile=/pw&sslkey=/k&Auth_Token=pw"},
+         "postgresql://u:***@[::1]:5432/p?sslpassword=***&passfile=***&sslkey=***&Auth_Token=***",
+         True),
     ],
-    ids=["default", "path", "relative", "absolute", "bare-path", "postgresql", "password-param"],
+    ids=["default", "path", "relative", "absolute", "bare-path", "postgresql", "password-param",
+         "every-secret"],
 )  # fmt: skip
 def test_the_journal_url_names_an_sqlite_file_or_a_fleets_database(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], location: str, fleet: bool

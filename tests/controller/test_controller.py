@@ -464,8 +464,11 @@ def test_manual_interval_and_bumpless_return(clock: FakeClock) -> None:
     c.set_manual(None)
     assert c.terms.mode is Mode.PACING
     assert c.terms.interval_s == pytest.approx(2.0)
-    with pytest.raises(ValueError, match="interval_s must be a finite number > 0"):
-        c.set_manual(0.0)
+    rule = r"manual_interval_s must be from interval_min_s \(0.001 s\) to interval_max_s \(60 s\)"
+    for wrong in (0.0, 1e300, 61.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match=rule):
+            c.set_manual(wrong)
+    assert c.terms.mode is Mode.PACING  # none taken
 
 
 # -- caps ----------------------------------------------------------------------------------

@@ -206,7 +206,7 @@ async def test_leases_not_renewed_for_longer_than_a_lease_make_the_host_unready(
 @pytest.mark.slow
 async def test_a_database_out_of_reach_holds_the_start_with_the_reason(tmp_path: Path) -> None:
     with refusing_port() as port:
-        url = f"postgresql://pacer:secret@127.0.0.1:{port}/pacer"
+        url = f"postgresql://pacer:secret@127.0.0.1:{port}/pacer?sslpassword=secret"
         server = fleet_server(tmp_path, url, PACER_JOURNAL__TIMEOUT_S="1")
         starting = asyncio.ensure_future(server.start())
         try:

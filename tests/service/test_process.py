@@ -154,3 +154,13 @@ def test_bad_settings_exit_with_a_message(server_factory: ServerFactory) -> None
     assert server.wait() == 2
     assert "set PACER_API__TOKEN" in server.log
     assert "Traceback" not in server.log
+
+
+def test_a_journal_url_that_does_not_parse_is_refused_naming_the_variable(
+    server_factory: ServerFactory,
+) -> None:
+    server = server_factory(PACER_JOURNAL__URL="postgresql://pacer:hunter2@[::1/db").launch()
+    assert server.wait() == 2
+    assert "PACER_JOURNAL__URL: is not a URL a PostgreSQL database can be reached at" in server.log
+    assert "Traceback" not in server.log
+    assert "hunter2" not in server.log
