@@ -113,19 +113,31 @@ async def started(request: web.Request, handler: Handler) -> web.StreamResponse:
     return error(503, f"not serving yet: {reasons}", headers={"Retry-After": "1"})
 
 
+def bears_token(request: web.Request) -> bool:
+    """Whether ``request`` bears ``Authorization: Bearer <PACER_API__TOKEN>``, or no token is
+    set."""
+    token = request.app[SERVICE].settings.api.token
+    if token is None:
+        return True
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    # aiohttp decodes header bytes that are not UTF-8 as surrogates: encode them back.
+    given_bytes = given.strip().encode("utf-8", "surrogateescape")
+    expected = token.get_secret_value().encode()
+    return scheme.lower() == "bearer" and hmac.compare_digest(given_bytes, expected)
+
+
+def unauthorized(what: str) -> web.Response:
+    """The 401 of a request without the token."""
+    return error(
+        401, f"{what} needs Authorization: Bearer <PACER_API__TOKEN>",
+        headers={"WWW-Authenticate": 'Bearer realm="pacer"'},
+    )  # fmt: skip
+
+
 @web.middleware
 async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    token = request.app[SERVICE].settings.api.token
-    if token is not None and request.method not in ("GET", "HEAD", "OPTIONS"):
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        # aiohttp decodes header bytes that are not UTF-8 as surrogates: encode them back.
-        given_bytes = given.strip().encode("utf-8", "surrogateescape")
-        expected = token.get_secret_value().encode()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given_bytes, expected):
-            return error(
-                401, "this endpoint needs Authorization: Bearer <PACER_API__TOKEN>",
-                headers={"WWW-Authenticate": 'Bearer realm="pacer"'},
-            )  # fmt: skip
+    if request.method not in ("GET", "HEAD", "OPTIONS") and not bears_token(request):
+        return unauthorized("this endpoint")
     return await handler(request)
 
 
