@@ -25,6 +25,7 @@ from pacer.engine.protocol import PROTOCOL_VERSION, Hello, ProtocolError
 from pacer.engine.session import EngineSession
 from pacer.engine.store import EstimatesStore
 from pacer.metrics.engines import EngineMetrics, EngineView
+from pacer.pipeline.core import MIN_WAIT_S
 
 log = logging.getLogger("pacer.engine")
 
@@ -213,7 +214,8 @@ class EngineHub:
         self._send(live, decision, at)
         due = decision["next_in_s"]
         if due is not None:
-            live.timer = asyncio.get_running_loop().call_later(due, self.decide, live)
+            wait = max(due, MIN_WAIT_S)
+            live.timer = asyncio.get_running_loop().call_later(wait, self.decide, live)
 
     def _send(self, live: Live, message: dict[str, Any], at: float | None = None) -> None:
         if live.ws is None:
