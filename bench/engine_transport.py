@@ -28,10 +28,21 @@ from pathlib import Path
 from pacer.cli.run import free_port
 from pacer.cli.table import render
 
-EVENT = {"type": "gpu_finished", "seq": 1, "partition": "job-0001/p-000017", "worker": 1,
-         "gpu_s": 1.8125}  # fmt: skip
-DECISION = {"type": "decision", "dispatch": 1, "ack": 1, "next_in_s": 0.4375,
-            "interval_s": 0.9, "mode": "pacing"}  # fmt: skip
+EVENT = {
+    "type": "gpu_finished",
+    "seq": 1,
+    "partition": "job-0001/p-000017",
+    "worker": 1,
+    "gpu_s": 1.8125,
+}
+DECISION = {
+    "type": "decision",
+    "dispatch": 1,
+    "ack": 1,
+    "next_in_s": 0.4375,
+    "interval_s": 0.9,
+    "mode": "pacing",
+}
 TRANSPORTS = ("ws-tcp", "ws-unix", "grpc-tcp")
 
 
@@ -89,15 +100,17 @@ async def round_trips_ws(where: str, count: int) -> list[float]:
 
     connector = aiohttp.UnixConnector(where) if where.startswith("/") else None
     host = "localhost" if where.startswith("/") else f"127.0.0.1:{where}"
-    async with aiohttp.ClientSession(connector=connector) as http:
-        async with http.ws_connect(f"ws://{host}/v1/engine") as ws:
-            times = []
-            for seq in range(1, count + 1):
-                began = time.perf_counter()
-                await ws.send_str(json.dumps({**EVENT, "seq": seq}))
-                await ws.receive()
-                times.append(time.perf_counter() - began)
-            return times
+    async with (
+        aiohttp.ClientSession(connector=connector) as http,
+        http.ws_connect(f"ws://{host}/v1/engine") as ws,
+    ):
+        times = []
+        for seq in range(1, count + 1):
+            began = time.perf_counter()
+            await ws.send_str(json.dumps({**EVENT, "seq": seq}))
+            await ws.receive()
+            times.append(time.perf_counter() - began)
+        return times
 
 
 async def round_trips_grpc(port: str, count: int) -> list[float]:
@@ -123,15 +136,17 @@ def percentile(values: list[float], share: float) -> float:
 def measure(transport: str, count: int, folder: Path) -> list[float]:
     """Round trips (s) of ``count`` events to a fresh server of ``transport``."""
 
-
     where = str(folder / "engine.sock") if transport == "ws-unix" else str(free_port())
     kind = "grpc" if transport.startswith("grpc") else "ws"
-    server = subprocess.Popen([sys.executable, "-m", "bench.engine_transport", "--serve", kind,
-                               "--where", where], stdout=subprocess.PIPE)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bench.engine_transport", "--serve", kind, "--where", where],
+        stdout=subprocess.PIPE,
+    )
     try:
-        assert server.stdout is not None and server.stdout.readline().strip() == b"serving"
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == b"serving"
         client = round_trips_grpc if kind == "grpc" else round_trips_ws
-        times = _run(client(where, count + count // 10), uvloop_ok=kind == "ws")
+        times: list[float] = _run(client(where, count + count // 10), uvloop_ok=kind == "ws")
         return times[count // 10 :]  # the first tenth warms the connection up
     finally:
         server.kill()
@@ -161,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import grpc  # noqa: F401
     except ImportError:
-        transports = TRANSPORTS[:2]
+        transports: tuple[str, ...] = TRANSPORTS[:2]
         print("grpcio is not installed: gRPC left out", file=sys.stderr)
     else:
         transports = TRANSPORTS
@@ -177,15 +192,19 @@ def main(argv: list[str] | None = None) -> int:
     for transport, results in runs.items():
         p99s = [r[1] for r in results]
         spread = 1.96 * statistics.stdev(p99s) / len(p99s) ** 0.5 if len(p99s) > 1 else 0.0
-        rows.append([
-            transport,
-            f"{statistics.median(r[0] for r in results) * 1e3:.3f}",
-            f"{statistics.median(p99s) * 1e3:.3f}",
-            f"± {spread * 1e3:.3f}",
-            f"{statistics.median(r[2] for r in results):.0f}",
-        ])  # fmt: skip
-    print(f"{args.events} round trips a run, {args.repeats} runs each, interleaved; "
-          f"{os.cpu_count()} cores")  # fmt: skip
+        rows.append(
+            [
+                transport,
+                f"{statistics.median(r[0] for r in results) * 1e3:.3f}",
+                f"{statistics.median(p99s) * 1e3:.3f}",
+                f"± {spread * 1e3:.3f}",
+                f"{statistics.median(r[2] for r in results):.0f}",
+            ]
+        )
+    print(
+        f"{args.events} round trips a run, {args.repeats} runs each, interleaved; "
+        f"{os.cpu_count()} cores"
+    )
     print(render(["transport", "p50 ms", "p99 ms", "p99 95% ±", "round trips/s"], rows))
     return 0
 

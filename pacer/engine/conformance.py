@@ -21,11 +21,15 @@ from typing import Any
 import aiohttp
 
 TIMEOUT_S = 10.0
-SHAPE = {"gpu_workers": 2, "partition_bytes": 1 << 30, "memory_budget_bytes": 8 << 30,
-         "synthesis_slots": 4}  # fmt: skip
+SHAPE = {
+    "gpu_workers": 2,
+    "partition_bytes": 1 << 30,
+    "memory_budget_bytes": 8 << 30,
+    "synthesis_slots": 4,
+}
 
 
-class Failed(AssertionError):
+class RuleFailedError(AssertionError):
     """A rule does not hold: what was expected and what came."""
 
 
@@ -45,12 +49,14 @@ class Conn:
         await self.send({"type": kind, "seq": self.seq, **fields})
 
     async def next(self, kind: str | None = None) -> dict[str, Any]:
-        """The next message (of ``kind``, skipping others); Failed on a close or a timeout."""
+        """The next message (of ``kind``, skipping others); RuleFailedError on a close or a
+        timeout."""
         while True:
             message = await self.ws.receive(timeout=TIMEOUT_S)
             if message.type != aiohttp.WSMsgType.TEXT:
-                raise Failed(f"expected {kind or 'a message'}, the connection closed "
-                             f"({self.ws.close_code})")  # fmt: skip
+                raise RuleFailedError(
+                    f"expected {kind or 'a message'}, the connection closed ({self.ws.close_code})"
+                )
             body = dict(json.loads(message.data))
             if kind is None or body.get("type") == kind:
                 return body
@@ -65,7 +71,7 @@ class Conn:
 
 
 class Suite:
-    """The rules, each a coroutine that raises Failed."""
+    """The rules, each a coroutine that raises RuleFailedError."""
 
     def __init__(self, url: str, token: str | None, prefix: str) -> None:
         self.url = url
@@ -75,11 +81,20 @@ class Suite:
     async def connect(self, http: aiohttp.ClientSession) -> Conn:
         return Conn(http, await http.ws_connect(self.url, headers=self.headers))
 
-    async def opened(self, http: aiohttp.ClientSession, name: str,
-                     **extra: Any) -> tuple[Conn, dict[str, Any]]:  # fmt: skip
+    async def opened(
+        self, http: aiohttp.ClientSession, name: str, **extra: Any
+    ) -> tuple[Conn, dict[str, Any]]:
         conn = await self.connect(http)
-        await conn.send({"type": "hello", "protocol": 1, "engine": f"{self.prefix}-{name}",
-                         "workload_key": f"{self.prefix}-key", "shape": SHAPE, **extra})  # fmt: skip
+        await conn.send(
+            {
+                "type": "hello",
+                "protocol": 1,
+                "engine": f"{self.prefix}-{name}",
+                "workload_key": f"{self.prefix}-key",
+                "shape": SHAPE,
+                **extra,
+            }
+        )
         welcome = await conn.next()
         expect(welcome.get("type") == "welcome", "a welcome", welcome)
         return conn, welcome
@@ -96,8 +111,15 @@ class Suite:
 
     async def version_refused(self, http: aiohttp.ClientSession) -> None:
         conn = await self.connect(http)
-        await conn.send({"type": "hello", "protocol": 99, "engine": f"{self.prefix}-v",
-                         "workload_key": "k", "shape": SHAPE})  # fmt: skip
+        await conn.send(
+            {
+                "type": "hello",
+                "protocol": 99,
+                "engine": f"{self.prefix}-v",
+                "workload_key": "k",
+                "shape": SHAPE,
+            }
+        )
         error = await conn.next("error")
         expect(error["code"] == "version", "error version", error)
         expect(await conn.closed() == 4001, "close 4001", conn.ws.close_code)
@@ -187,15 +209,23 @@ class Suite:
     async def bad_token_fresh_session(self, http: aiohttp.ClientSession) -> None:
         conn, welcome = await self.opened(http, "token")
         await conn.ws.close()
-        _, fresh = await self.opened(http, "token",
-                                     resume={"session": welcome["session"], "token": "wrong"})  # fmt: skip
+        _, fresh = await self.opened(
+            http, "token", resume={"session": welcome["session"], "token": "wrong"}
+        )
         expect(not fresh["resumed"] and fresh["ack"] == 0, "a fresh session", fresh)
 
     async def name_taken(self, http: aiohttp.ClientSession) -> None:
         first, _ = await self.opened(http, "taken")  # held open while the second says hello
         conn = await self.connect(http)
-        await conn.send({"type": "hello", "protocol": 1, "engine": f"{self.prefix}-taken",
-                         "workload_key": "k", "shape": SHAPE})  # fmt: skip
+        await conn.send(
+            {
+                "type": "hello",
+                "protocol": 1,
+                "engine": f"{self.prefix}-taken",
+                "workload_key": "k",
+                "shape": SHAPE,
+            }
+        )
         error = await conn.next("error")
         expect(error["code"] == "taken", "error taken", error)
         expect(await conn.closed() == 4002, "close 4002", conn.ws.close_code)
@@ -205,8 +235,9 @@ class Suite:
         conn, welcome = await self.opened(http, "bye")
         await conn.event("bye")
         expect(await conn.closed() == 1000, "close 1000", conn.ws.close_code)
-        _, again = await self.opened(http, "bye",
-                                     resume={"session": welcome["session"], "token": welcome["token"]})  # fmt: skip
+        _, again = await self.opened(
+            http, "bye", resume={"session": welcome["session"], "token": welcome["token"]}
+        )
         expect(not again["resumed"], "the ended session is not resumed", again)
 
     async def decision_when_due(self, http: aiohttp.ClientSession) -> None:
@@ -225,10 +256,22 @@ class Suite:
         timely = await conn.next("decision")  # no event sent: it comes because it is due
         expect(timely["ack"] == conn.seq, "a decision with no new event", timely)
 
-    RULES = ("welcome_then_decision", "version_refused", "hello_first", "every_event_answered",
-             "malformed_does_not_end", "unknown_partition", "wrong_state", "out_of_order",
-             "advised_within_budget", "resume_keeps_state", "bad_token_fresh_session",
-             "name_taken", "bye_ends", "decision_when_due")  # fmt: skip
+    RULES = (
+        "welcome_then_decision",
+        "version_refused",
+        "hello_first",
+        "every_event_answered",
+        "malformed_does_not_end",
+        "unknown_partition",
+        "wrong_state",
+        "out_of_order",
+        "advised_within_budget",
+        "resume_keeps_state",
+        "bad_token_fresh_session",
+        "name_taken",
+        "bye_ends",
+        "decision_when_due",
+    )
 
     async def run(self, out: Callable[[str], object] = print) -> dict[str, str | None]:
         """Every rule: its name to None (passed) or why it failed."""
@@ -239,16 +282,18 @@ class Suite:
                 try:
                     await rule(http)
                     results[name] = None
-                except (Failed, aiohttp.ClientError, TimeoutError) as exc:
+                except (RuleFailedError, aiohttp.ClientError, TimeoutError) as exc:
                     results[name] = f"{type(exc).__name__}: {exc}"
-            out(f"{'PASS' if results[name] is None else 'FAIL'} {name}"
-                + ("" if results[name] is None else f": {results[name]}"))  # fmt: skip
+            out(
+                f"{'PASS' if results[name] is None else 'FAIL'} {name}"
+                + ("" if results[name] is None else f": {results[name]}")
+            )
         return results
 
 
 def expect(holds: bool, what: str, seen: object) -> None:
     if not holds:
-        raise Failed(f"expected {what}, got {seen!r}"[:500])
+        raise RuleFailedError(f"expected {what}, got {seen!r}"[:500])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,8 +306,11 @@ def main(argv: list[str] | None = None) -> int:
         "--url", required=True, help="the server's WebSocket, ws://host:port/v1/engine"
     )
     parser.add_argument("--token", help="the API token, where the server needs one")
-    parser.add_argument("--prefix", default=f"conformance-{secrets.token_hex(3)}",
-                        help="engine names begin with this (default: conformance-<random>)")  # fmt: skip
+    parser.add_argument(
+        "--prefix",
+        default=f"conformance-{secrets.token_hex(3)}",
+        help="engine names begin with this (default: conformance-<random>)",
+    )
     args = parser.parse_args(argv)
     results = asyncio.run(Suite(args.url, args.token, args.prefix).run())
     failed = sum(r is not None for r in results.values())
