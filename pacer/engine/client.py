@@ -24,6 +24,8 @@ from typing import Any
 import aiohttp
 
 PROTOCOL_VERSION = 1
+# The state each event puts a partition in, as a fresh session needs it re-declared.
+TRACKED = {"dispatched": "synthesizing", "synthesis_ready": "ready", "gpu_started": "gpu"}
 
 
 class EngineRefusedError(Exception):
@@ -95,6 +97,8 @@ class EngineClient:
         shape = hello["shape"]
         budget = max(1, shape["memory_budget_bytes"] // shape["partition_bytes"])
         self.fallback = Fallback(hello.get("fallback", {"mode": "hold"}), budget)
+        self.inflight: dict[str, tuple[str, int | None]] = {}  # partition: (state, worker)
+        self.backlog = 0  # as the events sent say: the last backlog, less those dispatched
         self._http: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -118,9 +122,10 @@ class EngineClient:
         if welcome.get("type") != "welcome":
             await ws.close()
             raise EngineRefusedError(welcome)
-        if not welcome["resumed"]:
+        fresh = not welcome["resumed"]
+        if fresh:
             self.seq = welcome["ack"]  # a fresh session: numbering begins again
-            self.unacked.clear()  # what it had seen is gone: the engine re-declares
+            self.unacked.clear()
         self.session_id, self.token = welcome["session"], welcome["token"]
         self._trim(welcome["ack"])
         self._ws = ws
@@ -128,19 +133,45 @@ class EngineClient:
         for event in list(self.unacked):
             await ws.send_str(json.dumps(event))
         self._reader = asyncio.ensure_future(self._read(ws))
+        if fresh and (self.inflight or self.backlog):
+            await self._redeclare()
         return dict(welcome)
+
+    async def _redeclare(self) -> None:
+        """Tell a fresh session what is in flight (the spec's order) and the backlog."""
+        backlog = self.backlog
+        for partition, (state, worker) in list(self.inflight.items()):
+            await self.event("dispatched", partition=partition)
+            if state in ("ready", "gpu"):
+                await self.event("synthesis_ready", partition=partition, synthesis_s=None)
+            if state == "gpu":
+                await self.event("gpu_started", partition=partition, worker=worker)
+        await self.event("backlog", partitions=backlog)
 
     async def event(self, kind: str, **fields: Any) -> int:
         """Send one event (kept until acknowledged); its seq. Sent on reconnection where pacer
         is away now."""
         self.seq += 1
         event = {"type": kind, "seq": self.seq, **fields}
+        self._track(kind, fields)
         self.unacked.append(event)
         if self.connected:
             assert self._ws is not None
             with contextlib.suppress(ConnectionError):
                 await self._ws.send_str(json.dumps(event))
         return self.seq
+
+    def _track(self, kind: str, fields: dict[str, Any]) -> None:
+        """Follow what the events say is in flight, to re-declare it to a fresh session."""
+        partition = fields.get("partition")
+        if kind in TRACKED and isinstance(partition, str):
+            self.inflight[partition] = (TRACKED[kind], fields.get("worker"))
+            if kind == "dispatched":
+                self.backlog = max(0, self.backlog - 1)
+        elif kind in ("synthesis_failed", "gpu_finished", "dropped"):
+            self.inflight.pop(str(partition), None)
+        elif kind == "backlog":
+            self.backlog = int(fields["partitions"])
 
     def _trim(self, ack: int) -> None:
         while self.unacked and self.unacked[0]["seq"] <= ack:
