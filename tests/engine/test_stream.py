@@ -15,11 +15,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
 from pacer.api.answers import ENGINES
-from pacer.engine.client import EngineClient
+from pacer.engine.client import EngineClient, EngineRefusedError
 from pacer.engine.conformance import Suite
 from pacer.engine.hub import CLOSE_OVERFLOW, EngineHub
 from pacer.server import Server
@@ -259,3 +260,24 @@ def test_engines_are_served_on_the_unix_socket(tmp_path: Path) -> None:
         assert asyncio.run(session())["dispatch"] > 0
     finally:
         server.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_session_needs_the_token_and_a_free_place(tmp_path: Path) -> None:
+    token = "engine-token-0123456789"
+    env = {"PACER_API__TOKEN": token, "PACER_ENGINE__MAX_SESSIONS": "1"}
+    async with serving(tmp_path, **env) as server:
+        anonymous = EngineClient(engine_url(server), hello("token-a"))
+        first = EngineClient(engine_url(server), hello("token-a"), token=token)
+        second = EngineClient(engine_url(server), hello("token-b"), token=token)
+        try:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await anonymous.connect()
+            assert refused.value.status == 401
+            await first.connect()
+            with pytest.raises(EngineRefusedError) as full:
+                await second.connect()
+            assert full.value.error["code"] == "full"
+        finally:
+            for client in (anonymous, first, second):
+                await client.close()
