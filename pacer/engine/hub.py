@@ -36,6 +36,8 @@ CLOSE_TAKEN = 4002  # another connected session has the engine's name
 CLOSE_FULL = 4003  # PACER_ENGINE__MAX_SESSIONS sessions already
 CLOSE_OVERFLOW = 4008  # the engine read too slowly: its send queue overflowed
 CLOSE_REPLACED = 4010  # the session was resumed on a newer connection
+CLOSE_CODES = {"send_queue_overflow": CLOSE_OVERFLOW, "stopping": WSCloseCode.GOING_AWAY}
+CLOSE_WAIT_S = 1.0
 
 
 class Live:
@@ -109,8 +111,9 @@ class EngineHub:
         if live is None:
             live = await self._opened(hello)
         elif live.ws is not None:
-            await self._close(live, CLOSE_REPLACED, "resumed on a newer connection")
+            old = live.ws
             self._disconnect(live)
+            await close_quickly(old, CLOSE_REPLACED, "resumed on a newer connection")
         if live.grace is not None:
             live.grace.cancel()
             live.grace = None
@@ -228,7 +231,10 @@ class EngineHub:
                 live.engine,
                 live.queue.qsize(),
             )
-            self._later(self.end(live, "send_queue_overflow"))
+            ws = live.ws
+            if self.ended(live, "send_queue_overflow"):
+                self._later(close_quickly(ws, CLOSE_OVERFLOW, "send_queue_overflow"))
+                self._later(self.save())
 
     async def _write(self, live: Live, ws: web.WebSocketResponse) -> None:
         latency = self.metrics.latency.labels(live.engine)
@@ -265,26 +271,26 @@ class EngineHub:
             live.writer = None
 
     async def end(self, live: Live, reason: str) -> None:
-        """End a session: its connection closed (told why), its estimates saved."""
-        if self.sessions.pop(live.id, None) is None:
+        """End a session: its estimates kept (and saved), its connection closed, told why."""
+        ws = live.ws
+        if not self.ended(live, reason):
             return
-        codes = {"send_queue_overflow": CLOSE_OVERFLOW, "stopping": WSCloseCode.GOING_AWAY}
-        await self._close(live, codes.get(reason, WSCloseCode.OK), reason)
+        if ws is not None:
+            await close_quickly(ws, CLOSE_CODES.get(reason, WSCloseCode.OK), reason)
+        if reason != "stopping":
+            await self.save()
+
+    def ended(self, live: Live, reason: str) -> bool:
+        """End a session at once (its bookkeeping; the connection is closed by `end`, or by
+        its stream, which sees it gone): False if it had ended already."""
+        if self.sessions.pop(live.id, None) is None:
+            return False
         self._disconnect(live)
         self.metrics.ended.labels(reason).inc()
         self.metrics.forget(live.engine)
         self.store.put(live.session.hello.workload_key, live.session.controller.estimates)
         log.info("engine %s: session %s ended (%s)", live.engine, live.id, reason)
-        if reason != "stopping":
-            await self.save()
-
-    async def _close(self, live: Live, code: int, reason: str) -> None:
-        ws = live.ws
-        if ws is not None and not ws.closed:
-            try:
-                await asyncio.wait_for(ws.close(code=code, message=reason.encode()), 1.0)
-            except (TimeoutError, ConnectionError) as exc:
-                log.info("engine %s: close not acknowledged (%s)", live.engine, exc)
+        return True
 
     async def save(self) -> None:
         """Write the saved estimates (on a thread); a failure is logged, not raised."""
@@ -297,6 +303,17 @@ class EngineHub:
         """Pacer stops: every session ends (its engine told: going away) and is saved."""
         await asyncio.gather(*(self.end(live, "stopping") for live in list(self.sessions.values())))
         await self.save()
+
+
+async def close_quickly(ws: web.WebSocketResponse, code: int, reason: str) -> None:
+    """Close ``ws`` with ``code``, waiting at most `CLOSE_WAIT_S` for the engine's answer: an
+    engine that does not read never sends one."""
+    if ws.closed:
+        return
+    try:
+        await asyncio.wait_for(ws.close(code=code, message=reason.encode()), CLOSE_WAIT_S)
+    except (TimeoutError, ConnectionError) as exc:
+        log.info("engine connection closed without its answer (%s: %s)", reason, exc)
 
 
 def _json(message: dict[str, Any]) -> str:

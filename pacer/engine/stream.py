@@ -9,7 +9,15 @@ import time
 
 from aiohttp import WSMsgType, web
 
-from pacer.engine.hub import CLOSE_FULL, CLOSE_HELLO, CLOSE_TAKEN, CLOSE_VERSION, EngineHub
+from pacer.engine.hub import (
+    CLOSE_FULL,
+    CLOSE_HELLO,
+    CLOSE_OVERFLOW,
+    CLOSE_TAKEN,
+    CLOSE_VERSION,
+    EngineHub,
+    close_quickly,
+)
 from pacer.engine.protocol import ProtocolError, decode, parse_hello
 
 log = logging.getLogger("pacer.engine")
@@ -39,11 +47,14 @@ async def serve_engine(request: web.Request, hub: EngineHub) -> web.WebSocketRes
         async for message in ws:
             if message.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
                 break
+            if hub.sessions.get(live.id) is not live:
+                break  # ended meanwhile (its send queue overflowed): drop the connection
             if not hub.received(live, message.data, time.perf_counter()):
                 await hub.end(live, "bye")
                 break
     finally:
         hub.detached(live, ws)
+    await close_quickly(ws, CLOSE_OVERFLOW, "send_queue_overflow")  # where it is still open
     return ws
 
 
