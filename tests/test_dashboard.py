@@ -28,7 +28,7 @@ from tests.dashboard_queries import (
 ROOT = Path(__file__).resolve().parents[1]
 PROVISIONING = ROOT / "dashboards" / "provisioning"
 DASHBOARDS_PATH = "/var/lib/grafana/dashboards"
-ROWS = ["Controller", "Pipeline", "Pinned pool", "GPUs", "Jobs", "Health", "Fleet"]
+ROWS = ["Controller", "Pipeline", "Pinned pool", "GPUs", "Jobs", "Health", "Engines", "Fleet"]
 PANEL_TYPES = {"timeseries", "stat", "state-timeline", "heatmap"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 GRID_WIDTH = 24
