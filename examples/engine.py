@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import aiohttp
+
 from pacer.engine.client import EngineClient, EngineRefusedError
 
 GIB = 1 << 30
@@ -170,10 +172,13 @@ class Engine:
 
 
 async def keep_connected(client: EngineClient) -> None:
-    """Reconnect (resuming) whenever pacer closes or cannot be reached."""
+    """Reconnect (resuming) whenever pacer closes, cannot be reached or is not ready yet
+    (it answers 503 while it starts)."""
     while True:
         if not client.connected:
-            with contextlib.suppress(OSError, asyncio.TimeoutError, EngineRefusedError):
+            with contextlib.suppress(
+                OSError, TimeoutError, aiohttp.ClientError, EngineRefusedError
+            ):
                 await client.connect()
         await asyncio.sleep(RECONNECT_S)
 
