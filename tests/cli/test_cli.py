@@ -495,6 +495,39 @@ def test_config_reads_back_as_an_environment_file_to_equal_settings(
     assert load_settings() == printed
 
 
+def unit_environment() -> dict[str, str]:
+    """The ``Environment=`` lines of the shipped systemd unit, as systemd sets them."""
+    unit = Path(__file__).resolve().parents[2] / "deploy" / "systemd" / "pacer.service"
+    lines = re.findall(r"^Environment=(.*)$", unit.read_text(), flags=re.M)
+    return env_file.parse("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"PACER_CONTROLLER__KI": "0.02", "PACER_SYNTHESIS__CORES": "6"}],
+    ids=["defaults", "changed"],
+)
+def test_config_as_the_units_environment_file_changes_nothing_the_unit_set(
+    changes: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, value in changes.items():
+        monkeypatch.setenv(name, value)
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    unit = unit_environment()
+    assert {"PACER_GPU__KEEP_POOL", "PACER_JOURNAL__PATH"} <= unit.keys()
+    written = env_file.parse(out)
+    assert changes.items() <= written.items()
+    set_here = {name: value for name, value in os.environ.items() if name.startswith("PACER_")}
+    assert written == set_here  # only what was set
+    assert {**unit, **written} == {**unit, **set_here}  # EnvironmentFile= comes after
+    assert "\n#PACER_GPU__KEEP_POOL=false\n" in out  # the default, as a comment
+    if not changes:
+        assert re.search(r"\n#PACER_SYNTHESIS__CORES=\d+  \(derived from this host\)\n", out)
+
+
 def test_config_never_prints_a_secret(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -554,3 +587,31 @@ def test_config_says_when_the_service_would_not_start_here(
     assert "# Resolved on this host" not in captured.out
     assert captured.err.startswith("pacer: the service would not start on this host: "
                                    "PACER_WORKLOAD=no_such_module:make: cannot import")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "status"),
+    [("PACER_API__TOKEN", "abc", 0), ("PACER_JOURNAL__LEASE_S", "-1", 0),
+     ("PACER_CONTROLLER__KP", "-1", 2)],
+    ids=["token", "journal", "controller"],
+)  # fmt: skip
+def test_simulate_refuses_only_the_settings_it_reads(
+    variable: str,
+    value: str,
+    status: int,
+    small: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert main(["simulate", str(small)]) == status
+    err = capsys.readouterr().err
+    assert (variable in err) == bool(status)
+
+
+def test_config_still_refuses_a_bad_server_setting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PACER_API__TOKEN", "abc")
+    assert main(["config"]) == 2
+    assert "PACER_API__TOKEN" in capsys.readouterr().err
