@@ -49,7 +49,7 @@ async def test_metrics_follow_the_work(server: Server) -> None:
     assert value("pacer_gpu_phase_seconds_count", {"gpu": "0", "phase": "coset_ntt"}) == 6
     assert value("pacer_gpu_idle_gap_seconds_count", {"gpu": "0"}) == 5  # between 6 partitions
     assert value("pacer_controller_bootstraps_total") == 1
-    assert value("pacer_memory_budget_bytes") == 64 * 2**30
+    assert value("pacer_memory_budget_bytes") == server.service.plan.budget_bytes
     assert value("pacer_memory_inflight_bytes") == 0
     assert 0 < (value("pacer_gpu_busy_ratio", {"gpu": "0"}) or 0) <= 1
     assert value("pacer_controller_mode", {"pacer_controller_mode": "drained"}) in (0, 1)
