@@ -32,7 +32,6 @@ from pacer.control.policy import Caps
 from pacer.host.memory import HOST_FILES, HostFiles, HostMemory, MemoryPlan, bytes_text
 from pacer.workload import Workload, load_workload, pooled
 
-
 UNREAD_HOST_BUDGET_BYTES = 64 * 2**30
 """The automatic memory budget where the host's memory cannot be read (bytes)."""
 

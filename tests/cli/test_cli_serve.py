@@ -127,8 +127,10 @@ def test_a_port_in_use_is_one_line_and_exit_status_1(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "pacer", "serve", "--port", str(port)],
-                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+        command = [sys.executable, "-m", "pacer", "serve", "--port", str(port)]
+        done = subprocess.run(
+            command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
         f"pacer: cannot listen on 127.0.0.1:{port}: address already in use (the address: "
