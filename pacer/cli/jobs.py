@@ -129,8 +129,10 @@ def wait_ready(
     path: str = "/readyz",
     check: Callable[[], None] | None = None,
     what: str = "",
+    quiet_s: float = 0.0,
 ) -> float:
-    """Wait for the service, saying so while it is not up; the seconds it took. ``check()``
+    """Wait for the service, saying so once it has not been up for ``quiet_s`` (a service
+    just started is not up at once, and that is no news); the seconds it took. ``check()``
     runs between attempts and may raise to stop waiting; ``what`` names the service
     (default: pacer at its address)."""
     what = what or f"pacer at {client.base_url}"
@@ -139,9 +141,11 @@ def wait_ready(
 
     def waiting(elapsed_s: float, error: ApiError) -> None:
         nonlocal waited
-        waited = True
         if check is not None:
             check()
+        if elapsed_s < quiet_s:
+            return
+        waited = True
         progress.show(f"waiting for {what} ({error.reason}), {elapsed_s:.0f} s of "
                       f"{timeout_s:g}")  # fmt: skip
 
@@ -152,25 +156,44 @@ def wait_ready(
     return took
 
 
+def span_s(jobs: list[dict[str, Any]]) -> float | None:
+    """Seconds from the first job's submission to the last one's end, on the service's clock
+    (finer than polling for them); None from a service that does not say."""
+    try:
+        return float(max(j["updated_at"] for j in jobs) - min(j["created_at"] for j in jobs))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def rate_text(done: int, seconds: float) -> str:
+    """The throughput of a run, as the progress line and the summary both show it: partitions
+    done ÷ seconds from the first submit (to the last job's end, once all have ended)."""
+    return f"{done / seconds:.1f} partitions/s" if seconds > 0 else "-"
+
+
 def follow(
     client: Client,
     ids: list[str],
     total: int,
     progress: Progress,
     check: Callable[[], None] | None = None,
+    started: float | None = None,
 ) -> list[dict[str, Any]]:
     """Poll jobs ``ids`` (``total`` partitions) until every one has ended, showing progress;
-    their last states. ``check()`` runs before each poll and may raise to stop following."""
-    started = time.monotonic()
+    their last states. ``check()`` runs before each poll and may raise to stop following;
+    ``started``: when the first was submitted (`time.monotonic`; default: now)."""
+    started = time.monotonic() if started is None else started
     while True:
         if check is not None:
             check()
         jobs = [client.job(job_id) for job_id in ids]
         done = sum(j["partitions_done"] for j in jobs)
         ended = sum(j["state"] in TERMINAL for j in jobs)
-        elapsed = time.monotonic() - started
-        rate = f", {done / elapsed:.1f} partitions/s" if done and elapsed > 0 else ""
         finished = ended == len(jobs)
+        elapsed = time.monotonic() - started
+        if finished:  # the summary's time: the service's, from the first submit to the end
+            elapsed = span_s(jobs) or elapsed
+        rate = f", {rate_text(done, elapsed)}" if done and elapsed > 0 else ""
         progress.show(f"{done}/{total} partitions, {ended}/{len(jobs)} jobs ended, "
                       f"{elapsed:.0f} s{rate}", final=finished)  # fmt: skip
         if finished:
@@ -318,6 +341,27 @@ def fleet_rows(fleet: dict[str, Any] | None) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
+def proving_row(
+    status: dict[str, Any], busy: Callable[[dict[str, Any]], str], span: str = ""
+) -> tuple[str, str]:
+    """Each GPU's busy share (``busy(gpu)``, as ``95%``) and workers; where the host proves on
+    the CPU (no GPU model in the plan), its proving workers instead: no GPU index to show.
+    ``span``: what the shares are of (`` over the run``)."""
+    gpus = status["gpus"]
+    if (status.get("plan") or {}).get("gpu_model") == "none":
+        workers = sum(g["workers"] for g in gpus)
+        shares = ", ".join(busy(g) for g in gpus)
+        return ("workers", f"{plural(workers, 'worker')} proving on the CPU, {shares} busy{span}")
+    shares = ", ".join(f"{g['gpu']}: {busy(g)} busy ({plural(g['workers'], 'worker')})"
+                       for g in gpus)  # fmt: skip
+    return ("gpus", shares + span)
+
+
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, plural unless one: ``plural(2, "worker")`` → '2 workers'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
     """Where synthesis runs, how it computes, and how often its processes had to be replaced."""
     if not synthesis:  # a service from before this field
@@ -359,9 +403,7 @@ def _status(client: Client, args: argparse.Namespace) -> int:
                    "in flight"),
         *_pool_rows(status["pool"]),
         *synthesis_rows(status.get("synthesis")),
-        ("gpus", ", ".join(f"{g['gpu']}: {g['busy_ratio']:.0%} busy ({g['workers']} "
-                           f"worker{'s' if g['workers'] != 1 else ''})"
-                           for g in status["gpus"])),
+        proving_row(status, lambda g: f"{g['busy_ratio']:.0%}"),
         ("jobs", JOBS_NOT_KNOWN if status["jobs"] is None
                  else ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
         *journal_rows(status.get("journal")),
