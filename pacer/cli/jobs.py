@@ -239,20 +239,23 @@ def _job_status(client: Client, args: argparse.Namespace) -> int:
         print(json.dumps({"job": job, "page": page} if page else job, indent=2))
         return 0
     summary = job["partitions_summary"]
+    # A partition without a result in an ended job was never tried, or was cut short.
+    pending = "pending" if job["state"] not in TERMINAL else "not tried"
     rows: list[tuple[str, str]] = [
         ("state", job["state"] + (f": {job['error']}" if job["error"] else "")),
         ("partitions", f"{job['partitions']}: {summary['completed']} completed, "
-                       f"{summary['failed']} failed, {summary['pending']} pending"),
+                       f"{summary['failed']} failed, {summary['pending']} {pending}"),
         ("priority", str(job["priority"])),
         ("params", ", ".join(f"{k}={v}" for k, v in job["params"].items()) or "none"),
-        *[("failed", f"partition {f['index']}: {f['error']}") for f in summary["first_failures"]],
+        *[("failed", _failure(f["index"], f["error"])) for f in summary["first_failures"]],
         ("result digest", job["result_digest"] or "-"),
     ]  # fmt: skip
     print(render(("job", job["id"]), rows))
     if page is not None:
         print()
         print(render(("partition", "state", "gpu", "synthesis s", "gpu s", "digest / error"), [
-            (str(p["index"]), p["state"], "-" if p["gpu"] is None else str(p["gpu"]),
+            (str(p["index"]), pending if p["state"] == "pending" else p["state"],
+             "-" if p["gpu"] is None else str(p["gpu"]),
              _seconds(p["synthesis_s"]), _seconds(p["gpu_s"]),
              (p["digest"] or p["error"] or "")[:40])
             for p in page["partition_results"]
@@ -260,6 +263,18 @@ def _job_status(client: Client, args: argparse.Namespace) -> int:
         if page["next_offset"] is not None:
             print(f"(more from --offset {page['next_offset']})")
     return 0
+
+
+def _failure(index: int, error: str) -> str:
+    """A failed partition's line: its index, then its error without naming it again.
+
+    >>> _failure(1, "partition 1 failed after 3 attempts: boom")
+    'partition 1 failed after 3 attempts: boom'
+    >>> _failure(2, "out of GPU memory")
+    'partition 2: out of GPU memory'
+    """
+    named = f"partition {index} "
+    return error if error.startswith(named) else f"{named.rstrip()}: {error}"
 
 
 def _seconds(value: float | None) -> str:

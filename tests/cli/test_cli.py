@@ -229,6 +229,9 @@ def test_status_says_why_the_service_is_not_ready(
     assert re.search(rf"^state +{re.escape(state)}$", capsys.readouterr().out, re.M)
 
 
+FAILURE = "partition 7 failed after 3 attempts: out of GPU memory"
+
+
 class JobOnly:
     """A client that answers a job's detail and a page of its partitions."""
 
@@ -239,10 +242,10 @@ class JobOnly:
 
     def job(self, job_id: str) -> dict[str, Any]:
         return {
-            "id": job_id, "state": "failed", "error": "out of GPU memory", "partitions": 1000,
+            "id": job_id, "state": "failed", "error": FAILURE, "partitions": 1000,
             "priority": 2, "params": {"log_n": 18}, "result_digest": None,
             "partitions_summary": {"pending": 989, "completed": 10, "failed": 1,
-                                   "first_failures": [{"index": 7, "error": "out of GPU memory"}]},
+                                   "first_failures": [{"index": 7, "error": FAILURE}]},
         }  # fmt: skip
 
     def partitions(self, job_id: str, offset: int, limit: int) -> dict[str, Any]:
@@ -252,8 +255,10 @@ class JobOnly:
             "partition_results": [
                 {"index": 6, "state": "completed", "gpu": 0, "synthesis_s": 1.25, "gpu_s": 0.5,
                  "digest": "ab" * 32, "error": None},
-                {"index": 7, "state": "failed", "gpu": None, "synthesis_s": None, "gpu_s": None,
-                 "digest": None, "error": "out of GPU memory"},
+                {"index": 7, "state": "failed", "gpu": 1, "synthesis_s": None, "gpu_s": None,
+                 "digest": None, "error": FAILURE},
+                {"index": 8, "state": "pending", "gpu": None, "synthesis_s": None, "gpu_s": None,
+                 "digest": None, "error": None},
             ],
         }  # fmt: skip
 
@@ -265,11 +270,13 @@ def test_status_of_a_job_shows_its_counts_failures_and_a_page(
     args = argparse.Namespace(job="0123456789abcdef", json=False, offset=6, limit=2)
     assert cli_client._job_status(client, args) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^state +failed: out of GPU memory$", out, re.M), out
-    assert re.search(r"^partitions +1000: 10 completed, 1 failed, 989 pending$", out, re.M)
-    assert re.search(r"^failed +partition 7: out of GPU memory$", out, re.M)
+    assert re.search(rf"^state +failed: {FAILURE}$", out, re.M), out
+    # An ended job's partitions without a result were not tried; a failure is named once.
+    assert re.search(r"^partitions +1000: 10 completed, 1 failed, 989 not tried$", out, re.M)
+    assert re.search(rf"^failed +{FAILURE}$", out, re.M)
     assert re.search(r"^ +6 +completed +0 +1\.250 +0\.500 +abab", out, re.M), out
-    assert re.search(r"^ +7 +failed +- +- +- +out of GPU memory", out, re.M), out
+    assert re.search(r"^ +7 +failed +1 +- +- +partition 7 failed after", out, re.M), out
+    assert re.search(r"^ +8 +not tried +- +- +-", out, re.M), out
     assert "(more from --offset 8)" in out
     assert client.pages == [("0123456789abcdef", 6, 2)]
 
