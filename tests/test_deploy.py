@@ -147,9 +147,39 @@ def test_every_pacer_variable_named_under_deploy_is_a_setting() -> None:
         assert named <= known, f"{path.relative_to(ROOT)}: {sorted(named - known)}"
 
 
+def env_file_lines() -> list[tuple[bool, str, str]]:
+    """(assigned, name, value) of each ``PACER_*=`` line of pacer.env, commented out or not."""
+    lines = re.findall(r"^(#?)(PACER_\w+)=(.*)$", ENV_FILE.read_text(), re.MULTILINE)
+    return [(not hash_, name, value) for hash_, name, value in lines]
+
+
 def env_file_settings() -> dict[str, str]:
-    text = ENV_FILE.read_text()
-    return dict(re.findall(r"^(PACER_\w+)=(.*)$", text, re.MULTILINE))
+    """What pacer.env shows, its commented lines uncommented (those with a value)."""
+    return {name: value for _, name, value in env_file_lines() if value}
+
+
+def test_the_env_file_assigns_nothing_and_shows_the_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lines = env_file_lines()
+    assert not [name for assigned, name, _ in lines if assigned]  # installed, it changes nothing
+    unit = unit_settings()
+    defaults = {var.name: var.default for var in variables()}
+    shown = {name: value for _, name, value in lines}
+    assert "PACER_GPU__SHM_DIR" in shown
+    for name, value in shown.items():
+        if name in unit:  # the unit's value, which the file would keep
+            assert value == unit[name], name
+        elif value == "" or defaults[name] == "":
+            assert value == defaults[name], f"{name}: unset by default"
+        else:
+            monkeypatch.setenv(name, value)
+            shown_setting = load_settings()
+            monkeypatch.delenv(name)
+            assert shown_setting == load_settings(), f"{name}={value} is not the default"
+    stop = re.search(r"TimeoutStopSec= in\s+# pacer.service \((\d+) s\)", ENV_FILE.read_text())
+    assert stop is not None
+    assert seconds(stop[1]) == seconds(unit_value("TimeoutStopSec"))
 
 
 def dockerfile_assignments(kind: str) -> dict[str, str]:
