@@ -285,6 +285,18 @@ def test_alerts_are_actionable() -> None:
         assert "PACER_" in description, f"{rule['alert']}: name the setting to look at"
 
 
+RUNBOOK = ROOT / "docs" / "runbook.md"
+RUNBOOK_URL = "https://github.com/example/pacer/blob/main/docs/runbook.md#"
+
+
+def test_every_alert_links_its_own_section_of_the_runbook() -> None:
+    sections = re.findall(r"^## (\S+)$", RUNBOOK.read_text(), re.M)
+    assert sorted(sections) == sorted(rule["alert"] for rule in rules())  # one each, no more
+    for rule in rules():
+        url = rule["annotations"]["runbook_url"]
+        assert url == RUNBOOK_URL + rule["alert"].lower(), rule["alert"]  # GitHub's anchor
+
+
 def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
     cases: dict[str, set[bool]] = {}
     for test in load(PROMETHEUS / "rules.test.yml")["tests"]:
