@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -622,3 +623,20 @@ def test_config_still_refuses_a_bad_server_setting(
     monkeypatch.setenv("PACER_API__TOKEN", "abc")
     assert main(["config"]) == 2
     assert "PACER_API__TOKEN" in capsys.readouterr().err
+
+
+def test_the_suite_table_fits_100_columns_and_keeps_every_column(small: Path) -> None:
+    from pacer.sim import table
+
+    _, report = run_policy(load_scenario(small), "pi", Settings())
+    longest = max((path.stem for path in shipped_scenarios()), key=len)
+    reports = [dataclasses.replace(report, scenario=longest, policy=policy)
+               for policy in ("pi", "unpaced", "cuzk", "cuzk-default")]  # fmt: skip
+    text = table.suite(reports)
+    assert max(len(line) for line in text.splitlines()) <= 100, text
+    headers = [line for line in text.splitlines() if line.startswith("scenario ")]
+    assert {h for line in headers for h in table.SUITE_HEADERS if h in line} == set(
+        table.SUITE_HEADERS
+    )
+    markdown = table.suite(reports, markdown=True)  # one table, for bench/RESULTS.md
+    assert markdown.splitlines()[0].count("|") == len(table.SUITE_HEADERS) + 1
