@@ -153,7 +153,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE.png",
         help="draw the frontier: mean memory in flight against GPU idle, the "
-        "current and the tuned settings marked (matplotlib: pacer[plot])",
+        "current and the tuned settings marked (needs matplotlib, the plot extra: "
+        "pip install -e '.[plot]')",
     )
     host = parser.add_argument_group("the host (default: from the PACER_* settings)")
     host.add_argument("--workers", type=count(1), metavar="N", help="GPU workers in all")

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -640,3 +641,33 @@ def test_the_suite_table_fits_100_columns_and_keeps_every_column(small: Path) ->
     )
     markdown = table.suite(reports, markdown=True)  # one table, for bench/RESULTS.md
     assert markdown.splitlines()[0].count("|") == len(table.SUITE_HEADERS) + 1
+
+
+def test_scenario_sizes_take_units_as_the_settings_do(small: Path, tmp_path: Path) -> None:
+    with_units = tmp_path / "units.toml"
+    text = SMALL.replace("bytes = 15032385536", 'bytes = "14GiB"')
+    with_units.write_text(text.replace("budget_bytes = 751619276800", 'budget_bytes = "700GiB"'))
+    assert load_scenario(with_units) == load_scenario(small)
+    assert load_scenario(scenario_path("h200")).memory.budget_bytes == 120 * 2**30
+
+
+def test_a_scenario_size_in_no_unit_names_the_key(
+    small: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    small.write_text(SMALL.replace("budget_bytes = 751619276800", 'budget_bytes = "700 GiBs"'))
+    assert main(["simulate", str(small)]) == 2
+    err = capsys.readouterr().err
+    assert "memory.budget_bytes" in err
+    assert "could not interpret byte unit: GiBs" in err
+
+
+def test_a_plot_without_matplotlib_says_how_to_install_it(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["simulate", str(small), "--plot", str(tmp_path / "run.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pacer: --plot needs matplotlib, which the plot extra installs: ")
+    assert "pip install -e '.[plot]'" in err
+    assert err.count("\n") == 1
