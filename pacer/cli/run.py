@@ -340,7 +340,7 @@ def _memory_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
     """The budget in effect (and what was asked, when the host had less) and the caps."""
     text = f"{_size(m['budget_bytes'])} budget"
     if m.get("budget_automatic"):
-        text += " (automatic: what the host gives, PACER_MEMORY__BUDGET_BYTES=0)"
+        text += " (automatic: what the host gives)"
     if m.get("budget_clamped"):
         text += f" ({_size(m['configured_budget_bytes'])} configured, clamped to the host)"
     if m.get("partition_bytes"):
