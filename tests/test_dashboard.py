@@ -343,7 +343,7 @@ def test_dashboard_provisioning_loads_the_dashboard_directory() -> None:
 
 def row_panels(dashboard: dict[str, Any], title: str) -> list[dict[str, Any]]:
     """The panels under the row ``title``, up to the next row."""
-    top = dashboard["panels"]
+    top: list[dict[str, Any]] = dashboard["panels"]
     start = next(i for i, p in enumerate(top) if p["type"] == "row" and p["title"] == title)
     end = next((i for i in range(start + 1, len(top)) if top[i]["type"] == "row"), len(top))
     return top[start + 1 : end]

@@ -70,8 +70,8 @@ async def test_the_default_budget_is_what_the_host_gives_without_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # A 24 GiB host (a CI machine), or an 8 GiB cgroup on it, 1 GiB of that in use.
-    cgroup = {} if limits is None else {"cgroup": "/pacer", "limits": limits}
-    host = fake_host(tmp_path / "host", total=24 * GIB, available=20 * GIB, **cgroup)
+    host = fake_host(tmp_path / "host", total=24 * GIB, available=20 * GIB,
+                     cgroup="/" if limits is None else "/pacer", limits=limits)  # fmt: skip
     env = {"PACER_MEMORY__PARTITION_BYTES": "256MiB", "PACER_SYNTHESIS__CORES": "4"}
     server = Server(
         Service.build(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
