@@ -83,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     cfg.add_argument(
         "--markdown", action="store_true", help="print the README table of variables instead"
     )
+    from pacer.cli import completion
+
+    completion.add_arguments(sub.add_parser("completion", help=completion.HELP))
     return parser
 
 
@@ -94,7 +97,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pacer.cli import serve
 
         return serve.main(arguments[1:])
-    args = _parser().parse_args(arguments)
+    parser = _parser()
+    args = parser.parse_args(arguments)
+    if args.command == "completion":
+        from pacer.cli import completion
+
+        print(completion.script(parser, args.shell), end="")
+        return 0
     if args.command == "settle":
         from pacer import settle
 
