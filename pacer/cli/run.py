@@ -26,19 +26,16 @@ from types import FrameType
 from typing import Any
 
 from pacer.cli.args import Progress, add_log_arguments, count, seconds
+from pacer.cli.follow import follow, rate_text, span_s, wait_ready
 from pacer.cli.http_client import ApiError, Client
 from pacer.cli.jobs import (
     add_job_arguments,
-    follow,
     jobs_table,
     plural,
     proving_row,
-    rate_text,
-    span_s,
     submit,
     synthesis_rows,
     token,
-    wait_ready,
 )
 from pacer.cli.table import render
 from pacer.config import Settings

@@ -10,8 +10,9 @@ import pytest
 
 from pacer.__main__ import main
 from pacer.cli.args import Progress, param
+from pacer.cli.follow import follow, rate_text, span_s, wait_ready
 from pacer.cli.http_client import ApiError, Client
-from pacer.cli.jobs import fleet_rows, follow, journal_rows, rate_text, span_s, wait_ready
+from pacer.cli.jobs import fleet_rows, journal_rows
 from tests.conftest import FakeClock
 from tests.servers import refusing_port
 
