@@ -9,11 +9,15 @@ import re
 import shlex
 import shutil
 import subprocess
+import tomllib
+from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from pacer.config import ShutdownSettings, load_settings, variables
 
@@ -498,7 +502,7 @@ def test_dockerfile_builds_a_cuda_image_that_runs_pacer_unprivileged() -> None:
     assert base.startswith("nvidia/cuda:")
     assert "runtime" in base
     runs = " ".join(a for i, a in instructions if i == "RUN")
-    assert "pip install '.[gpu,postgres]'" in runs  # a host may join a fleet
+    assert "pip install --constraint constraints.txt '.[gpu,postgres]'" in runs  # and a fleet
     last = {i: a for i, a in instructions}  # the last of each instruction
     assert last["USER"].split(":")[0] not in ("root", "0")
     assert json.loads(last["ENTRYPOINT"]) == ["pacer"]
@@ -596,3 +600,66 @@ def test_compose_prometheus_scrapes_the_pacer_service() -> None:
         host, _, port = target.partition(":")
         assert host in services
         assert port == "9470"
+
+
+# -- the image's dependencies ------------------------------------------------------------------
+
+CONSTRAINTS = DOCKERFILE.parent / "constraints.txt"
+
+
+def constraint_pins() -> dict[str, str]:
+    """constraints.txt as {normalized name: version}; every line a ``name==version``."""
+    pins: dict[str, str] = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            match = re.fullmatch(r"([A-Za-z0-9][\w.-]*)==([\w.+!-]+)", line.strip())
+            assert match, f"constraints.txt: {line!r} is not name==version"
+            pins[canonicalize_name(match[1])] = match[2]
+    return pins
+
+
+def image_requirements() -> list[Requirement]:
+    """What the image installs: pacer's dependencies and its gpu and postgres extras."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    return [Requirement(r) for r in [*project["dependencies"], *extras["gpu"], *extras["postgres"]]]
+
+
+def test_the_image_installs_with_the_constraints() -> None:
+    copies = [shlex.split(args) for kind, args in dockerfile_instructions() if kind == "COPY"]
+    assert ["deploy/docker/constraints.txt", "./constraints.txt"] in copies
+    installs = [args for kind, args in dockerfile_instructions()
+                if kind == "RUN" and "pip install" in args]  # fmt: skip
+    assert installs
+    assert all("--constraint constraints.txt '.[gpu,postgres]'" in args for args in installs)
+
+
+NEEDED_BY_UNINSTALLED = {"cuda-pathfinder": "cupy-cuda12x"}
+"""Pins whose need this machine cannot read: the package needing them is not installed here
+(CuPy needs a GPU machine)."""
+
+
+def test_the_constraints_pin_every_runtime_dependency_within_its_range() -> None:
+    pins = constraint_pins()
+    wanted = [(r, set(r.extras)) for r in image_requirements()]
+    seen: set[str] = set()
+    while wanted:
+        requirement, extras = wanted.pop()
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} ({requirement}) is not pinned"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (name, pins[name])
+        if name in seen:
+            continue
+        seen.add(name)
+        try:  # what it needs in turn (with the extras asked of it), where installed to say so
+            needs = distribution(name).requires or []
+        except PackageNotFoundError:
+            continue
+        for need in map(Requirement, needs):
+            if not need.marker or any(need.marker.evaluate({"extra": e}) for e in {"", *extras}):
+                wanted.append((need, set(need.extras)))
+    unread = {pin: NEEDED_BY_UNINSTALLED.get(pin) for pin in set(pins) - seen}
+    for pin, needed_by in unread.items():
+        assert needed_by is not None, f"{pin} is pinned but not needed"
+        with pytest.raises(PackageNotFoundError):  # else its needs are read above
+            distribution(needed_by)
