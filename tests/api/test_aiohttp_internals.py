@@ -16,6 +16,7 @@ from packaging.requirements import Requirement
 
 from tests.servers import ROOT
 
+
 def declared(name: str) -> Requirement:
     """pacer's requirement on ``name``, as pyproject.toml declares it."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -31,7 +32,11 @@ def test_aiohttp_is_pinned_below_the_next_minor_and_installed_within() -> None:
 @pytest.mark.asyncio
 async def test_the_private_members_pacer_reads_are_there() -> None:
     assert inspect.iscoroutinefunction(web.AppRunner._make_server)
-    server = web.Server(lambda request: web.Response(), loop=asyncio.get_running_loop())
+
+    async def answer(request: web.BaseRequest) -> web.StreamResponse:
+        return web.Response()
+
+    server = web.Server(answer, loop=asyncio.get_running_loop())
     assert isinstance(server._kwargs, dict)  # the connection settings, passed on
     handler = server()
     assert isinstance(handler, RequestHandler)
