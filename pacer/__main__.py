@@ -81,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
         "lines set. A secret is never printed.",
     )
     cfg.add_argument(
-        "--markdown", action="store_true", help="print the README table of variables instead"
+        "--markdown",
+        action="store_true",
+        help="print the table of docs/settings.md instead",
     )
     from pacer.cli import completion
 
