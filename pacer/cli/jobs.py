@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -136,12 +137,13 @@ def jobs_table(jobs: list[dict[str, Any]], most: int = 20) -> str:
 
 
 def _submit(client: Client, args: argparse.Namespace, progress: Progress) -> int:
+    started = time.monotonic()  # the rate counts from the first submit, as pacer run's does
     ids = submit(client, args)
     for job_id in ids:
         print(job_id)
     if not args.wait:
         return 0
-    jobs = follow(client, ids, args.jobs * args.partitions, progress)
+    jobs = follow(client, ids, args.jobs * args.partitions, progress, started=started)
     print(jobs_table(jobs, most=len(jobs)))
     return 0 if all(j["state"] == "completed" for j in jobs) else 1
 
