@@ -193,7 +193,7 @@ class TimeoutSettings(Section):
         "call's duration, at least its floor (1)",
     )
     synthesis_floor_s: float = _limit_floor(600.0, "synthesis", "synthesis duration")
-    prove_floor_s: float = _limit_floor(300.0, "prove", "GPU service time")
+    prove_floor_s: float = _limit_floor(30.0, "prove", "GPU service time")
     verify_floor_s: float = _limit_floor(600.0, "verification", "synthesis duration")
 
 

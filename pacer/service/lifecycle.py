@@ -197,6 +197,7 @@ class Service:
             self._assemble_fleet()
         self.supervisor.expect(*(f"prove-{i}" for i in range(self.pipeline.workers)))
         self.pipeline.on_task_failure = self.supervisor.record_failure
+        self.readiness.append(self.pipeline.provers.progress)  # no GPU worker making progress
         self.metrics.watch_health(self.supervisor, self.watchdog, self.unready_reasons)
         self.pipeline.observer = Progress(self.metrics, self.watchdog)
 
@@ -323,8 +324,7 @@ class Service:
         return (p.backlog > 0 and not self.draining) or not p.idle or bool(self.uncommitted())
 
     def unready_reasons(self) -> list[str]:
-        """Why /readyz answers 503: starting or draining, then every readiness source's
-        reasons (tasks down or crash-looping, a stall, ...); empty when ready."""
+        """Why /readyz answers 503: starting or draining, then each readiness source's reasons."""
         if self.draining:
             reasons = ["draining: not accepting work"]
         else:
