@@ -118,8 +118,8 @@ class Service:
         return self.journal_access.journal
 
     async def db(self, call: Callable[..., T], *args: Any) -> T:
-        """Run a journal call on the journal's thread (`JournalAccess.run`)."""
-        return await self.journal_access.run(call, *args)
+        """Run a read for the API on the journal's thread (`JournalAccess.read`)."""
+        return await self.journal_access.read(call, *args)
 
     @property
     def policy_name(self) -> str:
