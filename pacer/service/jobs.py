@@ -147,9 +147,11 @@ class Jobs:
         except JournalUnavailable as exc:
             access.failed(exc, "accepting a job")
             raise JournalUnavailable(f"{exc}: not accepting new jobs") from exc
-        except TimeoutError:
+        except (TimeoutError, asyncio.CancelledError) as exc:  # cancelled: the request's task
             gave_up.set()
             written.add_done_callback(self._withdraw_late)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             raise JournalUnavailable(
                 f"the journal did not take the job within {wait_s:g} s "
                 "(PACER_JOURNAL__ACCEPT_WAIT_S): not accepted"

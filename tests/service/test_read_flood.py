@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
 from pacer.api import views
@@ -25,7 +26,7 @@ TOKEN = "r" * 40
 AUTH = {**JSON, "Authorization": f"Bearer {TOKEN}"}
 
 
-@pytest.fixture
+@pytest_asyncio.fixture
 async def one_read(tmp_path: Path) -> AsyncIterator[Server]:
     svc = Server(Service.build(
         settings_for(tmp_path, PACER_API__MAX_READS="1", PACER_API__TOKEN=TOKEN),
