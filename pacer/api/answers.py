@@ -20,6 +20,7 @@ REFUSALS: web.AppKey[Counter] = web.AppKey("refusals")
 DURATIONS: web.AppKey[Histogram] = web.AppKey("durations")
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 HOSTS: web.AppKey[HostNames] = web.AppKey("hosts")
+READS: web.AppKey[list[int]] = web.AppKey("reads")  # [reads being answered now]
 
 
 def respond(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
