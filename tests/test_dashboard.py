@@ -28,7 +28,8 @@ from tests.dashboard_queries import (
 ROOT = Path(__file__).resolve().parents[1]
 PROVISIONING = ROOT / "dashboards" / "provisioning"
 DASHBOARDS_PATH = "/var/lib/grafana/dashboards"
-ROWS = ["Controller", "Pipeline", "Pinned pool", "GPUs", "Jobs", "Health", "Engines", "Fleet"]
+ROWS = ["Overview", "Controller", "Pipeline", "Pinned pool", "GPUs", "Jobs", "Health", "Process",
+        "Engines", "Fleet"]  # fmt: skip
 PANEL_TYPES = {"timeseries", "stat", "state-timeline", "heatmap"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 GRID_WIDTH = 24
@@ -189,14 +190,13 @@ def test_controller_mode_panel_names_every_mode(dashboard: dict[str, Any]) -> No
     [mapping] = panel["fieldConfig"]["defaults"]["mappings"]
     assert {m["text"] for m in mapping["options"].values()} == {m.value for m in Mode}
     for code, shown in mapping["options"].items():
-        assert f'pacer_controller_mode="{shown["text"]}"}} * {code}' in panel["targets"][0]["expr"]
+        assert f', mode="{shown["text"]}"}} * {code}' in panel["targets"][0]["expr"]
 
 
 def test_policy_panel_names_the_policy_of_each_instance(dashboard: dict[str, Any]) -> None:
     [panel] = [p for p in panels(dashboard) if p["title"] == "Dispatch policy"]
-    controller_y, pipeline_y = [
-        p["gridPos"]["y"] for p in dashboard["panels"] if p["type"] == "row"
-    ][:2]
+    rows = {p["title"]: p["gridPos"]["y"] for p in dashboard["panels"] if p["type"] == "row"}
+    controller_y, pipeline_y = rows["Controller"], rows["Pipeline"]
     assert controller_y < panel["gridPos"]["y"] < pipeline_y, "not in the Controller row"
     assert panel["type"] == "stat"
     assert panel["options"]["textMode"] == "name"  # the legend is what it shows, not the 1
@@ -340,3 +340,26 @@ def test_dashboard_provisioning_loads_the_dashboard_directory() -> None:
     [provider] = config["providers"]
     assert provider["type"] == "file"
     assert provider["options"]["path"] == DASHBOARDS_PATH
+
+
+def row_panels(dashboard: dict[str, Any], title: str) -> list[dict[str, Any]]:
+    """The panels under the row ``title``, up to the next row."""
+    top: list[dict[str, Any]] = dashboard["panels"]
+    start = next(i for i, p in enumerate(top) if p["type"] == "row" and p["title"] == title)
+    end = next((i for i in range(start + 1, len(top)) if top[i]["type"] == "row"), len(top))
+    return top[start + 1 : end]
+
+
+def test_the_overview_row_shows_the_few_numbers_asked_first(dashboard: dict[str, Any]) -> None:
+    overview = row_panels(dashboard, "Overview")
+    assert {p["type"] for p in overview} == {"stat"}
+    used = set().union(*(metric_names(t["expr"]) for p in overview for t in p["targets"]))
+    assert {"pacer_gpu_busy_ratio", "pacer_partitions_total", "pacer_memory_inflight_bytes",
+            "pacer_backlog_partitions", "pacer_ready"} <= used  # fmt: skip
+
+
+def test_the_process_row_shows_its_memory_and_cpu(dashboard: dict[str, Any]) -> None:
+    exprs = " ".join(t["expr"] for p in row_panels(dashboard, "Process") for t in p["targets"])
+    assert "process_resident_memory_bytes{" in exprs
+    assert "rate(process_cpu_seconds_total{" in exprs
+    assert exprs.count("and on (instance) pacer_build_info") >= 3  # pacer's processes only

@@ -22,6 +22,7 @@ DURATIONS: web.AppKey[Histogram] = web.AppKey("durations")
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 HOSTS: web.AppKey[HostNames] = web.AppKey("hosts")
 ENGINES: web.AppKey[EngineHub] = web.AppKey("engines")
+READS: web.AppKey[list[int]] = web.AppKey("reads")  # [reads being answered now]
 
 
 def respond(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

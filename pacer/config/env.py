@@ -12,6 +12,7 @@ from pydantic import BaseModel, ByteSize, SecretStr
 from pacer.config.settings import ENV_NESTED_DELIMITER, ENV_PREFIX, Settings
 
 SECRET_MASK = "**********"  # what `pacer config` shows of a secret that is set
+HOST_DEPENDENT = "(host-dependent)"  # the default of a setting derived from the host
 
 
 def env_name(loc: tuple[int | str, ...]) -> str:
@@ -45,7 +46,7 @@ def variables() -> Iterator[Variable]:
         ]  # fmt: skip
         for loc, field in fields:
             if field.default_factory is not None:
-                default = "(host-dependent)"
+                default = HOST_DEPENDENT
             else:
                 default = _render(field.default)
             yield Variable(env_name(loc), default, field.description or "")
@@ -72,6 +73,24 @@ def effective(settings: Settings) -> list[tuple[Variable, str]]:
             value = getattr(value, part)
         out.append((var, _render(value)))
     return out
+
+
+def is_set(settings: Settings, name: str) -> bool:
+    """Whether ``settings`` were given variable ``name`` (from the environment or as an
+    argument), rather than taking its default.
+
+    >>> is_set(Settings(controller={"kp": 0.4}), "PACER_CONTROLLER__KP")
+    True
+    >>> is_set(Settings(controller={"kp": 0.4}), "PACER_CONTROLLER__KI")
+    False
+    """
+    owner: BaseModel = settings
+    *sections, field = name.removeprefix(ENV_PREFIX).lower().split(ENV_NESTED_DELIMITER)
+    for part in sections:
+        if part not in owner.model_fields_set:
+            return False
+        owner = getattr(owner, part)
+    return field in owner.model_fields_set
 
 
 def markdown_table() -> str:

@@ -53,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--plot",
         type=Path,
         metavar="FILE.png",
-        help="also draw the run over time (matplotlib; .png, .svg, .pdf, ...)",
+        help="also draw the run over time (.png, .svg, .pdf, ...); needs matplotlib, the "
+        "plot extra: pip install -e '.[plot]'",
     )
     parser.add_argument(
         "--suite",

@@ -69,7 +69,7 @@ def test_the_shm_dir_is_an_absolute_path(
             "PACER_CONTROLLER__INTERVAL_MAX_S (60.0)",
         ),
         (
-            {"PACER_MEMORY__PARTITION_BYTES": "2TiB"},
+            {"PACER_MEMORY__PARTITION_BYTES": "2TiB", "PACER_MEMORY__BUDGET_BYTES": "1TiB"},
             "PACER_MEMORY__PARTITION_BYTES (2199023255552) must not exceed "
             "PACER_MEMORY__BUDGET_BYTES",
         ),
