@@ -26,6 +26,9 @@ UNMATCHED = "unmatched"  # the route label of a request for no route (404, a hos
 # What answers while the service starts (it may wait long for its journal): the rest needs what
 # the start opens and resumes.
 PROBES = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", UNMATCHED})
+# Not counted among the reads: the probes, and engine sessions, which last as long as their
+# engine and are bounded by PACER_ENGINE__MAX_SESSIONS instead.
+UNBOUNDED = PROBES | {"/v1/engine"}
 
 
 def route_of(request: web.Request) -> str:
@@ -64,7 +67,7 @@ async def reads_bounded(request: web.Request, handler: Handler) -> web.StreamRes
     """At most ``max_reads`` reads answered at once; one more is refused at once (503), so that
     a flood of reads leaves writes their share (docs/decisions/api.md, D143)."""
     limit = request.app[SERVICE].settings.api.max_reads
-    if not limit or request.method not in ("GET", "HEAD") or route_of(request) in PROBES:
+    if not limit or request.method not in ("GET", "HEAD") or route_of(request) in UNBOUNDED:
         return await handler(request)
     reads = request.app[READS]
     if reads[0] >= limit:

@@ -173,6 +173,8 @@ async def test_a_hundred_sessions_at_once(tmp_path: Path) -> None:
         decisions = await asyncio.gather(*(work(c) for c in clients))
         assert all(d["ack"] == 13 for d in decisions)
         assert len(hub_of(server).status()) == 100
+        status, _ = await call(server, "GET", "/v1/status")  # sessions are not reads
+        assert status == 200
         _, metrics = await call(server, "GET", "/metrics")
         assert 'pacer_engine_sessions{state="connected"} 100.0' in metrics
         await asyncio.gather(*(c.close() for c in clients))
