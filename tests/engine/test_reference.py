@@ -47,7 +47,7 @@ def test_the_engine_goes_on_while_pacer_is_gone_and_redeclares_to_a_new_one(
 ) -> None:
     server = ServerProcess(tmp_path, PACER_WORKLOAD="noop", PACER_API__PORT=str(free_port()))
     server.start()
-    proc = engine(server.port, "restart-a", "--partitions", "240", "--synthesis-s", "0.25",
+    proc = engine(server.port, "restart-a", "--partitions", "240", "--synthesis-s", "0.5",
                   "--slots", "4", "--gpu-s", "0.05")  # fmt: skip
     try:
         wait_until(lambda: "engine restart-a opened session" in server.log, "the session")
