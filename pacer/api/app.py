@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import Counter, Histogram
 
-from pacer.api.answers import DURATIONS, HOSTS, OPENAPI, READS, REFUSALS, SERVICE
+from pacer.api.answers import DURATIONS, ENGINES, HOSTS, OPENAPI, READS, REFUSALS, SERVICE
 from pacer.api.connection import Runner
 from pacer.api.hosts import HostNames
 from pacer.api.middleware import MIDDLEWARES
 from pacer.api.openapi import document
 from pacer.api.routes import ROUTES, add_routes
+from pacer.engine.hub import EngineHub
 
 if TYPE_CHECKING:
     from pacer.service.lifecycle import Service
@@ -48,6 +50,9 @@ def build_app(service: Service) -> web.Application:
         buckets=DURATION_BUCKETS,
         registry=service.registry,
     )
+    app[ENGINES] = hub = EngineHub(service.settings, service.registry, service.clock)
+    app.on_startup.append(lambda _: asyncio.to_thread(hub.store.load))
+    app.on_shutdown.append(lambda _: hub.close())
     add_routes(app)
     return app
 

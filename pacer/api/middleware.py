@@ -26,6 +26,9 @@ UNMATCHED = "unmatched"  # the route label of a request for no route (404, a hos
 # What answers while the service starts (it may wait long for its journal): the rest needs what
 # the start opens and resumes.
 PROBES = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", UNMATCHED})
+# Not counted among the reads: the probes, and engine sessions, which last as long as their
+# engine and are bounded by PACER_ENGINE__MAX_SESSIONS instead.
+UNBOUNDED = PROBES | {"/v1/engine"}
 
 
 def route_of(request: web.Request) -> str:
@@ -64,7 +67,7 @@ async def reads_bounded(request: web.Request, handler: Handler) -> web.StreamRes
     """At most ``max_reads`` reads answered at once; one more is refused at once (503), so that
     a flood of reads leaves writes their share (docs/decisions/api.md, D143)."""
     limit = request.app[SERVICE].settings.api.max_reads
-    if not limit or request.method not in ("GET", "HEAD") or route_of(request) in PROBES:
+    if not limit or request.method not in ("GET", "HEAD") or route_of(request) in UNBOUNDED:
         return await handler(request)
     reads = request.app[READS]
     if reads[0] >= limit:
@@ -135,19 +138,31 @@ async def started(request: web.Request, handler: Handler) -> web.StreamResponse:
     return error(503, f"not serving yet: {reasons}", headers={"Retry-After": "1"})
 
 
+def bears_token(request: web.Request) -> bool:
+    """Whether ``request`` bears ``Authorization: Bearer <PACER_API__TOKEN>``, or no token is
+    set."""
+    token = request.app[SERVICE].settings.api.token
+    if token is None:
+        return True
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    # aiohttp decodes header bytes that are not UTF-8 as surrogates: encode them back.
+    given_bytes = given.strip().encode("utf-8", "surrogateescape")
+    expected = token.get_secret_value().encode()
+    return scheme.lower() == "bearer" and hmac.compare_digest(given_bytes, expected)
+
+
+def unauthorized(what: str) -> web.Response:
+    """The 401 of a request without the token."""
+    return error(
+        401, f"{what} needs Authorization: Bearer <PACER_API__TOKEN>",
+        headers={"WWW-Authenticate": 'Bearer realm="pacer"'},
+    )  # fmt: skip
+
+
 @web.middleware
 async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    token = request.app[SERVICE].settings.api.token
-    if token is not None and request.method not in ("GET", "HEAD", "OPTIONS"):
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        # aiohttp decodes header bytes that are not UTF-8 as surrogates: encode them back.
-        given_bytes = given.strip().encode("utf-8", "surrogateescape")
-        expected = token.get_secret_value().encode()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given_bytes, expected):
-            return error(
-                401, "this endpoint needs Authorization: Bearer <PACER_API__TOKEN>",
-                headers={"WWW-Authenticate": 'Bearer realm="pacer"'},
-            )  # fmt: skip
+    if request.method not in ("GET", "HEAD", "OPTIONS") and not bears_token(request):
+        return unauthorized("this endpoint")
     return await handler(request)
 
 
