@@ -121,9 +121,10 @@ class FleetQueue:
                 "SELECT * FROM pacer_claim(?, ?, ?)", (host, n, self.lease_s)
             ).fetchall()
         return [
-            Claim(batch, job_id, free_runs(start, stop, ((d, d + 1) for d in done)), previous)
-            for batch, job_id, start, stop, done, previous in rows
-        ]
+            Claim(batch, job_id, free_runs(start, stop, ((d, d + 1) for d in done)), previous,
+                  token)
+            for batch, job_id, start, stop, done, previous, token in rows
+        ]  # fmt: skip
 
     def renew(self, host: str) -> list[int]:
         """Extend ``host``'s leases by ``lease_s`` from now; the batches it still holds. A
@@ -133,7 +134,7 @@ class FleetQueue:
         with connection(self._pool) as db:
             rows = db.execute(
                 f"{_DROP_ENDED} UPDATE batches b"
-                " SET lease_until = now() + make_interval(secs => ?)"
+                " SET lease_until = now() + make_interval(secs => ?), renewed_at = now()"
                 f" WHERE b.claimed_by = ? AND {_ACTIVE_JOB} RETURNING b.id",
                 (host, *ACTIVE, self.lease_s, host, *ACTIVE),
             ).fetchall()
