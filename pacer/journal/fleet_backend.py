@@ -62,6 +62,8 @@ class FleetBackend(JournalBackend, Protocol):
 
     host: str
     lease_s: float
+    refused_results: int
+    """Results not stored since the journal opened: their leases were no longer this host's."""
 
     def hold_host(self) -> None:
         """Take this host's name for as long as the journal is open (on a connection of its
