@@ -78,6 +78,10 @@ def open_pool(url: str, size: int = POOL_SIZE, timeout_s: float = TIMEOUT_S) -> 
     pool: ConnectionPool = ConnectionPool(
         url, min_size=1, max_size=size, timeout=timeout_s, configure=configure, open=False,
         kwargs={"autocommit": True, **connect_options(timeout_s)},
+        # A connection lost (the server restarted) is retried with a backoff that doubles;
+        # bounded so, it never waits long once the server is back: the pool gives the
+        # attempt up and its next call starts a new one.
+        reconnect_timeout=max(1.0, 2 * timeout_s),
         name="pacer-journal",
     )  # fmt: skip
     try:
