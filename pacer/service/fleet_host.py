@@ -301,12 +301,19 @@ class Fleet:
     # -- leases -------------------------------------------------------------------------------
 
     async def _lease_loop(self) -> None:
+        """Renew every third of the lease; after a failed renewal, again as soon as the
+        journal's backoff allows (a connection lost in a server's restart fails one call), so
+        that leases are renewed within their grace once the server is back."""
+        period_s = self.lease_s / RENEWALS_PER_LEASE
+        failures = 0
         while True:
-            await asyncio.sleep(self.lease_s / RENEWALS_PER_LEASE)
-            await self.renew()
+            delay = period_s if not failures else self._access.backoff.delay_s(failures)
+            await asyncio.sleep(min(period_s, delay))
+            failures = 0 if await self.renew() else failures + 1
 
-    async def renew(self) -> None:
-        """Renew this host's leases; drop from the backlog what those it lost held."""
+    async def renew(self) -> bool:
+        """Renew this host's leases; drop from the backlog what those it lost held. Whether the
+        renewal went through."""
         known = set(self.held)
         sent = self._clock()
         try:
@@ -314,7 +321,7 @@ class Fleet:
         except JournalUnavailable as exc:
             self.counts.renewal_failures += 1
             self._access.failed(exc, "renewing the fleet's leases")
-            return
+            return False
         self._renewed_at = self._clock()
         self.leases.renewed(kept, sent + self.lease_s)
         for batch in known.difference(kept):
@@ -325,6 +332,7 @@ class Fleet:
         if back or dropped:
             log.info("after the renewal, %d partitions set aside at a GPU are queued again, "
                      "%d left to the fleet", sum(map(len, back.values())), dropped)  # fmt: skip
+        return True
 
     def _refused(self, job_id: str, index: int) -> None:
         """A GPU was not given this partition: its lease had lapsed, or was lost."""

@@ -1,8 +1,8 @@
 """Faults that once stopped a whole fleet or made it prove twice, with real `pacer serve`
 processes on a PostgreSQL server of the test's own: a host frozen (SIGSTOP) past its lease
 holds no other host up, and once resumed proves at most its partitions in flight again and
-stores none of them; the server restarted, for a moment or for longer than a lease, makes no
-host prove a partition twice.
+stores none of them; the server restarted, for a moment or for longer than a lease, with one
+host out of reach a little longer still, makes no host prove a partition twice.
 
 How many partitions were proved twice is what the hosts proved (their
 ``pacer_partitions_total{outcome="completed"}``) less the jobs' partitions."""
@@ -36,6 +36,10 @@ MAX_GAP_S = 12.0  # the longest the fleet may go without a commit while one host
 # Synthesis slowed so that the jobs outlast the fault (the noop workload is instant otherwise).
 SLOWER = {"faults": [{"call": "synthesis", "kind": "slow", "seconds": 0.05}]}
 WORK_S = 120.0  # the most a run may take to complete every job
+RESTART_LEASE_S = 12.0  # shorter than the longer restart
+# How much longer than the restart one host stays out of reach (as a pool slow to connect
+# again): past its lease, within the lease's grace after the start.
+LATE_S = 6.0
 
 
 @pytest.fixture
@@ -146,17 +150,22 @@ def test_a_server_restart_makes_no_host_prove_a_partition_twice(
     own_postgres: PostgresServer, server_factory: ServerFactory, down_s: float
 ) -> None:
     url = own_postgres.create_database()
-    lease_s = 10.0  # shorter than the longer restart
-    hosts = hosts_on(server_factory, url, ["a", "b"], lease_s)
-    accepted = [hosts[0].client.submit(300, params=SLOWER) for _ in range(6)]
+    hosts = hosts_on(server_factory, url, ["a", "b", "late"], RESTART_LEASE_S)
+    late = hosts[2]
+    # Small jobs: each job's partitions never handed out are soon gone, so that a lapsed lease
+    # is what a claim takes first.
+    accepted = [hosts[0].client.submit(45, params=SLOWER) for _ in range(40)]
     wait_until(lambda: done_in(url) > 100, "some results")
     own_postgres.halt()
+    late.signal(signal.SIGSTOP)  # cut off from the database a little longer than the others
     time.sleep(down_s)  # the fault itself: the server down this long
     own_postgres.resume()
+    time.sleep(LATE_S)
+    late.signal(signal.SIGCONT)
     wait_until(lambda: all_completed(url), "every job to complete", timeout_s=WORK_S)
     assert proved_twice(url, hosts) == 0
     assert sum(metric(h, "pacer_fleet_reclaimed_partitions_total") for h in hosts) == 0
     for host in hosts:
         host.signal(signal.SIGTERM)
-    assert [host.wait(30) for host in hosts] == [0, 0]
+    assert [host.wait(30) for host in hosts] == [0, 0, 0]
     check_every_job_completed_once(url, accepted, hosts)
