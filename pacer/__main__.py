@@ -62,7 +62,9 @@ def _parser() -> argparse.ArgumentParser:
         "meaning and unit. Unset settings are commented out; a secret is never printed.",
     )
     cfg.add_argument(
-        "--markdown", action="store_true", help="print the README table of variables instead"
+        "--markdown",
+        action="store_true",
+        help="print the table of docs/settings.md instead",
     )
     return parser
 

@@ -1,5 +1,5 @@
 """Static checks of the Grafana dashboard and its provisioning: structure, layout, datasource,
-and that every query uses only the series pacer exports (README's metrics table).
+and that every query uses only the series pacer exports (the metrics table of docs/metrics.md).
 tests/service/test_prometheus.py evaluates the same queries against a real Prometheus."""
 
 from __future__ import annotations
@@ -50,10 +50,11 @@ def query_text(variable: dict[str, Any]) -> str:
 
 
 def exported_series() -> set[str]:
-    """Series names of README's metrics table: a histogram as its _bucket, _sum and _count
-    series, every other type (counters already end in _total) by its own name."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Metrics", 1)[1].split("\n#", 1)[0]
+    """Series names of the metrics table (docs/metrics.md, "The series"): a histogram as its
+    _bucket, _sum and _count series, every other type (counters already end in _total) by its
+    own name."""
+    page = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    section = page.split("\n## The series\n", 1)[1].split("\n#", 1)[0]
     names: set[str] = set()
     for name, kind in re.findall(r"^\| `(pacer_\w+)` \| ([^|]+) \|", section, flags=re.M):
         if kind.strip() == "histogram":
@@ -207,9 +208,9 @@ def test_policy_panel_names_the_policy_of_each_instance(dashboard: dict[str, Any
     assert target["instant"] is True
 
 
-def test_pi_only_series_are_the_readme_pi_terms() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    [terms] = re.findall(r"the PI terms \(([^)]*)\) are absent", readme)
+def test_pi_only_series_are_the_documented_pi_terms() -> None:
+    page = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    [terms] = re.findall(r"the PI terms \(([^)]*)\) are absent", page)
     assert {f"pacer_controller_{t}" for t in re.findall(r"`(\w+)`", terms)} == PI_ONLY_SERIES
     assert exported_series() >= PI_ONLY_SERIES
 

@@ -69,15 +69,16 @@ def pacer_container() -> dict[str, Any]:
 
 
 def exported_metric_names() -> set[str]:
-    """The series names the service exports, from the README's metrics table (first column);
-    a histogram adds its _bucket, _sum and _count series."""
-    section = (ROOT / "README.md").read_text().split("### Metrics", 1)[1].split("\n### ", 1)[0]
+    """The series names the service exports, from the metrics table of docs/metrics.md (first
+    column); a histogram adds its _bucket, _sum and _count series."""
+    page = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    section = page.split("\n## The series\n", 1)[1].split("\n## ", 1)[0]
     names: set[str] = set()
     for name, kind in re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", section, re.MULTILINE):
         names.add(name)
         if kind == "histogram":
             names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
-    assert len(names) > 20, "the README's metrics table was not found"
+    assert len(names) > 20, "the metrics table of docs/metrics.md was not found"
     return names
 
 

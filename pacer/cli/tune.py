@@ -51,7 +51,7 @@ others draw each job's partitions again from that job's.
 """
 EPILOG = """\
 the grid (--grid NAME=V1,V2,... replaces one setting's values, or adds a setting; repeat it):
-  kp               2, 4, 8 (the safe range the README gives)
+  kp               2, 4, 8 (the safe range docs/controller.md gives)
   ki               0, 0.1, 0.25
   target_ready_s   0 and 1/8, 1/4, 1/2, 1 of the mean synthesis time recorded
   any other PACER_CONTROLLER__* setting by name, e.g. --grid target_ready=2,4,8

@@ -1,6 +1,6 @@
 """The environment variables of the settings: their names, defaults and descriptions, the
-values a Settings object holds for them (``pacer config``), and the README's table of them
-(``pacer config --markdown``)."""
+values a Settings object holds for them (``pacer config``), and the table of them in
+docs/settings.md (``pacer config --markdown``)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def effective(settings: Settings) -> list[tuple[Variable, str]]:
 
 
 def markdown_table() -> str:
-    """The README table of environment variables, generated from the schema."""
+    """The table of environment variables in docs/settings.md, generated from the schema."""
     lines = ["| Variable | Default | Meaning (unit) |", "|---|---|---|"]
     for var in variables():
         lines.append(f"| `{var.name}` | `{var.default}` | {var.description} |")

@@ -14,8 +14,8 @@ from pacer.control.registry import POLICIES
 
 HELP = "run the pacing controller against a simulated host, on a virtual clock"
 DESCRIPTION = """\
-Simulate a scenario (a shipped one by name, or a TOML file, see README) under a dispatch policy
-and print what happened. An hour of simulated time takes about a second.
+Simulate a scenario (a shipped one by name, or a TOML file: docs/simulating.md) under a
+dispatch policy and print what happened. An hour of simulated time takes about a second.
 """
 EPILOG = """\
 policies:

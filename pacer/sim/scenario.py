@@ -212,7 +212,7 @@ class Targets(Strict):
 
 
 class Scenario(Strict):
-    """One simulated host and workload; see README "Scenario files"."""
+    """One simulated host and workload; see docs/simulating.md, "Scenario files"."""
 
     name: str = Field(min_length=1)
     description: str = Field("", max_length=200)  # one line, for `pacer simulate --list`
