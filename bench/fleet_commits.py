@@ -45,9 +45,13 @@ class CommitterRun:
     empty: int
 
 
-def committer(url: str, host: str, batch: int, seconds: float, barrier: Barrier) -> CommitterRun:
+def committer(
+    url: str, host: str, batch: int, seconds: float, barrier: Barrier,
+    runs: multiprocessing.Queue[CommitterRun],
+) -> None:  # fmt: skip
     """Claim ``batch`` partitions and commit them, back to back, for ``seconds`` after a
-    warm-up, once every claimer is ready."""
+    warm-up, once every claimer is ready; put what it did on ``runs``, and keep the
+    connection (its server process, whose CPU is counted) until every claimer is done."""
     with PgJournal.connect(url, host=host, pool_size=1) as journal:
         barrier.wait()
         start = time.perf_counter() + WARMUP_S
@@ -72,14 +76,8 @@ def committer(url: str, host: str, batch: int, seconds: float, barrier: Barrier)
                 run.ends.append(done - start)
             else:
                 run.empty += 1
-    return run
-
-
-def _run_committer(
-    url: str, host: str, batch: int, seconds: float, barrier: Barrier,
-    results: multiprocessing.Queue[CommitterRun],
-) -> None:  # fmt: skip
-    results.put(committer(url, host, batch, seconds, barrier))
+        runs.put(run)
+        barrier.wait()
 
 
 def server_cpu_s(server: PostgresServer) -> float:
@@ -117,7 +115,7 @@ def measure(
     barrier = spawn.Barrier(claimers + 1)
     queue: multiprocessing.Queue[CommitterRun] = spawn.Queue()
     processes = [
-        spawn.Process(target=_run_committer, args=(url, f"host-{i}", batch, seconds, barrier,
+        spawn.Process(target=committer, args=(url, f"host-{i}", batch, seconds, barrier,
                                                    queue))
         for i in range(claimers)
     ]  # fmt: skip
@@ -128,6 +126,7 @@ def measure(
     cpu_before, wall_before = server_cpu_s(server), time.perf_counter()
     runs = [queue.get() for _ in processes]
     cpu = (server_cpu_s(server) - cpu_before) / (time.perf_counter() - wall_before)
+    barrier.wait()  # the claimers may close their connections now
     for process in processes:
         process.join()
     claims = sorted(x for run in runs for x in run.claims)
