@@ -10,8 +10,9 @@ LOCKED`` lets claimers pass the runs another claim holds: with a job's lanes, co
 claimers take different runs of it instead of queueing on one row.
 
 A lease that expires is any host's to claim: the claim hands out only the partitions of the
-run that have no result yet. Results are stored once whoever sends them (``complete_partitions``
-ignores a partition already journaled) and a run whose partitions all have results is deleted.
+run that have no result yet, under a new fencing token: a result proved under the old one is
+refused (`pacer.pgjournal.results`). Results are stored once (``complete_partitions`` ignores a
+partition already journaled) and a run whose partitions all have results is deleted.
 A job that ends (completed, failed, cancelled) has its runs deleted: nothing of it is claimed
 again. The journal's writes keep the runs in step with the jobs through `add_runs`,
 `drop_finished_runs` and `drop_runs`, in their transactions.
