@@ -1,5 +1,5 @@
-"""The fleet's server-side functions: `CLAIM_FUNCTION` (``pacer_claim``) hands out leases, each
-with a fencing token, and `COMMIT_FUNCTION` (``pacer_commit``) stores results under them; each
+"""The fleet's server-side routines: `CLAIM_FUNCTION` (``pacer_claim``) hands out leases, each
+with a fencing token, and `COMMIT_PROCEDURE` (``pacer_commit``) stores results under them; each
 is one round trip, so no lock is held while a host is between two statements.
 
 A lease's token (from the ``batch_tokens`` sequence) is new at every claim of its run: a host
@@ -130,23 +130,25 @@ BEGIN
 END $$
 """
 
-# Results of proved partitions, as parallel arrays, stored in one statement: those of a lease
-# (``batch``, ``token``) only while ``holder`` still holds it with that token; those without a
-# lease (NULL batch) as they come. A result already stored, or of a job no longer queued or
-# running, is skipped. The jobs are locked in id order (two commits never wait on each other in
-# a cycle); their progress updates no indexed column (a HOT update) but where the state
-# changes. Returns a row per job completed, then one row with a NULL id: the results refused
+# Results of proved partitions, as parallel arrays, stored by one CALL in two transactions.
+# The first stores those of a lease (``batch``, ``token``) only while ``holder`` still holds it
+# with that token, those without a lease (NULL batch) as they come, skipping a result already
+# stored or of a job no longer queued or running; it counts them in ``holder``'s own progress
+# row of each job (``job_progress``), drops finished leases, and commits, waiting for the WAL
+# flush, without touching a job's row: commits of one job from many hosts flush together. The
+# second sets each job's ``partitions_done`` to the sum of its progress rows, under the job's
+# row lock (in id order), and completes the job that has them all; it does not wait for the
+# flush unless it completed one (progress it loses in a crash is summed again by the next
+# commit, or this one retried). ``completed``: the jobs completed; ``refused``: results refused
 # under leases no longer held. Raises PCR01 (an unknown job) or PCR02 (an index past a job's
-# partitions): nothing is then written.
-COMMIT_FUNCTION = """
-CREATE FUNCTION pacer_commit(holder text, at double precision, job_ids text[],
-                             batch_ids bigint[], tokens bigint[], idxs integer[],
-                             synthesis double precision[], gpu_seconds double precision[],
-                             phase_texts text[], digests text[], gpus integer[])
-RETURNS TABLE (c_id text, c_state text, c_partitions integer, c_done integer,
-               c_workload text, c_params text, c_priority bigint,
-               c_created double precision, c_updated double precision, c_error text,
-               c_digest text, c_refused integer)
+# partitions) before writing anything.
+COMMIT_PROCEDURE = """
+CREATE PROCEDURE pacer_commit(holder text, at double precision, job_ids text[],
+                              batch_ids bigint[], tokens bigint[], idxs integer[],
+                              synthesis double precision[], gpu_seconds double precision[],
+                              phase_texts text[], digests text[], gpus integer[],
+                              INOUT completed text[] DEFAULT NULL,
+                              INOUT refused integer DEFAULT NULL)
 LANGUAGE plpgsql AS $$
 DECLARE
     t double precision := coalesce(at, extract(epoch FROM now()));
@@ -156,11 +158,11 @@ DECLARE
     held_tokens bigint[];
     new_jobs text[];
     new_idxs integer[];
-    refused integer;
     j record;
+    total integer;
     job_digest text;
 BEGIN
-    PERFORM 1 FROM jobs WHERE id = ANY(job_ids) ORDER BY id FOR NO KEY UPDATE;
+    completed := '{}';
     SELECT r.job_id INTO missing FROM unnest(job_ids) AS r (job_id)
         WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE id = r.job_id) LIMIT 1;
     IF missing IS NOT NULL THEN
@@ -191,42 +193,53 @@ BEGIN
                                 completed_at)
         SELECT job_id, idx, 'completed', synthesis_s, gpu_s, phases, digest, gpu, t
         FROM fenced WHERE held
+        ORDER BY job_id, idx  -- commits that meet on a result wait in one order, never a cycle
         ON CONFLICT (job_id, idx) DO NOTHING RETURNING job_id, idx
     )
     SELECT coalesce(array_agg(s.job_id), '{}'), coalesce(array_agg(s.idx), '{}'),
            (SELECT count(*) FROM fenced WHERE NOT held)
         INTO new_jobs, new_idxs, refused FROM stored s;
-    FOR j IN SELECT jobs.id, jobs.state, jobs.partitions, jobs.partitions_done + n.added AS done
-            FROM (SELECT job_id, count(*)::integer AS added FROM unnest(new_jobs) AS job_id
-                  GROUP BY job_id) AS n JOIN jobs ON jobs.id = n.job_id ORDER BY jobs.id LOOP
-        IF j.done < j.partitions THEN
-            IF j.state = 'running' THEN
-                UPDATE jobs SET partitions_done = j.done WHERE id = j.id;
-            ELSE
-                UPDATE jobs SET partitions_done = j.done, state = 'running', updated_at = t
-                WHERE id = j.id;
-            END IF;
+    INSERT INTO job_progress (job_id, host, done)
+        SELECT job_id, holder, count(*) FROM unnest(new_jobs) AS job_id GROUP BY job_id
+        ORDER BY job_id
+        ON CONFLICT (job_id, host) DO UPDATE SET done = job_progress.done + excluded.done;
+    -- The leases whose partitions all have results leave the queue (locked in id order).
+    DELETE FROM batches WHERE id IN (
+        SELECT b.id FROM batches b JOIN (
+                SELECT job_id, min(idx) AS lo, max(idx) AS hi FROM unnest(new_jobs, new_idxs)
+                    AS n (job_id, idx) GROUP BY job_id) AS n
+            ON b.job_id = n.job_id AND b.claimed_by IS NOT NULL AND b.start <= n.hi
+                AND b.stop > n.lo
+            WHERE b.stop - b.start = (SELECT count(*) FROM partitions p
+                WHERE p.job_id = b.job_id AND p.idx >= b.start AND p.idx < b.stop)
+            ORDER BY b.id FOR UPDATE OF b);
+    COMMIT;
+    -- Every job of the batch, not only those with new results: a retry after this part
+    -- failed (or the server crashed) counts what the first attempt stored.
+    FOR j IN SELECT jobs.id, jobs.state, jobs.partitions, jobs.partitions_done FROM jobs
+            WHERE id IN (SELECT DISTINCT unnest(job_ids)) AND state IN ('queued', 'running')
+            ORDER BY id FOR NO KEY UPDATE LOOP
+        SELECT coalesce(sum(done), 0) INTO total FROM job_progress WHERE job_id = j.id;
+        IF total = j.partitions_done THEN
             CONTINUE;
+        ELSIF total < j.partitions AND j.state = 'running' THEN
+            UPDATE jobs SET partitions_done = total WHERE id = j.id;
+        ELSIF total < j.partitions THEN
+            UPDATE jobs SET partitions_done = total, state = 'running', updated_at = t
+            WHERE id = j.id;
+        ELSE
+            SELECT encode(sha256(convert_to(string_agg(p.digest || chr(10), '' ORDER BY p.idx),
+                                            'UTF8')), 'hex')
+                INTO job_digest FROM partitions p WHERE p.job_id = j.id;
+            DELETE FROM batches WHERE job_id = j.id;
+            UPDATE jobs SET partitions_done = total, state = 'completed', updated_at = t,
+                result_digest = job_digest
+            WHERE id = j.id;
+            completed := completed || j.id;
         END IF;
-        SELECT encode(sha256(convert_to(string_agg(p.digest || chr(10), '' ORDER BY p.idx),
-                                        'UTF8')), 'hex')
-            INTO job_digest FROM partitions p WHERE p.job_id = j.id;
-        DELETE FROM batches WHERE job_id = j.id;
-        RETURN QUERY UPDATE jobs SET partitions_done = j.done, state = 'completed',
-                updated_at = t, result_digest = job_digest
-            WHERE id = j.id
-            RETURNING id, state, partitions, partitions_done, workload, params, priority,
-                      created_at, updated_at, error, result_digest, 0;
     END LOOP;
-    -- The leases whose partitions all have results leave the queue.
-    DELETE FROM batches b USING (
-            SELECT job_id, min(idx) AS lo, max(idx) AS hi FROM unnest(new_jobs, new_idxs)
-                AS n (job_id, idx) GROUP BY job_id) AS n
-        WHERE b.job_id = n.job_id AND b.claimed_by IS NOT NULL AND b.start <= n.hi
-            AND b.stop > n.lo AND b.stop - b.start = (SELECT count(*) FROM partitions p
-                WHERE p.job_id = b.job_id AND p.idx >= b.start AND p.idx < b.stop);
-    c_id := NULL;
-    c_refused := refused;
-    RETURN NEXT;
+    IF cardinality(completed) = 0 THEN
+        SET LOCAL synchronous_commit = off;
+    END IF;
 END $$
 """

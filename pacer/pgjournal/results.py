@@ -1,9 +1,10 @@
 """Proved partitions stored in the fleet's database in one round trip: `commit_results` calls
 ``pacer_commit`` (`pacer.pgjournal.functions`), which checks each result's lease and stores
-the results, the jobs' progress and their completion in one statement.
+the results, counts the jobs' progress and completes them in one CALL (the jobs it completed
+are then read).
 
-One statement means one transaction that the server runs to its end by itself: a host that
-freezes or loses its network while it commits holds no lock for longer than the statement.
+The server runs a CALL to its end by itself: a host that freezes or loses its network while it
+commits holds no lock for longer than the CALL.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from pacer.journal.records import JobRecord, PartitionResult, UnknownJob
-from pacer.journal.rows import job_from_row
+from pacer.journal.rows import JOB_COLUMNS, job_from_row
 from pacer.pgjournal.database import connection
 
 log = logging.getLogger("pacer.journal")
@@ -26,7 +27,7 @@ UNKNOWN_JOB = "PCR01"
 INDEX_OUT_OF_RANGE = "PCR02"
 
 _COMMIT = (
-    "SELECT * FROM pacer_commit(?, ?::double precision, ?::text[], ?::bigint[], ?::bigint[],"
+    "CALL pacer_commit(?, ?::double precision, ?::text[], ?::bigint[], ?::bigint[],"
     " ?::integer[], ?::double precision[], ?::double precision[], ?::text[], ?::text[],"
     " ?::integer[])"
 )
@@ -35,7 +36,7 @@ _COMMIT = (
 def commit_results(
     pool: ConnectionPool, host: str, items: Sequence[PartitionResult], now: float | None
 ) -> tuple[list[JobRecord], int]:
-    """Store ``items`` for ``host``, in one statement: the jobs this completed, and how many
+    """Store ``items`` for ``host``, in one CALL: the jobs this completed, and how many
     results were refused because their lease is no longer ``host``'s (lapsed and taken by
     another host, or given back). Results without a lease are stored as they come; a result
     already stored, or of a job no longer queued or running, is skipped. ``now``: the jobs'
@@ -51,15 +52,19 @@ def commit_results(
     )  # fmt: skip
     try:
         with connection(pool) as db:
-            rows = db.execute(_COMMIT, args).fetchall()
+            row = db.execute(_COMMIT, args).fetchone()
+            assert row is not None
+            ended, refused = row
+            completed = [] if not ended else [
+                job_from_row(job) for job in db.execute(
+                    f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ANY(?) ORDER BY id", (ended,))
+            ]  # fmt: skip
     except psycopg.Error as exc:
         if exc.sqlstate == UNKNOWN_JOB:
             raise UnknownJob(exc.diag.message_primary or "") from None
         if exc.sqlstate == INDEX_OUT_OF_RANGE:
             raise ValueError(exc.diag.message_primary) from None
         raise
-    completed = [job_from_row(row[:-1]) for row in rows if row[0] is not None]
-    refused = sum(int(row[-1]) for row in rows if row[0] is None)
     if refused:
         log.warning(
             "%d results not stored: their leases are no longer %s's (they lapsed and another "

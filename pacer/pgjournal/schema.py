@@ -16,7 +16,8 @@ Version 2: fenced leases and one-round-trip commits (`pacer.pgjournal.functions`
 carries a token, new at each claim (``batch_tokens``), and when it was last renewed
 (``renewed_at``); ``pacer_claim`` returns the token, and lets no lease renewed before the server
 started lapse within a lease's time of the start; ``pacer_commit`` stores results only
-under leases still held. Jobs' pages keep room for HOT updates of their progress.
+under leases still held, counting them per host in ``job_progress``. Jobs' pages keep room for
+HOT updates of their progress.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from pacer.journal.records import JournalRefusedError
-from pacer.pgjournal.functions import CLAIM_FUNCTION, COMMIT_FUNCTION
+from pacer.pgjournal.functions import CLAIM_FUNCTION, COMMIT_PROCEDURE
 
 SCHEMA_VERSION = 2
 
@@ -89,8 +90,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # which changes no indexed column, is then a HOT update that no index sees.
         "ALTER TABLE jobs SET (fillfactor = 50)",
         "DROP FUNCTION IF EXISTS pacer_claim(text, integer, double precision)",
+        # A job's results counted per host: commits of one job from many hosts write
+        # different rows, and meet on the job's row only after their flush.
+        """CREATE TABLE job_progress (job_id text NOT NULL, host text NOT NULL,
+    done integer NOT NULL, PRIMARY KEY (job_id, host))""",
         CLAIM_FUNCTION,
-        COMMIT_FUNCTION,
+        COMMIT_PROCEDURE,
     ),
 }
 

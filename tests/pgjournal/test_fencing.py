@@ -168,3 +168,31 @@ def test_a_lease_renewed_before_a_server_restart_lapses_only_a_lease_after_the_s
                 claims = wait_until(lambda: third.claim("host-c", 4),
                                     "the lease taken after its grace")  # fmt: skip
                 assert [(c.batch, c.reclaimed_from) for c in claims] == [(mine.batch, "host-a")]
+
+
+def test_a_commit_retried_after_its_count_was_lost_completes_the_job(
+    journal: PgJournal, postgres_url: str
+) -> None:
+    job = journal.add_job(2, None, {})
+    journal.complete_partitions([proved(job.id, 0)])
+    # The first transaction of the last commit stored its result and counted it on the host's
+    # progress row; its second, which sums the rows into the job, was lost (a crash).
+    sql(postgres_url, "INSERT INTO partitions (job_id, idx, state, phases, digest, completed_at)"
+                      " VALUES (%s, 1, 'completed', '{}', 'd1', 0)", job.id)  # fmt: skip
+    sql(postgres_url, "UPDATE job_progress SET done = done + 1 WHERE job_id = %s", job.id)
+    assert journal.get_job(job.id).partitions_done == 1  # type: ignore[union-attr]
+    (done,) = journal.complete_partitions([proved(job.id, 1)])  # the host retries it
+    assert (done.id, done.state, done.partitions_done) == (job.id, "completed", 2)
+
+
+def test_commits_of_one_job_from_many_hosts_count_on_rows_of_their_own(
+    journal: PgJournal, postgres_url: str
+) -> None:
+    job = journal.add_job(6, None, {})
+    for host, indices in (("host-a", (0, 1)), ("host-b", (2,)), ("host-c", (3, 4))):
+        with PgJournal.connect(postgres_url, host=host) as other:
+            other.complete_partitions([proved(job.id, i) for i in indices])
+    rows = sql(postgres_url, "SELECT host, done FROM job_progress WHERE job_id = %s"
+                             " ORDER BY host", job.id)  # fmt: skip
+    assert rows == [("host-a", 2), ("host-b", 1), ("host-c", 2)]
+    assert journal.get_job(job.id).partitions_done == 5  # type: ignore[union-attr]
