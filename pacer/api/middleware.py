@@ -22,9 +22,9 @@ log = logging.getLogger("pacer.api")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 METHODS = frozenset({"GET", "HEAD", "POST", "PATCH", "DELETE", "OPTIONS"})
 UNMATCHED = "unmatched"  # the route label of a request for no route (404, a hostile path)
-# What answers while the service starts (it may wait long for its journal): the rest needs what
-# the start opens and resumes.
-PROBES = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", UNMATCHED})
+# What answers while the service starts (it may wait long for its journal), the status page
+# among them (it says why): the rest needs what the start opens and resumes.
+PROBES = frozenset({"/", "/healthz", "/readyz", "/metrics", "/openapi.json", UNMATCHED})
 
 
 def route_of(request: web.Request) -> str:

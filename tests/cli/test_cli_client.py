@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 
 from pacer.__main__ import main
 from pacer.cli.args import Progress, param
-from pacer.cli.http_client import Client
-from pacer.cli.jobs import fleet_rows, journal_rows
+from pacer.cli.status import fleet_rows, journal_rows
+from pacer.client import BlockingClient
 from tests.conftest import FakeClock
 from tests.servers import refusing_port
 
@@ -39,17 +40,36 @@ def test_a_malformed_url_fails_at_once(
 
 
 def test_a_service_address_keeps_its_path_prefix() -> None:
-    assert Client("https://proxy.example/pacer/").base_url == "https://proxy.example/pacer"
+    assert BlockingClient("https://proxy.example/pacer/").base_url == "https://proxy.example/pacer"
 
 
-def test_waiting_for_the_service_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("command", ["status", "cancel"])
+def test_no_service_there_is_said_at_once_with_a_hint(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [command, *(["0123456789abcdef"] if command == "cancel" else [])]
+    with refusing_port() as port:
+        url = f"http://127.0.0.1:{port}"
+        started = time.monotonic()
+        assert main([*argv, "--url", url]) == 1  # the default --timeout: 30 s
+        took = time.monotonic() - started
+    assert took < 15.0  # UNREACHABLE_S (2 s), with room for a loaded machine; not 30 s
+    assert capsys.readouterr().err == (
+        f"pacer: cannot reach pacer at {url}: Connection refused: is it running? Start it "
+        "with `pacer serve`, or pass --url\n"
+    )
+
+
+def test_a_timeout_shorter_than_the_grace_still_gives_the_hint(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with refusing_port() as port:
         url = f"http://127.0.0.1:{port}"
         assert main(["status", "--url", url, "--timeout", "0.3"]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith(f"waiting for pacer at {url} (Connection refused), 0 s of 0.3\n")
-    assert err.endswith(f"pacer: not ready after 0.3 s: cannot reach pacer at {url}: "
-                        "<urlopen error [Errno 111] Connection refused>\n")  # fmt: skip
+    assert capsys.readouterr().err == (
+        f"pacer: not ready after 0.3 s: cannot reach pacer at {url}: Connection refused: is it "
+        "running? Start it with `pacer serve`, or pass --url\n"
+    )
 
 
 @pytest.mark.parametrize(
