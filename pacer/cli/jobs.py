@@ -16,10 +16,11 @@ from pacer.config import Settings
 from pacer.journal import JobState
 
 POLL_S = 0.5
-# How long `pacer status` and the others try a service they cannot reach before they say so
-# (s): one starting may refuse for a moment; no service at all should not cost 30 s.
+# How long a command tries a service it cannot reach before it says so, unless --timeout is
+# given (s): no service at all should not cost the 30 s one starting may take (D171).
 UNREACHABLE_S = 2.0
-START_HINT = "Start it with `pacer serve`, or pass --url"
+TIMEOUT_S = 30.0
+START_HINT = "Start it with `pacer serve`, or pass --url (or --timeout, to wait for it to start)"
 # Characters of an error a list of many shows (`pacer jobs`, a page of partitions); the rest
 # is cut with an ellipsis, and `pacer status JOB` shows it whole.
 ERROR_WIDTH = 60
@@ -98,9 +99,8 @@ def _client_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout",
         type=seconds,
-        default=30.0,
-        help="seconds to wait for a service that is starting (30); one that cannot be reached "
-        f"at all is given up after {UNREACHABLE_S:g} s",
+        help=f"seconds to wait for the service to be ready ({TIMEOUT_S:g}); without it, one "
+        f"that cannot be reached at all is given up after {UNREACHABLE_S:g} s",
     )
 
 
@@ -133,7 +133,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     # What the command needs of the service: ready for a write; for a read, that it answers.
     path = "/readyz" if args.command in ("submit", "cancel") else "/healthz"
     try:
-        wait_ready(client, args.timeout, progress, path, unreachable_s=UNREACHABLE_S)
+        unreachable_s = UNREACHABLE_S if args.timeout is None else None
+        wait_ready(client, args.timeout or TIMEOUT_S, progress, path, unreachable_s=unreachable_s)
         if args.command == "submit":
             return _submit(client, args, progress)
         if args.command == "jobs":

@@ -46,6 +46,19 @@ async def test_submit_and_wait_follow_jobs_to_the_end_with_progress(pacer: Clien
     assert (await pacer.job(ids[0]))["params"] == {"log_n": 8}
 
 
+async def test_status_partitions_and_readiness_of_a_live_service(pacer: Client) -> None:
+    assert await pacer.wait_ready(timeout_s=30) < 30
+    assert await pacer.wait_ready(timeout_s=30, path="/healthz") < 30
+    job_id = await pacer.submit(5)
+    await pacer.wait([job_id], poll_s=0.02)
+    page = await pacer.partitions(job_id, offset=1, limit=3)
+    assert [p["index"] for p in page["partition_results"]] == [1, 2, 3]
+    assert page["next_offset"] == 4
+    status = await pacer.status()
+    assert (status["ready"], status["jobs"]["completed"]) == (True, 1)
+    assert any(g["idle_s"] is not None for g in status["gpus"])  # one has proved by now
+
+
 async def test_an_idempotency_key_gives_the_same_job(pacer: Client) -> None:
     first = await pacer.submit(1, idempotency_key="nightly-7")
     assert await pacer.submit(1, idempotency_key="nightly-7") == first
