@@ -86,7 +86,9 @@ def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", nargs="+", help="the id of a job to cancel (one or more)")
+    parser.add_argument(
+        "job", nargs="+", metavar="JOB", help="the id of a job to cancel (one or more)"
+    )
     _client_args(parser)
 
 
@@ -99,6 +101,7 @@ def _client_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout",
         type=seconds,
+        metavar="S",
         help=f"seconds to wait for the service to be ready ({TIMEOUT_S:g}); without it, one "
         f"that cannot be reached at all is given up after {UNREACHABLE_S:g} s",
     )
