@@ -280,13 +280,13 @@ class Client:
         poll_s: float = 0.5,
         timeout_s: float | None = None,
     ) -> list[dict[str, Any]]:
-        """Poll jobs ``job_ids`` every ``poll_s`` seconds until each has ended (completed,
-        failed or cancelled); their last states, in the order given. ``progress(jobs,
-        elapsed_s)`` is called after each poll, the last one included; it may raise to stop
-        waiting. TimeoutError after ``timeout_s`` seconds, if given."""
+        """Poll jobs ``job_ids`` (all at once) every ``poll_s`` seconds until each has ended
+        (completed, failed or cancelled); their last states, in the order given.
+        ``progress(jobs, elapsed_s)`` is called after each poll, the last one included; it may
+        raise to stop waiting. TimeoutError after ``timeout_s`` seconds, if given."""
         started = time.monotonic()
         while True:
-            jobs = [await self.job(job_id) for job_id in job_ids]
+            jobs = list(await asyncio.gather(*(self.job(job_id) for job_id in job_ids)))
             elapsed = time.monotonic() - started
             if progress is not None:
                 progress(jobs, elapsed)

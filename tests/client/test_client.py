@@ -127,6 +127,22 @@ async def test_a_full_backlog_is_retried_after_its_retry_after(tmp_path: Path) -
         await svc.shutdown()
 
 
+async def test_not_serving_yet_is_retried_after_its_retry_after(server: Server) -> None:
+    server.service.ready = False  # a service still starting: 503 with Retry-After: 1
+    waited: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waited.append(seconds)
+        server.service.ready = True  # started by the time of the retry
+
+    try:
+        async with Client(url(server, ""), sleep=sleep) as pacer:
+            status = await pacer.status()
+    finally:
+        server.service.ready = True
+    assert (waited, status["ready"]) == ([1.0], True)
+
+
 @pytest.mark.parametrize(
     ("retries", "most_s", "waits"),
     [(0, 60.0, []), (2, 60.0, [30.0, 30.0]), (3, 5.0, [5.0, 5.0, 5.0])],
