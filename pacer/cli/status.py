@@ -104,6 +104,16 @@ def synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
     return [("synthesis", text)]
 
 
+def _gpu_text(g: dict[str, Any]) -> str:
+    """A GPU's busy share of the last minute, its workers, and how long it has been idle."""
+    idle = g.get("idle_s")  # absent from older services
+    gap = f"; idle for {idle:.0f} s" if idle is not None and idle >= 1 else ""
+    return (
+        f"{g['gpu']}: {g['busy_ratio']:.0%} busy ({g['workers']} "
+        f"worker{'s' if g['workers'] != 1 else ''}{gap})"
+    )
+
+
 def _state(status: dict[str, Any]) -> str:
     """ready, or not ready with the reasons /readyz gives (starting, draining, stalled, ...)."""
     if status["ready"]:
@@ -132,9 +142,7 @@ def print_status(client: BlockingClient, args: argparse.Namespace) -> int:
                    "in flight"),
         *_pool_rows(status["pool"]),
         *synthesis_rows(status.get("synthesis")),
-        ("gpus", ", ".join(f"{g['gpu']}: {g['busy_ratio']:.0%} busy ({g['workers']} "
-                           f"worker{'s' if g['workers'] != 1 else ''})"
-                           for g in status["gpus"])),
+        ("gpus", ", ".join(_gpu_text(g) for g in status["gpus"])),
         ("jobs", JOBS_NOT_KNOWN if status["jobs"] is None
                  else ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
         *journal_rows(status.get("journal")),

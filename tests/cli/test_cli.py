@@ -173,8 +173,10 @@ def status_body(pool: dict[str, Any]) -> dict[str, Any]:
         "memory": {"inflight_bytes": 27 * 2**30, "budget_bytes": 64 * 2**30},
         "pool": pool,
         "synthesis": {"executor": "processes", "kernel": "numba", "restarts": 1},
-        "gpus": [{"gpu": 0, "workers": 2, "busy_ratio": 0.4, "busy_seconds": 1.0},
-                 {"gpu": 1, "workers": 1, "busy_ratio": 0.97, "busy_seconds": 2.0}],
+        "gpus": [{"gpu": 0, "workers": 2, "busy_ratio": 0.4, "busy_seconds": 1.0,
+                  "idle_s": 12.4},
+                 {"gpu": 1, "workers": 1, "busy_ratio": 0.97, "busy_seconds": 2.0,
+                  "idle_s": 0.0}],
         "jobs": {"running": 1},
     }  # fmt: skip
 
@@ -196,7 +198,8 @@ def test_status_shows_memory_the_pinned_pool_and_each_gpu(
         out,
         flags=re.M,
     ), out
-    assert re.search(r"^gpus +0: 40% busy \(2 workers\), 1: 97% busy \(1 worker\)", out, re.M)
+    gpus = r"^gpus +0: 40% busy \(2 workers; idle for 12 s\), 1: 97% busy \(1 worker\)$"
+    assert re.search(gpus, out, re.M), out
     synthesis = r"^synthesis +processes, numba CPU backend \(1 restart after one died\)$"
     assert re.search(synthesis, out, re.M), out
 
