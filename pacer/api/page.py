@@ -123,7 +123,9 @@ async function poll() {
     show(s, page);
   } catch (err) {
     const state = $("state");
-    state.textContent = "no answer: " + err.message; state.className = "bad";
+    // A failed fetch is a TypeError: no answer at all; otherwise the service said why.
+    state.textContent = (err instanceof TypeError ? "no answer: " : "") + err.message;
+    state.className = "bad";
   }
   setTimeout(poll, POLL_MS);
 }
