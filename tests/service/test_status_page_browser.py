@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import ServerFactory
+from tests.servers import ServerFactory, free_port, readyz_refuses
+from tests.waits import wait_until
 
 WINDOW = (1100, 800)
 BROWSER_S = 120.0  # how long one Chromium run may take on a loaded machine
@@ -76,3 +77,17 @@ def test_the_status_page_shows_the_live_service_in_a_browser(
     width, height, pixels = png_image(shot)
     assert (width, height) == WINDOW
     assert len(set(pixels)) > 16  # drawn, not a blank page
+
+
+@pytest.mark.slow
+def test_the_status_page_of_a_service_starting_says_why_it_is_not_ready(
+    server_factory: ServerFactory, chromium: str, tmp_path: Path
+) -> None:
+    missing = tmp_path / "not-mounted-yet" / "journal.sqlite"
+    server = server_factory(PACER_JOURNAL__PATH=str(missing),
+                            PACER_API__PORT=str(free_port())).launch()  # fmt: skip
+    wait_until(lambda: readyz_refuses(server.client, "No such file or directory"),
+               "/readyz to name the missing journal")  # fmt: skip
+    dom = browse(chromium, tmp_path / "profile", f"http://127.0.0.1:{server.port}/", "--dump-dom")
+    assert '<span id="state" class="bad">not serving yet: starting; journal failing for ' in dom
+    assert f"No such file or directory: '{missing}'</span>" in dom
