@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+import time
 from typing import Any
 
 from pacer.cli.args import Progress, count, param, seconds
+from pacer.cli.follow import follow, wait_ready
 from pacer.cli.status import print_status, seconds_text
 from pacer.cli.table import clip, render
 from pacer.client import TERMINAL, ApiError, BlockingClient, UnreachableError
 from pacer.config import Settings
 from pacer.journal import JobState
 
-POLL_S = 0.5
 # How long a command tries a service it cannot reach before it says so, unless --timeout is
 # given (s): no service at all should not cost the 30 s one starting may take (D171).
 UNREACHABLE_S = 2.0
@@ -167,62 +167,6 @@ def _unused_page_arguments(args: argparse.Namespace) -> str | None:
     return None
 
 
-def wait_ready(
-    client: BlockingClient,
-    timeout_s: float,
-    progress: Progress,
-    path: str = "/readyz",
-    check: Callable[[], None] | None = None,
-    what: str = "",
-    unreachable_s: float | None = None,
-) -> float:
-    """Wait for the service, saying so while it is not up; the seconds it took. ``check()``
-    runs between attempts and may raise to stop waiting; ``what`` names the service
-    (default: pacer at its address). With ``unreachable_s``, a service not reached for that
-    long raises `UnreachableError` at once, and the moments before are not shown."""
-    what = what or f"pacer at {client.base_url}"
-    waited = False
-
-    def waiting(elapsed_s: float, error: ApiError) -> None:
-        nonlocal waited
-        if check is not None:
-            check()
-        if unreachable_s is not None and isinstance(error, UnreachableError):
-            return
-        waited = True
-        progress.show(f"waiting for {what} ({error.reason}), {elapsed_s:.0f} s of "
-                      f"{timeout_s:g}")  # fmt: skip
-
-    took = client.wait_ready(timeout_s, path, waiting, unreachable_s)
-    if waited:
-        progress.show(f"{what} is up after {took:.1f} s", final=True)
-    return took
-
-
-def follow(
-    client: BlockingClient,
-    ids: list[str],
-    total: int,
-    progress: Progress,
-    check: Callable[[], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Poll jobs ``ids`` (``total`` partitions) until every one has ended, showing progress;
-    their last states. ``check()`` runs after each poll and may raise to stop following."""
-
-    def show(jobs: list[dict[str, Any]], elapsed: float) -> None:
-        if check is not None:
-            check()
-        done = sum(j["partitions_done"] for j in jobs)
-        ended = sum(j["state"] in TERMINAL for j in jobs)
-        rate = f", {done / elapsed:.1f} partitions/s" if done and elapsed > 0 else ""
-        progress.show(f"{done}/{total} partitions, {ended}/{len(jobs)} jobs ended, "
-                      f"{elapsed:.0f} s{rate}", final=ended == len(jobs))  # fmt: skip
-
-    jobs = client.wait(ids, show, POLL_S)
-    progress.end()
-    return jobs
-
-
 def submit(client: BlockingClient, args: argparse.Namespace) -> list[str]:
     """Submit ``args.jobs`` jobs as ``args`` says; their ids."""
     params = dict(args.param)
@@ -245,12 +189,13 @@ def jobs_table(jobs: list[dict[str, Any]], most: int = 20) -> str:
 
 
 def _submit(client: BlockingClient, args: argparse.Namespace, progress: Progress) -> int:
+    started = time.monotonic()  # the rate counts from the first submit, as pacer run's does
     ids = submit(client, args)
     for job_id in ids:
         print(job_id)
     if not args.wait:
         return 0
-    jobs = follow(client, ids, args.jobs * args.partitions, progress)
+    jobs = follow(client, ids, args.jobs * args.partitions, progress, started=started)
     print(jobs_table(jobs, most=len(jobs)))
     return 0 if all(j["state"] == "completed" for j in jobs) else 1
 
@@ -304,20 +249,23 @@ def _job_status(client: BlockingClient, args: argparse.Namespace) -> int:
         print(json.dumps({"job": job, "page": page} if page else job, indent=2))
         return 0
     summary = job["partitions_summary"]
+    # A partition without a result in an ended job was never tried, or was cut short.
+    pending = "pending" if job["state"] not in TERMINAL else "not tried"
     rows: list[tuple[str, str]] = [
         ("state", job["state"] + (f": {job['error']}" if job["error"] else "")),
         ("partitions", f"{job['partitions']}: {summary['completed']} completed, "
-                       f"{summary['failed']} failed, {summary['pending']} pending"),
+                       f"{summary['failed']} failed, {summary['pending']} {pending}"),
         ("priority", str(job["priority"])),
         ("params", ", ".join(f"{k}={v}" for k, v in job["params"].items()) or "none"),
-        *[("failed", f"partition {f['index']}: {f['error']}") for f in summary["first_failures"]],
+        *[("failed", _failure(f["index"], f["error"])) for f in summary["first_failures"]],
         ("result digest", job["result_digest"] or "-"),
     ]  # fmt: skip
     print(render(("job", job["id"]), rows))
     if page is not None:
         print()
         print(render(("partition", "state", "gpu", "synthesis s", "gpu s", "digest / error"), [
-            (str(p["index"]), p["state"], "-" if p["gpu"] is None else str(p["gpu"]),
+            (str(p["index"]), pending if p["state"] == "pending" else p["state"],
+             "-" if p["gpu"] is None else str(p["gpu"]),
              seconds_text(p["synthesis_s"]), seconds_text(p["gpu_s"]),
              p["digest"] or clip(p["error"] or "", ERROR_WIDTH))
             for p in page["partition_results"]
@@ -325,3 +273,15 @@ def _job_status(client: BlockingClient, args: argparse.Namespace) -> int:
         if page["next_offset"] is not None:
             print(f"(more from --offset {page['next_offset']})")
     return 0
+
+
+def _failure(index: int, error: str) -> str:
+    """A failed partition's line: its index, then its error without naming it again.
+
+    >>> _failure(1, "partition 1 failed after 3 attempts: boom")
+    'partition 1 failed after 3 attempts: boom'
+    >>> _failure(2, "out of GPU memory")
+    'partition 2: out of GPU memory'
+    """
+    named = f"partition {index} "
+    return error if error.startswith(named) else f"{named.rstrip()}: {error}"

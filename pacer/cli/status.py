@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from pacer.cli.table import render
@@ -91,6 +92,27 @@ def fleet_rows(fleet: dict[str, Any] | None) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
+def proving_row(
+    status: dict[str, Any], busy: Callable[[dict[str, Any]], str], span: str = ""
+) -> tuple[str, str]:
+    """Each GPU's busy share (``busy(gpu)``, as ``95%``) and workers; where the host proves on
+    the CPU (no GPU model in the plan), its proving workers instead: no GPU index to show.
+    ``span``: what the shares are of (`` over the run``)."""
+    gpus = status["gpus"]
+    if (status.get("plan") or {}).get("gpu_model") == "none":
+        workers = sum(g["workers"] for g in gpus)
+        shares = ", ".join(busy(g) for g in gpus)
+        return ("workers", f"{plural(workers, 'worker')} proving on the CPU, {shares} busy{span}")
+    shares = ", ".join(f"{g['gpu']}: {busy(g)} busy ({plural(g['workers'], 'worker')})"
+                       for g in gpus)  # fmt: skip
+    return ("gpus", shares + span)
+
+
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, plural unless one: ``plural(2, "worker")`` → '2 workers'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
     """Where synthesis runs, how it computes, and how often its processes had to be replaced."""
     if not synthesis:  # a service from before this field
@@ -102,16 +124,6 @@ def synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
         restarts = synthesis["restarts"]
         text += f" ({restarts} restart{'s' if restarts != 1 else ''} after one died)"
     return [("synthesis", text)]
-
-
-def _gpu_text(g: dict[str, Any]) -> str:
-    """A GPU's busy share of the last minute, its workers, and how long it has been idle."""
-    idle = g.get("idle_s")  # absent from older services
-    gap = f"; idle for {idle:.0f} s" if idle is not None and idle >= 1 else ""
-    return (
-        f"{g['gpu']}: {g['busy_ratio']:.0%} busy ({g['workers']} "
-        f"worker{'s' if g['workers'] != 1 else ''}{gap})"
-    )
 
 
 def _state(status: dict[str, Any]) -> str:
@@ -142,7 +154,7 @@ def print_status(client: BlockingClient, args: argparse.Namespace) -> int:
                    "in flight"),
         *_pool_rows(status["pool"]),
         *synthesis_rows(status.get("synthesis")),
-        ("gpus", ", ".join(_gpu_text(g) for g in status["gpus"])),
+        proving_row(status, lambda g: f"{g['busy_ratio']:.0%}"),
         ("jobs", JOBS_NOT_KNOWN if status["jobs"] is None
                  else ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
         *journal_rows(status.get("journal")),

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -13,6 +14,18 @@ from pacer.config.section import Section
 
 MIN_TOKEN_CHARS = 16
 MAX_TOKEN_CHARS = 4096
+
+
+class ListenError(OSError):
+    """The HTTP API could not listen on its address (a port in use, an address not of this
+    host); ``str()`` says which, why, and what sets them."""
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(
+            f"cannot listen on {host}:{port}: {reason} (the address: --host or "
+            "PACER_API__HOST; the port: --port or PACER_API__PORT)"
+        )
+        self.host, self.port, self.reason = host, port, reason
 
 
 class ApiSettings(Section):
@@ -94,6 +107,21 @@ class ApiSettings(Section):
             part.strip().lower().rstrip(".") for part in self.allowed_hosts.split(",")
             if part.strip()
         )  # fmt: skip
+
+    def bind_problem(self, host_named: str = "PACER_API__HOST") -> str | None:
+        """Why the service may not listen on ``host``: a non-loopback address without a
+        token, unless ``allow_public``; None where it may. ``host_named``: what set the
+        address, for the message (the variable, or ``--host``)."""
+        try:
+            loopback = ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            loopback = self.host == "localhost"
+        if loopback or self.token is not None or self.allow_public:
+            return None
+        return (
+            f"{host_named} {self.host} is not a loopback address: set PACER_API__TOKEN, or "
+            "PACER_API__ALLOW_PUBLIC=true to serve it without authentication"
+        )
 
     @field_validator("token")
     @classmethod

@@ -24,7 +24,6 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     Metric,
-    StateSetMetricFamily,
 )
 from prometheus_client.registry import Collector
 
@@ -111,8 +110,15 @@ class _StateCollector(Collector):
             "Interval between dispatches after clamps; 0: whenever there is room (s)",
             value=policy.interval_s(),
         )
-        mode = StateSetMetricFamily("pacer_controller_mode", "What the dispatch policy is doing")
-        mode.add_metric([], {m.value: policy.mode is m for m in Mode})
+        # A gauge per mode, 1 for the current one; its label is "mode", not the metric's name
+        # as a state set would have it (pacer_controller_mode{pacer_controller_mode=...}).
+        mode = GaugeMetricFamily(
+            "pacer_controller_mode",
+            "What the dispatch policy is doing: 1 for the current mode, 0 for the others",
+            labels=["mode"],
+        )
+        for m in Mode:
+            mode.add_metric([m.value], float(policy.mode is m))
         yield mode
         p = self._pipeline
         for name, doc, value in [

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import pytest
 
 from pacer.__main__ import main
 from pacer.cli.args import Progress, param
+from pacer.cli.follow import follow, rate_text, span_s, wait_ready
 from pacer.cli.status import fleet_rows, journal_rows
-from pacer.client import BlockingClient
+from pacer.client import ApiError, BlockingClient
 from tests.conftest import FakeClock
 from tests.servers import refusing_port
 
@@ -195,3 +198,62 @@ def test_status_names_a_journal_call_past_its_limit() -> None:
         "FAILING for 12 s: disk I/O error; 40 results wait in memory; HUNG: call "
         "complete_partitions running for 31 s",
     )]  # fmt: skip
+
+
+class Starting:
+    """A client of a service that answers after attempts failing at ``failures_s`` (s)."""
+
+    base_url = "http://127.0.0.1:9"
+
+    def __init__(self, failures_s: list[float]) -> None:
+        self.failures_s = failures_s
+
+    def wait_ready(
+        self,
+        timeout_s: float,
+        path: str,
+        waiting: Callable[[float, ApiError], None],
+        unreachable_s: float | None = None,
+    ) -> float:
+        for elapsed_s in self.failures_s:
+            waiting(elapsed_s, ApiError("cannot reach", "Connection refused"))
+        return self.failures_s[-1]
+
+
+@pytest.mark.parametrize(
+    ("failures_s", "lines"),
+    [([0.2, 3.0], []),
+     ([0.2, 11.0], ["waiting for the service (Connection refused), 11 s of 120"])],
+    ids=["within", "past"],
+)  # fmt: skip
+def test_a_start_is_waited_for_quietly_within_the_grace(
+    failures_s: list[float], lines: list[str]
+) -> None:
+    stream = io.StringIO()
+    client = cast(BlockingClient, Starting(failures_s))
+    wait_ready(client, 120, Progress(stream), what="the service", quiet_s=10.0)
+    shown = stream.getvalue().splitlines()
+    assert shown[: len(lines)] == lines
+    assert len(shown) == (2 if lines else 0)  # and, after waiting, that it is up
+
+
+class Finishing:
+    """A client following two jobs that end at once, 4 s apart on the service's clock."""
+
+    def wait(
+        self, ids: Sequence[str], progress: Callable[[list[dict[str, Any]], float], None],
+        poll_s: float,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        jobs = [{"state": "completed", "partitions_done": 10, "created_at": 100.0,
+                 "updated_at": 104.0 if job_id == "b" else 102.0} for job_id in ids]  # fmt: skip
+        progress(jobs, 0.5)
+        return jobs
+
+
+def test_the_last_progress_line_has_the_summarys_rate() -> None:
+    stream = io.StringIO()
+    jobs = follow(cast(BlockingClient, Finishing()), ["a", "b"], 20, Progress(stream), started=0.0)
+    assert stream.getvalue().splitlines() == ["20/20 partitions, 2/2 jobs ended, 4 s, "
+                                              "5.0 partitions/s"]  # fmt: skip
+    assert span_s(jobs) == 4.0
+    assert rate_text(20, 4.0) == "5.0 partitions/s"  # what the summary shows

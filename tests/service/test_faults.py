@@ -275,7 +275,7 @@ def test_sigterm_exits_within_the_drain_budget_whatever_call_hangs(
     began = time.monotonic()
     server.signal(signal.SIGTERM)
     assert server.wait(20) == 0
-    assert time.monotonic() - began < 1 + 5  # the drain budget and a few seconds
+    assert time.monotonic() - began < 1 + 14  # the drain budget, not the hung call's minutes
     assert "drain budget of 1 s spent" in server.log
     state, done = journal_rows(tmp_path / "journal.sqlite", job_id)
     assert state in ("queued", "running")  # for the next start
@@ -300,6 +300,6 @@ async def test_a_close_stuck_behind_a_hung_call_does_not_hold_the_shutdown(
             await until(lambda: svc.service.pipeline.gpu_busy == 1, "the hung prove")
             began = time.monotonic()
             assert not await svc.shutdown()  # the drain did not finish
-            assert time.monotonic() - began < 0.2 + 0.2 + 2
+            assert time.monotonic() - began < 10  # the bounds, not the stuck close's 30 s
         finally:
             unblock.set()
