@@ -10,6 +10,7 @@ from typing import Any, cast
 import pytest
 
 from pacer.__main__ import main
+from pacer.cli import jobs as cli_jobs
 from pacer.cli.args import Progress, param
 from pacer.cli.follow import follow, rate_text, span_s, wait_ready
 from pacer.cli.status import fleet_rows, journal_rows
@@ -52,28 +53,32 @@ HINT = (
 )
 
 
-def test_no_service_there_is_said_at_once_with_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_service_there_is_said_at_once_with_a_hint(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_jobs, "UNREACHABLE_S", 0.2)
     with refusing_port() as port:
         url = f"http://127.0.0.1:{port}"
         started = time.monotonic()
         assert main(["status", "--url", url]) == 1
         took = time.monotonic() - started
-    assert took < 15.0  # UNREACHABLE_S (2 s), with room for a loaded machine; not 30 s
+    assert took < 15.0  # UNREACHABLE_S, with room for a loaded machine; not the 30 s timeout
     assert capsys.readouterr().err == (
         f"pacer: cannot reach pacer at {url}: Connection refused: {HINT}"
     )
 
 
 def test_a_timeout_given_is_waited_for_a_service_to_start(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(cli_jobs, "UNREACHABLE_S", 0.2)
     with refusing_port() as port:
         url = f"http://127.0.0.1:{port}"
         started = time.monotonic()
-        assert main(["cancel", "0123456789abcdef", "--url", url, "--timeout", "2.5"]) == 1
-        assert time.monotonic() - started >= 2.5  # past UNREACHABLE_S: --timeout rules
+        assert main(["cancel", "0123456789abcdef", "--url", url, "--timeout", "0.8"]) == 1
+        assert time.monotonic() - started >= 0.8  # past UNREACHABLE_S: --timeout rules
     assert capsys.readouterr().err.endswith(
-        f"pacer: not ready after 2.5 s: cannot reach pacer at {url}: Connection refused: {HINT}"
+        f"pacer: not ready after 0.8 s: cannot reach pacer at {url}: Connection refused: {HINT}"
     )
 
 
