@@ -84,6 +84,12 @@ class Server:
             reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
             raise ListenError(api.host, api.port, reason) from None
         self.port = int(runner.addresses[0][1])
+        socket = self.service.settings.engine.socket
+        if socket is not None:
+            if socket.is_socket():
+                socket.unlink()  # a previous pacer's: nothing listens there after a stop
+            await web.UnixSite(runner, str(socket)).start()
+            log.info("listening on unix:%s too (engine sessions and the API)", socket)
 
     async def shutdown(self) -> bool:
         """Drain (the API answers meanwhile: not ready, no new jobs), stop serving, close.

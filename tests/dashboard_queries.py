@@ -35,6 +35,18 @@ FLEET_PREFIX = "pacer_fleet_"
 them has no data for an instance on an SQLite journal."""
 
 
+ENGINE_PREFIX = "pacer_engine_"
+ENGINE_ALWAYS = frozenset({"pacer_engine_sessions"})
+"""The series of engine sessions: each exists only while an engine has a session with that
+instance, but ``pacer_engine_sessions``, which every instance exports."""
+
+
+def engine_only(names: set[str]) -> bool:
+    """Whether ``names`` (a query's series) include one that only an instance with an engine
+    session exports."""
+    return any(n.startswith(ENGINE_PREFIX) and n not in ENGINE_ALWAYS for n in names)
+
+
 def fleet_only(names: set[str]) -> bool:
     """Whether ``names`` (a query's series) include one only a fleet's host exports."""
     return any(name.startswith(FLEET_PREFIX) for name in names)

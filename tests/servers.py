@@ -157,7 +157,8 @@ class ServerProcess:
     @property
     def client(self) -> BlockingClient:
         if self._client is None:
-            self._client = BlockingClient(f"http://127.0.0.1:{self.port}")
+            # No retries: a test sees each answer as the service gives it, Retry-After or not.
+            self._client = BlockingClient(f"http://127.0.0.1:{self.port}", retries=0)
         return self._client
 
     def _serving_port(self) -> int | None:

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROVISIONING = ROOT / "dashboards" / "provisioning"
 DASHBOARDS_PATH = "/var/lib/grafana/dashboards"
 ROWS = ["Overview", "Controller", "Pipeline", "Pinned pool", "GPUs", "Jobs", "Health", "Process",
-        "Fleet"]  # fmt: skip
+        "Engines", "Fleet"]  # fmt: skip
 PANEL_TYPES = {"timeseries", "stat", "state-timeline", "heatmap"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 GRID_WIDTH = 24

@@ -25,7 +25,8 @@ __all__ = ["DESCRIPTION", "HELP", "add_arguments", "main"]
 HELP = "run the service: HTTP API, journal, paced pipeline (Ctrl-C or SIGTERM drains)"
 DESCRIPTION = (
     "Run pacer on uvloop: accept jobs over HTTP, journal them, pace their partitions through "
-    "synthesis and proving, export metrics. The first SIGTERM/SIGINT drains in-flight work "
+    "synthesis and proving, export metrics; pace engines it does not own through sessions at "
+    "/v1/engine (docs/engine-protocol.md). The first SIGTERM/SIGINT drains in-flight work "
     "(PACER_SHUTDOWN__DRAIN_S) and exits 0; a second cuts the drain short and exits 1, as does "
     "a stop that leaves a journal call that hangs (PACER_SHUTDOWN__JOURNAL_S). Exit status 2: "
     "refused to start for what a restart cannot mend (bad settings, a journal another pacer "

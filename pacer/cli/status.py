@@ -92,6 +92,20 @@ def fleet_rows(fleet: dict[str, Any] | None) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
+def engine_rows(engines: list[dict[str, Any]] | None) -> list[tuple[str, str]]:
+    """Each engine session: connected or waiting, its controller's mode, what it has in flight
+    against its budget, its backlog and its events (those refused counted)."""
+    rows = []
+    for e in engines or []:
+        state = "connected" if e["connected"] else "waiting to resume"
+        held = f"{e['inflight_bytes'] / 2**30:.2f} / {e['memory_budget_bytes'] / 2**30:.1f} GiB"
+        refused = sum(e["errors"].values())
+        rows.append((f"engine {e['engine']}", f"{state}, {e['mode']}, {e['inflight']} in flight "
+                     f"({held}), backlog {e['backlog']}, {e['events']} events ({refused} "
+                     "refused)"))  # fmt: skip
+    return rows
+
+
 def proving_row(
     status: dict[str, Any], busy: Callable[[dict[str, Any]], str], span: str = ""
 ) -> tuple[str, str]:
@@ -159,6 +173,7 @@ def print_status(client: BlockingClient, args: argparse.Namespace) -> int:
                  else ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
         *journal_rows(status.get("journal")),
         *fleet_rows(status.get("fleet")),
+        *engine_rows(status.get("engines")),
     ]  # fmt: skip
     print(render(("pacer", client.base_url), rows))
     return 0

@@ -80,6 +80,15 @@ class ApiSettings(Section):
         le=3600,
         description="An idle connection between two requests is closed after this time (s)",
     )
+    max_reads: int = Field(
+        16,
+        ge=0,
+        le=10_000,
+        description="Reads (GET and HEAD but the probes and /metrics) answered at once; one "
+        "more gets 503 with Retry-After at once, so that writes keep their share of the event "
+        "loop and the journal's thread; writes are never refused for it; 0: no limit "
+        "(requests)",
+    )
     max_backlog: int = Field(
         4_000_000,
         ge=1,
@@ -221,7 +230,7 @@ class TimeoutSettings(Section):
         "call's duration, at least its floor (1)",
     )
     synthesis_floor_s: float = _limit_floor(600.0, "synthesis", "synthesis duration")
-    prove_floor_s: float = _limit_floor(300.0, "prove", "GPU service time")
+    prove_floor_s: float = _limit_floor(30.0, "prove", "GPU service time")
     verify_floor_s: float = _limit_floor(600.0, "verification", "synthesis duration")
 
 

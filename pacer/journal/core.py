@@ -344,3 +344,11 @@ class JournalCore(Generic[C]):
                     db.execute(f"DELETE FROM {table} WHERE job_id IN {markers}", part)
                 deleted += db.execute(f"DELETE FROM jobs WHERE id IN {markers}", part).rowcount
         return deleted
+
+    def withdraw(self, job_id: str) -> bool:
+        """Delete job ``job_id`` and every row of its: a job whose acceptance was never
+        answered (its write returned too late); whether it was there."""
+        with self._sql.writing() as db:
+            for table in self._sql.job_tables:
+                db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+            return bool(db.execute("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount)

@@ -187,6 +187,7 @@ class Metrics:
     ) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry
+        self._provers = pipeline.provers.progress
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
         GCCollector(registry=registry)
@@ -264,7 +265,9 @@ class Metrics:
         unready_reasons: Callable[[], list[str]],
     ) -> None:
         """Export task failures, progress and readiness, read at scrape time."""
-        self.registry.register(_HealthCollector(supervisor, watchdog, unready_reasons))
+        self.registry.register(
+            _HealthCollector(supervisor, watchdog, unready_reasons, self._provers)
+        )
 
     # Observer
     def synthesized(self, seconds: float) -> None:
@@ -297,10 +300,12 @@ class _HealthCollector(Collector):
         supervisor: Supervisor,
         watchdog: ProgressWatchdog,
         unready_reasons: Callable[[], list[str]],
+        provers: ProgressWatchdog,
     ) -> None:
         self._supervisor = supervisor
         self._watchdog = watchdog
         self._unready_reasons = unready_reasons
+        self._provers = provers
 
     def collect(self) -> Iterator[Metric]:
         failures = CounterMetricFamily(
@@ -320,6 +325,12 @@ class _HealthCollector(Collector):
             "pacer_stalled",
             "1 while work has waited PACER_HEALTH__STALL_S with no progress, else 0",
             value=float(self._watchdog.stalled()),
+        )
+        yield GaugeMetricFamily(
+            "pacer_gpu_stalled_seconds",
+            "How long partitions have waited for or sat on the GPU workers with no prove "
+            "returning (s); 0 while one returns within the prove limit or none wait",
+            value=self._provers.stalled_s(),
         )
         yield GaugeMetricFamily(
             "pacer_ready",

@@ -13,7 +13,7 @@ from pacer.__main__ import main
 from pacer.cli import jobs as cli_jobs
 from pacer.cli.args import Progress, param
 from pacer.cli.follow import follow, rate_text, span_s, wait_ready
-from pacer.cli.status import fleet_rows, journal_rows
+from pacer.cli.status import engine_rows, fleet_rows, journal_rows
 from pacer.client import ApiError, BlockingClient
 from tests.conftest import FakeClock
 from tests.servers import refusing_port
@@ -203,6 +203,18 @@ def test_status_names_a_journal_call_past_its_limit() -> None:
         "FAILING for 12 s: disk I/O error; 40 results wait in memory; HUNG: call "
         "complete_partitions running for 31 s",
     )]  # fmt: skip
+
+
+def test_status_shows_each_engine_session() -> None:
+    engine = {"engine": "cuzk-7", "connected": False, "mode": "pacing", "inflight": 12,
+              "inflight_bytes": 12 * 2**30, "memory_budget_bytes": 64 * 2**30, "backlog": 40,
+              "events": 900, "errors": {"unknown_partition": 2, "malformed": 1}}  # fmt: skip
+    assert engine_rows([engine]) == [(
+        "engine cuzk-7",
+        "waiting to resume, pacing, 12 in flight (12.00 / 64.0 GiB), backlog 40, 900 events "
+        "(3 refused)",
+    )]  # fmt: skip
+    assert engine_rows(None) == engine_rows([]) == []
 
 
 class Starting:

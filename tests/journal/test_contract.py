@@ -507,3 +507,22 @@ def test_probe_writes_nothing(journal: AnyJournal) -> None:
     journal.check_file()
     assert journal.list_jobs() == [job]
     assert journal.counts()[JobState.QUEUED] == 1
+
+
+def test_withdraw_deletes_a_job_with_its_rows_and_frees_its_key(
+    journal: AnyJournal, store: Store
+) -> None:
+    kept = journal.add_job(1, None, {})
+    job, created = journal.add_job_once("key-1", 3, None, {}, 0)
+    assert created
+    journal.complete_partitions([proved(job.id, 0)])
+    journal.record_attempt(job.id, 1, "boom", None, 3)
+    assert journal.withdraw(job.id)
+    assert journal.get_job(job.id) is None
+    assert store.ids_in("partitions") == []
+    assert store.ids_in("attempts") == []
+    assert [j.id for j in journal.list_jobs()] == [kept.id]
+    assert not journal.withdraw(job.id)  # already gone
+    again, created = journal.add_job_once("key-1", 3, None, {}, 0)
+    assert created
+    assert again.id != job.id
