@@ -54,8 +54,8 @@ from pathlib import Path
 
 from bench import fleet_commits
 from bench.installed import bytecode_env
-from pacer.cli.http_client import Client
 from pacer.cli.table import render
+from pacer.client import BlockingClient
 from pacer.pgjournal import PgJournal
 from tests.postgres_server import PostgresServer
 
@@ -153,7 +153,7 @@ class Host:
         env = {k: v for k, v in bytecode_env().items() if not k.startswith("PACER_")}
         self.env = {**env, **PIPELINE, "PACER_API__PORT": str(self.port),
                     "PACER_JOURNAL__URL": journal, "PACER_JOURNAL__HOST": name}  # fmt: skip
-        self.client = Client(f"http://127.0.0.1:{self.port}")
+        self.client = BlockingClient(f"http://127.0.0.1:{self.port}")
         self.proc: subprocess.Popen[bytes] | None = None
 
     def launch(self) -> None:

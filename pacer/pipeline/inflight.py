@@ -155,6 +155,10 @@ class InFlight:
     def busy_seconds(self, gpu: int) -> float:
         return self.provers.gpus[gpu].busy_seconds()
 
+    def idle_s(self, gpu: int) -> float | None:
+        """How long GPU ``gpu`` has been idle (s): 0 while busy, None before its first work."""
+        return self.provers.gpus[gpu].idle_s()
+
     @property
     def live_workers(self) -> int:
         """Proving workers whose thread runs or has yet to start."""
