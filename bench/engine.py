@@ -53,22 +53,29 @@ class LocalAdvisor:
         self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        self._decide()
+        self._send(self.session.decide())
 
     async def event(self, kind: str, **fields: Any) -> int:
         self.seq += 1
         self.session.take(json.dumps({"type": kind, "seq": self.seq, **fields}))
-        self._decide()
+        decided = self.session.decisions
+        answer = self.session.answer()
+        self.decisions.put_nowait(answer)
+        if self.session.decisions != decided:
+            self._send(answer, queued=True)
         return self.seq
 
-    def _decide(self) -> None:
+    def _send(self, decision: dict[str, Any], *, queued: bool = False) -> None:
+        """Queue ``decision`` (unless it is), and decide again when it says."""
+        if not queued:
+            self.decisions.put_nowait(decision)
         if self._timer is not None:
             self._timer.cancel()
-        decision = self.session.decide()
-        self.decisions.put_nowait(decision)
         if decision["next_in_s"] is not None:
             wait = max(decision["next_in_s"], 0.001)
-            self._timer = asyncio.get_running_loop().call_later(wait, self._decide)
+            self._timer = asyncio.get_running_loop().call_later(
+                wait, lambda: self._send(self.session.decide())
+            )
 
     def allowance(self, inflight: int) -> int:
         return 0
@@ -111,9 +118,9 @@ async def round_trips(url: str, sessions: int, rate: float, seconds: float) -> l
             async for message in ws:
                 body = json.loads(message.data)
                 if body["type"] == "decision":
-                    began = sent.pop(body["ack"], None)
-                    if began is not None:
-                        times.append(time.perf_counter() - began)
+                    now = time.perf_counter()
+                    for acked in [s for s in sent if s <= body["ack"]]:
+                        times.append(now - sent.pop(acked))
                     owed += body["dispatch"]
 
         reader = asyncio.ensure_future(read())

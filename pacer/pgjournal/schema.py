@@ -11,6 +11,9 @@ Version 1: jobs, partitions (a row only once a partition has a result), attempts
 partitions not yet handed out are a few unclaimed rows of index runs (its lanes), and each
 claim leases runs of them to a host (``claimed_by`` until ``lease_until``, on the database's
 clock). ``pacer_claim`` claims in one round trip; `pacer.pgjournal.leases` says how.
+
+Version 2: ``workload_estimates``, the engines' estimates by workload key (shared by the fleet:
+an engine's workload is the same whichever host paces it).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from psycopg.rows import TupleRow
 
 from pacer.journal.records import JournalRefusedError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # pg_advisory_xact_lock's key for migrations: any constant no other application takes.
 MIGRATION_LOCK = 0x7061636572_5347  # "pacer", "SG"
@@ -185,6 +188,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX batches_by_holder ON batches (claimed_by) WHERE claimed_by IS NOT NULL",
         "CREATE INDEX batches_by_job ON batches (job_id)",
         _CLAIM_FUNCTION,
+    ),
+    2: (
+        "CREATE TABLE workload_estimates (workload_key text PRIMARY KEY, estimates text NOT NULL)",
     ),
 }
 

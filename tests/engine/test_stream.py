@@ -25,6 +25,7 @@ from pacer.engine.conformance import Suite
 from pacer.engine.hub import CLOSE_OVERFLOW, EngineHub
 from pacer.server import Server
 from pacer.service.lifecycle import Service
+from tests.engine.test_reference import workload_estimates
 from tests.servers import ServerProcess, call, fake_host, settings_for
 from tests.waits import until, wait_until
 
@@ -148,7 +149,7 @@ async def test_a_session_ends_after_its_grace_and_warms_the_next(tmp_path: Path)
         await client.drop()
         hub = hub_of(server)
         await until(lambda: not hub.sessions, "the session to end after its grace")
-        saved = json.loads(hub.store.path.read_text()) if hub.store.path else {}
+        saved = workload_estimates(tmp_path / "journal.sqlite")
         assert saved["wk-grace"]["gpu_service_s"] == pytest.approx(0.05)
         again = EngineClient(engine_url(server), hello("grace-b", key="wk-grace"))
         assert (await again.connect())["warm"] is True
