@@ -8,7 +8,8 @@ time) run twice a repeat, interleaved: advised by the session logic in its own p
 (`EngineSession`, no socket) and by `pacer serve` over the protocol. Round trip: sessions
 that each send events at an even pace (a partition's four events, and a ``declined`` for what
 a decision advised) and time each event until the decision that acknowledges it; with 1
-session and with 100 sharing the rate. Ends with the line the engine protocol is judged by.
+session and with 100 sharing the rate, with the CPU time `pacer serve` spent per event (its
+/proc counters, Linux). Ends with the line the engine protocol is judged by.
 """
 
 from __future__ import annotations
@@ -53,22 +54,29 @@ class LocalAdvisor:
         self._timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        self._decide()
+        self._send(self.session.decide())
 
     async def event(self, kind: str, **fields: Any) -> int:
         self.seq += 1
         self.session.take(json.dumps({"type": kind, "seq": self.seq, **fields}))
-        self._decide()
+        decided = self.session.decisions
+        answer = self.session.answer()
+        self.decisions.put_nowait(answer)
+        if self.session.decisions != decided:
+            self._send(answer, queued=True)
         return self.seq
 
-    def _decide(self) -> None:
+    def _send(self, decision: dict[str, Any], *, queued: bool = False) -> None:
+        """Queue ``decision`` (unless it is), and decide again when it says."""
+        if not queued:
+            self.decisions.put_nowait(decision)
         if self._timer is not None:
             self._timer.cancel()
-        decision = self.session.decide()
-        self.decisions.put_nowait(decision)
         if decision["next_in_s"] is not None:
             wait = max(decision["next_in_s"], 0.001)
-            self._timer = asyncio.get_running_loop().call_later(wait, self._decide)
+            self._timer = asyncio.get_running_loop().call_later(
+                wait, lambda: self._send(self.session.decide())
+            )
 
     def allowance(self, inflight: int) -> int:
         return 0
@@ -111,9 +119,9 @@ async def round_trips(url: str, sessions: int, rate: float, seconds: float) -> l
             async for message in ws:
                 body = json.loads(message.data)
                 if body["type"] == "decision":
-                    began = sent.pop(body["ack"], None)
-                    if began is not None:
-                        times.append(time.perf_counter() - began)
+                    now = time.perf_counter()
+                    for acked in [s for s in sent if s <= body["ack"]]:
+                        times.append(now - sent.pop(acked))
                     owed += body["dispatch"]
 
         reader = asyncio.ensure_future(read())
@@ -174,7 +182,12 @@ def main(argv: list[str] | None = None) -> int:
                 for kind in runs:
                     where = None if kind == "in-process" else url
                     runs[kind].append(asyncio.run(scenario(model, where, f"{kind}-{repeat}")))
-            loads = {n: asyncio.run(round_trips(url, n, args.rate, seconds)) for n in (1, 100)}
+            loads: dict[int, list[float]] = {}
+            cpu: dict[int, float] = {}
+            for n in (1, 100):
+                began = cpu_s(server.pid)
+                loads[n] = asyncio.run(round_trips(url, n, args.rate, seconds))
+                cpu[n] = (cpu_s(server.pid) - began) / max(1, len(loads[n]))
         finally:
             server.terminate()
             server.wait(60)
@@ -195,13 +208,22 @@ def main(argv: list[str] | None = None) -> int:
           f"{interval95(busy_delta):.4f}, mean in flight {statistics.mean(flight):+.1f} ± "
           f"{interval95(flight):.1f} %")  # fmt: skip
     load_rows = [[n, len(t), f"{len(t) / seconds:.0f}", f"{percentile(t, 0.5) * 1e3:.3f}",
-                  f"{percentile(t, 0.99) * 1e3:.3f}"] for n, t in loads.items()]  # fmt: skip
-    print(render(["sessions", "events", "events/s", "p50 ms", "p99 ms"], load_rows))
+                  f"{percentile(t, 0.99) * 1e3:.3f}", f"{cpu[n] * 1e6:.0f}"]
+                 for n, t in loads.items()]  # fmt: skip
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(render(["sessions", "events", "events/s", "p50 ms", "p99 ms", "pacer CPU µs/event"],
+                 load_rows))  # fmt: skip
     worst = max(percentile(t, 0.99) for t in loads.values())
     print(f"engine: round trip p99 {worst * 1e3:.2f} ms at {args.rate:.0f} events/s; external vs "
           f"in-process busy delta {statistics.mean(busy_delta):+.4f}, mean in flight delta "
           f"{statistics.mean(flight):+.1f} %")  # fmt: skip
     return 0
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) process ``pid`` has spent, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_ready(port: int, timeout_s: float = 120.0) -> None:

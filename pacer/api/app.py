@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -15,6 +14,7 @@ from pacer.api.middleware import MIDDLEWARES
 from pacer.api.openapi import document
 from pacer.api.routes import ROUTES, add_routes
 from pacer.engine.hub import EngineHub
+from pacer.engine.store import EstimatesStore
 
 if TYPE_CHECKING:
     from pacer.service.lifecycle import Service
@@ -50,8 +50,10 @@ def build_app(service: Service) -> web.Application:
         buckets=DURATION_BUCKETS,
         registry=service.registry,
     )
-    app[ENGINES] = hub = EngineHub(service.settings, service.registry, service.clock)
-    app.on_startup.append(lambda _: asyncio.to_thread(hub.store.load))
+    store = EstimatesStore(lambda: service.journal)
+    app[ENGINES] = hub = EngineHub(
+        service.settings, service.registry, service.clock, store, run=service.journal_access.run
+    )
     app.on_shutdown.append(lambda _: hub.close())
     add_routes(app)
     return app

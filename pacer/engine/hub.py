@@ -3,6 +3,9 @@ told decisions when they are due, kept through a disconnection for a grace perio
 
 Each session writes to its engine from a task of its own through a bounded queue: an engine
 that reads slower than pacer writes fills only its own queue, and is then told and dropped.
+The frames that arrive together (read in one turn of the loop) get one answer, whose ``ack``
+is the last of them. The hub's timers run on an injected `Scheduler` (the tests' run on a
+virtual clock).
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
 from aiohttp import WSCloseCode, web
 from prometheus_client import CollectorRegistry
@@ -24,6 +27,7 @@ from pacer.config import Settings
 from pacer.engine.protocol import PROTOCOL_VERSION, Hello, ProtocolError
 from pacer.engine.session import EngineSession
 from pacer.engine.store import EstimatesStore
+from pacer.journal.health import JournalUnavailable
 from pacer.metrics.engines import EngineMetrics, EngineView
 from pacer.pipeline.core import MIN_WAIT_S
 
@@ -40,6 +44,29 @@ CLOSE_CODES = {"send_queue_overflow": CLOSE_OVERFLOW, "stopping": WSCloseCode.GO
 CLOSE_WAIT_S = 1.0
 
 
+class Handle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Scheduler(Protocol):
+    """Where the hub's timers run: ``call_soon`` once the frames read now are taken in,
+    ``call_later`` after ``delay_s`` seconds. `LoopScheduler` is asyncio's."""
+
+    def call_soon(self, callback: Callable[[], None]) -> Handle: ...
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> Handle: ...
+
+
+class LoopScheduler:
+    """`Scheduler` on the running asyncio loop."""
+
+    def call_soon(self, callback: Callable[[], None]) -> Handle:
+        return asyncio.get_running_loop().call_soon(callback)
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> Handle:
+        return asyncio.get_running_loop().call_later(delay_s, callback)
+
+
 class Live:
     """A session with its connection (None while the engine is away), its send queue and
     the timers of its next decision and of its grace period."""
@@ -51,8 +78,10 @@ class Live:
         self.ws: web.WebSocketResponse | None = None
         self.queue: asyncio.Queue[tuple[str, float | None]] = asyncio.Queue(queue_size)
         self.writer: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.grace: asyncio.TimerHandle | None = None
+        self.timer: Handle | None = None
+        self.grace: Handle | None = None
+        self.answer: Handle | None = None  # the answer to the frames read this turn
+        self.answer_at: float | None = None  # when the first of them arrived (perf_counter)
         self.errors: Counter[str] = Counter()
 
     @property
@@ -64,7 +93,10 @@ class Live:
 
 
 class EngineHub:
-    """The sessions of one service, by id. ``clock``: the controllers' (monotonic seconds)."""
+    """The sessions of one service, by id. ``clock``: the controllers' (monotonic seconds);
+    ``timers``: where decisions and grace periods are timed, on the same clock; ``store``:
+    the saved estimates (in memory only by default); ``run``: how the store's journal calls
+    run (the service's journal thread; by default a thread of asyncio's)."""
 
     def __init__(
         self,
@@ -72,10 +104,14 @@ class EngineHub:
         registry: CollectorRegistry,
         clock: Callable[[], float] = time.monotonic,
         store: EstimatesStore | None = None,
+        timers: Scheduler | None = None,
+        run: Callable[[Callable[[], None]], Awaitable[None]] = asyncio.to_thread,
     ) -> None:
         self.settings = settings
         self._clock = clock
-        self.store = store if store is not None else EstimatesStore.beside(settings.journal)
+        self.timers: Scheduler = timers if timers is not None else LoopScheduler()
+        self.store = store if store is not None else EstimatesStore(None)
+        self._run = run
         self.sessions: dict[str, Live] = {}
         self.metrics = EngineMetrics(registry, self.views)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -172,6 +208,8 @@ class EngineHub:
                 f"pacer has PACER_ENGINE__MAX_SESSIONS="
                 f"{self.settings.engine.max_sessions} sessions already",
             )
+        if not self.store.loaded:
+            await self._journaled("read", self.store.load)
         session = EngineSession(
             hello, self.settings.controller, self._clock, self.store.get(hello.workload_key)
         )
@@ -187,9 +225,9 @@ class EngineHub:
     # -- events and decisions ------------------------------------------------------------
 
     def received(self, live: Live, frame: str | bytes, at: float) -> bool:
-        """Take in one frame that arrived at ``at`` (perf_counter s), and answer it: an error
-        for a frame that breaks a rule, then the decision now. False once the engine said
-        bye."""
+        """Take in one frame that arrived at ``at`` (perf_counter s): an error at once for a
+        frame that breaks a rule; the answer once the frames read with it are taken in.
+        False once the engine said bye."""
         try:
             applied = live.session.take(frame)
         except ProtocolError as exc:
@@ -197,28 +235,49 @@ class EngineHub:
                 live.errors[exc.code] += 1
                 self._send(live, exc.message())
                 log.info("engine %s: event refused: %s", live.engine, exc)
-            self.decide(live, at)
+            self._answer_soon(live, at)
             return True
         if applied.gap_s is not None:
             self.metrics.gap.labels(live.engine).observe(applied.gap_s)
         if applied.ended:
             return False
-        self.decide(live, at)
+        self._answer_soon(live, at)
         return True
 
-    def decide(self, live: Live, at: float | None = None) -> None:
-        """Send the session's decision now, and ask again when it says."""
+    def _answer_soon(self, live: Live, at: float) -> None:
+        if live.answer is None:
+            live.answer_at = at
+            live.answer = self.timers.call_soon(lambda: self._answer(live))
+
+    def _answer(self, live: Live) -> None:
+        """Answer the frames taken in since the last answer (`EngineSession.answer`)."""
+        live.answer = None
+        if live.ws is None:
+            return
+        decided = live.session.decisions
+        message = live.session.answer()
+        self._send(live, message, live.answer_at)
+        if live.session.decisions != decided:
+            self._ask_again(live, message["next_in_s"])
+
+    def decide(self, live: Live) -> None:
+        """Send the controller's decision now, and ask again when it says."""
+        if live.ws is None:
+            return  # the engine is away: it paces by its fallback until it resumes
+        at = None
+        if live.answer is not None:  # this decision answers the frames read this turn too
+            live.answer.cancel()
+            live.answer, at = None, live.answer_at
+        message = live.session.decide()
+        self._send(live, message, at)
+        self._ask_again(live, message["next_in_s"])
+
+    def _ask_again(self, live: Live, due_s: float | None) -> None:
         if live.timer is not None:
             live.timer.cancel()
             live.timer = None
-        if live.ws is None:
-            return  # the engine is away: it paces by its fallback until it resumes
-        decision = live.session.decide()
-        self._send(live, decision, at)
-        due = decision["next_in_s"]
-        if due is not None:
-            wait = max(due, MIN_WAIT_S)
-            live.timer = asyncio.get_running_loop().call_later(wait, self.decide, live)
+        if due_s is not None:
+            live.timer = self.timers.call_later(max(due_s, MIN_WAIT_S), lambda: self.decide(live))
 
     def _send(self, live: Live, message: dict[str, Any], at: float | None = None) -> None:
         if live.ws is None:
@@ -256,16 +315,16 @@ class EngineHub:
         log.info(
             "engine %s disconnected; its session %s waits %g s for it", live.engine, live.id, grace
         )
-        live.grace = asyncio.get_running_loop().call_later(
+        live.grace = self.timers.call_later(
             grace, lambda: self._later(self.end(live, "grace_expired"))
         )
 
     def _disconnect(self, live: Live) -> None:
         live.ws = None
-        for handle in (live.timer, live.grace):
+        for handle in (live.timer, live.grace, live.answer):
             if handle is not None:
                 handle.cancel()
-        live.timer = live.grace = None
+        live.timer = live.grace = live.answer = None
         if live.writer is not None:
             live.writer.cancel()
             live.writer = None
@@ -293,11 +352,16 @@ class EngineHub:
         return True
 
     async def save(self) -> None:
-        """Write the saved estimates (on a thread); a failure is logged, not raised."""
+        """Write the estimates of the sessions that ended to the journal."""
+        await self._journaled("saved", self.store.save)
+
+    async def _journaled(self, what: str, call: Callable[[], None]) -> None:
+        """Run a journal ``call`` of the store; a failure is logged, not raised (engines then
+        start cold, or the estimates wait for the next save)."""
         try:
-            await asyncio.to_thread(self.store.save)
-        except OSError as exc:
-            log.warning("engine estimates not saved to %s: %s", self.store.path, exc)
+            await self._run(call)
+        except (JournalUnavailable, OSError, ValueError, RuntimeError) as exc:
+            log.warning("engine estimates not %s in the journal: %s", what, exc)
 
     async def close(self) -> None:
         """Pacer stops: every session ends (its engine told: going away) and is saved."""

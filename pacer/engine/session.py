@@ -9,6 +9,7 @@ times what pacer itself sees: the ages of syntheses, the gaps between a GPU work
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,9 @@ REFUSED_BUT_TAKEN = frozenset(
 # What each state of a partition is called in the events that put it there.
 STATES = {"synthesizing": "dispatched", "ready": "synthesis_ready", "on_gpu": "gpu_started"}
 
+# Events after which the controller decides at once: they change its inputs beyond a count.
+DECIDE_AFTER = frozenset({"backlog", "worker_up", "worker_down", "dropped", "synthesis_failed"})
+
 
 @dataclass
 class Applied:
@@ -38,15 +42,16 @@ class Applied:
 
 class EngineSession:
     """An engine's partitions and its controller. ``take(frame)`` applies one event (or
-    raises `ProtocolError`, having taken in its seq where the spec says so); ``decide()``
-    is the decision message to send.
+    raises `ProtocolError`, having taken in its seq where the spec says so); ``answer()``
+    is the decision message to send for the events taken in; ``decide()`` asks the
+    controller (when ``due_at`` comes).
 
     >>> from pacer.engine.protocol import Shape
     >>> hello = Hello("e1", "k", Shape(2, 1 << 30, 8 << 30, 4))
     >>> s = EngineSession(hello, ControllerSettings(), clock=lambda: 0.0)
     >>> s.take('{"type": "backlog", "seq": 1, "partitions": 10}').ended
     False
-    >>> s.decide()["dispatch"] > 0, s.ack
+    >>> s.answer()["dispatch"] > 0, s.ack
     (True, 1)
     """
 
@@ -72,6 +77,11 @@ class EngineSession:
         self._last_finish: dict[int, float] = {}  # worker: when its last partition ended
         self.events = 0
         self.gpu_busy_s = 0.0  # GPU seconds the engine measured
+        self.due_at: float | None = None  # when the last decision asked to decide again
+        self.decisions = 0  # the controller's decisions (the other answers only acknowledge)
+        self._stale = True  # an event changed what the controller would decide
+        self._capped = False  # the last decision left no room: freeing any is news
+        self._mode = ""
 
     # -- events -------------------------------------------------------------------------
 
@@ -83,11 +93,18 @@ class EngineSession:
             event = parse_event(message, self.ack + 1)
             self.ack = event.seq
             self.events += 1
-            return self._apply(event)
+            applied = self._apply(event)
         except ProtocolError as exc:
             if exc.code in REFUSED_BUT_TAKEN and exc.seq == self.ack + 1:
                 self.ack = exc.seq
             raise
+        if event.kind in DECIDE_AFTER or (
+            event.kind == "gpu_started"
+            and self.backlog > self.owed
+            and len(self.ready) < self.controller.terms.setpoint
+        ):
+            self._stale = True  # a GPU took a partition and left fewer ready than needed
+        return applied
 
     def _apply(self, event: Event) -> Applied:
         now = self._clock()
@@ -227,20 +244,63 @@ class EngineSession:
             gpu_busy_ages_s=AgesView(starts, now),
         )
 
+    def room(self) -> int:
+        """Partitions the caps let start now: synthesis slots, the in-flight cap, the backlog
+        and the memory budget (what the controller's own room counts), O(1)."""
+        shape = self.hello.shape
+        synthesizing = len(self.synthesizing) + self.owed
+        free = shape.memory_budget_bytes - self.inflight_bytes
+        return max(
+            0,
+            min(
+                self.caps.synthesis_concurrency - synthesizing,
+                self.caps.inflight_partitions - self.inflight,
+                self.backlog - self.owed,
+                budget_room(free, shape.partition_bytes, holding=self.inflight > 0),
+            ),
+        )
+
+    def answer(self) -> dict[str, Any]:
+        """The decision message for the events taken in: the controller's decision where
+        one is due, where an event changed what it would decide (see `DECIDE_AFTER`, a
+        ready depth below the setpoint, room freed after a decision that had none) or while
+        it gives no time to ask again with a backlog to dispatch; otherwise an
+        acknowledgement that advises nothing more and keeps the last decision's time, O(1)."""
+        now = self._clock()
+        due = self.due_at
+        if due is None and self.backlog <= self.owed and not self._stale:
+            due = math.inf  # nothing to dispatch until a backlog event says there is
+        elif self._stale or due is None or now >= due or (self._capped and self.room() > 0):
+            return self.decide()
+        terms = self.controller.terms
+        return {
+            "type": "decision",
+            "dispatch": 0,
+            "ack": self.ack,
+            "next_in_s": None if due == math.inf else due - now,
+            "interval_s": terms.interval_s,
+            "mode": self._mode,
+        }
+
     def decide(self) -> dict[str, Any]:
         """The controller's decision now, as the ``decision`` message; what it advises is
         owed until the engine reports it dispatched or declined."""
         now = self._clock()
         decision = self.controller.decide(self.observation())
+        self.decisions += 1
         self.owed += decision.dispatch
+        self.due_at = decision.next_at
+        self._stale = False
+        self._capped = self.room() == 0
         terms = self.controller.terms
+        self._mode = str(terms.mode)
         return {
             "type": "decision",
             "dispatch": decision.dispatch,
             "ack": self.ack,
             "next_in_s": None if decision.next_at is None else max(0.0, decision.next_at - now),
             "interval_s": terms.interval_s,
-            "mode": str(terms.mode),
+            "mode": self._mode,
         }
 
     def snapshot(self) -> dict[str, Any]:

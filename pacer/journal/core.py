@@ -326,6 +326,20 @@ class JournalCore(Generic[C]):
                 (value, blob),
             )
 
+    def save_workload_estimates(self, key: str, values: Mapping[str, float | None]) -> None:
+        """Store an engine workload's estimates (seconds, or None if unknown) under ``key``,
+        replacing those saved under it before. ValueError for an empty key or a value that is
+        not a duration."""
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"workload_key must be a non-empty string, got {key!r}")
+        blob = estimates_json(values, None)
+        with self._sql.writing() as db:
+            db.execute(
+                "INSERT INTO workload_estimates (workload_key, estimates) VALUES (?, ?)"
+                " ON CONFLICT (workload_key) DO UPDATE SET estimates = excluded.estimates",
+                (key, blob),
+            )
+
     def prune(self, retention_s: float, now: float | None = None) -> int:
         """Delete finished jobs last updated more than ``retention_s`` seconds before the
         journal's clock now, or before ``now`` where that is earlier, and every row of theirs;

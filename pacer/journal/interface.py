@@ -141,6 +141,15 @@ class JournalBackend(Protocol):
         """What the saved estimates are valid for, or None."""
         ...
 
+    def save_workload_estimates(self, key: str, values: Mapping[str, float | None]) -> None:
+        """Store an engine workload's estimates (s, None if unknown) under its ``key``,
+        replacing those saved under it before."""
+        ...
+
+    def load_workload_estimates(self) -> dict[str, dict[str, float | None]]:
+        """Every workload key's saved estimates, by key."""
+        ...
+
     # -- health -------------------------------------------------------------------------------
     def check_file(self) -> None:
         """Raise if what is written now would not be read by the next start (the SQLite file

@@ -143,3 +143,11 @@ class CoreJournal:
     def load_estimates_key(self) -> str | None:
         """What the saved estimates are valid for, or None."""
         return self._queries.load_estimates_key()
+
+    def save_workload_estimates(self, key: str, values: Mapping[str, float | None]) -> None:
+        """Store a workload's estimates (s, None if unknown) under ``key``."""
+        self._core.save_workload_estimates(key, values)
+
+    def load_workload_estimates(self) -> dict[str, dict[str, float | None]]:
+        """Every workload key's saved estimates, by key."""
+        return self._queries.load_workload_estimates()

@@ -183,6 +183,14 @@ class JournalQueries(Generic[C]):
         """The key the estimates were saved with; None if none was (or nothing was saved)."""
         return estimates_key_of(self._saved_estimates())
 
+    def load_workload_estimates(self) -> dict[str, dict[str, float | None]]:
+        """Every workload key's saved estimates, by key (empty if none were saved)."""
+        with self._sql.reading() as db:
+            rows = db.execute(
+                "SELECT workload_key, estimates FROM workload_estimates ORDER BY workload_key"
+            ).fetchall()
+        return {str(key): estimates_of(str(blob)) or {} for key, blob in rows}
+
     def _saved_estimates(self) -> str | None:
         column, value = self._sql.estimates_row
         with self._sql.reading() as db:

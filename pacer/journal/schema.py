@@ -2,7 +2,8 @@
 current version.
 
 Schema versions (``PRAGMA user_version``): 1, jobs, partitions and estimates; 2, an idempotency
-key and request digest per job, an index of failed partitions, and the attempts table. An older
+key and request digest per job, an index of failed partitions, and the attempts table; 3, the
+engines' estimates by workload key (``workload_estimates``). An older
 file is upgraded in place when opened; a newer one is refused (`NewerSchemaError`).
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from pacer.journal.lock import create_journal_file
 from pacer.journal.records import JournalFileError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # The statements that bring a file from version n - 1 to n, run in one transaction.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -50,6 +51,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """CREATE TABLE IF NOT EXISTS attempts (
     job_id TEXT NOT NULL, idx INTEGER NOT NULL, attempt INTEGER NOT NULL, reason TEXT NOT NULL,
     gpu INTEGER, at REAL NOT NULL, PRIMARY KEY (job_id, idx, attempt)) WITHOUT ROWID""",
+    ),
+    3: (
+        # Engines paced over the engine protocol: each workload's estimates, so its next
+        # session starts warm.
+        """CREATE TABLE IF NOT EXISTS workload_estimates (
+    workload_key TEXT PRIMARY KEY, estimates TEXT NOT NULL) WITHOUT ROWID""",
     ),
 }
 

@@ -18,6 +18,9 @@ carries a token, new at each claim (``batch_tokens``), and when it was last rene
 started lapse within a lease's time of the start; ``pacer_commit`` stores results only
 under leases still held, counting them per host in ``job_progress``. Jobs' pages keep room for
 HOT updates of their progress.
+
+Version 3: ``workload_estimates``, the engines' estimates by workload key (shared by the fleet:
+an engine's workload is the same whichever host paces it).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from psycopg.rows import TupleRow
 from pacer.journal.records import JournalRefusedError
 from pacer.pgjournal.functions import CLAIM_FUNCTION, COMMIT_PROCEDURE
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # pg_advisory_xact_lock's key for migrations: any constant no other application takes.
 MIGRATION_LOCK = 0x7061636572_5347  # "pacer", "SG"
@@ -96,6 +99,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     done integer NOT NULL, PRIMARY KEY (job_id, host))""",
         CLAIM_FUNCTION,
         COMMIT_PROCEDURE,
+    ),
+    3: (
+        "CREATE TABLE workload_estimates (workload_key text PRIMARY KEY, estimates text NOT NULL)",
     ),
 }
 

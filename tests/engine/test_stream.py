@@ -25,6 +25,7 @@ from pacer.engine.conformance import Suite
 from pacer.engine.hub import CLOSE_OVERFLOW, EngineHub
 from pacer.server import Server
 from pacer.service.lifecycle import Service
+from tests.engine.test_reference import workload_estimates
 from tests.servers import ServerProcess, call, fake_host, settings_for
 from tests.waits import until, wait_until
 
@@ -148,7 +149,11 @@ async def test_a_session_ends_after_its_grace_and_warms_the_next(tmp_path: Path)
         await client.drop()
         hub = hub_of(server)
         await until(lambda: not hub.sessions, "the session to end after its grace")
-        saved = json.loads(hub.store.path.read_text()) if hub.store.path else {}
+        saved = await until(
+            lambda: workload_estimates(tmp_path / "journal.sqlite"),
+            "its estimates to be saved in the journal",
+            done=lambda saved: "wk-grace" in saved,
+        )
         assert saved["wk-grace"]["gpu_service_s"] == pytest.approx(0.05)
         again = EngineClient(engine_url(server), hello("grace-b", key="wk-grace"))
         assert (await again.connect())["warm"] is True
@@ -156,6 +161,30 @@ async def test_a_session_ends_after_its_grace_and_warms_the_next(tmp_path: Path)
         assert (late["resumed"], late["ack"]) == (False, 0)
         await again.close()
         await client.close()
+
+
+@pytest.mark.asyncio
+async def test_estimates_in_the_journal_warm_an_engine_after_a_restart(tmp_path: Path) -> None:
+    async with serving(tmp_path) as server:
+        client = EngineClient(engine_url(server), hello("restart-a", key="wk-restart"))
+        assert (await client.connect())["warm"] is False
+        for i in range(4):
+            seq = await one_partition(client, f"p{i}", worker=i % 2)
+        await acked(client, seq)
+        await client.close()  # a bye: the session ends and its estimates are saved
+        hub = hub_of(server)
+        await until(lambda: not hub.sessions, "the session to end")
+        await until(
+            lambda: workload_estimates(tmp_path / "journal.sqlite"),
+            "its estimates to be saved in the journal",
+            done=lambda saved: "wk-restart" in saved,
+        )
+    async with serving(tmp_path) as server:  # a new pacer on the same journal
+        again = EngineClient(engine_url(server), hello("restart-b", key="wk-restart"))
+        assert (await again.connect())["warm"] is True
+        (state,) = hub_of(server).status()
+        assert state["estimates"]["gpu_service_s"] == pytest.approx(0.05)
+        await again.close()
 
 
 @pytest.mark.asyncio
@@ -194,9 +223,10 @@ def masked_frame(message: dict[str, Any]) -> bytes:
 def slow_engine(port: int, engine: str, events: int) -> None:
     """An engine that never reads: a raw socket with a small receive buffer, its hello, then
     ``events`` events, all framed beforehand and written at once (blocking; run on a
-    thread)."""
+    thread). Each event breaks a rule, so each gets an error frame of its own (the answers
+    of frames read together are one)."""
     frames = [{"type": "hello", "protocol": 1, **hello(engine)}]
-    frames += [{"type": "backlog", "seq": n, "partitions": n} for n in range(1, events + 1)]
+    frames += [{"type": "backlog", "seq": n, "partitions": -1} for n in range(1, events + 1)]
     stream = b"".join(masked_frame(frame) for frame in frames)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

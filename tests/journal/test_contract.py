@@ -271,6 +271,29 @@ def test_estimates_keep_the_key_they_were_saved_with(journal: AnyJournal) -> Non
     assert journal.load_estimates_key() is None
 
 
+def test_workload_estimates_are_kept_by_key_across_a_reopen(store: Store) -> None:
+    with store.open() as journal:
+        assert journal.load_workload_estimates() == {}
+        journal.save_workload_estimates("zk/a", {"gpu_service_s": 1.0, "synthesis_s": None})
+        journal.save_workload_estimates("zk/b", {"gpu_service_s": 0.2, "synthesis_s": 3.0})
+        journal.save_workload_estimates("zk/a", {"gpu_service_s": 2.5, "synthesis_s": 30})
+        journal.save_estimates({"gpu_service_s": 9.0})  # the service's own row: apart
+    with store.open() as journal:
+        assert journal.load_workload_estimates() == {
+            "zk/a": {"gpu_service_s": 2.5, "synthesis_s": 30.0},
+            "zk/b": {"gpu_service_s": 0.2, "synthesis_s": 3.0},
+        }
+        assert journal.load_estimates() == {"gpu_service_s": 9.0}
+
+
+def test_workload_estimates_refuse_an_empty_key_or_a_bad_value(journal: AnyJournal) -> None:
+    with pytest.raises(ValueError, match="workload_key must be a non-empty string"):
+        journal.save_workload_estimates("", {"gpu_service_s": 1.0})
+    with pytest.raises(ValueError, match="estimate 'gpu_service_s' must be a finite number"):
+        journal.save_workload_estimates("zk/a", {"gpu_service_s": -1.0})
+    assert journal.load_workload_estimates() == {}
+
+
 @pytest.mark.parametrize("value", [-1.0, math.nan, math.inf, "2"], ids=["neg", "nan", "inf", "str"])
 def test_save_estimates_refuses_what_is_not_a_duration(journal: AnyJournal, value: Any) -> None:
     with pytest.raises(ValueError, match="estimate 'gpu_service_s' must be a finite number"):

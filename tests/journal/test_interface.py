@@ -40,8 +40,9 @@ def test_the_protocol_lists_what_the_service_asks_of_the_journal() -> None:
         "Error", "OperationalError", "add_job", "add_job_once", "cancel", "check_file", "close",
         "complete_partitions", "counts", "fail_exhausted", "failures", "get_job",
         "incomplete", "job_for_key", "jobs_page", "list_jobs", "load_estimates",
-        "load_estimates_key", "now", "partition_page", "partition_summary", "probe", "prune",
-        "record_attempt", "save_estimates", "withdraw",
+        "load_estimates_key", "load_workload_estimates", "now", "partition_page",
+        "partition_summary", "probe", "prune", "record_attempt", "save_estimates",
+        "save_workload_estimates", "withdraw",
     ]  # fmt: skip
 
 

@@ -108,6 +108,7 @@ def test_a_version_1_journal_is_upgraded_in_place_and_keeps_its_jobs(path: Path)
         assert (old.state, old.partitions_done) == ("running", 1)
         assert [p.state for p in journal.partitions(old.id)] == ["pending", "completed", "pending"]
         assert journal.load_estimates() == {"gpu_service_s": 1.5}
+        assert journal.load_workload_estimates() == {}  # version 3's table, empty
         assert journal.partition_summary(old.id) == PartitionSummary(2, 1, 0, [])
         job, created = journal.add_job_once("retry-1", 2, "ntt", {})
         assert created
@@ -161,7 +162,7 @@ def test_a_version_1_journal_gains_the_attempts_table(path: Path) -> None:
         assert journal.record_attempt("aaaaaaaaaaaaaaaa", 0, "boom", None, 3)[0] == 1
         assert [a.reason for a in journal.partitions("aaaaaaaaaaaaaaaa")[0].attempts] == ["boom"]
     with closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (2,)
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
 
 
 def test_the_lock_refuses_a_second_holder_naming_the_first(path: Path) -> None:

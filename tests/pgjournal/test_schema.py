@@ -28,8 +28,26 @@ def test_migrate_creates_the_schema_on_an_empty_database_and_a_rerun_changes_not
         assert journal.get_job(job.id) == job
     tables = sql(postgres_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
     assert sorted(str(t) for (t,) in tables) == [
-        "attempts", "batches", "estimates", "job_progress", "jobs", "pacer_schema", "partitions"
+        "attempts", "batches", "estimates", "job_progress", "jobs", "pacer_schema", "partitions",
+        "workload_estimates",
     ]  # fmt: skip
+
+
+def test_a_version_1_database_gains_the_workload_estimates(postgres_url: str) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn, conn.transaction():
+        conn.execute("CREATE TABLE pacer_schema (one boolean PRIMARY KEY DEFAULT true"
+                     " CHECK (one), version integer NOT NULL)")  # fmt: skip
+        for statement in MIGRATIONS[1]:
+            conn.execute(statement)
+        conn.execute("INSERT INTO pacer_schema (version) VALUES (1)")
+    with PgJournal.connect(postgres_url) as journal:
+        assert journal.load_workload_estimates() == {}
+        journal.save_workload_estimates("zk/a", {"gpu_service_s": 0.5, "synthesis_s": 4.0})
+    assert sql(postgres_url, "SELECT version FROM pacer_schema") == [(SCHEMA_VERSION,)]
+    with PgJournal.connect(postgres_url) as journal:
+        assert journal.load_workload_estimates() == {
+            "zk/a": {"gpu_service_s": 0.5, "synthesis_s": 4.0}
+        }
 
 
 def test_hosts_starting_at_once_migrate_the_database_once(postgres_url: str) -> None:
