@@ -8,7 +8,8 @@ For each number of synthesis processes (``PACER_SYNTHESIS__MAX_CONCURRENT``) it 
 service once, in-process, with the ntt workload on the GPUs and the memory budget of
 ``PACER_MEMORY__BUDGET_BYTES``, keeps a backlog waiting, and runs the arms in turn, ``--rounds``
 times: each arm holds dispatch, waits for the partitions in flight to finish, takes the dispatch
-loop with a new policy (cold: no saved estimates), warms up, then measures for ``--seconds``.
+loop with a new policy (cold: no saved estimates), warms up, then measures for ``--seconds``
+(with ``--no-drain`` the new policy takes over what is in flight, and the warm-up absorbs it).
 The pinned pool, the GPU workers and the synthesis processes stay the same for every arm, so
 the arms differ only by their policy, and the order spreads any drift of the host over them.
 
@@ -25,7 +26,7 @@ its synthesis processes used, and "synthesis s" (dispatch to ready) split into t
 synthesis processes' fill (``compute``) and the rest (``wait``: the queue in front of the
 processes and the hand-off to them). Then, per size and arm, the mean of the rounds with a
 95 % interval (Student's t), and each arm's difference from ``pi`` with its interval. Writes
-``$OUT/gpu_arms.json`` after every run when OUT is set.
+``$OUT/gpu_arms.json`` (``--json``) after every run when OUT is set.
 """
 
 from __future__ import annotations
@@ -117,13 +118,13 @@ def make_policy(arm: str, server: Server, slots: int) -> DispatchPolicy:
     return build_policy(arm, service.settings.controller, caps, clock)
 
 
-async def swap(server: Server, policy: DispatchPolicy, budget_bytes: int) -> float:
-    """Hold dispatch until nothing is in flight, then dispatch under ``policy`` within
-    ``budget_bytes``; the seconds the drain took."""
+async def swap(server: Server, policy: DispatchPolicy, budget_bytes: int, drain: bool) -> float:
+    """Dispatch under ``policy`` within ``budget_bytes``; with ``drain``, once nothing is in
+    flight (dispatch held meanwhile). The seconds the drain took."""
     p = server.service.pipeline
     began = time.perf_counter()
     p.hold(True)
-    while p.inflight > 0 and time.perf_counter() - began < 60:
+    while drain and p.inflight > 0 and time.perf_counter() - began < 60:
         await asyncio.sleep(0.05)
     server.service.policy = policy
     p.controller = policy
@@ -203,7 +204,8 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
                 if pi_gib is None:
                     raise SystemExit("arm fixed needs a pi run before it in the round")
                 slots = max(1, math.ceil(pi_gib * 2**30 / partition - 1e-9))
-            drain_s = await swap(server, make_policy(arm, server, slots), slots * partition)
+            policy = make_policy(arm, server, slots)
+            drain_s = await swap(server, policy, slots * partition, args.drain)
             row = await measure(args, server, arm, obs, fills)
             row |= {"processes": processes, "round": round_, "drain_s": drain_s,
                     "budget_gib": slots * partition / 2**30}  # fmt: skip
@@ -214,15 +216,15 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
                   f"{row['busy']:.3f}, in flight {row['inflight_gib_mean']:.1f} GiB, synthesis "
                   f"{row['synthesis_s']:.3f} s (wait {row['wait_s']:.3f})",
                   file=sys.stderr)  # fmt: skip
-            save(results)
+            save(results, args.json)
     server.service.pipeline.hold(True)
     await server.shutdown()
 
 
-def save(results: list[dict[str, Any]]) -> None:
+def save(results: list[dict[str, Any]], name: str = "gpu_arms.json") -> None:
     out = os.environ.get("OUT")
     if out:
-        Path(out, "gpu_arms.json").write_text(json.dumps(results, indent=2))
+        Path(out, name).write_text(json.dumps(results, indent=2))
 
 
 def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
@@ -275,6 +277,9 @@ def main() -> int:
     parser.add_argument("--log-n", type=int, default=27, help="partition size")
     parser.add_argument("--field", choices=("babybear", "goldilocks"), default=None)
     parser.add_argument("--devices", default="all", help="PACER_GPU__DEVICES")
+    parser.add_argument("--drain", action=argparse.BooleanOptionalAction, default=True,
+                        help="before each arm, wait until nothing is in flight")  # fmt: skip
+    parser.add_argument("--json", default="gpu_arms.json", help="file name under $OUT")
     parser.add_argument("--markdown", action="store_true", help="the summary as Markdown")
     parser.add_argument("--summary", type=Path, help="print the summary of a saved JSON only")
     args = parser.parse_args()
