@@ -10,7 +10,7 @@ Runs pi on two groups of shipped scenarios, the model as shipped (no bias inject
   the work drawn independently;
 
 and sweeps one knob at a time from the defaults: kp over ``KP``, ki over ``KI`` (the ranges
-README's tuning guide calls safe), and the ready buffer ``target_ready_s`` in lead times over
+the tuning guide calls safe), and the ready buffer ``target_ready_s`` in lead times over
 ``BUFFER_LEADS`` (``target_ready`` 1, so that the seconds decide). Per setting and group, means
 over the scenarios and seeds: the GPU busy ratio; the worst margin of busy against the best
 baseline of the same scenario and seed (unpaced, cuzk, cuzk-default, fixed: a setting that
@@ -48,7 +48,7 @@ DISTURBED = ("gpu-outage", "gpu-slowdown", "synthesis-slowdown-gpu-bound")
 HEAVY = ("heavy-tail", "bimodal-partitions")
 KP = (1.0, 2.0, 4.0, 8.0)  # the safe range, 2 to 8, and one below it
 KI = (0.0, 0.1, 0.25, 0.5)  # the safe range, 0 to 0.25, and one above it
-SAFE = {"kp": (2.0, 8.0), "ki": (0.0, 0.25), "buffer": (0.0, 1.0)}  # README "Tuning"
+SAFE = {"kp": (2.0, 8.0), "ki": (0.0, 0.25), "buffer": (0.0, 1.0)}  # docs/controller.md, "Tuning"
 BUFFER_LEADS = (0.0, 0.5, 1.0)
 NEVER_LEADS = 10.0  # a recovery that never came, in lead times
 MOVED = 0.02  # a knob "acts" where a measure moves one way by at least this share

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.service [--partitions 100000] [--markdown]
 
-Measures, against the targets in README ("Service targets"):
+Measures, against the targets in docs/reliability.md ("Service targets"):
 - partitions/s through dispatch → synthesis → ready → proving worker → journal (no-op work, so
   pacer's own overhead is all there is);
 - the controller's decision time (p50/p99), timed around every ``decide`` call as on-CPU time

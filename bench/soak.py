@@ -83,6 +83,25 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+async def wait_ready(
+    session: aiohttp.ClientSession, base: str, proc: subprocess.Popen[bytes], log_path: Path
+) -> None:
+    """Until `pacer serve` at ``base`` answers /readyz 200; RuntimeError if it exits first, or
+    is not ready after 120 s."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"pacer serve exited: see {log_path}")
+        try:
+            async with session.get(base + "/readyz") as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.2)
+    raise RuntimeError("pacer serve not ready after 120 s")
+
+
 @dataclass
 class Sample:
     """The service process as /proc shows it, at ``t`` seconds into the load."""
@@ -162,18 +181,7 @@ class Soak:
                 [sys.executable, "-m", "pacer", "serve"], env=self.env, cwd=ROOT,
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"pacer serve exited: see {self.log_path}")
-            try:
-                async with session.get(self.base + "/readyz") as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-        raise RuntimeError("pacer serve not ready after 120 s")
+        await wait_ready(session, self.base, self.proc, self.log_path)
 
     async def submit(
         self,

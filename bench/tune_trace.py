@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.tune_trace [--partitions 3000] [--seed 1] [--out FILE.csv]
 
-Writes a CSV trace (README "Tuning from a recording") with columns synthesis_s, gpu_s and job:
+Writes a CSV trace (docs/controller.md) with columns synthesis_s, gpu_s and job:
 jobs of ``JOB_PARTITIONS`` partitions, all waiting at the start. A partition's GPU seconds are
 lognormal (median ``GPU_MEDIAN_S``, sigma ``GPU_SIGMA``: one worker of an H200 at Goldilocks
 2^27). Its synthesis seconds are lognormal (median ``SYNTHESIS_MEDIAN_S``, sigma

@@ -16,6 +16,23 @@ Settings come from PACER_* environment variables (`pacer config` lists them all)
 """
 
 
+SERVING = {"api", "journal", "shutdown", "timeouts", "retry", "health"}
+"""The settings only a service reads: a command that serves nothing does not refuse them."""
+CLIENT = {"api"}
+"""What a client of the HTTP API reads: where the service is, and its token."""
+
+
+def reads(command: str) -> set[str] | None:
+    """The settings ``command`` reads (`pacer.config.load_settings`); None: every one."""
+    from pacer.config import Settings
+
+    if command in ("simulate", "tune"):
+        return set(Settings.model_fields) - SERVING
+    if command in ("submit", "status"):
+        return CLIENT
+    return None
+
+
 def _parser() -> argparse.ArgumentParser:
     from pacer.cli import jobs as cli_client
     from pacer.cli import run as cli_run
@@ -57,13 +74,20 @@ def _parser() -> argparse.ArgumentParser:
     cfg = sub.add_parser(
         "config",
         help="print the effective settings as PACER_* variables",
-        description="Print every setting with its effective value, as an environment file "
-        "(usable as a systemd EnvironmentFile, or sourced by a shell), each preceded by its "
-        "meaning and unit. Unset settings are commented out; a secret is never printed.",
+        description="Print every setting as an environment file (a systemd EnvironmentFile, "
+        "or sourced by a shell), each preceded by its meaning and unit. Only the settings set "
+        "in the environment are assigned; the others are comments with their default (or the "
+        "value derived from this host), so the file overrides nothing a unit's Environment= "
+        "lines set. A secret is never printed.",
     )
     cfg.add_argument(
-        "--markdown", action="store_true", help="print the README table of variables instead"
+        "--markdown",
+        action="store_true",
+        help="print the table of docs/settings.md instead",
     )
+    from pacer.cli import completion
+
+    completion.add_arguments(sub.add_parser("completion", help=completion.HELP))
     return parser
 
 
@@ -75,7 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pacer.cli import serve
 
         return serve.main(arguments[1:])
-    args = _parser().parse_args(arguments)
+    parser = _parser()
+    args = parser.parse_args(arguments)
+    if args.command == "completion":
+        from pacer.cli import completion
+
+        print(completion.script(parser, args.shell), end="")
+        return 0
     if args.command == "settle":
         from pacer import settle
 
@@ -87,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from pacer.cli.args import load_settings
 
-    settings = load_settings()
+    settings = load_settings(reads(args.command))
     if settings is None:
         return 2
     if args.command == "config":

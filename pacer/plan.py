@@ -32,6 +32,9 @@ from pacer.control.policy import Caps
 from pacer.host.memory import HOST_FILES, HostFiles, HostMemory, MemoryPlan, bytes_text
 from pacer.workload import Workload, load_workload, pooled
 
+UNREAD_HOST_BUDGET_BYTES = 64 * 2**30
+"""The automatic memory budget where the host's memory cannot be read (bytes)."""
+
 
 class ConfigurationError(Exception):
     """The settings describe a service that cannot start; the message says why."""
@@ -150,12 +153,14 @@ def resolve(settings: Settings, workload: Workload, host: HostMemory | None = No
 
 def _memory(settings: Settings, partition_bytes: int, host: HostMemory | None) -> MemoryPlan:
     budget = int(settings.memory.budget_bytes)
-    if partition_bytes > budget:
+    if budget and partition_bytes > budget:
         raise ConfigurationError(
             f"one partition takes {partition_bytes} bytes, more than "
             f"PACER_MEMORY__BUDGET_BYTES={budget}"
         )
     if host is None:
+        if not budget:  # automatic, where the host was not read
+            return MemoryPlan(UNREAD_HOST_BUDGET_BYTES, UNREAD_HOST_BUDGET_BYTES, automatic=True)
         return MemoryPlan(budget, budget)
     reserve = int(settings.memory.host_reserve_bytes) or host.default_reserve_bytes()
     memory = MemoryPlan.fit(budget, host, reserve)

@@ -12,12 +12,14 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import sys
 
 from aiohttp import web
 
 from pacer.api import build_runner
 from pacer.config import Settings
+from pacer.config.operation import ListenError
 from pacer.runtime.signals import Held, Signals, sd_notify
 from pacer.service.first_steps import FirstSteps
 from pacer.service.lifecycle import Service
@@ -76,8 +78,18 @@ class Server:
         await runner.setup()
         api = self.service.settings.api
         site = web.TCPSite(runner, api.host, api.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            raise ListenError(api.host, api.port, reason) from None
         self.port = int(runner.addresses[0][1])
+        socket = self.service.settings.engine.socket
+        if socket is not None:
+            if socket.is_socket():
+                socket.unlink()  # a previous pacer's: nothing listens there after a stop
+            await web.UnixSite(runner, str(socket)).start()
+            log.info("listening on unix:%s too (engine sessions and the API)", socket)
 
     async def shutdown(self) -> bool:
         """Drain (the API answers meanwhile: not ready, no new jobs), stop serving, close.
@@ -87,7 +99,8 @@ class Server:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.service.close()
-        log.info("stopped")
+        if self.port is not None:  # not after a start that could not listen: its error says why
+            log.info("stopped")
         return finished
 
 

@@ -36,11 +36,23 @@ class PartitionSpec:
 
 @dataclass(frozen=True)
 class Proof:
-    """What proving one partition produced: a digest of the result and phase timings (s)."""
+    """What proving one partition produced, as `Workload.prove` returns it.
+
+    - ``digest``: the result, as a non-empty string without whitespace (a hex hash, say). It is
+      journaled; a job's ``result_digest`` is the SHA-256 of its partitions' digests in order.
+    - ``phases_s``: how long each phase of proving took, in seconds by phase name (``{"h2d":
+      0.4, "ntt": 0.9}``; empty is fine). Each becomes a ``pacer_gpu_phase_seconds{phase=...}``
+      observation and is journaled with the partition.
+    - ``output``: anything `Workload.verify` needs beyond the digest; never stored. Leave it
+      None when ``prove`` was called with ``keep_output=False``.
+
+    A proof with a bad digest or a phase that is not a finite number of seconds >= 0 fails the
+    attempt, naming the field. ``examples/merkle_workload.py`` is a workload to start from.
+    """
 
     digest: str
     phases_s: dict[str, float] = field(default_factory=dict)
-    output: Any = None  # kept for verify; not stored
+    output: Any = None
 
 
 @runtime_checkable

@@ -27,12 +27,24 @@ windows that hold several samples at a scrape interval of up to 15 s."""
 
 PI_TERMS = ("error", "p_term", "i_term", "ff_term", "setpoint", "projected_ready", "synthesis_cap")
 PI_ONLY_SERIES = frozenset(f"pacer_controller_{term}" for term in PI_TERMS)
-"""The series exported under the ``pi`` dispatch policy only (README, Metrics): under a baseline
+"""The series exported under the ``pi`` dispatch policy only (docs/metrics.md): under a baseline
 policy they are absent, so a query of them has no data for that instance."""
 
 FLEET_PREFIX = "pacer_fleet_"
 """The series a host of a fleet (a PostgreSQL journal) exports, and only such a host: a query of
 them has no data for an instance on an SQLite journal."""
+
+
+ENGINE_PREFIX = "pacer_engine_"
+ENGINE_ALWAYS = frozenset({"pacer_engine_sessions"})
+"""The series of engine sessions: each exists only while an engine has a session with that
+instance, but ``pacer_engine_sessions``, which every instance exports."""
+
+
+def engine_only(names: set[str]) -> bool:
+    """Whether ``names`` (a query's series) include one that only an instance with an engine
+    session exports."""
+    return any(n.startswith(ENGINE_PREFIX) and n not in ENGINE_ALWAYS for n in names)
 
 
 def fleet_only(names: set[str]) -> bool:

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_limits_are_the_floors_until_there_are_estimates() -> None:
     limits = CallLimits(TimeoutSettings())
-    assert limits.limits() == {"synthesis": 600.0, "prove": 300.0, "verify": 600.0}
+    assert limits.limits() == {"synthesis": 600.0, "prove": 30.0, "verify": 600.0}
 
 
 def test_derived_limits_follow_the_estimates_and_never_drop_below_the_floors() -> None:

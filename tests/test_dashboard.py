@@ -1,5 +1,5 @@
 """Static checks of the Grafana dashboard and its provisioning: structure, layout, datasource,
-and that every query uses only the series pacer exports (README's metrics table).
+and that every query uses only the series pacer exports (the metrics table of docs/metrics.md).
 tests/service/test_prometheus.py evaluates the same queries against a real Prometheus."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from tests.dashboard_queries import (
 ROOT = Path(__file__).resolve().parents[1]
 PROVISIONING = ROOT / "dashboards" / "provisioning"
 DASHBOARDS_PATH = "/var/lib/grafana/dashboards"
-ROWS = ["Controller", "Pipeline", "Pinned pool", "GPUs", "Jobs", "Health", "Fleet"]
+ROWS = ["Overview", "Controller", "Pipeline", "Pinned pool", "GPUs", "Jobs", "Health", "Process",
+        "Engines", "Fleet"]  # fmt: skip
 PANEL_TYPES = {"timeseries", "stat", "state-timeline", "heatmap"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 GRID_WIDTH = 24
@@ -50,10 +51,11 @@ def query_text(variable: dict[str, Any]) -> str:
 
 
 def exported_series() -> set[str]:
-    """Series names of README's metrics table: a histogram as its _bucket, _sum and _count
-    series, every other type (counters already end in _total) by its own name."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Metrics", 1)[1].split("\n#", 1)[0]
+    """Series names of the metrics table (docs/metrics.md, "The series"): a histogram as its
+    _bucket, _sum and _count series, every other type (counters already end in _total) by its
+    own name."""
+    page = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    section = page.split("\n## The series\n", 1)[1].split("\n#", 1)[0]
     names: set[str] = set()
     for name, kind in re.findall(r"^\| `(pacer_\w+)` \| ([^|]+) \|", section, flags=re.M):
         if kind.strip() == "histogram":
@@ -188,14 +190,13 @@ def test_controller_mode_panel_names_every_mode(dashboard: dict[str, Any]) -> No
     [mapping] = panel["fieldConfig"]["defaults"]["mappings"]
     assert {m["text"] for m in mapping["options"].values()} == {m.value for m in Mode}
     for code, shown in mapping["options"].items():
-        assert f'pacer_controller_mode="{shown["text"]}"}} * {code}' in panel["targets"][0]["expr"]
+        assert f', mode="{shown["text"]}"}} * {code}' in panel["targets"][0]["expr"]
 
 
 def test_policy_panel_names_the_policy_of_each_instance(dashboard: dict[str, Any]) -> None:
     [panel] = [p for p in panels(dashboard) if p["title"] == "Dispatch policy"]
-    controller_y, pipeline_y = [
-        p["gridPos"]["y"] for p in dashboard["panels"] if p["type"] == "row"
-    ][:2]
+    rows = {p["title"]: p["gridPos"]["y"] for p in dashboard["panels"] if p["type"] == "row"}
+    controller_y, pipeline_y = rows["Controller"], rows["Pipeline"]
     assert controller_y < panel["gridPos"]["y"] < pipeline_y, "not in the Controller row"
     assert panel["type"] == "stat"
     assert panel["options"]["textMode"] == "name"  # the legend is what it shows, not the 1
@@ -207,9 +208,9 @@ def test_policy_panel_names_the_policy_of_each_instance(dashboard: dict[str, Any
     assert target["instant"] is True
 
 
-def test_pi_only_series_are_the_readme_pi_terms() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    [terms] = re.findall(r"the PI terms \(([^)]*)\) are absent", readme)
+def test_pi_only_series_are_the_documented_pi_terms() -> None:
+    page = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    [terms] = re.findall(r"the PI terms \(([^)]*)\) are absent", page)
     assert {f"pacer_controller_{t}" for t in re.findall(r"`(\w+)`", terms)} == PI_ONLY_SERIES
     assert exported_series() >= PI_ONLY_SERIES
 
@@ -339,3 +340,26 @@ def test_dashboard_provisioning_loads_the_dashboard_directory() -> None:
     [provider] = config["providers"]
     assert provider["type"] == "file"
     assert provider["options"]["path"] == DASHBOARDS_PATH
+
+
+def row_panels(dashboard: dict[str, Any], title: str) -> list[dict[str, Any]]:
+    """The panels under the row ``title``, up to the next row."""
+    top: list[dict[str, Any]] = dashboard["panels"]
+    start = next(i for i, p in enumerate(top) if p["type"] == "row" and p["title"] == title)
+    end = next((i for i in range(start + 1, len(top)) if top[i]["type"] == "row"), len(top))
+    return top[start + 1 : end]
+
+
+def test_the_overview_row_shows_the_few_numbers_asked_first(dashboard: dict[str, Any]) -> None:
+    overview = row_panels(dashboard, "Overview")
+    assert {p["type"] for p in overview} == {"stat"}
+    used = set().union(*(metric_names(t["expr"]) for p in overview for t in p["targets"]))
+    assert {"pacer_gpu_busy_ratio", "pacer_partitions_total", "pacer_memory_inflight_bytes",
+            "pacer_backlog_partitions", "pacer_ready"} <= used  # fmt: skip
+
+
+def test_the_process_row_shows_its_memory_and_cpu(dashboard: dict[str, Any]) -> None:
+    exprs = " ".join(t["expr"] for p in row_panels(dashboard, "Process") for t in p["targets"])
+    assert "process_resident_memory_bytes{" in exprs
+    assert "rate(process_cpu_seconds_total{" in exprs
+    assert exprs.count("and on (instance) pacer_build_info") >= 3  # pacer's processes only

@@ -9,11 +9,15 @@ import re
 import shlex
 import shutil
 import subprocess
+import tomllib
+from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from pacer.config import ShutdownSettings, load_settings, variables
 
@@ -69,15 +73,16 @@ def pacer_container() -> dict[str, Any]:
 
 
 def exported_metric_names() -> set[str]:
-    """The series names the service exports, from the README's metrics table (first column);
-    a histogram adds its _bucket, _sum and _count series."""
-    section = (ROOT / "README.md").read_text().split("### Metrics", 1)[1].split("\n### ", 1)[0]
+    """The series names the service exports, from the metrics table of docs/metrics.md (first
+    column); a histogram adds its _bucket, _sum and _count series."""
+    page = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    section = page.split("\n## The series\n", 1)[1].split("\n## ", 1)[0]
     names: set[str] = set()
     for name, kind in re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", section, re.MULTILINE):
         names.add(name)
         if kind == "histogram":
             names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
-    assert len(names) > 20, "the README's metrics table was not found"
+    assert len(names) > 20, "the metrics table of docs/metrics.md was not found"
     return names
 
 
@@ -147,9 +152,39 @@ def test_every_pacer_variable_named_under_deploy_is_a_setting() -> None:
         assert named <= known, f"{path.relative_to(ROOT)}: {sorted(named - known)}"
 
 
+def env_file_lines() -> list[tuple[bool, str, str]]:
+    """(assigned, name, value) of each ``PACER_*=`` line of pacer.env, commented out or not."""
+    lines = re.findall(r"^(#?)(PACER_\w+)=(.*)$", ENV_FILE.read_text(), re.MULTILINE)
+    return [(not hash_, name, value) for hash_, name, value in lines]
+
+
 def env_file_settings() -> dict[str, str]:
-    text = ENV_FILE.read_text()
-    return dict(re.findall(r"^(PACER_\w+)=(.*)$", text, re.MULTILINE))
+    """What pacer.env shows, its commented lines uncommented (those with a value)."""
+    return {name: value for _, name, value in env_file_lines() if value}
+
+
+def test_the_env_file_assigns_nothing_and_shows_the_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lines = env_file_lines()
+    assert not [name for assigned, name, _ in lines if assigned]  # installed, it changes nothing
+    unit = unit_settings()
+    defaults = {var.name: var.default for var in variables()}
+    shown = {name: value for _, name, value in lines}
+    assert "PACER_GPU__SHM_DIR" in shown
+    for name, value in shown.items():
+        if name in unit:  # the unit's value, which the file would keep
+            assert value == unit[name], name
+        elif value == "" or defaults[name] == "":
+            assert value == defaults[name], f"{name}: unset by default"
+        else:
+            monkeypatch.setenv(name, value)
+            shown_setting = load_settings()
+            monkeypatch.delenv(name)
+            assert shown_setting == load_settings(), f"{name}={value} is not the default"
+    stop = re.search(r"TimeoutStopSec= in\s+# pacer.service \((\d+) s\)", ENV_FILE.read_text())
+    assert stop is not None
+    assert seconds(stop[1]) == seconds(unit_value("TimeoutStopSec"))
 
 
 def dockerfile_assignments(kind: str) -> dict[str, str]:
@@ -253,6 +288,18 @@ def test_alerts_are_actionable() -> None:
         description = rule["annotations"]["description"]
         assert "{{ $labels.instance }}" in description, rule["alert"]
         assert "PACER_" in description, f"{rule['alert']}: name the setting to look at"
+
+
+RUNBOOK = ROOT / "docs" / "runbook.md"
+RUNBOOK_URL = "https://github.com/example/pacer/blob/main/docs/runbook.md#"
+
+
+def test_every_alert_links_its_own_section_of_the_runbook() -> None:
+    sections = re.findall(r"^## (\S+)$", RUNBOOK.read_text(), re.M)
+    assert sorted(sections) == sorted(rule["alert"] for rule in rules())  # one each, no more
+    for rule in rules():
+        url = rule["annotations"]["runbook_url"]
+        assert url == RUNBOOK_URL + rule["alert"].lower(), rule["alert"]  # GitHub's anchor
 
 
 def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
@@ -456,7 +503,7 @@ def test_dockerfile_builds_a_cuda_image_that_runs_pacer_unprivileged() -> None:
     assert base.startswith("nvidia/cuda:")
     assert "runtime" in base
     runs = " ".join(a for i, a in instructions if i == "RUN")
-    assert "pip install '.[gpu,postgres]'" in runs  # a host may join a fleet
+    assert "pip install --constraint constraints.txt '.[gpu,postgres]'" in runs  # and a fleet
     last = {i: a for i, a in instructions}  # the last of each instruction
     assert last["USER"].split(":")[0] not in ("root", "0")
     assert json.loads(last["ENTRYPOINT"]) == ["pacer"]
@@ -554,3 +601,66 @@ def test_compose_prometheus_scrapes_the_pacer_service() -> None:
         host, _, port = target.partition(":")
         assert host in services
         assert port == "9470"
+
+
+# -- the image's dependencies ------------------------------------------------------------------
+
+CONSTRAINTS = DOCKERFILE.parent / "constraints.txt"
+
+
+def constraint_pins() -> dict[str, str]:
+    """constraints.txt as {normalized name: version}; every line a ``name==version``."""
+    pins: dict[str, str] = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            match = re.fullmatch(r"([A-Za-z0-9][\w.-]*)==([\w.+!-]+)", line.strip())
+            assert match, f"constraints.txt: {line!r} is not name==version"
+            pins[canonicalize_name(match[1])] = match[2]
+    return pins
+
+
+def image_requirements() -> list[Requirement]:
+    """What the image installs: pacer's dependencies and its gpu and postgres extras."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    return [Requirement(r) for r in [*project["dependencies"], *extras["gpu"], *extras["postgres"]]]
+
+
+def test_the_image_installs_with_the_constraints() -> None:
+    copies = [shlex.split(args) for kind, args in dockerfile_instructions() if kind == "COPY"]
+    assert ["deploy/docker/constraints.txt", "./constraints.txt"] in copies
+    installs = [args for kind, args in dockerfile_instructions()
+                if kind == "RUN" and "pip install" in args]  # fmt: skip
+    assert installs
+    assert all("--constraint constraints.txt '.[gpu,postgres]'" in args for args in installs)
+
+
+NEEDED_BY_UNINSTALLED = {"cuda-pathfinder": "cupy-cuda12x"}
+"""Pins whose need this machine cannot read: the package needing them is not installed here
+(CuPy needs a GPU machine)."""
+
+
+def test_the_constraints_pin_every_runtime_dependency_within_its_range() -> None:
+    pins = constraint_pins()
+    wanted = [(r, set(r.extras)) for r in image_requirements()]
+    seen: set[str] = set()
+    while wanted:
+        requirement, extras = wanted.pop()
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} ({requirement}) is not pinned"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (name, pins[name])
+        if name in seen:
+            continue
+        seen.add(name)
+        try:  # what it needs in turn (with the extras asked of it), where installed to say so
+            needs = distribution(name).requires or []
+        except PackageNotFoundError:
+            continue
+        for need in map(Requirement, needs):
+            if not need.marker or any(need.marker.evaluate({"extra": e}) for e in {"", *extras}):
+                wanted.append((need, set(need.extras)))
+    unread = {pin: NEEDED_BY_UNINSTALLED.get(pin) for pin in set(pins) - seen}
+    for pin, needed_by in unread.items():
+        assert needed_by is not None, f"{pin} is pinned but not needed"
+        with pytest.raises(PackageNotFoundError):  # else its needs are read above
+            distribution(needed_by)

@@ -160,7 +160,8 @@ def test_without_the_host_the_budget_is_as_configured() -> None:
 )
 def test_the_host_clamps_the_budget_and_the_caps_follow(reserve: int, budget: int) -> None:
     host = HostMemory(40 * GIB, 20 * GIB)
-    plan = resolve(settings(memory={"host_reserve_bytes": reserve}), Sized(), host)
+    memory = {"budget_bytes": 64 * GIB, "host_reserve_bytes": reserve}
+    plan = resolve(settings(memory=memory), Sized(), host)
     assert plan.budget_bytes == budget
     assert plan.memory.clamped
     assert plan.memory.configured_budget_bytes == 64 * GIB

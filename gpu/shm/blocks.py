@@ -23,6 +23,7 @@ import os
 from collections.abc import Collection
 from multiprocessing import resource_tracker
 
+from gpu.shm import identity
 from gpu.sizes import format_bytes
 
 __all__ = [
@@ -52,6 +53,13 @@ _live_blocks: set[tuple[str, str]] = set()  # (directory, name) this process hol
 def _live(directory: str, name: str) -> tuple[str, str]:
     """The key `_live_blocks` uses: one name in two directories is two blocks."""
     return os.path.normpath(directory), name
+
+
+def _unmark_if_none_left(directory: str) -> None:
+    """Remove this process's owner file from ``directory`` once it holds no block there."""
+    where = os.path.normpath(directory)
+    if not any(held == where for held, _ in _live_blocks):
+        identity.unmark_owner(directory)
 
 
 class HostBlock:
@@ -154,6 +162,7 @@ class HostBlock:
             if self.tracked:
                 self.untrack()
             _live_blocks.discard(_live(self.directory, self.name))
+            _unmark_if_none_left(self.directory)
 
     def __repr__(self) -> str:
         where = "memfd" if self.memfd else self.directory
@@ -186,6 +195,7 @@ def create_block(
             raise
         return HostBlock(name, nbytes, mapping, directory=None, fd=descriptor)
     path = f"{directory}/{name}"
+    identity.mark_owner(directory)  # who made it, by more than the PID in its name
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         mapping = _sized_mapping(descriptor, nbytes)
@@ -260,30 +270,49 @@ def remove_stale_blocks(directory: str = SHM_DIR, keep: Collection[str] = ()) ->
     """Unlink the slot blocks of processes that are gone; return (blocks, bytes) removed.
 
     A service killed outright never unlinks its blocks, and tmpfs keeps them. A block is stale when
-    the process in its name has exited, or is this process but did not make it (a restarted
-    container's PID 1). Blocks in ``keep`` and blocks of live processes are left alone.
+    its pacer has exited, or is this process but did not make it (a restarted container's PID 1).
+    Where the pacer left an owner file, its identity says whether it runs (`identity.owner_alive`:
+    in any PID namespace, whoever has its PID now); else the PID alone. Blocks in ``keep`` and
+    blocks of live pacers are left alone; owner files of pacers gone are removed.
     """
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return 0, 0
+    owners = identity.owner_files(directory)
+    alive: dict[int, bool] = {}
     removed: dict[int, list[int]] = {}  # pid: sizes of its blocks removed
     for name in sorted(names):
         pid = block_owner(name)
         if pid is None or name in keep:
             continue
         mine = pid == os.getpid()
-        if (mine and _live(directory, name) in _live_blocks) or (not mine and process_alive(pid)):
+        if mine and _live(directory, name) in _live_blocks:
+            continue
+        if not mine and alive.setdefault(pid, _pacer_alive(pid, owners)):
             continue
         size = remove_file(os.path.join(directory, name))
         if size is not None:
             removed.setdefault(pid, []).append(size)
+    for pid, files in owners.items():
+        if pid != os.getpid() and not alive.setdefault(pid, _pacer_alive(pid, owners)):
+            for path, _ in files:
+                remove_file(path)
+    _unmark_if_none_left(directory)
     for pid, sizes in removed.items():
         logger.warning(
             "removed %d shared slot blocks (%s) from %s that process %d left when it died",
             len(sizes), format_bytes(sum(sizes)), directory, pid,
         )  # fmt: skip
     return sum(map(len, removed.values())), sum(map(sum, removed.values()))
+
+
+def _pacer_alive(
+    pid: int, owners: dict[int, list[tuple[str, identity.ProcessIdentity | None]]]
+) -> bool:
+    """Whether the pacer whose blocks name ``pid`` runs: by its owner files, else its PID."""
+    by_identity = identity.owner_alive(pid, owners)
+    return process_alive(pid) if by_identity is None else by_identity
 
 
 def remove_file(path: str) -> int | None:

@@ -13,6 +13,7 @@ from pacer.api.strict_json import BadInputError, dumps
 
 if TYPE_CHECKING:
     from pacer.api.hosts import HostNames
+    from pacer.engine.hub import EngineHub
     from pacer.service.lifecycle import Service
 
 SERVICE: web.AppKey[Service] = web.AppKey("service")
@@ -20,6 +21,8 @@ REFUSALS: web.AppKey[Counter] = web.AppKey("refusals")
 DURATIONS: web.AppKey[Histogram] = web.AppKey("durations")
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 HOSTS: web.AppKey[HostNames] = web.AppKey("hosts")
+ENGINES: web.AppKey[EngineHub] = web.AppKey("engines")
+READS: web.AppKey[list[int]] = web.AppKey("reads")  # [reads being answered now]
 
 
 def respond(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

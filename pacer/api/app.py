@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import Counter, Histogram
 
-from pacer.api.answers import DURATIONS, HOSTS, OPENAPI, REFUSALS, SERVICE
+from pacer.api.answers import DURATIONS, ENGINES, HOSTS, OPENAPI, READS, REFUSALS, SERVICE
 from pacer.api.connection import Runner
 from pacer.api.hosts import HostNames
 from pacer.api.middleware import MIDDLEWARES
 from pacer.api.openapi import document
 from pacer.api.routes import ROUTES, add_routes
+from pacer.engine.hub import EngineHub
 
 if TYPE_CHECKING:
     from pacer.service.lifecycle import Service
@@ -30,11 +32,13 @@ def build_app(service: Service) -> web.Application:
     app[SERVICE] = service
     app[HOSTS] = HostNames.of(service.settings.api)
     app[OPENAPI] = document(ROUTES)
+    app[READS] = [0]
     app[REFUSALS] = Counter(
         "pacer_api_refusals_total",
         "Requests refused for the service's sake: backlog_full (429), body_timeout (408), "
         "head_timeout (connection closed before a complete request head), malformed_request "
-        "(refused by the HTTP parser: 400)",
+        "(refused by the HTTP parser: 400), reads_full (503: PACER_API__MAX_READS reads being "
+        "answered)",
         ["reason"],
         registry=service.registry,
     )
@@ -46,6 +50,9 @@ def build_app(service: Service) -> web.Application:
         buckets=DURATION_BUCKETS,
         registry=service.registry,
     )
+    app[ENGINES] = hub = EngineHub(service.settings, service.registry, service.clock)
+    app.on_startup.append(lambda _: asyncio.to_thread(hub.store.load))
+    app.on_shutdown.append(lambda _: hub.close())
     add_routes(app)
     return app
 

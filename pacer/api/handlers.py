@@ -8,7 +8,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
 from pacer.api import views
-from pacer.api.answers import OPENAPI, REFUSALS, SERVICE, error, respond, respond_off_loop
+from pacer.api.answers import (
+    ENGINES,
+    OPENAPI,
+    REFUSALS,
+    SERVICE,
+    error,
+    respond,
+    respond_off_loop,
+)
 from pacer.api.inputs import (
     check_query,
     idempotency_key,
@@ -18,10 +26,12 @@ from pacer.api.inputs import (
     query_cursor,
     query_int,
 )
+from pacer.api.middleware import bears_token, unauthorized
 from pacer.api.strict_json import BadInputError
 from pacer.config import ControllerSettings
 from pacer.control.controller import POLICY_FIXED, PIController
 from pacer.control.policy import PolicyConflictError
+from pacer.engine.stream import serve_engine
 from pacer.journal import MAX_PAGE, MAX_PARTITIONS, IdempotencyConflict, JobState
 from pacer.service.admission import BacklogFullError
 
@@ -56,7 +66,19 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 async def status(request: web.Request) -> web.Response:
-    return respond(await views.status(request.app[SERVICE]))
+    answer = await views.status(request.app[SERVICE])
+    answer["engines"] = request.app[ENGINES].status()
+    return respond(answer)
+
+
+async def engine(request: web.Request) -> web.StreamResponse:
+    """An engine session over WebSocket (docs/engine-protocol.md)."""
+    if not bears_token(request):
+        return unauthorized("an engine session")
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        return error(400, "an engine session is a WebSocket: GET with Upgrade: websocket "
+                     "(docs/engine-protocol.md)")  # fmt: skip
+    return await serve_engine(request, request.app[ENGINES])
 
 
 async def submit_job(request: web.Request) -> web.Response:

@@ -1,7 +1,7 @@
 """What every request goes through, outermost first: its duration observed by route and
-status, errors turned into JSON answers, a Host or Origin not this service's refused (DNS
-rebinding: `pacer.api.hosts`), only the probes answered while the service starts, the token
-checked, and the content type of writes.
+status, reads past `PACER_API__MAX_READS` refused at once, errors turned into JSON answers, a
+Host or Origin not this service's refused (DNS rebinding: `pacer.api.hosts`), only the probes
+answered while the service starts, the token checked, and the content type of writes.
 """
 
 from __future__ import annotations
@@ -14,17 +14,21 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from pacer.api.answers import DURATIONS, HOSTS, SERVICE, error, too_large
+from pacer.api.answers import DURATIONS, HOSTS, READS, REFUSALS, SERVICE, error, too_large
 from pacer.api.strict_json import BadInputError
 from pacer.journal.health import JournalUnavailable
 
 log = logging.getLogger("pacer.api")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+JOURNAL_RETRY_AFTER = "5"  # seconds a client waits before trying a write the journal refused
 METHODS = frozenset({"GET", "HEAD", "POST", "PATCH", "DELETE", "OPTIONS"})
 UNMATCHED = "unmatched"  # the route label of a request for no route (404, a hostile path)
 # What answers while the service starts (it may wait long for its journal): the rest needs what
 # the start opens and resumes.
 PROBES = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", UNMATCHED})
+# Not counted among the reads: the probes, and engine sessions, which last as long as their
+# engine and are bounded by PACER_ENGINE__MAX_SESSIONS instead.
+UNBOUNDED = PROBES | {"/v1/engine"}
 
 
 def route_of(request: web.Request) -> str:
@@ -59,6 +63,27 @@ async def timed(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 @web.middleware
+async def reads_bounded(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """At most ``max_reads`` reads answered at once; one more is refused at once (503), so that
+    a flood of reads leaves writes their share (docs/decisions/api.md, D143)."""
+    limit = request.app[SERVICE].settings.api.max_reads
+    if not limit or request.method not in ("GET", "HEAD") or route_of(request) in UNBOUNDED:
+        return await handler(request)
+    reads = request.app[READS]
+    if reads[0] >= limit:
+        request.app[REFUSALS].labels("reads_full").inc()
+        return error(
+            503, f"{limit} reads are being answered (PACER_API__MAX_READS): try again after "
+            "Retry-After seconds", headers={"Retry-After": "1"},
+        )  # fmt: skip
+    reads[0] += 1
+    try:
+        return await handler(request)
+    finally:
+        reads[0] -= 1
+
+
+@web.middleware
 async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
@@ -68,7 +93,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             response.force_close()
         return response
     except JournalUnavailable as exc:
-        return error(503, str(exc))
+        return error(503, str(exc), headers={"Retry-After": JOURNAL_RETRY_AFTER})
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[SERVICE].settings.api.max_body_bytes
         return error(413, too_large(limit).rule)
@@ -113,19 +138,31 @@ async def started(request: web.Request, handler: Handler) -> web.StreamResponse:
     return error(503, f"not serving yet: {reasons}", headers={"Retry-After": "1"})
 
 
+def bears_token(request: web.Request) -> bool:
+    """Whether ``request`` bears ``Authorization: Bearer <PACER_API__TOKEN>``, or no token is
+    set."""
+    token = request.app[SERVICE].settings.api.token
+    if token is None:
+        return True
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    # aiohttp decodes header bytes that are not UTF-8 as surrogates: encode them back.
+    given_bytes = given.strip().encode("utf-8", "surrogateescape")
+    expected = token.get_secret_value().encode()
+    return scheme.lower() == "bearer" and hmac.compare_digest(given_bytes, expected)
+
+
+def unauthorized(what: str) -> web.Response:
+    """The 401 of a request without the token."""
+    return error(
+        401, f"{what} needs Authorization: Bearer <PACER_API__TOKEN>",
+        headers={"WWW-Authenticate": 'Bearer realm="pacer"'},
+    )  # fmt: skip
+
+
 @web.middleware
 async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    token = request.app[SERVICE].settings.api.token
-    if token is not None and request.method not in ("GET", "HEAD", "OPTIONS"):
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        # aiohttp decodes header bytes that are not UTF-8 as surrogates: encode them back.
-        given_bytes = given.strip().encode("utf-8", "surrogateescape")
-        expected = token.get_secret_value().encode()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given_bytes, expected):
-            return error(
-                401, "this endpoint needs Authorization: Bearer <PACER_API__TOKEN>",
-                headers={"WWW-Authenticate": 'Bearer realm="pacer"'},
-            )  # fmt: skip
+    if request.method not in ("GET", "HEAD", "OPTIONS") and not bears_token(request):
+        return unauthorized("this endpoint")
     return await handler(request)
 
 
@@ -144,4 +181,4 @@ async def content_type(request: web.Request, handler: Handler) -> web.StreamResp
     return await handler(request)
 
 
-MIDDLEWARES = [timed, errors, same_host, started, auth, content_type]
+MIDDLEWARES = [timed, reads_bounded, errors, same_host, started, auth, content_type]

@@ -171,6 +171,12 @@ STATUS: dict[str, Schema] = {
         "description": "null while a journal call hangs",
     },
     "journal": OBJECT,
+    "engines": {
+        "type": "array",
+        "items": OBJECT,
+        "description": "Each engine session: its controller, partitions and bytes in "
+        "flight, events and errors (docs/engine-protocol.md)",
+    },
 }
 
 

@@ -92,6 +92,10 @@ ROUTES: tuple[Route, ...] = (
           "Readiness, health, controller, queues, memory, pool, calls, retries, synthesis, "
           "GPUs, job counts and the journal's health.",
           {200: Answer("The service's state.", "Status")}),
+    Route("GET", "/v1/engine", handlers.engine, "engineSession",
+          "An engine session: a WebSocket of JSON messages (docs/engine-protocol.md).",
+          {101: Answer("Switching to the WebSocket of the session.", None),
+           400: Answer("Not a WebSocket upgrade."), 401: UNAUTHORIZED}),
     Route("POST", "/v1/jobs", handlers.submit_job, "submitJob",
           "Accept a job: journaled (durable) before the answer, then queued.",
           {202: Answer("Accepted.", "Accepted"),

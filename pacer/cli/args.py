@@ -7,7 +7,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TextIO
 
 from pacer import config
@@ -185,11 +185,12 @@ class Progress:
             self._open = False
 
 
-def load_settings() -> config.Settings | None:
+def load_settings(reads: Collection[str] | None = None) -> config.Settings | None:
     """The settings from the ``PACER_*`` environment; None after printing each problem
-    (naming the variable and the rule) to stderr."""
+    (naming the variable and the rule) to stderr. ``reads``: the settings the command reads
+    (`pacer.config.load_settings`); None: all of them."""
     try:
-        return config.load_settings()
+        return config.load_settings(reads)
     except config.SettingsError as exc:
         print("pacer: invalid settings:", file=sys.stderr)
         for problem in exc.problems:

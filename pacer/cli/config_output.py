@@ -7,26 +7,34 @@ import sys
 from collections.abc import Sequence
 
 from pacer import config
-from pacer.config.env import SECRET_MASK
+from pacer.config.env import HOST_DEPENDENT, SECRET_MASK
 
 __all__ = ["environment_file", "print_config"]
 
 
+HEADER = """\
+# pacer settings. Only what was set (in the environment) is assigned below; every other
+# setting is commented out with its default, or with the value derived from this host, so
+# that this file, used as an EnvironmentFile, overrides nothing else (a unit's Environment=)."""
+
+
 def environment_file(settings: config.Settings, resolved: Sequence[tuple[str, str]] = ()) -> str:
     """``settings`` as an environment file that reads back to equal settings (a systemd
-    EnvironmentFile, or a shell's ``set -a; . FILE``): each variable after its meaning, quoted
-    where it must be; an unset one commented out (an empty value is refused), a secret too.
+    EnvironmentFile, or a shell's ``set -a; . FILE``): each variable after its meaning. Only a
+    variable that was set is assigned (quoted where it must be); the rest are comments showing
+    the default, or the value derived from this host; a secret is never shown.
 
     ``resolved``: what the settings come to on this host, as (name, value) rows (the service's
     plan: ``pacer.plan.describe``), printed after the variables as comments, never read back.
     """
-    lines = []
+    lines = [HEADER]
     for var, value in config.effective(settings):
         lines.append(f"# {var.description}")
-        if value == "":
-            lines.append(f"#{var.name}=")
-        elif value == SECRET_MASK:
+        if value == SECRET_MASK:
             lines.append(f"#{var.name}=<set, not shown>")
+        elif not config.is_set(settings, var.name) or value == "":
+            derived = "  (derived from this host)" if var.default == HOST_DEPENDENT else ""
+            lines.append(f"#{var.name}={shlex.quote(value) if value else ''}{derived}")
         else:
             lines.append(f"{var.name}={shlex.quote(value)}")
     if resolved:

@@ -9,12 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 from pacer.cli.args import Progress, count, param, seconds
+from pacer.cli.follow import TERMINAL, follow, wait_ready
 from pacer.cli.http_client import ApiError, Client
 from pacer.cli.table import render
 from pacer.config import Settings
 
-TERMINAL = ("completed", "failed", "cancelled")
-POLL_S = 0.5
 JOBS_NOT_KNOWN = "not known: a journal call hangs"
 
 
@@ -122,63 +121,6 @@ def _unused_page_arguments(args: argparse.Namespace) -> str | None:
     return None
 
 
-def wait_ready(
-    client: Client,
-    timeout_s: float,
-    progress: Progress,
-    path: str = "/readyz",
-    check: Callable[[], None] | None = None,
-    what: str = "",
-) -> float:
-    """Wait for the service, saying so while it is not up; the seconds it took. ``check()``
-    runs between attempts and may raise to stop waiting; ``what`` names the service
-    (default: pacer at its address)."""
-    what = what or f"pacer at {client.base_url}"
-    started = time.monotonic()
-    waited = False
-
-    def waiting(elapsed_s: float, error: ApiError) -> None:
-        nonlocal waited
-        waited = True
-        if check is not None:
-            check()
-        progress.show(f"waiting for {what} ({error.reason}), {elapsed_s:.0f} s of "
-                      f"{timeout_s:g}")  # fmt: skip
-
-    client.wait_ready(timeout_s, path, waiting)
-    took = time.monotonic() - started
-    if waited:
-        progress.show(f"{what} is up after {took:.1f} s", final=True)
-    return took
-
-
-def follow(
-    client: Client,
-    ids: list[str],
-    total: int,
-    progress: Progress,
-    check: Callable[[], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Poll jobs ``ids`` (``total`` partitions) until every one has ended, showing progress;
-    their last states. ``check()`` runs before each poll and may raise to stop following."""
-    started = time.monotonic()
-    while True:
-        if check is not None:
-            check()
-        jobs = [client.job(job_id) for job_id in ids]
-        done = sum(j["partitions_done"] for j in jobs)
-        ended = sum(j["state"] in TERMINAL for j in jobs)
-        elapsed = time.monotonic() - started
-        rate = f", {done / elapsed:.1f} partitions/s" if done and elapsed > 0 else ""
-        finished = ended == len(jobs)
-        progress.show(f"{done}/{total} partitions, {ended}/{len(jobs)} jobs ended, "
-                      f"{elapsed:.0f} s{rate}", final=finished)  # fmt: skip
-        if finished:
-            progress.end()
-            return jobs
-        time.sleep(POLL_S)
-
-
 def submit(client: Client, args: argparse.Namespace) -> list[str]:
     """Submit ``args.jobs`` jobs as ``args`` says; their ids."""
     params = dict(args.param)
@@ -195,12 +137,13 @@ def jobs_table(jobs: list[dict[str, Any]], most: int = 20) -> str:
 
 
 def _submit(client: Client, args: argparse.Namespace, progress: Progress) -> int:
+    started = time.monotonic()  # the rate counts from the first submit, as pacer run's does
     ids = submit(client, args)
     for job_id in ids:
         print(job_id)
     if not args.wait:
         return 0
-    jobs = follow(client, ids, args.jobs * args.partitions, progress)
+    jobs = follow(client, ids, args.jobs * args.partitions, progress, started=started)
     print(jobs_table(jobs, most=len(jobs)))
     return 0 if all(j["state"] == "completed" for j in jobs) else 1
 
@@ -216,20 +159,23 @@ def _job_status(client: Client, args: argparse.Namespace) -> int:
         print(json.dumps({"job": job, "page": page} if page else job, indent=2))
         return 0
     summary = job["partitions_summary"]
+    # A partition without a result in an ended job was never tried, or was cut short.
+    pending = "pending" if job["state"] not in TERMINAL else "not tried"
     rows: list[tuple[str, str]] = [
         ("state", job["state"] + (f": {job['error']}" if job["error"] else "")),
         ("partitions", f"{job['partitions']}: {summary['completed']} completed, "
-                       f"{summary['failed']} failed, {summary['pending']} pending"),
+                       f"{summary['failed']} failed, {summary['pending']} {pending}"),
         ("priority", str(job["priority"])),
         ("params", ", ".join(f"{k}={v}" for k, v in job["params"].items()) or "none"),
-        *[("failed", f"partition {f['index']}: {f['error']}") for f in summary["first_failures"]],
+        *[("failed", _failure(f["index"], f["error"])) for f in summary["first_failures"]],
         ("result digest", job["result_digest"] or "-"),
     ]  # fmt: skip
     print(render(("job", job["id"]), rows))
     if page is not None:
         print()
         print(render(("partition", "state", "gpu", "synthesis s", "gpu s", "digest / error"), [
-            (str(p["index"]), p["state"], "-" if p["gpu"] is None else str(p["gpu"]),
+            (str(p["index"]), pending if p["state"] == "pending" else p["state"],
+             "-" if p["gpu"] is None else str(p["gpu"]),
              _seconds(p["synthesis_s"]), _seconds(p["gpu_s"]),
              (p["digest"] or p["error"] or "")[:40])
             for p in page["partition_results"]
@@ -237,6 +183,18 @@ def _job_status(client: Client, args: argparse.Namespace) -> int:
         if page["next_offset"] is not None:
             print(f"(more from --offset {page['next_offset']})")
     return 0
+
+
+def _failure(index: int, error: str) -> str:
+    """A failed partition's line: its index, then its error without naming it again.
+
+    >>> _failure(1, "partition 1 failed after 3 attempts: boom")
+    'partition 1 failed after 3 attempts: boom'
+    >>> _failure(2, "out of GPU memory")
+    'partition 2: out of GPU memory'
+    """
+    named = f"partition {index} "
+    return error if error.startswith(named) else f"{named.rstrip()}: {error}"
 
 
 def _seconds(value: float | None) -> str:
@@ -318,6 +276,41 @@ def fleet_rows(fleet: dict[str, Any] | None) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
+def engine_rows(engines: list[dict[str, Any]] | None) -> list[tuple[str, str]]:
+    """Each engine session: connected or waiting, its controller's mode, what it has in flight
+    against its budget, its backlog and its events (those refused counted)."""
+    rows = []
+    for e in engines or []:
+        state = "connected" if e["connected"] else "waiting to resume"
+        held = f"{e['inflight_bytes'] / 2**30:.2f} / {e['memory_budget_bytes'] / 2**30:.1f} GiB"
+        refused = sum(e["errors"].values())
+        rows.append((f"engine {e['engine']}", f"{state}, {e['mode']}, {e['inflight']} in flight "
+                     f"({held}), backlog {e['backlog']}, {e['events']} events ({refused} "
+                     "refused)"))  # fmt: skip
+    return rows
+
+
+def proving_row(
+    status: dict[str, Any], busy: Callable[[dict[str, Any]], str], span: str = ""
+) -> tuple[str, str]:
+    """Each GPU's busy share (``busy(gpu)``, as ``95%``) and workers; where the host proves on
+    the CPU (no GPU model in the plan), its proving workers instead: no GPU index to show.
+    ``span``: what the shares are of (`` over the run``)."""
+    gpus = status["gpus"]
+    if (status.get("plan") or {}).get("gpu_model") == "none":
+        workers = sum(g["workers"] for g in gpus)
+        shares = ", ".join(busy(g) for g in gpus)
+        return ("workers", f"{plural(workers, 'worker')} proving on the CPU, {shares} busy{span}")
+    shares = ", ".join(f"{g['gpu']}: {busy(g)} busy ({plural(g['workers'], 'worker')})"
+                       for g in gpus)  # fmt: skip
+    return ("gpus", shares + span)
+
+
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, plural unless one: ``plural(2, "worker")`` → '2 workers'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
     """Where synthesis runs, how it computes, and how often its processes had to be replaced."""
     if not synthesis:  # a service from before this field
@@ -359,13 +352,12 @@ def _status(client: Client, args: argparse.Namespace) -> int:
                    "in flight"),
         *_pool_rows(status["pool"]),
         *synthesis_rows(status.get("synthesis")),
-        ("gpus", ", ".join(f"{g['gpu']}: {g['busy_ratio']:.0%} busy ({g['workers']} "
-                           f"worker{'s' if g['workers'] != 1 else ''})"
-                           for g in status["gpus"])),
+        proving_row(status, lambda g: f"{g['busy_ratio']:.0%}"),
         ("jobs", JOBS_NOT_KNOWN if status["jobs"] is None
                  else ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
         *journal_rows(status.get("journal")),
         *fleet_rows(status.get("fleet")),
+        *engine_rows(status.get("engines")),
     ]  # fmt: skip
     print(render(("pacer", client.base_url), rows))
     return 0

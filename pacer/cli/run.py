@@ -26,15 +26,16 @@ from types import FrameType
 from typing import Any
 
 from pacer.cli.args import Progress, add_log_arguments, count, seconds
+from pacer.cli.follow import follow, rate_text, span_s, wait_ready
 from pacer.cli.http_client import ApiError, Client
 from pacer.cli.jobs import (
     add_job_arguments,
-    follow,
     jobs_table,
+    plural,
+    proving_row,
     submit,
     synthesis_rows,
     token,
-    wait_ready,
 )
 from pacer.cli.table import render
 from pacer.config import Settings
@@ -59,6 +60,11 @@ examples:
   PACER_WORKLOAD=noop pacer run --jobs 100     the pipeline alone, no proving work
   pacer run --journal run.sqlite --log-level info
 """
+
+
+QUIET_START_S = 10.0
+"""How long the service may take to answer before `pacer run` says it waits (s): a start
+takes a few seconds, and that is no news."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -248,12 +254,14 @@ def _run(
 
     ready = False
     try:
-        ready_s = wait_ready(client, args.timeout, progress, check=alive, what="the service")
+        ready_s = wait_ready(client, args.timeout, progress, check=alive, what="the service",
+                             quiet_s=QUIET_START_S)  # fmt: skip
         ready = True
         started = time.monotonic()
         ids = submit(client, args)
-        jobs = follow(client, ids, args.jobs * args.partitions, progress, check=alive)
-        run_s = _span(jobs) or time.monotonic() - started
+        total = args.jobs * args.partitions
+        jobs = follow(client, ids, total, progress, check=alive, started=started)
+        run_s = span_s(jobs) or time.monotonic() - started
         status = client.status()
     except Interrupted as exc:
         progress.end()
@@ -304,37 +312,20 @@ def _size(n: float) -> str:
     return f"{n:.0f} bytes"
 
 
-def _span(jobs: list[dict[str, Any]]) -> float | None:
-    """Seconds from the first job's submission to the last one's end, on the service's clock
-    (finer than polling for them); None from a service that does not say."""
-    try:
-        return float(max(j["updated_at"] for j in jobs) - min(j["created_at"] for j in jobs))
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def _jobs_text(jobs: list[dict[str, Any]]) -> str:
     states = Counter(job["state"] for job in jobs)
     return ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
 
 
-def _gpus_text(gpus: list[dict[str, Any]], run_s: float) -> str:
-    """Each GPU's (or CPU proving worker's) busy share of the run."""
-    shares = []
-    for g in gpus:
-        busy = f"{min(1.0, g['busy_seconds'] / run_s):.0%}" if run_s > 0 else "-"
-        shares.append(f"{g['gpu']}: {busy} busy ({_plural(g['workers'], 'worker')})")
-    return ", ".join(shares) + " over the run"
+def _busy_share(gpu: dict[str, Any], run_s: float) -> str:
+    """A GPU's (or the CPU proving workers') busy share of the run."""
+    return f"{min(1.0, gpu['busy_seconds'] / run_s):.0%}" if run_s > 0 else "-"
 
 
 def _controller_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
     """The policy, its bootstraps and what it learned of the host."""
-    rows = [("controller", f"{c['policy']}: {_plural(c['bootstraps'], 'cold bootstrap')}, "
-                           f"{_plural(c['rebootstraps'], 're-bootstrap')}")]  # fmt: skip
+    rows = [("controller", f"{c['policy']}: {plural(c['bootstraps'], 'cold bootstrap')}, "
+                           f"{plural(c['rebootstraps'], 're-bootstrap')}")]  # fmt: skip
     e = c.get("estimates") or {}
     if e.get("gpu_service_s") is not None and e.get("synthesis_s") is not None:
         rows.append(("estimates", f"GPU {e['gpu_service_s']:.3f} s, synthesis "
@@ -345,6 +336,8 @@ def _controller_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
 def _memory_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
     """The budget in effect (and what was asked, when the host had less) and the caps."""
     text = f"{_size(m['budget_bytes'])} budget"
+    if m.get("budget_automatic"):
+        text += " (automatic: what the host gives)"
     if m.get("budget_clamped"):
         text += f" ({_size(m['configured_budget_bytes'])} configured, clamped to the host)"
     if m.get("partition_bytes"):
@@ -360,7 +353,6 @@ def summary(run: Run) -> str:
     """The run in one table: what an operator asks first."""
     s = run.status
     done = sum(j["partitions_done"] for j in run.jobs)
-    rate = f"{done / run.run_s:.1f}" if run.run_s > 0 else "-"
     service = (f"ready in {run.ready_s:.1f} s; drained in {run.drain_s:.1f} s, "
                f"{_exit_text(run.exit_status)}")  # fmt: skip
     rows: list[tuple[str, str]] = [
@@ -371,10 +363,10 @@ def summary(run: Run) -> str:
             f"{run.run_s:.{2 if run.run_s < 10 else 1}f} s from the first submit to the "
             "last job's end",
         ),
-        ("throughput", f"{rate} partitions/s"),
+        ("throughput", rate_text(done, run.run_s)),
         ("workload", s["workload"]),
         *synthesis_rows(s.get("synthesis")),
-        ("gpus", _gpus_text(s["gpus"], run.run_s)),
+        proving_row(s, lambda g: _busy_share(g, run.run_s), " over the run"),
         *_controller_rows(s["controller"]),
         *_memory_rows(s["memory"]),
         ("service", service),

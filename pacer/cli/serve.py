@@ -25,11 +25,13 @@ __all__ = ["DESCRIPTION", "HELP", "add_arguments", "main"]
 HELP = "run the service: HTTP API, journal, paced pipeline (Ctrl-C or SIGTERM drains)"
 DESCRIPTION = (
     "Run pacer on uvloop: accept jobs over HTTP, journal them, pace their partitions through "
-    "synthesis and proving, export metrics. The first SIGTERM/SIGINT drains in-flight work "
+    "synthesis and proving, export metrics; pace engines it does not own through sessions at "
+    "/v1/engine (docs/engine-protocol.md). The first SIGTERM/SIGINT drains in-flight work "
     "(PACER_SHUTDOWN__DRAIN_S) and exits 0; a second cuts the drain short and exits 1, as does "
     "a stop that leaves a journal call that hangs (PACER_SHUTDOWN__JOURNAL_S). Exit status 2: "
     "refused to start for what a restart cannot mend (bad settings, a journal another pacer "
-    "holds); a journal out of reach at start is waited for, not ready."
+    "holds); a journal out of reach at start is waited for, not ready. Exit status 1 where the "
+    "address cannot be listened on (a port in use), in one line."
 )
 
 
@@ -69,6 +71,7 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
 
     from pydantic import ValidationError
 
+    from pacer.config.operation import ListenError
     from pacer.journal import JournalRefusedError
     from pacer.journal.health import JournalUnavailable
     from pacer.plan import ConfigurationError
@@ -84,6 +87,10 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
         error = exc.errors()[0]
         print(f"pacer: --{error['loc'][0]}: {error['msg']}", file=sys.stderr)
         return 2
+    problem = settings.api.bind_problem("--host" if args.host is not None else "PACER_API__HOST")
+    if problem is not None:
+        print(f"pacer: {problem}", file=sys.stderr)
+        return 2
     logs.setup(args.log_level, args.log_format)
     refused = (ConfigurationError, WorkloadError, JournalRefusedError)
     try:
@@ -97,6 +104,9 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
     except sqlite3.Error as exc:  # not a database, or a damaged one
         print(f"pacer: journal {settings.journal.location}: {exc}", file=sys.stderr)
         return 2
+    except ListenError as exc:
+        print(f"pacer: {exc}", file=sys.stderr)
+        return 1
     except (JournalUnavailable, OSError) as exc:
         print(f"pacer: cannot serve: {exc}", file=sys.stderr)
         return 1

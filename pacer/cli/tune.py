@@ -9,6 +9,7 @@ What it prints is an environment file: the report as comments, then the settings
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -51,7 +52,7 @@ others draw each job's partitions again from that job's.
 """
 EPILOG = """\
 the grid (--grid NAME=V1,V2,... replaces one setting's values, or adds a setting; repeat it):
-  kp               2, 4, 8 (the safe range the README gives)
+  kp               2, 4, 8 (the safe range docs/controller.md gives)
   ki               0, 0.1, 0.25
   target_ready_s   0 and 1/8, 1/4, 1/2, 1 of the mean synthesis time recorded
   any other PACER_CONTROLLER__* setting by name, e.g. --grid target_ready=2,4,8
@@ -152,7 +153,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE.png",
         help="draw the frontier: mean memory in flight against GPU idle, the "
-        "current and the tuned settings marked (matplotlib: pacer[plot])",
+        "current and the tuned settings marked (needs matplotlib, the plot extra: "
+        "pip install -e '.[plot]')",
     )
     host = parser.add_argument_group("the host (default: from the PACER_* settings)")
     host.add_argument("--workers", type=count(1), metavar="N", help="GPU workers in all")
@@ -284,19 +286,21 @@ def host_shape(settings: Settings, args: argparse.Namespace, trace_bytes: int | 
                         "--partition-bytes, or their PACER_* settings)") from None  # fmt: skip
     threads = settings.synthesis.threads_per_synthesis
     part_bytes, workers = int(settings.memory.partition_bytes), args.workers
-    if workers is None or threads is None or not part_bytes:
+    budget = int(settings.memory.budget_bytes)
+    if workers is None or threads is None or not part_bytes or not budget:
         plan = _plan(settings)
         threads, part_bytes = plan.threads_per_synthesis, plan.partition_bytes
-        workers = workers or plan.workers
+        workers, budget = workers or plan.workers, budget or plan.budget_bytes
     try:
-        return HostShape(workers, settings.synthesis.cores, threads,
-                         int(settings.memory.budget_bytes), part_bytes)  # fmt: skip
+        return HostShape(workers, settings.synthesis.cores, threads, budget, part_bytes)
     except ValueError as exc:
         raise TuneError(f"the host: {exc}") from None
 
 
 def _plan(settings: Settings) -> Plan:
-    """The service's plan for ``settings`` with its workload, the budget as configured."""
+    """The service's plan for ``settings`` with its workload, the budget as configured (where
+    it is automatic, what this host gives)."""
+    from pacer.host.memory import HostMemory
     from pacer.plan import ConfigurationError, resolve
     from pacer.workload import WorkloadError, load_workload
 
@@ -305,8 +309,12 @@ def _plan(settings: Settings) -> Plan:
     except WorkloadError as exc:
         raise TuneError(f"{exc} (or give --workers, --threads-per-synthesis and "
                         "--partition-bytes)") from None  # fmt: skip
+    host = None
+    if not settings.memory.budget_bytes:
+        with contextlib.suppress(OSError, ValueError):
+            host = HostMemory.read()
     try:
-        return resolve(settings, workload)
+        return resolve(settings, workload, host)
     except ConfigurationError as exc:
         raise TuneError(f"the host: {exc}") from None
     finally:

@@ -12,7 +12,7 @@ with each problem named by its variable; `env` lists the variables and renders t
 """
 
 from pacer.config.control import ControllerSettings
-from pacer.config.env import Variable, effective, env_name, markdown_table, variables
+from pacer.config.env import Variable, effective, env_name, is_set, markdown_table, variables
 from pacer.config.journal import JournalSettings, redacted
 from pacer.config.load import SettingsError, load_settings
 from pacer.config.machine import GpuSettings, MemorySettings, NttSettings, SynthesisSettings
@@ -48,6 +48,7 @@ __all__ = [
     "Variable",
     "effective",
     "env_name",
+    "is_set",
     "load_settings",
     "markdown_table",
     "redacted",

@@ -1,6 +1,6 @@
 """The environment variables of the settings: their names, defaults and descriptions, the
-values a Settings object holds for them (``pacer config``), and the README's table of them
-(``pacer config --markdown``)."""
+values a Settings object holds for them (``pacer config``), and the table of them in
+docs/settings.md (``pacer config --markdown``)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pydantic import BaseModel, ByteSize, SecretStr
 from pacer.config.settings import ENV_NESTED_DELIMITER, ENV_PREFIX, Settings
 
 SECRET_MASK = "**********"  # what `pacer config` shows of a secret that is set
+HOST_DEPENDENT = "(host-dependent)"  # the default of a setting derived from the host
 
 
 def env_name(loc: tuple[int | str, ...]) -> str:
@@ -45,7 +46,7 @@ def variables() -> Iterator[Variable]:
         ]  # fmt: skip
         for loc, field in fields:
             if field.default_factory is not None:
-                default = "(host-dependent)"
+                default = HOST_DEPENDENT
             else:
                 default = _render(field.default)
             yield Variable(env_name(loc), default, field.description or "")
@@ -74,8 +75,26 @@ def effective(settings: Settings) -> list[tuple[Variable, str]]:
     return out
 
 
+def is_set(settings: Settings, name: str) -> bool:
+    """Whether ``settings`` were given variable ``name`` (from the environment or as an
+    argument), rather than taking its default.
+
+    >>> is_set(Settings(controller={"kp": 0.4}), "PACER_CONTROLLER__KP")
+    True
+    >>> is_set(Settings(controller={"kp": 0.4}), "PACER_CONTROLLER__KI")
+    False
+    """
+    owner: BaseModel = settings
+    *sections, field = name.removeprefix(ENV_PREFIX).lower().split(ENV_NESTED_DELIMITER)
+    for part in sections:
+        if part not in owner.model_fields_set:
+            return False
+        owner = getattr(owner, part)
+    return field in owner.model_fields_set
+
+
 def markdown_table() -> str:
-    """The README table of environment variables, generated from the schema."""
+    """The table of environment variables in docs/settings.md, generated from the schema."""
     lines = ["| Variable | Default | Meaning (unit) |", "|---|---|---|"]
     for var in variables():
         lines.append(f"| `{var.name}` | `{var.default}` | {var.description} |")

@@ -88,6 +88,14 @@ class JournalSettings(Section):
         description="How long an SQLite journal write waits for a lock another program holds "
         "on the file before it fails and is retried later (s)",
     )
+    accept_wait_s: float = Field(
+        8.0,
+        gt=0,
+        le=3600,
+        description="Longest a new job waits for the journal to hold it (a hung disk or "
+        "database); past it the request gets 503 with Retry-After and the job is not "
+        "accepted: should the write land later, the job is deleted again (s)",
+    )
     stall_s: float = Field(
         30.0,
         gt=0,

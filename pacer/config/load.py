@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import ValidationError
@@ -24,8 +25,12 @@ class SettingsError(Exception):
         self.problems = problems
 
 
-def load_settings() -> Settings:
+def load_settings(reads: Collection[str] | None = None) -> Settings:
     """Build Settings from the environment.
+
+    ``reads``: the settings a command reads, by field of Settings (a section such as
+    ``"controller"``, or ``"workload"``); None: all of them (the service). A bad value
+    elsewhere is not that command's to refuse: the setting it is in keeps its default.
 
     Raises SettingsError naming each offending variable and the rule it breaks, including
     ``PACER_*`` variables that match no setting (a typo would otherwise be ignored silently).
@@ -42,7 +47,15 @@ def load_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        raise SettingsError([_describe(err) for err in exc.errors()]) from None
+        errors = exc.errors()
+    read = set(Settings.model_fields if reads is None else reads)
+    mine = [err for err in errors if not err["loc"] or str(err["loc"][0]) in read]
+    if mine:
+        raise SettingsError([_describe(err) for err in mine])
+    # Arguments win over the environment: each unread setting in error takes its default.
+    defaults = {name: Settings.model_fields[name].get_default(call_default_factory=True)
+                for name in {str(err["loc"][0]) for err in errors}}  # fmt: skip
+    return Settings(**defaults)
 
 
 def _describe(err: Any) -> str:

@@ -47,11 +47,13 @@ class MemorySettings(Section):
     """The host-memory budget every in-flight partition is counted against."""
 
     budget_bytes: ByteSize = Field(
-        ByteSize(64 * 2**30),
-        gt=0,
+        ByteSize(0),
+        ge=0,
         le=2**50,
         description="Host memory for partitions from dispatch until their GPU copy ends, at "
-        "most 1 PiB (bytes; units such as 700GiB accepted)",
+        "most 1 PiB; 0: what the host gives at start, MemAvailable (or the room the cgroup's "
+        "memory.max leaves, where less) less the reserve (bytes; units such as 700GiB "
+        "accepted)",
     )
     partition_bytes: ByteSize = Field(
         ByteSize(0),
@@ -72,7 +74,7 @@ class MemorySettings(Section):
 
     @model_validator(mode="after")
     def _partition_fits(self) -> Self:
-        if self.partition_bytes > self.budget_bytes:
+        if self.budget_bytes and self.partition_bytes > self.budget_bytes:
             raise ValueError(
                 f"partition_bytes ({int(self.partition_bytes)}) must not exceed "
                 f"budget_bytes ({int(self.budget_bytes)})"

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -13,6 +14,18 @@ from pacer.config.section import Section
 
 MIN_TOKEN_CHARS = 16
 MAX_TOKEN_CHARS = 4096
+
+
+class ListenError(OSError):
+    """The HTTP API could not listen on its address (a port in use, an address not of this
+    host); ``str()`` says which, why, and what sets them."""
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(
+            f"cannot listen on {host}:{port}: {reason} (the address: --host or "
+            "PACER_API__HOST; the port: --port or PACER_API__PORT)"
+        )
+        self.host, self.port, self.reason = host, port, reason
 
 
 class ApiSettings(Section):
@@ -67,6 +80,15 @@ class ApiSettings(Section):
         le=3600,
         description="An idle connection between two requests is closed after this time (s)",
     )
+    max_reads: int = Field(
+        16,
+        ge=0,
+        le=10_000,
+        description="Reads (GET and HEAD but the probes and /metrics) answered at once; one "
+        "more gets 503 with Retry-After at once, so that writes keep their share of the event "
+        "loop and the journal's thread; writes are never refused for it; 0: no limit "
+        "(requests)",
+    )
     max_backlog: int = Field(
         4_000_000,
         ge=1,
@@ -94,6 +116,21 @@ class ApiSettings(Section):
             part.strip().lower().rstrip(".") for part in self.allowed_hosts.split(",")
             if part.strip()
         )  # fmt: skip
+
+    def bind_problem(self, host_named: str = "PACER_API__HOST") -> str | None:
+        """Why the service may not listen on ``host``: a non-loopback address without a
+        token, unless ``allow_public``; None where it may. ``host_named``: what set the
+        address, for the message (the variable, or ``--host``)."""
+        try:
+            loopback = ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            loopback = self.host == "localhost"
+        if loopback or self.token is not None or self.allow_public:
+            return None
+        return (
+            f"{host_named} {self.host} is not a loopback address: set PACER_API__TOKEN, or "
+            "PACER_API__ALLOW_PUBLIC=true to serve it without authentication"
+        )
 
     @field_validator("token")
     @classmethod
@@ -193,7 +230,7 @@ class TimeoutSettings(Section):
         "call's duration, at least its floor (1)",
     )
     synthesis_floor_s: float = _limit_floor(600.0, "synthesis", "synthesis duration")
-    prove_floor_s: float = _limit_floor(300.0, "prove", "GPU service time")
+    prove_floor_s: float = _limit_floor(30.0, "prove", "GPU service time")
     verify_floor_s: float = _limit_floor(600.0, "verification", "synthesis duration")
 
 

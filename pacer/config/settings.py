@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pacer.config.control import ControllerSettings
+from pacer.config.engines import EngineSettings
 from pacer.config.journal import JournalSettings
 from pacer.config.machine import GpuSettings, MemorySettings, NttSettings, SynthesisSettings
 from pacer.config.operation import (
@@ -58,6 +59,7 @@ class Settings(BaseSettings):
     retry: RetrySettings = Field(default_factory=RetrySettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     gpu: GpuSettings = Field(default_factory=GpuSettings)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
     ntt: NttSettings = Field(default_factory=NttSettings)
 
     @field_validator("workload")

@@ -3,8 +3,8 @@
 The service may use MemAvailable, or the cgroup's room where that is less (`pacer.host.cgroup`),
 less a reserve (``PACER_MEMORY__HOST_RESERVE_BYTES``). At start the pinned pool must fit, or the
 service refuses to start. The memory budget is clamped to fit, with a warning
-(docs/decisions/service.md, D37). This module reads and plans; it raises nothing about
-settings.
+(docs/decisions/service.md, D37); unset, it is all of that (D166). This module reads and
+plans; it raises nothing about settings.
 """
 
 from __future__ import annotations
@@ -118,16 +118,25 @@ class MemoryPlan:
     (18.0, 18.0, True)
     """
 
-    configured_budget_bytes: int
+    configured_budget_bytes: int  # what was asked; where automatic, what the host gives
     budget_bytes: int  # in effect: the configured budget, at most what the host can give
     host: HostMemory | None = None
     reserve_bytes: int | None = None
+    automatic: bool = False  # the budget is what the host gives (PACER_MEMORY__BUDGET_BYTES=0)
 
     @classmethod
     def fit(cls, budget_bytes: int, host: HostMemory, reserve_bytes: int) -> MemoryPlan:
         """The budget clamped to MemAvailable, or the cgroup's room where that is less, (and
-        the pool kept for this service) less ``reserve_bytes`` (0 when that is less)."""
+        the pool kept for this service) less ``reserve_bytes`` (0 when that is less); a budget
+        of 0 is automatic: all of that.
+
+        >>> plan = MemoryPlan.fit(0, HostMemory(24 * 2**30, 20 * 2**30), 2 * 2**30)
+        >>> plan.budget_bytes / 2**30, plan.automatic, plan.clamped
+        (18.0, True, False)
+        """
         usable = max(0, host.free_for_service_bytes - reserve_bytes)
+        if not budget_bytes:
+            return cls(usable, usable, host, reserve_bytes, automatic=True)
         return cls(budget_bytes, min(budget_bytes, usable), host, reserve_bytes)
 
     @property
@@ -159,6 +168,7 @@ class MemoryPlan:
         cgroup = None if self.host is None else self.host.cgroup
         return {
             "configured_budget_bytes": self.configured_budget_bytes,
+            "budget_automatic": self.automatic,
             "budget_clamped": self.clamped,
             "host_total_bytes": None if self.host is None else self.host.total_bytes,
             "host_available_bytes": None if self.host is None else self.host.available_bytes,

@@ -43,9 +43,13 @@ IN_LIST = 500
 
 # The pending partitions of queued or running jobs, each with its count of failed attempts and
 # the reason of its last; arguments: the ACTIVE states, then the count it must reach.
+_LAST_ATTEMPT = (
+    "(SELECT x.{} FROM attempts x WHERE x.job_id = a.job_id AND x.idx = a.idx"
+    " ORDER BY x.attempt DESC LIMIT 1)"
+)
 _EXHAUSTED = (
-    "SELECT a.job_id, a.idx, COUNT(*), (SELECT x.reason FROM attempts x"
-    " WHERE x.job_id = a.job_id AND x.idx = a.idx ORDER BY x.attempt DESC LIMIT 1)"
+    f"SELECT a.job_id, a.idx, COUNT(*), {_LAST_ATTEMPT.format('reason')},"
+    f" {_LAST_ATTEMPT.format('gpu')}"
     " FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.state IN (?, ?)"
     " AND NOT EXISTS (SELECT 1 FROM partitions p WHERE p.job_id = a.job_id AND p.idx = a.idx)"
     " GROUP BY a.job_id, a.idx HAVING COUNT(*) >= ? ORDER BY a.job_id, a.idx"
@@ -278,14 +282,18 @@ class JournalCore(Generic[C]):
             )
             if attempt < max_attempts:
                 return attempt, job
-            return attempt, self._fail(db, job, index, exhausted(index, attempt, reason))
+            error = exhausted(index, attempt, reason)
+            return attempt, self._fail(db, job, index, error, gpu)
 
-    def _fail(self, db: C, job: JobRecord, index: int, error: str) -> JobRecord:
-        """In the open transaction: partition ``index`` failed, and so does its active job."""
+    def _fail(
+        self, db: C, job: JobRecord, index: int, error: str, gpu: int | None = None
+    ) -> JobRecord:
+        """In the open transaction: partition ``index`` failed (on ``gpu``, where its last
+        attempt reached one), and so does its active job."""
         db.execute(
-            "INSERT INTO partitions (job_id, idx, state, phases, error, completed_at)"
-            " VALUES (?, ?, ?, '{}', ?, ?) ON CONFLICT (job_id, idx) DO NOTHING",
-            (job.id, index, PartitionState.FAILED, error, self._sql.now(db)),
+            "INSERT INTO partitions (job_id, idx, state, phases, error, gpu, completed_at)"
+            " VALUES (?, ?, ?, '{}', ?, ?, ?) ON CONFLICT (job_id, idx) DO NOTHING",
+            (job.id, index, PartitionState.FAILED, error, gpu, self._sql.now(db)),
         )
         return self._transition(db, job, JobState.FAILED, error)
 
@@ -297,10 +305,11 @@ class JournalCore(Generic[C]):
         failed: list[JobRecord] = []
         with self._sql.writing() as db:
             rows = db.execute(_EXHAUSTED, (*ACTIVE, max_attempts)).fetchall()
-            for job_id, index, count, reason in rows:
+            for job_id, index, count, reason, gpu in rows:
                 job = require_job(db, job_id, self._sql.lock)
                 if job.state in ACTIVE:  # else failed by an earlier partition of this round
-                    failed.append(self._fail(db, job, index, exhausted(index, count, reason)))
+                    error = exhausted(index, count, reason)
+                    failed.append(self._fail(db, job, index, error, gpu))
         return failed
 
     # -- estimates and retention --------------------------------------------------------------
@@ -335,3 +344,11 @@ class JournalCore(Generic[C]):
                     db.execute(f"DELETE FROM {table} WHERE job_id IN {markers}", part)
                 deleted += db.execute(f"DELETE FROM jobs WHERE id IN {markers}", part).rowcount
         return deleted
+
+    def withdraw(self, job_id: str) -> bool:
+        """Delete job ``job_id`` and every row of its: a job whose acceptance was never
+        answered (its write returned too late); whether it was there."""
+        with self._sql.writing() as db:
+            for table in self._sql.job_tables:
+                db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+            return bool(db.execute("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount)

@@ -91,6 +91,11 @@ class JournalBackend(Protocol):
         `pacer.service.retention`); how many."""
         ...
 
+    def withdraw(self, job_id: str) -> bool:
+        """Delete job ``job_id`` and its rows: one whose acceptance was never answered (the
+        write that added it returned after the request gave up); whether it was there."""
+        ...
+
     def now(self) -> float:
         """The journal's clock: the wall-clock seconds it stamps jobs with now."""
         ...

@@ -88,6 +88,10 @@ class CoreJournal:
         ``now`` where earlier; how many."""
         return self._core.prune(retention_s, now)
 
+    def withdraw(self, job_id: str) -> bool:
+        """Delete a job whose acceptance was never answered, with its rows; whether it was."""
+        return self._core.withdraw(job_id)
+
     def now(self) -> float:
         """The journal's clock: the wall-clock seconds it stamps jobs with now."""
         return self._queries.now()

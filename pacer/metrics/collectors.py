@@ -24,7 +24,6 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     Metric,
-    StateSetMetricFamily,
 )
 from prometheus_client.registry import Collector
 
@@ -111,8 +110,15 @@ class _StateCollector(Collector):
             "Interval between dispatches after clamps; 0: whenever there is room (s)",
             value=policy.interval_s(),
         )
-        mode = StateSetMetricFamily("pacer_controller_mode", "What the dispatch policy is doing")
-        mode.add_metric([], {m.value: policy.mode is m for m in Mode})
+        # A gauge per mode, 1 for the current one; its label is "mode", not the metric's name
+        # as a state set would have it (pacer_controller_mode{pacer_controller_mode=...}).
+        mode = GaugeMetricFamily(
+            "pacer_controller_mode",
+            "What the dispatch policy is doing: 1 for the current mode, 0 for the others",
+            labels=["mode"],
+        )
+        for m in Mode:
+            mode.add_metric([m.value], float(policy.mode is m))
         yield mode
         p = self._pipeline
         for name, doc, value in [
@@ -181,6 +187,7 @@ class Metrics:
     ) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry
+        self._provers = pipeline.provers.progress
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
         GCCollector(registry=registry)
@@ -258,7 +265,9 @@ class Metrics:
         unready_reasons: Callable[[], list[str]],
     ) -> None:
         """Export task failures, progress and readiness, read at scrape time."""
-        self.registry.register(_HealthCollector(supervisor, watchdog, unready_reasons))
+        self.registry.register(
+            _HealthCollector(supervisor, watchdog, unready_reasons, self._provers)
+        )
 
     # Observer
     def synthesized(self, seconds: float) -> None:
@@ -291,10 +300,12 @@ class _HealthCollector(Collector):
         supervisor: Supervisor,
         watchdog: ProgressWatchdog,
         unready_reasons: Callable[[], list[str]],
+        provers: ProgressWatchdog,
     ) -> None:
         self._supervisor = supervisor
         self._watchdog = watchdog
         self._unready_reasons = unready_reasons
+        self._provers = provers
 
     def collect(self) -> Iterator[Metric]:
         failures = CounterMetricFamily(
@@ -314,6 +325,12 @@ class _HealthCollector(Collector):
             "pacer_stalled",
             "1 while work has waited PACER_HEALTH__STALL_S with no progress, else 0",
             value=float(self._watchdog.stalled()),
+        )
+        yield GaugeMetricFamily(
+            "pacer_gpu_stalled_seconds",
+            "How long partitions have waited for or sat on the GPU workers with no prove "
+            "returning (s); 0 while one returns within the prove limit or none wait",
+            value=self._provers.stalled_s(),
         )
         yield GaugeMetricFamily(
             "pacer_ready",

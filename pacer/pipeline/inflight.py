@@ -73,6 +73,7 @@ class InFlight:
             proved=self._proved,
             died=self._worker_died,
             returned=self._abandoned_returned,
+            stall_s=lambda: self.limits.limit_s("prove"),
         )
         self._wake = asyncio.Event()
         self._closing = False
@@ -196,6 +197,7 @@ class InFlight:
         self, worker: Worker, work: Work, start: float, end: float, gap: float | None,
         proof: Proof | None, error: str | None, raised: BaseException | None,
     ) -> None:  # fmt: skip
+        self.provers.progress.progress()
         if gap is not None and self.observer is not None:
             self.observer.idle_gap(worker.gpu.label, gap)
         spec = work.spec

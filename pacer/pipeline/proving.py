@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pacer.pipeline.attempts import proof_problem
 from pacer.pipeline.busy import BusyMeter, GpuBusy
 from pacer.pipeline.work import Running, Work, threadsafe
+from pacer.runtime.supervision import ProgressWatchdog
 from pacer.workload import Proof, Workload
 
 log = logging.getLogger("pacer.pipeline")
@@ -48,7 +49,9 @@ class ProvingWorkers:
     """``count`` workers proving ``workload``'s partitions from their queue.
 
     The loop hears of each proof through ``proved``, of a thread ended by pacer's own error through
-    ``died``, and of an abandoned prove that returned through ``returned``.
+    ``died``, and of an abandoned prove that returned through ``returned``. ``progress`` says when
+    partitions have waited for or sat on the workers for ``stall_s()`` seconds (the prove limit)
+    with no prove returning: no worker is making progress.
     """
 
     def __init__(
@@ -60,6 +63,7 @@ class ProvingWorkers:
         proved: Proved,
         died: Callable[[Worker, threading.Thread, BaseException], None],
         returned: Callable[[Running, None], None],
+        stall_s: Callable[[], float],
     ) -> None:
         self.workload = workload
         self._clock = clock
@@ -75,6 +79,10 @@ class ProvingWorkers:
             self.gpus.setdefault(label, GpuBusy(label, BusyMeter(clock)))
         self.workers = [Worker(i, self.gpus[workload.device_of(i)]) for i in range(count)]
         self._abandoned: set[threading.Thread] = set()
+        self.progress = ProgressWatchdog(
+            stall_s, lambda: self.ready > 0 or self.busy > 0, clock,
+            what="no GPU worker making progress: partitions wait and no prove returned",
+        )  # fmt: skip
 
     @property
     def ready(self) -> int:
@@ -107,8 +115,10 @@ class ProvingWorkers:
         return tuple(sorted(ages, reverse=True))
 
     def put(self, work: Work) -> None:
+        self.progress.observe()  # partitions arriving at idle workers start the stall clock
         self._puts += 1
         self._ready.put(work)
+        self.progress.observe()
 
     def start(self) -> None:
         """Start every worker's thread (on the running loop)."""

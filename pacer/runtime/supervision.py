@@ -228,8 +228,10 @@ class Supervisor:
 class ProgressWatchdog:
     """Says when work has waited ``stall_s`` with no progress (0: never).
 
-    The owner reports progress through :meth:`progress`, and calls :meth:`observe` before and after
-    adding work. So the stall clock starts when work arrives at an idle service.
+    ``stall_s`` is seconds, or a callable read each time for a limit that follows an estimate;
+    ``what`` begins the reason. The owner reports progress through :meth:`progress`, and calls
+    :meth:`observe` before and after adding work. So the stall clock starts when work arrives at
+    an idle service.
 
     >>> now = [0.0]
     >>> work = [False]
@@ -243,19 +245,27 @@ class ProgressWatchdog:
 
     def __init__(
         self,
-        stall_s: float,
+        stall_s: float | Callable[[], float],
         waiting: Callable[[], bool],
         clock: Callable[[], float] = time.monotonic,
+        *,
+        what: str = "stalled: work waiting and no progress",
     ) -> None:
-        if stall_s < 0:
+        if not callable(stall_s) and stall_s < 0:
             raise ValueError(f"stall_s must be at least 0 (0: never stalled), got {stall_s}")
-        self.stall_s = stall_s
+        self._stall_s = stall_s
+        self._what = what
         self._waiting_now = waiting
         self._clock = clock
         now = clock()
         self._last_progress = now
         self._since = now  # start of the stretch with work waiting and no progress
         self._waiting = False
+
+    @property
+    def stall_s(self) -> float:
+        """The limit now (s); a callable limit is read each time (a derived time limit)."""
+        return self._stall_s() if callable(self._stall_s) else self._stall_s
 
     def progress(self) -> None:
         """Something moved: a partition synthesized or proved, or a result committed."""
@@ -280,15 +290,14 @@ class ProgressWatchdog:
         return self._clock() - self._since if self._waiting else 0.0
 
     def stalled(self) -> bool:
-        return self.stall_s > 0 and self.stalled_s() >= self.stall_s
+        limit_s = self.stall_s
+        return limit_s > 0 and self.stalled_s() >= limit_s
 
     def reasons(self) -> list[str]:
-        if self.stall_s <= 0:
+        limit_s = self.stall_s
+        if limit_s <= 0:
             return []
         stalled_s = self.stalled_s()
-        if stalled_s < self.stall_s:
+        if stalled_s < limit_s:
             return []
-        return [
-            f"stalled: work waiting and no progress for {stalled_s:.1f} s "
-            f"(limit {self.stall_s:g} s)"
-        ]
+        return [f"{self._what} for {stalled_s:.1f} s (limit {limit_s:g} s)"]

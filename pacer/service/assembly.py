@@ -3,8 +3,6 @@ estimates read back, and the pipeline's observer."""
 
 from __future__ import annotations
 
-import ipaddress
-
 from pacer.config import Settings
 from pacer.control.estimates import Estimates
 from pacer.pipeline import Observer, Outcome
@@ -14,17 +12,11 @@ from pacer.runtime.supervision import ProgressWatchdog
 
 
 def check_bind(settings: Settings) -> None:
-    """Refuse a non-loopback address without a token, unless explicitly allowed."""
-    host = settings.api.host
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if not loopback and settings.api.token is None and not settings.api.allow_public:
-        raise ConfigurationError(
-            f"PACER_API__HOST={host} is not a loopback address: set PACER_API__TOKEN, or "
-            "PACER_API__ALLOW_PUBLIC=true to serve it without authentication"
-        )
+    """Refuse a non-loopback address without a token, unless explicitly allowed
+    (`pacer.config.ApiSettings.bind_problem`)."""
+    problem = settings.api.bind_problem()
+    if problem is not None:
+        raise ConfigurationError(problem)
 
 
 def saved_estimates(saved: dict[str, float | None] | None) -> Estimates | None:

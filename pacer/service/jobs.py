@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -129,12 +130,54 @@ class Jobs:
 
     async def _journaled(self, call: Callable[..., T], *args: Any) -> T:
         """A write that accepts a job; one the journal cannot take now is the journal's
-        failure (unready at once, not at the next commit round), and refuses the job."""
+        failure (unready at once, not at the next commit round), and refuses the job. One
+        that has not returned within PACER_JOURNAL__ACCEPT_WAIT_S refuses it too: the write is
+        dropped if not begun, and its job deleted should it land later (D147)."""
+        gave_up = threading.Event()
+
+        def write() -> T | None:
+            return None if gave_up.is_set() else call(*args)
+
+        write.__name__ = getattr(call, "__name__", "write")  # as journal calls are reported
+
+        access, wait_s = self._access, self._access.settings.accept_wait_s
+        written = asyncio.ensure_future(access.run(write))
         try:
-            return await self._access.run(call, *args)
+            done = await asyncio.wait_for(asyncio.shield(written), wait_s)
         except JournalUnavailable as exc:
-            self._access.failed(exc, "accepting a job")
+            access.failed(exc, "accepting a job")
             raise JournalUnavailable(f"{exc}: not accepting new jobs") from exc
+        except (TimeoutError, asyncio.CancelledError) as exc:  # cancelled: the request's task
+            gave_up.set()
+            written.add_done_callback(self._withdraw_late)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise JournalUnavailable(
+                f"the journal did not take the job within {wait_s:g} s "
+                "(PACER_JOURNAL__ACCEPT_WAIT_S): not accepted"
+            ) from None
+        assert done is not None  # only a write the request gave up on returns None
+        return done
+
+    def _withdraw_late(self, written: asyncio.Future[Any]) -> None:
+        """A write the request gave up on has ended: delete the job it made, if any."""
+        if written.cancelled() or written.exception() is not None:
+            return
+        made = written.result()
+        job, created = made if isinstance(made, tuple) else (made, made is not None)
+        if job is None or not created:
+            return
+        log.warning("a job's write returned after its request was refused; deleting the job",
+                    extra={"job": job.id})  # fmt: skip
+        self._spawn(self._withdraw(job))
+
+    async def _withdraw(self, job: JobRecord) -> None:
+        try:
+            await self._access.run(self._access.journal.withdraw, job.id)
+        except Exception:
+            # Left in the journal, the job would run after a restart: queue it now instead.
+            log.exception("deleting a job refused late failed; it is queued", extra={"job": job.id})
+            self._accepted(job)
 
     def _accepted(self, job: JobRecord) -> None:
         """A new job is journaled: queue it here, or tell the fleet's claims."""

@@ -55,6 +55,7 @@ from pacer.service.assembly import saved_estimates
 log = logging.getLogger("pacer.service")
 T = TypeVar("T")
 WATCH_MAX_S = 1.0  # the watch looks for stalled calls this often, or at 1/10 of the limit
+READS_QUEUED = 2  # reads for the API on the journal's thread at once: a write waits behind these
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class JournalAccess:
         self._waiting: set[asyncio.Future[Any]] = set()  # calls awaited now, on any thread
         self._closing: Future[None] | None = None  # the journal's close, once asked for
         self._left = asyncio.Event()
+        self._reads = asyncio.Semaphore(READS_QUEUED)
 
     @property
     def journal(self) -> JournalBackend:
@@ -197,6 +199,11 @@ class JournalAccess:
         except self._journal.OperationalError as exc:
             raise JournalUnavailable(f"journal {self.settings.location}: {exc}") from exc
 
+    async def read(self, call: Callable[..., T], *args: Any) -> T:
+        """`run` a read for the API; the rest wait here, not on the thread (D144)."""
+        async with self._reads:
+            return await self.run(call, *args)
+
     async def read_unless_stalled(self, call: Callable[..., T], *args: Any) -> T | None:
         """`run` a read for an answer that must come even while the journal hangs (the
         status): None at once while a call has run past ``PACER_JOURNAL__STALL_S``, or once
@@ -204,7 +211,7 @@ class JournalAccess:
         if self.reasons() or self.left:
             return None
         try:
-            return await asyncio.wait_for(self.run(call, *args), self.settings.stall_s)
+            return await asyncio.wait_for(self.read(call, *args), self.settings.stall_s)
         except (TimeoutError, JournalLeft):
             return None
 

@@ -118,8 +118,8 @@ class Service:
         return self.journal_access.journal
 
     async def db(self, call: Callable[..., T], *args: Any) -> T:
-        """Run a journal call on the journal's thread (`JournalAccess.run`)."""
-        return await self.journal_access.run(call, *args)
+        """Run a read for the API on the journal's thread (`JournalAccess.read`)."""
+        return await self.journal_access.read(call, *args)
 
     @property
     def policy_name(self) -> str:
@@ -197,6 +197,7 @@ class Service:
             self._assemble_fleet()
         self.supervisor.expect(*(f"prove-{i}" for i in range(self.pipeline.workers)))
         self.pipeline.on_task_failure = self.supervisor.record_failure
+        self.readiness.append(self.pipeline.provers.progress)  # no GPU worker making progress
         self.metrics.watch_health(self.supervisor, self.watchdog, self.unready_reasons)
         self.pipeline.observer = Progress(self.metrics, self.watchdog)
 
@@ -323,8 +324,7 @@ class Service:
         return (p.backlog > 0 and not self.draining) or not p.idle or bool(self.uncommitted())
 
     def unready_reasons(self) -> list[str]:
-        """Why /readyz answers 503: starting or draining, then every readiness source's
-        reasons (tasks down or crash-looping, a stall, ...); empty when ready."""
+        """Why /readyz answers 503: starting or draining, then each readiness source's reasons."""
         if self.draining:
             reasons = ["draining: not accepting work"]
         else:

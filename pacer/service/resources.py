@@ -33,8 +33,8 @@ def read_host(files: HostFiles) -> HostMemory | None:
 def warn_if_clamped(configured: Plan, plan: Plan) -> None:
     """Warn where ``plan`` clamps the budget ``configured`` had to what the host (or this
     process's cgroup) can give, naming which: partitions in flight could otherwise take the
-    host into the OOM killer (the default 64 GiB on a smaller host is the common case, and it
-    must still start)."""
+    host into the OOM killer (a budget set for a larger host must still start here). The
+    default budget is automatic, never clamped: no warning."""
     if not plan.memory.clamped:
         return
     budget, partition_bytes = plan.memory.configured_budget_bytes, plan.partition_bytes

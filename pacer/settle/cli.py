@@ -53,11 +53,14 @@ there is bounded by. Elsewhere it is the host's used memory, MemTotal - MemAvail
 /proc/meminfo (`free`'s "used", with reclaimable caches left out). Settled means all of:
   - used <= baseline + tolerance, or used memory changed by less than the tolerance over the
     last --window seconds (max - min of the samples, over a whole window);
-  - no process named --process-name is left, alive or zombie;
+  - no pacer service is left, alive or zombie: a process named --process-name running serve;
   - no process maps a pinned-pool block of a pacer that is gone (a synthesis process that
     outlived its service, say): such memory stays held, however flat used memory is, until
-    that process ends. Each such process is named with its PID, command line and resident
-    bytes; --kill-orphans kills those that are pacer's synthesis processes.
+    that process ends. A pacer is gone when no live process matches the identity it wrote
+    beside its blocks (its PID in its own PID namespace, that namespace, its start time, the
+    boot), not merely when its PID is free. Each such process is named with its PID, command
+    line (on one line, cut) and resident bytes; --kill-orphans kills those that are pacer's
+    synthesis processes (named pacer-synth), never another program's.
 A pinned pool kept for the next pacer (PACER_GPU__KEEP_POOL: its owner record beside its
 blocks in --shm-dir, the blocks there or in systemd's descriptor store) is memory held on
 purpose: it is reported as "kept for the next pacer", left out of used memory when judging,
@@ -148,9 +151,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--process-name",
         metavar="NAME",
         default=DEFAULT_PROCESS_NAME,
-        help="wait while a process of this kernel name (as `ps -o comm` shows it, first 15 "
-        "characters) is alive or a zombie; this command and its ancestors excepted; '' skips "
-        f"the check (default: {DEFAULT_PROCESS_NAME})",
+        help="wait while a pacer service, a process of this kernel name (as `ps -o comm` shows "
+        "it, first 15 characters) with serve on its command line, is alive or a zombie; this "
+        f"command and its ancestors excepted; '' skips the check (default: "
+        f"{DEFAULT_PROCESS_NAME})",
     )
     parser.add_argument(
         "--kill-orphans",

@@ -19,14 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu.procs.lifeline import SYNTHESIS_PROCESS_NAME
-from gpu.shm import block_maps
+from gpu.shm import block_maps, identity
 from gpu.shm.block_maps import BlockMapping
 from gpu.shm.blocks import BLOCK_PREFIX, SHM_DIR
 from pacer.settle.detector import GIB, gib
 from pacer.settle.sources import self_and_ancestors
-
-FORKSERVER_COMMAND = "from multiprocessing.forkserver import main"
-"""In the command line of multiprocessing's forkserver and of every process it forks."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +48,7 @@ class BlockHolder:
     def __str__(self) -> str:
         what = "pacer synthesis process" if self.synthesis else "process"
         owners = ", ".join(str(pid) for pid in self.owners)
-        command = self.cmdline if len(self.cmdline) <= 100 else self.cmdline[:97] + "..."
+        command = one_line(self.cmdline, 100)
         blocks = f"{self.blocks} pool block{'' if self.blocks == 1 else 's'}"
         return (
             f"{what} {self.pid} ({command or self.name}) maps {blocks} of dead pacer {owners} "
@@ -99,17 +96,29 @@ def size(n_bytes: int) -> str:
     return gib(n_bytes) if n_bytes >= GIB else f"{n_bytes / 2**20:.1f} MiB"
 
 
-def is_synthesis_process(name: str, cmdline: str) -> bool:
+def one_line(text: str, limit: int) -> str:
+    """``text`` on one line (each run of control characters and white space one space), cut to
+    ``limit`` characters with an ellipsis.
+
+    >>> one_line("python -c 'import x\\nx.run()'", 100), one_line("a" * 12, 8)
+    ("python -c 'import x x.run()'", 'aaaaaaa…')
+    """
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def is_synthesis_process(name: str) -> bool:
     """Whether a process that maps pacer's pool blocks is one of pacer's synthesis processes:
-    named `gpu.procs.lifeline.SYNTHESIS_PROCESS_NAME`, or forked by multiprocessing's forkserver
-    (as they were before they had a name)."""
-    return name == SYNTHESIS_PROCESS_NAME or FORKSERVER_COMMAND in cmdline
+    the name pacer gives them (`gpu.procs.lifeline.SYNTHESIS_PROCESS_NAME`). A forkserver's
+    child of another program that maps a block is not one (D146)."""
+    return name == SYNTHESIS_PROCESS_NAME
 
 
 class HeldBlockScanner:
     """Processes mapping pool blocks (in ``directory``, names starting with ``prefix``) whose
     owner, the process in the block's name, no longer maps them: it died, or its PID went to
-    another process.
+    another process. A block whose pacer's owner file names a live process (in any PID
+    namespace: `gpu.shm.identity`) is that pacer's, whatever its PID means here.
 
     A block whose owner's maps cannot be read (another user's service) counts as its owner's.
     This process and its ancestors are left out. ``proc`` is /proc, or a tree laid out like it.
@@ -128,10 +137,21 @@ class HeldBlockScanner:
         skip = self_and_ancestors(self.proc)
         mapped, unreadable = block_maps.scan(self.proc, self.prefix, self.directory)
         owned = {m.inode for pid, found in mapped.items() for m in found if m.owner == pid}
+        owners = identity.owner_files(self.directory)
+        runs: dict[int, bool] = {}  # a block's PID → whether its pacer, by its identity, runs
+
+        def pacer_runs(owner: int) -> bool:
+            if owner not in runs:
+                runs[owner] = identity.owner_alive(owner, owners, self.proc) is True
+            return runs[owner]
+
         holders = []
         block_bytes: dict[tuple[str, int], int] = {}
         for pid, found in sorted(mapped.items()):
-            orphaned = [m for m in found if m.inode not in owned and m.owner not in unreadable]
+            orphaned = [
+                m for m in found
+                if m.inode not in owned and m.owner not in unreadable and not pacer_runs(m.owner)
+            ]  # fmt: skip
             if pid in skip or not orphaned:
                 continue
             holder = self._holder(pid, orphaned, block_bytes)
@@ -171,7 +191,7 @@ class HeldBlockScanner:
             blocks=len({m.inode for m in orphaned}),
             unlinked=len({m.inode for m in orphaned if m.unlinked}),
             resident_bytes=total,
-            synthesis=is_synthesis_process(name, command),
+            synthesis=is_synthesis_process(name),
         )
 
 

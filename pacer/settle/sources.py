@@ -267,11 +267,16 @@ def self_and_ancestors(proc: Path = Path("/proc")) -> set[int]:
     return pids
 
 
+SERVE = b"serve"  # the subcommand of a pacer service, a word of its command line
+
+
 class ProcessScanner:
-    """Processes whose kernel name (``comm``: /proc/PID/stat, what ``ps -o comm`` shows) is
-    ``name``, alive or zombie. Zombies have no command line left, hence the kernel name. Both
-    sides are cut to 15 characters as the kernel cuts them. This process and its ancestors are
-    left out, so that ``pacer settle`` does not wait for itself.
+    """pacer services: processes whose kernel name (``comm``: /proc/PID/stat, what ``ps -o comm``
+    shows) is ``name`` and whose command line runs ``serve``, or zombies of that name (they have
+    no command line left, hence the kernel name). Both names are cut to 15 characters as the
+    kernel cuts them. Another program of that name, or a pacer client (``pacer status``), is
+    not waited for; nor this process and its ancestors, so that ``pacer settle`` does not wait
+    for itself.
     """
 
     def __init__(self, name: str, proc: Path = Path("/proc")) -> None:
@@ -287,9 +292,19 @@ class ProcessScanner:
             if not entry.name.isdigit() or int(entry.name) in skip:
                 continue
             stat = _read_stat(entry / "stat")
-            if stat is not None and stat[0] == self.name:
+            if stat is not None and stat[0] == self.name and _serves(entry, stat[1]):
                 found.append(ProcessInfo(int(entry.name), stat[0], stat[1]))
         return sorted(found, key=lambda p: p.pid)
+
+
+def _serves(entry: Path, state: str) -> bool:
+    """Whether the process at ``entry`` (/proc/PID) runs ``serve``; a zombie is taken to."""
+    if state == "Z":
+        return True
+    try:
+        return SERVE in (entry / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
 
 
 class ReplayError(Exception):

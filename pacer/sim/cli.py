@@ -14,8 +14,8 @@ from pacer.control.registry import POLICIES
 
 HELP = "run the pacing controller against a simulated host, on a virtual clock"
 DESCRIPTION = """\
-Simulate a scenario (a shipped one by name, or a TOML file, see README) under a dispatch policy
-and print what happened. An hour of simulated time takes about a second.
+Simulate a scenario (a shipped one by name, or a TOML file: docs/simulating.md) under a
+dispatch policy and print what happened. An hour of simulated time takes about a second.
 """
 EPILOG = """\
 policies:
@@ -53,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--plot",
         type=Path,
         metavar="FILE.png",
-        help="also draw the run over time (matplotlib; .png, .svg, .pdf, ...)",
+        help="also draw the run over time (.png, .svg, .pdf, ...); needs matplotlib, the "
+        "plot extra: pip install -e '.[plot]'",
     )
     parser.add_argument(
         "--suite",

@@ -22,8 +22,14 @@ LEGEND = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0
           "fontsize": 8, "frameon": False}  # fmt: skip
 
 
+PLOT_EXTRA = (
+    "--plot needs matplotlib, which the plot extra installs: pip install -e '.[plot]' in a "
+    "checkout of pacer, or pip install 'pacer[plot]'"
+)
+
+
 class PlotUnavailableError(Exception):
-    """matplotlib is not installed (``pip install 'pacer[plot]'``)."""
+    """matplotlib is not installed (the ``plot`` extra: `PLOT_EXTRA`)."""
 
 
 class PlotPathError(ValueError):
@@ -38,7 +44,7 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise PlotUnavailableError("--plot needs matplotlib: pip install 'pacer[plot]'") from exc
+        raise PlotUnavailableError(PLOT_EXTRA) from exc
     return plt
 
 

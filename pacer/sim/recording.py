@@ -2,7 +2,8 @@
 or from a CSV trace; split into a part to tune on and a part held out; replayed as recorded or
 resampled.
 
-A trace's columns (a header row names them, in any order; README "Tuning from a recording"):
+A trace's columns (a header row names them, in any order; docs/controller.md, "Tuning from a
+recording"):
 
 - ``synthesis_s``, ``gpu_s`` (required): a partition's synthesis and GPU seconds;
 - ``arrival_s``: when its job arrived (s, any origin; default 0, all waiting at the start);

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import ByteSize, Field, ValidationError, model_validator
 
 from pacer.sim.distributions import Distribution, Strict
 from pacer.sim.disturbances import (
@@ -107,12 +107,13 @@ class Synthesis(Strict):
         return scale_at(self.phases, t)
 
 
+# Sizes as the settings take them: bytes, or with a unit ("128GiB", "3GB"): one parser, pydantic's.
 class Partition(Strict):
-    bytes: int = Field(gt=0)
+    bytes: ByteSize = Field(gt=0)
 
 
 class Memory(Strict):
-    budget_bytes: int = Field(gt=0)
+    budget_bytes: ByteSize = Field(gt=0)
 
 
 class Backlog(Strict):
@@ -174,7 +175,7 @@ class Targets(Strict):
 
 
 class Scenario(Strict):
-    """One simulated host and workload; see README "Scenario files"."""
+    """One simulated host and workload; see docs/simulating.md, "Scenario files"."""
 
     name: str = Field(min_length=1)
     description: str = Field("", max_length=200)  # one line, for `pacer simulate --list`

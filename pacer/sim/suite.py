@@ -13,7 +13,7 @@ from pacer.sim.policies import POLICIES, policy_factory
 from pacer.sim.report import Report, summarize
 from pacer.sim.scenario import Scenario, load_scenario, shipped_scenarios
 
-# Targets (README "Targets", under "Simulating").
+# Targets (docs/simulating.md, "Targets").
 THROUGHPUT_VS_BOUND = 0.97
 STEADY_BUSY_GPU_BOUND = 0.995
 MEAN_LITTLE_FACTOR = 1.15

@@ -23,7 +23,7 @@ from pacer.host.memory import bytes_text
 from pacer.sim.recording import Recording
 from pacer.sim.replay import HostShape, Outcome, evaluate
 
-DEFAULT_KP = (2.0, 4.0, 8.0)  # the documented safe range of kp (README, "Tuning")
+DEFAULT_KP = (2.0, 4.0, 8.0)  # the documented safe range of kp (docs/controller.md, "Tuning")
 DEFAULT_KI = (0.0, 0.1, 0.25)  # and of ki
 BUFFER_LEADS = (0.0, 0.125, 0.25, 0.5, 1.0)  # target_ready_s, in mean synthesis times
 BUSY_TIE = 0.0005  # busy ratios closer than this are as busy: the goal then takes less memory

@@ -66,8 +66,18 @@ def _recovery(r: Report) -> str:
     return f"{max(rec.after_s or 0.0 for rec in r.recoveries):.1f}"
 
 
+SUITE_GROUPS = (
+    ("GPU use", ("bound by", "busy", "steady busy", "thr/bound", "gap p99 s")),
+    ("memory in flight", ("mean inflight", "peak inflight", "Little min", "peak ready")),
+    ("recovery and budget", ("t steady s", "recovery s", "reboots", "violations")),
+)  # fmt: skip
+"""The suite's columns for a terminal: a table per group, each after scenario and policy, so that
+none is wider than 100 columns (`suite`)."""
+
+
 def suite(reports: Sequence[Report], markdown: bool = False) -> str:
-    """All runs side by side, one row per scenario and policy."""
+    """All runs side by side, one row per scenario and policy: one table of every column in
+    Markdown, a table per `SUITE_GROUPS` group on a terminal."""
     rows = [
         (
             r.scenario,
@@ -88,7 +98,14 @@ def suite(reports: Sequence[Report], markdown: bool = False) -> str:
         )
         for r in reports
     ]
-    return render(SUITE_HEADERS, rows, markdown=markdown)
+    if markdown:
+        return render(SUITE_HEADERS, rows, markdown=True)
+    tables = []
+    for title, headers in SUITE_GROUPS:
+        columns = [0, 1, *(SUITE_HEADERS.index(h) for h in headers)]
+        picked = [[row[i] for i in columns] for row in rows]
+        tables.append(f"{title}:\n" + render([SUITE_HEADERS[i] for i in columns], picked))
+    return "\n\n".join(tables)
 
 
 def findings(items: Sequence[Finding], markdown: bool = False) -> str:

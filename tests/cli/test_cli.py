@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +231,9 @@ def test_status_says_why_the_service_is_not_ready(
     assert re.search(rf"^state +{re.escape(state)}$", capsys.readouterr().out, re.M)
 
 
+FAILURE = "partition 7 failed after 3 attempts: out of GPU memory"
+
+
 class JobOnly:
     """A client that answers a job's detail and a page of its partitions."""
 
@@ -239,10 +244,10 @@ class JobOnly:
 
     def job(self, job_id: str) -> dict[str, Any]:
         return {
-            "id": job_id, "state": "failed", "error": "out of GPU memory", "partitions": 1000,
+            "id": job_id, "state": "failed", "error": FAILURE, "partitions": 1000,
             "priority": 2, "params": {"log_n": 18}, "result_digest": None,
             "partitions_summary": {"pending": 989, "completed": 10, "failed": 1,
-                                   "first_failures": [{"index": 7, "error": "out of GPU memory"}]},
+                                   "first_failures": [{"index": 7, "error": FAILURE}]},
         }  # fmt: skip
 
     def partitions(self, job_id: str, offset: int, limit: int) -> dict[str, Any]:
@@ -252,8 +257,10 @@ class JobOnly:
             "partition_results": [
                 {"index": 6, "state": "completed", "gpu": 0, "synthesis_s": 1.25, "gpu_s": 0.5,
                  "digest": "ab" * 32, "error": None},
-                {"index": 7, "state": "failed", "gpu": None, "synthesis_s": None, "gpu_s": None,
-                 "digest": None, "error": "out of GPU memory"},
+                {"index": 7, "state": "failed", "gpu": 1, "synthesis_s": None, "gpu_s": None,
+                 "digest": None, "error": FAILURE},
+                {"index": 8, "state": "pending", "gpu": None, "synthesis_s": None, "gpu_s": None,
+                 "digest": None, "error": None},
             ],
         }  # fmt: skip
 
@@ -265,11 +272,13 @@ def test_status_of_a_job_shows_its_counts_failures_and_a_page(
     args = argparse.Namespace(job="0123456789abcdef", json=False, offset=6, limit=2)
     assert cli_client._job_status(client, args) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^state +failed: out of GPU memory$", out, re.M), out
-    assert re.search(r"^partitions +1000: 10 completed, 1 failed, 989 pending$", out, re.M)
-    assert re.search(r"^failed +partition 7: out of GPU memory$", out, re.M)
+    assert re.search(rf"^state +failed: {FAILURE}$", out, re.M), out
+    # An ended job's partitions without a result were not tried; a failure is named once.
+    assert re.search(r"^partitions +1000: 10 completed, 1 failed, 989 not tried$", out, re.M)
+    assert re.search(rf"^failed +{FAILURE}$", out, re.M)
     assert re.search(r"^ +6 +completed +0 +1\.250 +0\.500 +abab", out, re.M), out
-    assert re.search(r"^ +7 +failed +- +- +- +out of GPU memory", out, re.M), out
+    assert re.search(r"^ +7 +failed +1 +- +- +partition 7 failed after", out, re.M), out
+    assert re.search(r"^ +8 +not tried +- +- +-", out, re.M), out
     assert "(more from --offset 8)" in out
     assert client.pages == [("0123456789abcdef", 6, 2)]
 
@@ -495,6 +504,39 @@ def test_config_reads_back_as_an_environment_file_to_equal_settings(
     assert load_settings() == printed
 
 
+def unit_environment() -> dict[str, str]:
+    """The ``Environment=`` lines of the shipped systemd unit, as systemd sets them."""
+    unit = Path(__file__).resolve().parents[2] / "deploy" / "systemd" / "pacer.service"
+    lines = re.findall(r"^Environment=(.*)$", unit.read_text(), flags=re.M)
+    return env_file.parse("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"PACER_CONTROLLER__KI": "0.02", "PACER_SYNTHESIS__CORES": "6"}],
+    ids=["defaults", "changed"],
+)
+def test_config_as_the_units_environment_file_changes_nothing_the_unit_set(
+    changes: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, value in changes.items():
+        monkeypatch.setenv(name, value)
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    unit = unit_environment()
+    assert {"PACER_GPU__KEEP_POOL", "PACER_JOURNAL__PATH"} <= unit.keys()
+    written = env_file.parse(out)
+    assert changes.items() <= written.items()
+    set_here = {name: value for name, value in os.environ.items() if name.startswith("PACER_")}
+    assert written == set_here  # only what was set
+    assert {**unit, **written} == {**unit, **set_here}  # EnvironmentFile= comes after
+    assert "\n#PACER_GPU__KEEP_POOL=false\n" in out  # the default, as a comment
+    if not changes:
+        assert re.search(r"\n#PACER_SYNTHESIS__CORES=\d+  \(derived from this host\)\n", out)
+
+
 def test_config_never_prints_a_secret(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -554,3 +596,78 @@ def test_config_says_when_the_service_would_not_start_here(
     assert "# Resolved on this host" not in captured.out
     assert captured.err.startswith("pacer: the service would not start on this host: "
                                    "PACER_WORKLOAD=no_such_module:make: cannot import")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "status"),
+    [("PACER_API__TOKEN", "abc", 0), ("PACER_JOURNAL__LEASE_S", "-1", 0),
+     ("PACER_CONTROLLER__KP", "-1", 2)],
+    ids=["token", "journal", "controller"],
+)  # fmt: skip
+def test_simulate_refuses_only_the_settings_it_reads(
+    variable: str,
+    value: str,
+    status: int,
+    small: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert main(["simulate", str(small)]) == status
+    err = capsys.readouterr().err
+    assert (variable in err) == bool(status)
+
+
+def test_config_still_refuses_a_bad_server_setting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PACER_API__TOKEN", "abc")
+    assert main(["config"]) == 2
+    assert "PACER_API__TOKEN" in capsys.readouterr().err
+
+
+def test_the_suite_table_fits_100_columns_and_keeps_every_column(small: Path) -> None:
+    from pacer.sim import table
+
+    _, report = run_policy(load_scenario(small), "pi", Settings())
+    longest = max((path.stem for path in shipped_scenarios()), key=len)
+    reports = [dataclasses.replace(report, scenario=longest, policy=policy)
+               for policy in ("pi", "unpaced", "cuzk", "cuzk-default")]  # fmt: skip
+    text = table.suite(reports)
+    assert max(len(line) for line in text.splitlines()) <= 100, text
+    headers = [line for line in text.splitlines() if line.startswith("scenario ")]
+    assert {h for line in headers for h in table.SUITE_HEADERS if h in line} == set(
+        table.SUITE_HEADERS
+    )
+    markdown = table.suite(reports, markdown=True)  # one table, for bench/RESULTS.md
+    assert markdown.splitlines()[0].count("|") == len(table.SUITE_HEADERS) + 1
+
+
+def test_scenario_sizes_take_units_as_the_settings_do(small: Path, tmp_path: Path) -> None:
+    with_units = tmp_path / "units.toml"
+    text = SMALL.replace("bytes = 15032385536", 'bytes = "14GiB"')
+    with_units.write_text(text.replace("budget_bytes = 751619276800", 'budget_bytes = "700GiB"'))
+    assert load_scenario(with_units) == load_scenario(small)
+    assert load_scenario(scenario_path("h200")).memory.budget_bytes == 120 * 2**30
+
+
+def test_a_scenario_size_in_no_unit_names_the_key(
+    small: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    small.write_text(SMALL.replace("budget_bytes = 751619276800", 'budget_bytes = "700 GiBs"'))
+    assert main(["simulate", str(small)]) == 2
+    err = capsys.readouterr().err
+    assert "memory.budget_bytes" in err
+    assert "could not interpret byte unit: GiBs" in err
+
+
+def test_a_plot_without_matplotlib_says_how_to_install_it(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["simulate", str(small), "--plot", str(tmp_path / "run.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pacer: --plot needs matplotlib, which the plot extra installs: ")
+    assert "pip install -e '.[plot]'" in err
+    assert err.count("\n") == 1

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
 
 from pacer.__main__ import main
 from pacer.cli.args import Progress, param
-from pacer.cli.http_client import Client
-from pacer.cli.jobs import fleet_rows, journal_rows
+from pacer.cli.follow import follow, rate_text, span_s, wait_ready
+from pacer.cli.http_client import ApiError, Client
+from pacer.cli.jobs import engine_rows, fleet_rows, journal_rows
 from tests.conftest import FakeClock
 from tests.servers import refusing_port
 
@@ -173,3 +176,64 @@ def test_status_names_a_journal_call_past_its_limit() -> None:
         "FAILING for 12 s: disk I/O error; 40 results wait in memory; HUNG: call "
         "complete_partitions running for 31 s",
     )]  # fmt: skip
+
+
+def test_status_shows_each_engine_session() -> None:
+    engine = {"engine": "cuzk-7", "connected": False, "mode": "pacing", "inflight": 12,
+              "inflight_bytes": 12 * 2**30, "memory_budget_bytes": 64 * 2**30, "backlog": 40,
+              "events": 900, "errors": {"unknown_partition": 2, "malformed": 1}}  # fmt: skip
+    assert engine_rows([engine]) == [(
+        "engine cuzk-7",
+        "waiting to resume, pacing, 12 in flight (12.00 / 64.0 GiB), backlog 40, 900 events "
+        "(3 refused)",
+    )]  # fmt: skip
+    assert engine_rows(None) == engine_rows([]) == []
+
+
+class Starting:
+    """A client of a service that answers after attempts failing at ``failures_s`` (s)."""
+
+    base_url = "http://127.0.0.1:9"
+
+    def __init__(self, failures_s: list[float]) -> None:
+        self.failures_s = failures_s
+
+    def wait_ready(
+        self, timeout_s: float, path: str, waiting: Callable[[float, ApiError], None]
+    ) -> None:
+        for elapsed_s in self.failures_s:
+            waiting(elapsed_s, ApiError("cannot reach", "Connection refused"))
+
+
+@pytest.mark.parametrize(
+    ("failures_s", "lines"),
+    [([0.2, 3.0], []),
+     ([0.2, 11.0], ["waiting for the service (Connection refused), 11 s of 120"])],
+    ids=["within", "past"],
+)  # fmt: skip
+def test_a_start_is_waited_for_quietly_within_the_grace(
+    failures_s: list[float], lines: list[str]
+) -> None:
+    stream = io.StringIO()
+    client = cast(Client, Starting(failures_s))
+    wait_ready(client, 120, Progress(stream), what="the service", quiet_s=10.0)
+    shown = stream.getvalue().splitlines()
+    assert shown[: len(lines)] == lines
+    assert len(shown) == (2 if lines else 0)  # and, after waiting, that it is up
+
+
+class Finishing:
+    """A client following two jobs that end at once, 4 s apart on the service's clock."""
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return {"state": "completed", "partitions_done": 10, "created_at": 100.0,
+                "updated_at": 104.0 if job_id == "b" else 102.0}  # fmt: skip
+
+
+def test_the_last_progress_line_has_the_summarys_rate() -> None:
+    stream = io.StringIO()
+    jobs = follow(cast(Client, Finishing()), ["a", "b"], 20, Progress(stream), started=0.0)
+    assert stream.getvalue().splitlines() == ["20/20 partitions, 2/2 jobs ended, 4 s, "
+                                              "5.0 partitions/s"]  # fmt: skip
+    assert span_s(jobs) == 4.0
+    assert rate_text(20, 4.0) == "5.0 partitions/s"  # what the summary shows

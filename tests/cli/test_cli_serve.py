@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 from datetime import datetime
@@ -105,3 +106,33 @@ def test_serve_takes_host_and_port_and_logs_json_with_context(tmp_path: Path) ->
     failed = next(e for e in entries if e["message"].startswith("proving failed"))
     assert (failed["job"], failed["partition"], failed["gpu"]) == (job, 1, 0)
     assert "RuntimeError: injected prove fault" in failed["exception"]
+
+
+def test_a_public_host_from_the_flag_is_refused_naming_the_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pacer.__main__ import main
+
+    assert main(["serve", "--host", "0.0.0.0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pacer: --host 0.0.0.0 is not a loopback address: set PACER_API__TOKEN")
+    assert "PACER_API__HOST" not in err
+
+
+@pytest.mark.slow
+def test_a_port_in_use_is_one_line_and_exit_status_1(tmp_path: Path) -> None:
+    env = {**os.environ, **FAST, "PACER_JOURNAL__PATH": str(tmp_path / "journal.sqlite"),
+           "PACER_WORKLOAD": "noop"}  # fmt: skip
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "pacer", "serve", "--port", str(port)]
+        done = subprocess.run(
+            command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"pacer: cannot listen on 127.0.0.1:{port}: address already in use (the address: "
+        "--host or PACER_API__HOST; the port: --port or PACER_API__PORT)"
+    ]

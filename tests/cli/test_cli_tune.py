@@ -15,6 +15,7 @@ from pacer.__main__ import main
 from pacer.config import load_settings
 from pacer.journal.records import PartitionResult
 from pacer.journal.sqlite import SqliteJournal
+from pacer.sim.plot import PLOT_EXTRA
 from tests import env_file
 
 START = datetime.fromisoformat("2026-12-01T10:00:00+00:00").timestamp()
@@ -255,7 +256,7 @@ def test_a_plot_without_matplotlib_names_the_extra_before_anything_runs(
     assert main(argv) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == "pacer: --plot needs matplotlib: pip install 'pacer[plot]'\n"
+    assert captured.err == f"pacer: {PLOT_EXTRA}\n"
 
 
 def test_help_explains_the_recording_the_goal_and_the_grid(

@@ -442,14 +442,14 @@ def test_failed_attempts_are_numbered_kept_and_fail_the_job_at_the_limit(
     assert (number, still.state) == (2, "queued")
     assert journal.incomplete() == [(still, IndexRanges([(0, 3)]))]  # pending, to be tried again
     clock.now = 3.0
-    number, failed = journal.record_attempt(job.id, 1, "proving failed: boom", None, 3)
+    number, failed = journal.record_attempt(job.id, 1, "proving failed: boom", 1, 3)
     assert (number, failed.state) == (3, "failed")
     assert failed.error == "partition 1 failed after 3 attempts: proving failed: boom"
-    assert journal.partitions(job.id)[1] == PartitionRecord(
-        job.id, 1, PartitionState.FAILED, error=failed.error, completed_at=3.0,
+    assert journal.partitions(job.id)[1] == PartitionRecord(  # on the GPU of its last attempt
+        job.id, 1, PartitionState.FAILED, error=failed.error, gpu=1, completed_at=3.0,
         attempts=[Attempt(1, 1, "prove timed out after 300 s", 0, 1.0),
                   Attempt(1, 2, "proving failed: boom", 1, 2.0),
-                  Attempt(1, 3, "proving failed: boom", None, 3.0)],
+                  Attempt(1, 3, "proving failed: boom", 1, 3.0)],
     )  # fmt: skip
     assert [(a.attempt, a.at) for a in journal.failures(job.id, limit=2)] == [(3, 3.0), (2, 2.0)]
     assert journal.record_attempt(job.id, 2, "late", None, 3) == (0, failed)  # ended: as is
@@ -476,8 +476,8 @@ def test_fail_exhausted_fails_the_jobs_with_a_pending_partition_out_of_attempts(
     journal: AnyJournal,
 ) -> None:
     tried, fine, done = (journal.add_job(2, None, {}) for _ in range(3))
-    for reason in ("a", "b"):
-        journal.record_attempt(tried.id, 1, reason, None, 5)
+    for reason, gpu in (("a", None), ("b", 3)):
+        journal.record_attempt(tried.id, 1, reason, gpu, 5)
     journal.record_attempt(fine.id, 0, "once", None, 5)
     journal.record_attempt(done.id, 0, "x", None, 5)
     journal.record_attempt(done.id, 0, "y", None, 5)
@@ -485,6 +485,7 @@ def test_fail_exhausted_fails_the_jobs_with_a_pending_partition_out_of_attempts(
     assert journal.fail_exhausted(3) == []
     (failed,) = journal.fail_exhausted(2)
     assert (failed.id, failed.error) == (tried.id, "partition 1 failed after 2 attempts: b")
+    assert journal.partitions(tried.id)[1].gpu == 3  # the GPU of its last attempt
     assert [job.id for job, _ in journal.incomplete()] == [fine.id, done.id]
 
 
@@ -506,3 +507,22 @@ def test_probe_writes_nothing(journal: AnyJournal) -> None:
     journal.check_file()
     assert journal.list_jobs() == [job]
     assert journal.counts()[JobState.QUEUED] == 1
+
+
+def test_withdraw_deletes_a_job_with_its_rows_and_frees_its_key(
+    journal: AnyJournal, store: Store
+) -> None:
+    kept = journal.add_job(1, None, {})
+    job, created = journal.add_job_once("key-1", 3, None, {}, 0)
+    assert created
+    journal.complete_partitions([proved(job.id, 0)])
+    journal.record_attempt(job.id, 1, "boom", None, 3)
+    assert journal.withdraw(job.id)
+    assert journal.get_job(job.id) is None
+    assert store.ids_in("partitions") == []
+    assert store.ids_in("attempts") == []
+    assert [j.id for j in journal.list_jobs()] == [kept.id]
+    assert not journal.withdraw(job.id)  # already gone
+    again, created = journal.add_job_once("key-1", 3, None, {}, 0)
+    assert created
+    assert again.id != job.id

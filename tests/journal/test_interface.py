@@ -41,7 +41,7 @@ def test_the_protocol_lists_what_the_service_asks_of_the_journal() -> None:
         "complete_partitions", "counts", "fail_exhausted", "failures", "get_job",
         "incomplete", "job_for_key", "jobs_page", "list_jobs", "load_estimates",
         "load_estimates_key", "now", "partition_page", "partition_summary", "probe", "prune",
-        "record_attempt", "save_estimates",
+        "record_attempt", "save_estimates", "withdraw",
     ]  # fmt: skip
 
 

@@ -246,13 +246,25 @@ def test_held_by_names_the_holder_without_opening_the_file(path: Path) -> None:
     assert held_by(path) is None
 
 
-def test_a_new_journal_and_its_wal_and_shm_are_the_owners_alone(path: Path) -> None:
-    with Journal(path) as journal:
-        journal.add_job(1, None, {})
-        made = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
-        assert {p.name: oct(p.stat().st_mode & 0o777) for p in made} == {
-            p.name: "0o600" for p in made
-        }
+@pytest.mark.parametrize("locked_first", [False, True], ids=["journal", "lock-then-journal"])
+def test_a_new_journal_and_its_wal_and_shm_are_the_owners_alone(
+    path: Path, locked_first: bool
+) -> None:
+    umask = os.umask(0o022)  # the usual umask, which would make them 0644
+    try:
+        lock = JournalLock(path)
+        if locked_first:  # as `pacer serve` does: the lock creates the file
+            lock.acquire()
+        with Journal(path) as journal:
+            journal.add_job(1, None, {})
+            made = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+            assert {p.name: oct(p.stat().st_mode & 0o777) for p in made} == {
+                p.name: "0o600" for p in made
+            }
+        if locked_first:
+            lock.release()
+    finally:
+        os.umask(umask)
 
 
 @pytest.mark.slow

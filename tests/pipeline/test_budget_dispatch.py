@@ -142,9 +142,13 @@ async def test_a_queued_partition_waits_for_a_thread_holding_its_bytes() -> None
         workload.syntheses.release(1)
         await until(lambda: workload.begun == 3, "the queued one begun")
         await timers.step(0.5)
+
         # The first duration seen spreads the window: the queue may have grown.
-        full = lambda: pipeline.synthesizing == 2 + pi.synthesis_queue()  # noqa: E731
-        await until(lambda: full() and timers.parked == LOOPS, "refilled")
+        def refilled() -> bool:
+            full = pipeline.synthesizing == 2 + pi.synthesis_queue()
+            return full and timers.parked == LOOPS
+
+        await until(refilled, "refilled")
         assert pipeline.dispatched == 3 + pi.synthesis_queue()
         assert workload.begun == 3  # the two threads run two: one ended, one begun
     finally:

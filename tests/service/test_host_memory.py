@@ -38,7 +38,8 @@ async def test_a_budget_that_fits_the_host_starts_silently_as_configured(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     host = fake_host(tmp_path / "host", total=128 * GIB, available=100 * GIB)
-    server = Server(Service.build(settings_for(tmp_path), CollectorRegistry(), host_files=host))
+    settings = settings_for(tmp_path, PACER_MEMORY__BUDGET_BYTES="64GiB")
+    server = Server(Service.build(settings, CollectorRegistry(), host_files=host))
     with caplog.at_level(logging.WARNING):
         await server.start()
     try:
@@ -46,7 +47,7 @@ async def test_a_budget_that_fits_the_host_starts_silently_as_configured(
         _, status = await call(server, "GET", "/v1/status")
         memory = status["memory"]
         assert memory["budget_bytes"] == memory["configured_budget_bytes"] == 64 * GIB
-        assert memory["budget_clamped"] is False
+        assert (memory["budget_clamped"], memory["budget_automatic"]) == (False, False)
         assert memory["host_available_bytes"] == 100 * GIB
         assert memory["host_total_bytes"] == 128 * GIB
         assert memory["host_reserve_bytes"] == 8 * GIB  # 10% of MemTotal, at most 8 GiB
@@ -57,13 +58,45 @@ async def test_a_budget_that_fits_the_host_starts_silently_as_configured(
         await server.shutdown()
 
 
+@pytest.mark.parametrize(
+    ("limits", "usable"),
+    [(None, 20 * GIB - 24 * GIB // 10), ({"/pacer": (8 * GIB, GIB)}, 7 * GIB - 8 * GIB // 10)],
+    ids=["meminfo", "cgroup"],
+)
+async def test_the_default_budget_is_what_the_host_gives_without_a_warning(
+    limits: dict[str, tuple[int | str, int]] | None,
+    usable: int,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A 24 GiB host (a CI machine), or an 8 GiB cgroup on it, 1 GiB of that in use.
+    host = fake_host(tmp_path / "host", total=24 * GIB, available=20 * GIB,
+                     cgroup="/" if limits is None else "/pacer", limits=limits)  # fmt: skip
+    env = {"PACER_MEMORY__PARTITION_BYTES": "256MiB", "PACER_SYNTHESIS__CORES": "4"}
+    server = Server(
+        Service.build(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
+    )
+    with caplog.at_level(logging.WARNING):
+        await server.start()
+    try:
+        assert memory_warnings(caplog) == []
+        assert server.service.pipeline.budget_bytes == usable
+        _, status = await call(server, "GET", "/v1/status")
+        memory = status["memory"]
+        assert (memory["budget_bytes"], memory["configured_budget_bytes"]) == (usable, usable)
+        assert (memory["budget_automatic"], memory["budget_clamped"]) == (True, False)
+    finally:
+        await server.shutdown()
+
+
 async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The default 64 GiB on a 24 GiB host (a CI machine): it starts, with the budget clamped
-    # to MemAvailable (20 GiB) less the reserve (2.4 GiB, 10% of MemTotal).
+    # 64 GiB set for a larger host, on a 24 GiB host (a CI machine): it starts, with the budget
+    # clamped to MemAvailable (20 GiB) less the reserve (2.4 GiB, 10% of MemTotal).
     host = fake_host(tmp_path / "host", total=24 * GIB, available=20 * GIB)
-    env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_SYNTHESIS__CORES": "64"}
+    env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_SYNTHESIS__CORES": "64",
+           "PACER_MEMORY__BUDGET_BYTES": "64GiB"}  # fmt: skip
     server = Server(
         Service.build(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
     )
@@ -106,7 +139,8 @@ async def test_a_cgroup_limit_tighter_than_mem_available_clamps_the_budget_namin
     }
     host = fake_host(tmp_path / "host", total=755 * GIB, available=700 * GIB,
                      cgroup="/kubepods/pod1/ctr", limits=limits)  # fmt: skip
-    env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_SYNTHESIS__CORES": "64"}
+    env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_SYNTHESIS__CORES": "64",
+           "PACER_MEMORY__BUDGET_BYTES": "64GiB"}  # fmt: skip
     server = Server(
         Service.build(settings_for(tmp_path, **env), CollectorRegistry(), host_files=host)
     )

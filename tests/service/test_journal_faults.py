@@ -96,6 +96,16 @@ class Fault(Protocol):
     async def stop(self, svc: Server) -> None: ...
 
 
+def replace_with_a_copy(path: Path) -> None:
+    """Put a consistent copy of the SQLite journal at ``path`` in place of the file (a new inode).
+    The copy is taken with SQLite's backup, so it holds what the write-ahead log held too: a
+    byte copy of the main file alone would hold a checkpoint's worth, which varies with timing."""
+    copy = path.with_name("copy.sqlite")
+    with closing(sqlite3.connect(path)) as source, closing(sqlite3.connect(copy)) as target:
+        source.backup(target)
+    copy.replace(path)
+
+
 def faulty(svc: Server) -> FaultyJournal:
     assert isinstance(svc.service.journal, FaultyJournal)
     return svc.service.journal
@@ -352,9 +362,7 @@ async def test_a_deleted_or_replaced_journal_file_refuses_work_and_is_written_no
         path.unlink()
         problem = "deleted or moved away"
     else:
-        copy = path.with_name("copy.sqlite")
-        copy.write_bytes(path.read_bytes())
-        copy.replace(path)
+        replace_with_a_copy(path)
         problem = "replaced by another file"
     svc.service.pipeline.hold(False)
     await until_readyz(svc, f"journal file {path} was {problem}")
@@ -397,9 +405,7 @@ async def test_a_job_posted_right_after_the_journal_file_goes_is_refused_not_los
             path.unlink()
             problem = "deleted or moved away"
         else:
-            copy = path.with_name("copy.sqlite")
-            copy.write_bytes(path.read_bytes())
-            copy.replace(path)
+            replace_with_a_copy(path)
             problem = "replaced by another file"
         headers = None if key is None else {"Idempotency-Key": key}
         status, refused = await call(server, "POST", "/v1/jobs", {"partitions": 1},

@@ -49,11 +49,11 @@ async def test_metrics_follow_the_work(server: Server) -> None:
     assert value("pacer_gpu_phase_seconds_count", {"gpu": "0", "phase": "coset_ntt"}) == 6
     assert value("pacer_gpu_idle_gap_seconds_count", {"gpu": "0"}) == 5  # between 6 partitions
     assert value("pacer_controller_bootstraps_total") == 1
-    assert value("pacer_memory_budget_bytes") == 64 * 2**30
+    assert value("pacer_memory_budget_bytes") == server.service.plan.budget_bytes
     assert value("pacer_memory_inflight_bytes") == 0
     assert 0 < (value("pacer_gpu_busy_ratio", {"gpu": "0"}) or 0) <= 1
-    assert value("pacer_controller_mode", {"pacer_controller_mode": "drained"}) in (0, 1)
-    modes = [value("pacer_controller_mode", {"pacer_controller_mode": m}) or 0.0
+    assert value("pacer_controller_mode", {"mode": "drained"}) in (0, 1)
+    modes = [value("pacer_controller_mode", {"mode": m}) or 0.0
              for m in ("bootstrap", "pacing", "drained", "manual")]  # fmt: skip
     assert sorted(modes) == [0, 0, 0, 1]
 
@@ -134,3 +134,14 @@ async def test_job_time_from_submission_to_end_is_observed_by_outcome(server: Se
     await server.service.cancel(queued.id)
     assert value("pacer_job_duration_seconds_count", {"outcome": "cancelled"}) == 1
     assert value("pacer_job_duration_seconds_count", {"outcome": "failed"}) == 0
+
+
+async def test_no_metric_repeats_its_name_as_a_label(server: Server) -> None:
+    await run_job(server, 2)
+    for family in server.service.registry.collect():
+        for sample in family.samples:
+            assert family.name not in sample.labels, sample
+    value = server.service.registry.get_sample_value
+    modes = [value("pacer_controller_mode", {"mode": m}) for m in ("pacing", "drained")]
+    assert sorted(m or 0.0 for m in modes) in ([0.0, 1.0], [0.0, 0.0]), modes
+    assert None not in modes  # every mode is a series, 0 or 1

@@ -68,7 +68,7 @@ async def test_each_policy_proves_jobs_end_to_end(
         assert value("pacer_controller_policy_info", {"policy": policy}) == 1
         assert value("pacer_partitions_total", {"outcome": "completed"}) == jobs * partitions
         assert value("pacer_gpu_busy_seconds_total", {"gpu": "0"}) is not None
-        modes = [value("pacer_controller_mode", {"pacer_controller_mode": m}) or 0.0 for m in Mode]
+        modes = [value("pacer_controller_mode", {"mode": m}) or 0.0 for m in Mode]
         assert sorted(modes) == [0, 0, 0, 1]
         # The PI terms are exported under pi only; a baseline leaves them absent.
         assert (value("pacer_controller_error") is not None) == (policy == "pi")

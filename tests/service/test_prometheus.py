@@ -1,8 +1,8 @@
 """A real Prometheus scraping real `pacer serve`s, one under the pi policy, a host of a fleet
-(a PostgreSQL journal), and one under a baseline on its own SQLite journal: every dashboard
-query has data, the baseline instance lacks only the PI terms and the fleet's series, every
-legend's labels are on the series, every metric the dashboard and the alerts use is exported,
-and promtool accepts the rules and the live exposition."""
+(a PostgreSQL journal) pacing an engine, and one under a baseline on its own SQLite journal:
+every dashboard query has data, the baseline instance lacks only the PI terms, the fleet's
+series and the engines', every legend's labels are on the series, every metric the dashboard
+and the alerts use is exported, and promtool accepts the rules and the live exposition."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ import yaml
 from tests.conftest import ensure_debian_package
 from tests.dashboard_queries import (
     PI_ONLY_SERIES,
+    engine_only,
     fleet_only,
     load,
     metric_names,
@@ -124,6 +126,13 @@ def stack(
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     prom = Prometheus(f"http://127.0.0.1:{port}")
+    # An engine paced by the pi instance, for the Engines row: it runs until the stack stops.
+    engine = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "engine.py"), "--engine", "stack-engine",
+         "--url", f"ws://127.0.0.1:{servers['pi'].port}/v1/engine", "--partitions", "1000000",
+         "--gpu-s", "0.05", "--synthesis-s", "0.2"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
     try:
         wait_until(lambda: _ready(prom), "Prometheus to start")
         # a few seconds of work on each
@@ -139,6 +148,8 @@ def stack(
                    done=lambda series: len(series) == len(servers))  # fmt: skip
         yield Stack(servers["pi"], servers[BASELINE], prom)
     finally:
+        engine.kill()
+        engine.wait(10)
         proc.terminate()
         proc.wait(10)
         log.close()
@@ -172,13 +183,15 @@ def test_every_dashboard_query_has_data(stack: Stack, title: str, expr: str) -> 
 
 
 def test_a_baseline_instance_lacks_only_the_pi_terms_and_the_fleets_series(stack: Stack) -> None:
-    """With the instance variable on the baseline (on SQLite), the queries of PI terms and of
-    the fleet have no data (their panels' descriptions say so) and every other query has."""
+    """With the instance variable on the baseline (on SQLite, no engine session), the queries
+    of PI terms, of the fleet and of engine sessions have no data (their panels' descriptions
+    say so) and every other query has."""
     queries = panel_queries(instance=instance(stack.baseline))
     has_data = {(title, expr): bool(stack.prom.query(expr)) for title, expr in queries}
     expected = {
         (title, expr): not metric_names(expr) & PI_ONLY_SERIES
         and not fleet_only(metric_names(expr))
+        and not engine_only(metric_names(expr))
         for title, expr in queries
     }
     assert has_data == expected

@@ -284,7 +284,7 @@ def test_sigterm_ends_a_stop_held_by_a_hung_commit_within_its_bound_exiting_1(
         began = time.monotonic()
         first.signal(signal.SIGTERM)
         assert first.wait(30) == 1
-        assert time.monotonic() - began < 0.5 + 1 + 5  # the bounds and a few seconds
+        assert time.monotonic() - began < 0.5 + 1 + 15  # the bounds, not the lock's 600 s
     [line] = [line for line in first.log.splitlines() if STOP_ERROR in line]
     assert " ERROR pacer.service " in line
     hung = (r"journal call _commit has run [\d.]+ s on pacer-journal-0 without returning, and "

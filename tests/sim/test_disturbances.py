@@ -1,10 +1,10 @@
 """The disturbance scenarios: pi against the best baseline, memory held, recovery.
 
 Each runs every policy on the scenario's shipped seed, fixed at pi's memory among them, and
-checks the targets of a host under disturbance (README "Targets"): busy ratio at least the
-best baseline's less 0.005, mean in flight within 1.15 × Little's law + q*, no more than
-1.05 × what a fixed concurrency as busy holds, busy again within two synthesis lead times of
-each disturbance, hung syntheses raising in flight by at most their number, and the
+checks the targets of a host under disturbance (docs/simulating.md, "Targets"): busy ratio at
+least the best baseline's less 0.005, mean in flight within 1.15 × Little's law + q*, no more
+than 1.05 × what a fixed concurrency as busy holds, busy again within two synthesis lead times
+of each disturbance, hung syntheses raising in flight by at most their number, and the
 scenario's own targets.
 """
 

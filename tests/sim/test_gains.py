@@ -36,7 +36,7 @@ def _rises(values: list[float], by: float) -> None:
     assert values[-1] >= (1 + by) * values[0], values
 
 
-KP = (2.0, 4.0, 8.0)  # README "Tuning": the safe range of kp, 2 to 8
+KP = (2.0, 4.0, 8.0)  # docs/controller.md, "Tuning": the safe range of kp, 2 to 8
 KI = (0.0, 0.1, 0.25)  # ... and of ki, 0 to 0.25
 
 

@@ -1,0 +1,67 @@
+"""The reference client's own logic, without a server: what it re-declares to a fresh session,
+and how much its fallbacks dispatch while pacer is away."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from pacer.engine.client import EngineClient, Fallback
+
+HELLO = {"engine": "client-a", "workload_key": "k",
+         "shape": {"gpu_workers": 2, "partition_bytes": 10, "memory_budget_bytes": 80,
+                   "synthesis_slots": 4}}  # fmt: skip
+
+
+class Sent(EngineClient):
+    """A client whose events are kept, not sent (it is never connected)."""
+
+    async def replay(self) -> list[dict[str, Any]]:
+        await self._redeclare()
+        return list(self.unacked)
+
+
+def test_a_fresh_session_is_told_what_is_in_flight_in_order() -> None:
+    client = Sent("ws://unused/v1/engine", HELLO)
+
+    async def run() -> list[dict[str, Any]]:
+        await client.event("backlog", partitions=10)
+        for name in ("a", "b", "c", "d"):
+            await client.event("dispatched", partition=name)
+        await client.event("synthesis_ready", partition="b", synthesis_s=1.0)
+        await client.event("synthesis_ready", partition="c", synthesis_s=1.0)
+        await client.event("gpu_started", partition="c", worker=1)
+        await client.event("synthesis_failed", partition="d", elapsed_s=2.0)
+        client.unacked.clear()  # as a fresh session finds it: nothing acknowledged to resend
+        return await client.replay()
+
+    events = asyncio.run(run())
+    assert [(e["type"], e.get("partition")) for e in events] == [
+        ("dispatched", "a"),
+        ("dispatched", "b"), ("synthesis_ready", "b"),
+        ("dispatched", "c"), ("synthesis_ready", "c"), ("gpu_started", "c"),
+        ("backlog", None),
+    ]  # fmt: skip
+    assert events[2]["synthesis_s"] is None  # not measured again
+    assert events[5]["worker"] == 1
+    assert events[-1]["partitions"] == 6  # 10, less the four dispatched
+
+
+@pytest.mark.parametrize(
+    ("declared", "steps", "expected"),
+    [
+        ({"mode": "hold"}, [(0, 0.0, 0.5), (0, 1.0, 0.5), (0, 1.25, 0.5)], [0, 2, 0]),
+        ({"mode": "hold"}, [(0, 0.0, None), (0, 5.0, None)], [0, 0]),
+        ({"mode": "hold"}, [(7, 0.0, 0.1), (7, 10.0, 0.1)], [0, 1]),
+        ({"mode": "cap", "inflight": 3}, [(0, 0.0, None), (2, 1.0, None), (5, 2.0, None)],
+         [3, 1, 0]),
+    ],
+    ids=["hold-rate", "hold-no-rate", "hold-within-budget", "cap"],
+)  # fmt: skip
+def test_the_fallback_dispatches_by_its_rule_within_the_budget(
+    declared: dict[str, Any], steps: list[tuple[int, float, float | None]], expected: list[int]
+) -> None:
+    fallback = Fallback(declared, budget=8)
+    assert [fallback.allowance(n, at, interval) for n, at, interval in steps] == expected

@@ -1,0 +1,67 @@
+"""The reference engine (examples/engine.py) as a process, paced by `pacer serve` as a process:
+a run to the end, and a pacer killed and started again while the engine runs on by its
+fallback, then resumes with a fresh session told what is in flight."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.servers import ROOT, ServerProcess, free_port
+from tests.waits import wait_until
+
+pytestmark = pytest.mark.slow
+ENGINE = ROOT / "examples" / "engine.py"
+
+
+def engine(port: int, name: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(ENGINE), "--url", f"ws://127.0.0.1:{port}/v1/engine",
+         "--engine", name, "--workload-key", f"key-{name}", *args],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def test_the_reference_engine_runs_to_the_end_paced_by_pacer(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path, PACER_WORKLOAD="noop").start()
+    try:
+        proc = engine(server.port, "ref-a", "--partitions", "40", "--gpu-s", "0.02",
+                      "--synthesis-s", "0.05")  # fmt: skip
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+        assert out.strip().splitlines()[-1].startswith("engine: busy "), out
+        saved = tmp_path / "journal.sqlite.engines.json"
+        wait_until(saved.exists, "the session's estimates to be saved")
+        assert json.loads(saved.read_text())["key-ref-a"]["gpu_service_s"] > 0
+        assert "event refused" not in server.log
+    finally:
+        server.stop()
+
+
+def test_the_engine_goes_on_while_pacer_is_gone_and_redeclares_to_a_new_one(
+    tmp_path: Path,
+) -> None:
+    server = ServerProcess(tmp_path, PACER_WORKLOAD="noop", PACER_API__PORT=str(free_port()))
+    server.start()
+    proc = engine(server.port, "restart-a", "--partitions", "240", "--synthesis-s", "0.5",
+                  "--slots", "4", "--gpu-s", "0.05")  # fmt: skip
+    try:
+        wait_until(lambda: "engine restart-a opened session" in server.log, "the session")
+        server.stop()  # SIGKILL: the engine paces by its fallback meanwhile
+        begun = len(server.log)
+        server.start()
+        wait_until(lambda: "engine restart-a opened session" in server.log[begun:],
+                   "a session with the new pacer", timeout_s=60)  # fmt: skip
+        assert proc.poll() is None, "the engine ended before the new pacer served"
+        out, _ = proc.communicate(timeout=180)
+        assert proc.returncode == 0, out
+        new = server.log[begun:]
+        assert "event refused" not in new, new[-3000:]
+        assert "restart-a: session" in new  # its bye ended the new session
+    finally:
+        proc.kill()
+        server.stop()
