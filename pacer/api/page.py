@@ -90,7 +90,6 @@ function controller(c) {
 function gpus(list, cpu, now) {
   text("gpus-title", cpu ? "Workers (CPU prover)" : "GPUs");
   text("gpus-what", cpu ? "worker" : "gpu");
-  text("gpus-count", cpu ? "threads" : "workers");
   const body = $("gpus"); body.replaceChildren();
   for (const g of list) {
     const row = body.insertRow(); row.dataset.gpu = g.gpu;
@@ -226,7 +225,7 @@ without scripts, read that JSON.</p></noscript>
 <h2 id="gpus-title">GPUs</h2>
 <table><caption>Busy share of the last minute; the strip shows each poll, darker when busier,
 so an idle gap is a pale run.</caption>
-<thead><tr><th scope="col" id="gpus-what">gpu</th><th scope="col" id="gpus-count">workers</th>
+<thead><tr><th scope="col" id="gpus-what">gpu</th><th scope="col">workers</th>
 <th scope="col">busy</th><th scope="col">now</th><th scope="col">recent</th></tr>
 </thead><tbody id="gpus"></tbody></table>
 <h2>Engine sessions</h2>
