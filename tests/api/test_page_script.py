@@ -70,7 +70,8 @@ def run(node: str, scenario: str, answer: str = "ok") -> dict[str, object]:
     )
     done = subprocess.run([node, "-"], input=source, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
+    report: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return report
 
 
 def test_it_polls_every_two_seconds_while_answers_come(node: str) -> None:
