@@ -41,7 +41,8 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-SLOW_FIXTURES = {"postgres_server", "postgres_url", "server_factory", "promtool", "chromium"}
+SLOW_FIXTURES = {"postgres_server", "postgres_url", "server_factory", "promtool", "chromium",
+                 "node"}  # fmt: skip
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -139,6 +140,12 @@ def promtool() -> str:
 def chromium() -> str:
     """Headless Chromium, for the status page seen in a real browser."""
     return debian_command("chromium", "chromium")
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    """Node.js, to run the status page's script on a virtual clock."""
+    return debian_command("node", "nodejs")
 
 
 @contextmanager
