@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +18,7 @@ from gpu.shm.blocks import process_alive
 from pacer.server import Server
 from pacer.service.lifecycle import Service
 from tests.servers import fake_host, settings_for
+from tests.tiers import takes_a_slow_fixture
 from tests.waits import wait_until
 
 if TYPE_CHECKING:
@@ -41,14 +43,51 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-SLOW_FIXTURES = {"postgres_server", "postgres_url", "server_factory", "promtool"}
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A test that takes a process-starting fixture is slow without having to say so.
     for item in items:
-        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        functions = [d.func for group in defs for d in group]
+        if takes_a_slow_fixture(getattr(item, "fixturenames", ()), functions):
             item.add_marker(pytest.mark.slow)
+
+
+class FastTierError(AssertionError):
+    """A test not marked slow started a process or listened on a socket."""
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_starts_nothing(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """In a test not marked ``slow``: starting a process (``subprocess``, ``asyncio``'s
+    subprocesses, ``os.fork``) or binding a socket to listen on fails the test, naming what it
+    did. The test fails even where the code under test catches the error."""
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    done: list[str] = []
+
+    def refuse(what: str) -> Callable[..., None]:
+        def refused(*args: object, **kwargs: object) -> None:
+            done.append(what)
+            if args and isinstance(args[0], socket.socket):
+                args[0].close()  # the socket refused its listen is the test's no longer
+            raise FastTierError(
+                f"a test not marked slow {what}: mark it slow (docs/testing.md, 'Test tiers')"
+            )
+
+        return refused
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("started a process"))
+    monkeypatch.setattr(os, "fork", refuse("forked"))
+    monkeypatch.setattr(os, "posix_spawn", refuse("started a process"))
+    monkeypatch.setattr(socket.socket, "listen", refuse("listened on a socket"))
+    yield
+    if done:
+        pytest.fail(f"a test not marked slow {done[0]}: mark it slow "
+                    "(docs/testing.md, 'Test tiers')", pytrace=False)  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
