@@ -28,14 +28,7 @@ BASE = {
 SCENARIOS = [p for p in shipped_scenarios() if p.stem in BASE]
 # The scenarios whose runs of every policy take longest: checked in the slow tier, so that the
 # fast one keeps to its minute (docs/testing.md, "Test tiers").
-SLOW = {
-    "steady-backlog",
-    "cold-start",
-    "two-gpus",
-    "short-trip",
-    "heavy-tail",
-    "bimodal-partitions",
-}
+SLOW = {"cold-start", "two-gpus", "short-trip", "heavy-tail"}
 
 
 def scenario_params(paths: list[Path], slow: set[str]) -> list[object]:
