@@ -205,9 +205,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def wait_ready(port: int, timeout_s: float = 120.0) -> None:
-    from pacer.cli.http_client import Client
+    from pacer.client import BlockingClient
 
-    Client(f"http://127.0.0.1:{port}").wait_ready(timeout_s)
+    BlockingClient(f"http://127.0.0.1:{port}").wait_ready(timeout_s)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ partitions a second a fleet of `pacer serve` hosts proves.
                                     [--batches 1,8,64] [--markdown]
     .venv/bin/python -m bench.fleet hosts [--hosts 1,2,4] [--jobs 20] [--partitions 4000]
                                     [--markdown]
+    .venv/bin/python -m bench.fleet commits [--claimers 10,25,50] [--seconds 20] [--batch 1]
+                                    [--interval 2] [--markdown]
 
-Both start their own PostgreSQL (Debian's package, as the tests do, but durable: fsync on;
+Each starts its own PostgreSQL (Debian's package, as the tests do, but durable: fsync on;
 and reached over loopback TCP, as a fleet's hosts reach theirs).
 
 ``claims``: for each batch size n and number of claimers, a fresh database holding four jobs
@@ -16,6 +18,10 @@ connection, as a host of a fleet is, calling `PgJournal.claim(host, n)` back to 
 never scan). Reports claims (calls) and partitions claimed per second, all claimers together,
 and the latency of one claim (p50, p99). Target: one database sustains >= 5,000 partition
 claims/s (ten times a 100-host fleet of 8 GPUs at a partition per 1.5 s).
+
+``commits``: claims *and* commits on one job, as hosts use the database
+(`bench.fleet_commits`): commits/s, claim and commit latency, decay over the run, the
+database's CPU.
 
 ``hosts``: for each number of hosts, a fresh database and that many `pacer serve` processes
 sharing it, with the noop workload as bench/service.py runs it (pacer's own work is all there
@@ -46,9 +52,10 @@ from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
+from bench import fleet_commits
 from bench.installed import bytecode_env
-from pacer.cli.http_client import Client
 from pacer.cli.table import render
+from pacer.client import BlockingClient
 from pacer.pgjournal import PgJournal
 from tests.postgres_server import PostgresServer
 
@@ -146,7 +153,7 @@ class Host:
         env = {k: v for k, v in bytecode_env().items() if not k.startswith("PACER_")}
         self.env = {**env, **PIPELINE, "PACER_API__PORT": str(self.port),
                     "PACER_JOURNAL__URL": journal, "PACER_JOURNAL__HOST": name}  # fmt: skip
-        self.client = Client(f"http://127.0.0.1:{self.port}")
+        self.client = BlockingClient(f"http://127.0.0.1:{self.port}")
         self.proc: subprocess.Popen[bytes] | None = None
 
     def launch(self) -> None:
@@ -224,14 +231,42 @@ def hosts_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def commits_main(args: argparse.Namespace) -> int:
+    seconds = 20.0 if args.seconds is None else args.seconds
+    counts = [int(c) for c in (args.claimers or "10,25,50").split(",")]
+    table = fleet_commits.rows(counts, args.batch, seconds, args.interval)
+    print(render(fleet_commits.HEADERS, table, markdown=args.markdown))
+    at_25 = [row for row in table if row[0] == 25]
+    verdict = ""
+    if at_25:
+        rate, p99 = float(str(at_25[0][2])), float(str(at_25[0][6]))
+        met = rate >= fleet_commits.TARGET_COMMITS_S and p99 <= fleet_commits.TARGET_P99_MS
+        verdict = f"; at 25 claimers {rate:,.0f} commits/s, p99 {p99:g} ms: " + (
+            "target met" if met else "target missed"
+        )
+    print(
+        f"\none job, {args.batch} partition(s) a claim and a commit, {seconds:g} s a row"
+        f"{verdict} (target >= {fleet_commits.TARGET_COMMITS_S:,}/s, p99 <= "
+        f"{fleet_commits.TARGET_P99_MS:g} ms); CPython {platform.python_version()}, "
+        f"{multiprocessing.cpu_count()} cores shared by the claimers and PostgreSQL"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "what", nargs="?", choices=("claims", "hosts"), default="claims",
-        help="claims a database sustains, or partitions/s of pacer hosts",
+        "what", nargs="?", choices=("claims", "commits", "hosts"), default="claims",
+        help="claims a database sustains, claims and commits, or partitions/s of pacer hosts",
     )  # fmt: skip
-    parser.add_argument("--seconds", type=float, default=3.0, help="timed window per row")
-    parser.add_argument("--claimers", default="1,2,4,8", help="claimer processes, comma list")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="timed window per row (default 3; commits: 20)")  # fmt: skip
+    parser.add_argument("--claimers", default=None,
+                        help="claimer processes, comma list (default 1,2,4,8; commits: "
+                        "10,25,50)")  # fmt: skip
+    parser.add_argument("--batch", type=int, default=1, help="partitions a claim (commits)")
+    parser.add_argument("--interval", type=float, default=2.0,
+                        help="throughput reported per this many seconds (commits)")  # fmt: skip
     parser.add_argument("--batches", default="1,8,64", help="partitions per claim, comma list")
     parser.add_argument("--hosts", default="1,2,4", help="pacer serve hosts, comma list")
     parser.add_argument("--jobs", type=int, default=20, help="jobs submitted (hosts)")
@@ -240,7 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.what == "hosts":
         return hosts_main(args)
-    counts = [int(c) for c in args.claimers.split(",")]
+    if args.what == "commits":
+        return commits_main(args)
+    args.seconds = 3.0 if args.seconds is None else args.seconds
+    counts = [int(c) for c in (args.claimers or "1,2,4,8").split(",")]
     batches = [int(b) for b in args.batches.split(",")]
     server = PostgresServer(durable=True, tcp=True)
     server.start()

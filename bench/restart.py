@@ -50,8 +50,8 @@ from typing import Any, ClassVar
 
 from bench.installed import bytecode_env
 from gpu.shm.record import sweep
-from pacer.cli.http_client import Client
 from pacer.cli.table import render
+from pacer.client import BlockingClient
 from pacer.host.memory import meminfo_bytes
 from pacer.settle.detector import parse_size
 from tests.kept_pools import ServiceManager
@@ -92,7 +92,7 @@ class Instance:
     def __init__(self, args: argparse.Namespace, workdir: Path, manager: ServiceManager | None,
                  port: int, **env: str) -> None:  # fmt: skip
         self.port = port
-        self.client = Client(f"http://127.0.0.1:{port}")
+        self.client = BlockingClient(f"http://127.0.0.1:{port}")
         self.log_path = Path(args.logs or workdir) / f"serve-{len(Instance.launched_all)}.log"
         self.env = service_env(args, workdir, port, **env)
         argv = [sys.executable, "-m", "pacer", "serve"]
@@ -249,7 +249,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def keep_backlog(client: Client, partitions: int) -> None:
+def keep_backlog(client: BlockingClient, partitions: int) -> None:
     per_job = 500
     for _ in range(max(1, partitions // per_job)):
         client.submit(per_job)

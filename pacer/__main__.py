@@ -28,7 +28,7 @@ def reads(command: str) -> set[str] | None:
 
     if command in ("simulate", "tune"):
         return set(Settings.model_fields) - SERVING
-    if command in ("submit", "status"):
+    if command in ("submit", "status", "jobs", "cancel"):
         return CLIENT
     return None
 
@@ -59,6 +59,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     cli_client.add_status_arguments(
         sub.add_parser("status", help="print a running service's state, or a job's")
+    )
+    cli_client.add_jobs_arguments(
+        sub.add_parser(
+            "jobs",
+            help="list a running service's jobs, newest first",
+            description="List the newest jobs of a running service as a table: id, state, "
+            "partitions done, priority, when it was submitted, and its result digest or error.",
+        )
+    )
+    cli_client.add_cancel_arguments(
+        sub.add_parser(
+            "cancel",
+            help="cancel queued or running jobs",
+            description="Cancel jobs: their partitions not yet started are never started; "
+            "those in flight finish and their results are dropped. The job ends cancelled, in "
+            "the journal (a restart keeps it so). "
+            "Cancelling a cancelled job again is no error; a completed or failed one is "
+            "refused (exit status 1).",
+        )
     )
 
     sim_cli.add_arguments(sub.add_parser("simulate", help=sim_cli.HELP))
@@ -128,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pacer.cli import run as cli_run
 
         return cli_run.main(args, settings)
-    if args.command in ("submit", "status"):
+    if args.command in ("submit", "status", "jobs", "cancel"):
         from pacer.cli import jobs as cli_client
 
         return cli_client.run(args, settings)

@@ -161,12 +161,23 @@ def ensure_debian_package(command: str, package: str) -> str | None:
     return shutil.which(command)
 
 
+def debian_command(command: str, package: str) -> str:
+    """`ensure_debian_package`'s path; the test is skipped, saying why, where there is none."""
+    path = ensure_debian_package(command, package)
+    if path is None:
+        pytest.skip(f"{command} missing and Debian's {package} package cannot be installed here")
+    return path
+
+
 @pytest.fixture(scope="session")
 def promtool() -> str:
-    path = ensure_debian_package("promtool", "prometheus")
-    if path is None:
-        pytest.skip("promtool missing and Debian's prometheus package cannot be installed here")
-    return path
+    return debian_command("promtool", "prometheus")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Headless Chromium, for the status page seen in a real browser."""
+    return debian_command("chromium", "chromium")
 
 
 @contextmanager

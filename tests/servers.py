@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from pacer.cli.http_client import ApiError, Client
+from pacer.client import ApiError, BlockingClient
 from pacer.config import Settings
 from pacer.host.memory import HostFiles
 from pacer.journal import JobState
@@ -138,7 +138,7 @@ class ServerProcess:
             **env,
         }  # fmt: skip
         self._port = int(self.env["PACER_API__PORT"]) or None
-        self._client: Client | None = None
+        self._client: BlockingClient | None = None
         fd, log = tempfile.mkstemp(prefix="serve-", suffix=".log", dir=tmp_path)
         os.close(fd)
         self.log_path = Path(log)
@@ -155,9 +155,10 @@ class ServerProcess:
         return self._port
 
     @property
-    def client(self) -> Client:
+    def client(self) -> BlockingClient:
         if self._client is None:
-            self._client = Client(f"http://127.0.0.1:{self.port}")
+            # No retries: a test sees each answer as the service gives it, Retry-After or not.
+            self._client = BlockingClient(f"http://127.0.0.1:{self.port}", retries=0)
         return self._client
 
     def _serving_port(self) -> int | None:
@@ -217,7 +218,7 @@ class ServerProcess:
 ServerFactory = Callable[..., ServerProcess]
 
 
-def readyz_refuses(client: Client, reason: str) -> bool:
+def readyz_refuses(client: BlockingClient, reason: str) -> bool:
     """Whether ``/readyz`` answers an error naming ``reason`` (a condition to wait for)."""
     try:
         client.request("GET", "/readyz")

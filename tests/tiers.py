@@ -12,7 +12,9 @@ from typing import TypeVar
 
 F = TypeVar("F", bound=Callable[..., object])
 
-SLOW_FIXTURES = {"postgres_server", "postgres_url", "server", "server_factory", "promtool"}
+SLOW_FIXTURES = {
+    "postgres_server", "postgres_url", "server", "server_factory", "promtool", "chromium",
+}  # fmt: skip
 """The shared fixtures (tests/conftest.py) that start a process, a server on a socket or a
 database: a test taking one is slow."""
 

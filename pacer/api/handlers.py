@@ -7,7 +7,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
-from pacer.api import views
+from pacer.api import page, views
 from pacer.api.answers import (
     ENGINES,
     OPENAPI,
@@ -59,6 +59,11 @@ async def readyz(request: web.Request) -> web.Response:
     if reasons:
         return respond({"error": "; ".join(reasons), "reasons": reasons}, status=503)
     return respond({"status": "ready"})
+
+
+async def status_page(request: web.Request) -> web.Response:
+    """The status page for a person (`pacer.api.page`): live from /v1/status and /v1/jobs."""
+    return web.Response(text=page.HTML, content_type="text/html", headers=page.HEADERS)
 
 
 async def openapi(request: web.Request) -> web.Response:

@@ -23,9 +23,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 JOURNAL_RETRY_AFTER = "5"  # seconds a client waits before trying a write the journal refused
 METHODS = frozenset({"GET", "HEAD", "POST", "PATCH", "DELETE", "OPTIONS"})
 UNMATCHED = "unmatched"  # the route label of a request for no route (404, a hostile path)
-# What answers while the service starts (it may wait long for its journal): the rest needs what
-# the start opens and resumes.
-PROBES = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", UNMATCHED})
+# What answers while the service starts (it may wait long for its journal), the status page
+# among them (it says why): the rest needs what the start opens and resumes.
+PROBES = frozenset({"/", "/healthz", "/readyz", "/metrics", "/openapi.json", UNMATCHED})
 # Not counted among the reads: the probes, and engine sessions, which last as long as their
 # engine and are bounded by PACER_ENGINE__MAX_SESSIONS instead.
 UNBOUNDED = PROBES | {"/v1/engine"}

@@ -196,7 +196,8 @@ FLEET: dict[str, Schema] = {
 
 def _answer(answer: Answer) -> Schema:
     if answer.schema is None:
-        return {"description": answer.description, "content": {"text/plain": {"schema": STRING}}}
+        content = {answer.media: {"schema": STRING}}
+        return {"description": answer.description, "content": content}
     content = {"application/json": {"schema": ref(answer.schema)}}
     return {"description": answer.description, "content": content}
 

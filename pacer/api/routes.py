@@ -37,6 +37,7 @@ class Answer:
 
     description: str
     schema: str | None = "Error"
+    media: str = "text/plain"  # the body's media type where it is not JSON
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ NO_BODY = Answer("The body did not arrive within PACER_API__BODY_TIMEOUT_S.")
 
 # fmt: off
 ROUTES: tuple[Route, ...] = (
+    Route("GET", "/", handlers.status_page, "statusPage",
+          "The status page for a person: jobs, controller, GPUs, memory, live (a script polls "
+          "/v1/status and /v1/jobs).",
+          {200: Answer("The page: HTML with its style and script inline.", None, "text/html")}),
     Route("GET", "/metrics", handlers.metrics, "metrics",
           "Prometheus exposition of the service's registry.",
           {200: Answer("The exposition (text format 0.0.4).", None)}),

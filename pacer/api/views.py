@@ -318,6 +318,7 @@ async def status(service: Service) -> dict[str, Any]:
                 "workers": p.workers_on(g),
                 "busy_ratio": round(p.busy_ratio(g), 4),
                 "busy_seconds": round(p.busy_seconds(g), 3),
+                "idle_s": None if (idle := p.idle_s(g)) is None else round(idle, 3),
             }
             for g in p.gpus
         ],

@@ -8,27 +8,27 @@ from collections.abc import Callable
 from typing import Any
 
 from pacer.cli.args import Progress
-from pacer.cli.http_client import ApiError, Client
+from pacer.client import TERMINAL, ApiError, BlockingClient, UnreachableError
 
-TERMINAL = ("completed", "failed", "cancelled")
 POLL_S = 0.5
 
 
 def wait_ready(
-    client: Client,
+    client: BlockingClient,
     timeout_s: float,
     progress: Progress,
     path: str = "/readyz",
     check: Callable[[], None] | None = None,
     what: str = "",
     quiet_s: float = 0.0,
+    unreachable_s: float | None = None,
 ) -> float:
     """Wait for the service, saying so once it has not been up for ``quiet_s`` (a service
     just started is not up at once, and that is no news); the seconds it took. ``check()``
     runs between attempts and may raise to stop waiting; ``what`` names the service
-    (default: pacer at its address)."""
+    (default: pacer at its address). With ``unreachable_s``, a service not reached for that
+    long raises `UnreachableError` at once, and the moments before are not shown."""
     what = what or f"pacer at {client.base_url}"
-    started = time.monotonic()
     waited = False
 
     def waiting(elapsed_s: float, error: ApiError) -> None:
@@ -37,12 +37,13 @@ def wait_ready(
             check()
         if elapsed_s < quiet_s:
             return
+        if unreachable_s is not None and isinstance(error, UnreachableError):
+            return
         waited = True
         progress.show(f"waiting for {what} ({error.reason}), {elapsed_s:.0f} s of "
                       f"{timeout_s:g}")  # fmt: skip
 
-    client.wait_ready(timeout_s, path, waiting)
-    took = time.monotonic() - started
+    took = client.wait_ready(timeout_s, path, waiting, unreachable_s)
     if waited:
         progress.show(f"{what} is up after {took:.1f} s", final=True)
     return took
@@ -64,7 +65,7 @@ def rate_text(done: int, seconds: float) -> str:
 
 
 def follow(
-    client: Client,
+    client: BlockingClient,
     ids: list[str],
     total: int,
     progress: Progress,
@@ -72,13 +73,13 @@ def follow(
     started: float | None = None,
 ) -> list[dict[str, Any]]:
     """Poll jobs ``ids`` (``total`` partitions) until every one has ended, showing progress;
-    their last states. ``check()`` runs before each poll and may raise to stop following;
+    their last states. ``check()`` runs after each poll and may raise to stop following;
     ``started``: when the first was submitted (`time.monotonic`; default: now)."""
     started = time.monotonic() if started is None else started
-    while True:
+
+    def show(jobs: list[dict[str, Any]], _: float) -> None:
         if check is not None:
             check()
-        jobs = [client.job(job_id) for job_id in ids]
         done = sum(j["partitions_done"] for j in jobs)
         ended = sum(j["state"] in TERMINAL for j in jobs)
         finished = ended == len(jobs)
@@ -88,7 +89,7 @@ def follow(
         rate = f", {rate_text(done, elapsed)}" if done and elapsed > 0 else ""
         progress.show(f"{done}/{total} partitions, {ended}/{len(jobs)} jobs ended, "
                       f"{elapsed:.0f} s{rate}", final=finished)  # fmt: skip
-        if finished:
-            progress.end()
-            return jobs
-        time.sleep(POLL_S)
+
+    jobs = client.wait(ids, show, POLL_S)
+    progress.end()
+    return jobs

@@ -1,20 +1,30 @@
-"""`pacer submit` and `pacer status`: the command line's side of the HTTP API."""
+"""`pacer submit`, `status`, `jobs` and `cancel`: the command line's side of the HTTP API,
+through `pacer.client`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 from pacer.cli.args import Progress, count, param, seconds
-from pacer.cli.follow import TERMINAL, follow, wait_ready
-from pacer.cli.http_client import ApiError, Client
-from pacer.cli.table import render
+from pacer.cli.follow import follow, wait_ready
+from pacer.cli.status import print_status, seconds_text
+from pacer.cli.table import clip, render
+from pacer.client import TERMINAL, ApiError, BlockingClient, UnreachableError
 from pacer.config import Settings
+from pacer.journal import JobState
 
-JOBS_NOT_KNOWN = "not known: a journal call hangs"
+# How long a command tries a service it cannot reach before it says so, unless --timeout is
+# given (s): no service at all should not cost the 30 s one starting may take (D171).
+UNREACHABLE_S = 2.0
+TIMEOUT_S = 30.0
+START_HINT = "Start it with `pacer serve`, or pass --url (or --timeout, to wait for it to start)"
+# Characters of an error a list of many shows (`pacer jobs`, a page of partitions); the rest
+# is cut with an ellipsis, and `pacer status JOB` shows it whole.
+ERROR_WIDTH = 60
+JOBS_EPILOG = "example: pacer jobs --state failed --limit 5"
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, jobs: int, partitions: int) -> None:
@@ -61,6 +71,27 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     _client_args(parser)
 
 
+def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = JOBS_EPILOG
+    parser.add_argument(
+        "--state",
+        choices=[s.value for s in JobState],
+        help="only jobs in this state (default: every job)",
+    )
+    parser.add_argument(
+        "--limit", type=count(1), default=20, metavar="N", help="the newest N jobs (20)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the raw JSON page")
+    _client_args(parser)
+
+
+def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "job", nargs="+", metavar="JOB", help="the id of a job to cancel (one or more)"
+    )
+    _client_args(parser)
+
+
 def _client_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
@@ -68,7 +99,11 @@ def _client_args(parser: argparse.ArgumentParser) -> None:
         "PACER_API__PORT)",
     )
     parser.add_argument(
-        "--timeout", type=seconds, default=30.0, help="seconds to wait for the service (30)"
+        "--timeout",
+        type=seconds,
+        metavar="S",
+        help=f"seconds to wait for the service to be ready ({TIMEOUT_S:g}); without it, one "
+        f"that cannot be reached at all is given up after {UNREACHABLE_S:g} s",
     )
 
 
@@ -86,26 +121,37 @@ def token(settings: Settings) -> str | None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    """``pacer submit``, ``status``, ``jobs`` or ``cancel``; the exit status."""
     refused = _unused_page_arguments(args) if args.command == "status" else None
     if refused:
         print(f"pacer: {refused}", file=sys.stderr)
         return 2
     try:
-        client = Client(args.url or service_url(settings.api.host, settings.api.port),
-                        token(settings))  # fmt: skip
+        client = BlockingClient(args.url or service_url(settings.api.host, settings.api.port),
+                                token(settings))  # fmt: skip
     except ValueError as exc:
         print(f"pacer: --url: {exc}", file=sys.stderr)
         return 2
     progress = Progress()
+    # What the command needs of the service: ready for a write; for a read, that it answers.
+    path = "/readyz" if args.command in ("submit", "cancel") else "/healthz"
     try:
+        unreachable_s = UNREACHABLE_S if args.timeout is None else None
+        wait_ready(client, args.timeout or TIMEOUT_S, progress, path, unreachable_s=unreachable_s)
         if args.command == "submit":
-            wait_ready(client, args.timeout, progress)
             return _submit(client, args, progress)
-        # The status of a service not ready, too.
-        wait_ready(client, args.timeout, progress, "/healthz")
+        if args.command == "jobs":
+            return _jobs(client, args)
+        if args.command == "cancel":
+            return _cancel(client, args)
         if args.job:
             return _job_status(client, args)
-        return _status(client, args)
+        return print_status(client, args)
+    except UnreachableError as exc:
+        progress.end()
+        hint = "" if exc.timed_out else f": is it running? {START_HINT}"
+        print(f"pacer: {exc}{hint}", file=sys.stderr)
+        return 1
     except ApiError as exc:
         progress.end()
         print(f"pacer: {exc}", file=sys.stderr)
@@ -121,22 +167,28 @@ def _unused_page_arguments(args: argparse.Namespace) -> str | None:
     return None
 
 
-def submit(client: Client, args: argparse.Namespace) -> list[str]:
+def submit(client: BlockingClient, args: argparse.Namespace) -> list[str]:
     """Submit ``args.jobs`` jobs as ``args`` says; their ids."""
     params = dict(args.param)
     return [client.submit(args.partitions, params, args.priority) for _ in range(args.jobs)]
 
 
+def outcome(job: dict[str, Any], most: int | None = None) -> str:
+    """A job's result digest, whole, or its error: whole, or cut to ``most`` characters with
+    an ellipsis."""
+    error = job["error"] or ""
+    return job["result_digest"] or (error if most is None else clip(error, most))
+
+
 def jobs_table(jobs: list[dict[str, Any]], most: int = 20) -> str:
-    """Each job's id, state, partitions and result digest (or error); ``most`` of them."""
-    rows = [(j["id"], j["state"], j["partitions"],
-             j["result_digest"][:40] if j["result_digest"] else j["error"] or "")
-            for j in jobs[:most]]  # fmt: skip
+    """Each job's id, state, partitions and result digest (or error), whole; ``most`` of
+    them."""
+    rows = [(j["id"], j["state"], j["partitions"], outcome(j)) for j in jobs[:most]]
     table = render(("job", "state", "partitions", "result digest / error"), rows)
     return table + (f"\n({len(jobs) - most} more)" if len(jobs) > most else "")
 
 
-def _submit(client: Client, args: argparse.Namespace, progress: Progress) -> int:
+def _submit(client: BlockingClient, args: argparse.Namespace, progress: Progress) -> int:
     started = time.monotonic()  # the rate counts from the first submit, as pacer run's does
     ids = submit(client, args)
     for job_id in ids:
@@ -148,7 +200,45 @@ def _submit(client: Client, args: argparse.Namespace, progress: Progress) -> int
     return 0 if all(j["state"] == "completed" for j in jobs) else 1
 
 
-def _job_status(client: Client, args: argparse.Namespace) -> int:
+def _jobs(client: BlockingClient, args: argparse.Namespace) -> int:
+    """The newest ``--limit`` jobs (in ``--state``), newest first, as a table."""
+    page = client.jobs(args.state, args.limit)
+    if args.json:
+        import json
+
+        print(json.dumps(page, indent=2))
+        return 0
+    jobs = page["jobs"]
+    if not jobs:
+        print(f"no {args.state} jobs" if args.state else "no jobs")
+        return 0
+    rows = [(j["id"], j["state"], f"{j['partitions_done']}/{j['partitions']}", j["priority"],
+             j["created_at_iso"], outcome(j, ERROR_WIDTH)) for j in jobs]  # fmt: skip
+    print(render(("job", "state", "done", "priority", "created (UTC)", "result digest / error"),
+                 rows))  # fmt: skip
+    if page["next_cursor"] is not None:
+        print(f"(older jobs beyond --limit {args.limit})")
+    return 0
+
+
+def _cancel(client: BlockingClient, args: argparse.Namespace) -> int:
+    """Cancel each job named; 1 if any could not be (unknown, or already ended)."""
+    failed = 0
+    for job_id in args.job:
+        try:
+            job = client.cancel(job_id)
+        except UnreachableError:
+            raise
+        except ApiError as exc:
+            failed += 1
+            print(f"pacer: cannot cancel {job_id}: {exc.reason}", file=sys.stderr)
+            continue
+        print(f"{job['id']} cancelled ({job['partitions_done']} of {job['partitions']} "
+              "partitions were done)")  # fmt: skip
+    return 1 if failed else 0
+
+
+def _job_status(client: BlockingClient, args: argparse.Namespace) -> int:
     """One job: its state, its partitions by state and first failures; with ``--limit``, a
     page of its partitions from ``--offset``."""
     job = client.job(args.job)
@@ -176,8 +266,8 @@ def _job_status(client: Client, args: argparse.Namespace) -> int:
         print(render(("partition", "state", "gpu", "synthesis s", "gpu s", "digest / error"), [
             (str(p["index"]), pending if p["state"] == "pending" else p["state"],
              "-" if p["gpu"] is None else str(p["gpu"]),
-             _seconds(p["synthesis_s"]), _seconds(p["gpu_s"]),
-             (p["digest"] or p["error"] or "")[:40])
+             seconds_text(p["synthesis_s"]), seconds_text(p["gpu_s"]),
+             p["digest"] or clip(p["error"] or "", ERROR_WIDTH))
             for p in page["partition_results"]
         ]))  # fmt: skip
         if page["next_offset"] is not None:
@@ -195,169 +285,3 @@ def _failure(index: int, error: str) -> str:
     """
     named = f"partition {index} "
     return error if error.startswith(named) else f"{named.rstrip()}: {error}"
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _controller_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
-    """The PI controller's mode and terms; a baseline's name, mode and interval."""
-    if "terms" not in c:
-        return [("policy", f"{c['policy']} (baseline): {c['mode']}, interval "
-                           f"{_seconds(c['interval_s'])} s")]  # fmt: skip
-    t = c["terms"]
-    return [
-        ("policy", c["policy"]),
-        ("controller", f"{t['mode']}: interval {t['interval_s']:.3f} s, projected ready "
-                       f"{t['projected_ready']:.1f} / setpoint {t['setpoint']:.1f}"),
-        ("terms", f"P {t['p_term']:+.3f}  I {t['i_term']:+.3f}  feed-forward "
-                  f"{t['ff_interval_s']:.3f} s"),
-    ]  # fmt: skip
-
-
-def _backend(pool: dict[str, Any]) -> str:
-    """How the slots are held, as the pool names it (absent from older services)."""
-    names = {"cuda": "cudaHostAlloc", "shared-cuda": "shared memory, cudaHostRegister",
-             "shared": "shared memory", "numpy": "pageable"}  # fmt: skip
-    backend = pool.get("backend")
-    return f", {names.get(backend, backend)}" if backend else ""
-
-
-def _pool_rows(pool: dict[str, Any]) -> list[tuple[str, str]]:
-    """The pinned pool, when the workload has one."""
-    if not pool.get("slots_total"):
-        return []
-    return [(
-        "pinned pool",
-        f"{pool['slots_free']} / {pool['slots_total']} slots free "
-        f"({pool['total_bytes'] / 2**30:.1f} GiB{_backend(pool)}); {pool['waits']} waits, "
-        f"{pool['fallbacks']} fallbacks, {pool['allocations_after_warmup']} allocations after "
-        "warm-up",
-    )]  # fmt: skip
-
-
-def journal_rows(journal: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """Whether the journal takes writes (if not, since when, why, and what waits for it), and
-    each call on it that has run past its limit without returning."""
-    if not journal:  # a service from before this field
-        return []
-    hung = "; ".join(
-        f"HUNG: call {call['call']} running for {call['running_s']:.0f} s"
-        for call in journal.get("calls", [])
-        if call["running_s"] >= journal["stall_s"]
-    )
-    if journal["healthy"]:
-        return [("journal", hung or "ok")]
-    held = ", dispatch held" if journal["dispatch_held"] else ""
-    return [(
-        "journal",
-        f"FAILING for {journal['failing_s']:.0f} s: {journal['error']}; "
-        f"{journal['uncommitted_results']} results wait in memory{held}"
-        + (f"; {hung}" if hung else ""),
-    )]  # fmt: skip
-
-
-def fleet_rows(fleet: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """A host of a fleet: its name and leases, and the fleet's partitions left and hosts
-    holding leases; nothing for a service on its own journal."""
-    if not fleet:
-        return []
-    here = (
-        f"host {fleet['host']}: {fleet['leases']} leases ({fleet['leased_partitions']} "
-        f"partitions), {fleet['reclaimed_partitions']} partitions reclaimed; "
-    )
-    if fleet["hosts"] is None:  # a journal call hangs: the fleet's part is not known
-        return [("fleet", here + "the rest of the fleet not known: a journal call hangs")]
-    hosts = ", ".join(f"{h['host']} {h['partitions']}" for h in fleet["hosts"]) or "none"
-    return [(
-        "fleet",
-        here + f"{fleet['pending_partitions']} partitions left fleet-wide; leases held by {hosts}",
-    )]  # fmt: skip
-
-
-def engine_rows(engines: list[dict[str, Any]] | None) -> list[tuple[str, str]]:
-    """Each engine session: connected or waiting, its controller's mode, what it has in flight
-    against its budget, its backlog and its events (those refused counted)."""
-    rows = []
-    for e in engines or []:
-        state = "connected" if e["connected"] else "waiting to resume"
-        held = f"{e['inflight_bytes'] / 2**30:.2f} / {e['memory_budget_bytes'] / 2**30:.1f} GiB"
-        refused = sum(e["errors"].values())
-        rows.append((f"engine {e['engine']}", f"{state}, {e['mode']}, {e['inflight']} in flight "
-                     f"({held}), backlog {e['backlog']}, {e['events']} events ({refused} "
-                     "refused)"))  # fmt: skip
-    return rows
-
-
-def proving_row(
-    status: dict[str, Any], busy: Callable[[dict[str, Any]], str], span: str = ""
-) -> tuple[str, str]:
-    """Each GPU's busy share (``busy(gpu)``, as ``95%``) and workers; where the host proves on
-    the CPU (no GPU model in the plan), its proving workers instead: no GPU index to show.
-    ``span``: what the shares are of (`` over the run``)."""
-    gpus = status["gpus"]
-    if (status.get("plan") or {}).get("gpu_model") == "none":
-        workers = sum(g["workers"] for g in gpus)
-        shares = ", ".join(busy(g) for g in gpus)
-        return ("workers", f"{plural(workers, 'worker')} proving on the CPU, {shares} busy{span}")
-    shares = ", ".join(f"{g['gpu']}: {busy(g)} busy ({plural(g['workers'], 'worker')})"
-                       for g in gpus)  # fmt: skip
-    return ("gpus", shares + span)
-
-
-def plural(n: int, word: str) -> str:
-    """``n`` and ``word``, plural unless one: ``plural(2, "worker")`` → '2 workers'."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def synthesis_rows(synthesis: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """Where synthesis runs, how it computes, and how often its processes had to be replaced."""
-    if not synthesis:  # a service from before this field
-        return []
-    text = synthesis["executor"]
-    if synthesis.get("kernel"):
-        text += f", {synthesis['kernel']} CPU backend"
-    if synthesis["executor"] == "processes":
-        restarts = synthesis["restarts"]
-        text += f" ({restarts} restart{'s' if restarts != 1 else ''} after one died)"
-    return [("synthesis", text)]
-
-
-def _state(status: dict[str, Any]) -> str:
-    """ready, or not ready with the reasons /readyz gives (starting, draining, stalled, ...)."""
-    if status["ready"]:
-        return "ready"
-    return "; ".join(status.get("reasons") or ["draining" if status["draining"] else "starting"])
-
-
-def _status(client: Client, args: argparse.Namespace) -> int:
-    status = client.status()
-    if args.json:
-        import json
-
-        print(json.dumps(status, indent=2))
-        return 0
-    c = status["controller"]
-    q = status["queues"]
-    m = status["memory"]
-    rows: list[tuple[str, str]] = [
-        ("state", _state(status)),
-        ("workload", status["workload"]),
-        *_controller_rows(c),
-        ("bootstraps", f"{c['bootstraps']} cold, {c['rebootstraps']} re-bootstraps"),
-        ("queues", f"backlog {q['backlog']}, synthesizing {q['synthesizing']}, ready "
-                   f"{q['ready']}, proving {q['proving']}"),
-        ("memory", f"{m['inflight_bytes'] / 2**30:.2f} / {m['budget_bytes'] / 2**30:.1f} GiB "
-                   "in flight"),
-        *_pool_rows(status["pool"]),
-        *synthesis_rows(status.get("synthesis")),
-        proving_row(status, lambda g: f"{g['busy_ratio']:.0%}"),
-        ("jobs", JOBS_NOT_KNOWN if status["jobs"] is None
-                 else ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
-        *journal_rows(status.get("journal")),
-        *fleet_rows(status.get("fleet")),
-        *engine_rows(status.get("engines")),
-    ]  # fmt: skip
-    print(render(("pacer", client.base_url), rows))
-    return 0

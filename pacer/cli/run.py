@@ -27,17 +27,10 @@ from typing import Any
 
 from pacer.cli.args import Progress, add_log_arguments, count, seconds
 from pacer.cli.follow import follow, rate_text, span_s, wait_ready
-from pacer.cli.http_client import ApiError, Client
-from pacer.cli.jobs import (
-    add_job_arguments,
-    jobs_table,
-    plural,
-    proving_row,
-    submit,
-    synthesis_rows,
-    token,
-)
+from pacer.cli.jobs import add_job_arguments, jobs_table, submit, token
+from pacer.cli.status import plural, proving_row, synthesis_rows
 from pacer.cli.table import render
+from pacer.client import ApiError, BlockingClient
 from pacer.config import Settings
 
 HELP = "serve, submit jobs, follow them, drain and print a summary (ends by itself)"
@@ -220,7 +213,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
             folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="pacer-run-"))
             journal = Journal(Path(folder) / "journal.sqlite", temporary=True)
         port = args.port or free_port()
-        client = Client(f"http://127.0.0.1:{port}", token(settings))
+        client = BlockingClient(f"http://127.0.0.1:{port}", token(settings))
         print(f"pacer run: serving on {client.base_url}, journal {journal}", file=sys.stderr)
         child = spawn(args, port, journal.path)
         stack.callback(_reap, child)
@@ -239,7 +232,7 @@ def _reap(child: subprocess.Popen[bytes]) -> None:
 def _run(
     args: argparse.Namespace,
     settings: Settings,
-    client: Client,
+    client: BlockingClient,
     signals: _Signals,
     journal: Journal,
 ) -> int:

@@ -33,6 +33,16 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[object]], markdown: b
     return "\n".join([line(list(headers)), rule, *(line(r) for r in cells)])
 
 
+def clip(text: str, most: int) -> str:
+    """``text`` on one line, cut to ``most`` characters with an ellipsis where it is longer.
+
+    >>> clip("partition 3 failed: out of memory", 24)
+    'partition 3 failed: out…'
+    """
+    flat = " ".join(text.split())
+    return flat if len(flat) <= most else flat[: most - 1].rstrip() + "…"
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)

@@ -16,12 +16,15 @@ from pacer.ranges import IndexRanges
 class Claim:
     """Partitions of one job leased to a host: ``batch`` names the lease, ``pending`` the
     partitions to prove (its run less those that have a result), ``reclaimed_from`` the host
-    whose lease had expired (None for partitions never handed out, or given back)."""
+    whose lease had expired (None for partitions never handed out, or given back), ``token``
+    the lease's fencing token: its results are stored only while the lease, with this token,
+    is still this host's (`pacer.journal.records.LeaseToken`)."""
 
     batch: int
     job_id: str
     pending: IndexRanges
     reclaimed_from: str | None
+    token: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class FleetBackend(JournalBackend, Protocol):
 
     host: str
     lease_s: float
+    refused_results: int
+    """Results not stored since the journal opened: their leases were no longer this host's."""
 
     def hold_host(self) -> None:
         """Take this host's name for as long as the journal is open (on a connection of its

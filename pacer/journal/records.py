@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_PARTITIONS = 1_000_000
 MAX_PAGE = 1_000
@@ -150,10 +150,19 @@ def check_duration(name: str, seconds: float) -> None:
         raise ValueError(f"{name} must be a finite number of seconds >= 0, got {seconds!r}")
 
 
+class LeaseToken(NamedTuple):
+    """A fleet's lease as a result names it: its ``batch`` and the fencing ``token`` it was
+    claimed with (`pacer.journal.fleet_backend.Claim`)."""
+
+    batch: int
+    token: int
+
+
 @dataclass(frozen=True)
 class PartitionResult:
     """A proved partition, to journal. ``digest``: the proof's digest (no whitespace); durations
-    in seconds; ``phases``: seconds per named GPU phase; ``gpu``: the index of the GPU used.
+    in seconds; ``phases``: seconds per named GPU phase; ``gpu``: the index of the GPU used;
+    ``lease``: in a fleet, the lease it was proved under (stored only while that is held).
     """
 
     job_id: str
@@ -163,6 +172,7 @@ class PartitionResult:
     gpu_s: float
     phases: dict[str, float] = field(default_factory=dict)
     gpu: int | None = None
+    lease: LeaseToken | None = None
 
     def __post_init__(self) -> None:
         if not is_int(self.index) or self.index < 0:

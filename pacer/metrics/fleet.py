@@ -35,6 +35,9 @@ class FleetCountsView(Protocol):
     @property
     def lost_leases(self) -> int: ...
 
+    @property
+    def unproved_partitions(self) -> int: ...
+
 
 class FleetView(Protocol):
     """What the metrics read of a host's part in its fleet (`pacer.service.fleet_host.Fleet`)."""
@@ -51,6 +54,8 @@ class FleetView(Protocol):
     def leased_partitions(self) -> int: ...
 
     def since_renewal_s(self) -> float: ...
+
+    def refused_results(self) -> int: ...
 
 
 def claim_histogram(registry: CollectorRegistry) -> Callable[[float], None]:
@@ -95,6 +100,12 @@ class FleetMetrics(Collector):
             ("pacer_fleet_lost_leases",
              "Leases this host lost with partitions it had not started (reclaimed after they "
              "lapsed, or their job ended on another host)", counts.lost_leases),
+            ("pacer_fleet_unproved_partitions",
+             "Partitions not given to a GPU: their lease had lapsed (past its deadline) or was "
+             "lost", counts.unproved_partitions),
+            ("pacer_fleet_refused_results",
+             "Proved results the journal did not store: their leases were no longer this "
+             "host's", fleet.refused_results()),
         ]:  # fmt: skip
             yield CounterMetricFamily(name, doc, value=value)
         gauges: list[tuple[str, str, float]] = [

@@ -19,6 +19,48 @@ RawConnection = psycopg.Connection[TupleRow]
 LEASE_S = 30.0
 TIMEOUT_S = 5.0
 POOL_SIZE = 4
+# TCP keepalives, both ends of each connection (s, s, probes): a peer gone silent (a host cut
+# off, its network dropped) is found dead within KEEPALIVE_IDLE_S + interval x count = 25 s,
+# not the kernel's default of over two hours; the server then ends its session and its locks.
+KEEPALIVE_IDLE_S = 10
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_COUNT = 3
+
+
+def connect_options(timeout_s: float) -> dict[str, Any]:
+    """libpq's options for pacer's connections: a connect timeout of ``timeout_s`` and TCP
+    keepalives from this side (a server gone silent fails the call waiting on it)."""
+    return {
+        "connect_timeout": max(1, math.ceil(timeout_s)),
+        "keepalives": 1,
+        "keepalives_idle": KEEPALIVE_IDLE_S,
+        "keepalives_interval": KEEPALIVE_INTERVAL_S,
+        "keepalives_count": KEEPALIVE_COUNT,
+    }
+
+
+def session_settings(timeout_s: float) -> str:
+    """The SET statements every pacer session runs as it connects, so that no host can hold a
+    lock others need for long, whatever it does or fails to do:
+
+    - ``statement_timeout`` = ``timeout_s``: a statement, a lock wait included, fails after it;
+    - ``lock_timeout`` = ``timeout_s``: a lock wait fails after it too (also where a session
+      raises its statement timeout);
+    - ``idle_in_transaction_session_timeout`` = ``timeout_s`` / 2: a session idle inside a
+      transaction (its host frozen, or cut off, between two statements) is ended, its locks
+      released, before a statement waiting on them gives up;
+    - the server's TCP keepalives and ``tcp_user_timeout``: a client gone silent is found dead
+      (ignored on a Unix socket).
+    """
+    ms = math.ceil(timeout_s * 1000)
+    unacked_ms = (KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_COUNT) * 1000
+    return (
+        f"SET statement_timeout = {ms}; SET lock_timeout = {ms};"
+        f" SET idle_in_transaction_session_timeout = {max(1, ms // 2)};"
+        f" SET tcp_keepalives_idle = {KEEPALIVE_IDLE_S};"
+        f" SET tcp_keepalives_interval = {KEEPALIVE_INTERVAL_S};"
+        f" SET tcp_keepalives_count = {KEEPALIVE_COUNT}; SET tcp_user_timeout = {unacked_ms}"
+    )
 
 
 def open_pool(url: str, size: int = POOL_SIZE, timeout_s: float = TIMEOUT_S) -> ConnectionPool:
@@ -31,11 +73,15 @@ def open_pool(url: str, size: int = POOL_SIZE, timeout_s: float = TIMEOUT_S) -> 
         raise ValueError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
 
     def configure(conn: RawConnection) -> None:
-        conn.execute(f"SET statement_timeout = {math.ceil(timeout_s * 1000)}")
+        conn.execute(session_settings(timeout_s))
 
     pool: ConnectionPool = ConnectionPool(
         url, min_size=1, max_size=size, timeout=timeout_s, configure=configure, open=False,
-        kwargs={"autocommit": True, "connect_timeout": max(1, math.ceil(timeout_s))},
+        kwargs={"autocommit": True, **connect_options(timeout_s)},
+        # A connection lost (the server restarted) is retried with a backoff that doubles;
+        # bounded so, it never waits long once the server is back: the pool gives the
+        # attempt up and its next call starts a new one.
+        reconnect_timeout=max(1.0, 2 * timeout_s),
         name="pacer-journal",
     )  # fmt: skip
     try:

@@ -37,7 +37,7 @@ class PgDialect:
 
     lock = " FOR NO KEY UPDATE"
     by_failures = ""  # PostgreSQL finds the partial index of failures by itself
-    job_tables: tuple[str, ...] = ("partitions", "attempts", "batches")
+    job_tables: tuple[str, ...] = ("partitions", "attempts", "batches", "job_progress")
 
     def __init__(self, pool: ConnectionPool, clock: Callable[[], float] | None, host: str) -> None:
         self._pool = pool

@@ -10,7 +10,6 @@ meanwhile.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import socket
 
@@ -18,6 +17,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from pacer.journal.fleet_backend import HostInUseError
+from pacer.pgjournal.database import connect_options, session_settings
 from pacer.pgjournal.leases import WORK_CHANNEL
 
 # pg_try_advisory_lock(int, int)'s first key for host names ("pacr"); the two-key space does
@@ -52,10 +52,10 @@ class HostConnection:
         self.close()
         conn = psycopg.connect(
             self._conninfo, autocommit=True, application_name=self.application_name,
-            connect_timeout=max(1, math.ceil(self._timeout_s)),
+            **connect_options(self._timeout_s),
         )  # fmt: skip
         try:
-            conn.execute(f"SET statement_timeout = {math.ceil(self._timeout_s * 1000)}")
+            conn.execute(session_settings(self._timeout_s))
             key = name_key(self.host)
             row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (HOST_LOCK, key)).fetchone()
             if row is None or not row[0]:

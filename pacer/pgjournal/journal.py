@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import ClassVar, Self
 
 import psycopg
@@ -18,10 +18,12 @@ from psycopg_pool import ConnectionPool
 
 from pacer.journal.fleet_backend import Claim, Lease
 from pacer.journal.on_core import CoreJournal
+from pacer.journal.records import JobRecord, PartitionResult
 from pacer.pgjournal.database import LEASE_S, POOL_SIZE, TIMEOUT_S, open_pool
 from pacer.pgjournal.dialect import PgDialect
 from pacer.pgjournal.host_connection import HostConnection
 from pacer.pgjournal.leases import FleetQueue
+from pacer.pgjournal.results import commit_results
 from pacer.pgjournal.schema import migrate
 
 
@@ -52,11 +54,13 @@ class PgJournal(CoreJournal):
         if not isinstance(host, str) or not host or host != host.strip():
             raise ValueError(f"host must be a non-empty name without edge spaces, got {host!r}")
         self._pool = pool
+        self._clock = clock
         self.host = host
         self.lease_s = float(lease_s)
         super().__init__(PgDialect(pool, clock, host))
         self._queue = FleetQueue(pool, self.lease_s)
         self._host_connection: HostConnection | None = None
+        self.refused_results = 0  # results not stored: their leases were no longer this host's
 
     @classmethod
     def connect(
@@ -79,6 +83,20 @@ class PgJournal(CoreJournal):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    # -- results ------------------------------------------------------------------------------
+    def complete_partitions(self, items: Iterable[PartitionResult]) -> list[JobRecord]:
+        """Journal proved partitions in one round trip (`commit_results`); the jobs this
+        completed. A result proved under a lease (``lease``) is stored only while this host
+        still holds that lease with its token; those refused are counted in
+        ``refused_results``. Otherwise as `JournalBackend.complete_partitions`."""
+        results = list(items)
+        if not results:
+            return []
+        now = None if self._clock is None else self._clock()
+        completed, refused = commit_results(self._pool, self.host, results, now)
+        self.refused_results += refused
+        return completed
 
     # -- the fleet's queue --------------------------------------------------------------------
     def claim(self, host: str, n: int) -> list[Claim]:

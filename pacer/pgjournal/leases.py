@@ -10,8 +10,9 @@ LOCKED`` lets claimers pass the runs another claim holds: with a job's lanes, co
 claimers take different runs of it instead of queueing on one row.
 
 A lease that expires is any host's to claim: the claim hands out only the partitions of the
-run that have no result yet. Results are stored once whoever sends them (``complete_partitions``
-ignores a partition already journaled) and a run whose partitions all have results is deleted.
+run that have no result yet, under a new fencing token: a result proved under the old one is
+refused (`pacer.pgjournal.results`). Results are stored once (``complete_partitions`` ignores a
+partition already journaled) and a run whose partitions all have results is deleted.
 A job that ends (completed, failed, cancelled) has its runs deleted: nothing of it is claimed
 again. The journal's writes keep the runs in step with the jobs through `add_runs`,
 `drop_finished_runs` and `drop_runs`, in their transactions.
@@ -121,9 +122,10 @@ class FleetQueue:
                 "SELECT * FROM pacer_claim(?, ?, ?)", (host, n, self.lease_s)
             ).fetchall()
         return [
-            Claim(batch, job_id, free_runs(start, stop, ((d, d + 1) for d in done)), previous)
-            for batch, job_id, start, stop, done, previous in rows
-        ]
+            Claim(batch, job_id, free_runs(start, stop, ((d, d + 1) for d in done)), previous,
+                  token)
+            for batch, job_id, start, stop, done, previous, token in rows
+        ]  # fmt: skip
 
     def renew(self, host: str) -> list[int]:
         """Extend ``host``'s leases by ``lease_s`` from now; the batches it still holds. A
@@ -133,7 +135,7 @@ class FleetQueue:
         with connection(self._pool) as db:
             rows = db.execute(
                 f"{_DROP_ENDED} UPDATE batches b"
-                " SET lease_until = now() + make_interval(secs => ?)"
+                " SET lease_until = now() + make_interval(secs => ?), renewed_at = now()"
                 f" WHERE b.claimed_by = ? AND {_ACTIVE_JOB} RETURNING b.id",
                 (host, *ACTIVE, self.lease_s, host, *ACTIVE),
             ).fetchall()

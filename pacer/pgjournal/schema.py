@@ -10,7 +10,14 @@ Version 1: jobs, partitions (a row only once a partition has a result), attempts
 (a row per host: the controller is per host), and ``batches``, the fleet's queue: a job's
 partitions not yet handed out are a few unclaimed rows of index runs (its lanes), and each
 claim leases runs of them to a host (``claimed_by`` until ``lease_until``, on the database's
-clock). ``pacer_claim`` claims in one round trip; `pacer.pgjournal.leases` says how.
+clock). `pacer.pgjournal.leases` says how claims work.
+
+Version 2: fenced leases and one-round-trip commits (`pacer.pgjournal.functions`): a lease
+carries a token, new at each claim (``batch_tokens``), and when it was last renewed
+(``renewed_at``); ``pacer_claim`` returns the token, and lets no lease renewed before the server
+started lapse within a lease's time of the start; ``pacer_commit`` stores results only
+under leases still held, counting them per host in ``job_progress``. Jobs' pages keep room for
+HOT updates of their progress.
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from pacer.journal.records import JournalRefusedError
+from pacer.pgjournal.functions import CLAIM_FUNCTION, COMMIT_PROCEDURE
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # pg_advisory_xact_lock's key for migrations: any constant no other application takes.
 MIGRATION_LOCK = 0x7061636572_5347  # "pacer", "SG"
@@ -30,119 +38,6 @@ MIGRATION_LOCK = 0x7061636572_5347  # "pacer", "SG"
 # concurrent claimer would skip the job entirely.
 LANES = 16
 LANE_PARTITIONS = 256
-
-_CLAIM_FUNCTION = """
-CREATE OR REPLACE FUNCTION pacer_claim(holder text, wanted integer, lease_s double precision)
-RETURNS TABLE (claimed_batch bigint, claimed_job text, claimed_start integer,
-               claimed_stop integer, claimed_done integer[], reclaimed_from text)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE
-    -- The free runs, and the leased ones whose lease ran out, each in the fleet's order (one
-    -- partial index each: the leases in flight are never scanned), merged as they are read.
-    free CURSOR FOR
-        SELECT * FROM batches b WHERE b.claimed_by IS NULL
-        ORDER BY b.priority DESC, b.created_at, b.seq, b.given_back DESC, b.first
-        FOR UPDATE SKIP LOCKED;
-    lapsed CURSOR FOR
-        SELECT * FROM batches b WHERE b.claimed_by IS NOT NULL AND b.lease_until < now()
-        ORDER BY b.priority DESC, b.created_at, b.seq, b.given_back DESC, b.first
-        FOR UPDATE SKIP LOCKED;
-    f batches%ROWTYPE;
-    l batches%ROWTYPE;
-    r batches%ROWTYPE;
-    next_free boolean := true;
-    next_lapsed boolean := true;
-    remaining integer := wanted;
-    until timestamptz := now() + make_interval(secs => lease_s);
-    cut integer;
-    head integer;
-    finished integer[];
-    pending integer;
-BEGIN
-    -- A claim lost in a crash only hands its partitions out again: no need to wait for the
-    -- WAL to reach the disk.
-    PERFORM set_config('synchronous_commit', 'off', true);
-    OPEN free;
-    OPEN lapsed;
-    WHILE remaining > 0 LOOP
-        IF next_free THEN
-            FETCH free INTO f;  -- all NULL past the last row
-            next_free := f.id IS NOT NULL;
-        END IF;
-        IF next_lapsed THEN
-            FETCH lapsed INTO l;
-            next_lapsed := l.id IS NOT NULL;
-        END IF;
-        next_free := false;
-        next_lapsed := false;
-        EXIT WHEN f.id IS NULL AND l.id IS NULL;
-        IF l.id IS NOT NULL AND (f.id IS NULL OR l.priority > f.priority
-                OR (l.priority = f.priority
-                    AND (l.created_at, l.seq, NOT l.given_back, l.first)
-                        < (f.created_at, f.seq, NOT f.given_back, f.first))) THEN
-            r := l;
-            l.id := NULL;
-            next_lapsed := true;
-        ELSE
-            r := f;
-            f.id := NULL;
-            next_free := true;
-        END IF;
-        -- A job that ends deletes its runs, but a lease taken as it ended survives that:
-        -- a lapsed lease is of a job still active only if its job says so. (A free run is:
-        -- a release deletes the leases of ended jobs rather than free them.)
-        IF r.claimed_by IS NOT NULL AND NOT EXISTS (SELECT 1 FROM jobs j
-                WHERE j.id = r.job_id AND j.state IN ('queued', 'running')) THEN
-            DELETE FROM batches WHERE id = r.id;
-            CONTINUE;
-        END IF;
-        -- The shortest head of the run with as many partitions without a result as wanted
-        -- (or all of it): each result found in it makes it one longer.
-        cut := r.start;
-        finished := '{}';
-        pending := 0;
-        WHILE pending < remaining AND cut < r.stop LOOP
-            head := LEAST(r.stop, cut + remaining - pending);
-            finished := finished || ARRAY(SELECT p.idx FROM partitions p
-                WHERE p.job_id = r.job_id AND p.idx >= cut AND p.idx < head ORDER BY p.idx);
-            cut := head;
-            pending := cut - r.start - cardinality(finished);
-        END LOOP;
-        claimed_batch := r.id;
-        IF cut < r.stop THEN
-            -- The rest of the run stays free for anyone: of a free run, a HOT update (no
-            -- indexed column changes); of a lapsed lease, a run given back.
-            UPDATE batches SET start = cut, claimed_by = NULL, lease_until = NULL,
-                first = CASE WHEN r.claimed_by IS NULL THEN first ELSE cut END,
-                given_back = given_back OR r.claimed_by IS NOT NULL
-            WHERE id = r.id;
-            IF pending > 0 THEN
-                INSERT INTO batches (job_id, priority, created_at, seq, first, start, stop,
-                                     claimed_by, lease_until)
-                VALUES (r.job_id, r.priority, r.created_at, r.seq, r.start, r.start, cut,
-                        holder, until)
-                RETURNING id INTO claimed_batch;
-            END IF;
-        ELSIF pending > 0 THEN
-            UPDATE batches SET claimed_by = holder, lease_until = until WHERE id = r.id;
-        ELSE
-            DELETE FROM batches WHERE id = r.id;  -- every partition has its result
-        END IF;
-        IF pending > 0 THEN
-            remaining := remaining - pending;
-            claimed_job := r.job_id;
-            claimed_start := r.start;
-            claimed_stop := cut;
-            claimed_done := finished;
-            reclaimed_from := r.claimed_by;
-            RETURN NEXT;
-        END IF;
-    END LOOP;
-    CLOSE free;
-    CLOSE lapsed;
-END $$
-"""
 
 # The statements that bring a database from version n - 1 to n, run in one transaction.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -184,7 +79,23 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX batches_by_lease ON batches (lease_until) WHERE claimed_by IS NOT NULL",
         "CREATE INDEX batches_by_holder ON batches (claimed_by) WHERE claimed_by IS NOT NULL",
         "CREATE INDEX batches_by_job ON batches (job_id)",
-        _CLAIM_FUNCTION,
+        # Version 1's pacer_claim, without tokens, is no longer created: version 2 replaces it
+        # (DROP FUNCTION IF EXISTS), and a database migrates to the last version at once.
+    ),
+    2: (
+        "ALTER TABLE batches ADD COLUMN token bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE batches ADD COLUMN renewed_at timestamptz",
+        "CREATE SEQUENCE batch_tokens",
+        # Room in each page for a job's new row version: a commit's update of its progress,
+        # which changes no indexed column, is then a HOT update that no index sees.
+        "ALTER TABLE jobs SET (fillfactor = 50)",
+        "DROP FUNCTION IF EXISTS pacer_claim(text, integer, double precision)",
+        # A job's results counted per host: commits of one job from many hosts write
+        # different rows, and meet on the job's row only after their flush.
+        """CREATE TABLE job_progress (job_id text NOT NULL, host text NOT NULL,
+    done integer NOT NULL, PRIMARY KEY (job_id, host))""",
+        CLAIM_FUNCTION,
+        COMMIT_PROCEDURE,
     ),
 }
 

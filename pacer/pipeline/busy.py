@@ -38,6 +38,10 @@ class BusyMeter:
         ongoing = 0.0 if busy_since is None else max(0.0, self._clock() - busy_since)
         return self.total_s + ongoing
 
+    def since(self, moment: float) -> float:
+        """Seconds from ``moment`` to now, on the meter's clock (0 if it is still to come)."""
+        return max(0.0, self._clock() - moment)
+
     def ratio(self, busy_since: float | None) -> float:
         now = self._clock()
         since = max(self._started, now - self._window_s)
@@ -84,3 +88,11 @@ class GpuBusy:
     def busy_seconds(self) -> float:
         with self.lock:
             return self.meter.busy_seconds(self.busy_since)
+
+    def idle_s(self) -> float | None:
+        """Seconds the device has been idle, the current gap so far: 0 while a worker proves on
+        it; None before its first partition."""
+        with self.lock:
+            if self.active:
+                return 0.0
+            return None if self.last_end is None else self.meter.since(self.last_end)

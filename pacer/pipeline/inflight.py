@@ -74,7 +74,10 @@ class InFlight:
             died=self._worker_died,
             returned=self._abandoned_returned,
             stall_s=lambda: self.limits.limit_s("prove"),
+            refused=self._refused,
         )
+        # A fleet's host: what a partition a gate refused at a GPU goes back to.
+        self.on_refused: Callable[[str, int], None] | None = None
         self._wake = asyncio.Event()
         self._closing = False
         self._cancelled: set[str] = set()  # jobs whose outcomes are no longer reported
@@ -152,6 +155,10 @@ class InFlight:
     def busy_seconds(self, gpu: int) -> float:
         return self.provers.gpus[gpu].busy_seconds()
 
+    def idle_s(self, gpu: int) -> float | None:
+        """How long GPU ``gpu`` has been idle (s): 0 while busy, None before its first work."""
+        return self.provers.gpus[gpu].idle_s()
+
     @property
     def live_workers(self) -> int:
         """Proving workers whose thread runs or has yet to start."""
@@ -202,7 +209,8 @@ class InFlight:
             self.observer.idle_gap(worker.gpu.label, gap)
         spec = work.spec
         outcome = Outcome(spec.job_id, spec.index, worker.gpu.label, work.synthesis_s, end - start,
-                          proof, error, None if proof is not None else "prove")  # fmt: skip
+                          proof, error, None if proof is not None else "prove",
+                          work.lease)  # fmt: skip
         if raised is not None and not isinstance(raised, Exception):
             self._task_failed(f"prove-{worker.index}", raised)  # it would have ended the thread
         if proof is not None:
@@ -215,6 +223,12 @@ class InFlight:
                 return
         self._release(work)
         self._report(outcome)
+
+    def _refused(self, work: Work) -> None:
+        """A gate refused the partition at a GPU: its memory goes back, it is not proved."""
+        self._release(work)
+        if self.on_refused is not None:
+            self.on_refused(work.spec.job_id, work.spec.index)
 
     def _worker_died(self, worker: Worker, thread: threading.Thread, exc: BaseException) -> None:
         """Handle a worker thread that died on pacer's own error.

@@ -45,13 +45,19 @@ Proved = Callable[
 raised)."""
 
 
+Gate = Callable[[str, int], tuple[int, int] | None]
+"""Asked on a worker's thread before it proves a partition (job id, index): the lease to prove
+it under (a fleet's batch and token), or None: not proved (the lease lapsed or was lost)."""
+
+
 class ProvingWorkers:
     """``count`` workers proving ``workload``'s partitions from their queue.
 
     The loop hears of each proof through ``proved``, of a thread ended by pacer's own error through
     ``died``, and of an abandoned prove that returned through ``returned``. ``progress`` says when
     partitions have waited for or sat on the workers for ``stall_s()`` seconds (the prove limit)
-    with no prove returning: no worker is making progress.
+    with no prove returning: no worker is making progress. With a ``gate``, a partition it
+    refuses is not proved: the loop hears of it through ``refused``.
     """
 
     def __init__(
@@ -64,8 +70,11 @@ class ProvingWorkers:
         died: Callable[[Worker, threading.Thread, BaseException], None],
         returned: Callable[[Running, None], None],
         stall_s: Callable[[], float],
+        refused: Callable[[Work], None],
     ) -> None:
         self.workload = workload
+        self.gate: Gate | None = None
+        self._on_refused = refused
         self._clock = clock
         self._on_proved = proved
         self._on_died = died
@@ -175,6 +184,12 @@ class ProvingWorkers:
             work = self._ready.get()
             if work is None:
                 return
+            if self.gate is not None:
+                work.lease = self.gate(work.spec.job_id, work.spec.index)
+                if work.lease is None:
+                    worker.takes += 1
+                    threadsafe(loop, self._on_refused, work)
+                    continue
             start = self._clock()
             running = Running("prove", work, start)
             worker.running = running

@@ -24,6 +24,7 @@ class Work:
     synthesis_s: float = 0.0
     buffers: Any = None
     verify: bool = False  # chosen at dispatch, so proving can keep what verification reads
+    lease: tuple[int, int] | None = None  # what a fleet's gate let it be proved under
 
     def context(self, gpu: int | None = None) -> dict[str, object]:
         """The log record's context: job, partition and GPU."""
@@ -45,6 +46,7 @@ class Outcome:
     proof: Proof | None = None
     error: str | None = None
     call: Call | None = None
+    lease: tuple[int, int] | None = None  # a fleet's lease it was proved under (batch, token)
 
 
 class Observer(Protocol):

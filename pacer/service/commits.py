@@ -16,7 +16,7 @@ from dataclasses import asdict
 
 from pacer.control.controller import PIController
 from pacer.control.policy import DispatchPolicy
-from pacer.journal import JobRecord, PartitionResult, UnknownJob
+from pacer.journal import JobRecord, LeaseToken, PartitionResult, UnknownJob
 from pacer.journal.health import JournalUnavailable
 from pacer.pipeline import Outcome, Pipeline
 from pacer.pipeline.attempts import RetrySchedule
@@ -94,6 +94,7 @@ class Commits:
                 gpu_s=outcome.gpu_s,
                 phases=outcome.proof.phases_s,
                 gpu=outcome.gpu,
+                lease=None if outcome.lease is None else LeaseToken(*outcome.lease),
             )
         except ValueError as exc:  # the pipeline checks proofs; this is the journal's own rule
             reason = f"the journal refuses the result: {exc}"

@@ -9,7 +9,8 @@ thread). A claim that finds nothing waits for word of work (LISTEN/NOTIFY: a job
 leases given back anywhere) or a poll, backing off to `IDLE_POLL_MAX_S`. Leases are renewed
 every third of the lease; a batch missing from a renewal was reclaimed, finished or its job
 ended (cancelled on another host): its partitions not yet started leave the backlog, and
-those in flight finish and commit harmlessly (a result is stored once).
+those in flight are not proved (`HeldLeases.gate`), or if proved are not stored (the database
+checks each result's lease token as it commits).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pacer.pipeline import Pipeline
 from pacer.ranges import IndexRanges
 from pacer.runtime.supervision import Supervisor
 from pacer.runtime.threads import DaemonPool
+from pacer.service.held_leases import Held, HeldLeases
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import JournalAccess
 
@@ -52,14 +54,7 @@ class FleetCounts:
     reclaimed_partitions: int = 0
     renewal_failures: int = 0
     lost_leases: int = 0
-
-
-@dataclass(frozen=True)
-class Held:
-    """A lease this host holds: its job and the partitions it was claimed with."""
-
-    job_id: str
-    pending: IndexRanges
+    unproved_partitions: int = 0  # not given to a GPU: their lease had lapsed or was lost
 
 
 class Fleet:
@@ -87,9 +82,12 @@ class Fleet:
         self._claim_seconds = claim_seconds
         self._clock = clock
         self.counts = FleetCounts()
-        self.held: dict[int, Held] = {}  # batch → lease
+        self.leases = HeldLeases(clock)
+        pipeline.provers.gate = self.leases.gate
+        pipeline.on_refused = self._refused
         self._records: dict[str, JobRecord] = {}  # jobs this host holds leases of
         self._unresolved: list[Claim] = []  # claimed, their jobs not read yet
+        self._claimed_at = 0.0  # when the claim of those was sent (s, on the clock)
         self._recent: deque[tuple[float, int]] = deque()  # (time, dispatched) at claims
         self._claiming = False
         self._low = asyncio.Event()  # the backlog may be below the claim's low-water mark
@@ -112,6 +110,15 @@ class Fleet:
     @property
     def lease_s(self) -> float:
         return self.journal.lease_s
+
+    @property
+    def held(self) -> dict[int, Held]:
+        """The leases this host holds, by batch."""
+        return self.leases.held
+
+    def refused_results(self) -> int:
+        """Results the journal did not store: their leases were no longer this host's."""
+        return self.journal.refused_results
 
     # -- start and stop -----------------------------------------------------------------------
 
@@ -153,7 +160,7 @@ class Fleet:
             log.warning("leases not given back (%s): other hosts take them once they lapse, "
                         "within %g s", exc, self.lease_s)  # fmt: skip
             return
-        self.held.clear()
+        self.leases.clear()
         log.info("gave back %d partitions to the fleet", given)
 
     async def close(self) -> None:
@@ -243,7 +250,8 @@ class Fleet:
         """Claim up to ``n`` partitions (none but those claimed earlier whose jobs could not
         be read then, if any wait) and queue them; how many were queued."""
         if not self._unresolved and n > 0:
-            self._recent.append((self._clock(), self._pipeline.dispatched))
+            self._claimed_at = self._clock()
+            self._recent.append((self._claimed_at, self._pipeline.dispatched))
             self._unresolved = await self._call("claims", self._timed_claim, n)
             self.counts.claims += 1
             claimed = sum(len(c.pending) for c in self._unresolved)
@@ -285,35 +293,59 @@ class Fleet:
             self.counts.reclaimed_partitions += len(claim.pending)
             log.info("reclaimed %d partitions from %s, whose lease had lapsed",
                      len(claim.pending), claim.reclaimed_from, extra={"job": job.id})  # fmt: skip
-        self.held[claim.batch] = Held(job.id, claim.pending)
+        deadline = self._claimed_at + self.lease_s
+        self.leases.hold(claim.batch, Held(job.id, claim.pending, claim.token, deadline))
         self._jobs.enqueue(job, claim.pending)
         return len(claim.pending)
 
     # -- leases -------------------------------------------------------------------------------
 
     async def _lease_loop(self) -> None:
+        """Renew every third of the lease; after a failed renewal, again as soon as the
+        journal's backoff allows (a connection lost in a server's restart fails one call), so
+        that leases are renewed within their grace once the server is back."""
+        period_s = self.lease_s / RENEWALS_PER_LEASE
+        failures = 0
         while True:
-            await asyncio.sleep(self.lease_s / RENEWALS_PER_LEASE)
-            await self.renew()
+            delay = period_s if not failures else self._access.backoff.delay_s(failures)
+            await asyncio.sleep(min(period_s, delay))
+            failures = 0 if await self.renew() else failures + 1
 
-    async def renew(self) -> None:
-        """Renew this host's leases; drop from the backlog what those it lost held."""
+    async def renew(self) -> bool:
+        """Renew this host's leases; drop from the backlog what those it lost held. Whether the
+        renewal went through."""
         known = set(self.held)
+        sent = self._clock()
         try:
             kept = await self._call("leases", self.journal.renew, self.host)
         except JournalUnavailable as exc:
             self.counts.renewal_failures += 1
             self._access.failed(exc, "renewing the fleet's leases")
-            return
+            return False
         self._renewed_at = self._clock()
+        self.leases.renewed(kept, sent + self.lease_s)
         for batch in known.difference(kept):
             self._lost(batch)
+        back, dropped = self.leases.take_back()
+        for job_id, indices in back.items():
+            self._jobs.enqueue(self._records[job_id], indices)
+        if back or dropped:
+            log.info("after the renewal, %d partitions set aside at a GPU are queued again, "
+                     "%d left to the fleet", sum(map(len, back.values())), dropped)  # fmt: skip
+        return True
+
+    def _refused(self, job_id: str, index: int) -> None:
+        """A GPU was not given this partition: its lease had lapsed, or was lost."""
+        self.counts.unproved_partitions += 1
+        log.warning("not proved: its lease is past its deadline or lost; the next renewal "
+                    "says whose it is", extra={"job": job_id, "partition": index})  # fmt: skip
+        self.leases.set_aside(job_id, index)
 
     def _lost(self, batch: int) -> None:
         """A lease is no longer this host's: reclaimed after it lapsed, finished, or its job
         ended. Its partitions not started leave the backlog (but for those another lease of
         this host holds again); those in flight finish."""
-        lease = self.held.pop(batch)
+        lease = self.leases.drop(batch)
         gone = IndexRanges.of(lease.pending)
         others = [held for held in self.held.values() if held.job_id == lease.job_id]
         for held in others:
@@ -330,7 +362,7 @@ class Fleet:
 
     def leased_partitions(self) -> int:
         """Partitions of the leases this host holds, as claimed."""
-        return sum(len(held.pending) for held in self.held.values())
+        return self.leases.partitions()
 
     # -- word of work -------------------------------------------------------------------------
 

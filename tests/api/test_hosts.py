@@ -59,8 +59,8 @@ def test_a_star_allows_any_name_and_the_bound_name_is_allowed() -> None:
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [("POST", "/v1/jobs", {"partitions": 1}), ("PATCH", "/v1/controller", {"kp": 0.5}),
-     ("GET", "/v1/status", None), ("GET", "/readyz", None)],
-    ids=["submit", "retune", "status", "readyz"],
+     ("GET", "/v1/status", None), ("GET", "/readyz", None), ("GET", "/", None)],
+    ids=["submit", "retune", "status", "readyz", "status-page"],
 )  # fmt: skip
 async def test_a_rebound_name_is_refused_and_changes_nothing(
     server: Server, method: str, path: str, body: object

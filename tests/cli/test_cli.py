@@ -15,6 +15,7 @@ import pytest
 import pacer
 from pacer.__main__ import main
 from pacer.cli import jobs as cli_client
+from pacer.cli.status import print_status
 from pacer.config import Settings, load_settings
 from pacer.sim.plot import Window, disturbances, draw
 from pacer.sim.scenario import load_scenario, scenario_path, shipped_scenarios
@@ -188,7 +189,7 @@ def test_status_shows_memory_the_pinned_pool_and_each_gpu(
             "slots_free": 12, "checkouts": 900, "waits": 4, "fallbacks": 0,
             "allocations_after_warmup": 0}  # fmt: skip
     client: Any = StatusOnly(status_body(pool))
-    assert cli_client._status(client, argparse.Namespace(json=False)) == 0
+    assert print_status(client, argparse.Namespace(json=False)) == 0
     out = capsys.readouterr().out
     assert re.search(r"^memory +27\.00 / 64\.0 GiB in flight", out, flags=re.M), out
     assert re.search(
@@ -204,7 +205,7 @@ def test_status_shows_memory_the_pinned_pool_and_each_gpu(
 
 def test_status_leaves_out_the_pool_when_there_is_none(capsys: pytest.CaptureFixture[str]) -> None:
     client: Any = StatusOnly(status_body({"total_bytes": 0, "in_use_bytes": 0}))
-    assert cli_client._status(client, argparse.Namespace(json=False)) == 0
+    assert print_status(client, argparse.Namespace(json=False)) == 0
     assert "pinned pool" not in capsys.readouterr().out
 
 
@@ -227,11 +228,15 @@ def test_status_says_why_the_service_is_not_ready(
     changes: dict[str, Any], state: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     client: Any = StatusOnly(status_body({"total_bytes": 0, "in_use_bytes": 0}) | changes)
-    assert cli_client._status(client, argparse.Namespace(json=False)) == 0
+    assert print_status(client, argparse.Namespace(json=False)) == 0
     assert re.search(rf"^state +{re.escape(state)}$", capsys.readouterr().out, re.M)
 
 
 FAILURE = "partition 7 failed after 3 attempts: out of GPU memory"
+LONG_ERROR = (
+    "synthesis failed: the worker process died (killed by SIGKILL) while it wrote "
+    "partition 9 of job 0123456789abcdef into its slot"
+)
 
 
 class JobOnly:
@@ -261,6 +266,8 @@ class JobOnly:
                  "digest": None, "error": FAILURE},
                 {"index": 8, "state": "pending", "gpu": None, "synthesis_s": None, "gpu_s": None,
                  "digest": None, "error": None},
+                {"index": 9, "state": "failed", "gpu": 1, "synthesis_s": 1.0, "gpu_s": None,
+                 "digest": None, "error": LONG_ERROR},
             ],
         }  # fmt: skip
 
@@ -279,6 +286,12 @@ def test_status_of_a_job_shows_its_counts_failures_and_a_page(
     assert re.search(r"^ +6 +completed +0 +1\.250 +0\.500 +abab", out, re.M), out
     assert re.search(r"^ +7 +failed +1 +- +- +partition 7 failed after", out, re.M), out
     assert re.search(r"^ +8 +not tried +- +- +-", out, re.M), out
+    assert re.search(rf"^ +6 +completed .* {'ab' * 32}$", out, re.M), out  # the digest whole
+    cut = re.search(r"^ +9 +failed .* (synthesis failed: .*)$", out, re.M)
+    assert cut is not None, out
+    assert cut[1].endswith("…")
+    assert len(cut[1]) <= cli_client.ERROR_WIDTH
+    assert LONG_ERROR.startswith(cut[1][:-1])
     assert "(more from --offset 8)" in out
     assert client.pages == [("0123456789abcdef", 6, 2)]
 
@@ -306,7 +319,7 @@ def test_status_says_whether_the_journal_takes_writes(
     capsys: pytest.CaptureFixture[str], journal: dict[str, Any], shown: str
 ) -> None:
     client: Any = StatusOnly({**status_body({}), "journal": journal})
-    assert cli_client._status(client, argparse.Namespace(json=False)) == 0
+    assert print_status(client, argparse.Namespace(json=False)) == 0
     assert re.search(rf"^journal +{re.escape(shown)}$", capsys.readouterr().out, re.M)
 
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import pytest
 
 from pacer.__main__ import main
+from pacer.cli import jobs as cli_jobs
 from pacer.cli.args import Progress, param
 from pacer.cli.follow import follow, rate_text, span_s, wait_ready
-from pacer.cli.http_client import ApiError, Client
-from pacer.cli.jobs import engine_rows, fleet_rows, journal_rows
+from pacer.cli.status import engine_rows, fleet_rows, journal_rows
+from pacer.client import ApiError, BlockingClient
 from tests.conftest import FakeClock
 from tests.servers import refusing_port
 
@@ -42,17 +44,42 @@ def test_a_malformed_url_fails_at_once(
 
 
 def test_a_service_address_keeps_its_path_prefix() -> None:
-    assert Client("https://proxy.example/pacer/").base_url == "https://proxy.example/pacer"
+    assert BlockingClient("https://proxy.example/pacer/").base_url == "https://proxy.example/pacer"
 
 
-def test_waiting_for_the_service_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+HINT = (
+    "is it running? Start it with `pacer serve`, or pass --url (or --timeout, to wait for it to "
+    "start)\n"
+)
+
+
+def test_no_service_there_is_said_at_once_with_a_hint(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_jobs, "UNREACHABLE_S", 0.2)
     with refusing_port() as port:
         url = f"http://127.0.0.1:{port}"
-        assert main(["status", "--url", url, "--timeout", "0.3"]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith(f"waiting for pacer at {url} (Connection refused), 0 s of 0.3\n")
-    assert err.endswith(f"pacer: not ready after 0.3 s: cannot reach pacer at {url}: "
-                        "<urlopen error [Errno 111] Connection refused>\n")  # fmt: skip
+        started = time.monotonic()
+        assert main(["status", "--url", url]) == 1
+        took = time.monotonic() - started
+    assert took < 15.0  # UNREACHABLE_S, with room for a loaded machine; not the 30 s timeout
+    assert capsys.readouterr().err == (
+        f"pacer: cannot reach pacer at {url}: Connection refused: {HINT}"
+    )
+
+
+def test_a_timeout_given_is_waited_for_a_service_to_start(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_jobs, "UNREACHABLE_S", 0.2)
+    with refusing_port() as port:
+        url = f"http://127.0.0.1:{port}"
+        started = time.monotonic()
+        assert main(["cancel", "0123456789abcdef", "--url", url, "--timeout", "0.8"]) == 1
+        assert time.monotonic() - started >= 0.8  # past UNREACHABLE_S: --timeout rules
+    assert capsys.readouterr().err.endswith(
+        f"pacer: not ready after 0.8 s: cannot reach pacer at {url}: Connection refused: {HINT}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -199,10 +226,15 @@ class Starting:
         self.failures_s = failures_s
 
     def wait_ready(
-        self, timeout_s: float, path: str, waiting: Callable[[float, ApiError], None]
-    ) -> None:
+        self,
+        timeout_s: float,
+        path: str,
+        waiting: Callable[[float, ApiError], None],
+        unreachable_s: float | None = None,
+    ) -> float:
         for elapsed_s in self.failures_s:
             waiting(elapsed_s, ApiError("cannot reach", "Connection refused"))
+        return self.failures_s[-1]
 
 
 @pytest.mark.parametrize(
@@ -215,7 +247,7 @@ def test_a_start_is_waited_for_quietly_within_the_grace(
     failures_s: list[float], lines: list[str]
 ) -> None:
     stream = io.StringIO()
-    client = cast(Client, Starting(failures_s))
+    client = cast(BlockingClient, Starting(failures_s))
     wait_ready(client, 120, Progress(stream), what="the service", quiet_s=10.0)
     shown = stream.getvalue().splitlines()
     assert shown[: len(lines)] == lines
@@ -225,14 +257,19 @@ def test_a_start_is_waited_for_quietly_within_the_grace(
 class Finishing:
     """A client following two jobs that end at once, 4 s apart on the service's clock."""
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        return {"state": "completed", "partitions_done": 10, "created_at": 100.0,
-                "updated_at": 104.0 if job_id == "b" else 102.0}  # fmt: skip
+    def wait(
+        self, ids: Sequence[str], progress: Callable[[list[dict[str, Any]], float], None],
+        poll_s: float,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        jobs = [{"state": "completed", "partitions_done": 10, "created_at": 100.0,
+                 "updated_at": 104.0 if job_id == "b" else 102.0} for job_id in ids]  # fmt: skip
+        progress(jobs, 0.5)
+        return jobs
 
 
 def test_the_last_progress_line_has_the_summarys_rate() -> None:
     stream = io.StringIO()
-    jobs = follow(cast(Client, Finishing()), ["a", "b"], 20, Progress(stream), started=0.0)
+    jobs = follow(cast(BlockingClient, Finishing()), ["a", "b"], 20, Progress(stream), started=0.0)
     assert stream.getvalue().splitlines() == ["20/20 partitions, 2/2 jobs ended, 4 s, "
                                               "5.0 partitions/s"]  # fmt: skip
     assert span_s(jobs) == 4.0

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from pacer.cli.http_client import Client
 from pacer.cli.run import Journal, Run, summary
+from pacer.client import BlockingClient
 from tests.processes import descendants, running, wait_until_gone
 from tests.servers import FAST, ROOT
 from tests.waits import wait_until
@@ -54,10 +54,10 @@ class RunProcess:
                 self.err += chunk.decode()
         return self.err
 
-    def client(self) -> Client:
+    def client(self) -> BlockingClient:
         url = re.search(r"serving on (http://\S+),", self.read_until("serving on"))
         assert url is not None
-        return Client(url.group(1))
+        return BlockingClient(url.group(1))
 
     def finish(self, timeout_s: float = 60.0) -> tuple[int, str, str]:
         """Its exit status, stdout and stderr, once it has exited."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pacer.cli.http_client import Client
+from pacer.client import BlockingClient
 from pacer.runtime import logs
 from tests.servers import FAST, ROOT, free_port
 from tests.waits import wait_until
@@ -87,7 +87,8 @@ def test_serve_takes_host_and_port_and_logs_json_with_context(tmp_path: Path) ->
     with open(log, "wb") as out:
         proc = subprocess.Popen(command, env=env, cwd=ROOT, stderr=out)
     try:
-        client = Client(f"http://127.0.0.1:{port}")  # the flag's port, not PACER_API__PORT's
+        # The flag's port, not PACER_API__PORT's.
+        client = BlockingClient(f"http://127.0.0.1:{port}")
         client.wait_ready(30)
         fault = {"call": "prove", "index": 1, "kind": "raise", "times": 1}
         job = client.submit(2, {"faults": [fault]})

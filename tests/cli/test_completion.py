@@ -35,16 +35,17 @@ def complete_in_bash(script: Path, words: list[str], cwd: Path) -> list[str]:
     ("words", "offered"),
     [
         (["pacer", "si"], ["simulate"]),
-        (["pacer", "c"], ["config", "completion"]),
+        (["pacer", "co"], ["config", "completion"]),
         (["pacer", "simulate", "--po"], ["--policy"]),
         (["pacer", "serve", "--log-level", "d"], ["debug"]),
         (["pacer", "simulate", "--policy", "cu"], ["cuzk", "cuzk-default"]),
         (["pacer", "completion", ""], ["bash", "zsh"]),
         (["pacer", "tune", "--trace", "tr"], ["trace.jsonl"]),
         (["pacer", "submit", "--jobs", ""], []),
+        (["pacer", "jobs", "--state", "c"], ["completed", "cancelled"]),
     ],
     ids=["command", "commands", "option", "choice", "choices", "positional-choice", "path",
-         "a-number"],
+         "a-number", "job-state"],
 )  # fmt: skip
 def test_bash_completes_commands_options_choices_and_paths(
     words: list[str],

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from pacer.pgjournal import SCHEMA_VERSION, NewerDatabaseSchemaError, PgJournal, migrate
-from pacer.pgjournal.schema import schema_version
+from pacer.pgjournal.schema import MIGRATIONS, schema_version
 from tests.pgjournal.database import at_once, sql
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,7 @@ def test_migrate_creates_the_schema_on_an_empty_database_and_a_rerun_changes_not
         assert journal.get_job(job.id) == job
     tables = sql(postgres_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
     assert sorted(str(t) for (t,) in tables) == [
-        "attempts", "batches", "estimates", "jobs", "pacer_schema", "partitions"
+        "attempts", "batches", "estimates", "job_progress", "jobs", "pacer_schema", "partitions"
     ]  # fmt: skip
 
 
@@ -48,5 +48,27 @@ def test_hosts_starting_at_once_migrate_the_database_once(postgres_url: str) -> 
 def test_a_database_of_a_newer_pacer_is_refused(postgres_url: str) -> None:
     PgJournal.connect(postgres_url).close()
     sql(postgres_url, "UPDATE pacer_schema SET version = %s", SCHEMA_VERSION + 1)
-    with pytest.raises(NewerDatabaseSchemaError, match="has schema version 2; this pacer reads"):
+    newer = f"has schema version {SCHEMA_VERSION + 1}; this pacer reads"
+    with pytest.raises(NewerDatabaseSchemaError, match=newer):
         PgJournal.connect(postgres_url)
+
+
+def test_a_database_of_version_1_is_migrated_with_its_jobs_and_leases(postgres_url: str) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn, conn.transaction():
+        for statement in MIGRATIONS[1]:
+            conn.execute(statement)
+        conn.execute("CREATE TABLE pacer_schema (one boolean PRIMARY KEY DEFAULT true"
+                     " CHECK (one), version integer NOT NULL)")  # fmt: skip
+        conn.execute("INSERT INTO pacer_schema (version) VALUES (1)")
+        conn.execute("INSERT INTO jobs (id, state, partitions, partitions_done, params,"
+                     " priority, created_at, updated_at) VALUES ('old', 'running', 4, 0, '{}',"
+                     " 0, 0, 0)")  # fmt: skip
+        conn.execute("INSERT INTO batches (job_id, priority, created_at, seq, first, start,"
+                     " stop, claimed_by, lease_until) VALUES ('old', 0, 0, 1, 0, 0, 4, 'gone',"
+                     " now() - interval '1 s')")  # fmt: skip
+    with PgJournal.connect(postgres_url, host="host-a") as journal:
+        (claim,) = journal.claim("host-a", 4)  # a lease of version 1 lapses without grace
+        assert (claim.job_id, claim.reclaimed_from, claim.pending.runs()) == ("old", "gone",
+                                                                              [(0, 4)])  # fmt: skip
+        assert claim.token > 0
+    assert sql(postgres_url, "SELECT version FROM pacer_schema") == [(SCHEMA_VERSION,)]

@@ -28,3 +28,15 @@ def test_busy_ratio_counts_a_partition_still_running() -> None:
     now[0] = 10.0
     assert gpu.ratio() == pytest.approx(1.0)
     assert gpu.busy_seconds() == pytest.approx(10.0)
+
+
+def test_the_idle_gap_so_far_is_none_before_work_and_zero_while_busy() -> None:
+    now = [0.0]
+    gpu = GpuBusy(0, BusyMeter(lambda: now[0]))
+    assert gpu.idle_s() is None  # never proved: no gap yet
+    gpu.begin(1.0)
+    now[0] = 2.0
+    assert gpu.idle_s() == 0.0
+    gpu.end(2.5)
+    now[0] = 4.0
+    assert gpu.idle_s() == pytest.approx(1.5)  # idle since the end at 2.5

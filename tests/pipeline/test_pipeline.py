@@ -529,3 +529,22 @@ async def test_observation_has_live_workers_and_the_ages_of_what_runs() -> None:
     await run.until(lambda: len(run.outcomes) == 2, "both outcomes")
     await pipeline.close()
     assert pipeline.observation().synthesis_ages_s == ()
+
+
+async def test_a_partition_a_gate_refuses_is_not_proved_and_gives_its_memory_back() -> None:
+    run = build(Recording(), workers=2, synth=2)
+    refused: list[tuple[str, int]] = []
+    run.pipeline.provers.gate = lambda job, index: None if index % 3 == 0 else (9, index)
+    run.pipeline.on_refused = lambda job, index: refused.append((job, index))
+    run.pipeline.enqueue("j", 1, {}, list(range(9)))
+    run.pipeline.start()
+    try:
+        await run.until(lambda: len(run.outcomes) + len(refused) >= 9, "every partition")
+    finally:
+        await run.pipeline.close()
+    assert sorted(refused) == [("j", 0), ("j", 3), ("j", 6)]
+    assert sorted((o.index, o.lease) for o in run.outcomes) == [
+        (i, (9, i)) for i in (1, 2, 4, 5, 7, 8)
+    ]
+    assert run.pipeline.inflight_bytes == 0
+    assert run.pipeline.provers.ready == 0

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pacer.cli.http_client import ApiError
+from pacer.client import ApiError
 from pacer.journal import result_digest
 from pacer.workload import job_seed
 from tests.conftest import running_postgres

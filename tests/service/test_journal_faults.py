@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 from gpu.reference.digest import digest
 from gpu.reference.ntt import compute_h
 from gpu.reference.synthesis import synthesize
-from pacer.cli.http_client import ApiError
+from pacer.client import ApiError
 from pacer.journal import BUSY_TIMEOUT_S, JobRecord, Journal, PartitionResult, result_digest
 from pacer.journal.health import Backoff
 from pacer.server import Server

@@ -27,7 +27,7 @@ from gpu.procs.lifeline import SYNTHESIS_PROCESS_NAME
 from gpu.reference.digest import digest
 from gpu.reference.ntt import compute_h
 from gpu.reference.synthesis import synthesize
-from pacer.cli.http_client import ApiError
+from pacer.client import ApiError
 from pacer.journal import result_digest
 from pacer.workload import job_seed
 from tests.processes import descendants, wait_until_gone

@@ -15,7 +15,7 @@ from gpu.reference.digest import digest
 from gpu.reference.ntt import compute_h
 from gpu.reference.synthesis import synthesize
 from gpu.reference.verification import verify
-from pacer.cli.http_client import ApiError
+from pacer.client import ApiError
 from pacer.runtime.signals import IGNORED, STACKS
 from pacer.workload import job_seed
 from tests.servers import ServerFactory, readyz_refuses

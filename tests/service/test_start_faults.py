@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pacer.cli.http_client import ApiError, Client
+from pacer.client import ApiError, BlockingClient
 from pacer.journal.health import Backoff
 from pacer.server import Server
 from pacer.service.lifecycle import Service
@@ -66,7 +66,7 @@ async def test_a_journal_not_there_at_start_is_waited_for_not_ready(tmp_path: Pa
         await server.shutdown()
 
 
-def until_refused_naming(client: Client, reason: str) -> None:
+def until_refused_naming(client: BlockingClient, reason: str) -> None:
     wait_until(lambda: readyz_refuses(client, reason), f"/readyz to name {reason!r}")
 
 

@@ -1,0 +1,161 @@
+"""Fleet benchmark of claims *and* commits, as hosts use the database: each claimer is a process
+with one connection that claims ``--batch`` partitions of one job, then commits their results
+under the lease it got (`PgJournal.complete_partitions`, one round trip), back to back.
+
+    .venv/bin/python -m bench.fleet commits [--claimers 10,25,50] [--seconds 20]
+                                            [--batch 1] [--interval 2] [--markdown]
+
+A fresh database per row on a PostgreSQL of its own (Debian's package, durable: fsync on, over
+loopback TCP). Reports commits a second (all claimers), the latency of one claim and of one
+commit (p50, p99), the throughput of each ``--interval`` and its decay (the last interval
+against the first), and the database's CPU: the server's processes' user + system time over the
+timed window, read from /proc, in cores. Target: >= 1,000 commits/s at 25 claimers with a
+commit p99 <= 100 ms, decaying < 20 % over 10 minutes (2 database cores, fsync on).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+
+from pacer.journal import MAX_PARTITIONS, LeaseToken, PartitionResult
+from pacer.pgjournal import PgJournal
+from tests.postgres_server import PostgresServer
+
+JOB_PARTITIONS = MAX_PARTITIONS  # one job, of the most partitions a job may have
+WARMUP_S = 1.0
+TARGET_COMMITS_S = 1_000
+TARGET_P99_MS = 100.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class CommitterRun:
+    """One claimer's timed window: claim and commit latencies (s), when each commit ended (s
+    from the window's start), and claims that came back empty."""
+
+    claims: list[float]
+    commits: list[float]
+    ends: list[float]
+    empty: int
+
+
+def committer(
+    url: str, host: str, batch: int, seconds: float, barrier: Barrier,
+    runs: multiprocessing.Queue[CommitterRun],
+) -> None:  # fmt: skip
+    """Claim ``batch`` partitions and commit them, back to back, for ``seconds`` after a
+    warm-up, once every claimer is ready; put what it did on ``runs``, and keep the
+    connection (its server process, whose CPU is counted) until every claimer is done."""
+    with PgJournal.connect(url, host=host, pool_size=1) as journal:
+        barrier.wait()
+        start = time.perf_counter() + WARMUP_S
+        end = start + seconds
+        run = CommitterRun([], [], [], 0)
+        while (began := time.perf_counter()) < end:
+            claims = journal.claim(host, batch)
+            claimed = time.perf_counter()
+            results = [
+                PartitionResult(c.job_id, i, f"d{i}", 1.0, 0.1, lease=LeaseToken(c.batch, c.token))
+                for c in claims
+                for i in c.pending
+            ]
+            if results:
+                journal.complete_partitions(results)
+            done = time.perf_counter()
+            if began < start:
+                continue
+            run.claims.append(claimed - began)
+            if results:
+                run.commits.append(done - claimed)
+                run.ends.append(done - start)
+            else:
+                run.empty += 1
+        runs.put(run)
+        barrier.wait()
+
+
+def server_cpu_s(server: PostgresServer) -> float:
+    """User + system CPU seconds of the server's processes (the postmaster and its children:
+    backends, WAL writer, checkpointer), from /proc."""
+    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        pid, ppid = int(entry.name), int(fields[1])
+        if pid == postmaster or ppid == postmaster:
+            total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return total
+
+
+def quantile_ms(values: list[float], q: int) -> str:
+    if len(values) < 2:
+        return "-"
+    return f"{statistics.quantiles(values, n=100)[q - 1] * 1000:.1f}"
+
+
+def measure(
+    server: PostgresServer, claimers: int, batch: int, seconds: float, interval: float
+) -> list[object]:
+    """One row of the table: ``claimers`` processes claiming and committing on one job."""
+    url = server.create_database()
+    with PgJournal.connect(url) as journal:
+        journal.add_job(JOB_PARTITIONS, "noop", {})
+    spawn = multiprocessing.get_context("spawn")
+    barrier = spawn.Barrier(claimers + 1)
+    queue: multiprocessing.Queue[CommitterRun] = spawn.Queue()
+    processes = [
+        spawn.Process(target=committer, args=(url, f"host-{i}", batch, seconds, barrier,
+                                                   queue))
+        for i in range(claimers)
+    ]  # fmt: skip
+    for process in processes:
+        process.start()
+    barrier.wait()
+    time.sleep(WARMUP_S)
+    cpu_before, wall_before = server_cpu_s(server), time.perf_counter()
+    runs = [queue.get() for _ in processes]
+    cpu = (server_cpu_s(server) - cpu_before) / (time.perf_counter() - wall_before)
+    barrier.wait()  # the claimers may close their connections now
+    for process in processes:
+        process.join()
+    claims = sorted(x for run in runs for x in run.claims)
+    commits = sorted(x for run in runs for x in run.commits)
+    slots = max(1, int(seconds // interval))
+    per_interval = [0] * slots
+    for run in runs:
+        for end in run.ends:
+            per_interval[min(slots - 1, int(end // interval))] += 1
+    rates = [round(count / interval) for count in per_interval]
+    decay = 100.0 * (rates[0] - rates[-1]) / rates[0] if rates[0] else 0.0
+    return [
+        claimers, batch, round(len(commits) / seconds), quantile_ms(claims, 50),
+        quantile_ms(claims, 99), quantile_ms(commits, 50), quantile_ms(commits, 99),
+        " ".join(map(str, rates)), f"{decay:.0f}", f"{cpu:.2f}",
+        sum(run.empty for run in runs),
+    ]  # fmt: skip
+
+
+HEADERS = ["claimers", "batch", "commits/s", "claim p50 ms", "claim p99 ms", "commit p50 ms",
+           "commit p99 ms", "commits/s per interval", "decay %", "db CPU (cores)",
+           "empty claims"]  # fmt: skip
+
+
+def rows(claimers: list[int], batch: int, seconds: float, interval: float) -> list[list[object]]:
+    """The table's rows, each on a fresh database of one durable server."""
+    server = PostgresServer(durable=True, tcp=True)
+    server.start()
+    try:
+        return [measure(server, c, batch, seconds, interval) for c in claimers]
+    finally:
+        server.stop()
