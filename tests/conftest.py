@@ -2,10 +2,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +17,7 @@ from gpu.shm.blocks import process_alive
 from pacer.server import Server
 from pacer.service.lifecycle import Service
 from tests.servers import fake_host, settings_for
-from tests.tiers import takes_a_slow_fixture
+from tests.tiers import MARK_IT, REFUSED, refuse_starts, takes_a_slow_fixture
 from tests.waits import wait_until
 
 if TYPE_CHECKING:
@@ -53,41 +52,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
-class FastTierError(AssertionError):
-    """A test not marked slow started a process or listened on a socket."""
-
-
 @pytest.fixture(autouse=True)
 def _fast_tier_starts_nothing(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:
-    """In a test not marked ``slow``: starting a process (``subprocess``, ``asyncio``'s
-    subprocesses, ``os.fork``) or binding a socket to listen on fails the test, naming what it
-    did. The test fails even where the code under test catches the error."""
+    """In a test not marked ``slow``: starting a process or listening on a socket fails the
+    test, naming what it did (`tests.tiers.refuse_starts`), even where the code under test
+    caught the error."""
     if request.node.get_closest_marker("slow") is not None:
         yield
         return
-    done: list[str] = []
-
-    def refuse(what: str) -> Callable[..., None]:
-        def refused(*args: object, **kwargs: object) -> None:
-            done.append(what)
-            if args and isinstance(args[0], socket.socket):
-                args[0].close()  # the socket refused its listen is the test's no longer
-            raise FastTierError(
-                f"a test not marked slow {what}: mark it slow (docs/testing.md, 'Test tiers')"
-            )
-
-        return refused
-
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("started a process"))
-    monkeypatch.setattr(os, "fork", refuse("forked"))
-    monkeypatch.setattr(os, "posix_spawn", refuse("started a process"))
-    monkeypatch.setattr(socket.socket, "listen", refuse("listened on a socket"))
+    refused = request.node.stash[REFUSED] = refuse_starts(monkeypatch)
     yield
-    if done:
-        pytest.fail(f"a test not marked slow {done[0]}: mark it slow "
-                    "(docs/testing.md, 'Test tiers')", pytrace=False)  # fmt: skip
+    if refused:
+        pytest.fail(f"a test not marked slow {refused[0]}: {MARK_IT}", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

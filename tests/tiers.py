@@ -7,8 +7,13 @@ under its ``@pytest.fixture``; tests/conftest.py marks each test that takes it `
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 from collections.abc import Callable, Iterable
 from typing import TypeVar
+
+import pytest
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -17,6 +22,37 @@ SLOW_FIXTURES = {
 }  # fmt: skip
 """The shared fixtures (tests/conftest.py) that start a process, a server on a socket or a
 database: a test taking one is slow."""
+
+MARK_IT = "mark it slow (docs/testing.md, 'Test tiers')"
+REFUSED = pytest.StashKey[list[str]]()
+"""In a test's stash: what the test was refused, in order (`refuse_starts`)."""
+
+
+class FastTierError(AssertionError):
+    """A test not marked slow started a process or listened on a socket."""
+
+
+def refuse_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Until ``monkeypatch`` is undone, starting a process (``subprocess``, asyncio's
+    subprocesses, ``os.fork``, ``os.posix_spawn``) or listening on a socket raises
+    `FastTierError`. Returns the list each refusal is appended to, saying what was refused."""
+    refused: list[str] = []
+
+    def refuse(what: str) -> Callable[..., None]:
+        def refusing(*args: object, **kwargs: object) -> None:
+            refused.append(what)
+            if args and isinstance(args[0], socket.socket):
+                args[0].close()  # the caller holds a socket it may not use: leak none
+            raise FastTierError(f"a test not marked slow {what}: {MARK_IT}")
+
+        return refusing
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("started a process"))
+    monkeypatch.setattr(os, "fork", refuse("started a process"))
+    monkeypatch.setattr(os, "posix_spawn", refuse("started a process"))
+    monkeypatch.setattr(socket.socket, "listen", refuse("listened on a socket"))
+    return refused
+
 
 _STARTING: set[tuple[str, str]] = set()
 
