@@ -20,6 +20,7 @@ from pacer.api import views
 from pacer.server import Server
 from pacer.service.lifecycle import Service
 from tests.servers import JSON, ServerProcess, call, settings_for
+from tests.tiers import starts_something
 
 pytestmark = pytest.mark.asyncio
 TOKEN = "r" * 40
@@ -27,6 +28,7 @@ AUTH = {**JSON, "Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest_asyncio.fixture
+@starts_something
 async def one_read(tmp_path: Path) -> AsyncIterator[Server]:
     svc = Server(Service.build(
         settings_for(tmp_path, PACER_API__MAX_READS="1", PACER_API__TOKEN=TOKEN),
