@@ -76,7 +76,9 @@ async def test_a_read_past_the_limit_is_refused_at_once_and_writes_pass(
 
 
 async def test_posts_answer_promptly_under_a_read_flood(server_factory: Any) -> None:
-    server: ServerProcess = server_factory(PACER_WORKLOAD="noop", PACER_API__TOKEN=TOKEN).start()
+    # start() waits through the blocking client, which runs a loop of its own: off this one.
+    factory = server_factory(PACER_WORKLOAD="noop", PACER_API__TOKEN=TOKEN)
+    server: ServerProcess = await asyncio.to_thread(factory.start)
     base = f"http://127.0.0.1:{server.port}"
     stop = asyncio.Event()
     answered = [0]
