@@ -51,6 +51,10 @@ class Dialect(Protocol[C]):
     """What follows ``FROM partitions`` when counting a job's failures, so that the query
     reads their partial index only."""
 
+    partition_rows: str
+    """The relation a job's partition rows are read from: the table, or a view over it and a
+    packed form."""
+
     job_tables: tuple[str, ...]
     """The tables, besides ``jobs``, whose rows belong to a job (by ``job_id``)."""
 

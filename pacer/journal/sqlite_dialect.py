@@ -26,6 +26,7 @@ class SqliteDialect:
 
     lock = ""
     by_failures = "INDEXED BY partitions_failed"  # else SQLite reads the job's every row
+    partition_rows = "partitions"  # SQLite keeps no packed form
     job_tables: tuple[str, ...] = ("partitions", "attempts")
     estimates_row: tuple[str, object] = ("id", 1)  # one row of estimates
 

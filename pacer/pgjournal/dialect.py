@@ -37,7 +37,10 @@ class PgDialect:
 
     lock = " FOR NO KEY UPDATE"
     by_failures = ""  # PostgreSQL finds the partial index of failures by itself
-    job_tables: tuple[str, ...] = ("partitions", "attempts", "batches", "job_progress")
+    partition_rows = "partition_rows"  # the rows and the packs (`pacer.pgjournal.packs`)
+    job_tables: tuple[str, ...] = (
+        "partitions", "partition_packs", "attempts", "batches", "job_progress",
+    )  # fmt: skip
 
     def __init__(self, pool: ConnectionPool, clock: Callable[[], float] | None, host: str) -> None:
         self._pool = pool
