@@ -239,7 +239,8 @@ END $$
 
 # A job that has every result completes: its runs leave the queue, and it gets its count,
 # ``t`` (its time) and the result digest of `pacer.journal.result_digest`, computed where the
-# digests are. The caller holds the job's row lock.
+# digests are (its rows, or its pack: `pacer.pgjournal.packs`). The caller holds the job's row
+# lock.
 COMPLETE_FUNCTION = """
 CREATE FUNCTION pacer_complete(job text, total integer, t double precision) RETURNS void
 LANGUAGE sql AS $$
@@ -247,7 +248,7 @@ LANGUAGE sql AS $$
     UPDATE jobs SET partitions_done = total, state = 'completed', updated_at = t,
         result_digest = (SELECT encode(sha256(convert_to(
             string_agg(p.digest || chr(10), '' ORDER BY p.idx), 'UTF8')), 'hex')
-            FROM partitions p WHERE p.job_id = job)
+            FROM partition_rows p WHERE p.job_id = job)
     WHERE id = job;
 $$
 """

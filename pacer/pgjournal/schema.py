@@ -115,8 +115,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (
         "CREATE TABLE workload_estimates (workload_key text PRIMARY KEY, estimates text NOT NULL)",
     ),
-    # pacer_commit (replaced) and pacer_settle complete a job with pacer_complete.
-    4: (COMPLETE_FUNCTION, COMMIT_PROCEDURE, SETTLE_FUNCTION, *PACK_SCHEMA),
+    # pacer_commit (replaced) and pacer_settle complete a job with pacer_complete, which
+    # reads the view of the packs.
+    4: (*PACK_SCHEMA, COMPLETE_FUNCTION, COMMIT_PROCEDURE, SETTLE_FUNCTION),
 }
 
 
