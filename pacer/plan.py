@@ -121,6 +121,7 @@ def resolve(settings: Settings, workload: Workload, host: HostMemory | None = No
         max_concurrent=settings.synthesis.max_concurrent,
         budget_bytes=memory.budget_bytes,
         partition_bytes=partition_bytes,
+        synthesis_queue=True,  # a synthesis waits for one of the pipeline's threads
     )
     slots = wanted = 0
     if pool_workload is not None:

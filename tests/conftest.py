@@ -17,6 +17,7 @@ from gpu.shm.blocks import process_alive
 from pacer.server import Server
 from pacer.service.lifecycle import Service
 from tests.servers import fake_host, settings_for
+from tests.tiers import MARK_IT, REFUSED, refuse_starts, takes_a_slow_fixture
 from tests.waits import wait_until
 
 if TYPE_CHECKING:
@@ -41,14 +42,30 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-SLOW_FIXTURES = {"postgres_server", "postgres_url", "server_factory", "promtool", "chromium"}
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A test that takes a process-starting fixture is slow without having to say so.
     for item in items:
-        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        functions = [d.func for group in defs for d in group]
+        if takes_a_slow_fixture(getattr(item, "fixturenames", ()), functions):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_starts_nothing(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """In a test not marked ``slow``: starting a process or listening on a socket fails the
+    test, naming what it did (`tests.tiers.refuse_starts`), even where the code under test
+    caught the error."""
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    refused = request.node.stash[REFUSED] = refuse_starts(monkeypatch)
+    yield
+    if refused:
+        pytest.fail(f"a test not marked slow {refused[0]}: {MARK_IT}", pytrace=False)
 
 
 @pytest.fixture(autouse=True)
@@ -139,6 +156,12 @@ def promtool() -> str:
 def chromium() -> str:
     """Headless Chromium, for the status page seen in a real browser."""
     return debian_command("chromium", "chromium")
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    """Node.js, to run the status page's script on a virtual clock."""
+    return debian_command("node", "nodejs")
 
 
 @contextmanager

@@ -14,7 +14,9 @@ time, corrects the projection: ``q̃ = q̂ + ε̄``. PI acts on ``e = q* − q̃
 rate around the feed-forward: ``r = λ̂ + (kp·e + ki·∫e dt ÷ T̂syn) ÷ T̂syn``. kp is the share of
 a shortfall refilled each lead time; ki the share of a persistent error removed each lead time.
 
-Output: dispatch by rate within the caps (``pacer.control.rate_dispatch``), under a safety
+Output: dispatch by rate within the caps (``pacer.control.rate_dispatch``; syntheses at once
+include a small queue in front of the synthesis processes, sized from the spread of synthesis
+times, so that the bottleneck never waits for a dispatch), under a safety
 ceiling: never beyond ``q̃ = q* + 1`` (an order up to the setpoint as a bound, not as the law);
 the end of the backlog together where it fits under that ceiling. ``q*`` is the ready buffer in
 seconds of GPU work, ``target_ready_s ÷ base``, at least ``target_ready`` partitions. The cold
@@ -34,7 +36,7 @@ from pacer.control.estimates import Estimates, Estimator
 from pacer.control.live_floor import older_than
 from pacer.control.pacing import Pacing
 from pacer.control.policy import Caps, Decision, Mode, Observation, Terms
-from pacer.control.rate_dispatch import RateDispatch
+from pacer.control.rate_dispatch import RateDispatch, executor_queue
 
 POLICY_FIXED = "policy is chosen at start (PACER_CONTROLLER__POLICY) and cannot be retuned"
 
@@ -45,6 +47,9 @@ class PIController:
     ``HUNG_FACTOR``: a worker on one partition for longer than this many T̂gpu is not counted
     among the workers consuming (a hung worker, or a stalled GPU, consumes nothing).
     ``CEILING``: the safety ceiling: dispatch never takes q̃ past q* × (1 + ``CEILING``) + 1.
+    ``QUEUE_SIGMAS``: the queue in front of the synthesis processes covers this many standard
+    deviations of their bunched ends (`pacer.control.rate_dispatch.executor_queue`); an
+    instance given ``queue_sigmas=0`` keeps none (no more syntheses than processes).
 
     >>> from pacer.control.policy import Caps, Observation
     >>> c = PIController(ControllerSettings(), Caps(48, 50), clock=lambda: 0.0)
@@ -55,6 +60,7 @@ class PIController:
     synthesis_workers: int | None = None  # its caps bound synthesis; no pool of its own
     HUNG_FACTOR = 10.0
     CEILING = 1.0
+    QUEUE_SIGMAS = 2.0
 
     def __init__(
         self,
@@ -62,8 +68,11 @@ class PIController:
         caps: Caps,
         clock: Callable[[], float] = time.monotonic,
         estimates: Estimates | None = None,
+        *,
+        queue_sigmas: float = QUEUE_SIGMAS,
     ) -> None:
         self._settings = settings
+        self._queue_sigmas = queue_sigmas
         self._caps = caps
         self._clock = clock
         self._est = Estimator(
@@ -164,7 +173,19 @@ class PIController:
         self._est.fit(workers, math.inf if not gpu else workers * self.lead_s() / gpu)
         self._est.observe_running(now, obs.synthesizing, obs.synthesis_ages_s)
         self._workers = self.live_workers(obs)
+        self._rate.queue = self.synthesis_queue()
         return dt
+
+    def synthesis_queue(self) -> int:
+        """Partitions allowed to wait in front of the synthesis processes: `executor_queue` of
+        the synthesis-concurrency cap and the spread of synthesis times; 0 while T̂syn is
+        unknown, or where a synthesis beyond the cap would share the cores instead of waiting
+        (``Caps.synthesis_queue``)."""
+        syn = self._est.synthesis_s
+        if not syn or syn <= 0 or not self._caps.synthesis_queue:
+            return 0
+        cv = self._est.synthesis_sd_s / syn
+        return executor_queue(self._caps.synthesis_concurrency, cv, self._queue_sigmas)
 
     def _start_decision(self, obs: Observation, now: float, room: int) -> Decision | None:
         """The decision of a start, a refill or an empty backlog; None where pacing decides."""
@@ -226,10 +247,11 @@ class PIController:
     def _rate_cap_per_s(self) -> float:
         # From the per-item synthesis duration, never from the completion rate: a cap from
         # completions tightens when dispatch slows, which slows dispatch further (collapse).
+        # T̂syn runs from dispatch, so it holds the queue's wait: the queue counts in the cap.
         syn = self._est.synthesis_s
         if not syn or syn <= 0:
             return math.inf
-        return self._caps.synthesis_concurrency / syn
+        return (self._caps.synthesis_concurrency + self._rate.queue) / syn
 
     # -- bootstrap and re-bootstrap -------------------------------------------------------
 

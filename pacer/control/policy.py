@@ -110,11 +110,15 @@ class Caps:
 
     ``synthesis_concurrency`` bounds syntheses running at once (cores ÷ threads per synthesis,
     and a configured maximum); ``inflight_partitions`` bounds partitions holding memory
-    (budget ÷ partition bytes).
+    (budget ÷ partition bytes). ``synthesis_queue``: a partition dispatched beyond
+    ``synthesis_concurrency`` waits for a synthesis worker, as in the service's executor, so a
+    few may be queued in front of the workers; False where each would start at once and share
+    the cores (the simulator's hosts without an executor).
     """
 
     synthesis_concurrency: int
     inflight_partitions: int
+    synthesis_queue: bool = False
 
     def __post_init__(self) -> None:
         for name in ("synthesis_concurrency", "inflight_partitions"):
@@ -130,6 +134,7 @@ class Caps:
         max_concurrent: int | None,
         budget_bytes: int,
         partition_bytes: int,
+        synthesis_queue: bool = False,
     ) -> Caps:
         """Caps of a host: ``Caps.from_host(cores=192, threads_per_synthesis=4, ...)``.
 
@@ -143,6 +148,7 @@ class Caps:
         return cls(
             synthesis_concurrency=max(1, concurrency),
             inflight_partitions=max(1, budget_bytes // partition_bytes),
+            synthesis_queue=synthesis_queue,
         )
 
 

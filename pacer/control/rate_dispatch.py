@@ -2,7 +2,8 @@
 
 A rate (1 ÷ interval) is turned into dispatches by credit: it grows by rate × elapsed time,
 and every whole partition of it is due at once (no ceiling per call: a wide host dispatches
-thousands a second). The synthesis caps bound what goes out: syntheses at once, partitions in
+thousands a second). The synthesis caps bound what goes out: syntheses at once (the
+synthesis processes, and a small queue in front of them: `executor_queue`), partitions in
 flight, the pinned pool, the bytes left in the memory budget, and a token bucket of the
 synthesis rate cap (its burst: the concurrency cap). Only what can start is dispatched, so
 only that spends tokens and credit; what a cap holds back is not saved up for a burst.
@@ -13,6 +14,29 @@ from __future__ import annotations
 import math
 
 from pacer.control.policy import Caps, Decision, Observation
+
+
+def executor_queue(processes: int, cv: float, sigmas: float) -> int:
+    """Partitions to keep waiting in front of ``processes`` synthesis processes, so that a
+    process that ends finds its next partition there (docs/decisions/controller.md, D173).
+
+    One covers the hand-off (a dispatch reaches the executor some milliseconds after a
+    synthesis ends); ``sigmas`` standard deviations of the ends that bunch up cover the rest:
+    over one synthesis time, ``processes`` renewals whose durations spread by ``cv`` (standard
+    deviation over mean) end ``cv·√processes`` apart from their mean count. At most one for
+    each process; none where ``sigmas`` is 0. Raises ValueError for a negative input.
+
+    >>> executor_queue(16, 0.2, 2.0), executor_queue(16, 1.3, 2.0), executor_queue(16, 0.2, 0)
+    (3, 12, 0)
+    """
+    if processes < 1 or cv < 0 or sigmas < 0:
+        raise ValueError(
+            f"executor_queue needs processes >= 1, cv >= 0 and sigmas >= 0, got "
+            f"{processes}, {cv}, {sigmas}"
+        )
+    if sigmas == 0:
+        return 0
+    return min(processes, 1 + math.ceil(sigmas * cv * math.sqrt(processes)))
 
 
 class RateDispatch:
@@ -33,6 +57,7 @@ class RateDispatch:
         self._credit_at: float | None = None
         self.tokens = float(caps.synthesis_concurrency)
         self._rate_cap_per_s = math.inf
+        self.queue = 0  # partitions allowed to wait for a synthesis process (`executor_queue`)
 
     def elapse(self, dt: float, rate_cap_per_s: float) -> None:
         """``dt`` seconds passed since the last decision: tokens come back at the rate cap."""
@@ -54,11 +79,12 @@ class RateDispatch:
         self._credit = min(self._credit, 1.0)
 
     def room(self, obs: Observation) -> int:
-        """Partitions that can start now: the caps (syntheses at once, in flight), the backlog,
-        the pinned pool and the bytes the memory budget has left. Only these are paid for,
-        with tokens and credit: what the budget would refuse is held back like any cap's."""
+        """Partitions that can start now: the caps (syntheses at once and ``queue`` waiting for
+        a process, in flight), the backlog, the pinned pool and the bytes the memory budget has
+        left. Only these are paid for, with tokens and credit: what the budget would refuse is
+        held back like any cap's."""
         room = min(
-            self._caps.synthesis_concurrency - obs.synthesizing,
+            self._caps.synthesis_concurrency + self.queue - obs.synthesizing,
             self._caps.inflight_partitions - obs.inflight,
             obs.backlog,
         )

@@ -303,7 +303,8 @@ class DurationWindow:
                 var = sum((s - mean) ** 2 for s in some) / (m - 1)
                 # E|X − X'| of sorted samples: Σ (2i − m + 1)·x_i ÷ (m(m − 1) ÷ 2), i from 0.
                 diff = sum((2 * i - m + 1) * x for i, x in enumerate(some)) / (m * (m - 1) / 2)
-            self._stats = (mean, math.sqrt(var), kept[-1], diff / 2)
+            # Equal samples sum to a rounding error, which may be below 0.
+            self._stats = (mean, math.sqrt(var), kept[-1], max(0.0, diff) / 2)
             self._since_stats = 0
         return self._stats
 

@@ -352,8 +352,10 @@ class EngineHub:
         return True
 
     async def save(self) -> None:
-        """Write the estimates of the sessions that ended to the journal."""
-        await self._journaled("saved", self.store.save)
+        """Write the estimates of the sessions that ended to the journal; with none to write,
+        the journal is not called (a start that failed before it opened has nothing to save)."""
+        if self.store.unsaved:
+            await self._journaled("saved", self.store.save)
 
     async def _journaled(self, what: str, call: Callable[[], None]) -> None:
         """Run a journal ``call`` of the store; a failure is logged, not raised (engines then

@@ -56,6 +56,11 @@ class EstimatesStore:
             self._saved[key] = estimates
             self._unsaved.add(key)
 
+    @property
+    def unsaved(self) -> bool:
+        """Whether entries were put since the last save."""
+        return bool(self._unsaved)
+
     def save(self) -> None:
         """Write the entries put since the last save to the journal (no-op without one);
         raises what the journal raises, the entries not written kept for the next save."""

@@ -1,10 +1,12 @@
-"""Busy time per GPU: busy while any of its workers proves, idle when none does."""
+"""Busy time per GPU: busy while any of its workers proves, idle when none does; the per-GPU
+reads the service shows."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 class BusyMeter:
@@ -96,3 +98,42 @@ class GpuBusy:
             if self.active:
                 return 0.0
             return None if self.last_end is None else self.meter.since(self.last_end)
+
+
+class _Provers(Protocol):
+    @property
+    def gpus(self) -> dict[int, GpuBusy]: ...
+
+    @property
+    def workers(self) -> Sequence[_OnGpu]: ...
+
+
+class _OnGpu(Protocol):
+    @property
+    def gpu(self) -> GpuBusy: ...
+
+
+class GpuReadings:
+    """Per-GPU reads of the proving workers in ``provers``, for the service's status and
+    metrics: which GPUs, how many workers on each, busy share, busy seconds, idle gap."""
+
+    provers: _Provers
+
+    @property
+    def gpus(self) -> list[int]:
+        """The label of every GPU proving (device index; worker index when on the CPU)."""
+        return list(self.provers.gpus)
+
+    def workers_on(self, gpu: int) -> int:
+        return sum(w.gpu.label == gpu for w in self.provers.workers)
+
+    def busy_ratio(self, gpu: int) -> float:
+        """Fraction of the trailing minute GPU ``gpu`` had a partition on it."""
+        return self.provers.gpus[gpu].ratio()
+
+    def busy_seconds(self, gpu: int) -> float:
+        return self.provers.gpus[gpu].busy_seconds()
+
+    def idle_s(self, gpu: int) -> float | None:
+        """How long GPU ``gpu`` has been idle (s): 0 while busy, None before its first work."""
+        return self.provers.gpus[gpu].idle_s()

@@ -10,6 +10,7 @@ from typing import Any
 
 from pacer.control.policy import Caps, DispatchPolicy
 from pacer.pipeline.attempts import CALLS, Call, CallLimits, CallTimedOut, seconds_text
+from pacer.pipeline.busy import GpuReadings
 from pacer.pipeline.calls import PoolCalls
 from pacer.pipeline.holdings import Holdings
 from pacer.pipeline.proving import ProvingWorkers, Worker
@@ -24,7 +25,7 @@ WORKLOAD_CALLS: dict[Call, str] = {"synthesis": "synthesize", "prove": "prove", 
 """The workload's method behind each call, as `Workload.abandoned` names it."""
 
 
-class InFlight:
+class InFlight(GpuReadings):
     """Partitions from dispatch to their `Outcome`, which goes to ``on_outcome``.
 
     Each is synthesized (`PoolCalls`), waits in the ready queue, is proved (`ProvingWorkers`) and
@@ -35,6 +36,8 @@ class InFlight:
     `CallTimedOut`), raises a BaseException that is not an Exception, or a worker's thread dies.
     Names are ``prove-3``, ``synthesis``, ``verify`` and ``pipeline-watchdog``.
     """
+
+    provers: ProvingWorkers
 
     def __init__(
         self,
@@ -139,25 +142,6 @@ class InFlight:
     def synthesis_restarts(self) -> int:
         """Times the workload replaced its synthesis processes after one died."""
         return self.workload.synthesis_restarts
-
-    @property
-    def gpus(self) -> list[int]:
-        """The label of every GPU proving (device index; worker index when on the CPU)."""
-        return list(self.provers.gpus)
-
-    def workers_on(self, gpu: int) -> int:
-        return sum(w.gpu.label == gpu for w in self.provers.workers)
-
-    def busy_ratio(self, gpu: int) -> float:
-        """Fraction of the trailing minute GPU ``gpu`` had a partition on it."""
-        return self.provers.gpus[gpu].ratio()
-
-    def busy_seconds(self, gpu: int) -> float:
-        return self.provers.gpus[gpu].busy_seconds()
-
-    def idle_s(self, gpu: int) -> float | None:
-        """How long GPU ``gpu`` has been idle (s): 0 while busy, None before its first work."""
-        return self.provers.gpus[gpu].idle_s()
 
     @property
     def live_workers(self) -> int:

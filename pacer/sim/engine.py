@@ -7,9 +7,10 @@ max(1, n × threads ÷ cores)); synthesized partitions wait in the ready queue; 
 them in order. A partition holds its bytes from dispatch until its GPU work ends; as in the
 pipeline, a dispatch the memory budget cannot hold is refused (the policy sees the room it has
 left, ``Observation.budget_free``, and what it asks beyond counts as a budget violation). A
-policy with a synthesis worker pool of its own (``synthesis_workers``, cuzk's) runs at most that
+policy with a synthesis worker pool of its own (``synthesis_workers``, cuzk's), or a scenario
+with an executor (``synthesis.executor``: the service's synthesis processes), runs at most that
 many at once; the others wait for a worker in dispatch order, holding their bytes, and count as
-synthesizing.
+synthesizing. An executor's dispatches reach its processes ``handoff_s`` after they are made.
 
 Each partition's synthesis work and GPU service time are drawn up front from the scenario's seed,
 so every policy meets the same partitions (common random numbers); a `Replay` gives them instead,
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pacer.control.policy import DispatchPolicy, Observation, budget_room
+from pacer.sim.partitions import Replay as Replay  # where the replay's users find it
 from pacer.sim.scenario import Scenario
 from pacer.sim.state import Event, EventKind, EventQueue, RunState, Trace
 
@@ -42,28 +44,6 @@ class VirtualClock:
 
 
 PolicyFactory = Callable[[VirtualClock], DispatchPolicy]
-
-
-@dataclass(frozen=True)
-class Replay:
-    """Partitions to run instead of the scenario's draws: job i arrives at ``arrivals_s[i]``
-    with ``job_sizes[i]`` partitions; partition k (in arrival order) takes ``synthesis_s[k]`` of
-    synthesis alone and ``gpu_s[k]`` on a GPU (s). The scenario still gives the host, the
-    disturbances and the end."""
-
-    arrivals_s: tuple[float, ...]
-    job_sizes: tuple[int, ...]
-    synthesis_s: np.ndarray
-    gpu_s: np.ndarray
-
-    def __post_init__(self) -> None:
-        total = sum(self.job_sizes)
-        if len(self.arrivals_s) != len(self.job_sizes) or not self.job_sizes:
-            raise ValueError("a replay needs one arrival for each job, and one job at least")
-        if min(self.job_sizes) < 1 or len(self.synthesis_s) != total or len(self.gpu_s) != total:
-            raise ValueError(f"a replay needs jobs of 1 partition or more and {total} durations")
-        if list(self.arrivals_s) != sorted(self.arrivals_s):
-            raise ValueError("a replay's arrivals must be in increasing order")
 
 
 @dataclass
@@ -118,7 +98,11 @@ class Simulation:
             self._job_sizes = list(replay.job_sizes)
         stalls = sorted(scenario.gpu.stalls, key=lambda s: s.at_s)
         self._stalls = [(s.at_s, s.at_s + s.duration_s) for s in stalls]
-        self._pool = self.policy.synthesis_workers  # syntheses its own workers run at once
+        # Syntheses run at once: by the policy's own workers, the executor's processes.
+        executor = scenario.synthesis.executor
+        pools = [self.policy.synthesis_workers, None if executor is None else executor.processes]
+        self._pool = min((n for n in pools if n is not None), default=None)
+        self._handoff_s = 0.0 if executor is None else executor.handoff_s
         self._hangs = [(h.at_s, h.fails_after_s) for h in scenario.synthesis.hangs]
         self._state = RunState(scenario.gpu.workers, total)
         self._events = EventQueue()
@@ -132,6 +116,7 @@ class Simulation:
             EventKind.HANG_FAILURE: self._on_hang_failure,
             EventKind.OUTAGE: self._on_outage,
             EventKind.RETURN: self._on_return,
+            EventKind.HANDOFF: self._on_handoff,
         }
 
     def _arrival_times(self, rng: np.random.Generator) -> list[float]:
@@ -219,10 +204,9 @@ class Simulation:
         """Syntheses whose work is done join the ready queue; waiting ones take their workers."""
         s, now = self._state, self.clock.now
         while s.running and s.running[0][0] <= s.work_done + 1e-9:
-            _, number, pid, since = heapq.heappop(s.running)
-            del s.started[number]
+            _, number, pid, _ = heapq.heappop(s.running)
             s.ready.append(pid)
-            self.policy.observe_synthesis(now - since)
+            self.policy.observe_synthesis(now - s.started.pop(number))  # from its dispatch
         while s.queued and self._pool is not None and s.on_workers < self._pool:
             pid, number = s.queued.popleft()
             self._start_synthesis(pid, number)
@@ -279,6 +263,11 @@ class Simulation:
         s.idle_workers.append(worker)
         s.last_end[worker] = None  # its absence is no idle gap
         return True
+
+    def _on_handoff(self, event: Event) -> bool:
+        self._state.handing_off -= 1
+        self._to_processes(event.pid, event.arg)
+        return False  # nothing the policy sees changed: still synthesizing
 
     def _on_hang_failure(self, event: Event) -> bool:
         s = self._state
@@ -352,15 +341,25 @@ class Simulation:
         )
 
     def _dispatch(self, pid: int) -> None:
-        """Start the synthesis of ``pid``, or queue it for a worker of the policy's own pool."""
+        """Start the synthesis of ``pid``, or queue it for a worker; through the hand-off first,
+        where the executor has one."""
         s, now = self._state, self.clock.now
         s.dispatches += 1
         s.started[s.dispatches] = now
-        if self._pool is not None and s.on_workers >= self._pool:
-            s.queued.append((pid, s.dispatches))
-        else:
-            self._start_synthesis(pid, s.dispatches)
         s.inflight += 1
+        if self._handoff_s > 0:
+            s.handing_off += 1
+            self._events.push(now + self._handoff_s, EventKind.HANDOFF, s.dispatches, pid)
+        else:
+            self._to_processes(pid, s.dispatches)
+
+    def _to_processes(self, pid: int, number: int) -> None:
+        """Synthesis ``number`` of ``pid`` starts, or waits for a worker of the pool."""
+        s = self._state
+        if self._pool is not None and s.on_workers >= self._pool:
+            s.queued.append((pid, number))
+        else:
+            self._start_synthesis(pid, number)
 
     def _start_synthesis(self, pid: int, number: int) -> None:
         """Start synthesis ``number`` of ``pid``; the first to start after a hang's time hangs."""

@@ -33,6 +33,7 @@ def policy_factory(
         max_concurrent=settings.synthesis.max_concurrent,
         budget_bytes=scenario.memory.budget_bytes,
         partition_bytes=scenario.partition.bytes,
+        synthesis_queue=scenario.synthesis.executor is not None,
     )
     warm = scenario.warm_start
     saved = None if warm is None else Estimates(

@@ -17,51 +17,16 @@ from typing import Annotated, Literal, Self
 from pydantic import ByteSize, Field, ValidationError, model_validator
 
 from pacer.sim.distributions import Distribution, Strict
-
-
-class Phase(Strict):
-    at_s: float = Field(ge=0)
-    scale: float = Field(gt=0)
-
-
-def _scale_at(phases: tuple[Phase, ...], t: float) -> float:
-    scale = 1.0
-    for phase in phases:
-        if phase.at_s <= t:
-            scale = phase.scale
-    return scale
-
-
-def _sorted_phases(phases: tuple[Phase, ...]) -> None:
-    times = [p.at_s for p in phases]
-    if times != sorted(times):
-        raise ValueError("phases must be listed in increasing at_s")
-
-
-class Stall(Strict):
-    """Every GPU worker makes no progress from ``at_s`` for ``duration_s``: the partitions on
-    them take that much longer (and report it as their GPU time)."""
-
-    at_s: float = Field(ge=0)
-    duration_s: float = Field(gt=0)
-
-
-class Death(Strict):
-    """GPU worker ``worker`` dies at ``at_s``: it takes no more work, and the partition it
-    held goes back to the front of the ready queue (a retry on another worker)."""
-
-    at_s: float = Field(ge=0)
-    worker: int = Field(ge=0)
-
-
-class Outage(Strict):
-    """GPU workers ``workers`` (a GPU's, say) leave at ``at_s`` for ``duration_s``: their
-    partitions go back to the front of the ready queue, as at a death, and the workers take
-    work again when they return."""
-
-    at_s: float = Field(ge=0)
-    duration_s: float = Field(gt=0)
-    workers: tuple[Annotated[int, Field(ge=0)], ...] = Field(min_length=1)
+from pacer.sim.disturbances import (
+    Death,
+    Hang,
+    Outage,
+    Phase,
+    Stall,
+    SynthesisFailure,
+    scale_at,
+    sorted_phases,
+)
 
 
 class Gpu(Strict):
@@ -74,7 +39,7 @@ class Gpu(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        _sorted_phases(self.phases)
+        sorted_phases(self.phases)
         spans = sorted((s.at_s, s.at_s + s.duration_s) for s in self.stalls)
         if any(b[0] < a[1] for a, b in itertools.pairwise(spans)):
             raise ValueError("stalls must not overlap")
@@ -97,7 +62,7 @@ class Gpu(Strict):
 
     def scale_at(self, t: float) -> float:
         """Service-time multiplier in force at time ``t`` (s)."""
-        return _scale_at(self.phases, t)
+        return scale_at(self.phases, t)
 
     def live_at(self, t: float) -> int:
         """Workers alive and present at time ``t`` (s)."""
@@ -107,20 +72,15 @@ class Gpu(Strict):
         return self.workers - len(dead | away)
 
 
-class SynthesisFailure(Strict):
-    """At ``at_s`` the oldest synthesis running fails: its memory is freed, the policy is
-    told (``observe_synthesis_failure``) and the partition goes back to the backlog."""
+class Executor(Strict):
+    """Synthesis in worker processes, as the service runs it: at most ``processes`` run at
+    once and the others wait for one in dispatch order. A dispatch reaches the processes
+    ``handoff_s`` after it is made: the trip from a synthesis's end through the service's
+    event loop to the next one's start, which a process spends idle unless a partition
+    already waits for it."""
 
-    at_s: float = Field(ge=0)
-
-
-class Hang(Strict):
-    """The first synthesis dispatched at or after ``at_s`` hangs: it makes no progress and
-    holds its memory. After ``fails_after_s`` (a watchdog's timeout) it fails, is reported as
-    a failure and its partition goes back to the backlog; unset: it hangs to the end."""
-
-    at_s: float = Field(ge=0)
-    fails_after_s: float | None = Field(None, gt=0)
+    processes: int = Field(ge=1, le=65536)
+    handoff_s: float = Field(0.0, ge=0, le=60)
 
 
 class Synthesis(Strict):
@@ -132,17 +92,19 @@ class Synthesis(Strict):
     phases: tuple[Phase, ...] = ()
     failures: tuple[SynthesisFailure, ...] = ()
     hangs: tuple[Hang, ...] = ()
+    # None: every dispatched synthesis starts at once, sharing the cores.
+    executor: Executor | None = None
 
     @model_validator(mode="after")
     def _phases_sorted(self) -> Self:
-        _sorted_phases(self.phases)
+        sorted_phases(self.phases)
         if [h.at_s for h in self.hangs] != sorted(h.at_s for h in self.hangs):
             raise ValueError("hangs must be listed in increasing at_s")
         return self
 
     def scale_at(self, t: float) -> float:
         """Synthesis-duration multiplier in force at time ``t`` (s)."""
-        return _scale_at(self.phases, t)
+        return scale_at(self.phases, t)
 
 
 # Sizes as the settings take them: bytes, or with a unit ("128GiB", "3GB"): one parser, pydantic's.
@@ -242,8 +204,11 @@ class Scenario(Strict):
 
     @property
     def synthesis_slots(self) -> int:
-        """Syntheses that run without contention: cores ÷ threads per synthesis."""
-        return max(1, self.synthesis.cores // self.synthesis.threads_per_synthesis)
+        """Syntheses that run without contention: cores ÷ threads per synthesis, and no more
+        than the executor's processes."""
+        slots = max(1, self.synthesis.cores // self.synthesis.threads_per_synthesis)
+        executor = self.synthesis.executor
+        return slots if executor is None else min(slots, executor.processes)
 
     @property
     def memory_slots(self) -> int:

@@ -30,14 +30,15 @@ class EventKind(IntEnum):
     HANG_FAILURE = 6  # a hung synthesis times out
     OUTAGE = 7  # a GPU worker leaves
     RETURN = 8  # ... and comes back
+    HANDOFF = 9  # a dispatched partition reaches the synthesis processes
 
 
 class Event(NamedTuple):
     """One event: ``t`` in simulated seconds; ``seq`` orders events of one time as pushed.
 
     ``arg`` is the GPU worker (GPU_DONE, DEATH, OUTAGE, RETURN), the decision's number (WAKE),
-    the job (ARRIVAL, its place in the order of arrivals) or the synthesis's (HANG_FAILURE);
-    ``pid`` is the partition on the GPU (GPU_DONE).
+    the job (ARRIVAL, its place in the order of arrivals) or the synthesis's (HANG_FAILURE,
+    HANDOFF); ``pid`` is the partition on the GPU (GPU_DONE) or handed off (HANDOFF).
     """
 
     t: float
@@ -116,6 +117,7 @@ class RunState:
     started: OrderedDict[int, float] = field(default_factory=OrderedDict)
     queued: deque[tuple[int, int]] = field(default_factory=deque)  # (partition, number)
     hung: dict[int, tuple[int, float]] = field(default_factory=dict)  # number → (pid, start)
+    handing_off: int = 0  # dispatched, not yet at the synthesis processes
     dispatches: int = 0
     busy: int = 0
     inflight: int = 0
@@ -143,8 +145,8 @@ class RunState:
 
     @property
     def synthesizing(self) -> int:
-        """Syntheses running, hung, or waiting for a worker of the policy's pool."""
-        return len(self.running) + len(self.hung) + len(self.queued)
+        """Syntheses running, hung, on their way to the processes, or waiting for one."""
+        return len(self.running) + len(self.hung) + len(self.queued) + self.handing_off
 
     def start_synthesis(self, pid: int, number: int, work: float, now: float) -> None:
         """Start synthesis number ``number`` of partition ``pid``: ``work`` seconds alone."""

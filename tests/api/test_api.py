@@ -91,6 +91,7 @@ async def test_bad_job_is_refused_and_nothing_is_journaled(
     assert server.service.pipeline.backlog == 0
 
 
+@pytest.mark.slow
 async def test_oversized_body_is_refused(tmp_path: Path) -> None:
     svc = Server(
         Service.build(settings_for(tmp_path, PACER_API__MAX_BODY_BYTES="1024"), CollectorRegistry())
@@ -106,6 +107,7 @@ async def test_oversized_body_is_refused(tmp_path: Path) -> None:
         await svc.shutdown()
 
 
+@pytest.mark.slow
 async def test_token_guards_the_endpoints_that_change_state(tmp_path: Path) -> None:
     svc = Server(Service.build(settings_for(tmp_path, PACER_API__TOKEN=TOKEN), CollectorRegistry()))
     await svc.start()
@@ -313,6 +315,7 @@ async def test_pages_walk_a_job_to_its_end(server: Server) -> None:
     assert (beyond["partition_results"], beyond["next_offset"]) == ([], None)
 
 
+@pytest.mark.slow
 async def test_a_job_past_the_backlog_bound_gets_429_with_retry_after(tmp_path: Path) -> None:
     svc = Server(
         Service.build(settings_for(tmp_path, PACER_API__MAX_BACKLOG="10"), CollectorRegistry())
@@ -354,6 +357,7 @@ async def test_retry_after_follows_the_proving_rate(server: Server) -> None:
             assert (r.status, r.headers["Retry-After"]) == (429, "50")  # 100 more at 2/s
 
 
+@pytest.mark.slow
 async def test_an_idempotency_key_makes_a_retried_submit_return_the_same_job(
     tmp_path: Path,
 ) -> None:

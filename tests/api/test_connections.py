@@ -17,12 +17,14 @@ from pacer.server import Server
 from pacer.service.lifecycle import Service
 from tests.api.raw_http import build, closed_within, exchange
 from tests.servers import settings_for
+from tests.tiers import starts_something
 
 pytestmark = pytest.mark.asyncio
 TIMEOUT_S = 0.2
 
 
 @pytest_asyncio.fixture
+@starts_something
 async def quick(tmp_path: Path) -> AsyncIterator[Server]:
     """A service whose head and body timeouts are TIMEOUT_S; idle connections live 5 s."""
     settings = settings_for(
@@ -130,6 +132,7 @@ async def test_a_body_that_never_arrives_gets_408_and_the_connection_closes(
     writer.close()
 
 
+@pytest.mark.slow
 async def test_an_idle_keep_alive_connection_is_closed(tmp_path: Path) -> None:
     settings = settings_for(tmp_path, PACER_API__KEEPALIVE_TIMEOUT_S=str(TIMEOUT_S))
     svc = Server(Service.build(settings, registry=CollectorRegistry()))

@@ -20,6 +20,7 @@ from pacer.server import Server
 from pacer.service.lifecycle import Service
 from tests.api.raw_http import build, exchange
 from tests.servers import settings_for
+from tests.tiers import starts_something
 
 TOKEN = "hostile-test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -202,6 +203,7 @@ CASES = [
 
 
 @pytest_asyncio.fixture
+@starts_something
 async def hostile(tmp_path: Path) -> AsyncIterator[Server]:
     settings = settings_for(tmp_path, PACER_API__TOKEN=TOKEN)
     svc = Server(Service.build(settings, registry=CollectorRegistry()))

@@ -10,16 +10,16 @@ import re
 import aiohttp
 import pytest
 
+from pacer.api import page
 from pacer.server import Server
 from tests.servers import url
-
-pytestmark = pytest.mark.asyncio
 
 
 def sha256(source: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(source.encode()).digest()).decode()
 
 
+@pytest.mark.asyncio
 async def test_the_page_is_html_whose_policy_allows_only_its_own_script_and_style(
     server: Server,
 ) -> None:
@@ -39,6 +39,7 @@ async def test_the_page_is_html_whose_policy_allows_only_its_own_script_and_styl
     assert '"v1/status"' in script  # relative: a path prefix behind a proxy still works
 
 
+@pytest.mark.asyncio
 async def test_the_page_answers_while_the_service_is_not_ready(server: Server) -> None:
     server.service.ready = False
     try:
@@ -50,3 +51,43 @@ async def test_the_page_answers_while_the_service_is_not_ready(server: Server) -
                 assert (await status.json())["error"].startswith("not serving yet")
     finally:
         server.service.ready = True
+
+
+def luminance(colour: str) -> float:
+    """The relative luminance of ``#rgb`` or ``#rrggbb`` (WCAG 2)."""
+    digits = colour.lstrip("#")
+    if len(digits) == 3:
+        digits = "".join(d * 2 for d in digits)
+    channels = [int(digits[i : i + 2], 16) / 255 for i in (0, 2, 4)]
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def test_every_text_colour_of_the_page_reads_well_on_its_background() -> None:
+    (background,) = re.findall(r"background: (#[0-9a-f]+);", page.STYLE.split("}")[0])
+    colours = re.findall(r"(?<![-\w])color: (#[0-9a-f]+)", page.STYLE)
+    assert len(colours) >= 5
+    bright = luminance(background)
+    for colour in colours:
+        ratio = (bright + 0.05) / (luminance(colour) + 0.05)
+        assert ratio >= 4.5, f"{colour} on {background}: contrast {ratio:.2f}, WCAG AA wants 4.5"
+
+
+def test_each_section_has_a_heading_and_a_table_with_headers() -> None:
+    sections = re.split(r"<h2[^>]*>", page.BODY)[1:]
+    assert len(sections) == 5  # controller, memory, GPUs or workers, engine sessions, jobs
+    for section in sections:
+        assert section.count("<table>") == 1, section
+        assert "<caption" in section, section
+        assert re.search(r'<th scope="(row|col)"', section), section
+    assert page.BODY.count("<h1>") == 1
+    assert "<th>" not in page.BODY  # every header cell says what it heads
+
+
+def test_the_script_waits_while_hidden_and_after_errors() -> None:
+    script = page.SCRIPT
+    assert 'document.visibilityState !== "hidden"' in script
+    assert 'addEventListener("visibilitychange"' in script
+    assert 'answer.headers.get("Retry-After")' in script
+    assert f"BACKOFF_MAX_MS = {page.BACKOFF_MAX_MS}" in script
+    assert "@" not in script  # every placeholder filled

@@ -30,6 +30,7 @@ def complete_in_bash(script: Path, words: list[str], cwd: Path) -> list[str]:
     return [line for line in done.stdout.splitlines() if line]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("words", "offered"),
     [
@@ -57,6 +58,7 @@ def test_bash_completes_commands_options_choices_and_paths(
     assert complete_in_bash(script, words, tmp_path) == offered
 
 
+@pytest.mark.slow
 def test_every_command_is_offered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = completion_script("bash", capsys, tmp_path)
     commands = list(_subcommands(_parser()))
@@ -64,6 +66,7 @@ def test_every_command_is_offered(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert complete_in_bash(script, ["pacer", ""], tmp_path) == [*commands, "--help", "--version"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
 def test_zsh_registers_the_completion_and_offers_the_choices(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -106,6 +106,7 @@ async def test_cancel_is_idempotent_and_refuses_a_finished_job(
     assert (info.value.status, info.value.body["state"]) == (409, "completed")
 
 
+@pytest.mark.slow
 async def test_a_full_backlog_is_retried_after_its_retry_after(tmp_path: Path) -> None:
     svc = await started(tmp_path, PACER_API__MAX_BACKLOG="10")
     try:
@@ -143,6 +144,7 @@ async def test_not_serving_yet_is_retried_after_its_retry_after(server: Server) 
     assert (waited, status["ready"]) == ([1.0], True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("retries", "most_s", "waits"),
     [(0, 60.0, []), (2, 60.0, [30.0, 30.0]), (3, 5.0, [5.0, 5.0, 5.0])],
@@ -184,6 +186,7 @@ async def test_an_error_without_retry_after_is_not_retried(pacer: Client) -> Non
     assert waited == []
 
 
+@pytest.mark.slow
 async def test_the_token_is_sent_with_each_request(tmp_path: Path) -> None:
     svc = await started(tmp_path, PACER_API__TOKEN=TOKEN)
     try:
@@ -214,6 +217,7 @@ async def test_no_service_is_unreachable_and_says_why() -> None:
     assert str(info.value) == f"cannot reach pacer at http://127.0.0.1:{port}: Connection refused"
 
 
+@pytest.mark.slow
 async def test_a_service_that_never_answers_times_out() -> None:
     with socket.socket() as listener:  # accepts connections and never answers
         listener.bind(("127.0.0.1", 0))

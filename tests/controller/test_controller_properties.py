@@ -66,10 +66,12 @@ def test_invariants(
         t = c.terms
         # The interval never exceeds its limit (its floor bounds wake-ups, not the rate).
         assert 0 <= t.interval_s <= s.interval_max_s
-        # In flight never goes above the caps, nor dispatch above the work waiting.
+        # In flight never goes above the caps (syntheses: the processes and the queue in
+        # front of them, at most as many), nor dispatch above the work waiting.
         assert 0 <= d.dispatch <= obs.backlog
+        assert 0 <= c.synthesis_queue() <= caps.synthesis_concurrency
         if d.dispatch:
-            assert obs.synthesizing + d.dispatch <= caps.synthesis_concurrency
+            assert obs.synthesizing + d.dispatch <= caps.synthesis_concurrency + c.synthesis_queue()
             assert obs.inflight + d.dispatch <= caps.inflight_partitions
             for free in (obs.pool_free, obs.budget_free):
                 if free is not None:

@@ -430,3 +430,15 @@ def test_dead_and_hung_workers_leave_the_count(clock: FakeClock) -> None:
                              gpu_busy_ages_s=(25.0, 25.0)))  # fmt: skip
     assert (c.terms.gpu_workers, d.dispatch) == (0, 0)
     assert math.isfinite(c.terms.ff_interval_s)
+
+
+@pytest.mark.parametrize("seconds", [0.1, 1.1, 7.3, 29.9], ids=["0.1", "1.1", "7.3", "29.9"])
+def test_equal_samples_spread_by_nothing_not_by_a_rounding_error_below_zero(
+    seconds: float,
+) -> None:
+    # The square root of the ready queue's wander takes this spread: below 0, it raised.
+    for n in range(2, 40):
+        window = DurationWindow(64, 16)
+        for _ in range(n):
+            window.add(seconds)
+        assert 0.0 <= window.half_mean_difference < 1e-12 * seconds

@@ -100,3 +100,58 @@ async def test_the_controller_pays_only_for_what_the_budget_lets_start() -> None
         workload.syntheses.release(8)
         workload.proofs.release(8)
         await pipeline.close()
+
+
+class Counted(Sized):
+    """`Sized`, counting the syntheses that have begun in the workload (on a thread); each
+    waits for its permit as long as a loaded machine may take to give it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.begun = 0
+        self._lock = threading.Lock()
+
+    def synthesize(self, spec: PartitionSpec) -> Any:
+        with self._lock:
+            self.begun += 1
+        self.syntheses.acquire(timeout=300)
+        return spec.index
+
+
+async def test_a_queued_partition_waits_for_a_thread_holding_its_bytes() -> None:
+    """Two synthesis threads and the queue pi keeps in front of them (one: durations that
+    never spread). Three partitions are dispatched, counted in memory; two begin. When one
+    ends, its thread takes the queued one, and pi fills the queue again."""
+    clock = FakeClock()
+    timers = VirtualTimers(clock)
+    caps = Caps(synthesis_concurrency=2, inflight_partitions=10, synthesis_queue=True)
+    pi = PIController(
+        ControllerSettings(), caps, clock, Estimates(gpu_service_s=0.1, synthesis_s=1.0)
+    )
+    workload = Counted()
+    pipeline = Pipeline(pi, workload, caps, workers=1, budget_bytes=BUDGET_BYTES,
+                        on_outcome=lambda outcome: None, clock=clock, timers=timers)  # fmt: skip
+    pipeline.enqueue("many", 1, {}, range(8))
+    pipeline.start()
+    try:
+        await until(lambda: workload.begun == 2 and timers.parked == LOOPS, "two begun")
+        await timers.step(0.5)  # a synthesis token back (the burst is the two threads)
+        await until(lambda: pipeline.synthesizing == 3 and timers.parked == LOOPS, "one queued")
+        assert workload.begun == 2
+        assert (pi.synthesis_queue(), pipeline.inflight_bytes) == (1, 3 * NOMINAL_BYTES)
+        workload.syntheses.release(1)
+        await until(lambda: workload.begun == 3, "the queued one begun")
+        await timers.step(0.5)
+
+        # The first duration seen spreads the window: the queue may have grown.
+        def refilled() -> bool:
+            full = pipeline.synthesizing == 2 + pi.synthesis_queue()
+            return full and timers.parked == LOOPS
+
+        await until(refilled, "refilled")
+        assert pipeline.dispatched == 3 + pi.synthesis_queue()
+        assert workload.begun == 3  # the two threads run two: one ended, one begun
+    finally:
+        workload.syntheses.release(8)
+        workload.proofs.release(8)
+        await pipeline.close()

@@ -19,6 +19,7 @@ from pacer.server import Server
 from tests.conftest import FakeClock
 from tests.servers import JSON, call, url
 from tests.service.test_journal_hang import HangingJournal, hanging, hanging_service
+from tests.tiers import starts_something
 from tests.waits import until
 
 pytestmark = pytest.mark.asyncio
@@ -62,6 +63,7 @@ async def started(tmp_path: Path, clock: FakeClock, hang_in: str) -> Server:
 
 
 @pytest_asyncio.fixture
+@starts_something
 async def servers(tmp_path: Path, clock: FakeClock) -> AsyncIterator[list[Server]]:
     made: list[Server] = []
     yield made

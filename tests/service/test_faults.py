@@ -150,6 +150,7 @@ CASES: dict[str, tuple[list[dict[str, Any]], dict[str, str], str, dict[int, tupl
 }  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 @pytest.mark.parametrize(
     ("faulty", "env", "state", "expected"), list(CASES.values()), ids=list(CASES)
@@ -212,6 +213,7 @@ async def test_a_hung_prove_stalls_no_other_job(tmp_path: Path) -> None:
         assert svc.service.pipeline.live_workers == 1  # replaced each time
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_retried_partition_keeps_its_job_place_in_the_backlog(tmp_path: Path) -> None:
     async with running(tmp_path, PACER_GPU__WORKERS="1") as svc:
@@ -224,6 +226,7 @@ async def test_a_retried_partition_keeps_its_job_place_in_the_backlog(tmp_path: 
         assert first_done["updated_at"] < later_done["updated_at"]
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_restart_fails_a_job_whose_partition_is_out_of_attempts(tmp_path: Path) -> None:
     settings = settings_for(tmp_path, **FAULTY)
@@ -239,6 +242,7 @@ async def test_a_restart_fails_a_job_whose_partition_is_out_of_attempts(tmp_path
         assert svc.service.pipeline.backlog == 0
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_cancelled_job_is_not_queued_again_after_its_backoff(tmp_path: Path) -> None:
     async with running(tmp_path, PACER_RETRY__BACKOFF_S="0.3") as svc:
@@ -282,6 +286,7 @@ def test_sigterm_exits_within_the_drain_budget_whatever_call_hangs(
     assert done <= 1  # partition 0, hung, is pending
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_close_stuck_behind_a_hung_call_does_not_hold_the_shutdown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -191,6 +191,7 @@ def test_a_signal_before_the_loop_takes_them_drains_in_order(tmp_path: Path, wor
         server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_start_that_waits_says_for_what_and_names_a_hung_journal_call(
     tmp_path: Path,

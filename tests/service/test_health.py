@@ -93,6 +93,7 @@ class HeldSleep:
         await self.release.wait()
 
 
+@pytest.mark.slow
 async def test_a_failed_dispatch_loop_is_unready_then_restarted_and_jobs_complete(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -135,6 +136,7 @@ async def test_a_failed_dispatch_loop_is_unready_then_restarted_and_jobs_complet
     assert svc.service.supervisor.failures()["dispatch"] == 1  # shutting down is no failure
 
 
+@pytest.mark.slow
 async def test_every_task_is_supervised_and_shutdown_counts_no_failure(tmp_path: Path) -> None:
     registry = CollectorRegistry()
     svc = Server(Service.build(settings_for(tmp_path, PACER_GPU__WORKERS="2"), registry))
@@ -157,6 +159,7 @@ async def test_every_task_is_supervised_and_shutdown_counts_no_failure(tmp_path:
         assert registry.get_sample_value("pacer_task_failures_total", {"task": task}) == 0.0
 
 
+@pytest.mark.slow
 async def test_a_short_task_that_raises_is_logged_and_counted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -219,6 +222,7 @@ def blocking_workload(settings: Settings) -> Blocking:
     return Blocking()
 
 
+@pytest.mark.slow
 async def test_a_stalled_pipeline_is_unready_until_it_moves_again(tmp_path: Path) -> None:
     stall_s = 0.3
     registry = CollectorRegistry()

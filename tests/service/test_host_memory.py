@@ -34,6 +34,7 @@ def memory_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 async def test_a_budget_that_fits_the_host_starts_silently_as_configured(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -58,6 +59,7 @@ async def test_a_budget_that_fits_the_host_starts_silently_as_configured(
         await server.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("limits", "usable"),
     [(None, 20 * GIB - 24 * GIB // 10), ({"/pacer": (8 * GIB, GIB)}, 7 * GIB - 8 * GIB // 10)],
@@ -89,6 +91,7 @@ async def test_the_default_budget_is_what_the_host_gives_without_a_warning(
         await server.shutdown()
 
 
+@pytest.mark.slow
 async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -128,6 +131,7 @@ async def test_a_budget_larger_than_the_host_has_is_clamped_with_a_warning(
         await server.shutdown()
 
 
+@pytest.mark.slow
 async def test_a_cgroup_limit_tighter_than_mem_available_clamps_the_budget_naming_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -168,6 +172,7 @@ async def test_a_cgroup_limit_tighter_than_mem_available_clamps_the_budget_namin
         await server.shutdown()
 
 
+@pytest.mark.slow
 async def test_a_host_without_room_for_one_partition_refuses_to_start(tmp_path: Path) -> None:
     host = fake_host(tmp_path / "host", total=24 * GIB, available=3 * GIB)
     env = {"PACER_MEMORY__PARTITION_BYTES": "1GiB", "PACER_MEMORY__HOST_RESERVE_BYTES": "2.5GiB"}
@@ -186,6 +191,7 @@ async def test_a_host_without_room_for_one_partition_refuses_to_start(tmp_path: 
         await server.shutdown()
 
 
+@pytest.mark.slow
 async def test_a_pinned_pool_larger_than_the_host_has_refuses_to_start(tmp_path: Path) -> None:
     # 8 slots of 24 KiB (192 KiB) within a 1 MiB budget; the host has 100 KiB beyond the reserve.
     host = fake_host(tmp_path / "host", total=GIB, available=2**20 + 100 * 2**10)
@@ -236,6 +242,7 @@ async def test_a_pool_sized_from_a_clamped_budget_fits_the_host(
         await server.shutdown()
 
 
+@pytest.mark.slow
 async def test_without_meminfo_the_budget_stays_as_configured_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -46,6 +46,7 @@ from tests.servers import (
     until_done,
 )
 from tests.service.test_process import completions_in, job_states
+from tests.tiers import starts_something
 from tests.waits import until, wait_until
 
 LOG_N = 8  # tests.servers.FAST
@@ -172,6 +173,7 @@ FAULTS: dict[str, type[Fault]] = {
 
 
 @pytest_asyncio.fixture
+@starts_something
 async def svc(tmp_path: Path) -> AsyncIterator[Server]:
     """A started service whose journal is a `FaultyJournal`, retrying fast."""
     server = Server(
@@ -383,6 +385,7 @@ async def test_a_deleted_or_replaced_journal_file_refuses_work_and_is_written_no
         assert job_states(path) == {body["id"]: "queued"}  # the new file was left alone
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 @pytest.mark.parametrize("how", ["deleted", "replaced"])
 @pytest.mark.parametrize("key", [None, "retry-me"], ids=["plain", "idempotency-key"])

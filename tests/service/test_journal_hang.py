@@ -26,6 +26,7 @@ from pacer.server import Server
 from pacer.service.lifecycle import Service
 from tests.conftest import FakeClock
 from tests.servers import call, settings_for
+from tests.tiers import starts_something
 from tests.waits import until
 
 pytestmark = pytest.mark.asyncio
@@ -88,6 +89,7 @@ def hanging(svc: Server) -> HangingJournal:
 
 
 @pytest_asyncio.fixture
+@starts_something
 async def svc(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Server]:
     """A started service on the virtual clock whose journal can hang."""
     service = await hanging_service(tmp_path, clock)

@@ -23,6 +23,7 @@ from pacer.server import Server
 from pacer.service import commits
 from pacer.service.lifecycle import Service
 from tests.servers import ServerFactory, call, settings_for, until_completed, until_done
+from tests.tiers import starts_something
 from tests.waits import wait_until
 
 POLICIES = ["pi", "unpaced", "cuzk", "cuzk-default"]
@@ -39,6 +40,7 @@ def noop_service(tmp_path: Path, policy: str) -> Server:
 
 
 @pytest_asyncio.fixture(params=BASELINES)
+@starts_something
 async def baseline(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Server]:
     svc = noop_service(tmp_path, request.param)
     await svc.start()
@@ -46,6 +48,7 @@ async def baseline(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
     await svc.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 @pytest.mark.parametrize(("policy", "jobs", "partitions"), RUNS, ids=[r[0] for r in RUNS])
 async def test_each_policy_proves_jobs_end_to_end(
@@ -125,6 +128,7 @@ async def test_policy_cannot_change_at_run_time(server: Server) -> None:
     assert server.service.controller.settings.policy == "pi"
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_baseline_run_keeps_the_estimates_pi_saved(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

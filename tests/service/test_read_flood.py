@@ -20,6 +20,7 @@ from pacer.api import views
 from pacer.server import Server
 from pacer.service.lifecycle import Service
 from tests.servers import JSON, ServerProcess, call, settings_for
+from tests.tiers import starts_something
 
 pytestmark = pytest.mark.asyncio
 TOKEN = "r" * 40
@@ -27,6 +28,7 @@ AUTH = {**JSON, "Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest_asyncio.fixture
+@starts_something
 async def one_read(tmp_path: Path) -> AsyncIterator[Server]:
     svc = Server(Service.build(
         settings_for(tmp_path, PACER_API__MAX_READS="1", PACER_API__TOKEN=TOKEN),
@@ -74,7 +76,9 @@ async def test_a_read_past_the_limit_is_refused_at_once_and_writes_pass(
 
 
 async def test_posts_answer_promptly_under_a_read_flood(server_factory: Any) -> None:
-    server: ServerProcess = server_factory(PACER_WORKLOAD="noop", PACER_API__TOKEN=TOKEN).start()
+    # start() waits through the blocking client, which runs a loop of its own: off this one.
+    factory = server_factory(PACER_WORKLOAD="noop", PACER_API__TOKEN=TOKEN)
+    server: ServerProcess = await asyncio.to_thread(factory.start)
     base = f"http://127.0.0.1:{server.port}"
     stop = asyncio.Event()
     answered = [0]

@@ -30,6 +30,7 @@ from tests.waits import until, wait_until
 FAST_RETRY = Backoff(first_s=0.01, max_s=0.05, jitter=0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_journal_not_there_at_start_is_waited_for_not_ready(tmp_path: Path) -> None:
     mount = tmp_path / "not-mounted-yet"  # where the journal's disk will be

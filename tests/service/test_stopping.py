@@ -125,6 +125,7 @@ async def proved_again(tmp_path: Path, job_id: str, partitions: int) -> None:
         await svc.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 @pytest.mark.parametrize("hurried", [False, True], ids=["sigterm", "second-signal-in-the-drain"])
 async def test_a_stop_leaves_a_hung_commit_at_its_bound_and_the_next_start_proves_it(
@@ -180,6 +181,7 @@ async def test_a_stop_leaves_a_hung_commit_at_its_bound_and_the_next_start_prove
     await proved_again(tmp_path, job.id, 4)
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_signal_ends_the_stops_wait_for_a_hung_journal_at_once(
     tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
@@ -207,6 +209,7 @@ async def test_a_signal_ends_the_stops_wait_for_a_hung_journal_at_once(
     assert stop_errors(caplog) == [stop_error(svc, "check_file", 31.0, cut)]
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_close_that_hangs_is_waited_for_its_own_bound(
     tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture

@@ -98,9 +98,36 @@ def test_a_policys_own_synthesis_workers_run_at_most_that_many() -> None:
     rec = Recorder(4)
     rec.synthesis_workers = 2
     raw = run_with(scenario(synthesis__cores=64), rec)
-    assert rec.synthesis == pytest.approx([10.0] * 4)  # each timed from its start
+    assert rec.synthesis == pytest.approx([10.0, 10.0, 20.0, 20.0])  # each from its dispatch
     assert (raw.peak_inflight, max(raw.trace.synthesizing)) == (4, 4)
     assert raw.end_s == pytest.approx(22.0)
+
+
+def test_an_executors_processes_take_what_reaches_them_in_order() -> None:
+    # Two processes, a 0.5 s hand-off: the four dispatched at 0 reach the processes at 0.5;
+    # two run 0.5-10.5 s, the other two wait for them and run 10.5-20.5 s. All four count as
+    # synthesizing from their dispatch, and are timed from it, as the service times them.
+    rec = Recorder(4)
+    executor = {"processes": 2, "handoff_s": 0.5}
+    sc = scenario(synthesis__cores=64, synthesis__executor=executor)
+    raw = run_with(sc, rec)
+    assert rec.synthesis == pytest.approx([10.5, 10.5, 20.5, 20.5])
+    assert (raw.trace.t[1], raw.trace.synthesizing[1]) == (0.0, 4)
+    assert sc.synthesis_slots == 2
+    assert raw.end_s == pytest.approx(22.5)
+
+
+def test_a_dispatch_after_a_synthesis_ends_leaves_its_process_idle_for_the_hand_off() -> None:
+    # One process, a 1 s hand-off, and a policy that dispatches one partition whenever none
+    # is synthesizing: each synthesis starts 1 s after the last one ended.
+    class OneAtATime(Recorder):
+        def decide(self, obs: Observation) -> Decision:
+            return Decision(1 if obs.synthesizing == 0 and obs.backlog else 0, None)
+
+    rec = OneAtATime(0)
+    executor = {"processes": 1, "handoff_s": 1.0}
+    raw = run_with(scenario(synthesis__cores=64, synthesis__executor=executor), rec)
+    assert raw.end_s == pytest.approx(4 * 11.0 + 1.0)
 
 
 def test_gpu_phase_scales_service_time() -> None:

@@ -9,6 +9,7 @@ seeds of the disturbed and the heavy-tailed hosts (bench/RESULTS.md, "the gains"
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import pytest
@@ -21,8 +22,20 @@ from pacer.sim.suite import run_policy
 
 
 def _run(name: str, **controller: float) -> Report:
+    return _run_once(name, ControllerSettings(**controller).model_dump_json())
+
+
+@functools.cache
+def _run_once(name: str, controller: str) -> Report:
+    """pi on the shipped scenario ``name``, its controller settings as JSON: the same run
+    asked for by two tests (the shipped gains) is simulated once."""
     scenario = load_scenario(scenario_path(name))
-    return run_policy(scenario, "pi", Settings(controller=ControllerSettings(**controller)))[1]
+    settings = Settings(controller=ControllerSettings.model_validate_json(controller))
+    return run_policy(scenario, "pi", settings)[1]
+
+
+# The sweeps of the longest scenarios run in the slow tier (docs/testing.md, "Test tiers").
+SLOW = pytest.mark.slow
 
 
 def _falls(values: list[float], by: float) -> None:
@@ -40,6 +53,7 @@ KP = (2.0, 4.0, 8.0)  # docs/controller.md, "Tuning": the safe range of kp, 2 to
 KI = (0.0, 0.1, 0.25)  # ... and of ki, 0 to 0.25
 
 
+@SLOW
 @pytest.mark.parametrize(("name", "at_s"), [("gpu-outage", 1500.0), ("gpu-slowdown", 2100.0)])
 def test_a_larger_kp_refills_sooner_once_the_gpus_take_more(name: str, at_s: float) -> None:
     # A GPU back from an outage, a GPU back to full speed: what is in flight falls short by
@@ -52,13 +66,14 @@ def test_a_larger_kp_refills_sooner_once_the_gpus_take_more(name: str, at_s: flo
     assert all(b >= a for a, b in itertools.pairwise(busy)), busy
 
 
+@SLOW
 def test_a_larger_kp_holds_more_for_a_heavy_tail() -> None:
     # Synthesis times of a heavy tail move the projection back and forth; a larger kp
     # follows each dip sooner, and what it sent stays in flight when the projection rises.
     _rises([_run("heavy-tail", kp=kp).mean_inflight_partitions for kp in KP], by=0.02)
 
 
-@pytest.mark.parametrize("name", ["heavy-tail", "bimodal-partitions"])
+@pytest.mark.parametrize("name", [pytest.param("heavy-tail", marks=SLOW), "bimodal-partitions"])
 def test_a_larger_ki_brings_the_ready_depth_observed_down_to_the_setpoint(name: str) -> None:
     # With a wide spread the ready queue, which cannot go below zero, averages above what
     # the projection expects; ki removes that excess in flight, and a little busy time.

@@ -1,0 +1,302 @@
+"""Dispatch policies on a GPU host, interleaved: A B C D A B C D ... in one service per size.
+
+    python -m bench.gpu_arms [--processes 16,15,14] [--arms pi,unpaced,cuzk-default,fixed]
+                             [--rounds 3] [--warmup 8] [--seconds 12] [--log-n 27]
+                             [--field goldilocks|babybear] [--devices all]
+
+For each number of synthesis processes (``PACER_SYNTHESIS__MAX_CONCURRENT``) it starts the
+service once, in-process, with the ntt workload on the GPUs and the memory budget of
+``PACER_MEMORY__BUDGET_BYTES``, keeps a backlog waiting, and runs the arms in turn, ``--rounds``
+times: each arm holds dispatch, waits for the partitions in flight to finish, takes the dispatch
+loop with a new policy (cold: no saved estimates), warms up, then measures for ``--seconds``
+(with ``--no-drain`` the new policy takes over what is in flight, and the warm-up absorbs it).
+The pinned pool, the GPU workers and the synthesis processes stay the same for every arm, so
+the arms differ only by their policy, and the order spreads any drift of the host over them.
+
+Arms: ``pi`` (pacer's controller: a queue in front of the synthesis processes);
+``pi-no-queue`` (pi with no queue: at most one synthesis a process); ``unpaced``;
+``cuzk-default`` (cuzk's dispatcher, pacer off, 18 synthesis workers); ``fixed`` (cuzk's
+dispatcher, pacer off, ``max_parallel_synthesis`` = the processes: a fixed concurrency tuned to
+the host) at equal memory: its budget is the mean in flight of the round's last ``pi`` run,
+rounded up to whole partitions.
+
+Per run: partitions/s, GPU busy ratio (summed over the GPUs' workers' time ÷ their number),
+idle gaps and their p99, memory in flight (mean and most), the cores the service process and
+its synthesis processes used, and "synthesis s" (dispatch to ready) split into the time in the
+synthesis processes' fill (``compute``) and the rest (``wait``: the queue in front of the
+processes and the hand-off to them). Then, per size and arm, the mean of the rounds with a
+95 % interval (Student's t), and each arm's difference from ``pi`` with its interval. Writes
+``$OUT/gpu_arms.json`` (``--json``) after every run when OUT is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from bench.gpu_service import Gaps, cpu_seconds, keep_backlog
+from bench.service import quantile
+from gpu.workload import GpuNttWorkload
+from pacer.cli.table import render
+from pacer.config import Settings
+from pacer.control.baselines import CuzkPacer
+from pacer.control.controller import PIController
+from pacer.control.policy import DispatchPolicy
+from pacer.control.registry import build_policy
+from pacer.server import Server
+from pacer.service.lifecycle import Service
+
+ARMS = ("pi", "pi-no-queue", "unpaced", "cuzk-default", "fixed")
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % interval (Student's t; 0 for one value)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, 0.0
+    half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, half
+
+
+class Fills:
+    """Times the workload's fills in the synthesis processes: (end, seconds) of each."""
+
+    def __init__(self, workload: GpuNttWorkload) -> None:
+        self.done: list[tuple[float, float]] = []
+        fill = workload._fill
+
+        def timed(*args: Any) -> None:
+            began = time.perf_counter()
+            fill(*args)
+            ended = time.perf_counter()
+            self.done.append((ended, ended - began))
+
+        workload._fill = timed  # type: ignore[method-assign, assignment]
+
+    def within(self, start: float, end: float) -> list[float]:
+        return [s for at, s in self.done if start <= at <= end]
+
+
+class Syntheses(Gaps):
+    """The observer's synthesis times too: (when, seconds from dispatch to ready)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.synthesized_at: list[tuple[float, float]] = []
+
+    def synthesized(self, seconds: float) -> None:
+        self.synthesized_at.append((time.perf_counter(), seconds))
+        super().synthesized(seconds)
+
+    def synthesis_within(self, start: float, end: float) -> list[float]:
+        return [s for at, s in self.synthesized_at if start <= at <= end]
+
+
+def make_policy(arm: str, server: Server, slots: int) -> DispatchPolicy:
+    service = server.service
+    caps, clock, processes = (
+        service.plan.caps,
+        service.clock,
+        service.plan.caps.synthesis_concurrency,
+    )
+    if arm == "pi-no-queue":
+        return PIController(service.settings.controller, caps, clock, queue_sigmas=0.0)
+    if arm == "fixed":
+        return CuzkPacer(slots, clock, target=0, max_parallel_synthesis=processes)
+    return build_policy(arm, service.settings.controller, caps, clock)
+
+
+async def swap(server: Server, policy: DispatchPolicy, budget_bytes: int, drain: bool) -> float:
+    """Dispatch under ``policy`` within ``budget_bytes``; with ``drain``, once nothing is in
+    flight (dispatch held meanwhile). The seconds the drain took."""
+    p = server.service.pipeline
+    began = time.perf_counter()
+    p.hold(True)
+    while drain and p.inflight > 0 and time.perf_counter() - began < 60:
+        await asyncio.sleep(0.05)
+    server.service.policy = policy
+    p.controller = policy
+    p.budget_bytes = budget_bytes
+    p.hold(False)
+    return time.perf_counter() - began
+
+
+async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Syntheses,
+                  fills: Fills | None) -> dict[str, Any]:  # fmt: skip
+    p = server.service.pipeline
+    warm_until = time.perf_counter() + args.warmup
+    while time.perf_counter() < warm_until:
+        await asyncio.sleep(0.5)
+        await keep_backlog(server, args.partitions)
+    started = time.perf_counter()
+    proved0, busy0 = p.proved, {g: p.busy_seconds(g) for g in p.gpus}
+    cpu0 = cpu_seconds()
+    inflight: list[float] = []
+    while time.perf_counter() - started < args.seconds:
+        await asyncio.sleep(0.25)
+        inflight.append(p.inflight_bytes / 2**30)
+        await keep_backlog(server, args.partitions)
+    ended = time.perf_counter()
+    busy1, proved1 = {g: p.busy_seconds(g) for g in p.gpus}, p.proved
+    elapsed = ended - started
+    cpu1 = cpu_seconds()
+    gaps = [s for g in p.gpus for s in obs.within(g, started, ended)]
+    syn = obs.synthesis_within(started, ended)
+    fill = fills.within(started, ended) if fills is not None else []
+    syn_mean = statistics.fmean(syn) if syn else 0.0
+    fill_mean = statistics.fmean(fill) if fill else 0.0
+    return {
+        "arm": arm,
+        "seconds": elapsed,
+        "partitions_per_s": (proved1 - proved0) / elapsed,
+        "busy": statistics.fmean((busy1[g] - busy0[g]) / elapsed for g in p.gpus),
+        "idle_gaps": len(gaps),
+        "idle_gap_p99_ms": quantile(gaps, 0.99) * 1000 if gaps else 0.0,
+        "inflight_gib_mean": statistics.fmean(inflight),
+        "inflight_gib_max": max(inflight),
+        "service_cores": (cpu1[0] - cpu0[0]) / elapsed,
+        "synthesis_process_cores": (cpu1[1] - cpu0[1]) / elapsed,
+        "synthesis_s": syn_mean,
+        "compute_s": fill_mean,
+        "wait_s": max(0.0, syn_mean - fill_mean),
+    }
+
+
+async def run_size(args: argparse.Namespace, processes: int, results: list[dict[str, Any]]) -> None:
+    tmp = Path(tempfile.mkdtemp())
+    settings = Settings(
+        ntt={"log_n": args.log_n} | ({} if args.field is None else {"field": args.field}),
+        gpu={"devices": args.devices},
+        synthesis={"threads_per_synthesis": 1, "max_concurrent": processes},
+        controller={"policy": "pi"},
+        journal={"path": tmp / "journal.sqlite"},
+        api={"port": 0},
+    )
+    server = Server(Service.build(settings, CollectorRegistry()))
+    await server.service.open()
+    obs = Syntheses(server.service.pipeline.observer)
+    server.service.pipeline.observer = obs
+    began = time.perf_counter()
+    await server.start()
+    workload = server.service.workload
+    fills = Fills(workload) if isinstance(workload, GpuNttWorkload) else None  # else: no split
+    budget = server.service.pipeline.budget_bytes
+    partition = server.service.plan.partition_bytes
+    print(f"[{processes}] ready in {time.perf_counter() - began:.1f} s", file=sys.stderr)
+    await keep_backlog(server, args.partitions)
+    pi_gib: float | None = None
+    for round_ in range(args.rounds):
+        for arm in args.arms.split(","):
+            slots = budget // partition
+            if arm == "fixed":
+                if pi_gib is None:
+                    raise SystemExit("arm fixed needs a pi run before it in the round")
+                slots = max(1, math.ceil(pi_gib * 2**30 / partition - 1e-9))
+            policy = make_policy(arm, server, slots)
+            drain_s = await swap(server, policy, slots * partition, args.drain)
+            row = await measure(args, server, arm, obs, fills)
+            row |= {"processes": processes, "round": round_, "drain_s": drain_s,
+                    "budget_gib": slots * partition / 2**30}  # fmt: skip
+            if arm == "pi":
+                pi_gib = row["inflight_gib_mean"]
+            results.append(row)
+            print(f"[{processes}] round {round_} {arm}: {row['partitions_per_s']:.2f}/s, busy "
+                  f"{row['busy']:.3f}, in flight {row['inflight_gib_mean']:.1f} GiB, synthesis "
+                  f"{row['synthesis_s']:.3f} s (wait {row['wait_s']:.3f})",
+                  file=sys.stderr)  # fmt: skip
+            save(results, args.json)
+    server.service.pipeline.hold(True)
+    await server.shutdown()
+
+
+def save(results: list[dict[str, Any]], name: str = "gpu_arms.json") -> None:
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, name).write_text(json.dumps(results, indent=2))
+
+
+def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
+    """Per size and arm: the mean over the rounds ± the 95 % half-width; and the difference
+    in partitions/s from pi of the same round, with its interval."""
+    rows = []
+    keys = ("partitions_per_s", "busy", "inflight_gib_mean", "synthesis_s", "wait_s",
+            "compute_s", "service_cores", "synthesis_process_cores", "idle_gap_p99_ms")  # fmt: skip
+    sizes = sorted({r["processes"] for r in results}, reverse=True)
+    for n in sizes:
+        arms = list(dict.fromkeys(r["arm"] for r in results if r["processes"] == n))
+        pi = {r["round"]: r for r in results if r["processes"] == n and r["arm"] == "pi"}
+        for arm in arms:
+            runs = [r for r in results if r["processes"] == n and r["arm"] == arm]
+            cells = []
+            for key in keys:
+                mean, half = interval([r[key] for r in runs])
+                digits = 3 if key in ("busy", "synthesis_s", "wait_s", "compute_s") else 2
+                if key == "idle_gap_p99_ms":
+                    digits = 0
+                cells.append(f"{mean:.{digits}f} ± {half:.{digits}f}")
+            diffs = [r["partitions_per_s"] - pi[r["round"]]["partitions_per_s"]
+                     for r in runs if r["round"] in pi]  # fmt: skip
+            if arm == "pi" or not diffs:
+                versus = "-"
+            else:
+                mean, half = interval(diffs)
+                verdict = "tie" if abs(mean) <= half else ("pi ahead" if mean < 0 else "pi behind")
+                versus = f"{mean:+.2f} ± {half:.2f} ({verdict})"
+            rows.append((n, arm, len(runs), *cells, versus))
+    headers = ("processes", "arm", "runs", "partitions/s", "busy", "in flight GiB",
+               "synthesis s", "wait s", "compute s", "service cores", "synthesis cores",
+               "gap p99 ms", "partitions/s − pi's")  # fmt: skip
+    return render(headers, rows, markdown=markdown)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[2:]),
+    )
+    parser.add_argument("--processes", default="16,15,14", help="synthesis processes, per size")
+    arms_help = "comma-separated, in the order of a round: " + ", ".join(ARMS)
+    parser.add_argument("--arms", default="pi,unpaced,cuzk-default,fixed", help=arms_help)
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each arm, interleaved")
+    parser.add_argument("--warmup", type=float, default=8.0, help="after a swap (s)")
+    parser.add_argument("--seconds", type=float, default=12.0, help="measured window (s)")
+    parser.add_argument("--partitions", type=int, default=64, help="partitions per job")
+    parser.add_argument("--log-n", type=int, default=27, help="partition size")
+    parser.add_argument("--field", choices=("babybear", "goldilocks"), default=None)
+    parser.add_argument("--devices", default="all", help="PACER_GPU__DEVICES")
+    parser.add_argument("--drain", action=argparse.BooleanOptionalAction, default=True,
+                        help="before each arm, wait until nothing is in flight")  # fmt: skip
+    parser.add_argument("--json", default="gpu_arms.json", help="file name under $OUT")
+    parser.add_argument("--markdown", action="store_true", help="the summary as Markdown")
+    parser.add_argument("--summary", type=Path, help="print the summary of a saved JSON only")
+    args = parser.parse_args()
+    if args.summary is not None:
+        print(summary(json.loads(args.summary.read_text()), args.markdown))
+        return 0
+    unknown = set(args.arms.split(",")) - set(ARMS)
+    if unknown:
+        parser.error(f"--arms: unknown {', '.join(sorted(unknown))}; known: {', '.join(ARMS)}")
+    import uvloop
+
+    results: list[dict[str, Any]] = []
+    for processes in (int(n) for n in args.processes.split(",")):
+        uvloop.run(run_size(args, processes, results))
+    print(summary(results, args.markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

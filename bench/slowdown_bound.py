@@ -1,0 +1,100 @@
+"""How well any policy could do after a GPU-bound synthesis slowdown: an oracle's bound.
+
+    .venv/bin/python -m bench.slowdown_bound [--seeds 10] [--extras 8,20,40] [--markdown]
+
+On the shipped ``synthesis-slowdown-gpu-bound`` (synthesis five times slower from t = 200 s,
+the GPUs still the bottleneck), an oracle keeps a fixed number in flight, Little's law plus
+``extra``, and moves to the new regime's number at the very moment of the slowdown: no
+estimate to learn, no refill to pace. It bounds what a causal controller holding as much
+memory can reach. Beside it, pi (the defaults) and unpaced. Prints, per policy, the means over
+``--seeds`` seeds (the suite's sweep: seed + 101·k) of the busy ratio and the mean in flight,
+and the slowest recovery (busy again, in lead times of the new regime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import statistics
+import sys
+from collections.abc import Callable
+
+from pacer.cli.table import render
+from pacer.config import Settings
+from pacer.control.baselines import FixedConcurrency
+from pacer.control.policy import Decision, Observation
+from pacer.sim.engine import PolicyFactory, Simulation
+from pacer.sim.policies import policy_factory
+from pacer.sim.report import summarize
+from pacer.sim.scenario import Scenario, load_scenario, scenario_path
+
+
+class Oracle(FixedConcurrency):
+    """``before`` in flight until ``at_s`` on ``clock``, ``after`` from then on."""
+
+    def __init__(self, clock: Callable[[], float], before: int, after: int, at_s: float,
+                 memory_slots: int) -> None:  # fmt: skip
+        super().__init__(before, memory_slots)
+        self._clock, self._after, self._at_s = clock, after, at_s
+
+    def decide(self, obs: Observation) -> Decision:
+        if self._clock() >= self._at_s:
+            self._concurrency = self._after
+        return super().decide(obs)
+
+
+def oracle(scenario: Scenario, extra: int) -> PolicyFactory:
+    """Little's law of each regime (GPU-bound: the GPUs' rate × synthesis and GPU time), plus
+    ``extra``."""
+    regimes = scenario.regimes()
+    before, after = regimes[0], regimes[1]
+    rate = before.bounds["gpu"]
+    depth = [math.ceil(rate * (r.synthesis_s + r.gpu_s) + extra) for r in (before, after)]
+    return lambda clock: Oracle(clock, depth[0], depth[1], after.start_s, scenario.memory_slots)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[2:]),
+    )
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--extras", default="8,20,40", help="the oracle's partitions beyond Little")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    base = load_scenario(scenario_path("synthesis-slowdown-gpu-bound"))
+    settings = Settings()
+    arms: dict[str, Callable[[Scenario], PolicyFactory]] = {
+        "pi": lambda sc: policy_factory("pi", sc, settings),
+        "unpaced": lambda sc: policy_factory("unpaced", sc, settings),
+    }
+    for extra in (int(e) for e in args.extras.split(",")):
+        arms[f"oracle, Little + {extra}"] = functools.partial(oracle, extra=extra)
+    rows = []
+    for name, make in arms.items():
+        busy, mean, leads = [], [], []
+        for k in range(args.seeds):
+            sc = base.model_copy(update={"seed": base.seed + 101 * k})
+            r = summarize(Simulation(sc, name, make(sc)).run())
+            busy.append(r.gpu_busy_ratio)
+            mean.append(r.mean_inflight_partitions)
+            leads += [10.0 if x.after_s is None else x.after_s / x.lead_s for x in r.recoveries]
+        print(f"{name}: done", file=sys.stderr)
+        rows.append((name, f"{statistics.fmean(busy):.4f}", f"{min(busy):.4f}",
+                     f"{statistics.fmean(mean):.1f}", f"{max(leads):.2f}"))  # fmt: skip
+    print(f"synthesis-slowdown-gpu-bound, {args.seeds} seeds")
+    headers = (
+        "policy",
+        "busy (mean)",
+        "busy (lowest)",
+        "mean in flight",
+        "slowest recovery (leads)",
+    )
+    print(render(headers, rows, markdown=args.markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
