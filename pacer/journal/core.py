@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Generic
 
@@ -31,9 +31,7 @@ from pacer.journal.records import (
     IdempotencyConflict,
     JobRecord,
     JobState,
-    PartitionResult,
     PartitionState,
-    UnknownJob,
     check_duration,
 )
 from pacer.journal.rows import JOB_COLUMNS, estimates_json, job_from_row
@@ -173,73 +171,6 @@ class JournalCore(Generic[C]):
         if to in TERMINAL:
             self._sql.job_ended(db, job.id)
         return replace(job, state=to, error=error, updated_at=now)
-
-    # -- results ------------------------------------------------------------------------------
-    def complete_partitions(self, items: Iterable[PartitionResult]) -> list[JobRecord]:
-        """Journal proved partitions in one transaction; return the jobs this completed.
-
-        A partition that has a row already is skipped, and so is a result of a job no longer
-        queued or running: each result counts once, and a job completes once. A job with a
-        new result becomes running. If any item names an unknown job (``UnknownJob``) or an
-        index out of range (``ValueError``), nothing is written.
-        """
-        by_job: dict[str, list[PartitionResult]] = {}
-        for item in items:
-            by_job.setdefault(item.job_id, []).append(item)
-        completed: list[JobRecord] = []
-        if not by_job:
-            return completed
-        with self._sql.writing() as db:
-            jobs = self._lock_jobs(db, sorted(by_job))
-            for job_id, results in by_job.items():
-                if job_id not in jobs:
-                    raise UnknownJob(job_id)
-                check_index(jobs[job_id], max(r.index for r in results))
-            now = self._sql.now(db)
-            for job_id, results in by_job.items():
-                ended = self._store_results(db, jobs[job_id], results, now)
-                if ended is not None:
-                    completed.append(ended)
-        return completed
-
-    def _lock_jobs(self, db: C, ids: Sequence[str]) -> dict[str, JobRecord]:
-        """The jobs of ``ids`` that exist, their rows locked in id order: two transactions
-        that write the same jobs take their locks in one order, so neither waits on the
-        other for ever."""
-        jobs: dict[str, JobRecord] = {}
-        for markers, part in in_lists(ids):
-            rows = db.execute(
-                f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN {markers} ORDER BY id{self._sql.lock}",
-                part,
-            )
-            jobs.update((job.id, job) for job in map(job_from_row, rows.fetchall()))
-        return jobs
-
-    def _store_results(
-        self, db: C, job: JobRecord, results: list[PartitionResult], now: float
-    ) -> JobRecord | None:
-        """Store a locked job's new results and count them; the job if this completed it."""
-        if job.state not in ACTIVE:
-            return None
-        added = self._sql.insert_results(db, job.id, results, now)
-        if added == 0:
-            return None
-        done = job.partitions_done + added
-        if done < job.partitions:
-            job = replace(job, state=JobState.RUNNING, partitions_done=done, updated_at=now)
-        else:
-            digest = self._sql.result_digest(db, job.id)
-            job = replace(job, state=JobState.COMPLETED, partitions_done=done, updated_at=now,
-                          result_digest=digest)  # fmt: skip
-        db.execute(
-            "UPDATE jobs SET state = ?, partitions_done = ?, updated_at = ?, result_digest = ?"
-            " WHERE id = ?",
-            (job.state, done, now, job.result_digest, job.id),
-        )
-        if job.state != JobState.COMPLETED:
-            return None
-        self._sql.job_ended(db, job.id)
-        return job
 
     # -- failures -----------------------------------------------------------------------------
     def fail_partition(self, job_id: str, index: int, error: str) -> JobRecord:

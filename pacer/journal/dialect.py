@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
-from pacer.journal.records import JobRecord, PartitionResult
+from pacer.journal.records import JobRecord
 from pacer.ranges import IndexRanges
 
 
@@ -51,6 +51,10 @@ class Dialect(Protocol[C]):
     """What follows ``FROM partitions`` when counting a job's failures, so that the query
     reads their partial index only."""
 
+    partition_rows: str
+    """The relation a job's partition rows are read from: the table, or a view over it and a
+    packed form."""
+
     job_tables: tuple[str, ...]
     """The tables, besides ``jobs``, whose rows belong to a job (by ``job_id``)."""
 
@@ -68,16 +72,6 @@ class Dialect(Protocol[C]):
 
     def now(self, conn: C) -> float:
         """Wall-clock seconds, for the times a write stores."""
-        ...
-
-    def insert_results(
-        self, conn: C, job_id: str, results: Sequence[PartitionResult], now: float
-    ) -> int:
-        """Insert the completed partitions that have no row yet; how many were new."""
-        ...
-
-    def result_digest(self, conn: C, job_id: str) -> str:
-        """`pacer.journal.records.result_digest` over the job's partition digests."""
         ...
 
     def pending(self, conn: C, job: JobRecord) -> IndexRanges:

@@ -100,3 +100,15 @@ class FleetBackend(JournalBackend, Protocol):
     def pending_partitions(self) -> int:
         """Partitions of queued and running jobs without a result, fleet-wide."""
         ...
+
+    def settle(self) -> list[JobRecord]:
+        """Complete the jobs that have every result stored but are still queued or running
+        (their last commit lost its count); the jobs this completed. Idempotent, and safe on
+        several hosts at once."""
+        ...
+
+    def pack(self, wanted: int = ...) -> int:
+        """Fold the result rows of up to ``wanted`` completed jobs into a compact form, without
+        changing what the journal answers for them; how many jobs were packed. Idempotent,
+        and safe on several hosts at once."""
+        ...

@@ -1,11 +1,12 @@
 """A journal whose rules and queries are the shared core's: `CoreJournal`, what `SqliteJournal`
 and `pgjournal.PgJournal` have in common. Each backend gives it the dialect it speaks; every
 method here is the `JournalBackend` contract, answered by `JournalCore` (writes) or
-`JournalQueries` (reads)."""
+`JournalQueries` (reads). Each backend stores results its own way (``complete_partitions``):
+SQLite step by step, PostgreSQL in one round trip on the server."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from pacer.journal.core import JournalCore
@@ -17,7 +18,6 @@ from pacer.journal.records import (
     JobRecord,
     JobState,
     PartitionRecord,
-    PartitionResult,
     PartitionSummary,
 )
 from pacer.ranges import IndexRanges
@@ -97,10 +97,6 @@ class CoreJournal:
         return self._queries.now()
 
     # -- partitions ---------------------------------------------------------------------------
-    def complete_partitions(self, items: Iterable[PartitionResult]) -> list[JobRecord]:
-        """Journal proved partitions at once, all or none; the jobs this completed."""
-        return self._core.complete_partitions(items)
-
     def fail_partition(self, job_id: str, index: int, error: str) -> JobRecord:
         """A partition failed: so does its queued or running job, with ``error``."""
         return self._core.fail_partition(job_id, index, error)

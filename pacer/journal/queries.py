@@ -126,7 +126,8 @@ class JournalQueries(Generic[C]):
         if end <= offset:
             return []
         rows = db.execute(
-            f"SELECT {PARTITION_COLUMNS} FROM partitions WHERE job_id = ? AND idx >= ?"
+            f"SELECT {PARTITION_COLUMNS} FROM {self._sql.partition_rows} WHERE job_id = ?"
+            " AND idx >= ?"
             " AND idx < ? ORDER BY idx LIMIT ?",
             (job.id, offset, end, end - offset),
         ).fetchall()

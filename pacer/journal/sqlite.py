@@ -15,17 +15,16 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar, Self
 
 from pacer.journal.on_core import CoreJournal
-from pacer.journal.records import (
-    JournalFileError,
-)
+from pacer.journal.records import JobRecord, JournalFileError, PartitionResult
 from pacer.journal.schema import connect, transaction
 from pacer.journal.sqlite_dialect import SqliteDialect
+from pacer.journal.sqlite_results import complete_partitions
 
 BUSY_TIMEOUT_S = 5.0
 
@@ -81,7 +80,13 @@ class SqliteJournal(CoreJournal):
         except BaseException:
             self._db.close()
             raise
-        super().__init__(SqliteDialect(self._db, clock, self._transaction))
+        self._dialect = SqliteDialect(self._db, clock, self._transaction)
+        super().__init__(self._dialect)
+
+    def complete_partitions(self, items: Iterable[PartitionResult]) -> list[JobRecord]:
+        """Journal proved partitions at once, all or none; the jobs this completed
+        (`pacer.journal.sqlite_results`)."""
+        return complete_partitions(self._dialect, items)
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

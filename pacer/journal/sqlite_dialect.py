@@ -9,13 +9,11 @@ stream in primary-key order.
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
-from pacer.journal.records import JobRecord, PartitionResult, PartitionState, result_digest
-from pacer.journal.rows import PARTITION_COLUMNS
+from pacer.journal.records import JobRecord, PartitionState
 from pacer.ranges import IndexRanges
 
 
@@ -26,6 +24,7 @@ class SqliteDialect:
 
     lock = ""
     by_failures = "INDEXED BY partitions_failed"  # else SQLite reads the job's every row
+    partition_rows = "partitions"  # SQLite keeps no packed form
     job_tables: tuple[str, ...] = ("partitions", "attempts")
     estimates_row: tuple[str, object] = ("id", 1)  # one row of estimates
 
@@ -48,30 +47,6 @@ class SqliteDialect:
     def now(self, conn: sqlite3.Connection) -> float:
         """The clock's wall-clock seconds."""
         return self._clock()
-
-    def insert_results(
-        self, conn: sqlite3.Connection, job_id: str, results: Sequence[PartitionResult],
-        now: float,
-    ) -> int:  # fmt: skip
-        """Insert the completed partitions that have no row yet, in one ``executemany``; how
-        many were new."""
-        rows = [
-            (r.index, PartitionState.COMPLETED, r.synthesis_s, r.gpu_s, json.dumps(r.phases),
-             r.digest, r.gpu, now, job_id)
-            for r in results
-        ]  # fmt: skip
-        return conn.executemany(
-            f"INSERT OR IGNORE INTO partitions ({PARTITION_COLUMNS}, job_id)"
-            " VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)",
-            rows,
-        ).rowcount
-
-    def result_digest(self, conn: sqlite3.Connection, job_id: str) -> str:
-        """The result digest, over the job's partition digests read in index order."""
-        digests = conn.execute(
-            "SELECT digest FROM partitions WHERE job_id = ? ORDER BY idx", (job_id,)
-        )
-        return result_digest(d for (d,) in digests)
 
     def pending(self, conn: sqlite3.Connection, job: JobRecord) -> IndexRanges:
         """The gaps between the job's completed partitions, read in primary-key order and

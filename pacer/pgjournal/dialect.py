@@ -12,22 +12,15 @@ queue (`pacer.pgjournal.leases`) follows each job as it is added, gets results a
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 from psycopg_pool import ConnectionPool
 
-from pacer.journal.records import JobRecord, PartitionResult, PartitionState
+from pacer.journal.records import JobRecord
 from pacer.pgjournal.database import PgConnection, connection, transaction
-from pacer.pgjournal.leases import add_runs, drop_finished_runs, drop_runs, free_runs
+from pacer.pgjournal.leases import add_runs, drop_runs, free_runs
 from pacer.ranges import IndexRanges
-
-# The result digest of `pacer.journal.result_digest`, computed where the digests are.
-_RESULT_DIGEST = (
-    "SELECT encode(sha256(convert_to(string_agg(digest || chr(10), '' ORDER BY idx), 'UTF8')),"
-    " 'hex') FROM partitions WHERE job_id = ?"
-)
 
 
 class PgDialect:
@@ -37,7 +30,10 @@ class PgDialect:
 
     lock = " FOR NO KEY UPDATE"
     by_failures = ""  # PostgreSQL finds the partial index of failures by itself
-    job_tables: tuple[str, ...] = ("partitions", "attempts", "batches", "job_progress")
+    partition_rows = "partition_rows"  # the rows and the packs (`pacer.pgjournal.packs`)
+    job_tables: tuple[str, ...] = (
+        "partitions", "partition_packs", "attempts", "batches", "job_progress",
+    )  # fmt: skip
 
     def __init__(self, pool: ConnectionPool, clock: Callable[[], float] | None, host: str) -> None:
         self._pool = pool
@@ -59,33 +55,6 @@ class PgDialect:
         row = conn.execute("SELECT extract(epoch FROM now())::double precision").fetchone()
         assert row is not None
         return float(row[0])
-
-    def insert_results(
-        self, conn: PgConnection, job_id: str, results: Sequence[PartitionResult], now: float
-    ) -> int:
-        """Insert the completed partitions that have no row yet, whoever sent them, in one
-        statement; how many were new. The leased runs they finish leave the queue."""
-        added = conn.execute(
-            "INSERT INTO partitions (job_id, idx, state, synthesis_s, gpu_s, phases, digest,"
-            " gpu, completed_at) SELECT ?, r.idx, ?, r.synthesis_s, r.gpu_s, r.phases,"
-            " r.digest, r.gpu, ? FROM unnest(?::integer[], ?::double precision[],"
-            " ?::double precision[], ?::text[], ?::text[], ?::integer[])"
-            " AS r (idx, synthesis_s, gpu_s, phases, digest, gpu)"
-            " ON CONFLICT (job_id, idx) DO NOTHING RETURNING idx",
-            (job_id, PartitionState.COMPLETED, now, [r.index for r in results],
-             [float(r.synthesis_s) for r in results], [float(r.gpu_s) for r in results],
-             [json.dumps(r.phases) for r in results], [r.digest for r in results],
-             [r.gpu for r in results]),
-        ).fetchall()  # fmt: skip
-        if added:
-            drop_finished_runs(conn, job_id, min(added)[0], max(added)[0])
-        return len(added)
-
-    def result_digest(self, conn: PgConnection, job_id: str) -> str:
-        """The result digest, computed by the database over the job's partition digests."""
-        row = conn.execute(_RESULT_DIGEST, (job_id,)).fetchone()
-        assert row is not None
-        return str(row[0])
 
     def pending(self, conn: PgConnection, job: JobRecord) -> IndexRanges:
         """The gaps between the runs of the job's completed partitions, which the database

@@ -143,7 +143,7 @@ END $$
 # under leases no longer held. Raises PCR01 (an unknown job) or PCR02 (an index past a job's
 # partitions) before writing anything.
 COMMIT_PROCEDURE = """
-CREATE PROCEDURE pacer_commit(holder text, at double precision, job_ids text[],
+CREATE OR REPLACE PROCEDURE pacer_commit(holder text, at double precision, job_ids text[],
                               batch_ids bigint[], tokens bigint[], idxs integer[],
                               synthesis double precision[], gpu_seconds double precision[],
                               phase_texts text[], digests text[], gpus integer[],
@@ -160,7 +160,6 @@ DECLARE
     new_idxs integer[];
     j record;
     total integer;
-    job_digest text;
 BEGIN
     completed := '{}';
     SELECT r.job_id INTO missing FROM unnest(job_ids) AS r (job_id)
@@ -228,18 +227,60 @@ BEGIN
             UPDATE jobs SET partitions_done = total, state = 'running', updated_at = t
             WHERE id = j.id;
         ELSE
-            SELECT encode(sha256(convert_to(string_agg(p.digest || chr(10), '' ORDER BY p.idx),
-                                            'UTF8')), 'hex')
-                INTO job_digest FROM partitions p WHERE p.job_id = j.id;
-            DELETE FROM batches WHERE job_id = j.id;
-            UPDATE jobs SET partitions_done = total, state = 'completed', updated_at = t,
-                result_digest = job_digest
-            WHERE id = j.id;
+            PERFORM pacer_complete(j.id, total, t);
             completed := completed || j.id;
         END IF;
     END LOOP;
     IF cardinality(completed) = 0 THEN
         SET LOCAL synchronous_commit = off;
     END IF;
+END $$
+"""
+
+# A job that has every result completes: its runs leave the queue, and it gets its count,
+# ``t`` (its time) and the result digest of `pacer.journal.result_digest`, computed where the
+# digests are (its rows, or its pack: `pacer.pgjournal.packs`). The caller holds the job's row
+# lock.
+COMPLETE_FUNCTION = """
+CREATE FUNCTION pacer_complete(job text, total integer, t double precision) RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM batches WHERE job_id = job;
+    UPDATE jobs SET partitions_done = total, state = 'completed', updated_at = t,
+        result_digest = (SELECT encode(sha256(convert_to(
+            string_agg(p.digest || chr(10), '' ORDER BY p.idx), 'UTF8')), 'hex')
+            FROM partition_rows p WHERE p.job_id = job)
+    WHERE id = job;
+$$
+"""
+
+# The sweep every host's upkeep runs: a job still queued or running whose progress rows count
+# all its partitions is completed, as the second part of ``pacer_commit`` would have done had
+# it run (it is lost when the server crashes and its host dies before a retry). A job whose
+# count is behind its progress rows gets it. Only active jobs are read (``jobs_by_state``),
+# each with its progress rows (one per host, by key). A job's row is taken with SKIP LOCKED:
+# another host's sweep or a commit holding it is finishing it already; so hosts sweeping at
+# once never wait on each other, and a job is completed once. ``at``: the jobs' time (NULL:
+# the database's). Returns the ids of the jobs it completed.
+SETTLE_FUNCTION = """
+CREATE FUNCTION pacer_settle(at double precision) RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+DECLARE
+    t double precision := coalesce(at, extract(epoch FROM now()));
+    j record;
+BEGIN
+    FOR j IN SELECT jobs.id, jobs.state, jobs.partitions, p.total FROM jobs
+            CROSS JOIN LATERAL (SELECT coalesce(sum(done), 0)::integer AS total
+                                FROM job_progress WHERE job_id = jobs.id) AS p
+            WHERE jobs.state IN ('queued', 'running') AND p.total <> jobs.partitions_done
+            ORDER BY jobs.id FOR NO KEY UPDATE OF jobs SKIP LOCKED LOOP
+        IF j.total < j.partitions THEN
+            UPDATE jobs SET partitions_done = j.total, state = 'running',
+                updated_at = CASE WHEN j.state = 'running' THEN updated_at ELSE t END
+            WHERE id = j.id;
+        ELSE
+            PERFORM pacer_complete(j.id, j.total, t);
+            RETURN NEXT j.id;
+        END IF;
+    END LOOP;
 END $$
 """

@@ -23,7 +23,8 @@ from pacer.pgjournal.database import LEASE_S, POOL_SIZE, TIMEOUT_S, open_pool
 from pacer.pgjournal.dialect import PgDialect
 from pacer.pgjournal.host_connection import HostConnection
 from pacer.pgjournal.leases import FleetQueue
-from pacer.pgjournal.results import commit_results
+from pacer.pgjournal.packs import PACK_JOBS, pack_jobs
+from pacer.pgjournal.results import commit_results, settle_jobs
 from pacer.pgjournal.schema import migrate
 
 
@@ -97,6 +98,16 @@ class PgJournal(CoreJournal):
         completed, refused = commit_results(self._pool, self.host, results, now)
         self.refused_results += refused
         return completed
+
+    def settle(self) -> list[JobRecord]:
+        """Complete the jobs whose results are all stored but still show as queued or running
+        (`settle_jobs`); the jobs this completed. Every host's upkeep runs it."""
+        return settle_jobs(self._pool, None if self._clock is None else self._clock())
+
+    def pack(self, wanted: int = PACK_JOBS) -> int:
+        """Pack the partition rows of up to ``wanted`` completed jobs into one row each
+        (`pack_jobs`); how many jobs were packed. What the journal answers does not change."""
+        return pack_jobs(self._pool, wanted)
 
     # -- the fleet's queue --------------------------------------------------------------------
     def claim(self, host: str, n: int) -> list[Claim]:

@@ -14,8 +14,8 @@ run that have no result yet, under a new fencing token: a result proved under th
 refused (`pacer.pgjournal.results`). Results are stored once (``complete_partitions`` ignores a
 partition already journaled) and a run whose partitions all have results is deleted.
 A job that ends (completed, failed, cancelled) has its runs deleted: nothing of it is claimed
-again. The journal's writes keep the runs in step with the jobs through `add_runs`,
-`drop_finished_runs` and `drop_runs`, in their transactions.
+again. The journal's writes keep the runs in step with the jobs through `add_runs` and
+`drop_runs`, in their transactions, and ``pacer_commit`` deletes the runs it finishes.
 """
 
 from __future__ import annotations
@@ -82,18 +82,6 @@ def add_runs(db: PgConnection, job: JobRecord) -> None:
         (list(starts), list(stops), job.id),
     )
     db.execute(f"NOTIFY {WORK_CHANNEL}")
-
-
-def drop_finished_runs(db: PgConnection, job_id: str, first: int, last: int) -> None:
-    """In the open transaction: delete the leased runs of the job, among those that reach into
-    ``[first, last]``, whose partitions all have results: nothing of them is left to claim."""
-    db.execute(
-        "DELETE FROM batches b WHERE b.job_id = ? AND b.claimed_by IS NOT NULL"
-        " AND b.start <= ? AND b.stop > ? AND b.stop - b.start = (SELECT count(*)"
-        " FROM partitions p WHERE p.job_id = b.job_id AND p.idx >= b.start"
-        " AND p.idx < b.stop)",
-        (job_id, last, first),
-    )
 
 
 def drop_runs(db: PgConnection, job_id: str) -> None:

@@ -71,3 +71,22 @@ def commit_results(
             "host took them)", refused, host,
         )  # fmt: skip
     return completed, refused
+
+
+def settle_jobs(pool: ConnectionPool, now: float | None) -> list[JobRecord]:
+    """Complete the jobs whose results are all stored but whose last commit lost its count
+    (``pacer_settle``, one round trip); the jobs it completed. Cheap (it reads the active jobs
+    and their progress rows only), idempotent, and safe on many hosts at once: a job is
+    completed by one of them. ``now``: the jobs' time (None: the database's)."""
+    with connection(pool) as db:
+        ended = [job_id for (job_id,) in db.execute("SELECT pacer_settle(?)", (now,))]
+        completed = [] if not ended else [
+            job_from_row(job) for job in db.execute(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ANY(?) ORDER BY id", (ended,))
+        ]  # fmt: skip
+    for job in completed:
+        log.warning(
+            "job completed by the sweep: its last commit stored every result but lost its "
+            "count", extra={"job": job.id},
+        )  # fmt: skip
+    return completed

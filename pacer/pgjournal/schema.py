@@ -21,6 +21,12 @@ HOT updates of their progress.
 
 Version 3: ``workload_estimates``, the engines' estimates by workload key (shared by the fleet:
 an engine's workload is the same whichever host paces it).
+
+Version 4: ``pacer_complete``, which ``pacer_commit`` (replaced) now calls, and
+``pacer_settle``, the sweep that completes a job whose last commit stored all its results but
+lost its count (`pacer.pgjournal.functions`); completed jobs' results packed into one row each
+(``partition_packs``, ``jobs.packed``, ``pacer_pack``), read with the partition rows left
+through the view ``partition_rows`` (`pacer.pgjournal.packs`).
 """
 
 from __future__ import annotations
@@ -29,9 +35,15 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from pacer.journal.records import JournalRefusedError
-from pacer.pgjournal.functions import CLAIM_FUNCTION, COMMIT_PROCEDURE
+from pacer.pgjournal.functions import (
+    CLAIM_FUNCTION,
+    COMMIT_PROCEDURE,
+    COMPLETE_FUNCTION,
+    SETTLE_FUNCTION,
+)
+from pacer.pgjournal.packs import PACK_SCHEMA
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # pg_advisory_xact_lock's key for migrations: any constant no other application takes.
 MIGRATION_LOCK = 0x7061636572_5347  # "pacer", "SG"
@@ -103,6 +115,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (
         "CREATE TABLE workload_estimates (workload_key text PRIMARY KEY, estimates text NOT NULL)",
     ),
+    # pacer_commit (replaced) and pacer_settle complete a job with pacer_complete, which
+    # reads the view of the packs.
+    4: (*PACK_SCHEMA, COMPLETE_FUNCTION, COMMIT_PROCEDURE, SETTLE_FUNCTION),
 }
 
 

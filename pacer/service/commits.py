@@ -155,7 +155,9 @@ class Commits:
                     break
 
     async def upkeep(self) -> None:
-        """Save the estimates, look for steps of the wall clocks, and prune the finished jobs
+        """Save the estimates, look for steps of the wall clocks, complete a fleet's jobs
+        whose results are all stored (`FleetBackend.settle`) and pack completed ones'
+        results (`FleetBackend.pack`), and prune the finished jobs
         past their retention (`Retention.prune_now`). A journal error is the journal's
         failure (the commit loop tells when it recovers), not this task's."""
         access, retention = self._access, self.retention
@@ -167,6 +169,12 @@ class Commits:
                 began = retention.steady()
                 journal_now = await access.run(access.journal.now)
                 retention.watch_journal(journal_now, began, retention.steady())
+            fleet = access.fleet
+            if fleet is not None:
+                # A job whose last commit lost its count (the server crashed, its host died
+                # before a retry) would otherwise stay running for ever.
+                self._jobs.completed(await access.run(fleet.settle))
+                await access.run(fleet.pack)
             now = retention.prune_now()
             if now is not None:
                 pruned = await access.run(access.journal.prune, retention.retention_s, now)

@@ -120,6 +120,11 @@ class JournalAccess:
             raise RuntimeError("the journal is not a fleet's: PACER_JOURNAL__URL is no database")
         return self._fleet
 
+    @property
+    def fleet(self) -> FleetBackend | None:
+        """The open journal if it is a fleet's; None for an SQLite one, or before `open`."""
+        return self._fleet
+
     async def open(self) -> None:
         """Take the journal's lock (``JournalInUseError`` naming the holder if another
         service has it), then open the journal the settings name (`open_journal`) on the

@@ -92,7 +92,8 @@ def check_every_job_completed_once(
     completion across the hosts' logs), with the digest one host alone computes."""
     jobs = journal_jobs(url)
     assert set(accepted) <= set(jobs), "an accepted job was lost"
-    results = sql(url, "SELECT job_id, count(*), count(DISTINCT idx) FROM partitions"
+    # Rows and packs (hosts' upkeep packs completed jobs) alike, through their view.
+    results = sql(url, "SELECT job_id, count(*), count(DISTINCT idx) FROM partition_rows"
                        " WHERE state = 'completed' GROUP BY job_id")  # fmt: skip
     rows = {str(job): (int(str(n)), int(str(distinct))) for job, n, distinct in results}
     completions: Counter[str] = Counter()

@@ -23,8 +23,9 @@ from pacer.ranges import IndexRanges
 from pacer.server import Server
 from pacer.service.lifecycle import Service
 from tests.conftest import FakeClock
+from tests.journal.stores import proved
 from tests.json_schema import problems
-from tests.pgjournal.database import expire
+from tests.pgjournal.database import expire, sql
 from tests.servers import call, fake_host, refusing_port, settings_for, until_done
 from tests.waits import until
 
@@ -135,6 +136,24 @@ async def test_a_lease_another_host_reclaimed_leaves_the_backlog_at_the_renewal(
     assert fleet.held == {}
     assert fleet.counts.lost_leases == leases  # each with partitions not started
     assert host.service.registry.get_sample_value("pacer_fleet_lost_leases_total") == leases
+
+
+async def test_upkeep_completes_a_job_whose_last_count_was_lost_then_packs_it(
+    host: Server, other: PgJournal, postgres_url: str
+) -> None:
+    host.service.pipeline.hold(True)  # whatever this host claims, it proves none of it
+    job = other.add_job(3, None, {})
+    (done,) = other.complete_partitions([proved(job.id, i) for i in range(3)])
+    _, page = await call(host, "GET", f"/v1/jobs/{job.id}/partitions")
+    # The count of the last commit lost (the server crashed, the other host died after).
+    sql(postgres_url, "UPDATE jobs SET state = 'running', partitions_done = 2,"
+                      " result_digest = NULL WHERE id = %s", job.id)  # fmt: skip
+    await host.service.commits.upkeep()
+    _, detail = await call(host, "GET", f"/v1/jobs/{job.id}")
+    assert (detail["state"], detail["result_digest"]) == ("completed", done.result_digest)
+    assert sql(postgres_url, "SELECT count(*) FROM partitions WHERE job_id = %s", job.id) == [
+        (0,)]  # packed by upkeep  # fmt: skip
+    assert await call(host, "GET", f"/v1/jobs/{job.id}/partitions") == (200, page)
 
 
 async def test_a_cancel_on_another_host_reaches_this_one_at_its_renewal(
