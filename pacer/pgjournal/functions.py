@@ -184,14 +184,17 @@ BEGIN
                              phase_texts, digests, gpus)
             AS r (job_id, batch, token, idx, synthesis_s, gpu_s, phases, digest, gpu)
     ), fenced AS (
+        -- Held or not whatever the job's state: a result under a lease taken from this host
+        -- is refused even when the job has since ended. Only an active job's are stored.
         SELECT i.*, i.batch IS NULL OR (i.batch, i.token) IN (
-            SELECT * FROM unnest(held_ids, held_tokens)) AS held
-        FROM items i JOIN jobs ON jobs.id = i.job_id AND jobs.state IN ('queued', 'running')
+            SELECT * FROM unnest(held_ids, held_tokens)) AS held,
+            jobs.state IN ('queued', 'running') AS active
+        FROM items i JOIN jobs ON jobs.id = i.job_id
     ), stored AS (
         INSERT INTO partitions (job_id, idx, state, synthesis_s, gpu_s, phases, digest, gpu,
                                 completed_at)
         SELECT job_id, idx, 'completed', synthesis_s, gpu_s, phases, digest, gpu, t
-        FROM fenced WHERE held
+        FROM fenced WHERE held AND active
         ORDER BY job_id, idx  -- commits that meet on a result wait in one order, never a cycle
         ON CONFLICT (job_id, idx) DO NOTHING RETURNING job_id, idx
     )

@@ -27,6 +27,9 @@ Version 4: ``pacer_complete``, which ``pacer_commit`` (replaced) now calls, and
 lost its count (`pacer.pgjournal.functions`); completed jobs' results packed into one row each
 (``partition_packs``, ``jobs.packed``, ``pacer_pack``), read with the partition rows left
 through the view ``partition_rows`` (`pacer.pgjournal.packs`).
+
+Version 5: ``pacer_commit`` counts a result under a lease no longer held as refused whatever
+its job's state (before, one for a job completed meanwhile was dropped uncounted).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from pacer.pgjournal.functions import (
 )
 from pacer.pgjournal.packs import PACK_SCHEMA
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # pg_advisory_xact_lock's key for migrations: any constant no other application takes.
 MIGRATION_LOCK = 0x7061636572_5347  # "pacer", "SG"
@@ -118,6 +121,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # pacer_commit (replaced) and pacer_settle complete a job with pacer_complete, which
     # reads the view of the packs.
     4: (*PACK_SCHEMA, COMPLETE_FUNCTION, COMMIT_PROCEDURE, SETTLE_FUNCTION),
+    # A result under a lease no longer held is counted as refused whatever its job's state.
+    5: (COMMIT_PROCEDURE,),
 }
 
 

@@ -59,6 +59,23 @@ def test_a_result_under_a_lease_taken_by_another_host_is_not_stored(
     assert stored(postgres_url, job.id) == list(range(6))
 
 
+def test_a_result_under_a_lost_lease_is_refused_even_once_its_job_completed(
+    journal: PgJournal, postgres_url: str
+) -> None:
+    job = journal.add_job(3, None, {})
+    (mine,) = journal.claim("host-a", 3)
+    expire(postgres_url, "host-a")  # host-a froze past its lease
+    with PgJournal.connect(postgres_url, host="host-b") as other:
+        (theirs,) = other.claim("host-b", 3)
+        (done,) = other.complete_partitions([under(theirs, i) for i in range(3)])
+    assert (done.id, done.state) == (job.id, "completed")
+    # host-a resumes and commits what it proved meanwhile: the job is done, and host-a's
+    # results are refused (counted), not dropped unseen.
+    assert journal.complete_partitions([under(mine, 0), under(mine, 1)]) == []
+    assert journal.refused_results == 2
+    assert stored(postgres_url, job.id) == [0, 1, 2]
+
+
 def test_a_lapsed_lease_no_one_took_still_stores_its_results(
     journal: PgJournal, postgres_url: str
 ) -> None:
