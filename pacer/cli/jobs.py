@@ -17,7 +17,7 @@ from pacer.config import Settings
 from pacer.journal import JobState
 
 # How long a command tries a service it cannot reach before it says so, unless --timeout is
-# given (s): no service at all should not cost the 30 s one starting may take (D171).
+# given (s): no service at all should not cost the 30 s one starting may take (D166).
 UNREACHABLE_S = 2.0
 TIMEOUT_S = 30.0
 START_HINT = "Start it with `pacer serve`, or pass --url (or --timeout, to wait for it to start)"

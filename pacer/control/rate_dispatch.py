@@ -18,7 +18,7 @@ from pacer.control.policy import Caps, Decision, Observation
 
 def executor_queue(processes: int, cv: float, sigmas: float) -> int:
     """Partitions to keep waiting in front of ``processes`` synthesis processes, so that a
-    process that ends finds its next partition there (docs/decisions/controller.md, D173).
+    process that ends finds its next partition there (docs/decisions/controller.md, D168).
 
     One covers the hand-off (a dispatch reaches the executor some milliseconds after a
     synthesis ends); ``sigmas`` standard deviations of the ends that bunch up cover the rest:

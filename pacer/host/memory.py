@@ -3,7 +3,7 @@
 The service may use MemAvailable, or the cgroup's room where that is less (`pacer.host.cgroup`),
 less a reserve (``PACER_MEMORY__HOST_RESERVE_BYTES``). At start the pinned pool must fit, or the
 service refuses to start. The memory budget is clamped to fit, with a warning
-(docs/decisions/service.md, D37); unset, it is all of that (D166). This module reads and
+(docs/decisions/service.md, D37); unset, it is all of that (D161). This module reads and
 plans; it raises nothing about settings.
 """
 
