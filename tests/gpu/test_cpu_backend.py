@@ -106,6 +106,7 @@ def test_without_numba_the_numba_backend_is_refused_or_falls_back(
     assert cpu_backend_for("numpy") == "numpy"
 
 
+@pytest.mark.slow  # compiles with numba: seconds of CPU (docs/testing.md)
 def test_auto_takes_numba_where_it_is_installed(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="gpu.workload"):
         workload = NttWorkload(8, "goldilocks", backend="auto")

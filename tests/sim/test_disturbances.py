@@ -23,7 +23,8 @@ DISTURBANCES = [p for p in shipped_scenarios() if p.stem not in BASE]
 # The disturbances whose runs take longest: checked in the slow tier (docs/testing.md).
 SLOW = {
     "wide-host", "cold-start-failure", "synthesis-slowdown-gpu-bound", "worker-dies",
-    "gpu-speedup", "hung-syntheses",
+    "gpu-speedup", "hung-syntheses", "synthesis-processes", "warm-start-elsewhere", "h200",
+    "synthesis-slower", "gpu-stall",
 }  # fmt: skip
 # Targets known to miss on the shipped seed, and why (bench/RESULTS.md has the sweep). Kept
 # strict: one that starts to hold fails the test until it is taken off this list.

@@ -73,7 +73,9 @@ def test_a_larger_kp_holds_more_for_a_heavy_tail() -> None:
     _rises([_run("heavy-tail", kp=kp).mean_inflight_partitions for kp in KP], by=0.02)
 
 
-@pytest.mark.parametrize("name", [pytest.param("heavy-tail", marks=SLOW), "bimodal-partitions"])
+@pytest.mark.parametrize(
+    "name", [pytest.param("heavy-tail", marks=SLOW), pytest.param("bimodal-partitions", marks=SLOW)]
+)
 def test_a_larger_ki_brings_the_ready_depth_observed_down_to_the_setpoint(name: str) -> None:
     # With a wide spread the ready queue, which cannot go below zero, averages above what
     # the projection expects; ki removes that excess in flight, and a little busy time.
@@ -84,6 +86,7 @@ def test_a_larger_ki_brings_the_ready_depth_observed_down_to_the_setpoint(name: 
     assert shipped.gpu_busy_ratio >= reports[0].gpu_busy_ratio - 0.002
 
 
+@SLOW
 def test_a_larger_ready_buffer_loses_less_gpu_time_after_a_speed_up_and_holds_more() -> None:
     # The buffer, not the gains, is what carries the GPUs through a speed-up until the
     # shortfall dispatched on seeing it arrives, a lead time later.

@@ -28,7 +28,7 @@ BASE = {
 SCENARIOS = [p for p in shipped_scenarios() if p.stem in BASE]
 # The scenarios whose runs of every policy take longest: checked in the slow tier, so that the
 # fast one keeps to its minute (docs/testing.md, "Test tiers").
-SLOW = {"cold-start", "two-gpus", "short-trip", "heavy-tail"}
+SLOW = {"cold-start", "two-gpus", "short-trip", "heavy-tail", "bimodal-partitions", "memory-bound"}
 
 
 def scenario_params(paths: list[Path], slow: set[str]) -> list[object]:
@@ -88,7 +88,10 @@ def short_trip() -> Path:
 
 @pytest.mark.parametrize(
     "max_parallel",
-    [pytest.param(None, id="host", marks=pytest.mark.slow), pytest.param(18, id="shipped-18")],
+    [
+        pytest.param(None, id="host", marks=pytest.mark.slow),
+        pytest.param(18, id="shipped-18", marks=pytest.mark.slow),
+    ],
 )
 def test_cuzk_keeps_a_short_trip_pipeline_busy(max_parallel: int | None) -> None:
     scenario = load_scenario(short_trip())
