@@ -81,20 +81,17 @@ class Suite:
     async def connect(self, http: aiohttp.ClientSession) -> Conn:
         return Conn(http, await http.ws_connect(self.url, headers=self.headers))
 
+    def hello(self, name: str, **fields: Any) -> dict[str, Any]:
+        """A hello of protocol 1 from the engine ``name`` (under this run's prefix), with
+        ``fields`` added or replaced."""
+        return {"type": "hello", "protocol": 1, "engine": f"{self.prefix}-{name}",
+                "workload_key": "k", "shape": SHAPE, **fields}  # fmt: skip
+
     async def opened(
         self, http: aiohttp.ClientSession, name: str, **extra: Any
     ) -> tuple[Conn, dict[str, Any]]:
         conn = await self.connect(http)
-        await conn.send(
-            {
-                "type": "hello",
-                "protocol": 1,
-                "engine": f"{self.prefix}-{name}",
-                "workload_key": f"{self.prefix}-key",
-                "shape": SHAPE,
-                **extra,
-            }
-        )
+        await conn.send(self.hello(name, **{"workload_key": f"{self.prefix}-key", **extra}))
         welcome = await conn.next()
         expect(welcome.get("type") == "welcome", "a welcome", welcome)
         return conn, welcome
@@ -111,15 +108,7 @@ class Suite:
 
     async def version_refused(self, http: aiohttp.ClientSession) -> None:
         conn = await self.connect(http)
-        await conn.send(
-            {
-                "type": "hello",
-                "protocol": 99,
-                "engine": f"{self.prefix}-v",
-                "workload_key": "k",
-                "shape": SHAPE,
-            }
-        )
+        await conn.send(self.hello("v", protocol=99))
         error = await conn.next("error")
         expect(error["code"] == "version", "error version", error)
         expect(await conn.closed() == 4001, "close 4001", conn.ws.close_code)
@@ -217,15 +206,7 @@ class Suite:
     async def name_taken(self, http: aiohttp.ClientSession) -> None:
         first, _ = await self.opened(http, "taken")  # held open while the second says hello
         conn = await self.connect(http)
-        await conn.send(
-            {
-                "type": "hello",
-                "protocol": 1,
-                "engine": f"{self.prefix}-taken",
-                "workload_key": "k",
-                "shape": SHAPE,
-            }
-        )
+        await conn.send(self.hello("taken"))
         error = await conn.next("error")
         expect(error["code"] == "taken", "error taken", error)
         expect(await conn.closed() == 4002, "close 4002", conn.ws.close_code)
