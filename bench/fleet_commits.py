@@ -3,7 +3,8 @@ with one connection that claims ``--batch`` partitions of one job, then commits 
 under the lease it got (`PgJournal.complete_partitions`, one round trip), back to back.
 
     .venv/bin/python -m bench.fleet commits [--claimers 10,25,50] [--seconds 20]
-                                            [--batch 1] [--interval 2] [--markdown]
+                                            [--batch 1] [--interval 2] [--db-cpus 0,1]
+                                            [--markdown]
 
 A fresh database per row on a PostgreSQL of its own (Debian's package, durable: fsync on, over
 loopback TCP). Reports commits a second (all claimers), the latency of one claim and of one
@@ -31,6 +32,7 @@ JOB_PARTITIONS = MAX_PARTITIONS  # one job, of the most partitions a job may hav
 WARMUP_S = 1.0
 TARGET_COMMITS_S = 1_000
 TARGET_P99_MS = 100.0
+TARGET_DECAY_PCT = 20.0  # the last interval's rate against the first's
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -98,6 +100,15 @@ def server_cpu_s(server: PostgresServer) -> float:
     return total
 
 
+def cpu_list(text: str) -> set[int]:
+    """The CPUs of a ``taskset`` list such as ``0,1`` or ``0-3,8``. ValueError when malformed."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
 def quantile_ms(values: list[float], q: int) -> str:
     if len(values) < 2:
         return "-"
@@ -151,9 +162,14 @@ HEADERS = ["claimers", "batch", "commits/s", "claim p50 ms", "claim p99 ms", "co
            "empty claims"]  # fmt: skip
 
 
-def rows(claimers: list[int], batch: int, seconds: float, interval: float) -> list[list[object]]:
-    """The table's rows, each on a fresh database of one durable server."""
-    server = PostgresServer(durable=True, tcp=True)
+def rows(
+    claimers: list[int], batch: int, seconds: float, interval: float, db_cpus: str | None = None
+) -> list[list[object]]:
+    """The table's rows, each on a fresh database of one durable server. ``db_cpus`` (a
+    ``taskset`` list): the server runs on those CPUs and the claimers on the others."""
+    if db_cpus is not None:
+        os.sched_setaffinity(0, os.sched_getaffinity(0) - cpu_list(db_cpus))
+    server = PostgresServer(durable=True, tcp=True, cpus=db_cpus)
     server.start()
     try:
         return [measure(server, c, batch, seconds, interval) for c in claimers]

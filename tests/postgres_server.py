@@ -35,7 +35,13 @@ class PostgresUnavailableError(RuntimeError):
 
 
 def _binaries() -> Path:
-    """The directory holding ``initdb`` and ``pg_ctl`` (Debian keeps them off PATH)."""
+    """The directory holding ``initdb`` and ``pg_ctl`` (Debian keeps them off PATH), or the one
+    ``PACER_PG_BIN`` names (a server unpacked elsewhere, on a host without the package)."""
+    named = os.environ.get("PACER_PG_BIN")
+    if named:
+        if not (Path(named) / "initdb").is_file():
+            raise PostgresUnavailableError(f"PACER_PG_BIN={named} holds no initdb")
+        return Path(named)
     if ensure_debian_package("psql", "postgresql") is None:
         raise PostgresUnavailableError(
             "PostgreSQL missing and Debian's postgresql package cannot be installed here "
@@ -65,11 +71,13 @@ class PostgresServer:
     on a free loopback port, and its URLs name that (the benchmarks' hosts connect over TCP, as
     a fleet's do). For tests it does not flush to disk (``fsync=off``,
     ``synchronous_commit=off``); a ``durable`` one, for benchmarks, commits as a production
-    server does."""
+    server does. ``cpus`` (a ``taskset`` list, as ``0,1``) keeps the server's processes on
+    those CPUs."""
 
-    def __init__(self, durable: bool = False, tcp: bool = False) -> None:
+    def __init__(self, durable: bool = False, tcp: bool = False, cpus: str | None = None) -> None:
         self.durable = durable
         self.tcp = tcp
+        self.cpus = cpus
         self._bin = _binaries()
         self._as_user: list[str] = []
         owner: pwd.struct_passwd | None = None
@@ -130,7 +138,8 @@ class PostgresServer:
         log = str(self.root / "log")
         pg_ctl = str(self._bin / "pg_ctl")
         wait = ["-w", "-t", str(START_TIMEOUT_S)]
-        self._run([pg_ctl, "-D", str(self.data), "-o", options, "-l", log, *wait, "start"])
+        pinned = [] if self.cpus is None else ["taskset", "-c", self.cpus]
+        self._run([*pinned, pg_ctl, "-D", str(self.data), "-o", options, "-l", log, *wait, "start"])
 
     def halt(self) -> None:
         """Stop the server at once (its clients disconnected), keeping its data."""

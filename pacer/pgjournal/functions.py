@@ -206,7 +206,15 @@ BEGIN
         ORDER BY job_id
         ON CONFLICT (job_id, host) DO UPDATE SET done = job_progress.done + excluded.done;
     -- The leases whose partitions all have results leave the queue (locked in id order).
-    DELETE FROM batches WHERE id IN (
+    -- Results that all came under leases can finish only those leases: they are found by
+    -- key, not among every lease of the job.
+    IF array_position(batch_ids, NULL) IS NULL THEN
+        DELETE FROM batches WHERE id IN (
+            SELECT b.id FROM batches b WHERE b.id = ANY(held_ids)
+                AND b.stop - b.start = (SELECT count(*) FROM partitions p
+                    WHERE p.job_id = b.job_id AND p.idx >= b.start AND p.idx < b.stop)
+                ORDER BY b.id FOR UPDATE OF b);
+    ELSE DELETE FROM batches WHERE id IN (
         SELECT b.id FROM batches b JOIN (
                 SELECT job_id, min(idx) AS lo, max(idx) AS hi FROM unnest(new_jobs, new_idxs)
                     AS n (job_id, idx) GROUP BY job_id) AS n
@@ -215,6 +223,7 @@ BEGIN
             WHERE b.stop - b.start = (SELECT count(*) FROM partitions p
                 WHERE p.job_id = b.job_id AND p.idx >= b.start AND p.idx < b.stop)
             ORDER BY b.id FOR UPDATE OF b);
+    END IF;
     COMMIT;
     -- Every job of the batch, not only those with new results: a retry after this part
     -- failed (or the server crashed) counts what the first attempt stored.

@@ -46,7 +46,7 @@ from pacer.pgjournal.functions import (
 )
 from pacer.pgjournal.packs import PACK_SCHEMA
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # pg_advisory_xact_lock's key for migrations: any constant no other application takes.
 MIGRATION_LOCK = 0x7061636572_5347  # "pacer", "SG"
@@ -123,6 +123,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     4: (*PACK_SCHEMA, COMPLETE_FUNCTION, COMMIT_PROCEDURE, SETTLE_FUNCTION),
     # A result under a lease no longer held is counted as refused whatever its job's state.
     5: (COMMIT_PROCEDURE,),
+    # pacer_commit finds the leases its results finish by key.
+    6: (COMMIT_PROCEDURE,),
 }
 
 
