@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import random
 import statistics
 import time
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
+from psycopg_pool import ConnectionPool
+
 from pacer.journal import MAX_PARTITIONS, LeaseToken, PartitionResult
 from pacer.pgjournal import PgJournal
+from pacer.pgjournal import journal as pg_journal_module
+from pacer.service.fleet_host import RENEWALS_PER_LEASE
 from tests.postgres_server import PostgresServer
 
 JOB_PARTITIONS = MAX_PARTITIONS  # one job, of the most partitions a job may have
@@ -47,19 +52,34 @@ class CommitterRun:
     empty: int
 
 
+def no_vacuum(pool: ConnectionPool, dead_rows: int | None = None) -> bool:
+    """In place of `tidy_queue` for the arm that leaves the queue table to autovacuum."""
+    return False
+
+
 def committer(
     url: str, host: str, batch: int, seconds: float, barrier: Barrier,
-    runs: multiprocessing.Queue[CommitterRun],
+    runs: multiprocessing.Queue[CommitterRun], vacuum: bool = True,
 ) -> None:  # fmt: skip
     """Claim ``batch`` partitions and commit them, back to back, for ``seconds`` after a
-    warm-up, once every claimer is ready; put what it did on ``runs``, and keep the
-    connection (its server process, whose CPU is counted) until every claimer is done."""
+    warm-up, once every claimer is ready, renewing the leases every third of a lease as a
+    host does (and with it vacuuming the queue, unless ``vacuum`` is false); put what it did
+    on ``runs``, and keep the connection (its server process, whose CPU is counted) until
+    every claimer is done."""
+    if not vacuum:
+        setattr(pg_journal_module, "tidy_queue", no_vacuum)  # noqa: B010
     with PgJournal.connect(url, host=host, pool_size=1) as journal:
         barrier.wait()
         start = time.perf_counter() + WARMUP_S
         end = start + seconds
+        renew_s = journal.lease_s / RENEWALS_PER_LEASE
+        renew_at = time.perf_counter() + renew_s * (0.5 + random.random())
         run = CommitterRun([], [], [], 0)
         while (began := time.perf_counter()) < end:
+            if began >= renew_at:  # as a host renews its leases (and vacuums the queue)
+                journal.renew(host)
+                renew_at = began + renew_s
+                continue
             claims = journal.claim(host, batch)
             claimed = time.perf_counter()
             results = [
@@ -116,8 +136,9 @@ def quantile_ms(values: list[float], q: int) -> str:
 
 
 def measure(
-    server: PostgresServer, claimers: int, batch: int, seconds: float, interval: float
-) -> list[object]:
+    server: PostgresServer, claimers: int, batch: int, seconds: float, interval: float,
+    vacuum: bool = True,
+) -> list[object]:  # fmt: skip
     """One row of the table: ``claimers`` processes claiming and committing on one job."""
     url = server.create_database()
     with PgJournal.connect(url) as journal:
@@ -127,7 +148,7 @@ def measure(
     queue: multiprocessing.Queue[CommitterRun] = spawn.Queue()
     processes = [
         spawn.Process(target=committer, args=(url, f"host-{i}", batch, seconds, barrier,
-                                                   queue))
+                                                   queue, vacuum))
         for i in range(claimers)
     ]  # fmt: skip
     for process in processes:
@@ -163,8 +184,9 @@ HEADERS = ["claimers", "batch", "commits/s", "claim p50 ms", "claim p99 ms", "co
 
 
 def rows(
-    claimers: list[int], batch: int, seconds: float, interval: float, db_cpus: str | None = None
-) -> list[list[object]]:
+    claimers: list[int], batch: int, seconds: float, interval: float, db_cpus: str | None = None,
+    vacuum: bool = True,
+) -> list[list[object]]:  # fmt: skip
     """The table's rows, each on a fresh database of one durable server. ``db_cpus`` (a
     ``taskset`` list): the server runs on those CPUs and the claimers on the others."""
     if db_cpus is not None:
@@ -172,6 +194,6 @@ def rows(
     server = PostgresServer(durable=True, tcp=True, cpus=db_cpus)
     server.start()
     try:
-        return [measure(server, c, batch, seconds, interval) for c in claimers]
+        return [measure(server, c, batch, seconds, interval, vacuum) for c in claimers]
     finally:
         server.stop()

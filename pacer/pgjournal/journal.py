@@ -8,6 +8,7 @@ is one transaction, committed when the method returns.
 
 from __future__ import annotations
 
+import logging
 import math
 import socket
 from collections.abc import Callable, Iterable
@@ -26,6 +27,9 @@ from pacer.pgjournal.leases import FleetQueue
 from pacer.pgjournal.packs import PACK_JOBS, pack_jobs
 from pacer.pgjournal.results import commit_results, settle_jobs
 from pacer.pgjournal.schema import migrate
+from pacer.pgjournal.tidy import tidy_queue
+
+log = logging.getLogger(__name__)
 
 
 class PgJournal(CoreJournal):
@@ -115,8 +119,14 @@ class PgJournal(CoreJournal):
         return self._queue.claim(host, n)
 
     def renew(self, host: str) -> list[int]:
-        """Extend ``host``'s leases; the batches it still holds."""
-        return self._queue.renew(host)
+        """Extend ``host``'s leases; the batches it still holds. Then vacuum the queue if it
+        needs it (`tidy_queue`): a failure there is logged, and the renewal stands."""
+        kept = self._queue.renew(host)
+        try:
+            tidy_queue(self._pool)
+        except psycopg.Error as exc:
+            log.warning("fleet: the queue table was not vacuumed: %s", exc)
+        return kept
 
     def release(self, host: str) -> int:
         """Give back every lease ``host`` holds; how many partitions they cover."""

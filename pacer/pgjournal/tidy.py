@@ -1,0 +1,50 @@
+"""Vacuuming the fleet's queue as it churns.
+
+Every claim inserts a lease row into ``batches`` and every commit deletes it: at a thousand
+commits a second the table gains a thousand dead rows a second. The claim's scan for lapsed
+leases walks the index on ``lease_until`` from its start, so each dead lease older than the
+lease time costs every claim a little, until a vacuum removes it. Autovacuum visits a database
+at most once a minute (``autovacuum_naptime``), by which time tens of thousands have piled up
+and claims have slowed by half. So each host, after renewing its leases, vacuums the queue
+when its dead rows pass `QUEUE_DEAD_ROWS`. One host vacuums at a time: one that finds another
+vacuuming skips its turn rather than wait (``SKIP_LOCKED``). Each statement stands alone, so
+a pooler in transaction mode can sit between the hosts and the server.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from psycopg_pool import ConnectionPool
+
+from pacer.pgjournal.database import connection
+
+log = logging.getLogger(__name__)
+
+# Dead rows in the queue table past which a host vacuums it: a few seconds of churn at a
+# thousand commits a second, and a vacuum of this table takes milliseconds.
+QUEUE_DEAD_ROWS = 5_000
+
+
+def queue_dead_rows(pool: ConnectionPool) -> int:
+    """Dead rows in ``batches`` as the server's statistics count them (they lag the writes by
+    up to a second of each session's activity)."""
+    with connection(pool) as db:
+        row = db.execute(
+            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'batches'::regclass"
+        ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def tidy_queue(pool: ConnectionPool, dead_rows: int | None = None) -> bool:
+    """Vacuum ``batches`` when it holds at least ``dead_rows`` dead rows (None:
+    `QUEUE_DEAD_ROWS`); whether it did so or found another host doing so (``SKIP_LOCKED``:
+    this host never waits for that one). Raises what the connection raises."""
+    if dead_rows is None:
+        dead_rows = QUEUE_DEAD_ROWS
+    if queue_dead_rows(pool) < dead_rows:
+        return False
+    with connection(pool) as db:
+        db.execute("VACUUM (SKIP_LOCKED) batches")
+    log.debug("fleet: vacuumed the queue table (%d dead rows or more)", dead_rows)
+    return True

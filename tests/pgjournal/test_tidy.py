@@ -1,0 +1,74 @@
+"""The fleet's queue table vacuumed by the hosts as it churns, on a real PostgreSQL: past a
+number of dead lease rows a renewal vacuums it, and a host never waits for another's vacuum."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from pacer.journal import LeaseToken, PartitionResult
+from pacer.pgjournal import PgJournal, tidy
+from pacer.pgjournal.tidy import queue_dead_rows, tidy_queue
+from tests.pgjournal.database import sql
+from tests.waits import wait_until
+
+pytestmark = pytest.mark.slow
+
+DEAD = 60  # lease rows claimed and deleted by their commits
+
+
+@pytest.fixture
+def churned(postgres_url: str) -> Iterator[PgJournal]:
+    """A journal whose queue table holds ``DEAD`` dead lease rows, as the server counts them."""
+    with PgJournal.connect(postgres_url, host="tidy-a", lease_s=30) as journal:
+        journal.add_job(DEAD * 2, None, {})
+        for _ in range(DEAD):
+            (claim,) = journal.claim("tidy-a", 1)
+            (index,) = claim.pending
+            lease = LeaseToken(claim.batch, claim.token)
+            journal.complete_partitions(
+                [PartitionResult(claim.job_id, index, f"d{index}", 1.0, 0.1, lease=lease)]
+            )
+        # The server counts a session's writes when the session next goes idle.
+        wait_until(
+            lambda: queue_dead_rows(journal._pool) >= DEAD, "the server to count the dead rows"
+        )
+        yield journal
+
+
+def vacuums(url: str) -> int:
+    ((count,),) = sql(url, "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'batches'")
+    return int(str(count))
+
+
+def test_below_the_threshold_the_queue_is_left_alone(churned: PgJournal, postgres_url: str) -> None:
+    assert not tidy_queue(churned._pool, dead_rows=DEAD * 10)
+    assert vacuums(postgres_url) == 0
+
+
+def test_past_the_threshold_the_queue_is_vacuumed(churned: PgJournal, postgres_url: str) -> None:
+    assert tidy_queue(churned._pool, dead_rows=DEAD)
+    assert vacuums(postgres_url) == 1
+    assert queue_dead_rows(churned._pool) < DEAD
+
+
+def test_a_host_does_not_wait_for_another_vacuuming(churned: PgJournal, postgres_url: str) -> None:
+    with psycopg.connect(postgres_url) as other:
+        # The lock a vacuum takes, held by another host's vacuum.
+        other.execute("LOCK TABLE batches IN SHARE UPDATE EXCLUSIVE MODE")
+        assert tidy_queue(churned._pool, dead_rows=DEAD)  # skipped at once, no wait
+        assert vacuums(postgres_url) == 0
+        other.rollback()
+    assert tidy_queue(churned._pool, dead_rows=DEAD)
+    assert vacuums(postgres_url) == 1
+
+
+def test_a_renewal_vacuums_the_queue_past_the_threshold(
+    churned: PgJournal, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tidy, "QUEUE_DEAD_ROWS", DEAD)
+    churned.claim("tidy-a", 1)
+    assert len(churned.renew("tidy-a")) == 1  # the renewal stands, and vacuumed
+    assert vacuums(postgres_url) == 1
