@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from pacer.control.cohort import ColdCohort
 from pacer.control.live_floor import LiveFloor
+from pacer.control.survival import SurvivalCheck
 from pacer.control.windows import MAX_WINDOW, DurationWindow, check_duration
 
 __all__ = ["ColdCohort", "DurationWindow", "Estimates", "Estimator", "estimates_key"]
@@ -103,6 +104,8 @@ class Estimator:
         )
         self._cohort: ColdCohort | None = None if saved.known else ColdCohort()
         self._floor = LiveFloor()
+        self._survival = SurvivalCheck()
+        self._rebased = 0  # the synthesis window's re-basings the check has seen
         self.failures = 0  # syntheses that failed or timed out
         self.version = 0  # bumped by every observation, so derived values can be cached
 
@@ -211,7 +214,12 @@ class Estimator:
         ages_s = ages_s if synthesizing > 0 else ()
         if self._cohort is None:
             estimate = self._syn.value or 0.0
-            self._floor.update(now, ages_s, estimate, max(estimate, self._floor.value_s))
+            lead = max(estimate, self._floor.value_s, self._survival.lead_s)
+            self._floor.update(now, ages_s, estimate, lead)
+            if self._syn.rebased != self._rebased:
+                self._rebased = self._syn.rebased
+                self._survival.clear()  # the window holds the new level
+            self._survival.update(now, ages_s[self._floor.hung :], self._syn.ordered, estimate)
             return
         if synthesizing == 0:
             self._close_cohort(self._cohort.forget_before(math.inf))
@@ -255,7 +263,13 @@ class Estimator:
             # The cohort's bound plays the floor's part: its first finishers, all the window
             # holds, are its fastest, so a margin drawn from them would be too thin.
             return max(syn, self._cohort.lower_bound(now))
-        return max(syn, self.live_floor_s())
+        return max(syn, self.live_floor_s(), self._survival.lead_s)
+
+    @property
+    def slowdown(self) -> float:
+        """The factor by which syntheses run slower than T̂syn's window says, from those that
+        failed to finish (``SurvivalCheck``); 1 where none is seen."""
+        return self._survival.factor
 
     def ready_wander_sd(self, rate_per_s: float, lead_s: float) -> float:
         """Standard deviation of the ready queue's wander at ``rate_per_s`` partitions a
