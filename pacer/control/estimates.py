@@ -219,7 +219,7 @@ class Estimator:
             if self._syn.rebased != self._rebased:
                 self._rebased = self._syn.rebased
                 self._survival.clear()  # the window holds the new level
-            self._survival.update(now, ages_s[self._floor.hung :], self._syn.ordered, estimate)
+            self._survival.update(now, ages_s, self._floor.hung, self._syn.ordered, estimate)
             return
         if synthesizing == 0:
             self._close_cohort(self._cohort.forget_before(math.inf))

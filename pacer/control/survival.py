@@ -2,20 +2,26 @@
 
 The live floor (``pacer.control.live_floor``) learns a longer lead time from the ages of the
 syntheses running: an age grows one second a second, so the floor reaches the new lead time
-only a lead time after the change. Completions that do not come say more, sooner. Each
-``SNAPSHOT_LEADS`` × T̂syn, ``SurvivalCheck`` notes the oldest syntheses running (younger than
-the longest duration T̂syn's window holds) and their ages. ``HORIZON_LEADS`` × T̂syn later it
-counts how many of them finished, against how many the window's durations expect to finish
-(each one's chance, given its age: a censored sample). Where far fewer finished than expected
-(``SIGNIFICANCE`` standard deviations, and at least ``MARGIN`` partitions), the durations are
-longer than the window says: the factor ``k`` by which they would have to be scaled for the
-count observed is the slowdown, and ``k`` × T̂syn the lead time. The window's shape is frozen
-at the first such deficit (a reference taken before the change): the slow samples that enter
-it later neither stretch nor mix it. The episode ends once the window reaches ``k`` × its
-reference mean, re-bases, or a later check finds no deficit.
+only a lead time after the change. Completions that do not come say more, sooner.
 
-A hung synthesis costs one expected completion, once: well within the margin. A heavy tail
+Each ``SNAPSHOT_LEADS`` × T̂syn, ``SurvivalCheck`` notes the oldest syntheses running (those
+younger than the ``TAIL``-th longest duration in T̂syn's window: the odds of an older one rest
+on too few samples) and their ages. ``HORIZON_LEADS`` × T̂syn
+later it counts how many of them finished, against how many the window's durations expect to
+finish, each given its age (a censored sample: a synthesis still running took at least its
+age). Where far fewer finished than expected (``SIGNIFICANCE`` standard deviations of the
+count, at least ``MARGIN`` partitions and ``SHARE`` of those expected), synthesis has slowed.
+The factor ``k`` is the least slowdown that explains the count: the work of every member
+slowed ``k``-fold from the first such snapshot on. ``k`` × T̂syn is then a floor on the lead
+time. The window is frozen at the first deficit (a reference taken before the change), so
+the slow samples that enter it later neither stretch nor mix it. The slowdown ends once the
+window reaches it, the window re-bases, a check finds as many finished as expected, or no
+check confirms it for ``EXPIRE_LEADS`` of its lead times.
+
+A hung synthesis costs one expected completion, once: within the margin. A heavy tail
 spreads the chances of finishing, and its wider noise raises the bar the deficit must clear.
+The observation names only the oldest syntheses (``Observation.SYNTHESIS_AGES``); every
+survivor of a snapshot is among them, as nothing dispatched since is as old.
 """
 
 from __future__ import annotations
@@ -39,10 +45,6 @@ class Reference:
     def frozen(self) -> Reference:
         """A copy that the window's later samples leave as it is."""
         return Reference(tuple(self.ordered), self.mean)
-
-    @property
-    def longest(self) -> float:
-        return self.ordered[-1] if self.ordered else 0.0
 
     def survival(self, age_s: float) -> float:
         """The share of the durations longer than ``age_s``."""
@@ -71,30 +73,36 @@ def _done(at_s: float, age_s: float, scale: float, change_s: float) -> float:
     return normal + slow / scale
 
 
+# A snapshot: (taken at, horizon s, age bound of the testable members, member ages).
+Snapshot = tuple[float, float, float, tuple[float, ...]]
+
+
 class SurvivalCheck:
     """Counts the syntheses that did not finish against the window's expectation.
 
     >>> check = SurvivalCheck()
     >>> window = sorted([0.9, 1.0, 1.0, 1.1] * 8)  # durations near 1 s, in order
     >>> ages = tuple(0.95 - 0.05 * i for i in range(16))  # 16 running, 0.2 s to 0.95 s old
-    >>> check.update(0.0, ages, window, 1.0)
-    >>> check.update(1.0, tuple(a + 1.0 for a in ages[:14]), window, 1.0)  # 2 of 16 finished
-    >>> round(check.factor, 2), round(check.lead_s, 2)  # all 16 should have finished
-    (1.9, 1.9)
+    >>> check.update(0.0, ages, 0, window, 1.0)
+    >>> check.update(1.0, tuple(a + 1.0 for a in ages[:14]), 0, window, 1.0)  # 2 of 16 finished
+    >>> round(check.factor, 2), round(check.lead_s, 2)  # 14 still run: 6.67 times slower
+    (6.67, 6.67)
     """
 
     SNAPSHOT_LEADS = 0.25  # a snapshot of the oldest running this often, in lead times
     HORIZON_LEADS = 1.0  # ... checked this many lead times later
-    SIGNIFICANCE = 3.0  # a deficit beyond this many standard deviations of the count
+    SIGNIFICANCE = 4.5  # a deficit beyond this many standard deviations of the count
     MARGIN = 2.0  # ... and beyond this many partitions (a hung synthesis is one)
     SHARE = 0.5  # ... and beyond this share of those expected: at least half did not finish
     MAX_FACTOR = 10.0  # the slowdown is believed up to this factor
     SOLVE_STEPS = 12  # bisections of log(factor)
+    SAMPLES = 32  # no check before the window holds this many durations
+    TAIL = 8  # a member's odds come from at least this many durations longer than its age
     EXPIRE_LEADS = 2.0  # a slowdown no check confirmed for this many of its lead times ends
 
     def __init__(self) -> None:
-        # (taken at, horizon s, youngest age, oldest age bound, member ages), oldest first
-        self._pending: deque[tuple[float, float, float, float, tuple[float, ...]]] = deque()
+        # (taken at, horizon s, age bound of the testable, member ages), oldest first
+        self._pending: deque[Snapshot] = deque()
         self._last_snapshot = -math.inf
         self._reference: Reference | None = None
         self._last_deficit = -math.inf
@@ -117,12 +125,18 @@ class SurvivalCheck:
         self.factor = 1.0
 
     def update(
-        self, now: float, ages_s: tuple[float, ...], window: Sequence[float], estimate_s: float
+        self,
+        now: float,
+        ages_s: tuple[float, ...],
+        hung: int,
+        window: Sequence[float],
+        estimate_s: float,
     ) -> None:
         """The oldest syntheses running are ``ages_s`` old (oldest first; at most a few,
-        every survivor of a snapshot among them), T̂syn's window holds ``window`` (sorted)
-        with mean ``estimate_s``: check the snapshots due, and take one where due."""
-        if estimate_s <= 0 or not window:
+        every survivor of a snapshot among them), the first ``hung`` of them hung; T̂syn's
+        window holds ``window`` (sorted) with mean ``estimate_s``: check the snapshots due,
+        and take one where due."""
+        if estimate_s <= 0 or len(window) < self.SAMPLES:
             return
         reference = self._reference
         if reference is not None and (
@@ -134,37 +148,37 @@ class SurvivalCheck:
         while self._pending and now - self._pending[0][0] >= self._pending[0][1]:
             self._check(now, ages_s, self._pending.popleft(), window, estimate_s)
         if now - self._last_snapshot >= self.SNAPSHOT_LEADS * base:
-            self._snapshot(now, ages_s, window, base)
+            self._snapshot(now, ages_s[hung:], window, base)
 
     def _snapshot(
-        self, now: float, ages_s: tuple[float, ...], window: Sequence[float], base_s: float
+        self, now: float, members: tuple[float, ...], window: Sequence[float], base_s: float
     ) -> None:
         self._last_snapshot = now
-        longest = self._reference.longest if self._reference is not None else window[-1]
-        first = older_than(ages_s, longest)  # those at or beyond the longest say nothing
-        members = ages_s[first:]
-        if members:
-            horizon = self.HORIZON_LEADS * base_s
-            self._pending.append((now, horizon, members[-1], longest, members))
+        ordered = self._reference.ordered if self._reference is not None else window
+        # Those older than all but the TAIL longest durations: too few samples tell their
+        # odds at the reference's pace; they count only in the size of a slowdown.
+        bound = ordered[max(0, len(ordered) - self.TAIL)]
+        if members and members[-1] < bound:
+            self._pending.append((now, self.HORIZON_LEADS * base_s, bound, members))
 
     def _check(
         self,
         now: float,
         ages_s: tuple[float, ...],
-        snapshot: tuple[float, float, float, float, tuple[float, ...]],
+        snapshot: Snapshot,
         window: Sequence[float],
         estimate_s: float,
     ) -> None:
-        taken, horizon, youngest, bound, members = snapshot
+        taken, _, bound, members = snapshot
         elapsed = now - taken
         # The members are now elapsed older; no synthesis dispatched since is that old.
-        tiny = 1e-9 * max(1.0, elapsed + bound)
-        alive = older_than(ages_s, youngest + elapsed - tiny) - older_than(
-            ages_s, bound + elapsed - tiny
-        )
-        finished = len(members) - alive
+        tiny = 1e-9 * max(1.0, elapsed + members[0])
+        since = older_than(ages_s, members[-1] + elapsed - tiny)
+        alive = since - older_than(ages_s, bound + elapsed - tiny)
+        testable = members[older_than(members, bound - tiny) :]
+        finished = len(testable) - alive
         reference = self._reference or Reference(window, estimate_s)
-        chances = [reference.finish_chance(a, elapsed) for a in members]
+        chances = [reference.finish_chance(a, elapsed) for a in testable]
         expected = sum(chances)
         spread = math.sqrt(sum(p * (1 - p) for p in chances))
         self.checks += 1
@@ -180,7 +194,10 @@ class SurvivalCheck:
             # slowdown explains the count.
             self._reference = reference.frozen()
             self._change_at = taken
-        factor = self._solve(reference, members, elapsed, finished, self._change_at - taken)
+        # Its size from every member: one older than the reference's durations that still
+        # runs is the plainest sign of how slow synthesis has become.
+        finished_all = len(members) - (since - older_than(ages_s, members[0] + elapsed + tiny))
+        factor = self._solve(reference, members, elapsed, finished_all, self._change_at - taken)
         self.factor = max(self.factor, factor)
 
     def _solve(
