@@ -6,8 +6,9 @@ all, and a real change of level is followed within a few samples. The synthesis 
 every sample, a heavy tail included, and its spread, because the spread of synthesis times sets
 how far the ready queue wanders. The syntheses still running give a live floor and tell the
 hung ones (``pacer.control.live_floor.LiveFloor``): those older than anything the host shows
-before a change mark a slowdown before any slow one completes. A cold start adds a censored
-estimate of its first cohort (``pacer.control.cohort.ColdCohort``).
+before a change mark a slowdown before any slow one completes; those that fail to finish
+when the window says they should size it sooner (``pacer.control.survival.SurvivalCheck``). A
+cold start adds a censored estimate of its first cohort (``pacer.control.cohort.ColdCohort``).
 
 Saved estimates (``Estimates``) count as a few samples, not as settled, and are dropped when
 the first fresh samples disagree with them by more than a factor of two; the service keeps
@@ -78,7 +79,8 @@ class Estimator:
     mean within ``MEAN_ERROR``. Both drop older samples on a change of level
     (``DurationWindow``); a GPU that speeds up is believed after a run of W + 1 shorter times
     (at least ``DROP_RUN_MIN``). The lead time the projection looks ahead is T̂syn, raised by
-    the cold start's censored cohort mean and by the live floor (``lead_s``, ``LiveFloor``).
+    the cold start's censored cohort mean, by the live floor and by a slowdown seen in the
+    syntheses that do not finish (``lead_s``, ``LiveFloor``, ``SurvivalCheck``).
     """
 
     RECENT_FRACTION = 4  # the newest quarter of a window detects a change of level
@@ -254,9 +256,10 @@ class Estimator:
     def lead_s(self, now: float) -> float:
         """T̂syn, the synthesis lead time (s) the projection looks ahead.
 
-        At least the live floor, or while the cold-start cohort is still running, at least
-        the cohort's censored mean: its first finishers are its fastest, so their average
-        alone runs low and would starve the GPUs one synthesis later.
+        At least the live floor and a slowdown's lead time (``SurvivalCheck``), or while the
+        cold-start cohort is still running, at least the cohort's censored mean: its first
+        finishers are its fastest, so their average alone runs low and would starve the GPUs
+        one synthesis later.
         """
         syn = self._syn.value or 0.0
         if self._cohort is not None:

@@ -4,19 +4,19 @@ The live floor (``pacer.control.live_floor``) learns a longer lead time from the
 syntheses running: an age grows one second a second, so the floor reaches the new lead time
 only a lead time after the change. Completions that do not come say more, sooner.
 
-Each ``SNAPSHOT_LEADS`` × T̂syn, ``SurvivalCheck`` notes the oldest syntheses running (those
-younger than the ``TAIL``-th longest duration in T̂syn's window: the odds of an older one rest
-on too few samples) and their ages. ``HORIZON_LEADS`` × T̂syn
-later it counts how many of them finished, against how many the window's durations expect to
-finish, each given its age (a censored sample: a synthesis still running took at least its
-age). Where far fewer finished than expected (``SIGNIFICANCE`` standard deviations of the
-count, at least ``MARGIN`` partitions and ``SHARE`` of those expected), synthesis has slowed.
-The factor ``k`` is the least slowdown that explains the count: the work of every member
-slowed ``k``-fold from the first such snapshot on. ``k`` × T̂syn is then a floor on the lead
-time. The window is frozen at the first deficit (a reference taken before the change), so
-the slow samples that enter it later neither stretch nor mix it. The slowdown ends once the
-window reaches it, the window re-bases, a check finds as many finished as expected, or no
-check confirms it for ``EXPIRE_LEADS`` of its lead times.
+Each ``SNAPSHOT_LEADS`` × T̂syn, ``SurvivalCheck`` notes the syntheses running that are not hung,
+and their ages. ``HORIZON_LEADS`` × T̂syn later it counts how many of them finished. Those
+younger than the ``TAIL``-th longest duration in T̂syn's window are tested: the window gives
+each one's chance to finish at its age (a censored sample: a synthesis still running took at
+least its age); an older one's odds rest on too few samples. Where far fewer finished than
+expected (``SIGNIFICANCE`` standard deviations of the count, at least ``MARGIN`` partitions
+and ``SHARE`` of those expected), synthesis has slowed. The factor ``k`` is the least slowdown
+that explains what every member did, the older ones too: their work ``k`` times slower from
+the first such snapshot on. ``k`` × T̂syn is then a floor on the lead time. The window is
+frozen at the first deficit (a reference taken before the change), so the slow samples that
+enter it later neither stretch nor mix it. The slowdown ends once the window reaches it, the
+window re-bases, a check finds as many finished as expected, or no check confirms it for
+``EXPIRE_LEADS`` of its lead times.
 
 A hung synthesis costs one expected completion, once: within the margin. A heavy tail
 spreads the chances of finishing, and its wider noise raises the bar the deficit must clear.
