@@ -13,13 +13,13 @@ and the slowest recovery (busy again, in lead times of the new regime).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import statistics
 import sys
 from collections.abc import Callable
 
+from bench.usage import doc_parser
 from pacer.cli.table import render
 from pacer.config import Settings
 from pacer.control.baselines import FixedConcurrency
@@ -55,11 +55,7 @@ def oracle(scenario: Scenario, extra: int) -> PolicyFactory:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n".join(__doc__.splitlines()[2:]),
-    )
+    parser = doc_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--extras", default="8,20,40", help="the oracle's partitions beyond Little")
     parser.add_argument("--markdown", action="store_true")

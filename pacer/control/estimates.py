@@ -6,8 +6,9 @@ all, and a real change of level is followed within a few samples. The synthesis 
 every sample, a heavy tail included, and its spread, because the spread of synthesis times sets
 how far the ready queue wanders. The syntheses still running give a live floor and tell the
 hung ones (``pacer.control.live_floor.LiveFloor``): those older than anything the host shows
-before a change mark a slowdown before any slow one completes. A cold start adds a censored
-estimate of its first cohort (``pacer.control.cohort.ColdCohort``).
+before a change mark a slowdown before any slow one completes; those that fail to finish
+when the window says they should size it sooner (``pacer.control.survival.SurvivalCheck``). A
+cold start adds a censored estimate of its first cohort (``pacer.control.cohort.ColdCohort``).
 
 Saved estimates (``Estimates``) count as a few samples, not as settled, and are dropped when
 the first fresh samples disagree with them by more than a factor of two; the service keeps
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 from pacer.control.cohort import ColdCohort
 from pacer.control.live_floor import LiveFloor
+from pacer.control.survival import SurvivalCheck
 from pacer.control.windows import MAX_WINDOW, DurationWindow, check_duration
 
 __all__ = ["ColdCohort", "DurationWindow", "Estimates", "Estimator", "estimates_key"]
@@ -77,7 +79,8 @@ class Estimator:
     mean within ``MEAN_ERROR``. Both drop older samples on a change of level
     (``DurationWindow``); a GPU that speeds up is believed after a run of W + 1 shorter times
     (at least ``DROP_RUN_MIN``). The lead time the projection looks ahead is T̂syn, raised by
-    the cold start's censored cohort mean and by the live floor (``lead_s``, ``LiveFloor``).
+    the cold start's censored cohort mean, by the live floor and by a slowdown seen in the
+    syntheses that do not finish (``lead_s``, ``LiveFloor``, ``SurvivalCheck``).
     """
 
     RECENT_FRACTION = 4  # the newest quarter of a window detects a change of level
@@ -103,6 +106,8 @@ class Estimator:
         )
         self._cohort: ColdCohort | None = None if saved.known else ColdCohort()
         self._floor = LiveFloor()
+        self._survival = SurvivalCheck()
+        self._rebased = 0  # the synthesis window's re-basings the check has seen
         self.failures = 0  # syntheses that failed or timed out
         self.version = 0  # bumped by every observation, so derived values can be cached
 
@@ -211,7 +216,12 @@ class Estimator:
         ages_s = ages_s if synthesizing > 0 else ()
         if self._cohort is None:
             estimate = self._syn.value or 0.0
-            self._floor.update(now, ages_s, estimate, max(estimate, self._floor.value_s))
+            lead = max(estimate, self._floor.value_s, self._survival.lead_s)
+            self._floor.update(now, ages_s, estimate, lead)
+            if self._syn.rebased != self._rebased:
+                self._rebased = self._syn.rebased
+                self._survival.clear()  # the window holds the new level
+            self._survival.update(now, ages_s, self._floor.hung, self._syn.ordered, estimate)
             return
         if synthesizing == 0:
             self._close_cohort(self._cohort.forget_before(math.inf))
@@ -246,16 +256,23 @@ class Estimator:
     def lead_s(self, now: float) -> float:
         """T̂syn, the synthesis lead time (s) the projection looks ahead.
 
-        At least the live floor, or while the cold-start cohort is still running, at least
-        the cohort's censored mean: its first finishers are its fastest, so their average
-        alone runs low and would starve the GPUs one synthesis later.
+        At least the live floor and a slowdown's lead time (``SurvivalCheck``), or while the
+        cold-start cohort is still running, at least the cohort's censored mean: its first
+        finishers are its fastest, so their average alone runs low and would starve the GPUs
+        one synthesis later.
         """
         syn = self._syn.value or 0.0
         if self._cohort is not None:
             # The cohort's bound plays the floor's part: its first finishers, all the window
             # holds, are its fastest, so a margin drawn from them would be too thin.
             return max(syn, self._cohort.lower_bound(now))
-        return max(syn, self.live_floor_s())
+        return max(syn, self.live_floor_s(), self._survival.lead_s)
+
+    @property
+    def slowdown(self) -> float:
+        """The factor by which syntheses run slower than T̂syn's window says, from those that
+        failed to finish (``SurvivalCheck``); 1 where none is seen."""
+        return self._survival.factor
 
     def ready_wander_sd(self, rate_per_s: float, lead_s: float) -> float:
         """Standard deviation of the ready queue's wander at ``rate_per_s`` partitions a

@@ -324,6 +324,11 @@ class DurationWindow:
         return self._compute()[3] if self._samples else 0.0
 
     @property
+    def ordered(self) -> list[float]:
+        """Every sample in the window, shortest first (the window's own list: read only)."""
+        return self._sorted
+
+    @property
     def longest(self) -> float:
         """The longest sample in the window (trimmed samples and outliers left out)."""
         return self._compute()[2] if self._samples else 0.0

@@ -1,0 +1,115 @@
+"""A slowdown of synthesis seen in the syntheses that do not finish, on a virtual clock."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+
+from pacer.control.estimates import Estimates, Estimator
+from pacer.control.policy import Observation
+from pacer.control.survival import Reference, SurvivalCheck
+
+
+class Host:
+    """Syntheses dispatched every ``interval_s``, each taking ``draw()`` s of work; from
+    ``slow_at`` on, work runs ``slowdown`` times slower (work in progress too). Syntheses
+    listed in ``hangs`` (by dispatch number) never finish."""
+
+    def __init__(
+        self,
+        draw: Callable[[], float],
+        interval_s: float = 0.08,
+        slow_at: float = float("inf"),
+        slowdown: float = 1.0,
+        hangs: tuple[int, ...] = (),
+    ) -> None:
+        self.draw, self.interval_s = draw, interval_s
+        self.slow_at, self.slowdown, self.hangs = slow_at, slowdown, set(hangs)
+        self.running: dict[int, tuple[float, float]] = {}  # number → (dispatched at, work left)
+        self.dispatched = 0
+        self.now = 0.0
+        saved = Estimates(gpu_service_s=0.16, synthesis_s=1.4, synthesis_sd_s=0.28)
+        self.est = Estimator(gpu_window=64, synthesis_window=64, saved=saved)
+
+    def run_until(self, end_s: float, step_s: float = 0.02) -> None:
+        next_dispatch = self.now
+        while self.now < end_s:
+            self.now += step_s
+            pace = 1 / self.slowdown if self.now > self.slow_at else 1.0
+            for number, (at, left) in list(self.running.items()):
+                left -= step_s * pace
+                if left <= 0 and number not in self.hangs:
+                    del self.running[number]
+                    self.est.observe_synthesis(self.now - at, self.now)
+                else:
+                    self.running[number] = (at, left)
+            while next_dispatch <= self.now:
+                self.running[self.dispatched] = (next_dispatch, self.draw())
+                self.dispatched += 1
+                next_dispatch += self.interval_s
+            ages = tuple(self.now - at for at, _ in self.running.values())
+            # Windows sized as the controller sizes them: two lead times, and the spread.
+            self.est.fit(2, in_synthesis=self.est.lead_s(self.now) / self.interval_s)
+            self.est.observe_running(
+                self.now, len(ages), ages[: Observation.SYNTHESIS_AGES]
+            )  # dispatch order: oldest first
+
+
+def lognormal(median: float, sigma: float, seed: int) -> Callable[[], float]:
+    rng = random.Random(seed)
+    return lambda: rng.lognormvariate(0.0, sigma) * median
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_five_fold_slowdown_lifts_the_lead_time_before_the_ages_do(seed: int) -> None:
+    host = Host(lognormal(1.4, 0.2, seed), slow_at=100.0, slowdown=5.0)
+    host.run_until(100.0)
+    assert host.est.slowdown == 1.0
+    host.run_until(102.5)  # under two of the old lead times
+    oldest = max(host.now - at for at, _ in host.running.values())
+    # The ages alone cannot show more than the oldest age; the missing completions do.
+    assert host.est.slowdown >= 2.0
+    assert host.est.lead_s(host.now) > oldest
+    assert host.est.lead_s(host.now) <= SurvivalCheck.MAX_FACTOR * 1.5
+
+
+@pytest.mark.parametrize(
+    ("median", "sigma"), [(1.4, 0.2), (1.4, 1.0)], ids=["narrow", "heavy-tail"]
+)
+def test_steady_syntheses_show_no_slowdown(median: float, sigma: float) -> None:
+    host = Host(lognormal(median, sigma, seed=7))
+    host.run_until(60.0)  # a window of the first seconds holds only the quick ones
+    check = host.est._survival
+    checks, deficits = check.checks, check.deficits
+    host.run_until(300.0)
+    assert check.checks - checks > 400
+    # Rare, if any: a heavy tail's long runs of stragglers now and then.
+    assert check.deficits - deficits <= 0.01 * (check.checks - checks)
+    assert host.est.lead_s(host.now) < 2 * (host.est.synthesis_s or 0.0)
+
+
+def test_a_few_hung_syntheses_are_no_slowdown() -> None:
+    host = Host(lognormal(1.4, 0.2, seed=5), hangs=(700, 701, 702))
+    host.run_until(200.0)
+    assert host.est._survival.deficits == 0
+    assert host.est.lead_s(host.now) < 2.0
+
+
+def test_the_slowdown_ends_once_the_window_holds_the_new_level() -> None:
+    host = Host(lognormal(1.4, 0.2, seed=4), slow_at=100.0, slowdown=5.0)
+    host.run_until(103.0)
+    assert host.est.slowdown > 1.0
+    host.run_until(160.0)
+    assert host.est.slowdown == 1.0
+    assert (host.est.synthesis_s or 0.0) > 5.0
+
+
+def test_the_least_slowdown_explains_the_count() -> None:
+    durations = sorted(1.0 + 0.01 * i for i in range(-10, 11))  # 0.9 s to 1.1 s
+    ref = Reference(durations, 1.0)
+    # 0.5 s old, 1 s on: at the reference's pace it is done; twice slower it has done 1 s.
+    assert ref.finish_chance(0.5, 1.0) == 1.0
+    assert ref.finish_chance(0.5, 1.0, scale=2.0, change_s=0.0) == pytest.approx(0.5, abs=0.05)
+    assert ref.finish_chance(0.5, 1.0, scale=4.0, change_s=0.0) == 0.0
