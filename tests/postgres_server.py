@@ -141,6 +141,24 @@ class PostgresServer:
         pinned = [] if self.cpus is None else ["taskset", "-c", self.cpus]
         self._run([*pinned, pg_ctl, "-D", str(self.data), "-o", options, "-l", log, *wait, "start"])
 
+    def standby(self) -> PostgresServer:
+        """A streaming standby of this server, started: a server of its own (its directory,
+        its socket) made from a base backup of this one, replaying its WAL until `promote`."""
+        standby = PostgresServer(durable=self.durable, tcp=self.tcp, cpus=self.cpus)
+        standby._databases = self._databases
+        backup = str(self._bin / "pg_basebackup")
+        source = f"host={self.root} port={self.port} user={self.user}"
+        self._run(
+            [backup, "-D", str(standby.data), "-R", "-X", "stream", "-c", "fast", "-d", source]
+        )
+        standby.resume()
+        return standby
+
+    def promote(self) -> None:
+        """Make this standby the primary: it stops replaying and takes writes."""
+        pg_ctl = str(self._bin / "pg_ctl")
+        self._run([pg_ctl, "-D", str(self.data), "-w", "-t", str(START_TIMEOUT_S), "promote"])
+
     def halt(self) -> None:
         """Stop the server at once (its clients disconnected), keeping its data."""
         pg_ctl = str(self._bin / "pg_ctl")

@@ -152,8 +152,12 @@ class JournalSettings(Section):
         sqlite_file = text.removeprefix(SQLITE_SCHEME) if text.startswith(SQLITE_SCHEME) else text
         if text.startswith(POSTGRES_SCHEMES):
             try:
-                parts = urlsplit(text)
-                parts.port  # noqa: B018 - raises for a port that is not one
+                # Several servers, host1:port1,host2:port2 (libpq tries each): each is checked.
+                head, _, rest = text.partition("://")
+                netloc = rest.split("/", 1)[0].split("?", 1)[0]
+                userinfo, at, hosts = netloc.rpartition("@")
+                for host in hosts.split(","):
+                    urlsplit(f"{head}://{userinfo}{at}{host}/").port  # noqa: B018 - raises
             except ValueError as exc:
                 # Its own words name the part (an IPv6 address unclosed, a port out of range),
                 # never the password.

@@ -9,8 +9,46 @@ that lost a lease (it lapsed and another host took it) holds a token no row has 
 while a commit under it runs, and a commit that waited for a claim reads the lease as it left it.
 """
 
+# When the fleet last came back to the server after none of its hosts could reach it: the
+# last call of a claim or a renewal is kept in ``fleet_clock``. ``pacer_back`` records this
+# call (at most once every quarter of a lease, and never waiting: another call recording is
+# as good) and answers since when the hosts have had the server without a gap: the later of
+# the server's start and the end of the last gap of more than half a lease with no call. A
+# gap is an outage for every host (a restart, a failover to a standby, the network), since
+# live hosts renew every third of a lease; a gap seen now answers now. A lease renewed
+# before that time lapses no sooner than a lease's time after it: its holder had no way to
+# renew while the fleet could not reach the server.
+BACK_FUNCTION = """
+CREATE OR REPLACE FUNCTION pacer_back(lease_s double precision) RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+DECLARE
+    seen timestamptz;
+    back timestamptz;
+BEGIN
+    SELECT c.seen_at, c.back_at INTO seen, back FROM fleet_clock c;
+    IF seen IS NULL OR now() - seen > make_interval(secs => lease_s / 2) THEN
+        back := now();
+    END IF;
+    IF seen IS NULL OR now() - seen > make_interval(secs => lease_s / 4) THEN
+        UPDATE fleet_clock c SET seen_at = now(), back_at = back
+        WHERE c.one IN (SELECT one FROM fleet_clock FOR UPDATE SKIP LOCKED);
+    END IF;
+    RETURN greatest(back, pg_postmaster_start_time());
+END $$
+"""
+
+CLOCK_SCHEMA = (
+    """CREATE TABLE fleet_clock (
+        one boolean PRIMARY KEY DEFAULT true CHECK (one),
+        seen_at timestamptz NOT NULL DEFAULT now(),
+        back_at timestamptz NOT NULL DEFAULT '-infinity'
+    )""",
+    "INSERT INTO fleet_clock DEFAULT VALUES",
+    BACK_FUNCTION,
+)
+
 CLAIM_FUNCTION = """
-CREATE FUNCTION pacer_claim(holder text, wanted integer, lease_s double precision)
+CREATE OR REPLACE FUNCTION pacer_claim(holder text, wanted integer, lease_s double precision)
 RETURNS TABLE (claimed_batch bigint, claimed_job text, claimed_start integer,
                claimed_stop integer, claimed_done integer[], reclaimed_from text,
                claimed_token bigint)
@@ -23,13 +61,15 @@ DECLARE
         SELECT * FROM batches b WHERE b.claimed_by IS NULL
         ORDER BY b.priority DESC, b.created_at, b.seq, b.given_back DESC, b.first
         FOR UPDATE SKIP LOCKED;
-    -- A lease last renewed before the server (re)started lapses no sooner than a lease's time
-    -- after the start: its holder could not renew while the server was down, and gets that
-    -- long to reach it again. (A lease of version 1 has no renewal time: no grace.)
+    -- A lease last renewed before the fleet came back to the server (a restart, a failover,
+    -- an outage: pacer_back) lapses no sooner than a lease's time after that: its holder
+    -- could not renew meanwhile, and gets that long to reach the server again. (A lease of
+    -- version 1 has no renewal time: no grace.)
+    back timestamptz := pacer_back(lease_s);
     lapsed CURSOR FOR
         SELECT * FROM batches b WHERE b.claimed_by IS NOT NULL AND b.lease_until < now()
-            AND (coalesce(b.renewed_at, 'infinity') >= pg_postmaster_start_time()
-                 OR now() >= pg_postmaster_start_time() + make_interval(secs => lease_s))
+            AND (coalesce(b.renewed_at, 'infinity') >= back
+                 OR now() >= back + make_interval(secs => lease_s))
         ORDER BY b.priority DESC, b.created_at, b.seq, b.given_back DESC, b.first
         FOR UPDATE SKIP LOCKED;
     f batches%ROWTYPE;

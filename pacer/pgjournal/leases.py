@@ -121,6 +121,8 @@ class FleetQueue:
         all its results, or its job ended (those leases are dropped here)."""
         _check_host(host)
         with connection(self._pool) as db:
+            # The fleet reached the server: the clock of its leases' grace (pacer_back).
+            db.execute("SELECT pacer_back(?)", (self.lease_s,))
             rows = db.execute(
                 f"{_DROP_ENDED} UPDATE batches b"
                 " SET lease_until = now() + make_interval(secs => ?), renewed_at = now()"

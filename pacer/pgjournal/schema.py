@@ -40,13 +40,14 @@ from psycopg.rows import TupleRow
 from pacer.journal.records import JournalRefusedError
 from pacer.pgjournal.functions import (
     CLAIM_FUNCTION,
+    CLOCK_SCHEMA,
     COMMIT_PROCEDURE,
     COMPLETE_FUNCTION,
     SETTLE_FUNCTION,
 )
 from pacer.pgjournal.packs import PACK_SCHEMA
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # pg_advisory_xact_lock's key for migrations: any constant no other application takes.
 MIGRATION_LOCK = 0x7061636572_5347  # "pacer", "SG"
@@ -125,6 +126,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     5: (COMMIT_PROCEDURE,),
     # pacer_commit finds the leases its results finish by key.
     6: (COMMIT_PROCEDURE,),
+    # The restart grace covers any time the fleet could not reach the server (a failover).
+    7: (*CLOCK_SCHEMA, CLAIM_FUNCTION),
 }
 
 

@@ -130,6 +130,9 @@ def test_the_shm_dir_is_an_absolute_path(
         ({"PACER_JOURNAL__URL": "postgresql://u:p@db:99999/x"},
          "PACER_JOURNAL__URL: is not a URL a PostgreSQL database can be reached at (Port out of "
          "range 0-65535)"),
+        ({"PACER_JOURNAL__URL": "postgresql://u:p@db1:5432,db2:99999/x"},
+         "PACER_JOURNAL__URL: is not a URL a PostgreSQL database can be reached at (Port out of "
+         "range 0-65535)"),
         ({"PACER_API__ALLOWED_HOSTS": "pacer.internal, evil/x"},
          "PACER_API__ALLOWED_HOSTS: must be host names (letters, digits, '.', '-', '_') or *"),
         ({"PACER_JOURNAL__URL": "a.sqlite", "PACER_JOURNAL__PATH": "b.sqlite"},
@@ -172,6 +175,7 @@ def test_the_shm_dir_is_an_absolute_path(
         "journal-no-path",
         "journal-url-ipv6-unclosed",
         "journal-url-port",
+        "journal-url-second-port",
         "allowed-hosts",
         "journal-url-and-path",
         "journal-host-space",
@@ -227,9 +231,11 @@ def test_a_refused_secret_is_not_echoed(
           "postgresql://u:pw@[::1]:5432/p?sslpassword=pw&passfile=/pw&sslkey=/k&Auth_Token=pw"},
          "postgresql://u:***@[::1]:5432/p?sslpassword=***&passfile=***&sslkey=***&Auth_Token=***",
          True),
+        ({"PACER_JOURNAL__URL": "postgresql://u:pw@db1:5432,[::1]:5433/p?target_session_attrs=any"},
+         "postgresql://u:***@db1:5432,[::1]:5433/p?target_session_attrs=any", True),
     ],
     ids=["default", "path", "relative", "absolute", "bare-path", "postgresql", "password-param",
-         "every-secret"],
+         "every-secret", "several-servers"],
 )  # fmt: skip
 def test_the_journal_url_names_an_sqlite_file_or_a_fleets_database(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], location: str, fleet: bool

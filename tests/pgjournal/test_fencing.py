@@ -213,3 +213,34 @@ def test_commits_of_one_job_from_many_hosts_count_on_rows_of_their_own(
                              " ORDER BY host", job.id)  # fmt: skip
     assert rows == [("host-a", 2), ("host-b", 1), ("host-c", 2)]
     assert journal.get_job(job.id).partitions_done == 5  # type: ignore[union-attr]
+
+
+def test_after_the_fleet_could_not_reach_the_server_a_lease_lapses_only_a_lease_later(
+    journal: PgJournal, postgres_url: str
+) -> None:
+    job = journal.add_job(4, None, {})
+    (mine,) = journal.claim("host-a", 2)
+    # No host reached the server for a minute (a failover to a standby, a network cut): the
+    # server ran all along, so its start time cannot tell.
+    sql(postgres_url, "UPDATE fleet_clock SET seen_at = now() - interval '60 s'")
+    expire(postgres_url, "host-a")
+    with PgJournal.connect(postgres_url, host="host-b", lease_s=30) as other:
+        # The first call after the gap sees it: host-a gets a lease's time to renew.
+        assert [c.reclaimed_from for c in other.claim("host-b", 4)] == [None]
+        [(back,)] = sql(postgres_url, "SELECT now() - back_at < interval '30 s' FROM fleet_clock")
+        assert back
+        assert [c.reclaimed_from for c in other.claim("host-b", 4)] == []
+        # A lease's time after the fleet came back, the lease lapses as usual.
+        sql(postgres_url, "UPDATE fleet_clock SET back_at = now() - interval '31 s'")
+        (taken,) = other.claim("host-b", 4)
+        assert (taken.job_id, taken.batch, taken.reclaimed_from) == (job.id, mine.batch, "host-a")
+
+
+def test_a_renewal_keeps_the_fleet_seen(journal: PgJournal, postgres_url: str) -> None:
+    sql(postgres_url, "UPDATE fleet_clock SET seen_at = now() - interval '20 s'")
+    journal.renew("host-a")  # 20 s is more than a quarter of the 30 s lease: recorded
+    [(fresh, gap)] = sql(
+        postgres_url,
+        "SELECT now() - seen_at < interval '5 s', back_at > '-infinity' FROM fleet_clock",
+    )
+    assert (fresh, gap) == (True, True)  # and 20 s is more than half: a gap, ended now

@@ -28,7 +28,7 @@ def test_migrate_creates_the_schema_on_an_empty_database_and_a_rerun_changes_not
         assert journal.get_job(job.id) == job
     tables = sql(postgres_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
     assert sorted(str(t) for (t,) in tables) == [
-        "attempts", "batches", "estimates", "job_progress", "jobs", "pacer_schema",
+        "attempts", "batches", "estimates", "fleet_clock", "job_progress", "jobs", "pacer_schema",
         "partition_packs", "partitions", "workload_estimates",
     ]  # fmt: skip
 

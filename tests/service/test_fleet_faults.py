@@ -1,8 +1,9 @@
 """Faults that once stopped a whole fleet or made it prove twice, with real `pacer serve`
 processes on a PostgreSQL server of the test's own: a host frozen (SIGSTOP) past its lease
 holds no other host up, and once resumed proves at most its partitions in flight again and
-stores none of them; the server restarted, for a moment or for longer than a lease, with one
-host out of reach a little longer still, makes no host prove a partition twice.
+stores none of them; the server restarted, for a moment or for longer than a lease, or a
+failover to a standby, with one host out of reach a little longer still, makes no host prove a
+partition twice.
 
 How many partitions were proved twice is what the hosts proved (their
 ``pacer_partitions_total{outcome="completed"}``) less the jobs' partitions."""
@@ -14,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from urllib.parse import quote, urlsplit
 
 import pytest
 
@@ -71,6 +73,20 @@ def proved_twice(url: str, hosts: list[ServerProcess]) -> int:
     [(partitions,)] = sql(url, "SELECT sum(partitions) FROM jobs")
     proved = sum(metric(h, "pacer_partitions_total", outcome="completed") for h in hosts)
     return int(proved) - int(str(partitions))
+
+
+def completed_with_none_proved_twice(
+    url: str, hosts: list[ServerProcess], accepted: list[str]
+) -> None:
+    """Every job completes once, no partition was proved twice nor a lease taken from a host,
+    and each host stops cleanly."""
+    wait_until(lambda: all_completed(url), "every job to complete", timeout_s=WORK_S)
+    assert proved_twice(url, hosts) == 0
+    assert sum(metric(h, "pacer_fleet_reclaimed_partitions_total") for h in hosts) == 0
+    for host in hosts:
+        host.signal(signal.SIGTERM)
+    assert [host.wait(30) for host in hosts] == [0, 0, 0]
+    check_every_job_completed_once(url, accepted, hosts)
 
 
 @dataclass
@@ -159,10 +175,36 @@ def test_a_server_restart_makes_no_host_prove_a_partition_twice(
     own_postgres.resume()
     time.sleep(LATE_S)
     late.signal(signal.SIGCONT)
-    wait_until(lambda: all_completed(url), "every job to complete", timeout_s=WORK_S)
-    assert proved_twice(url, hosts) == 0
-    assert sum(metric(h, "pacer_fleet_reclaimed_partitions_total") for h in hosts) == 0
-    for host in hosts:
-        host.signal(signal.SIGTERM)
-    assert [host.wait(30) for host in hosts] == [0, 0, 0]
-    check_every_job_completed_once(url, accepted, hosts)
+    completed_with_none_proved_twice(url, hosts, accepted)
+
+
+FAILOVER_DOWN_S = 8.0  # no primary: more than half a lease, so every host sees the gap
+
+
+def test_a_failover_to_a_standby_makes_no_host_prove_a_partition_twice(
+    own_postgres: PostgresServer, server_factory: ServerFactory
+) -> None:
+    primary_url = own_postgres.create_database()
+    database = urlsplit(primary_url).path.lstrip("/")
+    standby = own_postgres.standby()
+    try:
+        # Either server, whichever takes writes: the hosts follow the failover by themselves.
+        both = ",".join(quote(str(s.root)) for s in (own_postgres, standby))
+        ports = f"{own_postgres.port},{standby.port}"
+        url = (f"postgresql://{own_postgres.user}@/{database}?host={both}&port={ports}"
+               "&target_session_attrs=read-write")  # fmt: skip
+        hosts = hosts_on(server_factory, url, ["fo-a", "fo-b", "fo-late"], RESTART_LEASE_S)
+        late = hosts[2]
+        accepted = [hosts[0].client.submit(45, params=SLOWER) for _ in range(40)]
+        wait_until(lambda: done_in(url) > 100, "some results")
+        late.signal(signal.SIGSTOP)  # out of reach a little longer than the others
+        own_postgres.halt()  # a clean stop: the standby has every committed write
+        time.sleep(FAILOVER_DOWN_S)  # the fault itself: no primary this long
+        standby.promote()
+        time.sleep(LATE_S)
+        late.signal(signal.SIGCONT)
+        # The standby's server started before the fault: only the fleet's own clock of when
+        # it last reached the server tells its hosts' leases to wait.
+        completed_with_none_proved_twice(url, hosts, accepted)
+    finally:
+        standby.stop()
