@@ -29,7 +29,9 @@ BEGIN
     IF seen IS NULL OR now() - seen > make_interval(secs => lease_s / 2) THEN
         back := now();
     END IF;
-    IF seen IS NULL OR now() - seen > make_interval(secs => lease_s / 4) THEN
+    IF seen IS NULL THEN  -- the row was deleted: the clock starts again, from now
+        INSERT INTO fleet_clock (back_at) VALUES (back) ON CONFLICT DO NOTHING;
+    ELSIF now() - seen > make_interval(secs => lease_s / 4) THEN
         UPDATE fleet_clock c SET seen_at = now(), back_at = back
         WHERE c.one IN (SELECT one FROM fleet_clock FOR UPDATE SKIP LOCKED);
     END IF;

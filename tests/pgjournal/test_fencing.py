@@ -244,3 +244,19 @@ def test_a_renewal_keeps_the_fleet_seen(journal: PgJournal, postgres_url: str) -
         "SELECT now() - seen_at < interval '5 s', back_at > '-infinity' FROM fleet_clock",
     )
     assert (fresh, gap) == (True, True)  # and 20 s is more than half: a gap, ended now
+
+
+def test_the_fleets_clock_starts_again_when_its_row_is_gone(
+    journal: PgJournal, postgres_url: str
+) -> None:
+    journal.add_job(2, None, {})
+    (mine,) = journal.claim("host-a", 1)
+    sql(postgres_url, "DELETE FROM fleet_clock")
+    expire(postgres_url, "host-a")
+    with PgJournal.connect(postgres_url, host="host-b", lease_s=30) as other:
+        # The first call after puts the row back, as a gap ended now: host-a gets its grace.
+        assert [c.reclaimed_from for c in other.claim("host-b", 2)] == [None]
+        assert sql(postgres_url, "SELECT count(*) FROM fleet_clock") == [(1,)]
+        sql(postgres_url, "UPDATE fleet_clock SET back_at = now() - interval '31 s'")
+        (taken,) = other.claim("host-b", 2)
+        assert (taken.batch, taken.reclaimed_from) == (mine.batch, "host-a")
