@@ -20,11 +20,14 @@ import multiprocessing
 import os
 import random
 import statistics
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from pacer.journal import MAX_PARTITIONS, LeaseToken, PartitionResult
@@ -135,6 +138,41 @@ def quantile_ms(values: list[float], q: int) -> str:
     return f"{statistics.quantiles(values, n=100)[q - 1] * 1000:.1f}"
 
 
+# What the server did in an interval, read from its statistics views: what the jobs' progress
+# rows count (every commit is in one), the WAL written and its full-page images, checkpoints,
+# and the queue's dead rows and size.
+SAMPLE_SQL = """
+SELECT (SELECT coalesce(sum(done), 0) FROM job_progress)::bigint,
+       (SELECT wal_bytes FROM pg_stat_wal)::bigint, (SELECT wal_fpi FROM pg_stat_wal),
+       (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter),
+       (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'batches'),
+       pg_total_relation_size('batches'), pg_total_relation_size('partitions'),
+       pg_total_relation_size('jobs')
+"""
+
+
+def sample_progress(url: str, interval: float, stop: threading.Event) -> None:
+    """Every ``interval`` s until ``stop``, print to stderr what the server did meanwhile:
+    commits/s, WAL MB/s and the share of it in full-page images, checkpoints, the queue's dead
+    rows, and the sizes of the queue, the results and the jobs tables (MB)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        began = time.perf_counter()
+        last = conn.execute(SAMPLE_SQL).fetchone()
+        while not stop.wait(interval) and last is not None:
+            now = conn.execute(SAMPLE_SQL).fetchone()
+            assert now is not None
+            done, wal, fpi, checkpoints = (now[i] - last[i] for i in range(4))
+            mb = 1 / 2**20
+            print(
+                f"[{time.perf_counter() - began:6.0f} s] {done / interval:7,.0f} commits/s  "
+                f"WAL {wal * mb / interval:5.1f} MB/s ({100 * fpi * 8192 / max(wal, 1):3.0f} % "
+                f"full pages)  checkpoints {checkpoints}  dead leases {now[4]:,}  "
+                f"MB: queue {now[5] * mb:.1f} results {now[6] * mb:.0f} jobs {now[7] * mb:.2f}",
+                file=sys.stderr, flush=True,
+            )  # fmt: skip
+            last = now
+
+
 def measure(
     server: PostgresServer, claimers: int, batch: int, seconds: float, interval: float,
     vacuum: bool = True,
@@ -156,8 +194,13 @@ def measure(
     barrier.wait()
     time.sleep(WARMUP_S)
     cpu_before, wall_before = server_cpu_s(server), time.perf_counter()
+    stop = threading.Event()
+    sampler = threading.Thread(target=sample_progress, args=(url, interval, stop), daemon=True)
+    sampler.start()
     runs = [queue.get() for _ in processes]
     cpu = (server_cpu_s(server) - cpu_before) / (time.perf_counter() - wall_before)
+    stop.set()
+    sampler.join()
     barrier.wait()  # the claimers may close their connections now
     for process in processes:
         process.join()

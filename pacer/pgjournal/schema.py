@@ -30,6 +30,14 @@ through the view ``partition_rows`` (`pacer.pgjournal.packs`).
 
 Version 5: ``pacer_commit`` counts a result under a lease no longer held as refused whatever
 its job's state (before, one for a job completed meanwhile was dropped uncounted).
+
+Version 6: ``pacer_commit`` finds the leases its results finish by key.
+
+Version 7: ``fleet_clock`` and ``pacer_back``: the grace after a restart covers any time the
+fleet could not reach the server, a failover included.
+
+Version 8: no vacuum truncates ``batches`` (``vacuum_truncate = false``): the table shrinks and
+grows again within seconds, and a truncation waits for the table's exclusive lock.
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ from pacer.pgjournal.functions import (
 )
 from pacer.pgjournal.packs import PACK_SCHEMA
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # pg_advisory_xact_lock's key for migrations: any constant no other application takes.
 MIGRATION_LOCK = 0x7061636572_5347  # "pacer", "SG"
@@ -128,6 +136,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     6: (COMMIT_PROCEDURE,),
     # The restart grace covers any time the fleet could not reach the server (a failover).
     7: (*CLOCK_SCHEMA, CLAIM_FUNCTION),
+    # No vacuum, autovacuum's included, cuts the queue table's empty pages off its end: the
+    # churn fills them again at once, and the cut needs the table's exclusive lock.
+    8: ("ALTER TABLE batches SET (vacuum_truncate = false)",),
 }
 
 

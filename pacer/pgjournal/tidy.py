@@ -7,8 +7,13 @@ lease time costs every claim a little, until a vacuum removes it. Autovacuum vis
 at most once a minute (``autovacuum_naptime``), by which time tens of thousands have piled up
 and claims have slowed by half. So each host, after renewing its leases, vacuums the queue
 when its dead rows pass `QUEUE_DEAD_ROWS`. One host vacuums at a time: one that finds another
-vacuuming skips its turn rather than wait (``SKIP_LOCKED``). Each statement stands alone, so
-a pooler in transaction mode can sit between the hosts and the server.
+vacuuming skips its turn rather than wait (``SKIP_LOCKED``). The vacuum leaves the table's
+empty pages at its end (``TRUNCATE false``, and the table's ``vacuum_truncate`` for
+autovacuum): the churn fills them again within seconds, and cutting them off needs the
+table's exclusive lock, which a vacuum tries for up to 5 s while claims and commits keep
+taking the table; a host's statement timeout would end the vacuum there, its work uncounted,
+and the next renewal would start another. Each statement stands alone, so a pooler in
+transaction mode can sit between the hosts and the server.
 """
 
 from __future__ import annotations
@@ -45,6 +50,6 @@ def tidy_queue(pool: ConnectionPool, dead_rows: int | None = None) -> bool:
     if queue_dead_rows(pool) < dead_rows:
         return False
     with connection(pool) as db:
-        db.execute("VACUUM (SKIP_LOCKED) batches")
+        db.execute("VACUUM (SKIP_LOCKED, TRUNCATE false) batches")
     log.debug("fleet: vacuumed the queue table (%d dead rows or more)", dead_rows)
     return True

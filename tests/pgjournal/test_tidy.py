@@ -72,3 +72,28 @@ def test_a_renewal_vacuums_the_queue_past_the_threshold(
     churned.claim("tidy-a", 1)
     assert len(churned.renew("tidy-a")) == 1  # the renewal stands, and vacuumed
     assert vacuums(postgres_url) == 1
+
+
+def queue_pages(url: str) -> int:
+    ((pages,),) = sql(
+        url, "SELECT pg_relation_size('batches') / current_setting('block_size')::int"
+    )
+    return int(str(pages))
+
+
+def test_the_vacuum_leaves_the_queue_its_pages(churned: PgJournal, postgres_url: str) -> None:
+    # Autovacuum leaves them (the table's option) ...
+    assert sql(postgres_url, "SELECT reloptions FROM pg_class WHERE relname = 'batches'") == [
+        (["fillfactor=50", "vacuum_truncate=false"],)
+    ]
+    # ... and so does a host's vacuum without it. Every lease row is dead once the job's runs
+    # are gone: a truncating vacuum would cut the table back to its first page, and need the
+    # table's exclusive lock to do it.
+    sql(postgres_url, "ALTER TABLE batches RESET (vacuum_truncate)")
+    sql(postgres_url, "DELETE FROM batches")
+    wait_until(lambda: queue_dead_rows(churned._pool) >= DEAD, "the server to count the dead rows")
+    pages = queue_pages(postgres_url)
+    assert pages > 1
+    assert tidy_queue(churned._pool, dead_rows=DEAD)
+    assert vacuums(postgres_url) == 1
+    assert queue_pages(postgres_url) == pages
