@@ -19,7 +19,9 @@ transaction mode can sit between the hosts and the server.
 from __future__ import annotations
 
 import logging
+import time
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from pacer.pgjournal.database import connection
@@ -29,6 +31,12 @@ log = logging.getLogger(__name__)
 # Dead rows in the queue table past which a host vacuums it: a few seconds of churn at a
 # thousand commits a second, and a vacuum of this table takes milliseconds.
 QUEUE_DEAD_ROWS = 5_000
+
+# A vacuum the server skips (pacer's role may not vacuum the table) is logged at most this
+# often (s): each renewal would otherwise repeat it.
+SKIPPED_WARNING_EVERY_S = 600.0
+_last_skipped_warning = -float("inf")
+LOCK_NOT_AVAILABLE = "55P03"  # the SQLSTATE of a skip under SKIP_LOCKED
 
 
 def queue_dead_rows(pool: ConnectionPool) -> int:
@@ -44,12 +52,44 @@ def queue_dead_rows(pool: ConnectionPool) -> int:
 def tidy_queue(pool: ConnectionPool, dead_rows: int | None = None) -> bool:
     """Vacuum ``batches`` when it holds at least ``dead_rows`` dead rows (None:
     `QUEUE_DEAD_ROWS`); whether it did so or found another host doing so (``SKIP_LOCKED``:
-    this host never waits for that one). Raises what the connection raises."""
+    this host never waits for that one). False too when the server skipped it because this
+    role may not vacuum the table, which is logged as a warning (`warn_skipped`). Raises what
+    the connection raises."""
     if dead_rows is None:
         dead_rows = QUEUE_DEAD_ROWS
     if queue_dead_rows(pool) < dead_rows:
         return False
+    warnings: list[str] = []
+
+    def keep_warning(notice: psycopg.errors.Diagnostic) -> None:
+        # Another host's vacuum holding the table is a skip too (SKIP_LOCKED), and fine.
+        if notice.severity_nonlocalized == "WARNING" and notice.sqlstate != LOCK_NOT_AVAILABLE:
+            warnings.append(notice.message_primary or "")
+
     with connection(pool) as db:
-        db.execute("VACUUM (SKIP_LOCKED, TRUNCATE false) batches")
+        db.conn.add_notice_handler(keep_warning)
+        try:
+            db.execute("VACUUM (SKIP_LOCKED, TRUNCATE false) batches")
+        finally:
+            db.conn.remove_notice_handler(keep_warning)
+    if warnings:
+        warn_skipped(warnings[0])
+        return False
     log.debug("fleet: vacuumed the queue table (%d dead rows or more)", dead_rows)
     return True
+
+
+def warn_skipped(reason: str) -> None:
+    """Log that the server skipped the queue's vacuum (with its ``reason``), at most once
+    every `SKIPPED_WARNING_EVERY_S`."""
+    global _last_skipped_warning
+    now = time.monotonic()
+    if now - _last_skipped_warning < SKIPPED_WARNING_EVERY_S:
+        return
+    _last_skipped_warning = now
+    log.warning(
+        "fleet: the server skipped the queue table's vacuum (%s): only its owner, the "
+        "database's owner or a superuser may vacuum it; until pacer runs as one of them, "
+        "claims slow down between autovacuum's visits",
+        reason,
+    )

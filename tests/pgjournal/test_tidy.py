@@ -3,10 +3,14 @@ number of dead lease rows a renewal vacuums it, and a host never waits for anoth
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from psycopg_pool import ConnectionPool
 
 from pacer.journal import LeaseToken, PartitionResult
 from pacer.pgjournal import PgJournal, tidy
@@ -97,3 +101,29 @@ def test_the_vacuum_leaves_the_queue_its_pages(churned: PgJournal, postgres_url:
     assert tidy_queue(churned._pool, dead_rows=DEAD)
     assert vacuums(postgres_url) == 1
     assert queue_pages(postgres_url) == pages
+
+
+def test_a_vacuum_the_server_skips_is_a_warning(
+    churned: PgJournal, postgres_url: str, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    # A host whose role neither owns the table nor the database: the server skips its
+    # vacuum with a notice, which pacer turns into a warning (once in a while).
+    role = f"tidy_guest_{uuid.uuid4().hex[:12]}"
+    sql(postgres_url, f"CREATE ROLE {role} LOGIN")
+    try:
+        guest_url = postgres_url.replace(f"{urlsplit(postgres_url).username}@", f"{role}@", 1)
+        monkeypatch.setattr(tidy, "_last_skipped_warning", -float("inf"))
+        guest = ConnectionPool(
+            guest_url, min_size=1, max_size=1, open=False, kwargs={"autocommit": True}
+        )
+        with guest, caplog.at_level(logging.WARNING, logger=tidy.__name__):
+            assert not tidy_queue(guest, dead_rows=DEAD)
+            assert not tidy_queue(guest, dead_rows=DEAD)
+        assert vacuums(postgres_url) == 0
+        skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+        assert len(skipped) == 1, skipped  # the second is not repeated
+        assert "batches" in skipped[0]
+        assert "owner" in skipped[0]
+    finally:
+        sql(postgres_url, f"DROP ROLE {role}")
