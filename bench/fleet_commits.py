@@ -11,7 +11,8 @@ loopback TCP). Reports commits a second (all claimers), the latency of one claim
 commit (p50, p99), the throughput of each ``--interval`` and its decay (the last interval
 against the first), and the database's CPU: the server's processes' user + system time over the
 timed window, read from /proc, in cores. Target: >= 1,000 commits/s at 25 claimers with a
-commit p99 <= 100 ms, decaying < 20 % over 10 minutes (2 database cores, fsync on).
+commit p99 <= 100 ms, decaying < 20 % over 10 minutes (2 database cores, fsync on). While a
+row runs, each ``--interval`` prints to stderr what the server did meanwhile (`sample_progress`).
 """
 
 from __future__ import annotations
