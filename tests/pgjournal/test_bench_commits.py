@@ -1,0 +1,23 @@
+"""`bench.fleet commits` on a real PostgreSQL of its own: claimers claim and commit, each row
+counts what they committed, and each interval prints what the server did meanwhile."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import fleet_commits
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_short_row_commits_and_reports_each_interval(capsys: pytest.CaptureFixture[str]) -> None:
+    (row,) = fleet_commits.rows([2], batch=1, seconds=2.0, interval=1.0)
+    claimers, batch, rate, *_ = row
+    assert (claimers, batch) == (2, 1)
+    assert int(str(rate)) > 0
+    rates = [int(x) for x in str(row[7]).split()]
+    assert len(rates) == 2
+    assert all(r > 0 for r in rates)
+    progress = [line for line in capsys.readouterr().err.splitlines() if "commits/s" in line]
+    assert progress, "no progress line"
+    assert "dead leases" in progress[0]
