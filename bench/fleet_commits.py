@@ -141,21 +141,23 @@ def quantile_ms(values: list[float], q: int) -> str:
 
 # What the server did in an interval, read from its statistics views: what the jobs' progress
 # rows count (every commit is in one), the WAL written and its full-page images, checkpoints,
-# and the queue's dead rows and size.
+# the queue's dead rows and the tables' sizes, and autovacuum's and autoanalyze's runs.
 SAMPLE_SQL = """
 SELECT (SELECT coalesce(sum(done), 0) FROM job_progress)::bigint,
        (SELECT wal_bytes FROM pg_stat_wal)::bigint, (SELECT wal_fpi FROM pg_stat_wal),
        (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter),
        (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'batches'),
        pg_total_relation_size('batches'), pg_total_relation_size('partitions'),
-       pg_total_relation_size('jobs')
+       pg_total_relation_size('jobs'),
+       (SELECT sum(autovacuum_count + autoanalyze_count) FROM pg_stat_user_tables)::bigint
 """
 
 
 def sample_progress(url: str, interval: float, stop: threading.Event) -> None:
     """Every ``interval`` s until ``stop``, print to stderr what the server did meanwhile:
     commits/s, WAL MB/s and the share of it in full-page images, checkpoints, the queue's dead
-    rows, and the sizes of the queue, the results and the jobs tables (MB)."""
+    rows, the sizes of the queue, the results and the jobs tables (MB), and the runs of
+    autovacuum and autoanalyze over pacer's tables."""
     with psycopg.connect(url, autocommit=True) as conn:
         began = time.perf_counter()
         last = conn.execute(SAMPLE_SQL).fetchone()
@@ -168,7 +170,8 @@ def sample_progress(url: str, interval: float, stop: threading.Event) -> None:
                 f"[{time.perf_counter() - began:6.0f} s] {done / interval:7,.0f} commits/s  "
                 f"WAL {wal * mb / interval:5.1f} MB/s ({100 * fpi * 8192 / max(wal, 1):3.0f} % "
                 f"full pages)  checkpoints {checkpoints}  dead leases {now[4]:,}  "
-                f"MB: queue {now[5] * mb:.1f} results {now[6] * mb:.0f} jobs {now[7] * mb:.2f}",
+                f"MB: queue {now[5] * mb:.1f} results {now[6] * mb:.0f} jobs {now[7] * mb:.2f}  "
+                f"autovacuums {now[8] - last[8]}",
                 file=sys.stderr, flush=True,
             )  # fmt: skip
             last = now
