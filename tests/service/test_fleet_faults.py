@@ -19,10 +19,11 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
+from pacer.client import ApiError
 from tests.conftest import running_postgres
 from tests.pgjournal.database import sql
 from tests.postgres_server import PostgresServer
-from tests.servers import READY_S, ServerFactory, ServerProcess, readyz_refuses
+from tests.servers import READY_S, ServerFactory, ServerProcess
 from tests.service.test_fleet import (
     all_completed,
     check_every_job_completed_once,
@@ -93,12 +94,14 @@ def completed_with_none_proved_twice(
 class Watch:
     """Samples, on a thread of its own, the fleet's committed partitions and whether the
     ``healthy`` hosts are ready, until stopped: the longest gap between two commits seen while
-    work remained, and each refusal of readiness."""
+    work remained, each refusal of readiness (the host and its answer), and what failed the
+    sampling itself (``errors``: the watch saw nothing after it)."""
 
     url: str
     healthy: list[ServerProcess]
     gaps: list[float] = field(default_factory=list)
     unready: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def __enter__(self) -> Watch:
@@ -111,6 +114,12 @@ class Watch:
         self._thread.join(30)
 
     def _run(self) -> None:
+        try:
+            self._sample()
+        except Exception as exc:  # the test's assertions name it
+            self.errors.append(repr(exc))
+
+    def _sample(self) -> None:
         last, since = done_in(self.url), time.monotonic()
         while not self._stop.wait(0.2):
             now, done = time.monotonic(), done_in(self.url)
@@ -118,8 +127,10 @@ class Watch:
                 self.gaps.append(now - since)
                 last, since = done, now
             for host in self.healthy:
-                if readyz_refuses(host.client, ""):
-                    self.unready.append(host.env["PACER_JOURNAL__HOST"])
+                try:
+                    host.client.request("GET", "/readyz")
+                except ApiError as exc:
+                    self.unready.append(f"{host.env['PACER_JOURNAL__HOST']}: {exc}")
         self.gaps.append(time.monotonic() - since)
 
 
@@ -144,6 +155,7 @@ def test_a_host_frozen_past_its_lease_stops_no_one_and_stores_nothing_it_lost(
                    [0][0] == 0, "the others to take its leases")  # fmt: skip
         frozen.signal(signal.SIGCONT)
         wait_until(lambda: all_completed(url), "every job to complete", timeout_s=WORK_S)
+    assert watch.errors == []
     assert max(watch.gaps) <= MAX_GAP_S, watch.gaps
     assert watch.unready == []
     twice = proved_twice(url, [a, b, frozen])
