@@ -235,8 +235,9 @@ def commits_main(args: argparse.Namespace) -> int:
     seconds = 20.0 if args.seconds is None else args.seconds
     counts = [int(c) for c in (args.claimers or "10,25,50").split(",")]
     table = fleet_commits.rows(
-        counts, args.batch, seconds, args.interval, args.db_cpus, not args.no_vacuum
-    )
+        counts, args.batch, seconds, args.interval, args.db_cpus, not args.no_vacuum,
+        args.statements,
+    )  # fmt: skip
     print(render(fleet_commits.HEADERS, table, markdown=args.markdown))
     at_25 = [row for row in table if row[0] == 25]
     verdict = ""
@@ -285,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
                         "and the claimers on the others")  # fmt: skip
     parser.add_argument("--no-vacuum", action="store_true",
                         help="commits: the hosts leave the queue table to autovacuum")  # fmt: skip
+    parser.add_argument("--statements", action="store_true",
+                        help="commits: name the statements that took the server most time, "
+                        "each interval (loads pg_stat_statements)")  # fmt: skip
     parser.add_argument("--batches", default="1,8,64", help="partitions per claim, comma list")
     parser.add_argument("--hosts", default="1,2,4", help="pacer serve hosts, comma list")
     parser.add_argument("--jobs", type=int, default=20, help="jobs submitted (hosts)")

@@ -153,17 +153,49 @@ SELECT (SELECT coalesce(sum(done), 0) FROM job_progress)::bigint,
 """
 
 
-def sample_progress(url: str, interval: float, stop: threading.Event) -> None:
+# What each statement cost the server (pg_stat_statements, tracking the statements inside
+# pacer's functions too: a call's time includes theirs).
+STATEMENTS_SQL = """
+SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 60), calls, total_exec_time
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+
+
+def statement_times(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, tuple[int, float]]:
+    """Calls and total ms of each statement so far, by its text's start."""
+    return {str(q): (int(str(c)), float(str(t))) for q, c, t in conn.execute(STATEMENTS_SQL)}
+
+
+def top_statements(
+    before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]], count: int = 3
+) -> str:
+    """The ``count`` statements that took the most time between two `statement_times`."""
+    spent = []
+    for query, (calls, ms) in after.items():
+        calls_then, ms_then = before.get(query, (0, 0.0))
+        if calls > calls_then:
+            spent.append((ms - ms_then, calls - calls_then, query))
+    spent.sort(reverse=True)
+    return "; ".join(f"{q!r} {n:,} x {t / n:.3f} ms" for t, n, q in spent[:count])
+
+
+def sample_progress(
+    url: str, interval: float, stop: threading.Event, statements: bool = False
+) -> None:
     """Every ``interval`` s until ``stop``, print to stderr what the server did meanwhile:
     commits/s, WAL MB/s and the share of it in full-page images, checkpoints, the queue's dead
     rows, the sizes of the queue, the results and the jobs tables (MB), and the runs of
-    autovacuum and autoanalyze over pacer's tables."""
+    autovacuum and autoanalyze over pacer's tables; with ``statements``, the six statements
+    that took the server most time, each with its calls and mean ms."""
     with psycopg.connect(url, autocommit=True) as conn:
         began = time.perf_counter()
         last = conn.execute(SAMPLE_SQL).fetchone()
+        times = statement_times(conn) if statements else {}
         while not stop.wait(interval) and last is not None:
             now = conn.execute(SAMPLE_SQL).fetchone()
             assert now is not None
+
             done, wal, fpi, checkpoints = (now[i] - last[i] for i in range(4))
             mb = 1 / 2**20
             print(
@@ -175,14 +207,20 @@ def sample_progress(url: str, interval: float, stop: threading.Event) -> None:
                 file=sys.stderr, flush=True,
             )  # fmt: skip
             last = now
+            if statements:
+                times, before = statement_times(conn), times
+                print(f"    most time: {top_statements(before, times, 6)}", file=sys.stderr)
 
 
 def measure(
     server: PostgresServer, claimers: int, batch: int, seconds: float, interval: float,
-    vacuum: bool = True,
+    vacuum: bool = True, statements: bool = False,
 ) -> list[object]:  # fmt: skip
     """One row of the table: ``claimers`` processes claiming and committing on one job."""
     url = server.create_database()
+    if statements:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION pg_stat_statements")
     with PgJournal.connect(url) as journal:
         journal.add_job(JOB_PARTITIONS, "noop", {})
     spawn = multiprocessing.get_context("spawn")
@@ -199,7 +237,9 @@ def measure(
     time.sleep(WARMUP_S)
     cpu_before, wall_before = server_cpu_s(server), time.perf_counter()
     stop = threading.Event()
-    sampler = threading.Thread(target=sample_progress, args=(url, interval, stop), daemon=True)
+    sampler = threading.Thread(
+        target=sample_progress, args=(url, interval, stop, statements), daemon=True
+    )
     sampler.start()
     runs = [queue.get() for _ in processes]
     cpu = (server_cpu_s(server) - cpu_before) / (time.perf_counter() - wall_before)
@@ -232,15 +272,22 @@ HEADERS = ["claimers", "batch", "commits/s", "claim p50 ms", "claim p99 ms", "co
 
 def rows(
     claimers: list[int], batch: int, seconds: float, interval: float, db_cpus: str | None = None,
-    vacuum: bool = True,
+    vacuum: bool = True, statements: bool = False,
 ) -> list[list[object]]:  # fmt: skip
     """The table's rows, each on a fresh database of one durable server. ``db_cpus`` (a
-    ``taskset`` list): the server runs on those CPUs and the claimers on the others."""
+    ``taskset`` list): the server runs on those CPUs and the claimers on the others.
+    ``statements``: the server loads pg_stat_statements, and each interval's progress names
+    the statements that took it most time."""
     if db_cpus is not None:
         os.sched_setaffinity(0, os.sched_getaffinity(0) - cpu_list(db_cpus))
-    server = PostgresServer(durable=True, tcp=True, cpus=db_cpus)
+    settings = {}
+    if statements:
+        settings = {"shared_preload_libraries": "pg_stat_statements",
+                    "pg_stat_statements.track": "all"}  # fmt: skip
+    server = PostgresServer(durable=True, tcp=True, cpus=db_cpus, settings=settings)
     server.start()
     try:
-        return [measure(server, c, batch, seconds, interval, vacuum) for c in claimers]
+        return [measure(server, c, batch, seconds, interval, vacuum, statements)
+                for c in claimers]  # fmt: skip
     finally:
         server.stop()

@@ -72,12 +72,16 @@ class PostgresServer:
     a fleet's do). For tests it does not flush to disk (``fsync=off``,
     ``synchronous_commit=off``); a ``durable`` one, for benchmarks, commits as a production
     server does. ``cpus`` (a ``taskset`` list, as ``0,1``) keeps the server's processes on
-    those CPUs."""
+    those CPUs. ``settings``: more server settings, by name (``-c name=value``)."""
 
-    def __init__(self, durable: bool = False, tcp: bool = False, cpus: str | None = None) -> None:
+    def __init__(
+        self, durable: bool = False, tcp: bool = False, cpus: str | None = None,
+        settings: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.durable = durable
         self.tcp = tcp
         self.cpus = cpus
+        self.settings = dict(settings or {})
         self._bin = _binaries()
         self._as_user: list[str] = []
         owner: pwd.struct_passwd | None = None
@@ -135,6 +139,7 @@ class PostgresServer:
         )
         if not self.durable:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        options += "".join(f" -c {name}={value}" for name, value in self.settings.items())
         log = str(self.root / "log")
         pg_ctl = str(self._bin / "pg_ctl")
         wait = ["-w", "-t", str(START_TIMEOUT_S)]
@@ -144,7 +149,9 @@ class PostgresServer:
     def standby(self) -> PostgresServer:
         """A streaming standby of this server, started: a server of its own (its directory,
         its socket) made from a base backup of this one, replaying its WAL until `promote`."""
-        standby = PostgresServer(durable=self.durable, tcp=self.tcp, cpus=self.cpus)
+        standby = PostgresServer(
+            durable=self.durable, tcp=self.tcp, cpus=self.cpus, settings=self.settings
+        )
         standby._databases = self._databases
         backup = str(self._bin / "pg_basebackup")
         source = f"host={self.root} port={self.port} user={self.user}"

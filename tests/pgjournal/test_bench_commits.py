@@ -21,3 +21,13 @@ def test_a_short_row_commits_and_reports_each_interval(capsys: pytest.CaptureFix
     progress = [line for line in capsys.readouterr().err.splitlines() if "commits/s" in line]
     assert progress, "no progress line"
     assert "dead leases" in progress[0]
+
+
+def test_the_statements_that_took_the_server_most_time_are_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fleet_commits.rows([2], batch=1, seconds=2.0, interval=1.0, statements=True)
+    most = [line for line in capsys.readouterr().err.splitlines() if "most time:" in line]
+    assert most, "no line of the statements"
+    assert "pacer_commit" in most[0]
+    assert "pacer_claim" in most[0]
