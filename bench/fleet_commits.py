@@ -9,10 +9,11 @@ under the lease it got (`PgJournal.complete_partitions`, one round trip), back t
 A fresh database per row on a PostgreSQL of its own (Debian's package, durable: fsync on, over
 loopback TCP). Reports commits a second (all claimers), the latency of one claim and of one
 commit (p50, p99), the throughput of each ``--interval`` and its decay (the last interval
-against the first), and the database's CPU: the server's processes' user + system time over the
-timed window, read from /proc, in cores. Target: >= 1,000 commits/s at 25 claimers with a
-commit p99 <= 100 ms, decaying < 20 % over 10 minutes (2 database cores, fsync on). While a
-row runs, each ``--interval`` prints to stderr what the server did meanwhile (`sample_progress`).
+against the first, and along a least-squares line through them all), and the database's CPU:
+the server's processes' user + system time over the timed window, read from /proc, in cores.
+Target: >= 1,000 commits/s at 25 claimers with a commit p99 <= 100 ms, decaying < 20 % over 10
+minutes by either measure (2 database cores, fsync on). While a row runs, each ``--interval``
+prints to stderr what the server did meanwhile (`sample_progress`).
 """
 
 from __future__ import annotations
@@ -131,6 +132,27 @@ def cpu_list(text: str) -> set[int]:
         first, _, last = part.partition("-")
         cpus.update(range(int(first), int(last or first) + 1))
     return cpus
+
+
+def line_decay(rates: list[int]) -> float | None:
+    """How much a least-squares line through the intervals' rates falls from the first
+    interval to the last, in % of where it starts (None with fewer than 3 intervals, or a
+    line that starts at or below 0): one slow or fast interval at either end moves it less
+    than it moves the first against the last.
+
+    >>> line_decay([1000, 900, 800])  # straight down: as first against last
+    20.0
+    >>> round(line_decay([1000, 1000, 1000, 1000, 600]))  # one slow end: 40 % first to last
+    30
+    >>> line_decay([1000, 800]) is None
+    True
+    """
+    if len(rates) < 3:
+        return None
+    slope, start = statistics.linear_regression(range(len(rates)), rates)
+    if start <= 0:
+        return None
+    return -100.0 * slope * (len(rates) - 1) / start
 
 
 def quantile_ms(values: list[float], q: int) -> str:
@@ -257,16 +279,19 @@ def measure(
             per_interval[min(slots - 1, int(end // interval))] += 1
     rates = [round(count / interval) for count in per_interval]
     decay = 100.0 * (rates[0] - rates[-1]) / rates[0] if rates[0] else 0.0
+    trend = line_decay(rates)
     return [
         claimers, batch, round(len(commits) / seconds), quantile_ms(claims, 50),
         quantile_ms(claims, 99), quantile_ms(commits, 50), quantile_ms(commits, 99),
-        " ".join(map(str, rates)), f"{decay:.0f}", f"{cpu:.2f}",
+        " ".join(map(str, rates)), f"{decay:.0f}", "-" if trend is None else f"{trend:.0f}",
+        f"{cpu:.2f}",
         sum(run.empty for run in runs),
     ]  # fmt: skip
 
 
 HEADERS = ["claimers", "batch", "commits/s", "claim p50 ms", "claim p99 ms", "commit p50 ms",
-           "commit p99 ms", "commits/s per interval", "decay %", "db CPU (cores)",
+           "commit p99 ms", "commits/s per interval", "decay %", "decay % (line)",
+           "db CPU (cores)",
            "empty claims"]  # fmt: skip
 
 

@@ -8,6 +8,7 @@ import importlib
 import pytest
 
 MODULES = [
+    "bench.fleet_commits",
     "pacer.pipeline.attempts",
     "pacer.service.admission",
     "pacer.pipeline.backlog",
