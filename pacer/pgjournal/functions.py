@@ -57,8 +57,8 @@ RETURNS TABLE (claimed_batch bigint, claimed_job text, claimed_start integer,
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    -- The free runs, and the leased ones whose lease ran out, each in the fleet's order (one
-    -- partial index each: the leases in flight are never scanned), merged as they are read.
+    -- The free runs, and the leased ones whose lease ran out, each in the fleet's order (an
+    -- index each: the leases in flight are never scanned), merged as they are read.
     free CURSOR FOR
         SELECT * FROM batches b WHERE b.claimed_by IS NULL
         ORDER BY b.priority DESC, b.created_at, b.seq, b.given_back DESC, b.first
@@ -68,8 +68,11 @@ DECLARE
     -- could not renew meanwhile, and gets that long to reach the server again. (A lease of
     -- version 1 has no renewal time: no grace.)
     back timestamptz := pacer_back(lease_s);
+    -- A row with a lease_until is a lease (the table's CHECK); the condition names no
+    -- claimed_by, so that only the index on lease_until can serve it, and the scan reads the
+    -- leases that ran out, not every lease and dead lease row through the holders' index.
     lapsed CURSOR FOR
-        SELECT * FROM batches b WHERE b.claimed_by IS NOT NULL AND b.lease_until < now()
+        SELECT * FROM batches b WHERE b.lease_until < now()
             AND (coalesce(b.renewed_at, 'infinity') >= back
                  OR now() >= back + make_interval(secs => lease_s))
         ORDER BY b.priority DESC, b.created_at, b.seq, b.given_back DESC, b.first

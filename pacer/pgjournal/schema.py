@@ -38,6 +38,10 @@ fleet could not reach the server, a failover included.
 
 Version 8: no vacuum truncates ``batches`` (``vacuum_truncate = false``): the table shrinks and
 grows again within seconds, and a truncation waits for the table's exclusive lock.
+
+Version 9: ``batches_by_lease`` indexes every row's ``lease_until`` (a free run's is NULL), and
+``pacer_claim``'s scan for lapsed leases names only ``lease_until``: the planner took the
+holders' index for it before, reading every lease row, dead ones included, at each claim.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from pacer.pgjournal.functions import (
 )
 from pacer.pgjournal.packs import PACK_SCHEMA
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # pg_advisory_xact_lock's key for migrations: any constant no other application takes.
 MIGRATION_LOCK = 0x7061636572_5347  # "pacer", "SG"
@@ -139,6 +143,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # No vacuum, autovacuum's included, cuts the queue table's empty pages off its end: the
     # churn fills them again at once, and the cut needs the table's exclusive lock.
     8: ("ALTER TABLE batches SET (vacuum_truncate = false)",),
+    # The claim's scan for lapsed leases reads them by lease_until alone.
+    9: (
+        "DROP INDEX batches_by_lease",
+        "CREATE INDEX batches_by_lease ON batches (lease_until)",
+        CLAIM_FUNCTION,
+    ),
 }
 
 

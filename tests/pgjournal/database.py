@@ -10,6 +10,9 @@ from typing import TypeVar
 
 import psycopg
 
+from pacer.journal import LeaseToken, PartitionResult
+from pacer.pgjournal import PgJournal
+
 T = TypeVar("T")
 TERMINATE_WAIT_MS = 60_000
 
@@ -47,3 +50,15 @@ def at_once(count: int, call: Callable[[int], T]) -> list[T]:
 
     with ThreadPoolExecutor(count) as pool:
         return list(pool.map(run, range(count)))
+
+
+def churn(journal: PgJournal, host: str, leases: int) -> None:
+    """Claim one partition as ``host`` and commit it, ``leases`` times: each lease row left
+    dead in the queue table."""
+    for _ in range(leases):
+        (claim,) = journal.claim(host, 1)
+        (index,) = claim.pending
+        lease = LeaseToken(claim.batch, claim.token)
+        journal.complete_partitions(
+            [PartitionResult(claim.job_id, index, f"d{index}", 1.0, 0.1, lease=lease)]
+        )

@@ -12,10 +12,9 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from pacer.journal import LeaseToken, PartitionResult
 from pacer.pgjournal import PgJournal, tidy
 from pacer.pgjournal.tidy import queue_dead_rows, tidy_queue
-from tests.pgjournal.database import sql
+from tests.pgjournal.database import churn, sql
 from tests.waits import wait_until
 
 pytestmark = pytest.mark.slow
@@ -28,13 +27,7 @@ def churned(postgres_url: str) -> Iterator[PgJournal]:
     """A journal whose queue table holds ``DEAD`` dead lease rows, as the server counts them."""
     with PgJournal.connect(postgres_url, host="tidy-a", lease_s=30) as journal:
         journal.add_job(DEAD * 2, None, {})
-        for _ in range(DEAD):
-            (claim,) = journal.claim("tidy-a", 1)
-            (index,) = claim.pending
-            lease = LeaseToken(claim.batch, claim.token)
-            journal.complete_partitions(
-                [PartitionResult(claim.job_id, index, f"d{index}", 1.0, 0.1, lease=lease)]
-            )
+        churn(journal, "tidy-a", DEAD)
         # The server counts a session's writes when the session next goes idle.
         wait_until(
             lambda: queue_dead_rows(journal._pool) >= DEAD, "the server to count the dead rows"
