@@ -40,8 +40,8 @@ Version 8: no vacuum truncates ``batches`` (``vacuum_truncate = false``): the ta
 grows again within seconds, and a truncation waits for the table's exclusive lock.
 
 Version 9: ``batches_by_lease`` indexes every row's ``lease_until`` (a free run's is NULL), and
-``pacer_claim``'s scan for lapsed leases names only ``lease_until``: the planner took the
-holders' index for it before, reading every lease row, dead ones included, at each claim.
+``pacer_claim``'s scan for lapsed leases names only ``lease_until``: the holders' index, which
+reads every lease row, dead ones included, can no longer serve it.
 """
 
 from __future__ import annotations
