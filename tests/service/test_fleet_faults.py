@@ -70,6 +70,30 @@ def done_in(url: str) -> int:
     return int(str(done))
 
 
+def fleet_state(url: str) -> str:
+    """What the database holds of the fleet's work, for a failure's message: each job's state
+    and counts, and each run of the queue with its holder and the seconds its lease has left."""
+    jobs = sql(url, "SELECT j.id, j.state, j.partitions, j.partitions_done,"
+                    " (SELECT count(*) FROM partitions p WHERE p.job_id = j.id)"
+                    " FROM jobs j ORDER BY j.seq")  # fmt: skip
+    runs = sql(url, "SELECT job_id, start, stop, claimed_by,"
+                    " round(extract(epoch FROM lease_until - now())::numeric, 1),"
+                    " round(extract(epoch FROM now() - renewed_at)::numeric, 1), given_back"
+                    " FROM batches ORDER BY job_id, start")  # fmt: skip
+    return (
+        f"jobs (id, state, partitions, done, results): {jobs}; runs (job, start, stop, "
+        f"holder, lease left s, since renewed s, given back): {runs}"
+    )
+
+
+def until_completed(url: str) -> None:
+    """Wait for every job to complete; on a timeout, the message holds `fleet_state`."""
+    try:
+        wait_until(lambda: all_completed(url), "every job to complete", timeout_s=WORK_S)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {fleet_state(url)}") from exc
+
+
 def proved_twice(url: str, hosts: list[ServerProcess]) -> int:
     [(partitions,)] = sql(url, "SELECT sum(partitions) FROM jobs")
     proved = sum(metric(h, "pacer_partitions_total", outcome="completed") for h in hosts)
@@ -81,7 +105,7 @@ def completed_with_none_proved_twice(
 ) -> None:
     """Every job completes once, no partition was proved twice nor a lease taken from a host,
     and each host stops cleanly."""
-    wait_until(lambda: all_completed(url), "every job to complete", timeout_s=WORK_S)
+    until_completed(url)
     assert proved_twice(url, hosts) == 0
     assert sum(metric(h, "pacer_fleet_reclaimed_partitions_total") for h in hosts) == 0
     for host in hosts:
@@ -154,7 +178,7 @@ def test_a_host_frozen_past_its_lease_stops_no_one_and_stores_nothing_it_lost(
         wait_until(lambda: sql(url, "SELECT count(*) FROM batches WHERE claimed_by = 'frozen'")
                    [0][0] == 0, "the others to take its leases")  # fmt: skip
         frozen.signal(signal.SIGCONT)
-        wait_until(lambda: all_completed(url), "every job to complete", timeout_s=WORK_S)
+        until_completed(url)
     assert watch.errors == []
     assert max(watch.gaps) <= MAX_GAP_S, watch.gaps
     assert watch.unready == []
