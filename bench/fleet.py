@@ -243,13 +243,12 @@ def commits_main(args: argparse.Namespace) -> int:
     verdict = ""
     if at_25:
         rate, p99 = float(str(at_25[0][2])), float(str(at_25[0][6]))
-        decay = float(str(at_25[0][8]))
-        line = str(at_25[0][9])
-        worst = max(decay, decay if line == "-" else float(line))
+        decay, line = float(str(at_25[0][8])), str(at_25[0][9])
+        decays = [decay] if line == "-" else [decay, float(line)]
         met = (
             rate >= fleet_commits.TARGET_COMMITS_S
             and p99 <= fleet_commits.TARGET_P99_MS
-            and worst < fleet_commits.TARGET_DECAY_PCT
+            and max(decays) < fleet_commits.TARGET_DECAY_PCT
         )
         verdict = (
             f"; at 25 claimers {rate:,.0f} commits/s, p99 {p99:g} ms, decay {decay:g} % "

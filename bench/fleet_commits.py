@@ -190,7 +190,7 @@ def statement_times(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, t
 
 
 def top_statements(
-    before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]], count: int = 3
+    before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]], count: int
 ) -> str:
     """The ``count`` statements that took the most time between two `statement_times`."""
     spent = []
@@ -217,7 +217,6 @@ def sample_progress(
         while not stop.wait(interval) and last is not None:
             now = conn.execute(SAMPLE_SQL).fetchone()
             assert now is not None
-
             done, wal, fpi, checkpoints = (now[i] - last[i] for i in range(4))
             mb = 1 / 2**20
             print(
