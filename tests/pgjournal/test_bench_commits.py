@@ -10,8 +10,13 @@ from bench import fleet_commits
 pytestmark = pytest.mark.slow
 
 
+# Two intervals of 2 s: long enough that a loaded machine still commits in each, and that the
+# progress thread, once connected, prints at least once.
+SECONDS, INTERVAL = 4.0, 2.0
+
+
 def test_a_short_row_commits_and_reports_each_interval(capsys: pytest.CaptureFixture[str]) -> None:
-    (row,) = fleet_commits.rows([2], batch=1, seconds=2.0, interval=1.0)
+    (row,) = fleet_commits.rows([2], batch=1, seconds=SECONDS, interval=INTERVAL)
     claimers, batch, rate, *_ = row
     assert (claimers, batch) == (2, 1)
     assert int(str(rate)) > 0
@@ -26,7 +31,7 @@ def test_a_short_row_commits_and_reports_each_interval(capsys: pytest.CaptureFix
 def test_the_statements_that_took_the_server_most_time_are_named(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    fleet_commits.rows([2], batch=1, seconds=2.0, interval=1.0, statements=True)
+    fleet_commits.rows([2], batch=1, seconds=SECONDS, interval=INTERVAL, statements=True)
     most = [line for line in capsys.readouterr().err.splitlines() if "most time:" in line]
     assert most, "no line of the statements"
     assert "pacer_commit" in most[0]
