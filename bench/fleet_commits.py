@@ -25,6 +25,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
@@ -189,6 +190,43 @@ def statement_times(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, t
     return {str(q): (int(str(c)), float(str(t))) for q, c, t in conn.execute(STATEMENTS_SQL)}
 
 
+# What each claimer's session is doing now: waiting on an event, running ("CPU"), waiting for
+# its client ("client"), or idle inside a transaction.
+WAITS_SQL = """
+SELECT CASE WHEN state = 'idle' THEN 'client'
+            WHEN state <> 'active' THEN state
+            ELSE coalesce(wait_event_type || ':' || wait_event, 'CPU') END
+FROM pg_stat_activity
+WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND usename = current_user
+"""
+
+WAIT_SAMPLE_S = 0.05
+
+
+def sample_waits(
+    conn: psycopg.Connection[tuple[object, ...]], seconds: float, stop: threading.Event
+) -> Counter[str]:
+    """The sessions' states sampled every ``WAIT_SAMPLE_S`` for ``seconds`` (or until
+    ``stop``): how many samples found each (`WAITS_SQL`)."""
+    seen: Counter[str] = Counter()
+    end = time.perf_counter() + seconds
+    while not stop.wait(max(0.0, min(WAIT_SAMPLE_S, end - time.perf_counter()))):
+        if time.perf_counter() >= end:
+            break
+        seen.update(str(state) for (state,) in conn.execute(WAITS_SQL))
+    return seen
+
+
+def top_waits(seen: Counter[str], count: int) -> str:
+    """The ``count`` states most sampled, each as its share of every sample.
+
+    >>> top_waits(Counter({"CPU": 3, "client": 1}), 6)
+    'CPU 75 %, client 25 %'
+    """
+    total = sum(seen.values()) or 1
+    return ", ".join(f"{state} {100 * n / total:.0f} %" for state, n in seen.most_common(count))
+
+
 def top_statements(
     before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]], count: int
 ) -> str:
@@ -209,12 +247,17 @@ def sample_progress(
     commits/s, WAL MB/s and the share of it in full-page images, checkpoints, the queue's dead
     rows, the sizes of the queue, the results and the jobs tables (MB), and the runs of
     autovacuum and autoanalyze over pacer's tables; with ``statements``, the six statements
-    that took the server most time, each with its calls and mean ms."""
+    that took the server most time, each with its calls and mean ms, and what the claimers'
+    sessions were doing (`sample_waits`)."""
     with psycopg.connect(url, autocommit=True) as conn:
         began = time.perf_counter()
         last = conn.execute(SAMPLE_SQL).fetchone()
         times = statement_times(conn) if statements else {}
-        while not stop.wait(interval) and last is not None:
+        while last is not None:
+            if statements:
+                waits = sample_waits(conn, interval, stop)
+            if stop.wait(0 if statements else interval):
+                break
             now = conn.execute(SAMPLE_SQL).fetchone()
             assert now is not None
             done, wal, fpi, checkpoints = (now[i] - last[i] for i in range(4))
@@ -231,6 +274,7 @@ def sample_progress(
             if statements:
                 times, before = statement_times(conn), times
                 print(f"    most time: {top_statements(before, times, 6)}", file=sys.stderr)
+                print(f"    sessions: {top_waits(waits, 6)}", file=sys.stderr)
 
 
 def measure(

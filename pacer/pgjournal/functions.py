@@ -184,7 +184,11 @@ END $$
 # second sets each job's ``partitions_done`` to the sum of its progress rows, under the job's
 # row lock (in id order), and completes the job that has them all; it does not wait for the
 # flush unless it completed one (progress it loses in a crash is summed again by the next
-# commit, or this one retried). ``completed``: the jobs completed; ``refused``: results refused
+# commit, or this one retried). Where another commit holds a running job's row, it leaves the
+# count to that one, or to the next: so commits of one job do not queue on its row. It waits
+# for the row only to start a queued job, or to complete one whose progress rows count every
+# partition (the commit that stores the last result always does: its own rows are in the sum).
+# ``completed``: the jobs completed; ``refused``: results refused
 # under leases no longer held. Raises PCR01 (an unknown job) or PCR02 (an index past a job's
 # partitions) before writing anything.
 COMMIT_PROCEDURE = """
@@ -204,6 +208,7 @@ DECLARE
     new_jobs text[];
     new_idxs integer[];
     j record;
+    k record;
     total integer;
 BEGIN
     completed := '{}';
@@ -272,20 +277,32 @@ BEGIN
     COMMIT;
     -- Every job of the batch, not only those with new results: a retry after this part
     -- failed (or the server crashed) counts what the first attempt stored.
-    FOR j IN SELECT jobs.id, jobs.state, jobs.partitions, jobs.partitions_done FROM jobs
+    -- Rows are taken in id order, and a row held elsewhere is waited for only where the job
+    -- starts or completes, so no two commits wait on each other in a cycle.
+    FOR j IN SELECT jobs.id, jobs.state, jobs.partitions,
+                    (SELECT coalesce(sum(done), 0) FROM job_progress
+                     WHERE job_id = jobs.id) AS seen FROM jobs
             WHERE id IN (SELECT DISTINCT unnest(job_ids)) AND state IN ('queued', 'running')
-            ORDER BY id FOR NO KEY UPDATE LOOP
-        SELECT coalesce(sum(done), 0) INTO total FROM job_progress WHERE job_id = j.id;
-        IF total = j.partitions_done THEN
-            CONTINUE;
-        ELSIF total < j.partitions AND j.state = 'running' THEN
-            UPDATE jobs SET partitions_done = total WHERE id = j.id;
-        ELSIF total < j.partitions THEN
-            UPDATE jobs SET partitions_done = total, state = 'running', updated_at = t
-            WHERE id = j.id;
+            ORDER BY id LOOP
+        IF j.state = 'queued' OR j.seen >= j.partitions THEN
+            SELECT jobs.id, jobs.state, jobs.partitions, jobs.partitions_done INTO k FROM jobs
+                WHERE id = j.id AND state IN ('queued', 'running') FOR NO KEY UPDATE;
         ELSE
-            PERFORM pacer_complete(j.id, total, t);
-            completed := completed || j.id;
+            SELECT jobs.id, jobs.state, jobs.partitions, jobs.partitions_done INTO k FROM jobs
+                WHERE id = j.id AND state IN ('queued', 'running') FOR NO KEY UPDATE SKIP LOCKED;
+        END IF;
+        CONTINUE WHEN NOT FOUND;  -- ended meanwhile, or another commit is counting it
+        SELECT coalesce(sum(done), 0) INTO total FROM job_progress WHERE job_id = k.id;
+        IF total = k.partitions_done THEN
+            CONTINUE;
+        ELSIF total < k.partitions AND k.state = 'running' THEN
+            UPDATE jobs SET partitions_done = total WHERE id = k.id;
+        ELSIF total < k.partitions THEN
+            UPDATE jobs SET partitions_done = total, state = 'running', updated_at = t
+            WHERE id = k.id;
+        ELSE
+            PERFORM pacer_complete(k.id, total, t);
+            completed := completed || k.id;
         END IF;
     END LOOP;
     IF cardinality(completed) = 0 THEN

@@ -42,6 +42,9 @@ grows again within seconds, and a truncation waits for the table's exclusive loc
 Version 9: ``batches_by_lease`` indexes every row's ``lease_until`` (a free run's is NULL), and
 ``pacer_claim``'s scan for lapsed leases names only ``lease_until``: the holders' index, which
 reads every lease row, dead ones included, can no longer serve it.
+
+Version 10: ``pacer_commit`` counts a running job's progress only where no other commit holds
+the job's row, and waits for the row only to start or to complete the job.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from pacer.pgjournal.functions import (
 )
 from pacer.pgjournal.packs import PACK_SCHEMA
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # pg_advisory_xact_lock's key for migrations: any constant no other application takes.
 MIGRATION_LOCK = 0x7061636572_5347  # "pacer", "SG"
@@ -149,6 +152,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX batches_by_lease ON batches (lease_until)",
         CLAIM_FUNCTION,
     ),
+    # Commits of one job no longer queue on its row to count its progress.
+    10: (COMMIT_PROCEDURE,),
 }
 
 

@@ -32,7 +32,12 @@ def test_the_statements_that_took_the_server_most_time_are_named(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     fleet_commits.rows([2], batch=1, seconds=SECONDS, interval=INTERVAL, statements=True)
-    most = [line for line in capsys.readouterr().err.splitlines() if "most time:" in line]
+    err = capsys.readouterr().err.splitlines()
+    most = [line for line in err if "most time:" in line]
     assert most, "no line of the statements"
     assert "pacer_commit" in most[0]
     assert "pacer_claim" in most[0]
+    sessions = [line for line in err if "sessions:" in line]
+    assert sessions, "no line of what the sessions did"
+    shares = [int(part.rsplit(" ", 2)[1]) for part in sessions[0].split(":", 1)[1].split(",")]
+    assert 0 < sum(shares) <= 103  # shares of every sample, each rounded to a whole per cent

@@ -6,6 +6,7 @@ holds no lock for long; and a lease does not lapse while the server restarts."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -260,3 +261,36 @@ def test_the_fleets_clock_starts_again_when_its_row_is_gone(
         sql(postgres_url, "UPDATE fleet_clock SET back_at = now() - interval '31 s'")
         (taken,) = other.claim("host-b", 2)
         assert (taken.batch, taken.reclaimed_from) == (mine.batch, "host-a")
+
+
+def done_count(url: str, job_id: str) -> tuple[str, int]:
+    ((state, done),) = sql(url, "SELECT state, partitions_done FROM jobs WHERE id = %s", job_id)
+    return str(state), int(str(done))
+
+
+def test_commits_of_a_running_job_do_not_queue_on_its_row(
+    journal: PgJournal, postgres_url: str
+) -> None:
+    job = journal.add_job(4, None, {})
+    (claim,) = journal.claim("host-a", 4)
+    journal.complete_partitions([under(claim, 0)])
+    assert done_count(postgres_url, job.id) == ("running", 1)
+    with psycopg.connect(postgres_url) as holder:  # another commit counting the job
+        holder.execute("SELECT 1 FROM jobs WHERE id = %s FOR NO KEY UPDATE", (job.id,))
+        # Stored at once, without waiting for the row (a wait would end in lock_timeout); the
+        # count is left to the commit that holds the row, or to the next.
+        journal.complete_partitions([under(claim, 1), under(claim, 2)])
+        assert stored(postgres_url, job.id) == [0, 1, 2]
+        assert done_count(postgres_url, job.id) == ("running", 1)
+        # The last result completes the job: that commit waits for the row.
+        with ThreadPoolExecutor(1) as pool:
+            last = pool.submit(journal.complete_partitions, [under(claim, 3)])
+            wait_until(
+                lambda: sql(postgres_url, "SELECT count(*) FROM pg_stat_activity"
+                            " WHERE wait_event_type = 'Lock'")[0][0],
+                "the last commit waiting for the job's row",
+            )  # fmt: skip
+            assert not last.done()
+            holder.rollback()
+            (done,) = last.result(timeout=30)
+    assert (done.state, done.partitions_done) == ("completed", 4)
