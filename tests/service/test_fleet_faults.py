@@ -183,11 +183,13 @@ def test_a_host_frozen_past_its_lease_stops_no_one_and_stores_nothing_it_lost(
     assert max(watch.gaps) <= MAX_GAP_S, watch.gaps
     assert watch.unready == []
     twice = proved_twice(url, [a, b, frozen])
-    refused = metric(frozen, "pacer_fleet_refused_results_total")
+    refused = [metric(h, "pacer_fleet_refused_results_total") for h in (a, b, frozen)]
     unproved = metric(frozen, "pacer_fleet_unproved_partitions_total")
-    # Proved twice only where it proved what it had in flight, and none of that was stored.
-    assert twice <= int(str(held)), (twice, held)
-    assert twice == refused, (twice, refused, unproved)
+    # Each partition proved twice was stored once: the other result was refused. The frozen
+    # host proved twice only what it had in flight. (On a loaded machine a healthy host may
+    # renew late too, and lose a lease of its own: its refusals are its own.)
+    assert twice == sum(refused), (twice, refused, unproved)
+    assert refused[2] <= int(str(held)), (refused, held)
     for host in (a, b, frozen):
         host.signal(signal.SIGTERM)
     assert [host.wait(30) for host in (a, b, frozen)] == [0, 0, 0]
