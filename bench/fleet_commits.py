@@ -202,6 +202,37 @@ WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND usename = 
 
 WAIT_SAMPLE_S = 0.05
 
+# The rows every commit of a job writes: its row and the hosts' progress rows. Updates so far,
+# those that were HOT (no index touched), and each table's size with its indexes.
+JOB_ROWS_SQL = """
+SELECT relname, n_tup_upd, n_tup_hot_upd, pg_total_relation_size(relid)
+FROM pg_stat_user_tables WHERE relname IN ('jobs', 'job_progress') ORDER BY relname
+"""
+
+
+def job_rows(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, tuple[int, int, int]]:
+    """Per table of `JOB_ROWS_SQL`: (updates, HOT updates, bytes)."""
+    return {str(r[0]): (int(str(r[1])), int(str(r[2])), int(str(r[3])))
+            for r in conn.execute(JOB_ROWS_SQL)}  # fmt: skip
+
+
+def job_rows_line(
+    before: dict[str, tuple[int, int, int]], after: dict[str, tuple[int, int, int]]
+) -> str:
+    """Each table's updates between two `job_rows`, the share of them HOT, and its size now.
+
+    >>> job_rows_line({"jobs": (10, 10, 8192)}, {"jobs": (110, 60, 16384)})
+    'jobs 100 updates (HOT 50 %), 0.02 MB'
+    """
+    parts = []
+    for table, (updates, hot, size) in after.items():
+        was, was_hot, _ = before.get(table, (0, 0, 0))
+        share = 100 * (hot - was_hot) / max(1, updates - was)
+        parts.append(
+            f"{table} {updates - was:,} updates (HOT {share:.0f} %), {size / 2**20:.2f} MB"
+        )
+    return "; ".join(parts)
+
 
 def sample_waits(
     conn: psycopg.Connection[tuple[object, ...]], seconds: float, stop: threading.Event
@@ -247,12 +278,13 @@ def sample_progress(
     commits/s, WAL MB/s and the share of it in full-page images, checkpoints, the queue's dead
     rows, the sizes of the queue, the results and the jobs tables (MB), and the runs of
     autovacuum and autoanalyze over pacer's tables; with ``statements``, the six statements
-    that took the server most time, each with its calls and mean ms, and what the claimers'
-    sessions were doing (`sample_waits`)."""
+    that took the server most time, each with its calls and mean ms, what the claimers'
+    sessions were doing (`sample_waits`), and the updates of the jobs' rows (`job_rows_line`)."""
     with psycopg.connect(url, autocommit=True) as conn:
         began = time.perf_counter()
         last = conn.execute(SAMPLE_SQL).fetchone()
         times = statement_times(conn) if statements else {}
+        rows = job_rows(conn) if statements else {}
         while last is not None:
             if statements:
                 waits = sample_waits(conn, interval, stop)
@@ -275,6 +307,8 @@ def sample_progress(
                 times, before = statement_times(conn), times
                 print(f"    most time: {top_statements(before, times, 6)}", file=sys.stderr)
                 print(f"    sessions: {top_waits(waits, 6)}", file=sys.stderr)
+                rows, rows_before = job_rows(conn), rows
+                print(f"    job rows: {job_rows_line(rows_before, rows)}", file=sys.stderr)
 
 
 def measure(

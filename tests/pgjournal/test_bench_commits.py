@@ -41,3 +41,7 @@ def test_the_statements_that_took_the_server_most_time_are_named(
     assert sessions, "no line of what the sessions did"
     shares = [int(part.rsplit(" ", 2)[1]) for part in sessions[0].split(":", 1)[1].split(",")]
     assert 0 < sum(shares) <= 103  # shares of every sample, each rounded to a whole per cent
+    (rows, *_) = [line for line in err if "job rows:" in line]
+    assert "jobs " in rows
+    assert "job_progress " in rows
+    assert "HOT" in rows
