@@ -236,7 +236,7 @@ def commits_main(args: argparse.Namespace) -> int:
     counts = [int(c) for c in (args.claimers or "10,25,50").split(",")]
     table = fleet_commits.rows(
         counts, args.batch, seconds, args.interval, args.db_cpus, not args.no_vacuum,
-        args.statements,
+        args.statements, args.prefill,
     )  # fmt: skip
     print(render(fleet_commits.HEADERS, table, markdown=args.markdown))
     at_25 = [row for row in table if row[0] == 25]
@@ -291,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--statements", action="store_true",
                         help="commits: name the statements that took the server most time, "
                         "each interval (loads pg_stat_statements)")  # fmt: skip
+    parser.add_argument("--prefill", type=int, default=0, metavar="N",
+                        help="commits: first store N results of another job, so that the "
+                        "results table starts as large as after N commits")  # fmt: skip
     parser.add_argument("--batches", default="1,8,64", help="partitions per claim, comma list")
     parser.add_argument("--hosts", default="1,2,4", help="pacer serve hosts, comma list")
     parser.add_argument("--jobs", type=int, default=20, help="jobs submitted (hosts)")

@@ -22,10 +22,8 @@ import multiprocessing
 import os
 import random
 import statistics
-import sys
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
@@ -33,6 +31,7 @@ from pathlib import Path
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from bench.fleet_progress import sample_progress
 from pacer.journal import MAX_PARTITIONS, LeaseToken, PartitionResult
 from pacer.pgjournal import PgJournal
 from pacer.pgjournal import journal as pg_journal_module
@@ -162,166 +161,36 @@ def quantile_ms(values: list[float], q: int) -> str:
     return f"{statistics.quantiles(values, n=100)[q - 1] * 1000:.1f}"
 
 
-# What the server did in an interval, read from its statistics views: what the jobs' progress
-# rows count (every commit is in one), the WAL written and its full-page images, checkpoints,
-# the queue's dead rows and the tables' sizes, and autovacuum's and autoanalyze's runs.
-SAMPLE_SQL = """
-SELECT (SELECT coalesce(sum(done), 0) FROM job_progress)::bigint,
-       (SELECT wal_bytes FROM pg_stat_wal)::bigint, (SELECT wal_fpi FROM pg_stat_wal),
-       (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter),
-       (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'batches'),
-       pg_total_relation_size('batches'), pg_total_relation_size('partitions'),
-       pg_total_relation_size('jobs'),
-       (SELECT sum(autovacuum_count + autoanalyze_count) FROM pg_stat_user_tables)::bigint
-"""
-
-
-# What each statement cost the server (pg_stat_statements, tracking the statements inside
-# pacer's functions too: a call's time includes theirs).
-STATEMENTS_SQL = """
-SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 60), calls, total_exec_time
-FROM pg_stat_statements
-WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-"""
-
-
-def statement_times(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, tuple[int, float]]:
-    """Calls and total ms of each statement so far, by its text's start."""
-    return {str(q): (int(str(c)), float(str(t))) for q, c, t in conn.execute(STATEMENTS_SQL)}
-
-
-# What each claimer's session is doing now: waiting on an event, running ("CPU"), waiting for
-# its client ("client"), or idle inside a transaction.
-WAITS_SQL = """
-SELECT CASE WHEN state = 'idle' THEN 'client'
-            WHEN state <> 'active' THEN state
-            ELSE coalesce(wait_event_type || ':' || wait_event, 'CPU') END
-FROM pg_stat_activity
-WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND usename = current_user
-"""
-
-WAIT_SAMPLE_S = 0.05
-
-# The rows every commit of a job writes: its row and the hosts' progress rows. Updates so far,
-# those that were HOT (no index touched), and each table's size with its indexes.
-JOB_ROWS_SQL = """
-SELECT relname, n_tup_upd, n_tup_hot_upd, pg_total_relation_size(relid)
-FROM pg_stat_user_tables WHERE relname IN ('jobs', 'job_progress') ORDER BY relname
-"""
-
-
-def job_rows(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, tuple[int, int, int]]:
-    """Per table of `JOB_ROWS_SQL`: (updates, HOT updates, bytes)."""
-    return {str(r[0]): (int(str(r[1])), int(str(r[2])), int(str(r[3])))
-            for r in conn.execute(JOB_ROWS_SQL)}  # fmt: skip
-
-
-def job_rows_line(
-    before: dict[str, tuple[int, int, int]], after: dict[str, tuple[int, int, int]]
-) -> str:
-    """Each table's updates between two `job_rows`, the share of them HOT, and its size now.
-
-    >>> job_rows_line({"jobs": (10, 10, 8192)}, {"jobs": (110, 60, 16384)})
-    'jobs 100 updates (HOT 50 %), 0.02 MB'
-    """
-    parts = []
-    for table, (updates, hot, size) in after.items():
-        was, was_hot, _ = before.get(table, (0, 0, 0))
-        share = 100 * (hot - was_hot) / max(1, updates - was)
-        parts.append(
-            f"{table} {updates - was:,} updates (HOT {share:.0f} %), {size / 2**20:.2f} MB"
-        )
-    return "; ".join(parts)
-
-
-def sample_waits(
-    conn: psycopg.Connection[tuple[object, ...]], seconds: float, stop: threading.Event
-) -> Counter[str]:
-    """The sessions' states sampled every ``WAIT_SAMPLE_S`` for ``seconds`` (or until
-    ``stop``): how many samples found each (`WAITS_SQL`)."""
-    seen: Counter[str] = Counter()
-    end = time.perf_counter() + seconds
-    while not stop.wait(max(0.0, min(WAIT_SAMPLE_S, end - time.perf_counter()))):
-        if time.perf_counter() >= end:
-            break
-        seen.update(str(state) for (state,) in conn.execute(WAITS_SQL))
-    return seen
-
-
-def top_waits(seen: Counter[str], count: int) -> str:
-    """The ``count`` states most sampled, each as its share of every sample.
-
-    >>> top_waits(Counter({"CPU": 3, "client": 1}), 6)
-    'CPU 75 %, client 25 %'
-    """
-    total = sum(seen.values()) or 1
-    return ", ".join(f"{state} {100 * n / total:.0f} %" for state, n in seen.most_common(count))
-
-
-def top_statements(
-    before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]], count: int
-) -> str:
-    """The ``count`` statements that took the most time between two `statement_times`."""
-    spent = []
-    for query, (calls, ms) in after.items():
-        calls_then, ms_then = before.get(query, (0, 0.0))
-        if calls > calls_then:
-            spent.append((ms - ms_then, calls - calls_then, query))
-    spent.sort(reverse=True)
-    return "; ".join(f"{q!r} {n:,} x {t / n:.3f} ms" for t, n, q in spent[:count])
-
-
-def sample_progress(
-    url: str, interval: float, stop: threading.Event, statements: bool = False
-) -> None:
-    """Every ``interval`` s until ``stop``, print to stderr what the server did meanwhile:
-    commits/s, WAL MB/s and the share of it in full-page images, checkpoints, the queue's dead
-    rows, the sizes of the queue, the results and the jobs tables (MB), and the runs of
-    autovacuum and autoanalyze over pacer's tables; with ``statements``, the six statements
-    that took the server most time, each with its calls and mean ms, what the claimers'
-    sessions were doing (`sample_waits`), and the updates of the jobs' rows (`job_rows_line`)."""
+def prefill_results(url: str, count: int) -> None:
+    """Store ``count`` results of another job, queued behind the measured one, straight into
+    the results table, then vacuum and analyze: the table and its index as large as after
+    ``count`` commits, though not of the measured job's own rows."""
+    with PgJournal.connect(url) as journal:
+        job = journal.add_job(count, "noop", {})
     with psycopg.connect(url, autocommit=True) as conn:
-        began = time.perf_counter()
-        last = conn.execute(SAMPLE_SQL).fetchone()
-        times = statement_times(conn) if statements else {}
-        rows = job_rows(conn) if statements else {}
-        while last is not None:
-            if statements:
-                waits = sample_waits(conn, interval, stop)
-            if stop.wait(0 if statements else interval):
-                break
-            now = conn.execute(SAMPLE_SQL).fetchone()
-            assert now is not None
-            done, wal, fpi, checkpoints = (now[i] - last[i] for i in range(4))
-            mb = 1 / 2**20
-            print(
-                f"[{time.perf_counter() - began:6.0f} s] {done / interval:7,.0f} commits/s  "
-                f"WAL {wal * mb / interval:5.1f} MB/s ({100 * fpi * 8192 / max(wal, 1):3.0f} % "
-                f"full pages)  checkpoints {checkpoints}  dead leases {now[4]:,}  "
-                f"MB: queue {now[5] * mb:.1f} results {now[6] * mb:.0f} jobs {now[7] * mb:.2f}  "
-                f"autovacuums {now[8] - last[8]}",
-                file=sys.stderr, flush=True,
-            )  # fmt: skip
-            last = now
-            if statements:
-                times, before = statement_times(conn), times
-                print(f"    most time: {top_statements(before, times, 6)}", file=sys.stderr)
-                print(f"    sessions: {top_waits(waits, 6)}", file=sys.stderr)
-                rows, rows_before = job_rows(conn), rows
-                print(f"    job rows: {job_rows_line(rows_before, rows)}", file=sys.stderr)
+        conn.execute(
+            "INSERT INTO partitions (job_id, idx, state, synthesis_s, gpu_s, phases, digest,"
+            " gpu, completed_at) SELECT %s, i, 'completed', 1.0, 0.1, '', 'd' || i, 0, 0"
+            " FROM generate_series(0, %s) AS i",
+            (job.id, count - 1),
+        )
+        conn.execute("VACUUM ANALYZE")
 
 
 def measure(
     server: PostgresServer, claimers: int, batch: int, seconds: float, interval: float,
-    vacuum: bool = True, statements: bool = False,
+    vacuum: bool = True, statements: bool = False, prefill: int = 0,
 ) -> list[object]:  # fmt: skip
-    """One row of the table: ``claimers`` processes claiming and committing on one job."""
+    """One row of the table: ``claimers`` processes claiming and committing on one job, after
+    ``prefill`` results of another (`prefill_results`)."""
     url = server.create_database()
     if statements:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION pg_stat_statements")
     with PgJournal.connect(url) as journal:
         journal.add_job(JOB_PARTITIONS, "noop", {})
+    if prefill:
+        prefill_results(url, prefill)
     spawn = multiprocessing.get_context("spawn")
     barrier = spawn.Barrier(claimers + 1)
     queue: multiprocessing.Queue[CommitterRun] = spawn.Queue()
@@ -374,12 +243,13 @@ HEADERS = ["claimers", "batch", "commits/s", "claim p50 ms", "claim p99 ms", "co
 
 def rows(
     claimers: list[int], batch: int, seconds: float, interval: float, db_cpus: str | None = None,
-    vacuum: bool = True, statements: bool = False,
+    vacuum: bool = True, statements: bool = False, prefill: int = 0,
 ) -> list[list[object]]:  # fmt: skip
     """The table's rows, each on a fresh database of one durable server. ``db_cpus`` (a
     ``taskset`` list): the server runs on those CPUs and the claimers on the others.
     ``statements``: the server loads pg_stat_statements, and each interval's progress names
-    the statements that took it most time."""
+    the statements that took it most time. ``prefill``: results of another job stored
+    before each row (`prefill_results`)."""
     if db_cpus is not None:
         os.sched_setaffinity(0, os.sched_getaffinity(0) - cpu_list(db_cpus))
     settings = {}
@@ -389,7 +259,7 @@ def rows(
     server = PostgresServer(durable=True, tcp=True, cpus=db_cpus, settings=settings)
     server.start()
     try:
-        return [measure(server, c, batch, seconds, interval, vacuum, statements)
+        return [measure(server, c, batch, seconds, interval, vacuum, statements, prefill)
                 for c in claimers]  # fmt: skip
     finally:
         server.stop()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bench import fleet_commits
+from pacer.pgjournal import PgJournal
+from tests.pgjournal.database import sql
 
 pytestmark = pytest.mark.slow
 
@@ -45,3 +47,15 @@ def test_the_statements_that_took_the_server_most_time_are_named(
     assert "jobs " in rows
     assert "job_progress " in rows
     assert "HOT" in rows
+
+
+def test_a_prefill_stores_results_of_another_job(postgres_url: str) -> None:
+    with PgJournal.connect(postgres_url) as journal:
+        measured = journal.add_job(10, "noop", {})
+        fleet_commits.prefill_results(postgres_url, 250)
+        jobs = journal.list_jobs()
+    (other,) = [job for job in jobs if job.id != measured.id]
+    assert (other.partitions, other.state) == (250, "queued")
+    assert sql(postgres_url, "SELECT job_id, count(*) FROM partitions GROUP BY job_id") == [
+        (other.id, 250)
+    ]
