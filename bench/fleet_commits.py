@@ -4,7 +4,7 @@ under the lease it got (`PgJournal.complete_partitions`, one round trip), back t
 
     .venv/bin/python -m bench.fleet commits [--claimers 10,25,50] [--seconds 20]
                                             [--batch 1] [--interval 2] [--db-cpus 0,1]
-                                            [--markdown]
+                                            [--statements] [--prefill N] [--markdown]
 
 A fresh database per row on a PostgreSQL of its own (Debian's package, durable: fsync on, over
 loopback TCP). Reports commits a second (all claimers), the latency of one claim and of one
