@@ -9,6 +9,7 @@ import pytest
 
 MODULES = [
     "bench.fleet_commits",
+    "bench.fleet_progress",
     "pacer.pipeline.attempts",
     "pacer.service.admission",
     "pacer.pipeline.backlog",
