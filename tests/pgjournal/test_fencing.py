@@ -287,7 +287,8 @@ def test_commits_of_a_running_job_do_not_queue_on_its_row(
             last = pool.submit(journal.complete_partitions, [under(claim, 3)])
             wait_until(
                 lambda: sql(postgres_url, "SELECT count(*) FROM pg_stat_activity"
-                            " WHERE wait_event_type = 'Lock'")[0][0],
+                            " WHERE wait_event_type = 'Lock'"
+                            " AND datname = current_database()")[0][0],
                 "the last commit waiting for the job's row",
             )  # fmt: skip
             assert not last.done()
