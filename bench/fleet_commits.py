@@ -225,14 +225,47 @@ def measure(
             per_interval[min(slots - 1, int(end // interval))] += 1
     rates = [round(count / interval) for count in per_interval]
     decay = 100.0 * (rates[0] - rates[-1]) / rates[0] if rates[0] else 0.0
-    trend = line_decay(rates)
     return [
-        claimers, batch, round(len(commits) / seconds), quantile_ms(claims, 50),
+        claimers, batch, len(commits) / seconds, quantile_ms(claims, 50),
         quantile_ms(claims, 99), quantile_ms(commits, 50), quantile_ms(commits, 99),
-        " ".join(map(str, rates)), f"{decay:.0f}", "-" if trend is None else f"{trend:.0f}",
-        f"{cpu:.2f}",
+        " ".join(map(str, rates)), decay, line_decay(rates), f"{cpu:.2f}",
         sum(run.empty for run in runs),
     ]  # fmt: skip
+
+
+def shown(row: list[object]) -> list[object]:
+    """A row of `measure` as the table prints it: commits a second whole, the decays to one
+    decimal ("-" where there is no line).
+
+    >>> shown([25, 1, 1428.4, "2.9", "13.7", "13.1", "30.0", "1609 1444", 10.26, 19.63, "1.95", 0])
+    [25, 1, 1428, '2.9', '13.7', '13.1', '30.0', '1609 1444', '10.3', '19.6', '1.95', 0]
+    """
+    rate, decay, trend = float(str(row[2])), float(str(row[8])), row[9]
+    line = "-" if trend is None else f"{float(str(trend)):.1f}"
+    return [*row[:2], round(rate), *row[3:8], f"{decay:.1f}", line, *row[10:]]
+
+
+def meets_target(row: list[object]) -> bool:
+    """Whether a row of `measure` meets the target, judged on its unrounded figures: at least
+    `TARGET_COMMITS_S` commits a second, a commit p99 of at most `TARGET_P99_MS`, and a decay
+    under `TARGET_DECAY_PCT` % by both measures (first against last, and along the line).
+
+    >>> row = [25, 1, 1428.4, "2.9", "13.7", "13.1", "30.0", "", 10.25, 19.63, "1.95", 0]
+    >>> meets_target(row)  # 19.63 % along the line: under 20, though it prints as 19.6
+    True
+    >>> meets_target(row[:9] + [20.01] + row[10:])
+    False
+    >>> meets_target(row[:2] + [999.6] + row[3:])  # would print as 1000
+    False
+    """
+    rate, p99, decay, trend = float(str(row[2])), str(row[6]), float(str(row[8])), row[9]
+    decays = [decay] if trend is None else [decay, float(str(trend))]
+    return (
+        rate >= TARGET_COMMITS_S
+        and p99 != "-"
+        and float(p99) <= TARGET_P99_MS
+        and max(decays) < TARGET_DECAY_PCT
+    )
 
 
 HEADERS = ["claimers", "batch", "commits/s", "claim p50 ms", "claim p99 ms", "commit p50 ms",

@@ -21,7 +21,8 @@ def test_a_short_row_commits_and_reports_each_interval(capsys: pytest.CaptureFix
     (row,) = fleet_commits.rows([2], batch=1, seconds=SECONDS, interval=INTERVAL)
     claimers, batch, rate, *_ = row
     assert (claimers, batch) == (2, 1)
-    assert int(str(rate)) > 0
+    assert float(str(rate)) > 0
+    assert fleet_commits.shown(row)[2] == round(float(str(rate)))
     rates = [int(x) for x in str(row[7]).split()]
     assert len(rates) == 2
     assert all(r > 0 for r in rates)
