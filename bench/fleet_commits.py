@@ -10,7 +10,8 @@ A fresh database per row on a PostgreSQL of its own (Debian's package, durable: 
 loopback TCP). Reports commits a second (all claimers), the latency of one claim and of one
 commit (p50, p99), the throughput of each ``--interval`` and its decay (the last interval
 against the first, and along a least-squares line through them all), and the database's CPU:
-the server's processes' user + system time over the timed window, read from /proc, in cores.
+the server's processes' user + system time over the timed window (those that ended within it,
+such as autovacuum workers, included), read from /proc, in cores.
 Target: >= 1,000 commits/s at 25 claimers with a commit p99 <= 100 ms, decaying < 20 % over 10
 minutes by either measure (2 database cores, fsync on). While a row runs, each ``--interval``
 prints to stderr what the server did meanwhile (`sample_progress`).
@@ -107,22 +108,56 @@ def committer(
         barrier.wait()
 
 
-def server_cpu_s(server: PostgresServer) -> float:
-    """User + system CPU seconds of the server's processes (the postmaster and its children:
-    backends, WAL writer, checkpointer), from /proc."""
+# What the server's processes do, by the title PostgreSQL gives each (its command line).
+ROLES = (("autovacuum worker", "autovacuum"), ("walwriter", "WAL writer"),
+         ("checkpointer", "checkpointer"), ("background writer", "background writer"))  # fmt: skip
+
+
+def role_of(title: str) -> str:
+    """The role of a server process from its title: one of `ROLES`' names, else "backends".
+
+    >>> role_of("postgres: autovacuum worker pacer")
+    'autovacuum'
+    >>> role_of("postgres: pacer pacer 127.0.0.1(40112) idle")
+    'backends'
+    """
+    return next((name for key, name in ROLES if key in title), "backends")
+
+
+def server_cpu_by_role(server: PostgresServer) -> dict[str, float]:
+    """User + system CPU seconds of the server's processes so far, by role (`role_of`), from
+    /proc. The postmaster's own time is "postmaster"; the time of its children that have ended
+    (autovacuum workers, mostly) is "ended", read from the postmaster's count of them."""
     postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
-    total = 0.0
+    roles: dict[str, float] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue  # ended meanwhile
         pid, ppid = int(entry.name), int(fields[1])
-        if pid == postmaster or ppid == postmaster:
-            total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-    return total
+        if pid == postmaster:
+            roles["postmaster"] = roles.get("postmaster", 0.0) + cpu_fields(fields, 11)
+            roles["ended"] = roles.get("ended", 0.0) + cpu_fields(fields, 13)
+        elif ppid == postmaster:
+            role = role_of(title)
+            roles[role] = roles.get(role, 0.0) + cpu_fields(fields, 11)
+    return roles
+
+
+def cpu_fields(fields: list[str], at: int) -> float:
+    """Seconds of two clock-tick fields of /proc/PID/stat (after the command's name) from
+    index ``at``: 11 is the process's own user + system time, 13 its ended children's."""
+    return (int(fields[at]) + int(fields[at + 1])) / CLOCK_TICKS
+
+
+def server_cpu_s(server: PostgresServer) -> float:
+    """User + system CPU seconds of the server's processes (the postmaster, its children
+    running and those that have ended), from /proc."""
+    return sum(server_cpu_by_role(server).values())
 
 
 def cpu_list(text: str) -> set[int]:
@@ -206,7 +241,10 @@ def measure(
     cpu_before, wall_before = server_cpu_s(server), time.perf_counter()
     stop = threading.Event()
     sampler = threading.Thread(
-        target=sample_progress, args=(url, interval, stop, statements), daemon=True
+        target=sample_progress,
+        args=(url, interval, stop, statements),
+        kwargs={"cpu": lambda: server_cpu_by_role(server)},
+        daemon=True,
     )
     sampler.start()
     runs = [queue.get() for _ in processes]

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import psycopg
 
@@ -122,20 +123,37 @@ def top_statements(
     return "; ".join(f"{q!r} {n:,} x {t / n:.3f} ms" for t, n, q in spent[:count])
 
 
+def cpu_line(before: dict[str, float], after: dict[str, float], commits: int) -> str:
+    """The server's CPU between two readings by role (s), in cores and in ms a commit, the
+    roles that took most first.
+
+    >>> cpu_line({"backends": 10.0, "ended": 1.0}, {"backends": 25.0, "ended": 1.5}, 10_000)
+    '1.55 ms a commit: backends 1.50, ended 0.05'
+    """
+    spent = sorted(((after[r] - before.get(r, 0.0), r) for r in after), reverse=True)
+    per = 1000 / max(commits, 1)
+    total = sum(t for t, _ in spent) * per
+    return f"{total:.2f} ms a commit: " + ", ".join(f"{r} {t * per:.2f}" for t, r in spent if t > 0)
+
+
 def sample_progress(
-    url: str, interval: float, stop: threading.Event, statements: bool = False
-) -> None:
+    url: str, interval: float, stop: threading.Event, statements: bool = False,
+    cpu: Callable[[], dict[str, float]] | None = None,
+) -> None:  # fmt: skip
     """Every ``interval`` s until ``stop``, print to stderr what the server did meanwhile:
     commits/s, WAL MB/s and the share of it in full-page images, checkpoints, the queue's dead
     rows, the sizes of the queue, the results and the jobs tables (MB), and the runs of
     autovacuum and autoanalyze over pacer's tables; with ``statements``, the six statements
     that took the server most time, each with its calls and mean ms, what the claimers'
-    sessions were doing (`sample_waits`), and the updates of the jobs' rows (`job_rows_line`)."""
+    sessions were doing (`sample_waits`), and the updates of the jobs' rows (`job_rows_line`);
+    with ``cpu`` (the server's CPU seconds so far, by role), the server's CPU a commit
+    (`cpu_line`)."""
     with psycopg.connect(url, autocommit=True) as conn:
         began = time.perf_counter()
         last = conn.execute(SAMPLE_SQL).fetchone()
         times = statement_times(conn) if statements else {}
         rows = job_rows(conn) if statements else {}
+        spent = cpu() if cpu is not None else {}
         while last is not None:
             if statements:
                 waits = sample_waits(conn, interval, stop)
@@ -154,6 +172,9 @@ def sample_progress(
                 file=sys.stderr, flush=True,
             )  # fmt: skip
             last = now
+            if cpu is not None:
+                spent, spent_before = cpu(), spent
+                print(f"    server CPU: {cpu_line(spent_before, spent, done)}", file=sys.stderr)
             if statements:
                 times, before = statement_times(conn), times
                 print(f"    most time: {top_statements(before, times, 6)}", file=sys.stderr)

@@ -26,9 +26,13 @@ def test_a_short_row_commits_and_reports_each_interval(capsys: pytest.CaptureFix
     rates = [int(x) for x in str(row[7]).split()]
     assert len(rates) == 2
     assert all(r > 0 for r in rates)
-    progress = [line for line in capsys.readouterr().err.splitlines() if "commits/s" in line]
+    err = capsys.readouterr().err.splitlines()
+    progress = [line for line in err if "commits/s" in line]
     assert progress, "no progress line"
     assert "dead leases" in progress[0]
+    (cpu, *_) = [line for line in err if "server CPU:" in line]
+    assert "ms a commit: " in cpu
+    assert "backends" in cpu.split("ms a commit: ")[1]  # the claimers' backends are counted
 
 
 def test_the_statements_that_took_the_server_most_time_are_named(
