@@ -55,33 +55,40 @@ WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND usename = 
 WAIT_SAMPLE_S = 0.05
 
 # The rows every commit of a job writes: its row and the hosts' progress rows. Updates so far,
-# those that were HOT (no index touched), and each table's size with its indexes.
+# those that were HOT (no index touched), each table's size with its indexes, its heap's pages,
+# and the scans of it so far: sequential and by index.
 JOB_ROWS_SQL = """
-SELECT relname, n_tup_upd, n_tup_hot_upd, pg_total_relation_size(relid)
+SELECT relname, n_tup_upd, n_tup_hot_upd, pg_total_relation_size(relid),
+       pg_relation_size(relid) / current_setting('block_size')::int, seq_scan,
+       coalesce(idx_scan, 0)
 FROM pg_stat_user_tables WHERE relname IN ('jobs', 'job_progress') ORDER BY relname
 """
 
+JobRows = tuple[int, int, int, int, int, int]  # updates, HOT, bytes, pages, seq and index scans
 
-def job_rows(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, tuple[int, int, int]]:
-    """Per table of `JOB_ROWS_SQL`: (updates, HOT updates, bytes)."""
-    return {str(r[0]): (int(str(r[1])), int(str(r[2])), int(str(r[3])))
+
+def job_rows(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, JobRows]:
+    """Per table of `JOB_ROWS_SQL`: (updates, HOT updates, bytes, heap pages, sequential scans,
+    index scans)."""
+    return {str(r[0]): (int(str(r[1])), int(str(r[2])), int(str(r[3])), int(str(r[4])),
+                        int(str(r[5])), int(str(r[6])))
             for r in conn.execute(JOB_ROWS_SQL)}  # fmt: skip
 
 
-def job_rows_line(
-    before: dict[str, tuple[int, int, int]], after: dict[str, tuple[int, int, int]]
-) -> str:
-    """Each table's updates between two `job_rows`, the share of them HOT, and its size now.
+def job_rows_line(before: dict[str, JobRows], after: dict[str, JobRows]) -> str:
+    """Each table's updates between two `job_rows`, the share of them HOT, its size and heap
+    pages now, and its sequential and index scans between the two.
 
-    >>> job_rows_line({"jobs": (10, 10, 8192)}, {"jobs": (110, 60, 16384)})
-    'jobs 100 updates (HOT 50 %), 0.02 MB'
+    >>> job_rows_line({"jobs": (10, 10, 8192, 1, 5, 5)}, {"jobs": (110, 60, 16384, 2, 105, 5)})
+    'jobs 100 updates (HOT 50 %), 0.02 MB, 2 pages, scans 100 seq 0 index'
     """
     parts = []
-    for table, (updates, hot, size) in after.items():
-        was, was_hot, _ = before.get(table, (0, 0, 0))
+    for table, (updates, hot, size, pages, seq, index) in after.items():
+        was, was_hot, _, _, was_seq, was_index = before.get(table, (0, 0, 0, 0, 0, 0))
         share = 100 * (hot - was_hot) / max(1, updates - was)
         parts.append(
-            f"{table} {updates - was:,} updates (HOT {share:.0f} %), {size / 2**20:.2f} MB"
+            f"{table} {updates - was:,} updates (HOT {share:.0f} %), {size / 2**20:.2f} MB, "
+            f"{pages} pages, scans {seq - was_seq:,} seq {index - was_index:,} index"
         )
     return "; ".join(parts)
 

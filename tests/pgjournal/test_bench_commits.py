@@ -52,6 +52,7 @@ def test_the_statements_that_took_the_server_most_time_are_named(
     assert "jobs " in rows
     assert "job_progress " in rows
     assert "HOT" in rows
+    assert " pages, scans " in rows
 
 
 def test_a_prefill_stores_results_of_another_job(postgres_url: str) -> None:
