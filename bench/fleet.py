@@ -236,7 +236,7 @@ def commits_main(args: argparse.Namespace) -> int:
     counts = [int(c) for c in (args.claimers or "10,25,50").split(",")]
     table = fleet_commits.rows(
         counts, args.batch, seconds, args.interval, args.db_cpus, not args.no_vacuum,
-        args.statements, args.prefill,
+        args.statements, args.prefill, dict(args.server_setting),
     )  # fmt: skip
     print(render(fleet_commits.HEADERS, [fleet_commits.shown(row) for row in table],
                  markdown=args.markdown))  # fmt: skip
@@ -266,6 +266,23 @@ def commits_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def server_setting(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` as (name, value), for ``--server-setting``.
+
+    >>> server_setting("random_page_cost=1.1")
+    ('random_page_cost', '1.1')
+    >>> server_setting("autovacuum")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: a server setting is NAME=VALUE, as autovacuum=off; got 'autovacuum'
+    """
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(
+            f"a server setting is NAME=VALUE, as autovacuum=off; got {text!r}"
+        )
+    return name.strip(), value.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -291,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefill", type=int, default=0, metavar="N",
                         help="commits: first store N results of another job, so that the "
                         "results table starts as large as after N commits")  # fmt: skip
+    parser.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
+                        type=server_setting,
+                        help="commits: a setting of the server (repeatable), as "
+                        "random_page_cost=1.1 or autovacuum=off")  # fmt: skip
     parser.add_argument("--batches", default="1,8,64", help="partitions per claim, comma list")
     parser.add_argument("--hosts", default="1,2,4", help="pacer serve hosts, comma list")
     parser.add_argument("--jobs", type=int, default=20, help="jobs submitted (hosts)")

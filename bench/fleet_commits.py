@@ -315,18 +315,21 @@ HEADERS = ["claimers", "batch", "commits/s", "claim p50 ms", "claim p99 ms", "co
 def rows(
     claimers: list[int], batch: int, seconds: float, interval: float, db_cpus: str | None = None,
     vacuum: bool = True, statements: bool = False, prefill: int = 0,
+    server_settings: dict[str, str] | None = None,
 ) -> list[list[object]]:  # fmt: skip
     """The table's rows, each on a fresh database of one durable server. ``db_cpus`` (a
     ``taskset`` list): the server runs on those CPUs and the claimers on the others.
     ``statements``: the server loads pg_stat_statements, and each interval's progress names
     the statements that took it most time. ``prefill``: results of another job stored
-    before each row (`prefill_results`)."""
+    before each row (`prefill_results`). ``server_settings``: more of the server's settings,
+    by name (``random_page_cost``, ``autovacuum``, …)."""
     if db_cpus is not None:
         os.sched_setaffinity(0, os.sched_getaffinity(0) - cpu_list(db_cpus))
-    settings = {}
+    settings: dict[str, str] = {}
     if statements:
         settings = {"shared_preload_libraries": "pg_stat_statements",
                     "pg_stat_statements.track": "all"}  # fmt: skip
+    settings.update(server_settings or {})
     server = PostgresServer(durable=True, tcp=True, cpus=db_cpus, settings=settings)
     server.start()
     try:

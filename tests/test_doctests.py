@@ -8,6 +8,7 @@ import importlib
 import pytest
 
 MODULES = [
+    "bench.fleet",
     "bench.fleet_commits",
     "bench.fleet_progress",
     "pacer.pipeline.attempts",
