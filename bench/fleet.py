@@ -236,7 +236,7 @@ def commits_main(args: argparse.Namespace) -> int:
     counts = [int(c) for c in (args.claimers or "10,25,50").split(",")]
     table = fleet_commits.rows(
         counts, args.batch, seconds, args.interval, args.db_cpus, not args.no_vacuum,
-        args.statements, args.prefill, dict(args.server_setting),
+        args.statements, args.prefill, dict(args.server_setting), args.reconnect_s,
     )  # fmt: skip
     print(render(fleet_commits.HEADERS, [fleet_commits.shown(row) for row in table],
                  markdown=args.markdown))  # fmt: skip
@@ -312,6 +312,13 @@ def main(argv: list[str] | None = None) -> int:
                         type=server_setting,
                         help="commits: a setting of the server (repeatable), as "
                         "random_page_cost=1.1 or autovacuum=off")  # fmt: skip
+    parser.add_argument(
+        "--reconnect-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="commits: each claimer opens a new connection every S seconds",
+    )
     parser.add_argument("--batches", default="1,8,64", help="partitions per claim, comma list")
     parser.add_argument("--hosts", default="1,2,4", help="pacer serve hosts, comma list")
     parser.add_argument("--jobs", type=int, default=20, help="jobs submitted (hosts)")

@@ -19,6 +19,7 @@ prints to stderr what the server did meanwhile (`sample_progress`).
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import random
@@ -66,22 +67,31 @@ def no_vacuum(pool: ConnectionPool, dead_rows: int | None = None) -> bool:
 def committer(
     url: str, host: str, batch: int, seconds: float, barrier: Barrier,
     runs: multiprocessing.Queue[CommitterRun], vacuum: bool = True,
+    reconnect_s: float | None = None,
 ) -> None:  # fmt: skip
     """Claim ``batch`` partitions and commit them, back to back, for ``seconds`` after a
     warm-up, once every claimer is ready, renewing the leases every third of a lease as a
     host does (and with it vacuuming the queue, unless ``vacuum`` is false); put what it did
     on ``runs``, and keep the connection (its server process, whose CPU is counted) until
-    every claimer is done."""
+    every claimer is done. ``reconnect_s``: close the connection and open a new one (a new
+    server process) every that many seconds, the first at a random point of the first."""
     if not vacuum:
         setattr(pg_journal_module, "tidy_queue", no_vacuum)  # noqa: B010
-    with PgJournal.connect(url, host=host, pool_size=1) as journal:
+    journal = PgJournal.connect(url, host=host, pool_size=1)
+    try:
         barrier.wait()
         start = time.perf_counter() + WARMUP_S
         end = start + seconds
         renew_s = journal.lease_s / RENEWALS_PER_LEASE
         renew_at = time.perf_counter() + renew_s * (0.5 + random.random())
+        reconnect_at = math.inf if reconnect_s is None else start + reconnect_s * random.random()
         run = CommitterRun([], [], [], 0)
         while (began := time.perf_counter()) < end:
+            if began >= reconnect_at:
+                journal.close()
+                journal = PgJournal.connect(url, host=host, pool_size=1)
+                reconnect_at = began + (reconnect_s or math.inf)
+                continue
             if began >= renew_at:  # as a host renews its leases (and vacuums the queue)
                 journal.renew(host)
                 renew_at = began + renew_s
@@ -106,6 +116,8 @@ def committer(
                 run.empty += 1
         runs.put(run)
         barrier.wait()
+    finally:
+        journal.close()
 
 
 # What the server's processes do, by the title PostgreSQL gives each (its command line).
@@ -215,6 +227,7 @@ def prefill_results(url: str, count: int) -> None:
 def measure(
     server: PostgresServer, claimers: int, batch: int, seconds: float, interval: float,
     vacuum: bool = True, statements: bool = False, prefill: int = 0,
+    reconnect_s: float | None = None,
 ) -> list[object]:  # fmt: skip
     """One row of the table: ``claimers`` processes claiming and committing on one job, after
     ``prefill`` results of another (`prefill_results`)."""
@@ -231,7 +244,7 @@ def measure(
     queue: multiprocessing.Queue[CommitterRun] = spawn.Queue()
     processes = [
         spawn.Process(target=committer, args=(url, f"host-{i}", batch, seconds, barrier,
-                                                   queue, vacuum))
+                                                   queue, vacuum, reconnect_s))
         for i in range(claimers)
     ]  # fmt: skip
     for process in processes:
@@ -315,14 +328,14 @@ HEADERS = ["claimers", "batch", "commits/s", "claim p50 ms", "claim p99 ms", "co
 def rows(
     claimers: list[int], batch: int, seconds: float, interval: float, db_cpus: str | None = None,
     vacuum: bool = True, statements: bool = False, prefill: int = 0,
-    server_settings: dict[str, str] | None = None,
+    server_settings: dict[str, str] | None = None, reconnect_s: float | None = None,
 ) -> list[list[object]]:  # fmt: skip
     """The table's rows, each on a fresh database of one durable server. ``db_cpus`` (a
     ``taskset`` list): the server runs on those CPUs and the claimers on the others.
     ``statements``: the server loads pg_stat_statements, and each interval's progress names
     the statements that took it most time. ``prefill``: results of another job stored
     before each row (`prefill_results`). ``server_settings``: more of the server's settings,
-    by name (``random_page_cost``, ``autovacuum``, …)."""
+    by name (``random_page_cost``, ``autovacuum``, …). ``reconnect_s``: see `committer`."""
     if db_cpus is not None:
         os.sched_setaffinity(0, os.sched_getaffinity(0) - cpu_list(db_cpus))
     settings: dict[str, str] = {}
@@ -333,7 +346,7 @@ def rows(
     server = PostgresServer(durable=True, tcp=True, cpus=db_cpus, settings=settings)
     server.start()
     try:
-        return [measure(server, c, batch, seconds, interval, vacuum, statements, prefill)
-                for c in claimers]  # fmt: skip
+        return [measure(server, c, batch, seconds, interval, vacuum, statements, prefill,
+                        reconnect_s) for c in claimers]  # fmt: skip
     finally:
         server.stop()

@@ -65,3 +65,11 @@ def test_a_prefill_stores_results_of_another_job(postgres_url: str) -> None:
     assert sql(postgres_url, "SELECT job_id, count(*) FROM partitions GROUP BY job_id") == [
         (other.id, 250)
     ]
+
+
+def test_claimers_that_reconnect_go_on_committing(capsys: pytest.CaptureFixture[str]) -> None:
+    (row,) = fleet_commits.rows([2], batch=1, seconds=SECONDS, interval=INTERVAL, reconnect_s=1.0)
+    rates = [int(x) for x in str(row[7]).split()]
+    assert all(r > 0 for r in rates)
+    cpu = [line for line in capsys.readouterr().err.splitlines() if "server CPU:" in line]
+    assert any("ended " in line for line in cpu)  # the closed connections' server processes
