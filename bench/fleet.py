@@ -243,13 +243,11 @@ def commits_main(args: argparse.Namespace) -> int:
     at_25 = [row for row in table if row[0] == 25]
     verdict = ""
     if at_25:
-        rate, p99 = float(str(at_25[0][2])), str(at_25[0][6])
-        decay, trend = float(str(at_25[0][8])), at_25[0][9]
-        line = "-" if trend is None else f"{float(str(trend)):.1f}"
+        shown = fleet_commits.shown(at_25[0])
         met = fleet_commits.meets_target(at_25[0])
         verdict = (
-            f"; at 25 claimers {rate:,.0f} commits/s, p99 {p99} ms, decay {decay:.1f} % "
-            f"(line {line} %): " + ("target met" if met else "target missed")
+            f"; at 25 claimers {shown[2]:,} commits/s, p99 {shown[6]} ms, decay {shown[8]} % "
+            f"(line {shown[9]} %): " + ("target met" if met else "target missed")
         )
     print(
         f"\none job, {args.batch} partition(s) a claim and a commit, {seconds:g} s a row"

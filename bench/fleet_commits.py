@@ -147,16 +147,16 @@ def server_cpu_by_role(server: PostgresServer) -> dict[str, float]:
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            pid, ppid = int(entry.name), int(fields[1])
+            if pid == postmaster:
+                roles["postmaster"] = roles.get("postmaster", 0.0) + cpu_fields(fields, 11)
+                roles["ended"] = roles.get("ended", 0.0) + cpu_fields(fields, 13)
+            elif ppid == postmaster:  # only the server's children: their titles name them
+                title = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+                role = role_of(title.decode(errors="replace"))
+                roles[role] = roles.get(role, 0.0) + cpu_fields(fields, 11)
         except OSError:
             continue  # ended meanwhile
-        pid, ppid = int(entry.name), int(fields[1])
-        if pid == postmaster:
-            roles["postmaster"] = roles.get("postmaster", 0.0) + cpu_fields(fields, 11)
-            roles["ended"] = roles.get("ended", 0.0) + cpu_fields(fields, 13)
-        elif ppid == postmaster:
-            role = role_of(title)
-            roles[role] = roles.get(role, 0.0) + cpu_fields(fields, 11)
     return roles
 
 
