@@ -100,11 +100,17 @@ class Pipeline(InFlight):
         self, job_id: str, seed: int, params: dict[str, Any], indices: Iterable[int],
         *, priority: int = 0, order: int = 0,
     ) -> None:  # fmt: skip
-        """Add partitions of a job to the backlog, in the order `Backlog.add` gives.
+        """Add partitions of a job to the backlog, in the order `Backlog.add` gives; those
+        in flight already are left out (a partition is in the pipeline once at most).
 
         A ``range`` or an `IndexRanges` stays a few runs however many partitions it holds.
         """
         self._cancelled.discard(job_id)
+        flying = self.holdings.indices(job_id)
+        if flying:
+            indices = IndexRanges.of(indices)
+            for index in flying:
+                indices.discard(index, index + 1)
         self._backlog.add(job_id, seed, params, indices, priority=priority, order=order)
         self._wake.set()
 

@@ -13,7 +13,7 @@ class Holdings:
     """Partitions holding memory, and their bytes; ``release`` hands buffers back.
 
     A partition whose call was abandoned leaves ``inflight``, but its bytes stay held as
-    ``abandoned_bytes`` until the call returns.
+    ``abandoned_bytes`` until the call returns. `indices` names the partitions in flight.
     """
 
     def __init__(self, release: Callable[[Any], None]) -> None:
@@ -22,6 +22,22 @@ class Holdings:
         self.inflight_bytes = 0  # abandoned calls' partitions included: they hold memory yet
         self.abandoned = 0  # partitions held by abandoned calls that have not returned
         self.abandoned_bytes = 0
+        self._indices: dict[str, dict[int, int]] = {}  # job → index → times in flight
+
+    def indices(self, job_id: str) -> list[int]:
+        """The partitions of ``job_id`` in flight (those of abandoned calls left out)."""
+        return list(self._indices.get(job_id, ()))
+
+    def _count(self, work: Work, step: int) -> None:
+        spec = work.spec
+        held = self._indices.setdefault(spec.job_id, {})
+        times = held.get(spec.index, 0) + step
+        if times > 0:
+            held[spec.index] = times
+        else:
+            held.pop(spec.index, None)
+            if not held:
+                del self._indices[spec.job_id]
 
     def room(self, nbytes: int, budget_bytes: int) -> int:
         """How many partitions of ``nbytes`` fit in ``budget_bytes`` beside what is held.
@@ -35,6 +51,7 @@ class Holdings:
         """Hold a dispatched partition's bytes."""
         self.inflight += 1
         self.inflight_bytes += work.nbytes
+        self._count(work, 1)
 
     def release(self, work: Work) -> None:
         """Free a leaving partition's bytes and hand its buffers back."""
@@ -43,10 +60,12 @@ class Holdings:
         work.buffers = None
         self.inflight -= 1
         self.inflight_bytes -= work.nbytes
+        self._count(work, -1)
 
     def abandon(self, work: Work) -> None:
         """Drop an abandoned partition from ``inflight``; its bytes stay held."""
         self.inflight -= 1
+        self._count(work, -1)
         self.abandoned += 1
         self.abandoned_bytes += work.nbytes
 

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from pacer.control.controller import PIController
 from pacer.control.policy import DispatchPolicy
@@ -38,7 +38,10 @@ class Commits:
     """Writes what the pipeline reports to the journal: ``on_outcome`` takes each outcome,
     `start` runs the commit loop and upkeep under a supervisor, `stop` and `last_commit` end
     them at shutdown. ``policy()`` is the policy whose estimates are saved under
-    ``estimates_key``; ``retention`` says when finished jobs may be pruned."""
+    ``estimates_key``; ``retention`` says when finished jobs may be pruned. On a fleet's host,
+    ``lease_of(job, index)`` (set by `pacer.service.fleet_host.Fleet`) names the lease the host
+    holds now over a partition: a result proved under an older lease of the host's commits
+    under it."""
 
     def __init__(
         self,
@@ -65,6 +68,7 @@ class Commits:
         self.dispatch_held = False
         self._closing = asyncio.Event()
         self._committer: asyncio.Task[None] | None = None
+        self.lease_of: Callable[[str, int], tuple[int, int] | None] | None = None
         self._upkeeper: asyncio.Task[None] | None = None
 
     def uncommitted(self) -> int:
@@ -215,7 +219,9 @@ class Commits:
         if access.pending:
             # The batch stays in ``pending`` until written, so that MAX_UNCOMMITTED and the
             # metric count it during the commit too; results proved meanwhile join the end.
+            self._under_leases_held(access.pending)
             batch = list(access.pending)
+            access.committing = len(batch)
             try:
                 ended = await access.run(self._commit, batch)
             except _PartialCommit as partial:
@@ -223,6 +229,8 @@ class Commits:
                 self._jobs.completed(partial.ended)
                 cause = partial.__cause__
                 raise JournalUnavailable(f"journal {access.settings.location}: {cause}") from cause
+            finally:
+                access.committing = 0
             del access.pending[: len(batch)]
             self._jobs.completed(ended)
             self._watchdog.progress()
@@ -236,6 +244,18 @@ class Commits:
             wrote = True
         if not wrote and not access.health.healthy:
             await access.run(access.journal.probe)
+
+    def _under_leases_held(self, results: list[PartitionResult]) -> None:
+        """On a fleet's host: each result under the lease the host holds over its partition
+        now, where that is another than it was proved under (the host lost that lease, then
+        claimed the partition again): the result is not refused, nor the partition proved
+        again."""
+        if self.lease_of is None:
+            return
+        for i, result in enumerate(results):
+            held = self.lease_of(result.job_id, result.index)
+            if held is not None and held != result.lease:
+                results[i] = replace(result, lease=LeaseToken(*held))
 
     def _commit(self, batch: list[PartitionResult]) -> list[JobRecord]:
         """On the journal's thread: commit a batch; one bad result must not lose the others.

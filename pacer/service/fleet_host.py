@@ -294,9 +294,27 @@ class Fleet:
             log.info("reclaimed %d partitions from %s, whose lease had lapsed",
                      len(claim.pending), claim.reclaimed_from, extra={"job": job.id})  # fmt: skip
         deadline = self._claimed_at + self.lease_s
+        before = self.held.get(claim.batch)  # the run, claimed again after this host lost it
         self.leases.hold(claim.batch, Held(job.id, claim.pending, claim.token, deadline))
-        self._jobs.enqueue(job, claim.pending)
+        if before is not None:
+            self._left(before)
+        # A partition this host has already is not queued again: one in flight is proved
+        # under this lease (`HeldLeases.gate`), one proved is committed under it
+        # (`Commits.lease_of`), and a failed one is retried.
+        queued = IndexRanges.of(claim.pending)
+        for index in self._awaiting_journal(job.id):
+            queued.discard(index, index + 1)
+        self._jobs.enqueue(job, queued)
         return len(claim.pending)
+
+    def _awaiting_journal(self, job_id: str) -> set[int]:
+        """Partitions of ``job_id`` whose result waits for a commit other than the one running
+        now (which may refuse it), or whose failed attempt waits to be journaled or retried."""
+        access = self._access
+        waiting = {r.index for r in access.pending[access.committing :] if r.job_id == job_id}
+        waiting.update(index for job, index in access.failures if job == job_id)
+        waiting.update(self._jobs.retrying(job_id))
+        return waiting
 
     # -- leases -------------------------------------------------------------------------------
 
@@ -345,7 +363,11 @@ class Fleet:
         """A lease is no longer this host's: reclaimed after it lapsed, finished, or its job
         ended. Its partitions not started leave the backlog (but for those another lease of
         this host holds again); those in flight finish."""
-        lease = self.leases.drop(batch)
+        self._left(self.leases.drop(batch))
+
+    def _left(self, lease: Held) -> None:
+        """What `_lost` does once a lease is no longer held (or was claimed again, with what
+        it holds now)."""
         gone = IndexRanges.of(lease.pending)
         others = [held for held in self.held.values() if held.job_id == lease.job_id]
         for held in others:

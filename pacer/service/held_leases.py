@@ -68,12 +68,28 @@ class HeldLeases:
         that does is past its deadline (the partition is then set aside, see `set_aside`)."""
         now = self._clock()
         with self._lock:
-            for batch, lease in self.held.items():
-                if lease.job_id == job_id and index in lease.pending:
-                    if now < lease.deadline:
-                        return batch, lease.token
-                    break
-        return None
+            return self._covering(job_id, index, now)
+
+    def lease_of(self, job_id: str, index: int) -> tuple[int, int] | None:
+        """The lease (batch, token) this host holds over partition ``index`` of ``job_id``,
+        whatever its deadline (the database judges whether it still holds); None if none does.
+        A result proved under an older lease of this host is committed under this one."""
+        with self._lock:
+            return self._covering(job_id, index, float("-inf"))
+
+    def _covering(self, job_id: str, index: int, now: float) -> tuple[int, int] | None:
+        """The newest lease (highest token) over the partition whose deadline is after
+        ``now``. (A lease the host claimed again under a new token may sit beside the one
+        it lost until the next renewal drops that.)"""
+        covering = [
+            (lease.token, batch)
+            for batch, lease in self.held.items()
+            if lease.job_id == job_id and index in lease.pending and now < lease.deadline
+        ]
+        if not covering:
+            return None
+        token, batch = max(covering)
+        return batch, token
 
     def set_aside(self, job_id: str, index: int) -> None:
         """A partition the gate refused: kept until the next renewal says whose it is."""

@@ -267,19 +267,25 @@ class Jobs:
 
     async def _requeue(self, job_id: str, index: int) -> None:
         """A partition's backoff is over: back into the backlog at its job's priority and
-        place, if the job is still queued or running."""
-        self._retries.pop((job_id, index), None)
+        place, if the job is still queued or running. It counts as retrying (`retrying`)
+        until it is queued."""
         access = self._access
         try:
             job = await access.run(access.journal.get_job, job_id)
         except Exception as exc:  # the journal's trouble: try again once it may have passed
             access.failed(exc, "reading a job to retry its partition")
-            if not self._draining():
+            if self._retries.pop((job_id, index), None) is not None and not self._draining():
                 self._requeue_later(job_id, index, self._retry.delay_s(1))
+            return
+        if self._retries.pop((job_id, index), None) is None:  # its job's retries were dropped
             return
         if job is None or job.state not in LIVE or self._draining():
             return
         self.enqueue(job, [index])
+
+    def retrying(self, job_id: str) -> list[int]:
+        """The partitions of ``job_id`` that wait out a retry's backoff."""
+        return [index for job, index in self._retries if job == job_id]
 
     def cancel_retries(self, job_id: str | None) -> None:
         """Drop the backoffs of ``job_id`` (of every job if None): those partitions stay

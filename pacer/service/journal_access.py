@@ -69,8 +69,9 @@ class FailedAttempt:
 class JournalAccess:
     """The journal ``settings`` name on a thread of its own, once `open`.
 
-    ``pending``: results proved but not committed, in order; ``failures``: failed attempts to
-    journal, by (job, partition), oldest first. Both wait here while the journal fails;
+    ``pending``: results proved but not committed, in order (the first ``committing`` of them
+    in the commit running now); ``failures``: failed attempts to journal, by (job, partition),
+    oldest first. Both wait here while the journal fails;
     ``backoff`` paces the retries of writes that fail, and ``health`` says since when;
     ``calls`` holds the call running on each journal thread, and since when; ``left``, whether
     a stop has stopped waiting for them (`leave`). ``wall`` stamps an SQLite journal's jobs."""
@@ -89,6 +90,7 @@ class JournalAccess:
         self.health = JournalHealth(clock)
         self.calls = JournalCalls(clock, settings.stall_s)
         self.pending: list[PartitionResult] = []
+        self.committing = 0
         self.failures: dict[tuple[str, int], list[FailedAttempt]] = {}
         # The SQLite journal's lock, None for a fleet's (`pacer.service.first_steps` makes it,
         # and takes it before the pool); `open` takes it where they did not, `close` gives it up.

@@ -209,6 +209,7 @@ class Service:
             claim_seconds=claim_histogram(self.registry), clock=self._clock,
         )  # fmt: skip
         self.jobs.to_fleet = fleet.heard
+        self.commits.lease_of = fleet.leases.lease_of
         self.registry.register(FleetMetrics(fleet))
         self.readiness.append(fleet)
 

@@ -548,3 +548,27 @@ async def test_a_partition_a_gate_refuses_is_not_proved_and_gives_its_memory_bac
     ]
     assert run.pipeline.inflight_bytes == 0
     assert run.pipeline.provers.ready == 0
+
+
+@pytest.mark.parametrize("where", ["synthesis", "prove"])
+async def test_a_partition_in_flight_is_not_queued_again(where: str) -> None:
+    """A partition queued again while it is in flight (a fleet's host claiming a run again,
+    a retry) is left out: it is proved once; the others queued with it are queued."""
+    workload = Hanging(where, hang_at=1)
+    run = build(workload, workers=2, synth=2, synthesis_s=3600.0, prove_s=3600.0)
+    pipeline, outcomes = run.pipeline, run.outcomes
+    pipeline.enqueue("j", 1, {}, [0, 1])
+    pipeline.start()
+    try:
+        await asyncio.to_thread(workload.entered.wait, 10)
+        await until(lambda: outcomes, "partition 0's outcome")  # partition 1 hangs meanwhile
+        assert pipeline.holdings.indices("j") == [1]
+        pipeline.enqueue("j", 1, {}, range(3))
+        assert pipeline.waiting("j") == 2  # 0 (proved: the journal's to judge) and 2
+        workload.unblock.set()
+        await run.until(lambda: len(outcomes) == 4, "every outcome")
+    finally:
+        workload.unblock.set()
+        await pipeline.close()
+    assert sorted(o.index for o in outcomes) == [0, 0, 1, 2]
+    assert pipeline.holdings.indices("j") == []

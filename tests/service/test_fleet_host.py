@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
 from pacer.api.openapi import document
-from pacer.journal import HostInUseError, JobState
+from pacer.journal import HostInUseError, JobState, LeaseToken
 from pacer.pgjournal import PgJournal
 from pacer.ranges import IndexRanges
 from pacer.server import Server
@@ -136,6 +137,44 @@ async def test_a_lease_another_host_reclaimed_leaves_the_backlog_at_the_renewal(
     assert fleet.held == {}
     assert fleet.counts.lost_leases == leases  # each with partitions not started
     assert host.service.registry.get_sample_value("pacer_fleet_lost_leases_total") == leases
+
+
+async def test_a_run_claimed_again_after_it_was_lost_proves_each_partition_once(
+    host: Server, other: PgJournal, postgres_url: str
+) -> None:
+    """A host's lease lapses (it was frozen, or late to renew), another host takes the run's
+    head, and this one claims the rest again (the same run, a new token) while results of it
+    wait for a commit: those are committed under the new lease, not refused, and neither they
+    nor the head are queued again here."""
+    service = host.service
+    fleet = service.fleet
+    assert fleet is not None
+    job_id = await held_claims(host, 10)
+    await service.commits.stop()  # results wait until this test commits them
+    leases = {batch: (held.token, held.pending) for batch, held in fleet.held.items()}
+    for index in (3, 4):  # proved under the lease, not yet committed
+        [(batch, token)] = [(b, t) for b, (t, runs) in leases.items() if index in runs]
+        service.journal_access.pending.append(
+            replace(proved(job_id, index), lease=LeaseToken(batch, token)))  # fmt: skip
+    service.pipeline.discard(job_id, IndexRanges([(3, 5)]))
+    expire(postgres_url, HOST)
+    [head] = other.claim("gpu-b", 2)
+    assert (head.pending, head.reclaimed_from) == (IndexRanges([(0, 2)]), HOST)
+    assert await fleet.claim(10) == 8
+    assert service.pipeline.waiting(job_id) == 6  # 2 and 5-9; not 3 and 4, nor the head
+    await service.commits.flush()
+    assert fleet.refused_results() == 0
+    other.complete_partitions([replace(proved(job_id, i), lease=LeaseToken(head.batch,
+                                                                          head.token))
+                               for i in (0, 1)])  # fmt: skip
+    service.pipeline.hold(False)
+    await until(lambda: len(service.journal_access.pending), "the rest proved",
+                done=lambda n: n == 6)  # fmt: skip
+    await service.commits.flush()
+    assert (await until_done(host, job_id))["state"] == "completed"
+    registry = service.registry
+    assert registry.get_sample_value("pacer_partitions_total", {"outcome": "completed"}) == 6
+    assert fleet.refused_results() == 0
 
 
 async def test_upkeep_completes_a_job_whose_last_count_was_lost_then_packs_it(

@@ -41,3 +41,21 @@ def test_a_renewal_queues_again_what_it_kept_and_leaves_the_rest(clock: FakeCloc
     assert dropped == 1
     assert leases.take_back() == ({}, 0)  # taken once
     assert leases.partitions() == 4
+
+
+def test_a_run_claimed_again_is_proved_and_committed_under_its_newest_lease(
+    clock: FakeClock,
+) -> None:
+    """A host that lost a lease and claimed part of its run again holds both until the next
+    renewal drops the lost one: the gate gives the newest lease within its deadline, and a
+    result is committed under the newest lease whatever its deadline."""
+    leases = leases_of(clock)
+    clock.advance(31.0)  # lease 7 lapsed; another host took its head, this one the rest
+    leases.hold(9, Held("job-a", IndexRanges([(2, 4)]), token=95, deadline=61.0))
+    assert leases.gate("job-a", 3) == (9, 95)  # not refused for the lapsed lease beside it
+    assert leases.gate("job-a", 1) is None
+    assert leases.lease_of("job-a", 3) == (9, 95)
+    assert leases.lease_of("job-a", 1) == (7, 70)  # the database judges whether it holds
+    assert leases.lease_of("job-c", 0) is None
+    leases.hold(7, Held("job-a", IndexRanges([(0, 2)]), token=99, deadline=61.0))
+    assert leases.gate("job-a", 1) == (7, 99)
