@@ -33,6 +33,7 @@ from pathlib import Path
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from bench.cpu_reference import CpuReference
 from bench.fleet_progress import sample_progress
 from pacer.journal import MAX_PARTITIONS, LeaseToken, PartitionResult
 from pacer.pgjournal import PgJournal
@@ -253,10 +254,13 @@ def measure(
     time.sleep(WARMUP_S)
     cpu_before, wall_before = server_cpu_s(server), time.perf_counter()
     stop = threading.Event()
+    reference = None if server.cpus is None else CpuReference(cpu_list(server.cpus))
+    if reference is not None:
+        reference.start()
     sampler = threading.Thread(
         target=sample_progress,
         args=(url, interval, stop, statements),
-        kwargs={"cpu": lambda: server_cpu_by_role(server)},
+        kwargs={"cpu": lambda: server_cpu_by_role(server), "reference": reference},
         daemon=True,
     )
     sampler.start()
@@ -264,6 +268,8 @@ def measure(
     cpu = (server_cpu_s(server) - cpu_before) / (time.perf_counter() - wall_before)
     stop.set()
     sampler.join()
+    if reference is not None:
+        reference.stop()
     barrier.wait()  # the claimers may close their connections now
     for process in processes:
         process.join()

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import psycopg
 
+from bench.cpu_reference import CpuReference
+
 # What the server did in an interval, read from its statistics views: what the jobs' progress
 # rows count (every commit is in one), the WAL written and its full-page images, checkpoints,
 # the queue's dead rows and the tables' sizes, and autovacuum's and autoanalyze's runs.
@@ -145,7 +147,7 @@ def cpu_line(before: dict[str, float], after: dict[str, float], commits: int) ->
 
 def sample_progress(
     url: str, interval: float, stop: threading.Event, statements: bool = False,
-    cpu: Callable[[], dict[str, float]] | None = None,
+    cpu: Callable[[], dict[str, float]] | None = None, reference: CpuReference | None = None,
 ) -> None:  # fmt: skip
     """Every ``interval`` s until ``stop``, print to stderr what the server did meanwhile:
     commits/s, WAL MB/s and the share of it in full-page images, checkpoints, the queue's dead
@@ -154,7 +156,8 @@ def sample_progress(
     that took the server most time, each with its calls and mean ms, what the claimers'
     sessions were doing (`sample_waits`), and the updates of the jobs' rows (`job_rows_line`);
     with ``cpu`` (the server's CPU seconds so far, by role), the server's CPU a commit
-    (`cpu_line`)."""
+    (`cpu_line`); with ``reference``, how fast the server's CPUs ran a fixed piece of work,
+    and their steal time (`CpuReference.line`)."""
     with psycopg.connect(url, autocommit=True) as conn:
         began = time.perf_counter()
         last = conn.execute(SAMPLE_SQL).fetchone()
@@ -182,6 +185,8 @@ def sample_progress(
             if cpu is not None:
                 spent, spent_before = cpu(), spent
                 print(f"    server CPU: {cpu_line(spent_before, spent, done)}", file=sys.stderr)
+            if reference is not None:
+                print(f"    server's CPUs: {reference.line()}", file=sys.stderr)
             if statements:
                 times, before = statement_times(conn), times
                 print(f"    most time: {top_statements(before, times, 6)}", file=sys.stderr)

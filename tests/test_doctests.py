@@ -8,6 +8,7 @@ import importlib
 import pytest
 
 MODULES = [
+    "bench.cpu_reference",
     "bench.fleet",
     "bench.fleet_commits",
     "bench.fleet_progress",
