@@ -20,7 +20,7 @@ from pacer.config import ControllerSettings
 from pacer.control.estimates import Estimates
 from pacer.control.policy import Mode, Terms
 from pacer.journal import MAX_PARTITIONS, JobRecord, JobState, PartitionRecord
-from pacer.service.fleet_host import FleetCounts
+from pacer.metrics.fleet import FleetCounts
 
 Schema = dict[str, Any]
 REF = "#/components/schemas/{model}"

@@ -5,6 +5,7 @@ without a fleet exports none of them: absent, not zero."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -14,29 +15,18 @@ from prometheus_client.registry import Collector
 CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
-class FleetCountsView(Protocol):
-    """What the metrics read of a host's counts (`pacer.service.fleet_host.FleetCounts`)."""
+@dataclass
+class FleetCounts:
+    """What a host of a fleet did with the fleet's queue since it started: the counters the
+    metrics export (`pacer.service.fleet_host.Fleet` counts them)."""
 
-    @property
-    def claims(self) -> int: ...
-
-    @property
-    def claimed_partitions(self) -> int: ...
-
-    @property
-    def empty_claims(self) -> int: ...
-
-    @property
-    def reclaimed_partitions(self) -> int: ...
-
-    @property
-    def renewal_failures(self) -> int: ...
-
-    @property
-    def lost_leases(self) -> int: ...
-
-    @property
-    def unproved_partitions(self) -> int: ...
+    claims: int = 0
+    claimed_partitions: int = 0
+    empty_claims: int = 0
+    reclaimed_partitions: int = 0
+    renewal_failures: int = 0
+    lost_leases: int = 0
+    unproved_partitions: int = 0  # not given to a GPU: their lease had lapsed or was lost
 
 
 class FleetView(Protocol):
@@ -46,7 +36,7 @@ class FleetView(Protocol):
     def host(self) -> str: ...
 
     @property
-    def counts(self) -> FleetCountsView: ...
+    def counts(self) -> FleetCounts: ...
 
     @property
     def held(self) -> Mapping[int, object]: ...

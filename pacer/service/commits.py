@@ -116,6 +116,15 @@ class Commits:
                 len(pending), f" ({cause})" if cause else "",
             )  # fmt: skip
 
+    def awaiting(self, job_id: str) -> set[int]:
+        """Partitions of ``job_id`` whose result waits for a commit other than the one running
+        now (which may refuse it), or whose failed attempt waits to be journaled or retried."""
+        access = self._access
+        waiting = {r.index for r in access.pending[access.committing :] if r.job_id == job_id}
+        waiting.update(index for job, index in access.failures if job == job_id)
+        waiting.update(self._jobs.retrying(job_id))
+        return waiting
+
     def attempt_failed(self, job_id: str, index: int, reason: str, gpu: int | None) -> None:
         """A partition's attempt failed: journal it with the next commit (retried until it
         lands, so the job cannot stay running); then retry the partition or fail its job."""

@@ -21,15 +21,16 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pacer.journal import Claim, FleetBackend, HostInUseError, JobRecord, JobState
 from pacer.journal.health import Backoff, JournalUnavailable
+from pacer.metrics.fleet import FleetCounts
 from pacer.pipeline import Pipeline
 from pacer.ranges import IndexRanges
 from pacer.runtime.supervision import Supervisor
 from pacer.runtime.threads import DaemonPool
+from pacer.service.commits import Commits
 from pacer.service.held_leases import Held, HeldLeases
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import JournalAccess
@@ -44,19 +45,6 @@ IDLE_POLL = Backoff(first_s=0.02, max_s=1.0, jitter=0.2)  # after claims that fo
 IDLE_POLL_MAX_S = IDLE_POLL.max_s
 
 
-@dataclass
-class FleetCounts:
-    """What this host did with the fleet's queue since it started (the metrics' counters)."""
-
-    claims: int = 0
-    claimed_partitions: int = 0
-    empty_claims: int = 0
-    reclaimed_partitions: int = 0
-    renewal_failures: int = 0
-    lost_leases: int = 0
-    unproved_partitions: int = 0  # not given to a GPU: their lease had lapsed or was lost
-
-
 class Fleet:
     """This host's part in a fleet: claims into ``pipeline``'s backlog (through ``jobs``),
     leases renewed and given back, word of work heard. ``synthesis_concurrency()`` is the
@@ -68,6 +56,7 @@ class Fleet:
         access: JournalAccess,
         pipeline: Pipeline,
         jobs: Jobs,
+        commits: Commits,
         *,
         claim_max: int,
         synthesis_concurrency: Callable[[], int],
@@ -77,6 +66,7 @@ class Fleet:
         self._access = access
         self._pipeline = pipeline
         self._jobs = jobs
+        self._commits = commits
         self._claim_max = claim_max
         self._synthesis_concurrency = synthesis_concurrency
         self._claim_seconds = claim_seconds
@@ -85,6 +75,7 @@ class Fleet:
         self.leases = HeldLeases(clock)
         pipeline.provers.gate = self.leases.gate
         pipeline.on_refused = self._refused
+        commits.lease_of = self.leases.lease_of
         self._records: dict[str, JobRecord] = {}  # jobs this host holds leases of
         self._unresolved: list[Claim] = []  # claimed, their jobs not read yet
         self._claimed_at = 0.0  # when the claim of those was sent (s, on the clock)
@@ -302,19 +293,10 @@ class Fleet:
         # under this lease (`HeldLeases.gate`), one proved is committed under it
         # (`Commits.lease_of`), and a failed one is retried.
         queued = IndexRanges.of(claim.pending)
-        for index in self._awaiting_journal(job.id):
+        for index in self._commits.awaiting(job.id):
             queued.discard(index, index + 1)
         self._jobs.enqueue(job, queued)
         return len(claim.pending)
-
-    def _awaiting_journal(self, job_id: str) -> set[int]:
-        """Partitions of ``job_id`` whose result waits for a commit other than the one running
-        now (which may refuse it), or whose failed attempt waits to be journaled or retried."""
-        access = self._access
-        waiting = {r.index for r in access.pending[access.committing :] if r.job_id == job_id}
-        waiting.update(index for job, index in access.failures if job == job_id)
-        waiting.update(self._jobs.retrying(job_id))
-        return waiting
 
     # -- leases -------------------------------------------------------------------------------
 

@@ -203,13 +203,12 @@ class Service:
 
     def _assemble_fleet(self) -> None:
         self.fleet = fleet = Fleet(
-            self.journal_access, self.pipeline, self.jobs,
+            self.journal_access, self.pipeline, self.jobs, self.commits,
             claim_max=self.settings.journal.claim_max,
             synthesis_concurrency=lambda: self.plan.caps.synthesis_concurrency,
             claim_seconds=claim_histogram(self.registry), clock=self._clock,
         )  # fmt: skip
         self.jobs.to_fleet = fleet.heard
-        self.commits.lease_of = fleet.leases.lease_of
         self.registry.register(FleetMetrics(fleet))
         self.readiness.append(fleet)
 
