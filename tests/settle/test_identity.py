@@ -162,7 +162,8 @@ def test_another_programs_multiprocessing_child_that_maps_a_block_is_not_killed(
     assert other.stdout.readline() == "ready\n"  # from its child, which maps the block
     told: list[str] = []
     held = ReportedHolders(HeldBlockScanner(directory=shm_dir), told.append, True)()
-    assert sorted(h.pid for h in held.holders)[0] == other.pid
+    # The program and its forkserver's child (pids wrap around: not told apart by order).
+    assert other.pid in {h.pid for h in held.holders}
     assert len(held.holders) == 2
     assert not any(h.synthesis for h in held.holders)
     assert all(line.endswith(": not a pacer synthesis process, so not killed") for line in told)
