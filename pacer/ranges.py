@@ -185,6 +185,18 @@ class IndexRanges:
         self._count -= covered
         return covered
 
+    @classmethod
+    def without(cls, indices: Iterable[int], taken: Iterable[int]) -> IndexRanges:
+        """``indices`` as runs (`of`), less those in ``taken``.
+
+        >>> IndexRanges.without(range(10), [3, 4, 9]).runs()
+        [(0, 3), (5, 9)]
+        """
+        out = cls.of(indices)
+        for index in taken:
+            out.discard(index, index + 1)
+        return out
+
     def update(self, other: IndexRanges) -> None:
         """Add every index of ``other``."""
         if not self._count:

@@ -108,9 +108,7 @@ class Pipeline(InFlight):
         self._cancelled.discard(job_id)
         flying = self.holdings.indices(job_id)
         if flying:
-            indices = IndexRanges.of(indices)
-            for index in flying:
-                indices.discard(index, index + 1)
+            indices = IndexRanges.without(indices, flying)
         self._backlog.add(job_id, seed, params, indices, priority=priority, order=order)
         self._wake.set()
 

@@ -292,10 +292,7 @@ class Fleet:
         # A partition this host has already is not queued again: one in flight is proved
         # under this lease (`HeldLeases.gate`), one proved is committed under it
         # (`Commits.lease_of`), and a failed one is retried.
-        queued = IndexRanges.of(claim.pending)
-        for index in self._commits.awaiting(job.id):
-            queued.discard(index, index + 1)
-        self._jobs.enqueue(job, queued)
+        self._jobs.enqueue(job, IndexRanges.without(claim.pending, self._commits.awaiting(job.id)))
         return len(claim.pending)
 
     # -- leases -------------------------------------------------------------------------------
