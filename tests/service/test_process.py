@@ -75,8 +75,13 @@ def test_kill9_mid_run_then_restart_completes_every_job_exactly_once(
     assert "jobs resumed" in second.log
     wait_until(lambda: all(s == "completed" for s in job_states(journal).values()),
                "the resumed jobs to complete")  # fmt: skip
-    completions = completions_in(first.log) + completions_in(second.log)
-    assert completions == Counter({i: 1 for i in ids})  # each job completed exactly once
+    # Each job completed exactly once: those the journal held completed at the kill in the
+    # first service (whose log line, written after the commit, a SIGKILL may cut off), the
+    # others in the second.
+    done_first = {i for i, s in states.items() if s == "completed"}
+    assert completions_in(second.log) == Counter({i: 1 for i in ids if i not in done_first})
+    assert set(completions_in(first.log)) <= done_first
+    assert max(completions_in(first.log).values(), default=0) <= 1
     for job_id in ids:
         parts = second.client.job(job_id)["partition_results"]
         assert [p["state"] for p in parts] == ["completed"] * 6
