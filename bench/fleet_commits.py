@@ -35,7 +35,7 @@ from psycopg_pool import ConnectionPool
 
 from bench.cpu_reference import CpuReference
 from bench.fleet_progress import sample_progress
-from pacer.journal import MAX_PARTITIONS, LeaseToken, PartitionResult
+from pacer.journal import MAX_PARTITIONS, Claim, LeaseToken, PartitionResult
 from pacer.pgjournal import PgJournal
 from pacer.pgjournal import journal as pg_journal_module
 from pacer.service.fleet_host import RENEWALS_PER_LEASE
@@ -87,6 +87,7 @@ def committer(
         renew_at = time.perf_counter() + renew_s * (0.5 + random.random())
         reconnect_at = math.inf if reconnect_s is None else start + reconnect_s * random.random()
         run = CommitterRun([], [], [], 0)
+        claims: list[Claim] = []  # the leases this claimer holds, renewed by their tokens
         while (began := time.perf_counter()) < end:
             if began >= reconnect_at:
                 journal.close()
@@ -94,7 +95,7 @@ def committer(
                 reconnect_at = began + (reconnect_s or math.inf)
                 continue
             if began >= renew_at:  # as a host renews its leases (and vacuums the queue)
-                journal.renew(host)
+                journal.renew(host, [c.token for c in claims])
                 renew_at = began + renew_s
                 continue
             claims = journal.claim(host, batch)

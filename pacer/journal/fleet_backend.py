@@ -4,6 +4,7 @@ and claim partitions from (`pacer.pgjournal.PgJournal` is one), and what it answ
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -81,8 +82,9 @@ class FleetBackend(JournalBackend, Protocol):
         """Lease up to ``n`` pending partitions to ``host``, in the fleet's order."""
         ...
 
-    def renew(self, host: str) -> list[int]:
-        """Extend ``host``'s leases; the batches it still holds."""
+    def renew(self, host: str, tokens: Collection[int]) -> list[int]:
+        """Extend the leases of ``host`` with these fencing ``tokens`` (those it knows it
+        holds; no other); the tokens of those it still holds."""
         ...
 
     def release(self, host: str) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import ClassVar, Self
 
 import psycopg
@@ -118,10 +118,11 @@ class PgJournal(CoreJournal):
         """Lease up to ``n`` pending partitions to ``host``, in the fleet's order."""
         return self._queue.claim(host, n)
 
-    def renew(self, host: str) -> list[int]:
-        """Extend ``host``'s leases; the batches it still holds. Then vacuum the queue if it
-        needs it (`tidy_queue`): a failure there is logged, and the renewal stands."""
-        kept = self._queue.renew(host)
+    def renew(self, host: str, tokens: Collection[int]) -> list[int]:
+        """Extend the leases of ``host`` with these fencing ``tokens``; the tokens of those it
+        still holds (`FleetQueue.renew`). Then vacuum the queue if it needs it (`tidy_queue`):
+        a failure there is logged, and the renewal stands."""
+        kept = self._queue.renew(host, tokens)
         try:
             tidy_queue(self._pool)
         except psycopg.Error as exc:

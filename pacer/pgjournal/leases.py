@@ -20,7 +20,7 @@ again. The journal's writes keep the runs in step with the jobs through `add_run
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from itertools import pairwise
 
 from psycopg_pool import ConnectionPool
@@ -115,10 +115,12 @@ class FleetQueue:
             for batch, job_id, start, stop, done, previous, token in rows
         ]  # fmt: skip
 
-    def renew(self, host: str) -> list[int]:
-        """Extend ``host``'s leases by ``lease_s`` from now; the batches it still holds. A
-        batch it claimed that is not among them was reclaimed after its lease expired, or had
-        all its results, or its job ended (those leases are dropped here)."""
+    def renew(self, host: str, tokens: Collection[int]) -> list[int]:
+        """Extend by ``lease_s`` from now those of ``host``'s leases whose fencing tokens are
+        ``tokens`` (the leases it knows it holds); the tokens of those it still holds. A lease
+        not among them was reclaimed after it expired, or had all its results, or its job
+        ended (those leases are dropped here). A lease of ``host`` not named is not renewed:
+        a host that lost track of a lease lets it lapse for the fleet to take."""
         _check_host(host)
         with connection(self._pool) as db:
             # The fleet reached the server: the clock of its leases' grace (pacer_back).
@@ -126,10 +128,11 @@ class FleetQueue:
             rows = db.execute(
                 f"{_DROP_ENDED} UPDATE batches b"
                 " SET lease_until = now() + make_interval(secs => ?), renewed_at = now()"
-                f" WHERE b.claimed_by = ? AND {_ACTIVE_JOB} RETURNING b.id",
-                (host, *ACTIVE, self.lease_s, host, *ACTIVE),
+                f" WHERE b.claimed_by = ? AND b.token = ANY(?::bigint[]) AND {_ACTIVE_JOB}"
+                " RETURNING b.token",
+                (host, *ACTIVE, self.lease_s, host, sorted(tokens), *ACTIVE),
             ).fetchall()
-        return sorted(batch for (batch,) in rows)
+        return sorted(token for (token,) in rows)
 
     def release(self, host: str) -> int:
         """Give back every lease ``host`` holds, at once free for any claim (a clean drain: what

@@ -7,10 +7,10 @@ concurrency, or what it dispatched over the last `CLAIM_HORIZON_S` where more, a
 ``PACER_JOURNAL__CLAIM_MAX``), a claim tops it up, on a thread of its own (never the commit
 thread). A claim that finds nothing waits for word of work (LISTEN/NOTIFY: a job accepted or
 leases given back anywhere) or a poll, backing off to `IDLE_POLL_MAX_S`. Leases are renewed
-every third of the lease; a batch missing from a renewal was reclaimed, finished or its job
-ended (cancelled on another host): its partitions not yet started leave the backlog, and
-those in flight are not proved (`HeldLeases.gate`), or if proved are not stored (the database
-checks each result's lease token as it commits).
+every third of the lease, by their tokens (D187); a lease missing from a renewal was
+reclaimed, finished or its job ended (cancelled on another host): its partitions not yet
+started leave the backlog, and those in flight are not proved (`HeldLeases.gate`), or if
+proved are not stored (the database checks each result's lease token as it commits).
 """
 
 from __future__ import annotations
@@ -311,18 +311,22 @@ class Fleet:
     async def renew(self) -> bool:
         """Renew this host's leases; drop from the backlog what those it lost held. Whether the
         renewal went through."""
-        known = set(self.held)
+        # By token: a lease claimed while the renewal is out is not judged by its answer.
+        known = {lease.token: batch for batch, lease in self.held.items()}
+        tokens = [*known, *(claim.token for claim in self._unresolved)]
         sent = self._clock()
         try:
-            kept = await self._call("leases", self.journal.renew, self.host)
+            kept = set(await self._call("leases", self.journal.renew, self.host, tokens))
         except JournalUnavailable as exc:
             self.counts.renewal_failures += 1
             self._access.failed(exc, "renewing the fleet's leases")
             return False
         self._renewed_at = self._clock()
         self.leases.renewed(kept, sent + self.lease_s)
-        for batch in known.difference(kept):
-            self._lost(batch)
+        for token, batch in known.items():
+            lease = self.held.get(batch)
+            if token not in kept and lease is not None and lease.token == token:
+                self._lost(batch)
         back, dropped = self.leases.take_back()
         for job_id, indices in back.items():
             self._jobs.enqueue(self._records[job_id], indices)

@@ -12,7 +12,7 @@ them (it was lost).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from pacer.ranges import IndexRanges
@@ -54,12 +54,12 @@ class HeldLeases:
             self.held.clear()
             self._set_aside.clear()
 
-    def renewed(self, kept: Iterable[int], deadline: float) -> None:
-        """The leases ``kept`` were renewed: their deadline is now ``deadline``."""
+    def renewed(self, kept: Collection[int], deadline: float) -> None:
+        """The leases whose fencing tokens are ``kept`` were renewed: their deadline is now
+        ``deadline``."""
         with self._lock:
-            for batch in kept:
-                lease = self.held.get(batch)
-                if lease is not None:
+            for lease in self.held.values():
+                if lease.token in kept:
                     lease.deadline = deadline
 
     def gate(self, job_id: str, index: int) -> tuple[int, int] | None:

@@ -239,7 +239,7 @@ def test_after_the_fleet_could_not_reach_the_server_a_lease_lapses_only_a_lease_
 
 def test_a_renewal_keeps_the_fleet_seen(journal: PgJournal, postgres_url: str) -> None:
     sql(postgres_url, "UPDATE fleet_clock SET seen_at = now() - interval '20 s'")
-    journal.renew("host-a")  # 20 s is more than a quarter of the 30 s lease: recorded
+    journal.renew("host-a", [])  # 20 s is more than a quarter of the 30 s lease: recorded
     [(fresh, gap)] = sql(
         postgres_url,
         "SELECT now() - seen_at < interval '5 s', back_at > '-infinity' FROM fleet_clock",

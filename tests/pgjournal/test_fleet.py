@@ -124,8 +124,8 @@ def test_an_expired_lease_is_reclaimed_with_only_its_partitions_without_results(
     (again,) = journal.claim("host-b", 10)
     assert (again.batch, again.reclaimed_from) == (first.batch, "host-a")
     assert again.pending.runs() == [(3, 7), (8, 10)]
-    assert journal.renew("host-a") == []  # it lost them
-    assert journal.renew("host-b") == [again.batch]
+    assert journal.renew("host-a", [first.token]) == []  # it lost them
+    assert journal.renew("host-b", [again.token]) == [again.token]
     assert [(lease.host, lease.start, lease.stop) for lease in journal.leases(job.id)] == [
         ("host-b", 0, 10)
     ]
@@ -158,15 +158,26 @@ def test_renew_extends_a_hosts_leases_and_drops_those_of_ended_jobs(
 ) -> None:
     kept = journal.add_job(2, None, {}, priority=1)
     cancelled = journal.add_job(2, None, {})
-    batches = [claim.batch for claim in journal.claim("host-a", 4)]
+    tokens = [claim.token for claim in journal.claim("host-a", 4)]
     journal.claim("host-b", 1)  # nothing left
     sql(postgres_url, "UPDATE batches SET lease_until = now() + interval '1 s'")
     journal.cancel(cancelled.id)
-    assert journal.renew("host-a") == batches[:1]
+    assert journal.renew("host-a", tokens) == tokens[:1]
     (lease,) = journal.leases()
     assert (lease.job_id, lease.host) == (kept.id, "host-a")
     assert 29 < lease.expires_in_s <= 30
     assert journal.claim("host-b", 4) == []  # a cancelled job is claimed no more
+
+
+def test_renew_extends_only_the_leases_named_by_their_tokens(
+    journal: PgJournal, postgres_url: str
+) -> None:
+    job = journal.add_job(2, None, {})
+    first, second = (journal.claim("host-a", 1)[0] for _ in range(2))
+    sql(postgres_url, "UPDATE batches SET lease_until = now() + interval '1 s'")
+    assert journal.renew("host-a", [second.token, first.token + 10**6]) == [second.token]
+    leases = {lease.start: lease.expires_in_s for lease in journal.leases(job.id)}
+    assert leases[0] <= 1 < 29 < leases[1]  # the lease not named runs out as it was
 
 
 def test_release_gives_back_at_once_what_a_host_did_not_prove(journal: PgJournal) -> None:
@@ -184,12 +195,12 @@ def test_runs_whose_partitions_all_have_results_leave_the_queue(
 ) -> None:
     job = journal.add_job(20, None, {})
     journal.claim("host-a", 8)
-    journal.claim("host-b", 8)
+    (b,) = journal.claim("host-b", 8)
     journal.complete_partitions([proved(job.id, i) for i in range(8)])  # host-a's run
     assert [lease.host for lease in journal.leases(job.id)] == ["host-b"]
     journal.complete_partitions([proved(job.id, i) for i in range(8, 20)])
     assert sql(postgres_url, "SELECT count(*) FROM batches") == [(0,)]
-    assert journal.renew("host-b") == []
+    assert journal.renew("host-b", [b.token]) == []
 
 
 # -- exactly once -----------------------------------------------------------------------------

@@ -66,8 +66,8 @@ def test_a_renewal_vacuums_the_queue_past_the_threshold(
     churned: PgJournal, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tidy, "QUEUE_DEAD_ROWS", DEAD)
-    churned.claim("tidy-a", 1)
-    assert len(churned.renew("tidy-a")) == 1  # the renewal stands, and vacuumed
+    tokens = [claim.token for claim in churned.claim("tidy-a", 1)]
+    assert len(churned.renew("tidy-a", tokens)) == 1  # the renewal stands, and vacuumed
     assert vacuums(postgres_url) == 1
 
 

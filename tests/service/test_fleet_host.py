@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -175,6 +176,69 @@ async def test_a_run_claimed_again_after_it_was_lost_proves_each_partition_once(
     registry = service.registry
     assert registry.get_sample_value("pacer_partitions_total", {"outcome": "completed"}) == 6
     assert fleet.refused_results() == 0
+
+
+async def test_a_renewal_sent_before_a_run_is_claimed_again_does_not_drop_the_new_lease(
+    host: Server, other: PgJournal, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renewal runs on its own thread while a claim takes back the rest of a run this host
+    lost (the same batch, a new token). The renewal's answer, read before that claim, lacks
+    the run: it must not drop the lease claimed after it was sent, or the run would stay this
+    host's in the database with no one here to prove it."""
+    service = host.service
+    fleet = service.fleet
+    assert fleet is not None
+    job_id = await held_claims(host, 10)
+    expire(postgres_url, HOST)
+    [head] = other.claim("gpu-b", 2)
+    assert head.reclaimed_from == HOST
+    answered, go_on = threading.Event(), threading.Event()
+    renew = fleet.journal.renew
+
+    def renew_then_wait(*args: Any) -> Any:
+        kept = renew(*args)  # the database answers now, before the claim below
+        answered.set()
+        go_on.wait(10)
+        return kept
+
+    monkeypatch.setattr(fleet.journal, "renew", renew_then_wait)
+    renewal = asyncio.create_task(fleet.renew())
+    await until(answered.is_set, "the renewal's answer")
+    assert await fleet.claim(10) == 8  # the rest of the run, under a new token
+    go_on.set()
+    assert await renewal
+    monkeypatch.setattr(fleet.journal, "renew", renew)
+    assert sorted(i for held in fleet.held.values() for i in held.pending) == list(range(2, 10))
+    assert service.pipeline.waiting(job_id) == 8
+    await fleet.renew()  # the next renewal keeps it too
+    assert service.pipeline.waiting(job_id) == 8
+    service.pipeline.hold(False)
+    await until(lambda: len(service.journal_access.pending), "the rest proved",
+                done=lambda n: n == 0)  # fmt: skip
+    other.complete_partitions([replace(proved(job_id, i), lease=LeaseToken(head.batch,
+                                                                          head.token))
+                               for i in (0, 1)])  # fmt: skip
+    assert (await until_done(host, job_id))["state"] == "completed"
+    assert fleet.refused_results() == 0
+
+
+async def test_a_lease_this_host_does_not_hold_is_not_renewed_by_it(
+    host: Server, postgres_url: str
+) -> None:
+    """A lease of this host's name in the database that the host does not know of (it lost
+    track of it) is not renewed: it lapses, and another host can take its partitions."""
+    fleet = host.service.fleet
+    assert fleet is not None
+    job_id = await held_claims(host, 4)
+    [batch] = list(fleet.held)[:1]
+    forgotten = fleet.leases.drop(batch)
+    sql(postgres_url, "UPDATE batches SET lease_until = now() + interval '5 s' WHERE id = %s",
+        batch)  # fmt: skip
+    await fleet.renew()
+    [(until_s,)] = sql(postgres_url, "SELECT extract(epoch FROM lease_until - now())"
+                                     " FROM batches WHERE id = %s", batch)  # fmt: skip
+    assert float(str(until_s)) <= 5, "a lease no one here holds was renewed"
+    assert forgotten.job_id == job_id
 
 
 async def test_upkeep_completes_a_job_whose_last_count_was_lost_then_packs_it(

@@ -23,7 +23,7 @@ def test_the_gate_gives_the_lease_before_its_deadline_and_nothing_after(clock: F
     assert leases.gate("job-c", 0) is None
     clock.advance(30.0)  # frozen, or the database out of reach, a whole lease
     assert leases.gate("job-a", 0) is None
-    leases.renewed([7], deadline=60.0)
+    leases.renewed({70}, deadline=60.0)  # by token
     assert leases.gate("job-a", 0) == (7, 70)
     assert leases.gate("job-b", 0) is None  # not renewed
 
@@ -35,7 +35,7 @@ def test_a_renewal_queues_again_what_it_kept_and_leaves_the_rest(clock: FakeCloc
         assert leases.gate(job, index) is None
         leases.set_aside(job, index)
     leases.drop(8)  # the renewal did not return job-b's lease: another host took it
-    leases.renewed([7], deadline=61.0)
+    leases.renewed({70}, deadline=61.0)
     back, dropped = leases.take_back()
     assert back == {"job-a": IndexRanges([(1, 3)])}
     assert dropped == 1
