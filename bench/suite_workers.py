@@ -56,18 +56,20 @@ def workers(phases: list[tuple[str, float, float]]) -> dict[str, tuple[float, fl
     return dict(sorted(out.items()))
 
 
-def run_once(mode: str) -> tuple[float, int, dict[str, tuple[float, float]]]:
-    """One run of the suite under ``mode``: (wall s, exit status, `workers`)."""
+def run_once(mode: str) -> tuple[float, int, dict[str, tuple[float, float]], list[str]]:
+    """One run of the suite under ``mode``: (wall s, exit status, `workers`, the lines of
+    pytest's summary that name a test failed)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "phases.json"
         command = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", mode,
                    "-p", "bench.suite_workers", "-p", "no:cacheprovider"]  # fmt: skip
         start = time.monotonic()
-        status = subprocess.run(command, capture_output=True, check=False,
-                                env={**os.environ, OUT_ENV: str(out)}).returncode  # fmt: skip
+        done = subprocess.run(command, capture_output=True, check=False, text=True,
+                              env={**os.environ, OUT_ENV: str(out)})  # fmt: skip
         wall = time.monotonic() - start
         phases = json.loads(out.read_text()) if out.exists() else []
-    return wall, status, workers([tuple(p) for p in phases]) if phases else {}
+    failed = [line for line in done.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    return wall, done.returncode, workers([tuple(p) for p in phases]) if phases else {}, failed
 
 
 def interval(values: list[float]) -> str:
@@ -92,9 +94,11 @@ def main(argv: list[str] | None = None) -> int:
           "|-----------------:|-----:|")  # fmt: skip
     walls: dict[str, list[float]] = {mode: [] for mode in modes}
     apart: dict[str, list[float]] = {mode: [] for mode in modes}
+    failures: list[str] = []
     for n in range(args.repeats):
         for mode in modes:
-            wall, status, seen = run_once(mode)
+            wall, status, seen, failed = run_once(mode)
+            failures += [f"run {n + 1} ({mode}): {line}" for line in failed]
             cells = [f"{busy:.1f} | {done:.1f}" for busy, done in seen.values()]
             done = [d for _, d in seen.values()]
             gap = max(done) - min(done) if len(done) == 2 else float("nan")
@@ -102,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             apart[mode].append(gap)
             print(f"| {n + 1} | {mode} | {wall:.1f} | {' | '.join(cells)} | {gap:.1f} "
                   f"| {status} |", flush=True)  # fmt: skip
+    for line in failures:
+        print(line)
     print()
     print("| mode | runs | wall s | finishes apart s |")
     print("|------|-----:|-------:|-----------------:|")
