@@ -5,7 +5,7 @@ or another, runs interleaved (A B A B …).
 
 Each run is ``pytest -q -n 2 --dist MODE`` with this module loaded as a plugin. In the
 controlling process the plugin takes each test phase's report (its worker, start and stop
-times, s since the epoch) and writes them to the JSON file ``PACER_SUITE_WORKERS_OUT`` names.
+times, s since the epoch) and writes them to the JSON file ``SUITE_WORKERS_OUT`` names.
 The table gives, per run: the suite's wall time, each worker's seconds in tests and the time
 it finished (from the first test's start), and the gap between the two finishes, the time one
 worker waited for the other. Then per mode the mean with its 95 % interval (Student's t).
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-OUT_ENV = "PACER_SUITE_WORKERS_OUT"
+OUT_ENV = "SUITE_WORKERS_OUT"  # not PACER_: the services the tests start refuse those unknown
 T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306}
 _phases: list[tuple[str, float, float]] = []  # (worker, start, stop) of each test phase
 
