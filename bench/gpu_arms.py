@@ -47,6 +47,7 @@ from prometheus_client import CollectorRegistry
 
 from bench.gpu_service import Gaps, cpu_seconds, keep_backlog
 from bench.service import quantile
+from bench.stats import interval
 from gpu.workload import GpuNttWorkload
 from pacer.cli.table import render
 from pacer.config import Settings
@@ -58,16 +59,6 @@ from pacer.server import Server
 from pacer.service.lifecycle import Service
 
 ARMS = ("pi", "pi-no-queue", "unpaced", "cuzk-default", "fixed")
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
-
-
-def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95 % interval (Student's t; 0 for one value)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, 0.0
-    half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
-    return mean, half
 
 
 class Fills:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.stats import interval
+
 OUT_ENV = "SUITE_WORKERS_OUT"  # not PACER_: the services the tests start refuse those unknown
-T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306}
 _phases: list[tuple[str, float, float]] = []  # (worker, start, stop) of each test phase
 
 
@@ -72,13 +72,10 @@ def run_once(mode: str) -> tuple[float, int, dict[str, tuple[float, float]], lis
     return wall, done.returncode, workers([tuple(p) for p in phases]) if phases else {}, failed
 
 
-def interval(values: list[float]) -> str:
-    """Mean ± half the 95 % interval (Student's t), or the value alone for one."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return f"{mean:.1f}"
-    half = T95.get(len(values), 2.0) * statistics.stdev(values) / len(values) ** 0.5
-    return f"{mean:.1f} ± {half:.1f}"
+def shown(values: list[float]) -> str:
+    """Mean ± half its 95 % interval (`bench.stats.interval`), or the value alone for one."""
+    mean, half = interval(values)
+    return f"{mean:.1f} ± {half:.1f}" if len(values) > 1 else f"{mean:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             wall, status, seen, failed = run_once(mode)
             failures += [f"run {n + 1} ({mode}): {line}" for line in failed]
             cells = [f"{busy:.1f} | {done:.1f}" for busy, done in seen.values()]
-            done = [d for _, d in seen.values()]
-            gap = max(done) - min(done) if len(done) == 2 else float("nan")
+            finished = [done for _, done in seen.values()]
+            gap = max(finished) - min(finished) if len(finished) == 2 else float("nan")
             walls[mode].append(wall)
             apart[mode].append(gap)
             print(f"| {n + 1} | {mode} | {wall:.1f} | {' | '.join(cells)} | {gap:.1f} "
@@ -112,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| mode | runs | wall s | finishes apart s |")
     print("|------|-----:|-------:|-----------------:|")
     for mode in modes:
-        print(f"| {mode} | {len(walls[mode])} | {interval(walls[mode])} "
-              f"| {interval(apart[mode])} |")  # fmt: skip
+        print(f"| {mode} | {len(walls[mode])} | {shown(walls[mode])} "
+              f"| {shown(apart[mode])} |")  # fmt: skip
     return 0
 
 
