@@ -87,8 +87,9 @@ class FleetBackend(JournalBackend, Protocol):
         holds; no other); the tokens of those it still holds."""
         ...
 
-    def release(self, host: str) -> int:
-        """Give back every lease ``host`` holds; how many partitions they cover."""
+    def release(self, host: str, keep: Collection[int] = ()) -> int:
+        """Give back every lease ``host`` holds but those whose fencing tokens are ``keep``;
+        how many partitions they cover."""
         ...
 
     def leases(self, job_id: str | None = None) -> list[Lease]:

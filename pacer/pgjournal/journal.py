@@ -129,9 +129,10 @@ class PgJournal(CoreJournal):
             log.warning("fleet: the queue table was not vacuumed: %s", exc)
         return kept
 
-    def release(self, host: str) -> int:
-        """Give back every lease ``host`` holds; how many partitions they cover."""
-        return self._queue.release(host)
+    def release(self, host: str, keep: Collection[int] = ()) -> int:
+        """Give back every lease ``host`` holds but those whose fencing tokens are ``keep``;
+        how many partitions they cover."""
+        return self._queue.release(host, keep)
 
     def leases(self, job_id: str | None = None) -> list[Lease]:
         """The leases held, of one job or all, by job then index."""

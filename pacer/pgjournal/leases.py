@@ -134,17 +134,18 @@ class FleetQueue:
             ).fetchall()
         return sorted(token for (token,) in rows)
 
-    def release(self, host: str) -> int:
-        """Give back every lease ``host`` holds, at once free for any claim (a clean drain: what
-        it proved is committed, the rest it did not start); how many partitions they cover.
-        Leases of jobs that ended are dropped instead."""
+    def release(self, host: str, keep: Collection[int] = ()) -> int:
+        """Give back every lease ``host`` holds but those whose fencing tokens are ``keep``,
+        at once free for any claim (a clean drain: what it proved is committed, the rest it
+        did not start; or leases the host does not know it holds); how many partitions they
+        cover. Leases of jobs that ended are dropped instead."""
         _check_host(host)
         with connection(self._pool) as db:
             rows = db.execute(
                 f"{_DROP_ENDED} UPDATE batches b SET claimed_by = NULL, lease_until = NULL,"
-                " given_back = true, first = start"
-                f" WHERE b.claimed_by = ? AND {_ACTIVE_JOB} RETURNING stop - start",
-                (host, *ACTIVE, host, *ACTIVE),
+                " given_back = true, first = start WHERE b.claimed_by = ?"
+                f" AND NOT b.token = ANY(?::bigint[]) AND {_ACTIVE_JOB} RETURNING stop - start",
+                (host, *ACTIVE, host, sorted(keep), *ACTIVE),
             ).fetchall()
             if rows:
                 db.execute(f"NOTIFY {WORK_CHANNEL}")

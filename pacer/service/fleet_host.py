@@ -10,7 +10,9 @@ leases given back anywhere) or a poll, backing off to `IDLE_POLL_MAX_S`. Leases 
 every third of the lease, by their tokens (D187); a lease missing from a renewal was
 reclaimed, finished or its job ended (cancelled on another host): its partitions not yet
 started leave the backlog, and those in flight are not proved (`HeldLeases.gate`), or if
-proved are not stored (the database checks each result's lease token as it commits).
+proved are not stored (the database checks each result's lease token as it commits). After a
+claim whose answer was lost, the leases of this host's name it does not know are given back
+before the next claim (D188).
 """
 
 from __future__ import annotations
@@ -18,12 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pacer.journal import Claim, FleetBackend, HostInUseError, JobRecord, JobState
+from pacer.journal import Claim, FleetBackend, HostInUseError, JobRecord
 from pacer.journal.health import Backoff, JournalUnavailable
 from pacer.metrics.fleet import FleetCounts
 from pacer.pipeline import Pipeline
@@ -31,6 +32,7 @@ from pacer.ranges import IndexRanges
 from pacer.runtime.supervision import Supervisor
 from pacer.runtime.threads import DaemonPool
 from pacer.service.commits import Commits
+from pacer.service.fleet_calls import give_back_unknown, running_jobs, timed_claim
 from pacer.service.held_leases import Held, HeldLeases
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import JournalAccess
@@ -78,6 +80,7 @@ class Fleet:
         commits.lease_of = self.leases.lease_of
         self._records: dict[str, JobRecord] = {}  # jobs this host holds leases of
         self._unresolved: list[Claim] = []  # claimed, their jobs not read yet
+        self._answer_lost = False  # a claim failed: the database may have leased all the same
         self._claimed_at = 0.0  # when the claim of those was sent (s, on the clock)
         self._recent: deque[tuple[float, int]] = deque()  # (time, dispatched) at claims
         self._claiming = False
@@ -216,7 +219,7 @@ class Fleet:
         empty = failures = 0
         while True:
             wanted = self._wanted()
-            if not wanted and not self._unresolved:
+            if not wanted and not self._unresolved and not self._answer_lost:
                 self._low.clear()
                 await self._low.wait()
                 continue
@@ -240,10 +243,17 @@ class Fleet:
     async def claim(self, n: int) -> int:
         """Claim up to ``n`` partitions (none but those claimed earlier whose jobs could not
         be read then, if any wait) and queue them; how many were queued."""
+        if self._answer_lost and not self._unresolved:
+            await self._give_back_unknown()
         if not self._unresolved and n > 0:
             self._claimed_at = self._clock()
             self._recent.append((self._claimed_at, self._pipeline.dispatched))
-            self._unresolved = await self._call("claims", self._timed_claim, n)
+            try:
+                self._unresolved = await self._call("claims", timed_claim, self.journal, n,
+                                                    self._claim_seconds)  # fmt: skip
+            except JournalUnavailable:
+                self._answer_lost = True  # it may have leased partitions all the same
+                raise
             self.counts.claims += 1
             claimed = sum(len(c.pending) for c in self._unresolved)
             self.counts.claimed_partitions += claimed
@@ -251,28 +261,19 @@ class Fleet:
         claims = self._unresolved
         unknown = sorted({c.job_id for c in claims} - self._records.keys())
         if unknown:
-            self._records |= await self._call("claims", self._read_jobs, unknown)
+            self._records |= await self._call("claims", running_jobs, self.journal, unknown)
         self._unresolved = []
         return sum(self._hold(claim) for claim in claims)
 
-    def _timed_claim(self, n: int) -> list[Claim]:
-        """On the claims thread: one claim, timed."""
-        started = time.perf_counter()
-        claims = self.journal.claim(self.host, n)
-        self._claim_seconds(time.perf_counter() - started)
-        return claims
-
-    def _read_jobs(self, job_ids: list[str]) -> dict[str, JobRecord]:
-        """On the claims thread: the claimed jobs that are still queued or running, each
-        marked running if it was queued (its first claim)."""
-        found = {}
-        for job_id in job_ids:
-            job = self.journal.get_job(job_id)
-            if job is not None and job.state is JobState.QUEUED:
-                job = self.journal.mark_running(job_id)
-            if job is not None and job.state is JobState.RUNNING:
-                found[job_id] = job
-        return found
+    async def _give_back_unknown(self) -> None:
+        """Before the next claim, after one whose answer was lost (the connection broke after
+        the database committed it): give back the leases of this host's name it does not
+        know, which no renewal extends, so that the fleet need not wait for them to lapse."""
+        known = [held.token for held in self.held.values()]
+        given = await self._call("claims", give_back_unknown, self.journal, known)
+        self._answer_lost = False
+        if given:
+            log.warning("gave back %d partitions leased by a claim whose answer was lost", given)
 
     def _hold(self, claim: Claim) -> int:
         """Queue a claim's partitions and keep its lease; how many (0 for a job that ended,

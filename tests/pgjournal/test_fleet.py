@@ -190,6 +190,16 @@ def test_release_gives_back_at_once_what_a_host_did_not_prove(journal: PgJournal
     assert journal.release("host-a") == 0
 
 
+def test_release_keeps_the_leases_named_by_their_tokens(journal: PgJournal) -> None:
+    job = journal.add_job(4, None, {})
+    first, second = (journal.claim("host-a", 2)[0] for _ in range(2))
+    assert journal.release("host-a", keep=[first.token]) == 2
+    assert [(lease.start, lease.host) for lease in journal.leases(job.id)] == [(0, "host-a")]
+    [claim] = journal.claim("host-b", 4)  # at once, not reclaimed
+    assert (claim.pending.runs(), claim.reclaimed_from) == ([(2, 4)], None)
+    assert journal.release("host-a", keep=[first.token, second.token]) == 0
+
+
 def test_runs_whose_partitions_all_have_results_leave_the_queue(
     journal: PgJournal, postgres_url: str
 ) -> None:

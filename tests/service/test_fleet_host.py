@@ -14,12 +14,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
 from pacer.api.openapi import document
 from pacer.journal import HostInUseError, JobState, LeaseToken
+from pacer.journal.health import JournalUnavailable
 from pacer.pgjournal import PgJournal
 from pacer.ranges import IndexRanges
 from pacer.server import Server
@@ -237,6 +239,39 @@ async def test_a_lease_this_host_does_not_hold_is_not_renewed_by_it(
                                      " FROM batches WHERE id = %s", batch)  # fmt: skip
     assert float(str(until_s)) <= 5, "a lease no one here holds was renewed"
     assert forgotten.job_id == job_id
+
+
+async def test_leases_of_a_claim_whose_answer_was_lost_are_given_back_before_the_next(
+    host: Server, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database commits a claim, then the connection breaks before its answer arrives (a
+    server's restart): the host holds leases it does not know, which no renewal extends. The
+    next claim gives them back first, so that their partitions are proved now, here or on
+    another host, rather than once they lapse."""
+    service = host.service
+    fleet = service.fleet
+    assert fleet is not None
+    service.pipeline.hold(True)
+    claim = fleet.journal.claim
+
+    def claim_answer_lost(*args: Any) -> Any:
+        claim(*args)
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(fleet.journal, "claim", claim_answer_lost)
+    job = await service.submit(6, {}, 0)
+    with pytest.raises(JournalUnavailable):
+        await fleet.claim(6)
+    [(leased,)] = sql(postgres_url, "SELECT count(*) FROM batches WHERE claimed_by = %s", HOST)
+    assert (bool(leased), fleet.held) == (True, {})  # leased, and not known here
+    monkeypatch.setattr(fleet.journal, "claim", claim)
+    assert await fleet.claim(6) == 6  # given back, then claimed again at once
+    tokens = sql(postgres_url, "SELECT token FROM batches WHERE claimed_by = %s", HOST)
+    assert sorted(int(str(token)) for (token,) in tokens) == sorted(
+        held.token for held in fleet.held.values())  # fmt: skip
+    assert fleet.counts.reclaimed_partitions == 0
+    service.pipeline.hold(False)
+    assert (await until_done(host, job.id))["state"] == "completed"
 
 
 async def test_upkeep_completes_a_job_whose_last_count_was_lost_then_packs_it(
