@@ -29,6 +29,7 @@ from typing import Any
 import aiohttp
 
 from bench.engine_transport import percentile
+from bench.stats import interval
 from pacer.cli.run import free_port
 from pacer.cli.table import render
 from pacer.config import ControllerSettings
@@ -155,10 +156,6 @@ async def round_trips(url: str, sessions: int, rate: float, seconds: float) -> l
     return [t for times in results for t in times]
 
 
-def interval95(values: list[float]) -> float:
-    return 1.96 * statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer partitions and repeats")
@@ -204,9 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     flight = [100 * (e.mean_inflight / i.mean_inflight - 1)
               for e, i in zip(runs["external"], runs["in-process"], strict=True)]  # fmt: skip
-    print(f"external - in-process: busy {statistics.mean(busy_delta):+.4f} ± "
-          f"{interval95(busy_delta):.4f}, mean in flight {statistics.mean(flight):+.1f} ± "
-          f"{interval95(flight):.1f} %")  # fmt: skip
+    (busy, busy_half), (memory, memory_half) = interval(busy_delta), interval(flight)
+    print(f"external - in-process: busy {busy:+.4f} ± {busy_half:.4f}, mean in flight "
+          f"{memory:+.1f} ± {memory_half:.1f} % (95 %, Student's t)")  # fmt: skip
     load_rows = [[n, len(t), f"{len(t) / seconds:.0f}", f"{percentile(t, 0.5) * 1e3:.3f}",
                   f"{percentile(t, 0.99) * 1e3:.3f}", f"{cpu[n] * 1e6:.0f}"]
                  for n, t in loads.items()]  # fmt: skip

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.stats import interval
 from pacer.cli.table import render
 from pacer.config import ControllerSettings
 from pacer.engine.protocol import Hello, Shape
@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
                 micros, decisions[way] = run(call, stream)
                 cost[way].append(micros)
         for way, values in cost.items():
-            spread = 1.96 * statistics.stdev(values) / len(values) ** 0.5
+            mean, half = interval(values)
             rows.append([label, way, len(stream), decisions[way],
-                         f"{statistics.mean(values):.1f} ± {spread:.1f}"])  # fmt: skip
+                         f"{mean:.1f} ± {half:.1f}"])  # fmt: skip
     print(render(["backlog", "way", "events", "decisions", "CPU µs/event"], rows))
     return 0
 

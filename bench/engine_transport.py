@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.stats import interval
 from pacer.cli.run import free_port
 from pacer.cli.table import render
 
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for transport, results in runs.items():
         p99s = [r[1] for r in results]
-        spread = 1.96 * statistics.stdev(p99s) / len(p99s) ** 0.5 if len(p99s) > 1 else 0.0
+        _, spread = interval(p99s)
         rows.append(
             [
                 transport,
