@@ -27,6 +27,7 @@ class FleetCounts:
     renewal_failures: int = 0
     lost_leases: int = 0
     unproved_partitions: int = 0  # not given to a GPU: their lease had lapsed or was lost
+    unknown_given_back: int = 0  # leased by a claim whose answer was lost, given back
 
 
 class FleetView(Protocol):
@@ -93,6 +94,9 @@ class FleetMetrics(Collector):
             ("pacer_fleet_unproved_partitions",
              "Partitions not given to a GPU: their lease had lapsed (past its deadline) or was "
              "lost", counts.unproved_partitions),
+            ("pacer_fleet_unknown_given_back_partitions",
+             "Partitions this host gave back that a claim whose answer was lost had leased to "
+             "it", counts.unknown_given_back),
             ("pacer_fleet_refused_results",
              "Proved results the journal did not store: their leases were no longer this "
              "host's", fleet.refused_results()),

@@ -266,12 +266,12 @@ class Fleet:
         return sum(self._hold(claim) for claim in claims)
 
     async def _give_back_unknown(self) -> None:
-        """Before the next claim, after one whose answer was lost (the connection broke after
-        the database committed it): give back the leases of this host's name it does not
-        know, which no renewal extends, so that the fleet need not wait for them to lapse."""
+        """After a claim whose answer was lost (the connection broke after the database committed
+        it): give back the leases of this host's name it does not know (none renews them)."""
         known = [held.token for held in self.held.values()]
         given = await self._call("claims", give_back_unknown, self.journal, known)
         self._answer_lost = False
+        self.counts.unknown_given_back += given
         if given:
             log.warning("gave back %d partitions leased by a claim whose answer was lost", given)
 
