@@ -25,7 +25,8 @@ idle gaps and their p99, memory in flight (mean and most), the cores the service
 its synthesis processes used, and "synthesis s" (dispatch to ready) split into the time in the
 synthesis processes' fill (``compute``) and the rest (``wait``: the queue in front of the
 processes and the hand-off to them). Then, per size and arm, the mean of the rounds with a
-95 % interval (Student's t), and each arm's difference from ``pi`` with its interval. Writes
+95 % interval (Student's t), and each arm's difference from ``pi`` and ``pi``'s memory in
+flight over the arm's, round by round, with their intervals. Writes
 ``$OUT/gpu_arms.json`` (``--json``) after every run when OUT is set.
 """
 
@@ -219,8 +220,9 @@ def save(results: list[dict[str, Any]], name: str = "gpu_arms.json") -> None:
 
 
 def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
-    """Per size and arm: the mean over the rounds ± the 95 % half-width; and the difference
-    in partitions/s from pi of the same round, with its interval."""
+    """Per size and arm: the mean over the rounds ± the 95 % half-width; the difference in
+    partitions/s from pi of the same round, and pi's mean in flight over this arm's of the
+    same round, each with its interval."""
     rows = []
     keys = ("partitions_per_s", "busy", "inflight_gib_mean", "synthesis_s", "wait_s",
             "compute_s", "service_cores", "synthesis_process_cores", "idle_gap_p99_ms")  # fmt: skip
@@ -239,16 +241,20 @@ def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
                 cells.append(f"{mean:.{digits}f} ± {half:.{digits}f}")
             diffs = [r["partitions_per_s"] - pi[r["round"]]["partitions_per_s"]
                      for r in runs if r["round"] in pi]  # fmt: skip
+            memory = [pi[r["round"]]["inflight_gib_mean"] / r["inflight_gib_mean"]
+                      for r in runs if r["round"] in pi and r["inflight_gib_mean"] > 0]  # fmt: skip
             if arm == "pi" or not diffs:
-                versus = "-"
+                versus = memory_ratio = "-"
             else:
                 mean, half = interval(diffs)
                 verdict = "tie" if abs(mean) <= half else ("pi ahead" if mean < 0 else "pi behind")
                 versus = f"{mean:+.2f} ± {half:.2f} ({verdict})"
-            rows.append((n, arm, len(runs), *cells, versus))
+                mean, half = interval(memory)
+                memory_ratio = f"{mean:.3f} ± {half:.3f}"
+            rows.append((n, arm, len(runs), *cells, versus, memory_ratio))
     headers = ("processes", "arm", "runs", "partitions/s", "busy", "in flight GiB",
                "synthesis s", "wait s", "compute s", "service cores", "synthesis cores",
-               "gap p99 ms", "partitions/s − pi's")  # fmt: skip
+               "gap p99 ms", "partitions/s − pi's", "pi's in flight ÷ this")  # fmt: skip
     return render(headers, rows, markdown=markdown)
 
 
