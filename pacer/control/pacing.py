@@ -68,13 +68,15 @@ class Pacing:
 
     def integrate(self, terms: Terms, dt: float, *, blocked: bool) -> None:
         """Step the integral of e over ``dt`` (``PILaw.step``), held where the rate is at a
-        clamp, a cap ``blocked`` dispatch, or no worker consumes."""
+        clamp or a cap ``blocked`` dispatch; held either way while no worker consumes (a GPU
+        stalled or lost: the ready queue's rise then says nothing of the model, D189)."""
         s = self.settings
+        stopped = terms.gpu_workers == 0
         self.law.step(
             terms.error,
             dt / max(terms.lead_s, 1e-9),
-            saturated_up=blocked or terms.multiplier >= s.multiplier_max or terms.gpu_workers == 0,
-            saturated_down=terms.multiplier <= s.multiplier_min,
+            saturated_up=blocked or terms.multiplier >= s.multiplier_max or stopped,
+            saturated_down=terms.multiplier <= s.multiplier_min or stopped,
         )
 
     def keep(self, now: float, terms: Terms, dispatched: int) -> None:

@@ -360,6 +360,19 @@ def test_no_integration_while_saturated_in_the_error_direction(clock: FakeClock)
     assert c.integral == 0.0
 
 
+def test_no_integration_while_no_gpu_worker_consumes(clock: FakeClock) -> None:
+    """Both workers on one partition for more than HUNG_FACTOR × T̂gpu (a stalled GPU): none
+    is live. The ready queue stands far above the setpoint, but the integral holds, however
+    long the stall and however far apart the decisions."""
+    c = make(clock, kp=1.0, ki=0.25)
+    c.decide(obs(ready=8, synth=30))
+    before = c.integral
+    stalled = obs(ready=30, synth=0, gpu_busy_ages_s=(60.0, 60.0))
+    assert c.live_workers(stalled) == 0
+    pace(c, clock, stalled, 30.0, step=10.0)
+    assert c.integral == before
+
+
 @pytest.mark.parametrize(
     ("o", "caps"),
     [
