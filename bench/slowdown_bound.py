@@ -1,14 +1,16 @@
 """How well any policy could do after a GPU-bound synthesis slowdown: an oracle's bound.
 
-    .venv/bin/python -m bench.slowdown_bound [--seeds 10] [--extras 8,20,40] [--markdown]
+    .venv/bin/python -m bench.slowdown_bound [--seeds 10] [--extras 8,20,40] [--scale 5]
+                                             [--markdown]
 
 On the shipped ``synthesis-slowdown-gpu-bound`` (synthesis five times slower from t = 200 s,
-the GPUs still the bottleneck), an oracle keeps a fixed number in flight, Little's law plus
-``extra``, and moves to the new regime's number at the very moment of the slowdown: no
-estimate to learn, no refill to pace. It bounds what a causal controller holding as much
-memory can reach. Beside it, pi (the defaults) and unpaced. Prints, per policy, the means over
-``--seeds`` seeds (the suite's sweep: seed + 101·k) of the busy ratio and the mean in flight,
-and the slowest recovery (busy again, in lead times of the new regime).
+the GPUs still the bottleneck; ``--scale`` sets another factor), an oracle keeps a fixed
+number in flight, Little's law plus ``extra``, and moves to the new regime's number at the
+very moment of the slowdown: no estimate to learn, no refill to pace. It bounds what a causal
+controller holding as much memory can reach. Beside it, pi (the defaults) and unpaced. Prints,
+per policy, the means over ``--seeds`` seeds (the suite's sweep: seed + 101·k) of the busy
+ratio and the mean in flight, and the slowest recovery (busy again, in lead times of the new
+regime).
 """
 
 from __future__ import annotations
@@ -58,9 +60,15 @@ def main() -> int:
     parser = doc_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--extras", default="8,20,40", help="the oracle's partitions beyond Little")
+    parser.add_argument("--scale", type=float, default=None,
+                        help="the slowdown's factor in place of the scenario's (5)")  # fmt: skip
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     base = load_scenario(scenario_path("synthesis-slowdown-gpu-bound"))
+    if args.scale is not None:
+        phases = tuple(p.model_copy(update={"scale": args.scale}) for p in base.synthesis.phases)
+        synthesis = base.synthesis.model_copy(update={"phases": phases})
+        base = base.model_copy(update={"synthesis": synthesis})
     settings = Settings()
     arms: dict[str, Callable[[Scenario], PolicyFactory]] = {
         "pi": lambda sc: policy_factory("pi", sc, settings),
@@ -80,7 +88,8 @@ def main() -> int:
         print(f"{name}: done", file=sys.stderr)
         rows.append((name, f"{statistics.fmean(busy):.4f}", f"{min(busy):.4f}",
                      f"{statistics.fmean(mean):.1f}", f"{max(leads):.2f}"))  # fmt: skip
-    print(f"synthesis-slowdown-gpu-bound, {args.seeds} seeds")
+    scale = base.synthesis.phases[0].scale
+    print(f"synthesis-slowdown-gpu-bound, synthesis {scale:g} times slower, {args.seeds} seeds")
     headers = (
         "policy",
         "busy (mean)",
