@@ -1,0 +1,106 @@
+"""The suite's targets on variants of the shipped disturbances that the suite does not hold.
+
+    .venv/bin/python -m bench.variants [--seeds 2] [--jobs 2]
+
+Each variant changes one shipped scenario's disturbance: the GPU-bound synthesis slowdown 3× and
+8× (`synthesis-slowdown-gpu-bound`, shipped at 5×), synthesis times of lognormal σ 1.3
+(`heavy-tail`, σ 1), partitions of 1× or 8× the work drawn 9 to 1 (`bimodal-partitions`, 1× or
+4× 3 to 1), six hung syntheses and none (`hung-syntheses`, three), and every GPU lost for
+300 s or one for 60 s (`gpu-outage`, one for 600 s). Each runs as the suite runs a scenario
+(`pacer.sim.suite.run_scenario`: every policy, fixed concurrencies beside pi) on ``--seeds``
+seeds (seed + 101·k), and `check_targets` judges pi. The variants keep their scenario's own
+targets, some of which a variant changes on purpose (more hung syntheses hold more). Prints
+each target that failed, then per variant the targets checked and failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+from pacer.config import Settings
+from pacer.sim.disturbances import Hang, Outage, Phase
+from pacer.sim.scenario import Scenario, load_scenario, scenario_path
+from pacer.sim.suite import check_targets, run_scenario
+
+
+def _changed(scenario: Scenario, name: str, part: str, **changes: object) -> Scenario:
+    """``scenario`` named ``name`` with ``changes`` to its ``part`` (gpu, synthesis, jobs)."""
+    updated = getattr(scenario, part).model_copy(update=changes)
+    return scenario.model_copy(update={"name": name, part: updated})
+
+
+def variants(seeds: int) -> list[Scenario]:
+    """The variants, each on ``seeds`` seeds."""
+    out = []
+    for k in range(seeds):
+
+        def shipped(name: str, k: int = k) -> Scenario:
+            sc = load_scenario(scenario_path(name))
+            return sc.model_copy(update={"seed": sc.seed + 101 * k})
+
+        slow = shipped("synthesis-slowdown-gpu-bound")
+        for scale in (3.0, 8.0):
+            out.append(_changed(slow, f"slowdown {scale:g}x", "synthesis",
+                                phases=(Phase(at_s=200, scale=scale),)))  # fmt: skip
+        tail = shipped("heavy-tail")
+        wider = tail.synthesis.duration_s.model_copy(update={"sigma": 1.3})
+        out.append(_changed(tail, "lognormal sigma 1.3", "synthesis", duration_s=wider))
+        bimodal = shipped("bimodal-partitions")
+        work = bimodal.jobs.partition_work
+        assert work is not None
+        out.append(_changed(bimodal, "bimodal 1x/8x 9:1", "jobs", partition_work=work.model_copy(
+            update={"values": (1.0, 8.0), "weights": (9.0, 1.0)})))  # fmt: skip
+        hung = shipped("hung-syntheses")
+        out.append(_changed(hung, "6 hung", "synthesis",
+                            hangs=tuple(Hang(at_s=60 + i) for i in range(6))))  # fmt: skip
+        out.append(_changed(hung, "none hung", "synthesis", hangs=()))
+        outage = shipped("gpu-outage")
+        out.append(
+            _changed(
+                outage,
+                "every GPU lost 300 s",
+                "gpu",
+                outages=(Outage(at_s=900, duration_s=300, workers=(0, 1, 2, 3)),),
+            )
+        )
+        out.append(
+            _changed(
+                outage,
+                "one GPU lost 60 s",
+                "gpu",
+                outages=(Outage(at_s=900, duration_s=60, workers=(2, 3)),),
+            )
+        )
+    return out  # fmt: skip
+
+
+def judged(scenario: Scenario) -> list[tuple[str, int, str, bool, str]]:
+    """(variant, seed, target, passed, detail) for each target of pi on ``scenario``."""
+    reports = run_scenario(scenario, Settings())
+    return [(f.scenario, scenario.seed, f.target, f.passed, f.detail)
+            for f in check_targets(reports, Settings())]  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=2, help="seeds of each variant")
+    parser.add_argument("--jobs", type=int, default=2, help="processes")
+    args = parser.parse_args(argv)
+    totals: dict[str, list[int]] = {}
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for findings in pool.map(judged, variants(args.seeds)):
+            for name, seed, target, passed, detail in findings:
+                counts = totals.setdefault(name, [0, 0])
+                counts[0] += 1
+                counts[1] += not passed
+                if not passed:
+                    print(f"FAILED {name} (seed {seed}): {target}: {detail}", flush=True)
+    for name, (checked, failed) in totals.items():
+        print(f"{name}: {checked} targets checked, {failed} failed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
