@@ -1,6 +1,6 @@
 """The suite's targets on variants of the shipped disturbances that the suite does not hold.
 
-    .venv/bin/python -m bench.variants [--seeds 2] [--jobs 2]
+    .venv/bin/python -m bench.variants [--seeds 2] [--jobs 2] [--shipped] [--target-ready N]
 
 Each variant changes one shipped scenario's disturbance: the GPU-bound synthesis slowdown 3× and
 8× (`synthesis-slowdown-gpu-bound`, shipped at 5×), synthesis times of lognormal σ 1.3
@@ -9,8 +9,10 @@ Each variant changes one shipped scenario's disturbance: the GPU-bound synthesis
 300 s or one for 60 s (`gpu-outage`, one for 600 s). Each runs as the suite runs a scenario
 (`pacer.sim.suite.run_scenario`: every policy, fixed concurrencies beside pi) on ``--seeds``
 seeds (seed + 101·k), and `check_targets` judges pi. The variants keep their scenario's own
-targets, some of which a variant changes on purpose (more hung syntheses hold more). Prints
-each target that failed, then per variant the targets checked and failed.
+targets, some of which a variant changes on purpose (more hung syntheses hold more).
+``--shipped`` adds every shipped scenario at its own seed; ``--target-ready`` sets pi's ready
+buffer (``PACER_CONTROLLER__TARGET_READY``). Prints each target that failed, then per scenario
+the targets checked and failed.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import argparse
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 
-from pacer.config import Settings
+from pacer.config import ControllerSettings, Settings
 from pacer.sim.disturbances import Hang, Outage, Phase
-from pacer.sim.scenario import Scenario, load_scenario, scenario_path
+from pacer.sim.scenario import Scenario, load_scenario, scenario_path, shipped_scenarios
 from pacer.sim.suite import check_targets, run_scenario
 
 
@@ -76,21 +78,35 @@ def variants(seeds: int) -> list[Scenario]:
     return out  # fmt: skip
 
 
-def judged(scenario: Scenario) -> list[tuple[str, int, str, bool, str]]:
-    """(variant, seed, target, passed, detail) for each target of pi on ``scenario``."""
-    reports = run_scenario(scenario, Settings())
+def judged(job: tuple[Scenario, Settings]) -> list[tuple[str, int, str, bool, str]]:
+    """(variant, seed, target, passed, detail) for each target of pi on the job's scenario,
+    under its settings."""
+    scenario, settings = job
+    reports = run_scenario(scenario, settings)
     return [(f.scenario, scenario.seed, f.target, f.passed, f.detail)
-            for f in check_targets(reports, Settings())]  # fmt: skip
+            for f in check_targets(reports, settings)]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=2, help="seeds of each variant")
     parser.add_argument("--jobs", type=int, default=2, help="processes")
+    parser.add_argument("--shipped", action="store_true",
+                        help="also every shipped scenario, at its own seed")  # fmt: skip
+    parser.add_argument(
+        "--target-ready",
+        type=int,
+        default=None,
+        help="PACER_CONTROLLER__TARGET_READY for pi (default: the default)",
+    )
     args = parser.parse_args(argv)
+    controller = {} if args.target_ready is None else {"target_ready": args.target_ready}
+    settings = Settings(controller=ControllerSettings(**controller))
+    scenarios = [load_scenario(path) for path in shipped_scenarios()] if args.shipped else []
+    scenarios += variants(args.seeds)
     totals: dict[str, list[int]] = {}
     with ProcessPoolExecutor(args.jobs) as pool:
-        for findings in pool.map(judged, variants(args.seeds)):
+        for findings in pool.map(judged, [(sc, settings) for sc in scenarios]):
             for name, seed, target, passed, detail in findings:
                 counts = totals.setdefault(name, [0, 0])
                 counts[0] += 1
