@@ -21,9 +21,10 @@ import argparse
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 
+from bench.gains import _scenarios
 from pacer.config import ControllerSettings, Settings
 from pacer.sim.disturbances import Hang, Outage, Phase
-from pacer.sim.scenario import Scenario, load_scenario, scenario_path, shipped_scenarios
+from pacer.sim.scenario import Scenario, load_scenario, shipped_scenarios
 from pacer.sim.suite import check_targets, run_scenario
 
 
@@ -34,48 +35,30 @@ def _changed(scenario: Scenario, name: str, part: str, **changes: object) -> Sce
 
 
 def variants(seeds: int) -> list[Scenario]:
-    """The variants, each on ``seeds`` seeds."""
+    """The variants, each on ``seeds`` seeds (`bench.gains`' seeds: seed + 101·k)."""
     out = []
-    for k in range(seeds):
-
-        def shipped(name: str, k: int = k) -> Scenario:
-            sc = load_scenario(scenario_path(name))
-            return sc.model_copy(update={"seed": sc.seed + 101 * k})
-
-        slow = shipped("synthesis-slowdown-gpu-bound")
+    for slow in _scenarios(["synthesis-slowdown-gpu-bound"], seeds):
         for scale in (3.0, 8.0):
-            out.append(_changed(slow, f"slowdown {scale:g}x", "synthesis",
-                                phases=(Phase(at_s=200, scale=scale),)))  # fmt: skip
-        tail = shipped("heavy-tail")
+            phases = (Phase(at_s=200, scale=scale),)
+            out.append(_changed(slow, f"slowdown {scale:g}x", "synthesis", phases=phases))
+    for tail in _scenarios(["heavy-tail"], seeds):
         wider = tail.synthesis.duration_s.model_copy(update={"sigma": 1.3})
         out.append(_changed(tail, "lognormal sigma 1.3", "synthesis", duration_s=wider))
-        bimodal = shipped("bimodal-partitions")
+    for bimodal in _scenarios(["bimodal-partitions"], seeds):
         work = bimodal.jobs.partition_work
         assert work is not None
-        out.append(_changed(bimodal, "bimodal 1x/8x 9:1", "jobs", partition_work=work.model_copy(
-            update={"values": (1.0, 8.0), "weights": (9.0, 1.0)})))  # fmt: skip
-        hung = shipped("hung-syntheses")
-        out.append(_changed(hung, "6 hung", "synthesis",
-                            hangs=tuple(Hang(at_s=60 + i) for i in range(6))))  # fmt: skip
+        wider = work.model_copy(update={"values": (1.0, 8.0), "weights": (9.0, 1.0)})
+        out.append(_changed(bimodal, "bimodal 1x/8x 9:1", "jobs", partition_work=wider))
+    for hung in _scenarios(["hung-syntheses"], seeds):
+        six = tuple(Hang(at_s=60 + i) for i in range(6))
+        out.append(_changed(hung, "6 hung", "synthesis", hangs=six))
         out.append(_changed(hung, "none hung", "synthesis", hangs=()))
-        outage = shipped("gpu-outage")
-        out.append(
-            _changed(
-                outage,
-                "every GPU lost 300 s",
-                "gpu",
-                outages=(Outage(at_s=900, duration_s=300, workers=(0, 1, 2, 3)),),
-            )
-        )
-        out.append(
-            _changed(
-                outage,
-                "one GPU lost 60 s",
-                "gpu",
-                outages=(Outage(at_s=900, duration_s=60, workers=(2, 3)),),
-            )
-        )
-    return out  # fmt: skip
+    for outage in _scenarios(["gpu-outage"], seeds):
+        every = Outage(at_s=900, duration_s=300, workers=(0, 1, 2, 3))
+        out.append(_changed(outage, "every GPU lost 300 s", "gpu", outages=(every,)))
+        one = Outage(at_s=900, duration_s=60, workers=(2, 3))
+        out.append(_changed(outage, "one GPU lost 60 s", "gpu", outages=(one,)))
+    return out
 
 
 def judged(job: tuple[Scenario, Settings]) -> list[tuple[str, int, str, bool, str]]:

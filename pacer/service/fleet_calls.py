@@ -1,11 +1,11 @@
 """The calls a host of a fleet makes to the journal on its claims thread, each a plain function
 of the journal: a claim, timed; the claimed jobs read (and marked running at their first
-claim); and the leases of a claim whose answer was lost, given back."""
+claim)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 from pacer.journal import Claim, FleetBackend, JobRecord, JobState
 
@@ -30,12 +30,3 @@ def running_jobs(journal: FleetBackend, job_ids: list[str]) -> dict[str, JobReco
         if job is not None and job.state is JobState.RUNNING:
             found[job_id] = job
     return found
-
-
-def give_back_unknown(journal: FleetBackend, known: Collection[int]) -> int:
-    """Give back the leases of ``journal.host`` whose fencing tokens are not ``known`` (those
-    the host holds): leased by a claim whose answer was lost, so no one here would prove
-    them, and the fleet would wait a lease for them. How many partitions they cover.
-
-    Only while no claim of the host is in flight: one that is would be given back too."""
-    return journal.release(journal.host, keep=known)

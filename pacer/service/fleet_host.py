@@ -32,7 +32,7 @@ from pacer.ranges import IndexRanges
 from pacer.runtime.supervision import Supervisor
 from pacer.runtime.threads import DaemonPool
 from pacer.service.commits import Commits
-from pacer.service.fleet_calls import give_back_unknown, running_jobs, timed_claim
+from pacer.service.fleet_calls import running_jobs, timed_claim
 from pacer.service.held_leases import Held, HeldLeases
 from pacer.service.jobs import Jobs
 from pacer.service.journal_access import JournalAccess
@@ -266,10 +266,10 @@ class Fleet:
         return sum(self._hold(claim) for claim in claims)
 
     async def _give_back_unknown(self) -> None:
-        """After a claim whose answer was lost (the connection broke after the database committed
-        it): give back the leases of this host's name it does not know (none renews them)."""
+        """After a claim whose answer was lost, give back the leases of this host's name it does
+        not know (none renews them). It runs between claims, on their thread: none is in flight."""
         known = [held.token for held in self.held.values()]
-        given = await self._call("claims", give_back_unknown, self.journal, known)
+        given = await self._call("claims", self.journal.release, self.host, known)
         self._answer_lost = False
         self.counts.unknown_given_back += given
         if given:
