@@ -136,8 +136,10 @@ async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Synth
     proved0, busy0 = p.proved, {g: p.busy_seconds(g) for g in p.gpus}
     cpu0 = cpu_seconds()
     inflight: list[float] = []
+    ticks: list[tuple[float, int]] = [(0.0, proved0)]
     while time.perf_counter() - started < args.seconds:
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(0.1)
+        ticks.append((time.perf_counter() - started, p.proved))
         inflight.append(p.inflight_bytes / 2**30)
         await keep_backlog(server, args.partitions)
     ended = time.perf_counter()
@@ -153,6 +155,8 @@ async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Synth
         "arm": arm,
         "seconds": elapsed,
         "partitions_per_s": (proved1 - proved0) / elapsed,
+        "partitions_per_s_fit": slope(ticks),
+        "proved_ticks": [(round(t, 3), n - proved0) for t, n in ticks],
         "busy": statistics.fmean((busy1[g] - busy0[g]) / elapsed for g in p.gpus),
         "idle_gaps": len(gaps),
         "idle_gap_p99_ms": quantile(gaps, 0.99) * 1000 if gaps else 0.0,
@@ -164,6 +168,19 @@ async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Synth
         "compute_s": fill_mean,
         "wait_s": max(0.0, syn_mean - fill_mean),
     }
+
+
+def slope(points: list[tuple[float, int]]) -> float:
+    """The least-squares slope of (seconds, partitions proved) points: partitions/s.
+
+    Less sensitive than a count over the window to where the window's ends fall when
+    syntheses finish in waves (they start together after a drain): a count gains or loses a
+    whole wave by where its ends fall, a fit spreads it over the window."""
+    xs = [float(t) for t, _ in points]
+    ys = [float(n) for _, n in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
 
 
 async def run_size(args: argparse.Namespace, processes: int, results: list[dict[str, Any]]) -> None:
@@ -258,6 +275,30 @@ def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
     return render(headers, rows, markdown=markdown)
 
 
+def by_round(results: list[dict[str, Any]], markdown: bool = False) -> str:
+    """Per size and arm other than pi: pi's partitions/s ÷ the arm's of the same round − 1,
+    round by round and as a mean with its 95 % interval, from the count over the window and
+    from the least-squares fit (``slope``)."""
+    rows = []
+    for n in sorted({r["processes"] for r in results}, reverse=True):
+        pi = {r["round"]: r for r in results if r["processes"] == n and r["arm"] == "pi"}
+        arms = dict.fromkeys(r["arm"] for r in results if r["processes"] == n and r["arm"] != "pi")
+        for arm, key in (
+            (a, k) for a in arms for k in ("partitions_per_s", "partitions_per_s_fit")
+        ):
+            runs = [r for r in results if r["processes"] == n and r["arm"] == arm
+                    and r["round"] in pi and key in r and r[key] > 0]  # fmt: skip
+            shares = [pi[r["round"]][key] / r[key] - 1 for r in runs]
+            if not shares:
+                continue
+            mean, half = interval(shares)
+            rows.append((n, arm, "fit" if key.endswith("fit") else "count",
+                         ", ".join(f"{100 * x:+.1f}" for x in shares),
+                         f"{100 * mean:+.1f} ± {100 * half:.1f} %"))  # fmt: skip
+    headers = ("processes", "arm", "rate from", "pi ÷ arm − 1 by round, %", "mean")
+    return render(headers, rows, markdown=markdown)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -281,7 +322,8 @@ def main() -> int:
     parser.add_argument("--summary", type=Path, help="print the summary of a saved JSON only")
     args = parser.parse_args()
     if args.summary is not None:
-        print(summary(json.loads(args.summary.read_text()), args.markdown))
+        saved = json.loads(args.summary.read_text())
+        print(summary(saved, args.markdown) + "\n\n" + by_round(saved, args.markdown))
         return 0
     unknown = set(args.arms.split(",")) - set(ARMS)
     if unknown:
@@ -291,7 +333,7 @@ def main() -> int:
     results: list[dict[str, Any]] = []
     for processes in (int(n) for n in args.processes.split(",")):
         uvloop.run(run_size(args, processes, results))
-    print(summary(results, args.markdown))
+    print(summary(results, args.markdown) + "\n\n" + by_round(results, args.markdown))
     return 0
 
 
