@@ -20,14 +20,15 @@ dispatcher, pacer off, ``max_parallel_synthesis`` = the processes: a fixed concu
 the host) at equal memory: its budget is the mean in flight of the round's last ``pi`` run,
 rounded up to whole partitions.
 
-Per run: partitions/s, GPU busy ratio (summed over the GPUs' workers' time ÷ their number),
-idle gaps and their p99, memory in flight (mean and most), the cores the service process and
-its synthesis processes used, and "synthesis s" (dispatch to ready) split into the time in the
-synthesis processes' fill (``compute``) and the rest (``wait``: the queue in front of the
-processes and the hand-off to them). Then, per size and arm, the mean of the rounds with a
-95 % interval (Student's t), and each arm's difference from ``pi`` and ``pi``'s memory in
-flight over the arm's, round by round, with their intervals. Writes
-``$OUT/gpu_arms.json`` (``--json``) after every run when OUT is set.
+Per run: partitions/s (counted over the window, and fitted: ``slope``), GPU busy ratio (summed
+over the GPUs' workers' time ÷ their number), idle gaps and their p99, memory in flight (mean
+and most), the cores the service process and its synthesis processes used, and "synthesis s"
+(dispatch to ready) split into the time in the synthesis processes' fill (``compute``) and the
+rest (``wait``: the queue in front of the processes and the hand-off to them). Then, per size
+and arm, the mean of the rounds with a 95 % interval (Student's t), and each arm's difference
+from ``pi`` and ``pi``'s memory in flight over the arm's, round by round, with their intervals;
+then pi's share of each arm's partitions/s by round, from the count and from the fit
+(``by_round``). Writes ``$OUT/gpu_arms.json`` (``--json``) after every run when OUT is set.
 """
 
 from __future__ import annotations
