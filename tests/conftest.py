@@ -42,6 +42,16 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Build matplotlib's font cache before any test runs: on a machine that has none, its
+    first use asks ``fc-list`` for the system's fonts, a process that the fast tier refuses
+    to whichever plotting test happens to come first."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.font_manager  # the import builds the cache
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A test that takes a process-starting fixture is slow without having to say so.
     for item in items:
