@@ -172,7 +172,12 @@ class PIController:
         gpu = self._est.gpu_service_s
         self._est.fit(workers, math.inf if not gpu else workers * self.lead_s() / gpu)
         self._est.observe_running(now, obs.synthesizing, obs.synthesis_ages_s)
-        self._workers = self.live_workers(obs)
+        workers = self.live_workers(obs)
+        if workers != self._workers:
+            # Projections made for another number of consumers: the ready depth a lead later
+            # tells of the change, not of the model (D190).
+            self._pacing.predictions.forget()
+        self._workers = workers
         self._rate.queue = self.synthesis_queue()
         return dt
 

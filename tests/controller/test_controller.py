@@ -373,6 +373,22 @@ def test_no_integration_while_no_gpu_worker_consumes(clock: FakeClock) -> None:
     assert c.integral == before
 
 
+def test_projections_made_for_other_workers_are_not_held_against_the_model(
+    clock: FakeClock,
+) -> None:
+    """Every GPU lost for ten lead times, then back: the ready queue stood still meanwhile,
+    which says nothing of the model. When the GPUs return, the projection carries no
+    mismatch from the outage, and dispatch resumes before the ready queue runs down."""
+    c = make(clock)
+    pace(c, clock, obs(ready=8, synth=30), 90.0)  # steady: a projection at the setpoint
+    lost = Observation(ready=38, synthesizing=0, gpu_busy=0, gpu_workers=0, backlog=1000)
+    pace(c, clock, lost, 300.0, step=1.0)
+    back = obs(ready=38, synth=0, busy=2)
+    c.decide(back)
+    assert abs(c.terms.mismatch) < 1.0
+    assert pace(c, clock, back, 5.0) > 0
+
+
 @pytest.mark.parametrize(
     ("o", "caps"),
     [
