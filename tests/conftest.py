@@ -48,8 +48,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     to whichever plotting test happens to come first."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.font_manager  # the import builds the cache
+    if not any(Path(matplotlib.get_cachedir()).glob("fontlist-*.json")):
+        matplotlib.use("Agg")
+        import matplotlib.font_manager  # the import builds the cache
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
