@@ -360,6 +360,10 @@ class PIController:
             self._settings.check_manual_interval(interval_s)
         if interval_s is None and self._manual_interval_s is not None:
             self._pacing.leave_manual(self._manual_interval_s, self._terms)
+        if (interval_s is None) != (self._manual_interval_s is None):
+            # The projections made before describe another dispatch: a ready depth after the
+            # operator's rate would be held against them (D190).
+            self._pacing.predictions.forget()
         self._manual_interval_s = interval_s
         self._refresh_terms()
 

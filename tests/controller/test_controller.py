@@ -389,6 +389,21 @@ def test_projections_made_for_other_workers_are_not_held_against_the_model(
     assert pace(c, clock, back, 5.0) > 0
 
 
+def test_projections_made_before_a_manual_rate_are_not_held_against_the_model(
+    clock: FakeClock,
+) -> None:
+    """Ten lead times at a manual rate raise the ready queue; back under PI, the ready depth
+    is not compared with a projection made before the operator took over."""
+    c = make(clock)
+    pace(c, clock, obs(ready=8, synth=30), 90.0)
+    before = c.terms.mismatch
+    c.set_manual(0.5)
+    pace(c, clock, obs(ready=30, synth=30), 300.0, step=1.0)
+    c.set_manual(None)
+    pace(c, clock, obs(ready=30, synth=30), 10.0, step=1.0)
+    assert abs(c.terms.mismatch - before) < 1.0
+
+
 @pytest.mark.parametrize(
     ("o", "caps"),
     [
