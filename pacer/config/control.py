@@ -129,6 +129,16 @@ class ControllerSettings(Section):
         description="Raise the setpoint to this many standard deviations of the ready "
         "queue's wander, estimated from the spread of synthesis times; 0: off (1)",
     )
+    lost_gpu_hold_leads: float = Field(
+        2.0,
+        ge=0,
+        le=100,
+        description="When GPU workers stop delivering (lost, or stalled on one partition), "
+        "keep the pipeline their share of work filled for this many synthesis lead times, "
+        "never more than was in flight before, so that a GPU that comes back finds "
+        "partitions ready; then shrink to what the live workers need. 0: shrink at once "
+        "(lead times)",
+    )
     rebootstrap_hold_s: float = Field(
         1.0,
         ge=0,

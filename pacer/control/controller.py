@@ -37,6 +37,7 @@ from pacer.control.live_floor import older_than
 from pacer.control.pacing import Pacing
 from pacer.control.policy import Caps, Decision, Mode, Observation, Terms
 from pacer.control.rate_dispatch import RateDispatch, executor_queue
+from pacer.control.worker_hold import WorkerHold
 
 POLICY_FIXED = "policy is chosen at start (PACER_CONTROLLER__POLICY) and cannot be retuned"
 
@@ -83,6 +84,8 @@ class PIController:
         self._last_update: float | None = None
         self._rate = RateDispatch(caps)
         self._workers = 1  # GPU workers delivering: live, and not stuck on one partition
+        self._hold = WorkerHold()  # the pipeline of workers just lost, kept a while
+        self._held = 0  # lost workers whose pipeline is kept now
         self._manual_interval_s: float | None = None
         self._starts = Bootstrap(caps, warm=estimates is not None and estimates.known)
         self._last_obs: Observation | None = None
@@ -173,6 +176,8 @@ class PIController:
         self._est.fit(workers, math.inf if not gpu else workers * self.lead_s() / gpu)
         self._est.observe_running(now, obs.synthesizing, obs.synthesis_ages_s)
         workers = self.live_workers(obs)
+        hold_s = self._settings.lost_gpu_hold_leads * self.lead_s()
+        self._held = self._hold.update(now, self._workers, workers, hold_s)
         if workers != self._workers:
             # Projections made for another number of consumers: the ready depth a lead later
             # tells of the change, not of the model (D190).
@@ -326,7 +331,8 @@ class PIController:
 
     def _output(self, obs: Observation, workers: int, lead_s: float) -> Terms:
         """The terms of ``obs`` (``Pacing.terms``), with the synthesis rate cap."""
-        terms = self._pacing.terms(obs, workers=workers, lead_s=lead_s, hung=self._est.hung)
+        terms = self._pacing.terms(obs, workers=workers, lead_s=lead_s, hung=self._est.hung,
+                                   held=self._held)  # fmt: skip
         return terms._replace(rate_cap_per_s=self._rate_cap_per_s())
 
     # -- run-time changes -----------------------------------------------------------------

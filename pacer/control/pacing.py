@@ -46,12 +46,19 @@ class Pacing:
         mismatch = self.predictions.error(now, lead_s, ready, idle_workers)
         self.law.filter(mismatch, dt / max(lead_s, 1e-9))
 
-    def terms(self, obs: Observation, *, workers: int, lead_s: float, hung: int) -> Terms:
+    def terms(
+        self, obs: Observation, *, workers: int, lead_s: float, hung: int, held: int = 0
+    ) -> Terms:
         """The terms of ``obs`` with ``workers`` consuming, ``lead_s`` ahead, ``hung``
         syntheses left out: the projection q̂, the Smith-predicted depth q̃ = q̂ + ε̄, the
-        P term on q* − q̂, the I term, and the rate around the feed-forward."""
+        P term on q* − q̂, the I term, and the rate around the feed-forward. With ``held``
+        workers lost whose pipeline is kept (``WorkerHold``), q* rises by the depth their
+        share held: Little's depth of ``workers + held`` less that of ``workers``."""
         s = self.settings
         base, setpoint = self.model.at(workers)
+        if held > 0 and workers > 0:
+            base_held, setpoint_held = self.model.at(workers + held)
+            setpoint += lead_s / base_held + setpoint_held - lead_s / base - setpoint
         model = obs.ready + obs.synthesizing - hung - lead_s / base
         mismatch = self.law.mismatch
         projected = model + mismatch

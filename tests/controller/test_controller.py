@@ -389,6 +389,41 @@ def test_projections_made_for_other_workers_are_not_held_against_the_model(
     assert pace(c, clock, back, 5.0) > 0
 
 
+def _one_of_two_lost(clock: FakeClock, **settings: Any) -> tuple[PIController, Observation]:
+    """A controller steady with two GPU workers (ready at the setpoint), and the observation
+    once one of them has stopped delivering."""
+    c = make(clock, **settings)
+    pace(c, clock, obs(ready=8, synth=30), 90.0)
+    return c, Observation(ready=8, synthesizing=30, gpu_busy=1, gpu_workers=1, backlog=1000)
+
+
+def test_a_lost_workers_pipeline_is_kept_for_the_hold_then_given_back(clock: FakeClock) -> None:
+    """One of two workers lost: for lost_gpu_hold_leads lead times (2 × 30 s) the setpoint
+    keeps its share of the pipeline (Little's depth of 2 workers less that of 1: 15), so
+    dispatch goes on at the live worker's rate; then the setpoint is the live worker's."""
+    c, one = _one_of_two_lost(clock)
+    steady = c.terms.setpoint
+    sent = pace(c, clock, one, 20.0)
+    assert c.terms.setpoint == pytest.approx(steady + 15.0)
+    assert 5 <= sent <= 15  # about the live worker's 0.5 a second
+    pace(c, clock, one, 45.0)
+    assert c.terms.setpoint == pytest.approx(steady)
+
+
+def test_with_no_hold_a_lost_workers_pipeline_shrinks_at_once(clock: FakeClock) -> None:
+    c, one = _one_of_two_lost(clock, lost_gpu_hold_leads=0.0)
+    assert pace(c, clock, one, 20.0) == 0  # 15 partitions too many for one worker
+    assert c.terms.setpoint == pytest.approx(8.0)
+
+
+def test_a_worker_back_within_the_hold_ends_it(clock: FakeClock) -> None:
+    c, one = _one_of_two_lost(clock)
+    steady = c.terms.setpoint
+    pace(c, clock, one, 10.0)
+    pace(c, clock, obs(ready=8, synth=30), 1.0)
+    assert c.terms.setpoint == pytest.approx(steady)
+
+
 def test_projections_made_before_a_manual_rate_are_not_held_against_the_model(
     clock: FakeClock,
 ) -> None:
