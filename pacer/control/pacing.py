@@ -58,7 +58,7 @@ class Pacing:
         base, setpoint = self.model.at(workers)
         if held > 0 and workers > 0:
             base_held, setpoint_held = self.model.at(workers + held)
-            setpoint += lead_s / base_held + setpoint_held - lead_s / base - setpoint
+            setpoint = lead_s / base_held + setpoint_held - lead_s / base
         model = obs.ready + obs.synthesizing - hung - lead_s / base
         mismatch = self.law.mismatch
         projected = model + mismatch
