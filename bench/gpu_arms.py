@@ -177,11 +177,9 @@ def slope(points: list[tuple[float, int]]) -> float:
     Less sensitive than a count over the window to where the window's ends fall when
     syntheses finish in waves (they start together after a drain): a count gains or loses a
     whole wave by where its ends fall, a fit spreads it over the window."""
-    xs = [float(t) for t, _ in points]
-    ys = [float(n) for _, n in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+    if len(points) < 2:
+        return 0.0
+    return statistics.linear_regression([t for t, _ in points], [n for _, n in points]).slope
 
 
 async def run_size(args: argparse.Namespace, processes: int, results: list[dict[str, Any]]) -> None:
@@ -284,18 +282,16 @@ def by_round(results: list[dict[str, Any]], markdown: bool = False) -> str:
     for n in sorted({r["processes"] for r in results}, reverse=True):
         pi = {r["round"]: r for r in results if r["processes"] == n and r["arm"] == "pi"}
         arms = dict.fromkeys(r["arm"] for r in results if r["processes"] == n and r["arm"] != "pi")
-        for arm, key in (
-            (a, k) for a in arms for k in ("partitions_per_s", "partitions_per_s_fit")
-        ):
-            runs = [r for r in results if r["processes"] == n and r["arm"] == arm
-                    and r["round"] in pi and key in r and r[key] > 0]  # fmt: skip
-            shares = [pi[r["round"]][key] / r[key] - 1 for r in runs]
-            if not shares:
-                continue
-            mean, half = interval(shares)
-            rows.append((n, arm, "fit" if key.endswith("fit") else "count",
-                         ", ".join(f"{100 * x:+.1f}" for x in shares),
-                         f"{100 * mean:+.1f} ± {100 * half:.1f} %"))  # fmt: skip
+        for arm in arms:
+            for key, source in (("partitions_per_s", "count"), ("partitions_per_s_fit", "fit")):
+                runs = [r for r in results if r["processes"] == n and r["arm"] == arm
+                        and r["round"] in pi and key in r and r[key] > 0]  # fmt: skip
+                shares = [pi[r["round"]][key] / r[key] - 1 for r in runs]
+                if not shares:
+                    continue
+                mean, half = interval(shares)
+                rows.append((n, arm, source, ", ".join(f"{100 * x:+.1f}" for x in shares),
+                             f"{100 * mean:+.1f} ± {100 * half:.1f} %"))  # fmt: skip
     headers = ("processes", "arm", "rate from", "pi ÷ arm − 1 by round, %", "mean")
     return render(headers, rows, markdown=markdown)
 

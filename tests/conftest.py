@@ -49,7 +49,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     import matplotlib
 
     if not any(Path(matplotlib.get_cachedir()).glob("fontlist-*.json")):
-        matplotlib.use("Agg")
         import matplotlib.font_manager  # the import builds the cache
 
 
