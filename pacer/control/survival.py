@@ -174,7 +174,9 @@ class SurvivalCheck:
         # The members are now elapsed older; no synthesis dispatched since is that old.
         tiny = 1e-9 * max(1.0, elapsed + members[0])
         since = older_than(ages_s, members[-1] + elapsed - tiny)
-        alive = since - older_than(ages_s, bound + elapsed - tiny)
+        # Those older than the oldest member were hung at the snapshot: none of its members.
+        oldest = older_than(ages_s, members[0] + elapsed + tiny)
+        alive = since - max(oldest, older_than(ages_s, bound + elapsed - tiny))
         testable = members[older_than(members, bound - tiny) :]
         finished = len(testable) - alive
         reference = self._reference or Reference(window, estimate_s)
@@ -196,7 +198,7 @@ class SurvivalCheck:
             self._change_at = taken
         # Its size from every member: one older than the reference's durations that still
         # runs is the plainest sign of how slow synthesis has become.
-        finished_all = len(members) - (since - older_than(ages_s, members[0] + elapsed + tiny))
+        finished_all = len(members) - (since - oldest)
         factor = self._solve(reference, members, elapsed, finished_all, self._change_at - taken)
         self.factor = max(self.factor, factor)
 

@@ -76,15 +76,20 @@ def test_a_five_fold_slowdown_lifts_the_lead_time_before_the_ages_do(seed: int) 
 
 
 @pytest.mark.parametrize(
-    ("median", "sigma"), [(1.4, 0.2), (1.4, 1.0)], ids=["narrow", "heavy-tail"]
+    ("median", "sigma", "seed", "least_checks"),
+    [(1.4, 0.2, 7, 400), (1.4, 1.0, 7, 400)] + [(1.4, 1.6, seed, 150) for seed in (7, 8, 9)],
+    ids=["narrow", "heavy-tail", "heavier-tail-7", "heavier-tail-8", "heavier-tail-9"],
 )
-def test_steady_syntheses_show_no_slowdown(median: float, sigma: float) -> None:
-    host = Host(lognormal(median, sigma, seed=7))
+def test_steady_syntheses_show_no_slowdown(
+    median: float, sigma: float, seed: int, least_checks: int
+) -> None:
+    host = Host(lognormal(median, sigma, seed=seed))
     host.run_until(60.0)  # a window of the first seconds holds only the quick ones
     check = host.est._survival
     checks, deficits = check.checks, check.deficits
     host.run_until(300.0)
-    assert check.checks - checks > 400
+    # A check each quarter of a lead time: the heavier tail's lead time is some 4 s, not 1.4 s.
+    assert check.checks - checks > least_checks
     # Rare, if any: a heavy tail's long runs of stragglers now and then.
     assert check.deficits - deficits <= 0.01 * (check.checks - checks)
     assert host.est.lead_s(host.now) < 2 * (host.est.synthesis_s or 0.0)
@@ -113,3 +118,17 @@ def test_the_least_slowdown_explains_the_count() -> None:
     assert ref.finish_chance(0.5, 1.0) == 1.0
     assert ref.finish_chance(0.5, 1.0, scale=2.0, change_s=0.0) == pytest.approx(0.5, abs=0.05)
     assert ref.finish_chance(0.5, 1.0, scale=4.0, change_s=0.0) == 0.0
+
+
+def test_syntheses_hung_before_a_snapshot_are_none_of_its_members() -> None:
+    # A heavy tail: a quarter of the window took 50 s, so members up to 50 s old are tested.
+    window = sorted([0.9, 1.0, 1.0, 1.1] * 6 + [50.0] * 8)
+    hung = tuple(20.0 - 0.5 * i for i in range(12))  # hung long before, younger than 50 s
+    members = tuple(0.95 - 0.05 * i for i in range(16))  # 0.2 s to 0.95 s old
+    check = SurvivalCheck()
+    check.update(0.0, hung + members, len(hung), window, 1.0)
+    # A second on, every member has finished; the hung still run, and so do none of the rest.
+    check.update(1.0, tuple(a + 1.0 for a in hung), len(hung), window, 1.0)
+    assert check.checks == 1
+    assert check.deficits == 0
+    assert check.factor == 1.0
