@@ -84,6 +84,7 @@ class Fleet:
         self._claimed_at = 0.0  # when the claim of those was sent (s, on the clock)
         self._recent: deque[tuple[float, int]] = deque()  # (time, dispatched) at claims
         self._claiming = False
+        self._claim_lock = asyncio.Lock()
         self._low = asyncio.Event()  # the backlog may be below the claim's low-water mark
         self._heard = asyncio.Event()  # word of work, from any host
         self._renewed_at: float | None = None
@@ -242,28 +243,29 @@ class Fleet:
 
     async def claim(self, n: int) -> int:
         """Claim up to ``n`` partitions (none but those claimed earlier whose jobs could not
-        be read then, if any wait) and queue them; how many were queued."""
-        if self._answer_lost and not self._unresolved:
-            await self._give_back_unknown()
-        if not self._unresolved and n > 0:
-            self._claimed_at = self._clock()
-            self._recent.append((self._claimed_at, self._pipeline.dispatched))
-            try:
-                self._unresolved = await self._call("claims", timed_claim, self.journal, n,
-                                                    self._claim_seconds)  # fmt: skip
-            except JournalUnavailable:
-                self._answer_lost = True  # it may have leased partitions all the same
-                raise
-            self.counts.claims += 1
-            claimed = sum(len(c.pending) for c in self._unresolved)
-            self.counts.claimed_partitions += claimed
-            self.counts.empty_claims += claimed == 0
-        claims = self._unresolved
-        unknown = sorted({c.job_id for c in claims} - self._records.keys())
-        if unknown:
-            self._records |= await self._call("claims", running_jobs, self.journal, unknown)
-        self._unresolved = []
-        return sum(self._hold(claim) for claim in claims)
+        be read then, if any wait) and queue them; how many. One at a time (D188)."""
+        async with self._claim_lock:
+            if self._answer_lost and not self._unresolved:
+                await self._give_back_unknown()
+            if not self._unresolved and n > 0:
+                self._claimed_at = self._clock()
+                self._recent.append((self._claimed_at, self._pipeline.dispatched))
+                try:
+                    self._unresolved = await self._call("claims", timed_claim, self.journal, n,
+                                                        self._claim_seconds)  # fmt: skip
+                except JournalUnavailable:
+                    self._answer_lost = True  # it may have leased partitions all the same
+                    raise
+                self.counts.claims += 1
+                claimed = sum(len(c.pending) for c in self._unresolved)
+                self.counts.claimed_partitions += claimed
+                self.counts.empty_claims += claimed == 0
+            claims = self._unresolved
+            unknown = sorted({c.job_id for c in claims} - self._records.keys())
+            if unknown:
+                self._records |= await self._call("claims", running_jobs, self.journal, unknown)
+            self._unresolved = []
+            return sum(self._hold(claim) for claim in claims)
 
     async def _give_back_unknown(self) -> None:
         """After a claim whose answer was lost, give back the leases of this host's name it does
@@ -299,9 +301,8 @@ class Fleet:
     # -- leases -------------------------------------------------------------------------------
 
     async def _lease_loop(self) -> None:
-        """Renew every third of the lease; after a failed renewal, again as soon as the
-        journal's backoff allows (a connection lost in a server's restart fails one call), so
-        that leases are renewed within their grace once the server is back."""
+        """Renew every third of the lease; after a failed renewal, again as the journal's
+        backoff allows, so that leases are renewed within their grace once a server is back."""
         period_s = self.lease_s / RENEWALS_PER_LEASE
         failures = 0
         while True:
@@ -350,8 +351,7 @@ class Fleet:
         self._left(self.leases.drop(batch))
 
     def _left(self, lease: Held) -> None:
-        """What `_lost` does once a lease is no longer held (or was claimed again, with what
-        it holds now)."""
+        """What `_lost` does once a lease is gone (or claimed again, with what it holds now)."""
         gone = IndexRanges.of(lease.pending)
         others = [held for held in self.held.values() if held.job_id == lease.job_id]
         for held in others:
