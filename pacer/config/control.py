@@ -129,6 +129,16 @@ class ControllerSettings(Section):
         description="Raise the setpoint to this many standard deviations of the ready "
         "queue's wander, estimated from the spread of synthesis times; 0: off (1)",
     )
+    near_balance_idle: float = Field(
+        0.002,
+        ge=0,
+        le=0.5,
+        description="Where the synthesis slots barely outpace the GPUs, raise the setpoint "
+        "to the ready buffer that leaves the GPUs idle this share of the time as the ready "
+        "queue wanders (the slots' surplus over the GPUs and the spread of both times decide "
+        "it); where synthesis is the bottleneck, keep every slot busy. Lower: more memory, "
+        "less idle time. 0: off (share)",
+    )
     lost_gpu_hold_leads: float = Field(
         2.0,
         ge=0,

@@ -36,7 +36,7 @@ from pacer.control.estimates import Estimates, Estimator
 from pacer.control.live_floor import older_than
 from pacer.control.pacing import Pacing
 from pacer.control.policy import Caps, Decision, Mode, Observation, Terms
-from pacer.control.rate_dispatch import RateDispatch, executor_queue
+from pacer.control.rate_dispatch import QUEUE_SIGMAS, RateDispatch
 from pacer.control.worker_hold import WorkerHold
 
 POLICY_FIXED = "policy is chosen at start (PACER_CONTROLLER__POLICY) and cannot be retuned"
@@ -48,7 +48,7 @@ class PIController:
     ``HUNG_FACTOR``: a worker on one partition for longer than this many T̂gpu is not counted
     among the workers consuming (a hung worker, or a stalled GPU, consumes nothing).
     ``CEILING``: the safety ceiling: dispatch never takes q̃ past q* × (1 + ``CEILING``) + 1.
-    ``QUEUE_SIGMAS``: the queue in front of the synthesis processes covers this many standard
+    ``queue_sigmas``: the queue in front of the synthesis processes covers this many standard
     deviations of their bunched ends (`pacer.control.rate_dispatch.executor_queue`); an
     instance given ``queue_sigmas=0`` keeps none (no more syntheses than processes).
 
@@ -61,7 +61,6 @@ class PIController:
     synthesis_workers: int | None = None  # its caps bound synthesis; no pool of its own
     HUNG_FACTOR = 10.0
     CEILING = 1.0
-    QUEUE_SIGMAS = 2.0
 
     def __init__(
         self,
@@ -73,13 +72,12 @@ class PIController:
         queue_sigmas: float = QUEUE_SIGMAS,
     ) -> None:
         self._settings = settings
-        self._queue_sigmas = queue_sigmas
         self._caps = caps
         self._clock = clock
         self._est = Estimator(
             settings.gpu_window, settings.synthesis_window, estimates or Estimates()
         )
-        self._pacing = Pacing(settings, self._est)
+        self._pacing = Pacing(settings, self._est, caps, queue_sigmas)
         self._rebased = 0  # the estimator's re-basings seen
         self._last_update: float | None = None
         self._rate = RateDispatch(caps)
@@ -187,15 +185,9 @@ class PIController:
         return dt
 
     def synthesis_queue(self) -> int:
-        """Partitions allowed to wait in front of the synthesis processes: `executor_queue` of
-        the synthesis-concurrency cap and the spread of synthesis times; 0 while T̂syn is
-        unknown, or where a synthesis beyond the cap would share the cores instead of waiting
-        (``Caps.synthesis_queue``)."""
-        syn = self._est.synthesis_s
-        if not syn or syn <= 0 or not self._caps.synthesis_queue:
-            return 0
-        cv = self._est.synthesis_sd_s / syn
-        return executor_queue(self._caps.synthesis_concurrency, cv, self._queue_sigmas)
+        """Partitions allowed to wait in front of the synthesis processes
+        (`Model.synthesis_queue`)."""
+        return self._pacing.model.synthesis_queue()
 
     def _start_decision(self, obs: Observation, now: float, room: int) -> Decision | None:
         """The decision of a start, a refill or an empty backlog; None where pacing decides."""

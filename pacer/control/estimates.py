@@ -175,9 +175,8 @@ class Estimator:
         """``size``, doubled until the window's mean is known within ``MEAN_ERROR`` (its
         relative standard error, cv ÷ √n), at most ``MAX_WINDOW``: in doublings, so that the
         window is not resized at every sample."""
-        mean = window.value
-        if mean:
-            needed = (window.sd / mean / self.MEAN_ERROR) ** 2
+        if window.value:
+            needed = (window.cv / self.MEAN_ERROR) ** 2
             size <<= max(0, math.ceil(math.log2(max(needed, 1.0) / size)))
         return min(MAX_WINDOW, size)
 
@@ -286,7 +285,13 @@ class Estimator:
         process), which matters where partitions of several sizes alternate.
         """
         synthesis = rate_per_s * self._syn.half_mean_difference
-        gpu = self._gpu.value
-        cv = self._gpu.sd / gpu if gpu else 0.0
+        cv = self._gpu.cv
         consumed = rate_per_s * lead_s * cv * cv if math.isfinite(rate_per_s) else 0.0
         return math.sqrt(synthesis + consumed)
+
+    def flow_variance(self, rate_per_s: float) -> float:
+        """How fast the ready queue's level spreads while every synthesis slot is busy
+        (partitions² per second) at ``rate_per_s`` partitions a second in and out: the
+        completions of the slots and the GPUs' takings are renewal processes, each of
+        variance rate × cv² a second, so rate × (cv²syn + cv²gpu)."""
+        return rate_per_s * (self._syn.cv**2 + self._gpu.cv**2)

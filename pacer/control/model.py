@@ -11,6 +11,8 @@ import math
 
 from pacer.config import ControllerSettings
 from pacer.control.estimates import Estimator
+from pacer.control.policy import Caps
+from pacer.control.rate_dispatch import QUEUE_SIGMAS, executor_queue
 
 
 class Model:
@@ -26,9 +28,17 @@ class Model:
     38
     """
 
-    def __init__(self, estimator: Estimator, settings: ControllerSettings) -> None:
+    def __init__(
+        self,
+        estimator: Estimator,
+        settings: ControllerSettings,
+        caps: Caps | None = None,
+        queue_sigmas: float = QUEUE_SIGMAS,
+    ) -> None:
         self.estimator = estimator
         self.settings = settings
+        self.caps = caps  # the host's synthesis slots and memory; None: unknown
+        self.queue_sigmas = queue_sigmas
         self._key: tuple[int, int, int] | None = None
         self._cache = (1.0, settings.target_ready)
 
@@ -54,7 +64,48 @@ class Model:
         rate = 1 / base_interval_s
         spread = est.ready_wander_sd(rate, est.synthesis_s or 0.0)
         buffer = s.target_ready_s * rate if math.isfinite(rate) else 0.0
-        return max(s.target_ready, buffer, s.spread_sigmas * spread)
+        setpoint = max(s.target_ready, buffer, s.spread_sigmas * spread)
+        return max(setpoint, self.near_balance(rate, setpoint))
+
+    def synthesis_queue(self) -> int:
+        """Partitions allowed to wait in front of the synthesis processes: `executor_queue` of
+        the synthesis-concurrency cap and the spread of synthesis times; 0 while T̂syn is
+        unknown, or where a synthesis beyond the cap would share the cores instead of waiting
+        (``Caps.synthesis_queue``)."""
+        syn, caps = self.estimator.synthesis_s, self.caps
+        if not syn or syn <= 0 or caps is None or not caps.synthesis_queue:
+            return 0
+        cv = self.estimator.synthesis_sd_s / syn
+        return executor_queue(caps.synthesis_concurrency, cv, self.queue_sigmas)
+
+    def near_balance(self, rate_per_s: float, setpoint: float) -> float:
+        """The setpoint where the synthesis slots barely outpace the GPUs (partitions; 0 where
+        they have slots to spare, or ``near_balance_idle`` is 0).
+
+        With every slot busy the ready queue gains μ = slots ÷ T̂syn − λ̂ a second and wanders
+        by v = ``Estimator.flow_variance`` a second: a random walk that leaves the GPUs idle
+        μ ÷ (exp(2μB ÷ v) − 1) of a second each second above a buffer B. B is sized for a
+        share ``near_balance_idle`` of that idle: v ÷ 2μ × ln(1 + μ ÷ (idle × λ̂)). It is
+        weighed in where ``setpoint`` takes half a lead time or more to refill at μ, in full
+        at a lead time; where μ ≤ 0 (synthesis is the bottleneck) it is the memory budget,
+        so that every slot stays busy. At most the memory budget. The slots are the
+        concurrency cap and the queue in front of the processes (`synthesis_queue`): T̂syn
+        runs from dispatch and holds the queue's wait, so by Little's law both count where
+        the queue is full; where it is not, the surplus is taken larger, the safe side.
+        """
+        idle, caps, syn = self.settings.near_balance_idle, self.caps, self.estimator.synthesis_s
+        if not idle or caps is None or not syn or not 0 < rate_per_s < math.inf:
+            return 0.0
+        budget = float(caps.inflight_partitions)
+        surplus = (caps.synthesis_concurrency + self.synthesis_queue()) / syn - rate_per_s
+        if surplus <= 0:
+            return budget
+        weight = min(1.0, max(0.0, 2 * setpoint / (surplus * syn) - 1))
+        if weight <= 0:
+            return 0.0
+        variance = self.estimator.flow_variance(rate_per_s)
+        buffer = variance / (2 * surplus) * math.log1p(surplus / (idle * rate_per_s))
+        return min(budget, setpoint + weight * max(0.0, buffer - setpoint))
 
     def little_depth(self, workers: int, lead_s: float) -> int:
         """Partitions in flight that keep ``workers`` busy with q* waiting, the lead time

@@ -16,7 +16,8 @@ from pacer.config import ControllerSettings
 from pacer.control.estimates import Estimator
 from pacer.control.model import Model
 from pacer.control.pi_law import PILaw, Predictions
-from pacer.control.policy import Mode, Observation, Terms
+from pacer.control.policy import Caps, Mode, Observation, Terms
+from pacer.control.rate_dispatch import QUEUE_SIGMAS
 
 
 class Pacing:
@@ -30,9 +31,15 @@ class Pacing:
     (0.0, 8.0, 1.2667)
     """
 
-    def __init__(self, settings: ControllerSettings, estimator: Estimator) -> None:
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        estimator: Estimator,
+        caps: Caps | None = None,
+        queue_sigmas: float = QUEUE_SIGMAS,
+    ) -> None:
         self._est = estimator
-        self.model = Model(estimator, settings)
+        self.model = Model(estimator, settings, caps, queue_sigmas)
         self.law = PILaw(settings)
         self.predictions = Predictions()  # q̂ after each dispatch, to compare a lead later
 

@@ -15,6 +15,8 @@ import math
 
 from pacer.control.policy import Caps, Decision, Observation
 
+QUEUE_SIGMAS = 2.0  # the queue covers this many standard deviations of bunched ends
+
 
 def executor_queue(processes: int, cv: float, sigmas: float) -> int:
     """Partitions to keep waiting in front of ``processes`` synthesis processes, so that a

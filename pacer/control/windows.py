@@ -318,6 +318,12 @@ class DurationWindow:
         return self._compute()[1] if self._samples else 0.0
 
     @property
+    def cv(self) -> float:
+        """The coefficient of variation of one sample, sd ÷ mean (0 while empty)."""
+        mean = self.value
+        return self.sd / mean if mean else 0.0
+
+    @property
     def half_mean_difference(self) -> float:
         """Half the mean difference of two samples, E|X − X'| ÷ 2 = ∫ F(1 − F): σ ÷ √π for a
         normal spread, less for a heavy tail, whose spread is in a few long samples."""

@@ -90,7 +90,8 @@ class _StateCollector(Collector):
                 ("pacer_controller_ff_term",
                  "Feed-forward dispatch interval, GPU time / workers (s)", t.ff_interval_s),
                 ("pacer_controller_setpoint", "Effective setpoint of the projected ready depth, "
-                 "with the pipeline of GPU workers just lost while it is held", t.setpoint),
+                 "raised where the synthesis slots barely outpace the GPUs, with the pipeline "
+                 "of GPU workers just lost while it is held", t.setpoint),
                 ("pacer_controller_projected_ready", "Smith-predicted ready depth one lead time "
                  "ahead: the projection and its filtered mismatch (partitions)",
                  t.projected_ready),

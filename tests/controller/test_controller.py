@@ -14,6 +14,8 @@ from tests.conftest import FakeClock
 
 WARM = Estimates(gpu_service_s=2.0, synthesis_s=30.0)  # 2 workers: base interval 1 s, λT = 30
 ROOMY = Caps(synthesis_concurrency=48, inflight_partitions=200)
+# Slots to spare for GPUs four times faster than the saved 2 s (4 a second): 480 of 30 s.
+SPARE = Caps(synthesis_concurrency=480, inflight_partitions=800)
 
 
 def make(
@@ -161,7 +163,7 @@ def test_estimates_start_from_the_first_samples(clock: FakeClock) -> None:
 
 
 def test_spread_of_synthesis_times_raises_the_setpoint(clock: FakeClock) -> None:
-    c = make(clock, estimates=Estimates(gpu_service_s=0.5, synthesis_s=45.0),
+    c = make(clock, estimates=Estimates(gpu_service_s=0.5, synthesis_s=45.0), caps=SPARE,
              target_ready=8.0, spread_sigmas=3.0)  # fmt: skip
     for i in range(64):
         c.observe_synthesis(25.0 + 40.0 * (i * 37 % 64) / 63)  # even over 25-65 s: mean 45
@@ -299,7 +301,7 @@ def test_an_empty_queue_with_an_idle_gpu_reads_as_too_optimistic(clock: FakeCloc
 
 def test_the_ready_buffer_in_seconds_scales_with_the_gpu_rate(clock: FakeClock) -> None:
     slow = make(clock, target_ready=2.0, target_ready_s=10.0)  # 1 s a partition: 10
-    fast = make(clock, estimates=Estimates(gpu_service_s=0.5, synthesis_s=30.0),
+    fast = make(clock, estimates=Estimates(gpu_service_s=0.5, synthesis_s=30.0), caps=SPARE,
                 target_ready=2.0, target_ready_s=10.0)  # 0.25 s: 40  # fmt: skip
     for c in (slow, fast):
         c.decide(obs(ready=8, synth=30))
@@ -328,7 +330,7 @@ def test_output_clamps(
 
 
 def test_a_change_of_model_forgets_the_predictions_and_the_integral(clock: FakeClock) -> None:
-    c = make(clock, kp=0.0, ki=0.2)
+    c = make(clock, caps=SPARE, kp=0.0, ki=0.2)
     _predicted(c, clock)
     pace(c, clock, obs(ready=13, synth=30), 3.0, step=1.0)  # ε = 13 − 17 = −4
     assert c.integral != 0.0

@@ -1,0 +1,62 @@
+"""The setpoint where the synthesis slots barely outpace the GPUs (``Model.near_balance``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pacer.config import ControllerSettings
+from pacer.control.estimates import Estimates, Estimator
+from pacer.control.model import Model
+from pacer.control.policy import Caps
+
+
+def estimator() -> Estimator:
+    """Two GPU workers at 0.16 s (12.5 partitions a second, no spread) fed by syntheses of
+    1 s and 3 s in turn (mean 2 s, cv ½): 25 slots keep up with the GPUs exactly."""
+    est = Estimator(64, 64, Estimates())
+    for i in range(64):
+        est.observe_gpu_service(0.16)
+        est.observe_synthesis(1.0 if i % 2 else 3.0, float(i))
+    return est
+
+
+def setpoint(slots: int | None, **settings: float) -> float:
+    caps = None if slots is None else Caps(synthesis_concurrency=slots, inflight_partitions=100)
+    return Model(estimator(), ControllerSettings(**settings), caps).at(workers=2)[1]
+
+
+def test_slots_to_spare_leave_the_setpoint_as_the_spread_sets_it() -> None:
+    # 64 slots of 2 s refill a setpoint of 8 at 19.5 a second: well within half a lead time.
+    assert setpoint(64) == setpoint(None) == 8.0
+
+
+def test_near_balance_the_setpoint_is_the_buffer_of_a_random_walk_with_the_slots_surplus() -> None:
+    est = estimator()
+    surplus, rate = 26 / 2.0 - 12.5, 12.5  # 26 slots: half a partition a second to spare
+    variance = est.flow_variance(rate)
+    assert variance == pytest.approx(rate * (est.synthesis_sd_s / 2.0) ** 2)
+    buffer = variance / (2 * surplus) * math.log(1 + surplus / (0.002 * rate))
+    assert buffer > 8.0  # refilling 8 at the surplus takes 16 s, eight lead times: in full
+    assert setpoint(26) == pytest.approx(buffer)
+
+
+def test_the_setpoint_falls_as_the_slots_surplus_grows() -> None:
+    points = [setpoint(slots) for slots in range(26, 48)]
+    assert points == sorted(points, reverse=True)
+    assert points[0] > points[-1] == 8.0
+
+
+def test_where_the_slots_cannot_keep_up_every_one_is_kept_busy_within_the_budget() -> None:
+    assert setpoint(24) == setpoint(12) == 100.0  # the memory budget, in partitions
+
+
+def test_a_smaller_idle_share_holds_a_larger_buffer() -> None:
+    points = [setpoint(27, near_balance_idle=idle) for idle in (0.05, 0.01, 0.002, 0.0005)]
+    assert points == sorted(points)
+    assert points[0] < points[-1] <= 100.0
+
+
+def test_an_idle_share_of_zero_turns_it_off() -> None:
+    assert setpoint(26, near_balance_idle=0.0) == setpoint(12, near_balance_idle=0.0) == 8.0
