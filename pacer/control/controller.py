@@ -189,6 +189,11 @@ class PIController:
         (`Model.synthesis_queue`)."""
         return self._pacing.model.synthesis_queue()
 
+    def ends_bunched(self) -> int:
+        """How far the synthesis slots' ends may run ahead of their mean count over one
+        synthesis (`Model.ends_bunched`)."""
+        return self._pacing.model.ends_bunched()
+
     def _start_decision(self, obs: Observation, now: float, room: int) -> Decision | None:
         """The decision of a start, a refill or an empty backlog; None where pacing decides."""
         if not self._est.known:
@@ -250,10 +255,12 @@ class PIController:
         # From the per-item synthesis duration, never from the completion rate: a cap from
         # completions tightens when dispatch slows, which slows dispatch further (collapse).
         # T̂syn runs from dispatch, so it holds the queue's wait: the queue counts in the cap.
+        # So do the ends that bunch up, queue or not: at the mean rate alone the bucket runs
+        # dry where synthesis bounds, and slots freed together wait for tokens (D193).
         syn = self._est.synthesis_s
         if not syn or syn <= 0:
             return math.inf
-        return (self._caps.synthesis_concurrency + self._rate.queue) / syn
+        return (self._caps.synthesis_concurrency + self.ends_bunched()) / syn
 
     # -- bootstrap and re-bootstrap -------------------------------------------------------
 

@@ -68,12 +68,17 @@ class Model:
         return max(setpoint, self.near_balance(rate, setpoint))
 
     def synthesis_queue(self) -> int:
-        """Partitions allowed to wait in front of the synthesis processes: `executor_queue` of
-        the synthesis-concurrency cap and the spread of synthesis times; 0 while T̂syn is
-        unknown, or where a synthesis beyond the cap would share the cores instead of waiting
+        """Partitions allowed to wait in front of the synthesis processes: `ends_bunched`; 0
+        where a synthesis beyond the cap would share the cores instead of waiting
         (``Caps.synthesis_queue``)."""
+        return self.ends_bunched() if self.caps and self.caps.synthesis_queue else 0
+
+    def ends_bunched(self) -> int:
+        """How far the synthesis slots' ends may run ahead of their mean count over one
+        synthesis: `executor_queue` of the concurrency cap and the spread of synthesis times;
+        0 while T̂syn or the caps are unknown."""
         syn, caps = self.estimator.synthesis_s, self.caps
-        if not syn or syn <= 0 or caps is None or not caps.synthesis_queue:
+        if not syn or syn <= 0 or caps is None:
             return 0
         cv = self.estimator.synthesis_sd_s / syn
         return executor_queue(caps.synthesis_concurrency, cv, self.queue_sigmas)

@@ -51,12 +51,12 @@ def sixteen_processes(clock: FakeClock, queue: bool, queue_sigmas: float) -> PIC
 
 
 @pytest.mark.parametrize(
-    ("queue", "queue_sigmas", "queued"),
-    [(True, 2.0, 3), (True, 0.0, 0), (False, 2.0, 0)],
+    ("queue", "queue_sigmas", "queued", "bunched"),
+    [(True, 2.0, 3, 3), (True, 0.0, 0, 0), (False, 2.0, 0, 3)],
     ids=["queue", "no-sigmas", "syntheses-share-the-cores"],
 )
 def test_with_every_process_busy_pi_dispatches_the_queue_and_no_more(
-    clock: FakeClock, queue: bool, queue_sigmas: float, queued: int
+    clock: FakeClock, queue: bool, queue_sigmas: float, queued: int, bunched: int
 ) -> None:
     c = sixteen_processes(clock, queue, queue_sigmas)
     synthesizing, sent = 16, 0
@@ -67,5 +67,7 @@ def test_with_every_process_busy_pi_dispatches_the_queue_and_no_more(
         synthesizing += decision.dispatch
         sent += decision.dispatch
     assert (c.synthesis_queue(), sent) == (queued, queued)
-    # The synthesis rate cap counts the queue: T̂syn runs from dispatch and holds its wait.
-    assert c.terms.rate_cap_per_s == pytest.approx((16 + queued) / 1.4, rel=0.05)
+    # The synthesis rate cap counts the ends that bunch up, which the queue holds where there
+    # is one: T̂syn runs from dispatch and holds its wait.
+    assert c.ends_bunched() == bunched
+    assert c.terms.rate_cap_per_s == pytest.approx((16 + bunched) / 1.4, rel=0.05)
