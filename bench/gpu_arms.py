@@ -14,7 +14,9 @@ The pinned pool, the GPU workers and the synthesis processes stay the same for e
 the arms differ only by their policy, and the order spreads any drift of the host over them.
 
 Arms: ``pi`` (pacer's controller: a queue in front of the synthesis processes);
-``pi-no-queue`` (pi with no queue: at most one synthesis a process); ``unpaced``;
+``pi-no-queue`` (pi with no queue: at most one synthesis a process); ``pi-no-near-balance`` (pi
+with ``NEAR_BALANCE_IDLE`` 0: the setpoint not raised where synthesis keeps up barely or not at
+all); ``unpaced``;
 ``cuzk-default`` (cuzk's dispatcher, pacer off, 18 synthesis workers); ``fixed`` (cuzk's
 dispatcher, pacer off, ``max_parallel_synthesis`` = the processes: a fixed concurrency tuned to
 the host) at equal memory: its budget is the mean in flight of the round's last ``pi`` run,
@@ -60,7 +62,7 @@ from pacer.control.registry import build_policy
 from pacer.server import Server
 from pacer.service.lifecycle import Service
 
-ARMS = ("pi", "pi-no-queue", "unpaced", "cuzk-default", "fixed")
+ARMS = ("pi", "pi-no-queue", "pi-no-near-balance", "unpaced", "cuzk-default", "fixed")
 
 
 class Fills:
@@ -106,6 +108,9 @@ def make_policy(arm: str, server: Server, slots: int) -> DispatchPolicy:
     )
     if arm == "pi-no-queue":
         return PIController(service.settings.controller, caps, clock, queue_sigmas=0.0)
+    if arm == "pi-no-near-balance":
+        off = service.settings.controller.model_copy(update={"near_balance_idle": 0.0})
+        return PIController(off, caps, clock)
     if arm == "fixed":
         return CuzkPacer(slots, clock, target=0, max_parallel_synthesis=processes)
     return build_policy(arm, service.settings.controller, caps, clock)

@@ -3,8 +3,9 @@
     .venv/bin/python -m bench.variants [--seeds 2] [--jobs 2] [--shipped] [--target-ready N]
 
 Each variant changes one shipped scenario's disturbance: the GPU-bound synthesis slowdown 3× and
-8× (`synthesis-slowdown-gpu-bound`, shipped at 5×), synthesis times of lognormal σ 1.3
-(`heavy-tail`, σ 1), partitions of 1× or 8× the work drawn 9 to 1 (`bimodal-partitions`, 1× or
+8× (`synthesis-slowdown-gpu-bound`, shipped at 5×), synthesis times of lognormal σ 1.3, and σ 1.6
+on 128 cores (`heavy-tail`, σ 1 on 64), `heavy-tail` on 32 cores (its slots outpace the GPUs
+only 1.1 times), partitions of 1× or 8× the work drawn 9 to 1 (`bimodal-partitions`, 1× or
 4× 3 to 1), six hung syntheses and none (`hung-syntheses`, three), and every GPU lost for
 300 s or one for 60 s (`gpu-outage`, one for 600 s). Each runs as the suite runs a scenario
 (`pacer.sim.suite.run_scenario`: every policy, fixed concurrencies beside pi) on ``--seeds``
@@ -44,6 +45,10 @@ def variants(seeds: int) -> list[Scenario]:
     for tail in _scenarios(["heavy-tail"], seeds):
         wider = tail.synthesis.duration_s.model_copy(update={"sigma": 1.3})
         out.append(_changed(tail, "lognormal sigma 1.3", "synthesis", duration_s=wider))
+        widest = tail.synthesis.duration_s.model_copy(update={"sigma": 1.6})
+        out.append(_changed(tail, "lognormal sigma 1.6, 128 cores", "synthesis",
+                            duration_s=widest, cores=128))  # fmt: skip
+        out.append(_changed(tail, "heavy tail, 32 cores", "synthesis", cores=32))
     for bimodal in _scenarios(["bimodal-partitions"], seeds):
         work = bimodal.jobs.partition_work
         assert work is not None
