@@ -91,8 +91,8 @@ class Model:
         by v = ``Estimator.flow_variance`` a second: a random walk that leaves the GPUs idle
         μ ÷ (exp(2μB ÷ v) − 1) of a second each second above a buffer B. B is sized for a
         share ``near_balance_idle`` of that idle: v ÷ 2μ × ln(1 + μ ÷ (idle × λ̂)). It is
-        weighed in where ``setpoint`` takes half a lead time or more to refill at μ, in full
-        at a lead time; where μ ≤ 0 (synthesis is the bottleneck) it is the memory budget,
+        weighed in where ``setpoint`` takes half of T̂syn or more to refill at μ, in full at
+        T̂syn; where μ ≤ 0 (synthesis is the bottleneck) it is the memory budget,
         so that every slot stays busy. At most the memory budget. The slots are the
         concurrency cap and the queue in front of the processes (`synthesis_queue`): T̂syn
         runs from dispatch and holds the queue's wait, so by Little's law both count where
