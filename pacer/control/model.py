@@ -28,6 +28,9 @@ class Model:
     38
     """
 
+    BALANCE_FROM = 0.5  # the near-balance buffer counts where a refill takes this × T̂syn
+    BALANCE_FULL = 1.0  # ... and in full from this × T̂syn
+
     def __init__(
         self,
         estimator: Estimator,
@@ -105,7 +108,8 @@ class Model:
         surplus = (caps.synthesis_concurrency + self.synthesis_queue()) / syn - rate_per_s
         if surplus <= 0:
             return budget
-        weight = min(1.0, max(0.0, 2 * setpoint / (surplus * syn) - 1))
+        low, high = self.BALANCE_FROM, self.BALANCE_FULL
+        weight = min(1.0, max(0.0, (setpoint / (surplus * syn) - low) / (high - low)))
         if weight <= 0:
             return 0.0
         variance = self.estimator.flow_variance(rate_per_s)
