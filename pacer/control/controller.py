@@ -81,6 +81,7 @@ class PIController:
         self._rebased = 0  # the estimator's re-basings seen
         self._last_update: float | None = None
         self._rate = RateDispatch(caps)
+        self._bunched = 0  # `ends_bunched` at the last decision
         self._workers = 1  # GPU workers delivering: live, and not stuck on one partition
         self._hold = WorkerHold()  # the pipeline of workers just lost, kept a while
         self._held = 0  # lost workers whose pipeline is kept now
@@ -182,6 +183,7 @@ class PIController:
             self._pacing.predictions.forget()
         self._workers = workers
         self._rate.queue = self.synthesis_queue()
+        self._bunched = self.ends_bunched()
         return dt
 
     def synthesis_queue(self) -> int:
@@ -260,7 +262,7 @@ class PIController:
         syn = self._est.synthesis_s
         if not syn or syn <= 0:
             return math.inf
-        return (self._caps.synthesis_concurrency + self.ends_bunched()) / syn
+        return (self._caps.synthesis_concurrency + self._bunched) / syn
 
     # -- bootstrap and re-bootstrap -------------------------------------------------------
 
