@@ -7,9 +7,10 @@ import math
 import pytest
 
 from pacer.config import ControllerSettings
+from pacer.control.controller import PIController
 from pacer.control.estimates import Estimates, Estimator
 from pacer.control.model import Model
-from pacer.control.policy import Caps
+from pacer.control.policy import Caps, Observation
 
 
 def estimator() -> Estimator:
@@ -60,3 +61,16 @@ def test_a_smaller_idle_share_holds_a_larger_buffer() -> None:
 
 def test_an_idle_share_of_zero_turns_it_off() -> None:
     assert setpoint(26, near_balance_idle=0.0) == setpoint(12, near_balance_idle=0.0) == 8.0
+
+
+def test_a_retune_of_the_idle_share_moves_the_setpoint_at_once() -> None:
+    # 26 slots of 2 s (cv ½) against 12.5 a second: half a partition a second to spare.
+    warm = Estimates(gpu_service_s=0.16, synthesis_s=2.0, synthesis_sd_s=1.0)
+    c = PIController(ControllerSettings(), Caps(26, 100), clock=lambda: 0.0, estimates=warm)
+    obs = Observation(ready=0, synthesizing=20, gpu_busy=2, gpu_workers=2, backlog=100)
+    setpoints = []
+    for idle in (0.002, 0.0005, 0.0):
+        c.retune(near_balance_idle=idle)
+        c.decide(obs)
+        setpoints.append(c.terms.setpoint)
+    assert setpoints[1] > setpoints[0] > setpoints[2] == 8.0
