@@ -127,6 +127,11 @@ class Estimator:
         return self._syn.sd
 
     @property
+    def synthesis_cv(self) -> float:
+        """The spread of synthesis durations over their mean (0 while none is known)."""
+        return self._syn.cv
+
+    @property
     def estimates(self) -> Estimates:
         return Estimates(self._gpu.value, self._syn.value, self._syn.sd)
 

@@ -83,8 +83,8 @@ class Model:
         syn, caps = self.estimator.synthesis_s, self.caps
         if not syn or syn <= 0 or caps is None:
             return 0
-        cv = self.estimator.synthesis_sd_s / syn
-        return executor_queue(caps.synthesis_concurrency, cv, self.queue_sigmas)
+        return executor_queue(caps.synthesis_concurrency, self.estimator.synthesis_cv,
+                              self.queue_sigmas)  # fmt: skip
 
     def near_balance(self, rate_per_s: float, setpoint: float) -> float:
         """The setpoint where the synthesis slots barely outpace the GPUs (partitions; 0 where
