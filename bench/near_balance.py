@@ -1,11 +1,14 @@
 """pi where the synthesis slots barely outpace the GPUs, with and without its near-balance buffer.
 
     .venv/bin/python -m bench.near_balance [--seeds 3] [--jobs 2] [--sigmas 1,1.3]
-        [--headroom 1.05,1.1,1.2,1.4] [--markdown]
+        [--headroom 1.05,1.1,1.2,1.4] [--executor] [--markdown]
 
 `heavy-tail`'s host (two GPU workers, 12.5 partitions a second), its synthesis times lognormal
 of each σ (median 1.4 s), on the cores that let the synthesis slots outpace the GPUs by each
 headroom: cores = round(headroom × λ × mean synthesis time). Seeds: the scenario's + 101·k.
+With ``--executor`` the host runs its syntheses in as many processes as cores, a partition
+dispatched beyond them waiting for one (as the service's executor does); without, every
+synthesis dispatched starts at once and they share the cores.
 Each host runs pi without the buffer (``NEAR_BALANCE_IDLE`` 0), pi as set (the environment's
 ``PACER_CONTROLLER__*`` apply) and unpaced. A row per host and seed: busy ratio and mean in
 flight of each; then a summary line: how many of pi's runs come within 0.005 of unpaced's busy
@@ -22,20 +25,23 @@ from bench.usage import doc_parser
 from bench.variants import _changed
 from pacer.cli.table import render
 from pacer.config import Settings
-from pacer.sim.scenario import Scenario, load_scenario, scenario_path
+from pacer.sim.scenario import Executor, Scenario, load_scenario, scenario_path
 from pacer.sim.suite import BUSY_VS_BEST_BASELINE, run_policy
 
 ARMS = ("pi, no buffer", "pi", "unpaced")
 
 
-def host(sigma: float, headroom: float, k: int) -> Scenario:
-    """`heavy-tail` with synthesis of lognormal ``sigma``, cores for ``headroom``, seed k."""
+def host(sigma: float, headroom: float, k: int, executor: bool = False) -> Scenario:
+    """`heavy-tail` with synthesis of lognormal ``sigma``, cores for ``headroom``, seed k;
+    with ``executor``, in as many synthesis processes as cores."""
     base = load_scenario(scenario_path("heavy-tail"))
     duration = base.synthesis.duration_s.model_copy(update={"sigma": sigma})
     rate = base.gpu.workers / base.gpu.service_s.mean
     cores = round(headroom * rate * duration.mean)
-    name = f"sigma {sigma:g}, {headroom:g}x, {cores} cores"
-    changed = _changed(base, name, "synthesis", cores=cores, duration_s=duration)
+    name = f"sigma {sigma:g}, {headroom:g}x, {cores} {'processes' if executor else 'cores'}"
+    processes = Executor(processes=cores) if executor else None
+    changed = _changed(base, name, "synthesis", cores=cores, duration_s=duration,
+                       executor=processes)  # fmt: skip
     return changed.model_copy(update={"seed": base.seed + 101 * k})
 
 
@@ -61,9 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sigmas", type=floats, default=[1.0, 1.3], help="lognormal σ list")
     parser.add_argument("--headroom", type=floats, default=[1.05, 1.1, 1.2, 1.4],
                         help="slots' throughput over the GPUs' (list)")  # fmt: skip
+    executor_help = "synthesis in as many processes as cores, a queue in front"
+    parser.add_argument("--executor", action="store_true", help=executor_help)
     parser.add_argument("--markdown", action="store_true", help="a Markdown table")
     args = parser.parse_args(argv)
-    hosts = [host(s, h, k) for s in args.sigmas for h in args.headroom for k in range(args.seeds)]
+    hosts = [host(s, h, k, args.executor)
+             for s in args.sigmas for h in args.headroom for k in range(args.seeds)]  # fmt: skip
     jobs = [(sc, arm) for sc in hosts for arm in ARMS]
     with ProcessPoolExecutor(args.jobs) as pool:
         results = list(pool.map(run, jobs))

@@ -174,6 +174,7 @@ class PIController:
         gpu = self._est.gpu_service_s
         self._est.fit(workers, math.inf if not gpu else workers * self.lead_s() / gpu)
         self._est.observe_running(now, obs.synthesizing, obs.synthesis_ages_s)
+        self._pacing.model.observe_synthesizing(now, obs.synthesizing)
         workers = self.live_workers(obs)
         hold_s = self._settings.lost_gpu_hold_leads * self.lead_s()
         self._held = self._hold.update(now, self._workers, workers, hold_s)

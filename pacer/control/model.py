@@ -11,6 +11,7 @@ import math
 
 from pacer.config import ControllerSettings
 from pacer.control.estimates import Estimator
+from pacer.control.occupancy import Occupancy
 from pacer.control.policy import Caps
 from pacer.control.rate_dispatch import QUEUE_SIGMAS, executor_queue
 
@@ -30,6 +31,7 @@ class Model:
 
     BALANCE_FROM = 0.5  # the near-balance buffer counts where a refill takes this × T̂syn
     BALANCE_FULL = 1.0  # ... and in full from this × T̂syn
+    OCCUPANCY_LEADS = 4.0  # the processes' occupancy is averaged over this × T̂syn
 
     def __init__(
         self,
@@ -42,6 +44,7 @@ class Model:
         self.settings = settings
         self.caps = caps  # the host's synthesis slots and memory; None: unknown
         self.queue_sigmas = queue_sigmas
+        self.occupancy = Occupancy()
         self._key: tuple[int, int, int] | None = None
         self._cache = (1.0, settings.target_ready)
 
@@ -70,6 +73,23 @@ class Model:
         setpoint = max(s.target_ready, buffer, s.spread_sigmas * spread)
         return max(setpoint, self.near_balance(rate, setpoint))
 
+    def observe_synthesizing(self, now: float, synthesizing: int) -> None:
+        """Take in the syntheses in flight (dispatched, not yet ready) from ``now`` on, for
+        the processes' occupancy (`Occupancy`)."""
+        if self.caps is not None:
+            tau = self.OCCUPANCY_LEADS * (self.estimator.synthesis_s or 0.0)
+            slots = self.caps.synthesis_concurrency
+            self.occupancy.observe(now, synthesizing=synthesizing, processes=slots, tau_s=tau)
+
+    def slots_rate(self) -> float:
+        """Partitions a second the synthesis slots finish with every one busy: slots ÷ the
+        slots' own time a synthesis, T̂syn × `Occupancy.busy_share` (T̂syn holds the wait in
+        front of them); 0 while T̂syn or the caps are unknown."""
+        syn, caps = self.estimator.synthesis_s, self.caps
+        if not syn or syn <= 0 or caps is None:
+            return 0.0
+        return caps.synthesis_concurrency / (syn * self.occupancy.busy_share)
+
     def synthesis_queue(self) -> int:
         """Partitions allowed to wait in front of the synthesis processes: `ends_bunched`; 0
         where a synthesis beyond the cap would share the cores instead of waiting
@@ -96,16 +116,15 @@ class Model:
         share ``near_balance_idle`` of that idle: v ÷ 2μ × ln(1 + μ ÷ (idle × λ̂)). It is
         weighed in where ``setpoint`` takes half of T̂syn or more to refill at μ, in full at
         T̂syn; where μ ≤ 0 (synthesis is the bottleneck) it is the memory budget,
-        so that every slot stays busy. At most the memory budget. The slots are the
-        concurrency cap and the queue in front of the processes (`synthesis_queue`): T̂syn
-        runs from dispatch and holds the queue's wait, so by Little's law both count where
-        the queue is full; where it is not, the surplus is taken larger, the safe side.
+        so that every slot stays busy. At most the memory budget. The slots' rate is
+        `slots_rate`: the concurrency cap over their own time a synthesis, without the wait
+        in front of them.
         """
         idle, caps, syn = self.settings.near_balance_idle, self.caps, self.estimator.synthesis_s
         if not idle or caps is None or not syn or not 0 < rate_per_s < math.inf:
             return 0.0
         budget = float(caps.inflight_partitions)
-        surplus = (caps.synthesis_concurrency + self.synthesis_queue()) / syn - rate_per_s
+        surplus = self.slots_rate() - rate_per_s
         if surplus <= 0:
             return budget
         low, high = self.BALANCE_FROM, self.BALANCE_FULL

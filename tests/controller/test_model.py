@@ -74,3 +74,28 @@ def test_a_retune_of_the_idle_share_moves_the_setpoint_at_once() -> None:
         c.decide(obs)
         setpoints.append(c.terms.setpoint)
     assert setpoints[1] > setpoints[0] > setpoints[2] == 8.0
+
+
+def observed(synthesizing: int, seconds: int = 60) -> Model:
+    """A model of 26 processes with a queue in front, ``synthesizing`` in flight all along."""
+    caps = Caps(synthesis_concurrency=26, inflight_partitions=100, synthesis_queue=True)
+    model = Model(estimator(), ControllerSettings(), caps)
+    for t in range(seconds):
+        model.observe_synthesizing(float(t), synthesizing)
+    return model
+
+
+def test_the_wait_in_front_of_the_processes_is_not_taken_for_slots() -> None:
+    # 26 busy and 13 waiting all along: a third of T̂syn's 2 s is the wait, so the processes
+    # take 4/3 s a synthesis and finish 19.5 a second, slots to spare.
+    queued = observed(39)
+    assert queued.occupancy.busy_share == pytest.approx(2 / 3)
+    assert queued.slots_rate() == pytest.approx(19.5)
+    assert queued.at(workers=2)[1] == 8.0
+    # Nothing waiting: the same 26 processes of 2 s finish 13 a second against the GPUs'
+    # 12.5, near balance, and the setpoint is the random walk's buffer as on a host
+    # without a queue (the queue's room counted as slots would call it slots to spare).
+    unqueued = observed(26)
+    assert unqueued.slots_rate() == pytest.approx(13.0)
+    assert unqueued.at(workers=2)[1] == pytest.approx(setpoint(26))
+    assert setpoint(26) > 8.0
