@@ -1,15 +1,17 @@
 """Dispatch policies on a GPU host, interleaved: A B C D A B C D ... in one service per size.
 
     python -m bench.gpu_arms [--processes 16,15,14] [--arms pi,unpaced,cuzk-default,fixed]
-                             [--rounds 3] [--warmup 8] [--seconds 12] [--log-n 27]
+                             [--rounds 3] [--warmup 8] [--seconds 12] [--prime 0] [--log-n 27]
                              [--field goldilocks|babybear] [--devices all]
 
 For each number of synthesis processes (``PACER_SYNTHESIS__MAX_CONCURRENT``) it starts the
 service once, in-process, with the ntt workload on the GPUs and the memory budget of
 ``PACER_MEMORY__BUDGET_BYTES``, keeps a backlog waiting, and runs the arms in turn, ``--rounds``
-times: each arm holds dispatch, waits for the partitions in flight to finish, takes the dispatch
-loop with a new policy (cold: no saved estimates), warms up, then measures for ``--seconds``
-(with ``--no-drain`` the new policy takes over what is in flight, and the warm-up absorbs it).
+times (after ``--prime`` seconds under ``unpaced``, not measured, so that the first arm does
+not run on processes and pages still warming up): each arm holds dispatch, waits for the
+partitions in flight to finish, takes the dispatch loop with a new policy (cold: no saved
+estimates), warms up, then measures for ``--seconds`` (with ``--no-drain`` the new policy
+takes over what is in flight, and the warm-up absorbs it).
 The pinned pool, the GPU workers and the synthesis processes stay the same for every arm, so
 the arms differ only by their policy, and the order spreads any drift of the host over them.
 
@@ -209,6 +211,12 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
     partition = server.service.plan.partition_bytes
     print(f"[{processes}] ready in {time.perf_counter() - began:.1f} s", file=sys.stderr)
     await keep_backlog(server, args.partitions)
+    if args.prime > 0:
+        await swap(server, make_policy("unpaced", server, budget // partition), budget, False)
+        primed_until = time.perf_counter() + args.prime
+        while time.perf_counter() < primed_until:
+            await asyncio.sleep(0.5)
+            await keep_backlog(server, args.partitions)
     pi_gib: float | None = None
     for round_ in range(args.rounds):
         for arm in args.arms.split(","):
@@ -313,6 +321,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each arm, interleaved")
     parser.add_argument("--warmup", type=float, default=8.0, help="after a swap (s)")
     parser.add_argument("--seconds", type=float, default=12.0, help="measured window (s)")
+    prime_help = "before the first round, under unpaced, not measured (s)"
+    parser.add_argument("--prime", type=float, default=0.0, help=prime_help)
     parser.add_argument("--partitions", type=int, default=64, help="partitions per job")
     parser.add_argument("--log-n", type=int, default=27, help="partition size")
     parser.add_argument("--field", choices=("babybear", "goldilocks"), default=None)
