@@ -1,6 +1,7 @@
 """The suite's targets on variants of the shipped disturbances that the suite does not hold.
 
-    .venv/bin/python -m bench.variants [--seeds 2] [--jobs 2] [--shipped] [--target-ready N]
+    .venv/bin/python -m bench.variants [--seeds 2] [--jobs 2] [--shipped] [--executor]
+                                       [--target-ready N]
 
 Each variant changes one shipped scenario's disturbance: the GPU-bound synthesis slowdown 3× and
 8× (`synthesis-slowdown-gpu-bound`, shipped at 5×), synthesis times of lognormal σ 1.3, and σ 1.6
@@ -11,9 +12,11 @@ only 1.1 times), partitions of 1× or 8× the work drawn 9 to 1 (`bimodal-partit
 (`pacer.sim.suite.run_scenario`: every policy, fixed concurrencies beside pi) on ``--seeds``
 seeds (seed + 101·k), and `check_targets` judges pi. The variants keep their scenario's own
 targets, some of which a variant changes on purpose (more hung syntheses hold more).
-``--shipped`` adds every shipped scenario at its own seed; ``--target-ready`` sets pi's ready
-buffer (``PACER_CONTROLLER__TARGET_READY``). Prints each target that failed, then per scenario
-the targets checked and failed.
+``--shipped`` adds every shipped scenario at its own seed; ``--executor`` runs every scenario's
+syntheses in processes, cores ÷ threads a synthesis of them, with partitions dispatched beyond
+them waiting for one (as the service's executor does; a scenario with its own executor keeps
+it); ``--target-ready`` sets pi's ready buffer (``PACER_CONTROLLER__TARGET_READY``). Prints
+each target that failed, then per scenario the targets checked and failed.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from bench.gains import _scenarios
 from pacer.config import ControllerSettings, Settings
 from pacer.sim.disturbances import Hang, Outage, Phase
-from pacer.sim.scenario import Scenario, load_scenario, shipped_scenarios
+from pacer.sim.scenario import Executor, Scenario, load_scenario, shipped_scenarios
 from pacer.sim.suite import check_targets, run_scenario
 
 
@@ -66,6 +69,16 @@ def variants(seeds: int) -> list[Scenario]:
     return out
 
 
+def in_processes(scenario: Scenario) -> Scenario:
+    """``scenario`` with its syntheses in processes (cores ÷ threads a synthesis of them) and a
+    queue in front, named so; unchanged where it has an executor already."""
+    syn = scenario.synthesis
+    if syn.executor is not None:
+        return scenario
+    processes = Executor(processes=max(1, syn.cores // syn.threads_per_synthesis))
+    return _changed(scenario, f"{scenario.name}, processes", "synthesis", executor=processes)
+
+
 def judged(job: tuple[Scenario, Settings]) -> list[tuple[str, int, str, bool, str]]:
     """(variant, seed, target, passed, detail) for each target of pi on the job's scenario,
     under its settings."""
@@ -81,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="processes")
     parser.add_argument("--shipped", action="store_true",
                         help="also every shipped scenario, at its own seed")  # fmt: skip
+    executor_help = "syntheses in processes with a queue in front"
+    parser.add_argument("--executor", action="store_true", help=executor_help)
     parser.add_argument(
         "--target-ready",
         type=int,
@@ -92,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings(controller=ControllerSettings(**controller))
     scenarios = [load_scenario(path) for path in shipped_scenarios()] if args.shipped else []
     scenarios += variants(args.seeds)
+    if args.executor:
+        scenarios = [in_processes(sc) for sc in scenarios]
     totals: dict[str, list[int]] = {}
     with ProcessPoolExecutor(args.jobs) as pool:
         for findings in pool.map(judged, [(sc, settings) for sc in scenarios]):
