@@ -25,7 +25,10 @@ SUBSTITUTIONS: dict[str, str] = {
 """What each dashboard variable becomes: "All" for the selections (their ``allValue``), and
 windows that hold several samples at a scrape interval of up to 15 s."""
 
-PI_TERMS = ("error", "p_term", "i_term", "ff_term", "setpoint", "projected_ready", "synthesis_cap")
+PI_TERMS = (
+    "error", "p_term", "i_term", "ff_term", "setpoint", "projected_ready", "synthesis_cap",
+    "synthesis_supply",
+)  # fmt: skip
 PI_ONLY_SERIES = frozenset(f"pacer_controller_{term}" for term in PI_TERMS)
 """The series exported under the ``pi`` dispatch policy only (docs/metrics.md): under a baseline
 policy they are absent, so a query of them has no data for that instance."""

@@ -123,6 +123,12 @@ class PIController:
     def interval_s(self) -> float:
         return self._terms.interval_s
 
+    @property
+    def synthesis_supply_per_s(self) -> float:
+        """Partitions a second the synthesis slots finish with every one busy, the wait for
+        a process left out (`Model.slots_rate`); 0 until a synthesis time is known."""
+        return self._pacing.model.slots_rate()
+
     def observe_gpu_service(self, seconds: float) -> None:
         """One partition's GPU service time (s), start of H2D to end of its last kernel."""
         self._est.observe_gpu_service(seconds)

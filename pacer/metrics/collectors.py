@@ -102,9 +102,17 @@ class _StateCollector(Collector):
             if math.isfinite(cap):  # absent until a synthesis time is known
                 yield GaugeMetricFamily(
                     "pacer_controller_synthesis_cap",
-                    "Synthesis-throughput cap: synthesis concurrency / synthesis time "
-                    "(partitions/s)",
+                    "Synthesis-throughput cap on dispatch: the synthesis concurrency and the "
+                    "ends that bunch up, over the synthesis time (partitions/s)",
                     value=cap,
+                )
+            supply = policy.synthesis_supply_per_s
+            if supply > 0:  # absent until a synthesis time is known
+                yield GaugeMetricFamily(
+                    "pacer_controller_synthesis_supply",
+                    "What synthesis can supply: partitions a second the synthesis slots "
+                    "finish with every one busy, without the wait for one (partitions/s)",
+                    value=supply,
                 )
         yield GaugeMetricFamily(
             "pacer_controller_interval_seconds",

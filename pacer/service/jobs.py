@@ -188,14 +188,16 @@ class Jobs:
 
     def _backlog_rate(self) -> float | None:
         """Partitions per second leaving the backlog, from the PI controller's estimates: the
-        GPUs' rate, or synthesis's cap where lower; None while unknown (or under a baseline)."""
+        GPUs' rate, or what synthesis can supply where lower; None while unknown (or under a
+        baseline)."""
         policy = self._policy()
         if not isinstance(policy, PIController):
             return None
         gpu_s = policy.estimates.gpu_service_s
         if not gpu_s:
             return None
-        return min(self._pipeline.workers / gpu_s, policy.terms.rate_cap_per_s)
+        supply = policy.synthesis_supply_per_s or policy.terms.rate_cap_per_s
+        return min(self._pipeline.workers / gpu_s, supply)
 
     def enqueue(self, job: JobRecord, indices: Iterable[int]) -> None:
         """Queue partitions of ``job`` at its place; a ``range`` or the journal's runs stay

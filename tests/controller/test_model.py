@@ -99,3 +99,15 @@ def test_the_wait_in_front_of_the_processes_is_not_taken_for_slots() -> None:
     assert unqueued.slots_rate() == pytest.approx(13.0)
     assert unqueued.at(workers=2)[1] == pytest.approx(setpoint(26))
     assert setpoint(26) > 8.0
+
+
+def test_the_controller_tells_what_synthesis_can_supply() -> None:
+    # 26 slots of 2 s with nothing waiting for them: 13 a second, below the rate cap, which
+    # counts the slots' ends that bunch up as well (D193).
+    warm = Estimates(gpu_service_s=0.16, synthesis_s=2.0, synthesis_sd_s=1.0)
+    c = PIController(ControllerSettings(), Caps(26, 100), clock=lambda: 0.0, estimates=warm)
+    assert c.synthesis_supply_per_s == pytest.approx(13.0)
+    c.decide(Observation(ready=0, synthesizing=20, gpu_busy=2, gpu_workers=2, backlog=100))
+    assert c.terms.rate_cap_per_s > c.synthesis_supply_per_s
+    cold = PIController(ControllerSettings(), Caps(26, 100), clock=lambda: 0.0)
+    assert cold.synthesis_supply_per_s == 0.0  # no synthesis time yet

@@ -27,6 +27,7 @@ REQUIRED = [
     "pacer_gpu_busy_ratio", "pacer_gpu_idle_gap_seconds", "pacer_gpu_phase_seconds",
     "pacer_synthesis_seconds", "pacer_partitions_total", "pacer_jobs_total", "pacer_build_info",
     "pacer_controller_policy_info", "pacer_controller_synthesis_cap",
+    "pacer_controller_synthesis_supply",
     "pacer_hung_calls_total", "pacer_partition_retries_total", "pacer_abandoned_threads",
     "pacer_memory_abandoned_bytes", "pacer_gpu_workers_live",
     "pacer_journal_healthy",
@@ -70,6 +71,23 @@ async def test_synthesis_cap_appears_once_a_synthesis_time_is_known(server: Serv
     syntheses = server.service.plan.caps.synthesis_concurrency
     expected = (syntheses + server.service.policy.synthesis_queue()) / synthesis_s
     assert value("pacer_controller_synthesis_cap") == pytest.approx(expected, rel=0.5)
+
+
+async def test_synthesis_supply_appears_once_a_synthesis_time_is_known(server: Server) -> None:
+    value = server.service.registry.get_sample_value
+    assert value("pacer_controller_synthesis_supply") is None  # a fresh journal: no estimate yet
+    await run_job(server, 6)
+    policy = server.service.policy
+    assert isinstance(policy, PIController)
+    synthesis_s = policy.estimates.synthesis_s
+    assert synthesis_s
+    # The synthesis slots over their own time a synthesis: at most T̂syn, which holds the wait
+    # for a thread; never above the rate cap, which counts the ends that bunch up as well.
+    syntheses = server.service.plan.caps.synthesis_concurrency
+    supply = value("pacer_controller_synthesis_supply")
+    assert supply == pytest.approx(policy.synthesis_supply_per_s)
+    assert supply >= syntheses / synthesis_s * 0.99
+    assert supply <= value("pacer_controller_synthesis_cap") * 1.01
 
 
 async def test_exposition_has_every_metric_and_no_created_series(server: Server) -> None:
