@@ -138,7 +138,12 @@ def schemas() -> dict[str, Schema]:
                            "mode": {"type": "string", "enum": [m.value for m in Mode]},
                            "interval_s": {"type": ["number", "null"]}, "bootstraps": INTEGER,
                            "rebootstraps": INTEGER, "settings": ref("ControllerSettings"),
-                           "terms": ref("Terms"), "estimates": ref("Estimates")}},
+                           "terms": ref("Terms"), "estimates": ref("Estimates"),
+                           "synthesis_supply_per_s": {
+                               "type": ["number", "null"],
+                               "description": "Partitions a second the synthesis slots finish "
+                               "with every one busy, without the wait for one; null until a "
+                               "synthesis time is known"}}},
         "ControllerPatch": {"type": "object", "additionalProperties": False,
                             "properties": patch},
         "Status": {"type": "object", "required": list(STATUS), "properties": {

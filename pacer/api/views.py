@@ -204,7 +204,8 @@ async def partition_page(
 
 def controller_state(service: Service) -> dict[str, Any]:
     """The dispatch policy: its name, mode, interval (s) and bootstrap counters; under pi
-    also the controller's settings, terms and estimates."""
+    also the controller's settings, terms, estimates and what synthesis can supply
+    (partitions/s)."""
     policy = service.policy
     state: dict[str, Any] = {
         "policy": service.policy_name,
@@ -217,6 +218,8 @@ def controller_state(service: Service) -> dict[str, Any]:
         state["settings"] = policy.settings.model_dump()
         state["terms"] = policy.terms._asdict()
         state["estimates"] = asdict(policy.estimates)
+        supply = policy.synthesis_supply_per_s
+        state["synthesis_supply_per_s"] = supply if supply > 0 else None
     return state
 
 

@@ -243,8 +243,9 @@ async def test_status_and_controller_are_strict_json_on_a_cold_start(server: Ser
         assert "Infinity" not in text
         assert "NaN" not in text
         body = strict_loads(text)
-        terms = body["terms"] if path == "/v1/controller" else body["controller"]["terms"]
-        assert terms["rate_cap_per_s"] is None  # no cap until a synthesis time is known
+        controller = body if path == "/v1/controller" else body["controller"]
+        assert controller["terms"]["rate_cap_per_s"] is None  # no cap until a synthesis time
+        assert controller["synthesis_supply_per_s"] is None  # ... nor a supply
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import sys
 import pytest
 from prometheus_client import generate_latest
 
+from pacer.api.views import controller_state
 from pacer.control.controller import PIController
 from pacer.server import Server
 from tests.servers import call, until_completed
@@ -88,6 +89,7 @@ async def test_synthesis_supply_appears_once_a_synthesis_time_is_known(server: S
     assert supply == pytest.approx(policy.synthesis_supply_per_s)
     assert supply >= syntheses / synthesis_s * 0.99
     assert supply <= value("pacer_controller_synthesis_cap") * 1.01
+    assert controller_state(server.service)["synthesis_supply_per_s"] == supply  # the API's too
 
 
 async def test_exposition_has_every_metric_and_no_created_series(server: Server) -> None:
