@@ -29,7 +29,19 @@ def _controller_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
                        f"{t['projected_ready']:.1f} / setpoint {t['setpoint']:.1f}"),
         ("terms", f"P {t['p_term']:+.3f}  I {t['i_term']:+.3f}  feed-forward "
                   f"{t['ff_interval_s']:.3f} s"),
+        *supply_rows(c.get("synthesis_supply_per_s"), t.get("ff_interval_s")),
     ]  # fmt: skip
+
+
+def supply_rows(supply: float | None, ff_interval_s: float | None) -> list[tuple[str, str]]:
+    """What synthesis can supply (partitions/s) against the GPUs' rate, 1 ÷ the feed-forward
+    interval (s), and which side bounds; nothing while either is unknown."""
+    if not supply or not ff_interval_s:
+        return []
+    share = supply * ff_interval_s
+    side = "synthesis bounds" if share < 1 else "the GPUs bound"
+    return [("supply", f"synthesis {supply:.2f}/s against the GPUs' {1 / ff_interval_s:.2f}/s "
+                       f"({share:.2f} of it): {side}")]  # fmt: skip
 
 
 def _backend(pool: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from pacer.__main__ import main
 from pacer.cli import jobs as cli_jobs
 from pacer.cli.args import Progress, param
 from pacer.cli.follow import follow, rate_text, span_s, wait_ready
-from pacer.cli.status import engine_rows, fleet_rows, journal_rows
+from pacer.cli.status import engine_rows, fleet_rows, journal_rows, supply_rows
 from pacer.client import ApiError, BlockingClient
 from tests.conftest import FakeClock
 from tests.servers import refusing_port
@@ -188,6 +188,16 @@ def test_status_shows_a_fleets_host_and_nothing_for_a_host_alone() -> None:
         "host gpu-1: 3 leases (24 partitions), 8 partitions reclaimed; the rest of the fleet "
         "not known: a journal call hangs",
     )]  # fmt: skip
+
+
+def test_status_says_what_synthesis_can_supply_against_the_gpus() -> None:
+    assert supply_rows(9.8, 0.08) == [
+        ("supply", "synthesis 9.80/s against the GPUs' 12.50/s (0.78 of it): synthesis bounds")
+    ]
+    assert supply_rows(17.0, 0.08) == [
+        ("supply", "synthesis 17.00/s against the GPUs' 12.50/s (1.36 of it): the GPUs bound")
+    ]
+    assert supply_rows(None, 0.08) == supply_rows(9.8, None) == []  # not known yet
 
 
 def test_status_names_a_journal_call_past_its_limit() -> None:
