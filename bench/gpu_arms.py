@@ -1,17 +1,19 @@
 """Dispatch policies on a GPU host, interleaved: A B C D A B C D ... in one service per size.
 
     python -m bench.gpu_arms [--processes 16,15,14] [--arms pi,unpaced,cuzk-default,fixed]
-                             [--rounds 3] [--warmup 8] [--seconds 12] [--prime 0] [--log-n 27]
+                             [--rounds 3] [--warmup 8] [--seconds 12] [--prime 0] [--rotate]
+                             [--log-n 27]
                              [--field goldilocks|babybear] [--devices all]
 
 For each number of synthesis processes (``PACER_SYNTHESIS__MAX_CONCURRENT``) it starts the
 service once, in-process, with the ntt workload on the GPUs and the memory budget of
 ``PACER_MEMORY__BUDGET_BYTES``, keeps a backlog waiting, and runs the arms in turn, ``--rounds``
 times (after ``--prime`` seconds under ``unpaced``, not measured, so that the first arm does
-not run on processes and pages still warming up): each arm holds dispatch, waits for the
-partitions in flight to finish, takes the dispatch loop with a new policy (cold: no saved
-estimates), warms up, then measures for ``--seconds`` (with ``--no-drain`` the new policy
-takes over what is in flight, and the warm-up absorbs it).
+not run on processes and pages still warming up; with ``--rotate`` each round starts one arm
+further on): each arm holds dispatch, waits for the partitions in flight to finish, takes the
+dispatch loop with a new policy (cold: no saved estimates), warms up, then measures for
+``--seconds`` (with ``--no-drain`` the new policy takes over what is in flight, and the
+warm-up absorbs it).
 The pinned pool, the GPU workers and the synthesis processes stay the same for every arm, so
 the arms differ only by their policy, and the order spreads any drift of the host over them.
 
@@ -21,7 +23,7 @@ with ``NEAR_BALANCE_IDLE`` 0: the setpoint not raised where synthesis keeps up b
 all); ``unpaced``;
 ``cuzk-default`` (cuzk's dispatcher, pacer off, 18 synthesis workers); ``fixed`` (cuzk's
 dispatcher, pacer off, ``max_parallel_synthesis`` = the processes: a fixed concurrency tuned to
-the host) at equal memory: its budget is the mean in flight of the round's last ``pi`` run,
+the host) at equal memory: its budget is the mean in flight of the last ``pi`` run before it,
 rounded up to whole partitions.
 
 Per run: partitions/s (counted over the window, and fitted: ``slope``), GPU busy ratio (summed
@@ -178,6 +180,17 @@ async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Synth
     }
 
 
+def round_order(arms: list[str], round_: int, rotate: bool) -> list[str]:
+    """The arms in the order of round ``round_`` (from 0): as given, or with ``rotate`` each
+    round starting one arm further on, so that no arm always runs first after a swap.
+
+    >>> round_order(["pi", "unpaced", "cuzk-default"], 1, rotate=True)
+    ['unpaced', 'cuzk-default', 'pi']
+    """
+    shift = round_ % len(arms) if rotate else 0
+    return arms[shift:] + arms[:shift]
+
+
 def slope(points: list[tuple[float, int]]) -> float:
     """The least-squares slope of (seconds, partitions proved) points: partitions/s.
 
@@ -219,11 +232,11 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
             await keep_backlog(server, args.partitions)
     pi_gib: float | None = None
     for round_ in range(args.rounds):
-        for arm in args.arms.split(","):
+        for arm in round_order(args.arms.split(","), round_, args.rotate):
             slots = budget // partition
             if arm == "fixed":
                 if pi_gib is None:
-                    raise SystemExit("arm fixed needs a pi run before it in the round")
+                    raise SystemExit("arm fixed needs a pi run before it")
                 slots = max(1, math.ceil(pi_gib * 2**30 / partition - 1e-9))
             policy = make_policy(arm, server, slots)
             drain_s = await swap(server, policy, slots * partition, args.drain)
@@ -322,7 +335,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=8.0, help="after a swap (s)")
     parser.add_argument("--seconds", type=float, default=12.0, help="measured window (s)")
     prime_help = "before the first round, under unpaced, not measured (s)"
+    rotate_help = "start each round one arm further on (fixed takes the last pi run's memory)"
     parser.add_argument("--prime", type=float, default=0.0, help=prime_help)
+    parser.add_argument("--rotate", action="store_true", help=rotate_help)
     parser.add_argument("--partitions", type=int, default=64, help="partitions per job")
     parser.add_argument("--log-n", type=int, default=27, help="partition size")
     parser.add_argument("--field", choices=("babybear", "goldilocks"), default=None)
