@@ -85,10 +85,12 @@ async def test_synthesis_supply_appears_once_a_synthesis_time_is_known(server: S
     # The synthesis slots over their own time a synthesis: at most T̂syn, which holds the wait
     # for a thread; never above the rate cap, which counts the ends that bunch up as well.
     syntheses = server.service.plan.caps.synthesis_concurrency
-    supply = value("pacer_controller_synthesis_supply")
+    supply, cap = (value(f"pacer_controller_synthesis_{n}") for n in ("supply", "cap"))
+    assert supply is not None
+    assert cap is not None
     assert supply == pytest.approx(policy.synthesis_supply_per_s)
     assert supply >= syntheses / synthesis_s * 0.99
-    assert supply <= value("pacer_controller_synthesis_cap") * 1.01
+    assert supply <= cap * 1.01
     assert controller_state(server.service)["synthesis_supply_per_s"] == supply  # the API's too
 
 
