@@ -30,6 +30,8 @@ MODULES = [
     "pacer.control.windows",
     "pacer.control.pi_law",
     "pacer.control.rate_dispatch",
+    "pacer.control.model",
+    "pacer.control.occupancy",
     "pacer.control.bootstrap",
     "pacer.cli.table",
     "pacer.runtime.threads",
