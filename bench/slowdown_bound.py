@@ -1,16 +1,17 @@
 """How well any policy could do after a GPU-bound synthesis slowdown: an oracle's bound.
 
     .venv/bin/python -m bench.slowdown_bound [--seeds 10] [--extras 8,20,40] [--scale 5]
-                                             [--markdown]
+                                             [--arms pi,unpaced] [--markdown]
 
 On the shipped ``synthesis-slowdown-gpu-bound`` (synthesis five times slower from t = 200 s,
 the GPUs still the bottleneck; ``--scale`` sets another factor), an oracle keeps a fixed
 number in flight, Little's law plus ``extra``, and moves to the new regime's number at the
 very moment of the slowdown: no estimate to learn, no refill to pace. It bounds what a causal
-controller holding as much memory can reach. Beside it, pi (the defaults) and unpaced. Prints,
-per policy, the means over ``--seeds`` seeds (the suite's sweep: seed + 101·k) of the busy
-ratio and the mean in flight, and the slowest recovery (busy again, in lead times of the new
-regime).
+controller holding as much memory can reach. Beside it, ``--arms``: pi (the defaults) and
+unpaced (``--extras none``: no oracle). Prints, per policy, the means over ``--seeds`` seeds
+(the suite's sweep: seed + 101·k) of the busy ratio and the mean in flight, the most in
+flight on any seed, the slowest recovery (busy again, in lead times of the new regime), the
+seeds busy again within two lead times, and each seed's recovery.
 """
 
 from __future__ import annotations
@@ -56,12 +57,17 @@ def oracle(scenario: Scenario, extra: int) -> PolicyFactory:
     return lambda clock: Oracle(clock, depth[0], depth[1], after.start_s, scenario.memory_slots)
 
 
+def _policy(scenario: Scenario, *, name: str, settings: Settings) -> PolicyFactory:
+    return policy_factory(name, scenario, settings)
+
+
 def main() -> int:
     parser = doc_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--extras", default="8,20,40", help="the oracle's partitions beyond Little")
     parser.add_argument("--scale", type=float, default=None,
                         help="the slowdown's factor in place of the scenario's (5)")  # fmt: skip
+    parser.add_argument("--arms", default="pi,unpaced", help="pacer's policies beside the oracle")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     base = load_scenario(scenario_path("synthesis-slowdown-gpu-bound"))
@@ -71,23 +77,28 @@ def main() -> int:
         base = base.model_copy(update={"synthesis": synthesis})
     settings = Settings()
     arms: dict[str, Callable[[Scenario], PolicyFactory]] = {
-        "pi": lambda sc: policy_factory("pi", sc, settings),
-        "unpaced": lambda sc: policy_factory("unpaced", sc, settings),
+        name: functools.partial(_policy, name=name, settings=settings)
+        for name in args.arms.split(",")
+        if name
     }
-    for extra in (int(e) for e in args.extras.split(",")):
+    extras = [] if args.extras == "none" else [int(e) for e in args.extras.split(",")]
+    for extra in extras:
         arms[f"oracle, Little + {extra}"] = functools.partial(oracle, extra=extra)
     rows = []
     for name, make in arms.items():
-        busy, mean, leads = [], [], []
+        busy, mean, peak, leads = [], [], [], []
         for k in range(args.seeds):
             sc = base.model_copy(update={"seed": base.seed + 101 * k})
             r = summarize(Simulation(sc, name, make(sc)).run())
             busy.append(r.gpu_busy_ratio)
             mean.append(r.mean_inflight_partitions)
+            peak.append(r.peak_inflight_partitions)
             leads += [10.0 if x.after_s is None else x.after_s / x.lead_s for x in r.recoveries]
         print(f"{name}: done", file=sys.stderr)
         rows.append((name, f"{statistics.fmean(busy):.4f}", f"{min(busy):.4f}",
-                     f"{statistics.fmean(mean):.1f}", f"{max(leads):.2f}"))  # fmt: skip
+                     f"{statistics.fmean(mean):.1f}", str(max(peak)), f"{max(leads):.2f}",
+                     f"{sum(x <= 2.0 for x in leads)} of {len(leads)}",
+                     " ".join(f"{x:.2f}" for x in leads)))  # fmt: skip
     scale = base.synthesis.phases[0].scale
     print(f"synthesis-slowdown-gpu-bound, synthesis {scale:g} times slower, {args.seeds} seeds")
     headers = (
@@ -95,7 +106,10 @@ def main() -> int:
         "busy (mean)",
         "busy (lowest)",
         "mean in flight",
+        "most in flight",
         "slowest recovery (leads)",
+        "within 2 leads",
+        "recovery by seed (leads)",
     )
     print(render(headers, rows, markdown=args.markdown))
     return 0

@@ -10,13 +10,19 @@ younger than the ``TAIL``-th longest duration in T̂syn's window are tested: the
 each one's chance to finish at its age (a censored sample: a synthesis still running took at
 least its age); an older one's odds rest on too few samples. Where far fewer finished than
 expected (``SIGNIFICANCE`` standard deviations of the count, at least ``MARGIN`` partitions
-and ``SHARE`` of those expected), synthesis has slowed. The factor ``k`` is the least slowdown
-that explains what every member did, the older ones too: their work ``k`` times slower from
-the first such snapshot on. ``k`` × T̂syn is then a floor on the lead time. The window is
-frozen at the first deficit (a reference taken before the change), so the slow samples that
-enter it later neither stretch nor mix it. The slowdown ends once the window reaches it, the
-window re-bases, a check finds as many finished as expected, or no check confirms it for
-``EXPIRE_LEADS`` of its lead times.
+and ``SHARE`` of those expected, or ``SHARE_LOW`` of them at two checks in a row), synthesis
+has slowed. The factor ``k`` is the least slowdown that explains what every member did, the
+older ones too: their work ``k`` times slower from the first such snapshot on. ``k`` × T̂syn
+is then a floor on the lead time. The window is frozen at the first deficit (a reference
+taken before the change), so the slow samples that enter it later neither stretch nor mix it.
+The slowdown ends once the window reaches it, the window re-bases, a check finds as many
+finished as expected, or no check confirms it for ``EXPIRE_LEADS`` of its lead times.
+
+A slowdown of twice or less leaves half of the expected completions or more: ``SHARE`` alone
+calls it only by chance. ``SHARE_LOW`` at a single check calls a slowdown from a snapshot
+taken before it began, so its first factor comes out too small, and calls a heavy tail's runs
+of stragglers more often. Two checks in a row, a quarter lead time apart, call it from the
+later snapshot.
 
 A hung synthesis costs one expected completion, once: within the margin. A heavy tail
 spreads the chances of finishing, and its wider noise raises the bar the deficit must clear.
@@ -94,6 +100,7 @@ class SurvivalCheck:
     SIGNIFICANCE = 4.5  # a deficit beyond this many standard deviations of the count
     MARGIN = 2.0  # ... and beyond this many partitions (a hung synthesis is one)
     SHARE = 0.5  # ... and beyond this share of those expected: at least half did not finish
+    SHARE_LOW = 0.35  # ... or beyond this share at two checks in a row
     MAX_FACTOR = 10.0  # the slowdown is believed up to this factor
     SOLVE_STEPS = 12  # bisections of log(factor)
     SAMPLES = 32  # no check before the window holds this many durations
@@ -107,6 +114,7 @@ class SurvivalCheck:
         self._reference: Reference | None = None
         self._last_deficit = -math.inf
         self._change_at = -math.inf  # when the slowdown began, by the first deficit
+        self._leaning = False  # the last check found a lesser deficit (``SHARE_LOW``)
         self.factor = 1.0  # the slowdown found so far (1: none)
         self.checks = 0  # checks made
         self.deficits = 0  # checks that found a slowdown
@@ -122,6 +130,7 @@ class SurvivalCheck:
         """The window re-based: it holds the new level; the episode and snapshots end."""
         self._pending.clear()
         self._reference = None
+        self._leaning = False
         self.factor = 1.0
 
     def update(
@@ -185,7 +194,10 @@ class SurvivalCheck:
         spread = math.sqrt(sum(p * (1 - p) for p in chances))
         self.checks += 1
         deficit = expected - finished
-        if deficit <= max(self.SIGNIFICANCE * spread, self.MARGIN, self.SHARE * expected):
+        bar = max(self.SIGNIFICANCE * spread, self.MARGIN)
+        lesser = deficit > max(bar, self.SHARE_LOW * expected)
+        leaning, self._leaning = self._leaning, lesser
+        if deficit <= max(bar, self.SHARE * expected) and not (lesser and leaning):
             if self._reference is not None and deficit <= max(spread, 1.0) < expected:
                 self.clear()  # as many finished as the reference expects: the episode is over
             return

@@ -132,3 +132,27 @@ def test_syntheses_hung_before_a_snapshot_are_none_of_its_members() -> None:
     assert check.checks == 1
     assert check.deficits == 0
     assert check.factor == 1.0
+
+
+@pytest.mark.parametrize(("second_short", "called"), [(True, True), (False, False)])
+def test_a_lesser_deficit_at_two_checks_in_a_row_is_a_slowdown(
+    second_short: bool, called: bool
+) -> None:
+    window = sorted([0.9, 1.0, 1.0, 1.1] * 8)  # durations near 1 s; none past 1.1 s
+    first = tuple(0.95 - 0.05 * i for i in range(16))  # 0.2 s to 0.95 s old
+    young = (0.2, 0.15, 0.1, 0.05)  # dispatched after the first snapshot
+    check = SurvivalCheck()
+    check.HORIZON_LEADS = 1.0  # each snapshot checked a second on
+    check.update(0.0, first, 0, window, 1.0)  # a snapshot of 16
+    check.update(0.25, tuple(a + 0.25 for a in first) + young, 0, window, 1.0)  # one of 20
+    # One second on, all 16 of the first should have finished; the 7 oldest still run.
+    old = first[:7]
+    check.update(1.0, tuple(a + 1.0 for a in old) + tuple(a + 0.75 for a in young), 0, window, 1.0)
+    assert check.checks == 1
+    assert check.factor == 1.0  # 7 of 16 missing: less than half, not yet a slowdown
+    # Of the second snapshot's members, about 8 of 17 expected to finish still run (under
+    # half again), or all but two too old to be tested have finished.
+    still = tuple(a + 1.25 for a in old) + tuple(a + 1.0 for a in young)
+    check.update(1.25, still if second_short else still[:2], 0, window, 1.0)
+    assert check.checks == 2
+    assert (check.factor > 1.0) is called
