@@ -237,7 +237,7 @@ class PIController:
         self._pacing.take_in(now, dt, lead, obs.ready, max(0, workers - obs.gpu_busy))
         before = self._output(obs, workers, lead)
         self._pacing.integrate(before, dt, blocked=room <= 0 or self._rate.tokens < 1)
-        self._terms = terms = self._output(obs, workers, lead)
+        self._terms = terms = self._pacing.stepped(before)
         if self._est.cold_cohort_open:
             count = self._starts.hold_depth(obs, room, self._hold_depth(obs), self._rate)
             if count > 0:

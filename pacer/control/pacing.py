@@ -71,14 +71,28 @@ class Pacing:
         projected = model + mismatch
         error = setpoint - projected
         p_term, i_term = self.law.terms(setpoint - model, error)
-        feed_forward = 1 / base
-        rate = self.law.rate(feed_forward, lead_s, p_term + i_term)
-        multiplier = rate / feed_forward if feed_forward > 0 else 1.0
-        interval = min(1 / rate if rate > 0 else math.inf, s.interval_max_s)
+        multiplier, interval = self._rated(base, lead_s, p_term + i_term)
         mode = Mode.BOOTSTRAP if self._est.cold_cohort_open else Mode.PACING
         return Terms(mode, projected, setpoint, error, p_term, i_term,
                      min(base, s.interval_max_s), multiplier, interval, math.inf, lead_s,
                      workers, mismatch)  # fmt: skip
+
+    def stepped(self, terms: Terms) -> Terms:
+        """``terms`` after ``integrate``: the I term of the integral as it is now, and the
+        multiplier and interval with it; the projection, its errors and the P term are those
+        ``terms`` holds (the integral moves nothing else)."""
+        i_term = self.law.terms(0.0, terms.error)[1]
+        base = self.model.at(terms.gpu_workers)[0]
+        multiplier, interval = self._rated(base, terms.lead_s, terms.p_term + i_term)
+        return terms._replace(i_term=i_term, multiplier=multiplier, interval_s=interval)
+
+    def _rated(self, base: float, lead_s: float, correction: float) -> tuple[float, float]:
+        """(multiplier, interval s) of the rate around the feed-forward 1 ÷ ``base`` with the
+        P and I terms' ``correction`` (``PILaw.rate``)."""
+        feed_forward = 1 / base
+        rate = self.law.rate(feed_forward, lead_s, correction)
+        multiplier = rate / feed_forward if feed_forward > 0 else 1.0
+        return multiplier, min(1 / rate if rate > 0 else math.inf, self.settings.interval_max_s)
 
     def integrate(self, terms: Terms, dt: float, *, blocked: bool) -> None:
         """Step the integral of e over ``dt`` (``PILaw.step``), held where the rate is at a
