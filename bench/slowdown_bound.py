@@ -1,12 +1,13 @@
 """How well any policy could do after a GPU-bound synthesis slowdown: an oracle's bound.
 
     .venv/bin/python -m bench.slowdown_bound [--seeds 10] [--extras 8,20,40] [--scale 5]
-                                             [--arms pi,unpaced] [--markdown]
+                                             [--sigma 0.2] [--arms pi,unpaced] [--markdown]
 
 On the shipped ``synthesis-slowdown-gpu-bound`` (synthesis five times slower from t = 200 s,
-the GPUs still the bottleneck; ``--scale`` sets another factor), an oracle keeps a fixed
-number in flight, Little's law plus ``extra``, and moves to the new regime's number at the
-very moment of the slowdown: no estimate to learn, no refill to pace. It bounds what a causal
+the GPUs still the bottleneck; ``--scale`` sets another factor, ``--sigma`` the lognormal
+spread of synthesis times in place of 0.2), an oracle keeps a fixed number in flight, Little's
+law plus ``extra``, and moves to the new regime's number at the very moment of the slowdown:
+no estimate to learn, no refill to pace. It bounds what a causal
 controller holding as much memory can reach. Beside it, ``--arms``: pi (the defaults) and
 unpaced (``--extras none``: no oracle). Prints, per policy, the means over ``--seeds`` seeds
 (the suite's sweep: seed + 101·k) of the busy ratio and the mean in flight, the most in
@@ -67,6 +68,8 @@ def main() -> int:
     parser.add_argument("--extras", default="8,20,40", help="the oracle's partitions beyond Little")
     parser.add_argument("--scale", type=float, default=None,
                         help="the slowdown's factor in place of the scenario's (5)")  # fmt: skip
+    parser.add_argument("--sigma", type=float, default=None,
+                        help="the synthesis times' lognormal sigma in place of 0.2")  # fmt: skip
     parser.add_argument("--arms", default="pi,unpaced", help="pacer's policies beside the oracle")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
@@ -74,6 +77,10 @@ def main() -> int:
     if args.scale is not None:
         phases = tuple(p.model_copy(update={"scale": args.scale}) for p in base.synthesis.phases)
         synthesis = base.synthesis.model_copy(update={"phases": phases})
+        base = base.model_copy(update={"synthesis": synthesis})
+    if args.sigma is not None:
+        spread = base.synthesis.duration_s.model_copy(update={"sigma": args.sigma})
+        synthesis = base.synthesis.model_copy(update={"duration_s": spread})
         base = base.model_copy(update={"synthesis": synthesis})
     settings = Settings()
     arms: dict[str, Callable[[Scenario], PolicyFactory]] = {
@@ -100,7 +107,10 @@ def main() -> int:
                      f"{sum(x <= 2.0 for x in leads)} of {len(leads)}",
                      " ".join(f"{x:.2f}" for x in leads)))  # fmt: skip
     scale = base.synthesis.phases[0].scale
-    print(f"synthesis-slowdown-gpu-bound, synthesis {scale:g} times slower, {args.seeds} seeds")
+    sigma = getattr(base.synthesis.duration_s, "sigma", None)
+    shape = "" if sigma is None else f", lognormal sigma {sigma:g}"
+    print(f"synthesis-slowdown-gpu-bound, synthesis {scale:g} times slower{shape}, "
+          f"{args.seeds} seeds")  # fmt: skip
     headers = (
         "policy",
         "busy (mean)",

@@ -42,7 +42,9 @@ class Observation:
     # the stuck ones by bisection); empty when not known.
     gpu_busy_ages_s: Sequence[float] = ()
 
-    SYNTHESIS_AGES: ClassVar[int] = 16
+    # Enough for the slowdown check to test younger syntheses too: under a heavy tail the
+    # oldest few are stragglers, whose chance to finish says little of a change of pace.
+    SYNTHESIS_AGES: ClassVar[int] = 64
 
     @property
     def oldest_synthesis_age_s(self) -> float | None:

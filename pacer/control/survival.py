@@ -26,8 +26,11 @@ later snapshot.
 
 A hung synthesis costs one expected completion, once: within the margin. A heavy tail
 spreads the chances of finishing, and its wider noise raises the bar the deficit must clear.
-The observation names only the oldest syntheses (``Observation.SYNTHESIS_AGES``); every
-survivor of a snapshot is among them, as nothing dispatched since is as old.
+The observation names only the oldest syntheses (``Observation.SYNTHESIS_AGES``, 64); every
+survivor of a snapshot is among them, as nothing dispatched since is as old. Under a heavy
+tail the oldest dozen or so are stragglers, each with a small chance to finish within a lead
+time at any pace: a snapshot of them alone could not tell a slowdown of three times from the
+tail's noise, and the younger members show it.
 """
 
 from __future__ import annotations

@@ -75,6 +75,24 @@ def test_a_five_fold_slowdown_lifts_the_lead_time_before_the_ages_do(seed: int) 
     assert host.est.lead_s(host.now) <= SurvivalCheck.MAX_FACTOR * 1.5
 
 
+@pytest.mark.parametrize("seed", [1, 3, 4])
+def test_a_three_fold_slowdown_under_a_heavy_tail_is_seen_within_two_lead_times(
+    seed: int,
+) -> None:
+    # Lognormal σ 1: a mean of 2.3 s, and the oldest syntheses are stragglers whose chance to
+    # finish within a lead time is small whatever the pace; the younger ones show the change.
+    host = Host(lognormal(1.4, 1.0, seed), slow_at=100.0, slowdown=3.0)
+    host.run_until(100.0)
+    assert host.est.slowdown == 1.0
+    lead = host.est.lead_s(host.now)
+    seen = None
+    while host.now < 100.0 + 2 * lead and seen is None:
+        host.run_until(host.now + 0.1)
+        seen = host.est.slowdown if host.est.slowdown > 1.0 else None
+    assert seen is not None
+    assert 2.0 <= seen <= 6.0
+
+
 @pytest.mark.parametrize(
     ("median", "sigma", "seed", "least_checks"),
     [(1.4, 0.2, 7, 400), (1.4, 1.0, 7, 400)] + [(1.4, 1.6, seed, 150) for seed in (7, 8, 9)],
