@@ -10,10 +10,10 @@ younger than the ``TAIL``-th longest duration in T̂syn's window are tested: the
 each one's chance to finish at its age (a censored sample: a synthesis still running took at
 least its age); an older one's odds rest on too few samples. Where far fewer finished than
 expected (``SIGNIFICANCE`` standard deviations of the count, at least ``MARGIN`` partitions
-and ``SHARE`` of those expected, or ``SHARE_LOW`` of them at two checks in a row), synthesis
-has slowed. The factor ``k`` is the least slowdown that explains what every member did, the
-older ones too: their work ``k`` times slower from the first such snapshot on. ``k`` × T̂syn
-is then a floor on the lead time. The window is frozen at the first deficit (a reference
+and ``SHARE`` of those expected; or, at two checks in a row, ``SIGNIFICANCE_LOW`` standard
+deviations and ``SHARE_LOW`` of those expected), synthesis has slowed. The factor ``k`` is
+the least slowdown that explains what every member did, the older ones too: their work ``k``
+times slower from the first such snapshot on. ``k`` × T̂syn is then a floor on the lead time. The window is frozen at the first deficit (a reference
 taken before the change), so the slow samples that enter it later neither stretch nor mix it.
 The slowdown ends once the window reaches it, the window re-bases, a check finds as many
 finished as expected, or no check confirms it for ``EXPIRE_LEADS`` of its lead times.
@@ -22,7 +22,9 @@ A slowdown of twice or less leaves half of the expected completions or more: ``S
 calls it only by chance. ``SHARE_LOW`` at a single check calls a slowdown from a snapshot
 taken before it began, so its first factor comes out too small, and calls a heavy tail's runs
 of stragglers more often. Two checks in a row, a quarter lead time apart, call it from the
-later snapshot.
+later snapshot. Under a heavy tail the count's noise is wide: a threefold slowdown left a
+deficit of about four standard deviations, which one check at ``SIGNIFICANCE`` misses and two
+in a row at ``SIGNIFICANCE_LOW`` call.
 
 A hung synthesis costs one expected completion, once: within the margin. A heavy tail
 spreads the chances of finishing, and its wider noise raises the bar the deficit must clear.
@@ -101,9 +103,10 @@ class SurvivalCheck:
     SNAPSHOT_LEADS = 0.25  # a snapshot of the oldest running this often, in lead times
     HORIZON_LEADS = 1.0  # ... checked this many lead times later
     SIGNIFICANCE = 4.5  # a deficit beyond this many standard deviations of the count
+    SIGNIFICANCE_LOW = 3.5  # ... or beyond this many, and ``SHARE_LOW``, at two checks in a row
     MARGIN = 2.0  # ... and beyond this many partitions (a hung synthesis is one)
     SHARE = 0.5  # ... and beyond this share of those expected: at least half did not finish
-    SHARE_LOW = 0.35  # ... or beyond this share at two checks in a row
+    SHARE_LOW = 0.35  # ... or beyond this share at two checks in a row (``SIGNIFICANCE_LOW``)
     MAX_FACTOR = 10.0  # the slowdown is believed up to this factor
     SOLVE_STEPS = 12  # bisections of log(factor)
     SAMPLES = 32  # no check before the window holds this many durations
@@ -197,10 +200,11 @@ class SurvivalCheck:
         spread = math.sqrt(sum(p * (1 - p) for p in chances))
         self.checks += 1
         deficit = expected - finished
-        bar = max(self.SIGNIFICANCE * spread, self.MARGIN)
-        lesser = deficit > max(bar, self.SHARE_LOW * expected)
+        bar = max(self.SIGNIFICANCE * spread, self.MARGIN, self.SHARE * expected)
+        low = max(self.SIGNIFICANCE_LOW * spread, self.MARGIN, self.SHARE_LOW * expected)
+        lesser = deficit > low
         leaning, self._leaning = self._leaning, lesser
-        if deficit <= max(bar, self.SHARE * expected) and not (lesser and leaning):
+        if deficit <= bar and not (lesser and leaning):
             if self._reference is not None and deficit <= max(spread, 1.0) < expected:
                 self.clear()  # as many finished as the reference expects: the episode is over
             return

@@ -75,13 +75,16 @@ def test_a_five_fold_slowdown_lifts_the_lead_time_before_the_ages_do(seed: int) 
     assert host.est.lead_s(host.now) <= SurvivalCheck.MAX_FACTOR * 1.5
 
 
-@pytest.mark.parametrize("seed", [1, 3, 4])
-def test_a_three_fold_slowdown_under_a_heavy_tail_is_seen_within_two_lead_times(
-    seed: int,
+@pytest.mark.parametrize(("slowdown", "seed"), [(3.0, 1), (3.0, 3), (3.0, 4), (3.0, 8),
+                                              (2.0, 1), (2.0, 2)])  # fmt: skip
+def test_a_slowdown_under_a_heavy_tail_is_seen_within_two_lead_times(
+    slowdown: float, seed: int
 ) -> None:
     # Lognormal σ 1: a mean of 2.3 s, and the oldest syntheses are stragglers whose chance to
-    # finish within a lead time is small whatever the pace; the younger ones show the change.
-    host = Host(lognormal(1.4, 1.0, seed), slow_at=100.0, slowdown=3.0)
+    # finish within a lead time is small whatever the pace; the younger ones show the change
+    # (all six fail with the 16 oldest), and its deficit stays within 4.5 standard deviations
+    # of the count (the last three fail without the lesser bar at two checks in a row).
+    host = Host(lognormal(1.4, 1.0, seed), slow_at=100.0, slowdown=slowdown)
     host.run_until(100.0)
     assert host.est.slowdown == 1.0
     lead = host.est.lead_s(host.now)
@@ -90,7 +93,7 @@ def test_a_three_fold_slowdown_under_a_heavy_tail_is_seen_within_two_lead_times(
         host.run_until(host.now + 0.1)
         seen = host.est.slowdown if host.est.slowdown > 1.0 else None
     assert seen is not None
-    assert 2.0 <= seen <= 6.0
+    assert 1.5 <= seen <= 6.0
 
 
 @pytest.mark.parametrize(
