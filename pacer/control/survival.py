@@ -11,12 +11,13 @@ each one's chance to finish at its age (a censored sample: a synthesis still run
 least its age); an older one's odds rest on too few samples. Where far fewer finished than
 expected (``SIGNIFICANCE`` standard deviations of the count, at least ``MARGIN`` partitions
 and ``SHARE`` of those expected; or, at two checks in a row, ``SIGNIFICANCE_LOW`` standard
-deviations and ``SHARE_LOW`` of those expected), synthesis has slowed. The factor ``k`` is
-the least slowdown that explains what every member did, the older ones too: their work ``k``
-times slower from the first such snapshot on. ``k`` × T̂syn is then a floor on the lead time. The window is frozen at the first deficit (a reference
-taken before the change), so the slow samples that enter it later neither stretch nor mix it.
-The slowdown ends once the window reaches it, the window re-bases, a check finds as many
-finished as expected, or no check confirms it for ``EXPIRE_LEADS`` of its lead times.
+deviations and ``SHARE_LOW`` of those expected), synthesis has slowed. The factor ``k`` is the
+least slowdown that explains what every member did, the older ones too: their work ``k`` times
+slower from the first such snapshot on. ``k`` × T̂syn is then a floor on the lead time. The
+window is frozen at the first deficit (a reference taken before the change), so the slow samples
+that enter it later neither stretch nor mix it. The slowdown ends once the window reaches it,
+the window re-bases, a check finds as many finished as expected, or no check confirms it for
+``EXPIRE_LEADS`` of its lead times.
 
 A slowdown of twice or less leaves half of the expected completions or more: ``SHARE`` alone
 calls it only by chance. ``SHARE_LOW`` at a single check calls a slowdown from a snapshot
