@@ -121,7 +121,7 @@ class SurvivalCheck:
         self._reference: Reference | None = None
         self._last_deficit = -math.inf
         self._change_at = -math.inf  # when the slowdown began, by the first deficit
-        self._leaning = False  # the last check found a lesser deficit (``SHARE_LOW``)
+        self._leaning = False  # the last check found a lesser deficit (past the lesser bar)
         self.factor = 1.0  # the slowdown found so far (1: none)
         self.checks = 0  # checks made
         self.deficits = 0  # checks that found a slowdown
