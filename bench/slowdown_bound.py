@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable
 
 from bench.usage import doc_parser
+from bench.variants import _changed
 from pacer.cli.table import render
 from pacer.config import Settings
 from pacer.control.baselines import FixedConcurrency
@@ -74,14 +75,13 @@ def main() -> int:
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     base = load_scenario(scenario_path("synthesis-slowdown-gpu-bound"))
+    changes: dict[str, object] = {}
     if args.scale is not None:
-        phases = tuple(p.model_copy(update={"scale": args.scale}) for p in base.synthesis.phases)
-        synthesis = base.synthesis.model_copy(update={"phases": phases})
-        base = base.model_copy(update={"synthesis": synthesis})
+        scaled = (p.model_copy(update={"scale": args.scale}) for p in base.synthesis.phases)
+        changes["phases"] = tuple(scaled)
     if args.sigma is not None:
-        spread = base.synthesis.duration_s.model_copy(update={"sigma": args.sigma})
-        synthesis = base.synthesis.model_copy(update={"duration_s": spread})
-        base = base.model_copy(update={"synthesis": synthesis})
+        changes["duration_s"] = base.synthesis.duration_s.model_copy(update={"sigma": args.sigma})
+    base = _changed(base, base.name, "synthesis", **changes)
     settings = Settings()
     arms: dict[str, Callable[[Scenario], PolicyFactory]] = {
         name: functools.partial(_policy, name=name, settings=settings)
