@@ -95,9 +95,9 @@ class Syntheses(Gaps):
         super().__init__(inner)
         self.synthesized_at: list[tuple[float, float]] = []
 
-    def synthesized(self, seconds: float) -> None:
+    def synthesized(self, seconds: float, wait_s: float) -> None:
         self.synthesized_at.append((time.perf_counter(), seconds))
-        super().synthesized(seconds)
+        super().synthesized(seconds, wait_s)
 
     def synthesis_within(self, start: float, end: float) -> list[float]:
         return [s for at, s in self.synthesized_at if start <= at <= end]

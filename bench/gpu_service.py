@@ -51,8 +51,8 @@ class Gaps:
         self.inner = inner
         self.gaps: dict[int, list[tuple[float, float]]] = {}
 
-    def synthesized(self, seconds: float) -> None:
-        self.inner.synthesized(seconds)
+    def synthesized(self, seconds: float, wait_s: float) -> None:
+        self.inner.synthesized(seconds, wait_s)
 
     def proved(self, gpu: int, gpu_s: float, phases_s: dict[str, float]) -> None:
         self.inner.proved(gpu, gpu_s, phases_s)

@@ -31,9 +31,12 @@ ones on the part of the recording tuned on and on the part held out. Standard ou
 environment file (the report as comments): pacer tune ... > tuned.env.
 
 The recording: --journal, a pacer journal file (its completed partitions' synthesis and GPU
-seconds, each arriving when its job was accepted), over --since/--until or --last; or
+seconds, synthesis less its recorded wait for a worker, each arriving when its job was
+accepted), over --since/--until or --last; or
 --trace, a CSV file with a header naming its columns:
   synthesis_s, gpu_s   a partition's synthesis and GPU seconds (required)
+  synthesis_wait_s     the part of synthesis_s spent waiting for a synthesis worker
+                       (default 0; left out of the replay, whose workers queue on their own)
   arrival_s            when its job arrived, s (default 0: all waiting at the start)
   job                  a label: rows with the same job and arrival_s are one job
                        (default: one job per arrival_s)

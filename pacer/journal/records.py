@@ -158,11 +158,16 @@ class LeaseToken(NamedTuple):
     token: int
 
 
+SYNTHESIS_WAIT = "synthesis_wait"  # the phase: seconds a synthesis waited for a worker
+
+
 @dataclass(frozen=True)
 class PartitionResult:
     """A proved partition, to journal. ``digest``: the proof's digest (no whitespace); durations
-    in seconds; ``phases``: seconds per named GPU phase; ``gpu``: the index of the GPU used;
-    ``lease``: in a fleet, the lease it was proved under (stored only while that is held).
+    in seconds; ``phases``: seconds per named phase, the proving phases the workload timed and
+    ``SYNTHESIS_WAIT``, the part of ``synthesis_s`` (dispatch to ready) spent waiting for a
+    synthesis worker; ``gpu``: the index of the GPU used; ``lease``: in a fleet, the lease it
+    was proved under (stored only while that is held).
     """
 
     job_id: str

@@ -1,31 +1,36 @@
 """What a journal file recorded of each proved partition's time, read without writing to it:
 what `pacer tune` replays.
 
-A completed partition's row keeps its synthesis and GPU seconds and when its result was
-committed (``completed_at``, clock seconds; results are committed in batches, so partitions of
-one batch share it); its job's row keeps when the job was accepted (``created_at``). The
-journal keeps no partition's bytes, dispatch time or wait for a GPU, and no duration of a
-failed attempt.
+A completed partition's row keeps its synthesis and GPU seconds, the part of its synthesis
+seconds spent waiting for a synthesis worker (its ``synthesis_wait`` phase, where recorded),
+and when its result was committed (``completed_at``, clock seconds; results are committed in
+batches, so partitions of one batch share it); its job's row keeps when the job was accepted
+(``created_at``). The journal keeps no partition's bytes, dispatch time or wait for a GPU, and
+no duration of a failed attempt.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import NamedTuple
 
-from pacer.journal.records import JournalFileError, PartitionState
+from pacer.journal.records import SYNTHESIS_WAIT, JournalFileError, PartitionState
 from pacer.journal.schema import SCHEMA_VERSION, NewerSchemaError
 
 
 class PartitionTiming(NamedTuple):
     """One completed partition: its job and when that was accepted, its index in the job, its
-    synthesis and GPU seconds, and when its result was committed (clock seconds)."""
+    synthesis seconds (dispatch to ready), the part of them it waited for a synthesis worker
+    (None where the journal did not record it), its GPU seconds, and when its result was
+    committed (clock seconds)."""
 
     job_id: str
     job_created_at: float
     partition: int
     synthesis_s: float
+    synthesis_wait_s: float | None
     gpu_s: float
     completed_at: float
 
@@ -85,9 +90,21 @@ def completed(
         where.append("p.completed_at < ?")
         args.append(until)
     rows = db.execute(
-        "SELECT p.job_id, j.created_at, p.idx, p.synthesis_s, p.gpu_s, p.completed_at"
+        "SELECT p.job_id, j.created_at, p.idx, p.synthesis_s, p.phases, p.gpu_s, p.completed_at"
         " FROM partitions p JOIN jobs j ON j.id = p.job_id"
         f" WHERE {' AND '.join(where)} ORDER BY p.completed_at, j.created_at, j.seq, p.idx",
         args,
     )
-    return [PartitionTiming(*row) for row in rows]
+    return [
+        PartitionTiming(job, created, idx, syn, _wait(phases), gpu, at)
+        for job, created, idx, syn, phases, gpu, at in rows
+    ]
+
+
+def _wait(phases: str) -> float | None:
+    """The ``synthesis_wait`` phase of a row's phases (JSON), if it is a number."""
+    try:
+        wait = json.loads(phases).get(SYNTHESIS_WAIT)
+    except (ValueError, AttributeError):
+        return None
+    return float(wait) if isinstance(wait, int | float) and not isinstance(wait, bool) else None

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import platform
 from collections.abc import Callable, Iterator
-from typing import Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -32,6 +31,7 @@ from pacer.control.controller import PIController
 from pacer.control.policy import Mode
 from pacer.journal import JobRecord
 from pacer.journal.health import JournalCalls, JournalHealth
+from pacer.metrics.pool_view import NoPool, PoolView
 from pacer.pipeline import Outcome, Pipeline
 from pacer.pipeline.attempts import CALLS, Call
 from pacer.runtime.supervision import ProgressWatchdog, Supervisor
@@ -41,31 +41,6 @@ PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 SYNTHESIS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 120, 300)
 JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200,
                86400)  # fmt: skip
-
-
-class PoolView(Protocol):
-    """What the metrics read of a pinned host-memory pool."""
-
-    @property
-    def total_bytes(self) -> int: ...
-
-    @property
-    def in_use_bytes(self) -> int: ...
-
-    @property
-    def waits(self) -> int: ...
-
-    @property
-    def fallbacks(self) -> int: ...
-
-
-class NoPool:
-    """The pool of a workload that pins nothing (the CPU workloads): all zero."""
-
-    total_bytes = 0
-    in_use_bytes = 0
-    waits = 0
-    fallbacks = 0
 
 
 class _StateCollector(Collector):
@@ -221,6 +196,12 @@ class Metrics:
             buckets=SYNTHESIS_BUCKETS,
             registry=registry,
         )
+        self.synthesis_wait = Histogram(
+            "pacer_synthesis_wait_seconds",
+            "Part of a partition's synthesis spent waiting for a synthesis worker (s)",
+            buckets=SYNTHESIS_BUCKETS,
+            registry=registry,
+        )
         self.partitions = Counter(
             "pacer_partitions",
             "Partition attempts that left the pipeline: completed, or failed (each failed "
@@ -279,8 +260,9 @@ class Metrics:
         )
 
     # Observer
-    def synthesized(self, seconds: float) -> None:
+    def synthesized(self, seconds: float, wait_s: float) -> None:
         self.synthesis.observe(seconds)
+        self.synthesis_wait.observe(wait_s)
 
     def proved(self, gpu: int, gpu_s: float, phases_s: dict[str, float]) -> None:
         for phase, seconds in phases_s.items():

@@ -19,7 +19,9 @@ class PoolCalls:
     """``workload``'s synthesize and verify calls, at most ``threads`` at once.
 
     The loop hears each call's end through ``synthesized`` or ``verified``. `finished` then says
-    whether the call is still the partition's attempt or was abandoned.
+    whether the call is still the partition's attempt or was abandoned. A call waits for a
+    thread while ``threads`` are busy (one a synthesis worker: the executor's queue); when a
+    synthesis leaves that queue is kept in ``Work.synthesis_began`` (``clock`` seconds).
     """
 
     def __init__(
@@ -27,10 +29,12 @@ class PoolCalls:
         workload: Workload,
         threads: int,
         *,
+        clock: Callable[[], float],
         synthesized: Callable[[Running], None],
         verified: Callable[[Running], None],
     ) -> None:
         self.workload = workload
+        self._clock = clock
         self._on_synthesized = synthesized
         self._on_verified = verified
         # Daemon threads nothing joins: a hung synthesis or verification must not keep the
@@ -59,7 +63,12 @@ class PoolCalls:
         self.synthesizing += 1
         self._synthesis_started[id(work)] = work.dispatched_at
         self._submit(Running("synthesis", work, work.dispatched_at), self._on_synthesized,
-                     self.workload.synthesize, work.spec)  # fmt: skip
+                     self._synthesize, work)  # fmt: skip
+
+    def _synthesize(self, work: Work) -> Any:
+        """On a pool thread: note when the synthesis began, then run it."""
+        work.synthesis_began = self._clock()
+        return self.workload.synthesize(work.spec)
 
     def verify(self, work: Work, outcome: Outcome, now: float) -> None:
         self.verifying += 1

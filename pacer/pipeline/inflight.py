@@ -66,6 +66,7 @@ class InFlight(GpuReadings):
         self.calls = PoolCalls(
             workload,
             caps.synthesis_concurrency,
+            clock=clock,
             synthesized=self._synthesized,
             verified=self._verified,
         )
@@ -178,7 +179,7 @@ class InFlight(GpuReadings):
         work.synthesis_s = self._clock() - work.dispatched_at
         self.controller.observe_synthesis(work.synthesis_s)
         if self.observer is not None:
-            self.observer.synthesized(work.synthesis_s)
+            self.observer.synthesized(work.synthesis_s, work.synthesis_wait_s)
         self.provers.put(work)
         self._wake.set()
 
@@ -194,7 +195,7 @@ class InFlight(GpuReadings):
         spec = work.spec
         outcome = Outcome(spec.job_id, spec.index, worker.gpu.label, work.synthesis_s, end - start,
                           proof, error, None if proof is not None else "prove",
-                          work.lease)  # fmt: skip
+                          work.lease, work.synthesis_wait_s)  # fmt: skip
         if raised is not None and not isinstance(raised, Exception):
             self._task_failed(f"prove-{worker.index}", raised)  # it would have ended the thread
         if proof is not None:

@@ -21,10 +21,18 @@ class Work:
     spec: PartitionSpec
     nbytes: int
     dispatched_at: float = 0.0
-    synthesis_s: float = 0.0
+    synthesis_began: float | None = None  # when a synthesis worker took it (clock seconds)
+    synthesis_s: float = 0.0  # from dispatch to ready: the wait for a worker and the work
     buffers: Any = None
     verify: bool = False  # chosen at dispatch, so proving can keep what verification reads
     lease: tuple[int, int] | None = None  # what a fleet's gate let it be proved under
+
+    @property
+    def synthesis_wait_s(self) -> float:
+        """Seconds from dispatch until a synthesis worker took it (0 before it began)."""
+        if self.synthesis_began is None:
+            return 0.0
+        return max(0.0, self.synthesis_began - self.dispatched_at)
 
     def context(self, gpu: int | None = None) -> dict[str, object]:
         """The log record's context: job, partition and GPU."""
@@ -35,7 +43,8 @@ class Work:
 class Outcome:
     """A partition's attempt that left the pipeline: proved (``proof``) or failed (``error``).
 
-    ``call`` names the call that failed: synthesis, prove or verify.
+    ``call`` names the call that failed: synthesis, prove or verify. ``synthesis_s`` runs from
+    dispatch to ready; ``synthesis_wait_s`` is its part spent waiting for a synthesis worker.
     """
 
     job_id: str
@@ -47,12 +56,16 @@ class Outcome:
     error: str | None = None
     call: Call | None = None
     lease: tuple[int, int] | None = None  # a fleet's lease it was proved under (batch, token)
+    synthesis_wait_s: float = 0.0
 
 
 class Observer(Protocol):
     """What the pipeline reports as it happens (metrics implement it)."""
 
-    def synthesized(self, seconds: float) -> None: ...
+    def synthesized(self, seconds: float, wait_s: float) -> None:
+        """A synthesis is ready ``seconds`` after its dispatch, ``wait_s`` of them spent waiting
+        for a synthesis worker."""
+        ...
 
     def proved(self, gpu: int, gpu_s: float, phases_s: dict[str, float]) -> None: ...
 

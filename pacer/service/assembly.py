@@ -36,9 +36,9 @@ class Progress:
         self._metrics = metrics
         self._watchdog = watchdog
 
-    def synthesized(self, seconds: float) -> None:
+    def synthesized(self, seconds: float, wait_s: float) -> None:
         self._watchdog.progress()
-        self._metrics.synthesized(seconds)
+        self._metrics.synthesized(seconds, wait_s)
 
     def proved(self, gpu: int, gpu_s: float, phases_s: dict[str, float]) -> None:
         self._watchdog.progress()

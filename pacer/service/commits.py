@@ -18,6 +18,7 @@ from pacer.control.controller import PIController
 from pacer.control.policy import DispatchPolicy
 from pacer.journal import JobRecord, LeaseToken, PartitionResult, UnknownJob
 from pacer.journal.health import JournalUnavailable
+from pacer.journal.records import SYNTHESIS_WAIT
 from pacer.pipeline import Outcome, Pipeline
 from pacer.pipeline.attempts import RetrySchedule
 from pacer.runtime.supervision import ProgressWatchdog, Supervisor
@@ -96,7 +97,7 @@ class Commits:
                 digest=outcome.proof.digest,
                 synthesis_s=outcome.synthesis_s,
                 gpu_s=outcome.gpu_s,
-                phases=outcome.proof.phases_s,
+                phases={**outcome.proof.phases_s, SYNTHESIS_WAIT: outcome.synthesis_wait_s},
                 gpu=outcome.gpu,
                 lease=None if outcome.lease is None else LeaseToken(*outcome.lease),
             )

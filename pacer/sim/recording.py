@@ -6,6 +6,8 @@ A trace's columns (a header row names them, in any order; docs/controller.md, "T
 recording"):
 
 - ``synthesis_s``, ``gpu_s`` (required): a partition's synthesis and GPU seconds;
+- ``synthesis_wait_s``: the part of ``synthesis_s`` it waited for a synthesis worker (default
+  0), which the replay leaves out: its own executor queues partitions as the service does;
 - ``arrival_s``: when its job arrived (s, any origin; default 0, all waiting at the start);
 - ``job``: a label; rows with the same job and arrival_s form one job (default: one job per
   arrival_s);
@@ -13,8 +15,9 @@ recording"):
 - ``end_s``: when it finished (s, the clock of arrival_s): the time the hold-out splits by
   (default: the rows' order).
 
-A journal gives each partition its job's ``created_at`` as the arrival and its commit time
-(``completed_at``) as the end (`pacer.journal.timings`).
+A journal gives each partition its job's ``created_at`` as the arrival, its commit time
+(``completed_at``) as the end and its ``synthesis_wait`` phase as the wait, where it recorded
+one (`pacer.journal.timings`).
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ from pacer.journal import timings
 from pacer.journal.records import JournalFileError
 from pacer.sim.engine import Replay
 
-COLUMNS = ("synthesis_s", "gpu_s", "arrival_s", "job", "bytes", "end_s")
+COLUMNS = ("synthesis_s", "gpu_s", "synthesis_wait_s", "arrival_s", "job", "bytes", "end_s")
 REQUIRED = ("synthesis_s", "gpu_s")
+SECONDS = (*REQUIRED, "synthesis_wait_s")  # durations: numbers >= 0
 MIN_PARTITIONS = 8  # in each part a replay runs: fewer say nothing of a controller
 FLOOR_S = 1e-6  # a duration recorded as 0 is replayed as this: the controller divides by it
 _BYTES = TypeAdapter(ByteSize)
@@ -47,11 +51,12 @@ class RecordingError(Exception):
 class Recording:
     """Partitions in the order they ended; times in seconds.
 
-    ``arrival_s``: when each one's job arrived; ``job``: which job (partitions of one job and
-    arrival arrive together); ``end_s``: when it ended (the clock of ``arrival_s`` where
-    ``timed``, else its place in the trace); ``bytes``: what it held, where recorded. A job that
-    arrived before ``origin_s`` (the start of a window, or of a held-out part) replays as
-    arriving then.
+    ``synthesis_s``: each one's synthesis, less the wait for a synthesis worker where that was
+    recorded (``wait_s``, NaN where not); ``arrival_s``: when each one's job arrived; ``job``:
+    which job (partitions of one job and arrival arrive together); ``end_s``: when it ended
+    (the clock of ``arrival_s`` where ``timed``, else its place in the trace); ``bytes``: what
+    it held, where recorded. A job that arrived before ``origin_s`` (the start of a window, or
+    of a held-out part) replays as arriving then.
     """
 
     source: str
@@ -63,9 +68,15 @@ class Recording:
     bytes: np.ndarray | None = None
     timed: bool = True
     origin_s: float | None = None
+    wait_s: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.synthesis_s)
+
+    @property
+    def waits(self) -> int:
+        """How many partitions recorded their wait for a synthesis worker."""
+        return 0 if self.wait_s is None else int(np.count_nonzero(~np.isnan(self.wait_s)))
 
     @property
     def jobs(self) -> int:
@@ -87,6 +98,10 @@ class Recording:
             if first[:10] == last[:10]:
                 first, last = first.removesuffix(" UTC"), last[11:]
             text += f", ended {first} to {last}"
+        if self.waits and self.wait_s is not None:
+            mean = float(np.nanmean(self.wait_s))
+            text += f"; synthesis less its wait for a worker (mean {mean:.3g} s"
+            text += ")" if self.waits == len(self) else f", {self.waits} recorded one)"
         return text
 
     def _take(self, keep: np.ndarray, origin_s: float | None) -> Recording:
@@ -94,6 +109,7 @@ class Recording:
             self, arrival_s=self.arrival_s[keep], end_s=self.end_s[keep], job=self.job[keep],
             synthesis_s=self.synthesis_s[keep], gpu_s=self.gpu_s[keep],
             bytes=None if self.bytes is None else self.bytes[keep], origin_s=origin_s,
+            wait_s=None if self.wait_s is None else self.wait_s[keep],
         )  # fmt: skip
 
     def split(self, holdout: float) -> tuple[Recording, Recording | None]:
@@ -165,14 +181,19 @@ def read_journal(path: Path, since: float | None = None, until: float | None = N
     if whole is not None:
         raise RecordingError(_empty_window(path, since, until, whole))
     ids: dict[str, int] = {}
+    synthesis = np.array([r.synthesis_s for r in rows], dtype=float)
+    wait = np.array([math.nan if r.synthesis_wait_s is None else r.synthesis_wait_s
+                     for r in rows], dtype=float)  # fmt: skip
+    wait = np.minimum(wait, synthesis)  # NaN stays NaN: not recorded
     return Recording(
         source=f"journal {path}",
         arrival_s=np.array([r.job_created_at for r in rows], dtype=float),
         end_s=np.array([r.completed_at for r in rows], dtype=float),
         job=np.array([ids.setdefault(r.job_id, len(ids)) for r in rows], dtype=np.int64),
-        synthesis_s=np.array([r.synthesis_s for r in rows], dtype=float),
+        synthesis_s=synthesis - np.nan_to_num(wait),
         gpu_s=np.array([r.gpu_s for r in rows], dtype=float),
         origin_s=since,
+        wait_s=wait,
     )
 
 
@@ -236,17 +257,33 @@ def _parse_trace(path: Path, rows: list[list[str]]) -> Recording:
     end = np.array(values["end_s"], dtype=float) if "end_s" in values else order
     by_end = np.argsort(end, kind="stable")
     raw_bytes = values.get("bytes")
+    synthesis = np.array(values["synthesis_s"], dtype=float)
+    wait = np.array(values.get("synthesis_wait_s", [0.0] * n), dtype=float)
+    over = np.flatnonzero(wait > synthesis)
+    if over.size:
+        line = _data_lines(rows)[over[0]]
+        raise RecordingError(
+            f"trace {path} line {line}: synthesis_wait_s must not exceed synthesis_s (it is "
+            f"the part of it spent waiting for a worker), got {wait[over[0]]:g} of "
+            f"{synthesis[over[0]]:g}"
+        )
     recording = Recording(
         source=f"trace {path}",
         arrival_s=arrival,
         end_s=end,
         job=np.array([labels.setdefault(j, len(labels)) for j in jobs], dtype=np.int64),
-        synthesis_s=np.array(values["synthesis_s"], dtype=float),
+        synthesis_s=synthesis - wait,
         gpu_s=np.array(values["gpu_s"], dtype=float),
         bytes=None if raw_bytes is None else np.array(raw_bytes, dtype=np.int64),
         timed="end_s" in values,
+        wait_s=wait if "synthesis_wait_s" in values else None,
     )
     return recording._take(by_end, None)
+
+
+def _data_lines(rows: list[list[str]]) -> list[int]:
+    """The line numbers (from 1, the header's) of the trace's partitions: its non-blank rows."""
+    return [line for line, row in enumerate(rows[1:], start=2) if any(c.strip() for c in row)]
 
 
 def _cell(where: str, name: str, text: str) -> object:
@@ -267,8 +304,8 @@ def _cell(where: str, name: str, text: str) -> object:
         value = float(text)
     except ValueError:
         value = math.nan
-    low = 0.0 if name in REQUIRED else -math.inf
+    low = 0.0 if name in SECONDS else -math.inf
     if not math.isfinite(value) or value < low:
-        rule = "a number of seconds >= 0" if name in REQUIRED else "a finite number of seconds"
+        rule = "a number of seconds >= 0" if name in SECONDS else "a finite number of seconds"
         raise RecordingError(f"{where}: {name} must be {rule}, got {text!r}")
     return value

@@ -3,7 +3,9 @@ and the memory did (`pacer tune` runs one of these for each point of its grid).
 
 The host's shape (GPU workers, cores, threads per synthesis, the memory budget, a partition's
 bytes) comes from the settings or flags; the partitions' durations and arrivals come from the
-recording (`pacer.sim.recording`). Each seed is one replay: seed 0 as recorded, the others
+recording (`pacer.sim.recording`). Synthesis runs as the service runs it: on cores ÷ threads
+per synthesis workers, a dispatch beyond them waiting for one (the recording's own waits left
+out). Each seed is one replay: seed 0 as recorded, the others
 each job's partitions drawn again from that job's; the numbers are means over the seeds.
 """
 
@@ -91,6 +93,7 @@ def scenario_for(replay: Replay, host: HostShape, name: str = "recording") -> Sc
             "duration_s": {"dist": "fixed", "value": syn},
             "threads_per_synthesis": host.threads_per_synthesis,
             "cores": host.cores,
+            "executor": {"processes": slots},
         },
         "partition": {"bytes": host.partition_bytes},
         "memory": {"budget_bytes": host.budget_bytes},

@@ -167,7 +167,8 @@ def test_an_unknown_column_is_refused_naming_it(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (f"pacer: trace {path}: unknown column 'queue_s'; the columns are "
-                            "synthesis_s, gpu_s, arrival_s, job, bytes, end_s\n")  # fmt: skip
+                            "synthesis_s, gpu_s, synthesis_wait_s, arrival_s, job, bytes, "
+                            "end_s\n")  # fmt: skip
 
 
 def test_an_empty_window_is_refused_with_what_the_journal_holds(

@@ -20,6 +20,8 @@ from pacer.control.estimates import Estimates
 from pacer.control.policy import Caps
 from pacer.pipeline import Outcome, Pipeline
 from pacer.pipeline.attempts import CallLimits
+from pacer.pipeline.calls import PoolCalls
+from pacer.pipeline.work import Running, Work
 from pacer.workload import PartitionSpec, Proof, Workload
 from tests.conftest import FakeClock
 from tests.pipeline.virtual_time import VirtualTimers, run_until, settle
@@ -572,3 +574,18 @@ async def test_a_partition_in_flight_is_not_queued_again(where: str) -> None:
         await pipeline.close()
     assert sorted(o.index for o in outcomes) == [0, 0, 1, 2]
     assert pipeline.holdings.indices("j") == []
+
+
+async def test_a_synthesis_that_waits_for_a_worker_reports_its_wait() -> None:
+    # One synthesis thread: partition 1 waits for it while partition 0's synthesis is held.
+    workload, clock = Gated(), FakeClock()
+    done: list[Running] = []
+    calls = PoolCalls(workload, 1, clock=clock, synthesized=done.append, verified=done.append)
+    works = [Work(PartitionSpec("j", i, 1, {}), 100, dispatched_at=clock()) for i in (0, 1)]
+    for work in works:
+        calls.synthesize(work)
+    await until(lambda: works[0].synthesis_began is not None, "partition 0 begun")
+    clock.advance(0.5)
+    workload.synthesis_gate.set()
+    await until(lambda: len(done) == 2, "both synthesized")
+    assert [w.synthesis_wait_s for w in works] == [0.0, 0.5]

@@ -192,7 +192,7 @@ async def test_syntheses_and_proofs_are_progress_and_still_reach_the_metrics(
     observer = svc.service.pipeline.observer
     assert observer is not None
     if event == "synthesized":
-        observer.synthesized(2.0)
+        observer.synthesized(2.0, 0.5)
         seen = registry.get_sample_value("pacer_synthesis_seconds_sum")
     else:
         observer.proved(0, 0.5, {"intt": 0.25})

@@ -26,7 +26,8 @@ REQUIRED = [
     "pacer_pinned_pool_waits_total", "pacer_pinned_pool_fallbacks_total",
     "pacer_synthesis_worker_restarts_total",
     "pacer_gpu_busy_ratio", "pacer_gpu_idle_gap_seconds", "pacer_gpu_phase_seconds",
-    "pacer_synthesis_seconds", "pacer_partitions_total", "pacer_jobs_total", "pacer_build_info",
+    "pacer_synthesis_seconds", "pacer_synthesis_wait_seconds", "pacer_partitions_total",
+    "pacer_jobs_total", "pacer_build_info",
     "pacer_controller_policy_info", "pacer_controller_synthesis_cap",
     "pacer_controller_synthesis_supply",
     "pacer_hung_calls_total", "pacer_partition_retries_total", "pacer_abandoned_threads",
@@ -48,6 +49,7 @@ async def test_metrics_follow_the_work(server: Server) -> None:
     assert value("pacer_jobs_total", {"outcome": "completed"}) == 1
     assert value("pacer_partitions_total", {"outcome": "completed"}) == 6
     assert value("pacer_synthesis_seconds_count") == 6
+    assert value("pacer_synthesis_wait_seconds_count") == 6
     assert value("pacer_gpu_phase_seconds_count", {"gpu": "0", "phase": "coset_ntt"}) == 6
     assert value("pacer_gpu_idle_gap_seconds_count", {"gpu": "0"}) == 5  # between 6 partitions
     assert value("pacer_controller_bootstraps_total") == 1

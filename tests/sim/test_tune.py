@@ -106,6 +106,46 @@ def test_an_empty_window_names_the_flags_and_what_the_journal_holds(
     assert "it holds 8 completed partitions, committed 1970-01-01 00:16:50 UTC" in message
 
 
+def test_a_journal_replays_each_synthesis_less_its_recorded_wait_for_a_worker(
+    tmp_path: Path,
+) -> None:
+    # The service journals the wait as the phase "synthesis_wait"; rows written before it
+    # did (no such phase) replay as recorded.
+    path, clock = tmp_path / "journal.sqlite", Clock(1000.0)
+    with SqliteJournal(path, clock) as store:
+        job = store.add_job(3, "noop", {})
+        clock.now = 1010.0
+        store.complete_partitions([
+            PartitionResult(job.id, 0, "d0", 2.0, 0.1, {"intt": 0.05, "synthesis_wait": 0.5}),
+            PartitionResult(job.id, 1, "d1", 3.0, 0.1, {"synthesis_wait": 1.5}),
+            PartitionResult(job.id, 2, "d2", 4.0, 0.1, {"intt": 0.05}),
+        ])  # fmt: skip
+    recording = read_journal(path)
+    assert recording.synthesis_s.tolist() == [1.5, 1.5, 4.0]
+    assert recording.waits == 2
+    assert recording.describe().endswith(
+        "; synthesis less its wait for a worker (mean 1 s, 2 recorded one)"
+    )
+    assert recording.replay().synthesis_s.tolist() == [1.5, 1.5, 4.0]
+
+
+def test_a_trace_replays_each_synthesis_less_its_wait_for_a_worker(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("synthesis_s,gpu_s,synthesis_wait_s\n2.5,0.2,1.0\n1.5,0.1,0\n")
+    recording = read_trace(path)
+    assert recording.synthesis_s.tolist() == [1.5, 1.5]
+    assert recording.describe().endswith("; synthesis less its wait for a worker (mean 0.5 s)")
+
+
+def test_a_replay_queues_syntheses_for_the_hosts_workers_as_the_service_does() -> None:
+    # 32 cores at 2 threads a synthesis: 16 synthesis workers, a dispatch beyond them waits.
+    host = HostShape(workers=2, cores=32, threads_per_synthesis=2, budget_bytes=300 * GIB,
+                     partition_bytes=3 * GIB)  # fmt: skip
+    executor = scenario_for(recording_of(40).replay(), host).synthesis.executor
+    assert executor is not None
+    assert executor.processes == 16
+
+
 def test_a_journal_that_is_not_there_is_refused_and_not_created(tmp_path: Path) -> None:
     with pytest.raises(RecordingError, match="no such file"):
         read_journal(tmp_path / "typo.sqlite")
@@ -149,6 +189,11 @@ def test_a_trace_groups_jobs_by_label_and_arrival_and_orders_by_end(tmp_path: Pa
         ("synthesis_s,gpu_s\n1,1,1\n", "line 2: 3 fields; the header names 2"),
         ("synthesis_s,gpu_s\n", "no partitions; each line after the header is one"),
         ("", "empty; its first line names the columns"),
+        (
+            "synthesis_s,gpu_s,synthesis_wait_s\n1,1,0.5\n\n2,1,2.5\n",
+            "line 4: synthesis_wait_s must not exceed synthesis_s (it is the part of it spent "
+            "waiting for a worker), got 2.5 of 2",
+        ),
     ],
     ids=[
         "unknown",
@@ -161,6 +206,7 @@ def test_a_trace_groups_jobs_by_label_and_arrival_and_orders_by_end(tmp_path: Pa
         "fields",
         "no-rows",
         "empty",
+        "wait-past-synthesis",
     ],
 )
 def test_a_bad_trace_is_refused_naming_the_column_and_the_rule(
