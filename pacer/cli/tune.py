@@ -58,6 +58,8 @@ the grid (--grid NAME=V1,V2,... replaces one setting's values, or adds a setting
   kp               2, 4, 8 (the safe range docs/controller.md gives)
   ki               0, 0.1, 0.25
   target_ready_s   0 and 1/8, 1/4, 1/2, 1 of the mean synthesis time recorded
+  near_balance_idle  0, 0.002 (the default) and 0.01, where the host's synthesis slots
+                   finish under twice what its GPUs prove (at the recording's mean times)
   any other PACER_CONTROLLER__* setting by name, e.g. --grid target_ready=2,4,8
 
 examples:
@@ -217,7 +219,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
 
 def _tune(args: argparse.Namespace, settings: Settings) -> int:
     from pacer.sim.recording import read_journal, read_trace
-    from pacer.sim.sweep import Goal, default_grid, lead_of, parse_grid
+    from pacer.sim.sweep import Goal, default_grid, lead_of, near_balance, parse_grid
     from pacer.sim.tuning import NoPointMeetsGoal, environment_file, tune
 
     if args.journal is not None:
@@ -228,7 +230,8 @@ def _tune(args: argparse.Namespace, settings: Settings) -> int:
         recording = read_trace(args.trace)
     host = host_shape(settings, args, recording.mean_bytes)
     tuned_on, held_out = recording.split(args.holdout)
-    grid = parse_grid(args.grid, default_grid(lead_of(tuned_on)), settings)
+    base = default_grid(lead_of(tuned_on), near_balance(tuned_on, host))
+    grid = parse_grid(args.grid, base, settings)
     goal = Goal(args.goal, args.min_busy if args.goal == "min-memory" else args.max_memory)
     if settings.controller.policy != "pi":
         print(f"pacer: PACER_CONTROLLER__POLICY={settings.controller.policy}: every point runs "

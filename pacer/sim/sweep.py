@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import ValidationError
 
 from pacer.config import ControllerSettings, Settings
@@ -26,6 +27,10 @@ from pacer.sim.replay import HostShape, Outcome, evaluate
 DEFAULT_KP = (2.0, 4.0, 8.0)  # the documented safe range of kp (docs/controller.md, "Tuning")
 DEFAULT_KI = (0.0, 0.1, 0.25)  # and of ki
 BUFFER_LEADS = (0.0, 0.125, 0.25, 0.5, 1.0)  # target_ready_s, in mean synthesis times
+_NEAR_BALANCE_DEFAULT = ControllerSettings.model_fields["near_balance_idle"].default
+# near_balance_idle: off, the default, and five times it (a thinner near-balance buffer) ...
+NEAR_BALANCE_IDLE = (0.0, _NEAR_BALANCE_DEFAULT, 5 * _NEAR_BALANCE_DEFAULT)
+NEAR_BALANCE_RATIO = 2.0  # ... swept where the synthesis slots finish under this × the GPUs
 BUSY_TIE = 0.0005  # busy ratios closer than this are as busy: the goal then takes less memory
 PREFIX = "PACER_CONTROLLER__"
 
@@ -65,11 +70,28 @@ def value_text(value: Any) -> str:
     return str(value)
 
 
-def default_grid(lead_s: float) -> Grid:
+def default_grid(lead_s: float, near_balance: bool = False) -> Grid:
     """kp DEFAULT_KP × ki DEFAULT_KI × target_ready_s BUFFER_LEADS of ``lead_s`` (the mean
-    synthesis time of the recording, s), to three significant figures."""
+    synthesis time of the recording, s), to three significant figures; with ``near_balance``,
+    × near_balance_idle NEAR_BALANCE_IDLE too."""
     buffers = tuple(dict.fromkeys(float(f"{share * lead_s:.3g}") for share in BUFFER_LEADS))
-    return Grid((("kp", DEFAULT_KP), ("ki", DEFAULT_KI), ("target_ready_s", buffers)))
+    axes: list[tuple[str, tuple[Any, ...]]] = [
+        ("kp", DEFAULT_KP), ("ki", DEFAULT_KI), ("target_ready_s", buffers),
+    ]  # fmt: skip
+    if near_balance:
+        axes.append(("near_balance_idle", NEAR_BALANCE_IDLE))
+    return Grid(tuple(axes))
+
+
+def near_balance(recording: Recording, host: HostShape) -> bool:
+    """Whether ``host``'s synthesis slots (cores ÷ threads per synthesis) finish fewer than
+    ``NEAR_BALANCE_RATIO`` times the partitions a second its GPU workers prove, at the
+    recording's mean synthesis and GPU times: where the near-balance buffer may weigh in."""
+    syn, gpu = recording.mean_synthesis_s, float(np.mean(recording.gpu_s))
+    if not syn > 0 or not gpu > 0:
+        return False
+    slots = max(1, host.cores // host.threads_per_synthesis)
+    return slots / syn < NEAR_BALANCE_RATIO * host.workers / gpu
 
 
 def apply(settings: Settings, values: Mapping[str, Any]) -> Settings:

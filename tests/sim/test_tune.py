@@ -5,6 +5,7 @@ the frontier and the goals; and tuned settings that beat the defaults where they
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ from pacer.sim.sweep import (
     Point,
     default_grid,
     frontier,
+    near_balance,
     parse_grid,
 )
 from pacer.sim.tuning import tune
@@ -292,6 +294,17 @@ def test_gpu_busy_counts_the_time_partitions_waited_for_dispatch_from_the_first_
     raw = Simulation(scenario_for(alone, HostShape(1, 8, 1, 100, 1)), "one",
                      lambda clock: OneAtATime(), alone).run()  # fmt: skip
     assert waiting_busy(raw) == 1.0
+
+
+def test_the_default_grid_sweeps_the_near_balance_buffer_where_synthesis_barely_keeps_up() -> None:
+    # 1.5 s syntheses on 32 slots finish 21 a second against the GPUs' 20: near balance; on
+    # 128 slots, 85 a second, and the near-balance buffer never weighs in.
+    recording = recording_of(40)
+    assert near_balance(recording, H200)
+    assert not near_balance(recording, replace(H200, cores=128))
+    grid = default_grid(lead_s=2.0, near_balance=True)
+    assert dict(grid.axes)["near_balance_idle"] == (0.0, 0.002, 0.01)
+    assert len(grid.points()) == 3 * len(default_grid(lead_s=2.0).points())
 
 
 def test_the_grid_names_settings_as_the_settings_do_and_checks_them() -> None:
