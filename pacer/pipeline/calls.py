@@ -19,9 +19,10 @@ class PoolCalls:
     """``workload``'s synthesize and verify calls, at most ``threads`` at once.
 
     The loop hears each call's end through ``synthesized`` or ``verified``. `finished` then says
-    whether the call is still the partition's attempt or was abandoned. A call waits for a
-    thread while ``threads`` are busy (one a synthesis worker: the executor's queue); when a
-    synthesis leaves that queue is kept in ``Work.synthesis_began`` (``clock`` seconds).
+    whether the call is still the partition's attempt or was abandoned. A call waits while
+    every thread is busy; a synthesis thread is a synthesis worker, so that wait is the
+    executor's queue, and when a synthesis leaves it is kept in ``Work.synthesis_began``
+    (``clock`` seconds).
     """
 
     def __init__(
