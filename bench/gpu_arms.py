@@ -26,15 +26,17 @@ dispatcher, pacer off, ``max_parallel_synthesis`` = the processes: a fixed concu
 the host) at equal memory: its budget is the mean in flight of the last ``pi`` run before it,
 rounded up to whole partitions.
 
-Per run: partitions/s (counted over the window, and fitted: ``slope``), GPU busy ratio (summed
-over the GPUs' workers' time ÷ their number), idle gaps and their p99, memory in flight (mean
-and most), the cores the service process and its synthesis processes used, and "synthesis s"
-(dispatch to ready) split into the time in the synthesis processes' fill (``compute``) and the
-rest (``wait``: the queue in front of the processes and the hand-off to them). Then, per size
-and arm, the mean of the rounds with a 95 % interval (Student's t), and each arm's difference
-from ``pi`` and ``pi``'s memory in flight over the arm's, round by round, with their intervals;
-then pi's share of each arm's partitions/s by round, from the count and from the fit
-(``by_round``). Writes ``$OUT/gpu_arms.json`` (``--json``) after every run when OUT is set.
+Per run: partitions/s (counted over the window; fitted, ``slope``; and from the first proof in
+it to the last, ``edge_rate``, which no window edge falling between proofs moves), GPU busy
+ratio (summed over the GPUs' workers' time ÷ their number), idle gaps and their p99, memory in
+flight (mean and most), the cores the service process and its synthesis processes used, and
+"synthesis s" (dispatch to ready) split into the time in the synthesis processes' fill
+(``compute``) and the rest (``wait``: the queue in front of the processes and the hand-off to
+them). Then, per size and arm, the mean of the rounds with a 95 % interval (Student's t), and
+each arm's difference from ``pi`` and ``pi``'s memory in flight over the arm's, round by round,
+with their intervals; then pi's share of each arm's partitions/s by round, from each of the
+three rates (``by_round``). Writes ``$OUT/gpu_arms.json`` (``--json``) after every run when OUT
+is set.
 """
 
 from __future__ import annotations
@@ -89,18 +91,39 @@ class Fills:
 
 
 class Syntheses(Gaps):
-    """The observer's synthesis times too: (when, seconds from dispatch to ready)."""
+    """The observer's synthesis times too: (when, seconds from dispatch to ready); and when
+    each proof ended."""
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
         self.synthesized_at: list[tuple[float, float]] = []
+        self.proved_at: list[float] = []
 
     def synthesized(self, seconds: float, wait_s: float) -> None:
         self.synthesized_at.append((time.perf_counter(), seconds))
         super().synthesized(seconds, wait_s)
 
+    def proved(self, gpu: int, gpu_s: float, phases_s: dict[str, float]) -> None:
+        self.proved_at.append(time.perf_counter())
+        super().proved(gpu, gpu_s, phases_s)
+
     def synthesis_within(self, start: float, end: float) -> list[float]:
         return [s for at, s in self.synthesized_at if start <= at <= end]
+
+    def proofs_within(self, start: float, end: float) -> list[float]:
+        return [at for at in self.proved_at if start <= at <= end]
+
+
+def edge_rate(ends: list[float]) -> float:
+    """Proofs a second from the first proof's end to the last's (``ends``: seconds, in order),
+    whatever lies between the window's edges and those ends; 0 with fewer than two.
+
+    >>> edge_rate([10.2, 10.4, 10.6, 12.2])
+    1.5
+    """
+    if len(ends) < 2 or ends[-1] <= ends[0]:
+        return 0.0
+    return (len(ends) - 1) / (ends[-1] - ends[0])
 
 
 def make_policy(arm: str, server: Server, slots: int) -> DispatchPolicy:
@@ -166,6 +189,7 @@ async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Synth
         "seconds": elapsed,
         "partitions_per_s": (proved1 - proved0) / elapsed,
         "partitions_per_s_fit": slope(ticks),
+        "partitions_per_s_edges": edge_rate(obs.proofs_within(started, ended)),
         "proved_ticks": [(round(t, 3), n - proved0) for t, n in ticks],
         "busy": statistics.fmean((busy1[g] - busy0[g]) / elapsed for g in p.gpus),
         "idle_gaps": len(gaps),
@@ -300,16 +324,23 @@ def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
     return render(headers, rows, markdown=markdown)
 
 
+RATES = (
+    ("partitions_per_s", "count"),
+    ("partitions_per_s_fit", "fit"),
+    ("partitions_per_s_edges", "first to last"),
+)
+
+
 def by_round(results: list[dict[str, Any]], markdown: bool = False) -> str:
     """Per size and arm other than pi: pi's partitions/s ÷ the arm's of the same round − 1,
-    round by round and as a mean with its 95 % interval, from the count over the window and
-    from the least-squares fit (``slope``)."""
+    round by round and as a mean with its 95 % interval, from the count over the window, the
+    least-squares fit (``slope``) and the proofs from the first to the last (``edge_rate``)."""
     rows = []
     for n in sorted({r["processes"] for r in results}, reverse=True):
         pi = {r["round"]: r for r in results if r["processes"] == n and r["arm"] == "pi"}
         arms = dict.fromkeys(r["arm"] for r in results if r["processes"] == n and r["arm"] != "pi")
         for arm in arms:
-            for key, source in (("partitions_per_s", "count"), ("partitions_per_s_fit", "fit")):
+            for key, source in RATES:
                 runs = [r for r in results if r["processes"] == n and r["arm"] == arm
                         and r["round"] in pi and key in r and r[key] > 0]  # fmt: skip
                 shares = [pi[r["round"]][key] / r[key] - 1 for r in runs]

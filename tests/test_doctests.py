@@ -12,6 +12,7 @@ MODULES = [
     "bench.fleet",
     "bench.fleet_commits",
     "bench.fleet_progress",
+    "bench.gpu_arms",
     "bench.stats",
     "bench.suite_workers",
     "pacer.pipeline.attempts",
