@@ -31,12 +31,13 @@ it to the last, ``edge_rate``, which no window edge falling between proofs moves
 ratio (summed over the GPUs' workers' time ÷ their number), idle gaps and their p99, memory in
 flight (mean and most), the cores the service process and its synthesis processes used, and
 "synthesis s" (dispatch to ready) split into the time in the synthesis processes' fill
-(``compute``) and the rest (``wait``: the queue in front of the processes and the hand-off to
-them). Then, per size and arm, the mean of the rounds with a 95 % interval (Student's t), and
-each arm's difference from ``pi`` and ``pi``'s memory in flight over the arm's, round by round,
-with their intervals; then pi's share of each arm's partitions/s by round, from each of the
-three rates (``by_round``). Writes ``$OUT/gpu_arms.json`` (``--json``) after every run when OUT
-is set.
+(``compute``) and the rest (``wait``: the queue in front of the processes and the hand-offs to
+them and back), and of that the queue alone (``queue``: until a synthesis thread took the
+partition, as the pipeline stamps it). Then, per size and arm, the mean of the rounds with a
+95 % interval (Student's t), and each arm's difference from ``pi`` and ``pi``'s memory in
+flight over the arm's, round by round, with their intervals; then pi's share of each arm's
+partitions/s by round, from each of the three rates (``by_round``). Writes
+``$OUT/gpu_arms.json`` (``--json``) after every run when OUT is set.
 """
 
 from __future__ import annotations
@@ -96,19 +97,21 @@ class Syntheses(Gaps):
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
-        self.synthesized_at: list[tuple[float, float]] = []
+        self.synthesized_at: list[tuple[float, float, float]] = []
         self.proved_at: list[float] = []
 
     def synthesized(self, seconds: float, wait_s: float) -> None:
-        self.synthesized_at.append((time.perf_counter(), seconds))
+        self.synthesized_at.append((time.perf_counter(), seconds, wait_s))
         super().synthesized(seconds, wait_s)
 
     def proved(self, gpu: int, gpu_s: float, phases_s: dict[str, float]) -> None:
         self.proved_at.append(time.perf_counter())
         super().proved(gpu, gpu_s, phases_s)
 
-    def synthesis_within(self, start: float, end: float) -> list[float]:
-        return [s for at, s in self.synthesized_at if start <= at <= end]
+    def synthesis_within(self, start: float, end: float) -> list[tuple[float, float]]:
+        """(seconds from dispatch to ready, of them waiting for a synthesis thread) of each
+        synthesis ready within [start, end]."""
+        return [(s, w) for at, s, w in self.synthesized_at if start <= at <= end]
 
     def proofs_within(self, start: float, end: float) -> list[float]:
         return [at for at in self.proved_at if start <= at <= end]
@@ -182,7 +185,8 @@ async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Synth
     gaps = [s for g in p.gpus for s in obs.within(g, started, ended)]
     syn = obs.synthesis_within(started, ended)
     fill = fills.within(started, ended) if fills is not None else []
-    syn_mean = statistics.fmean(syn) if syn else 0.0
+    syn_mean = statistics.fmean(s for s, _ in syn) if syn else 0.0
+    queue_mean = statistics.fmean(w for _, w in syn) if syn else 0.0
     fill_mean = statistics.fmean(fill) if fill else 0.0
     return {
         "arm": arm,
@@ -199,6 +203,7 @@ async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Synth
         "service_cores": (cpu1[0] - cpu0[0]) / elapsed,
         "synthesis_process_cores": (cpu1[1] - cpu0[1]) / elapsed,
         "synthesis_s": syn_mean,
+        "queue_s": queue_mean,
         "compute_s": fill_mean,
         "wait_s": max(0.0, syn_mean - fill_mean),
     }
@@ -290,7 +295,7 @@ def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
     partitions/s from pi of the same round, and pi's mean in flight over this arm's of the
     same round, each with its interval."""
     rows = []
-    keys = ("partitions_per_s", "busy", "inflight_gib_mean", "synthesis_s", "wait_s",
+    keys = ("partitions_per_s", "busy", "inflight_gib_mean", "synthesis_s", "queue_s", "wait_s",
             "compute_s", "service_cores", "synthesis_process_cores", "idle_gap_p99_ms")  # fmt: skip
     sizes = sorted({r["processes"] for r in results}, reverse=True)
     for n in sizes:
@@ -300,8 +305,11 @@ def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
             runs = [r for r in results if r["processes"] == n and r["arm"] == arm]
             cells = []
             for key in keys:
+                if any(key not in r for r in runs):  # a file saved before the bench kept it
+                    cells.append("-")
+                    continue
                 mean, half = interval([r[key] for r in runs])
-                digits = 3 if key in ("busy", "synthesis_s", "wait_s", "compute_s") else 2
+                digits = 3 if key in SECONDS_KEYS else 2
                 if key == "idle_gap_p99_ms":
                     digits = 0
                 cells.append(f"{mean:.{digits}f} ± {half:.{digits}f}")
@@ -319,11 +327,12 @@ def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
                 memory_ratio = f"{mean:.3f} ± {half:.3f}"
             rows.append((n, arm, len(runs), *cells, versus, memory_ratio))
     headers = ("processes", "arm", "runs", "partitions/s", "busy", "in flight GiB",
-               "synthesis s", "wait s", "compute s", "service cores", "synthesis cores",
+               "synthesis s", "queue s", "wait s", "compute s", "service cores", "synthesis cores",
                "gap p99 ms", "partitions/s − pi's", "pi's in flight ÷ this")  # fmt: skip
     return render(headers, rows, markdown=markdown)
 
 
+SECONDS_KEYS = ("busy", "synthesis_s", "queue_s", "wait_s", "compute_s")  # three digits
 RATES = (
     ("partitions_per_s", "count"),
     ("partitions_per_s_fit", "fit"),
