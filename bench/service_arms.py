@@ -23,7 +23,6 @@ pi ÷ unpaced − 1 by round, with its mean and 95 % interval.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sqlite3
 import statistics
@@ -35,7 +34,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.stats import interval
-from bench.tune_fidelity import BUDGET_PARTITIONS, PARTITION_BYTES
+from bench.tune_fidelity import PARTITION_BYTES, service_run
 from bench.usage import doc_parser
 from pacer.cli.table import render
 from pacer.journal.records import SYNTHESIS_WAIT
@@ -68,18 +67,8 @@ def scrape(port: int) -> dict[str, float]:
 def run(slots: int, policy: str, jobs: int, partitions: int, journal: Path) -> dict[str, float]:
     """One run of the service; its measures."""
     port = free_port()
-    env = {
-        **os.environ,
-        "PACER_WORKLOAD": "bench.tune_fidelity:workload",
-        "PACER_CONTROLLER__POLICY": policy,
-        "PACER_SYNTHESIS__CORES": str(slots),
-        "PACER_SYNTHESIS__THREADS_PER_SYNTHESIS": "1",
-        "PACER_MEMORY__BUDGET_BYTES": str(BUDGET_PARTITIONS * PARTITION_BYTES),
-        "PYTHONPATH": os.pathsep.join([str(Path.cwd()), os.environ.get("PYTHONPATH", "")]),
-    }
-    command = [sys.executable, "-m", "pacer", "run", "--jobs", str(jobs), "--partitions",
-               str(partitions), "--param", f"seed={SEED}", "--journal", str(journal),
-               "--port", str(port)]  # fmt: skip
+    command, env = service_run(slots, policy, jobs, partitions, journal)
+    command += ["--param", f"seed={SEED}", "--port", str(port)]
     held: list[float] = []
     with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL) as child:
         while child.poll() is None:

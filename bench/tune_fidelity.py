@@ -95,8 +95,11 @@ def workload(settings: Settings) -> Workload:
     return Sleeping()
 
 
-def record(slots: int, policy: str, jobs: int, partitions: int, journal: Path) -> None:
-    """Run the service once: ``jobs`` jobs of ``partitions`` on ``slots`` synthesis workers."""
+def service_run(
+    slots: int, policy: str, jobs: int, partitions: int, journal: Path
+) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of one `pacer run` of this workload: ``jobs`` jobs of
+    ``partitions`` on ``slots`` synthesis workers under ``policy``, journaled to ``journal``."""
     env = {
         **os.environ,
         "PACER_WORKLOAD": "bench.tune_fidelity:workload",
@@ -108,6 +111,12 @@ def record(slots: int, policy: str, jobs: int, partitions: int, journal: Path) -
     }
     command = [sys.executable, "-m", "pacer", "run", "--jobs", str(jobs), "--partitions",
                str(partitions), "--journal", str(journal)]  # fmt: skip
+    return command, env
+
+
+def record(slots: int, policy: str, jobs: int, partitions: int, journal: Path) -> None:
+    """Run the service once (`service_run`)."""
+    command, env = service_run(slots, policy, jobs, partitions, journal)
     subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
