@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import random
 import sys
 import time
@@ -176,10 +175,12 @@ async def keep_connected(client: EngineClient) -> None:
     (it answers 503 while it starts)."""
     while True:
         if not client.connected:
-            with contextlib.suppress(
-                OSError, TimeoutError, aiohttp.ClientError, EngineRefusedError
-            ):
+            try:
                 await client.connect()
+            except (OSError, TimeoutError, aiohttp.ClientError, EngineRefusedError):
+                pass  # away, starting or refusing: the next try may find it
+            except Exception as exc:  # not the client's documented errors: say so, go on
+                print(f"engine: reconnecting raised {exc!r}", file=sys.stderr)
         await asyncio.sleep(RECONNECT_S)
 
 

@@ -28,6 +28,15 @@ PROTOCOL_VERSION = 1
 TRACKED = {"dispatched": "synthesizing", "synthesis_ready": "ready", "gpu_started": "gpu"}
 
 
+def _json_object(text: str) -> dict[str, Any] | None:
+    """``text`` as a JSON object; None where it is no JSON, or another JSON value."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 class EngineRefusedError(Exception):
     """pacer refused the hello: ``error`` is its error message (code, message, field)."""
 
@@ -109,7 +118,9 @@ class EngineClient:
 
     async def connect(self) -> dict[str, Any]:
         """Open (or resume) the session; the welcome. Events not acknowledged are sent again.
-        EngineRefusedError where pacer refuses the hello; aiohttp.ClientError where it is away."""
+        EngineRefusedError where pacer refuses the hello; aiohttp.ClientError where it is away,
+        or closes the connection (or answers no JSON object) before its welcome; TimeoutError
+        where no welcome comes within 10 s."""
         if self._http is None:
             connector = aiohttp.UnixConnector(self._unix_socket) if self._unix_socket else None
             self._http = aiohttp.ClientSession(connector=connector)
@@ -118,7 +129,13 @@ class EngineClient:
         if self.session_id is not None:
             hello["resume"] = {"session": self.session_id, "token": self.token}
         await ws.send_str(json.dumps(hello))
-        welcome = json.loads((await ws.receive(timeout=10.0)).data)
+        reply = await ws.receive(timeout=10.0)
+        welcome = _json_object(reply.data) if reply.type is aiohttp.WSMsgType.TEXT else None
+        if welcome is None:  # closed before its welcome (pacer stopping or starting), or no JSON
+            await ws.close()
+            raise aiohttp.ClientConnectionError(
+                f"no welcome from pacer: {reply.type.name} {reply.data!r}"
+            )
         if welcome.get("type") != "welcome":
             await ws.close()
             raise EngineRefusedError(welcome)

@@ -1,12 +1,15 @@
-"""The reference client's own logic, without a server: what it re-declares to a fresh session,
-and how much its fallbacks dispatch while pacer is away."""
+"""The reference client's own logic: what it re-declares to a fresh session, how much its
+fallbacks dispatch while pacer is away, and (against a real server) what a connection closed
+before the welcome raises."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from pacer.engine.client import EngineClient, Fallback
 
@@ -65,3 +68,46 @@ def test_the_fallback_dispatches_by_its_rule_within_the_budget(
 ) -> None:
     fallback = Fallback(declared, budget=8)
     assert [fallback.allowance(n, at, interval) for n, at, interval in steps] == expected
+
+
+async def _serve_once(reply: str | None) -> tuple[web.AppRunner, int]:
+    """A real server whose /v1/engine takes the hello, then answers ``reply`` (None: closes
+    the connection, as a pacer stopping or starting may)."""
+
+    async def engine(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.receive()
+        if reply is not None:
+            await ws.send_str(reply)
+        await ws.close(code=1011)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/v1/engine", engine)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server = site._server
+    assert isinstance(server, asyncio.Server)
+    return runner, server.sockets[0].getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+@pytest.mark.parametrize("reply", [None, "not json", "[1, 2]"], ids=["closed", "text", "list"])
+async def test_a_connection_closed_before_the_welcome_is_one_pacer_is_away_on(
+    reply: str | None,
+) -> None:
+    # An engine's reconnection loop expects aiohttp.ClientError while pacer is away; anything
+    # else would end it, and the engine would never find the next pacer.
+    runner, port = await _serve_once(reply)
+    client = EngineClient(f"ws://127.0.0.1:{port}/v1/engine", HELLO)
+    try:
+        with pytest.raises(aiohttp.ClientConnectionError, match="no welcome from pacer"):
+            await client.connect()
+        assert not client.connected
+    finally:
+        await client.close()
+        await runner.cleanup()

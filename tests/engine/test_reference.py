@@ -66,8 +66,17 @@ def test_the_engine_goes_on_while_pacer_is_gone_and_redeclares_to_a_new_one(
         server.stop()  # SIGKILL: the engine paces by its fallback meanwhile
         begun = len(server.log)
         server.start()
-        wait_until(lambda: "engine restart-a opened session" in server.log[begun:],
-                   "a session with the new pacer", timeout_s=60)  # fmt: skip
+        try:
+            wait_until(lambda: "engine restart-a opened session" in server.log[begun:],
+                       "a session with the new pacer", timeout_s=60)  # fmt: skip
+        except AssertionError as exc:  # say what the engine did, and what the new pacer logged
+            proc.kill()
+            out, _ = proc.communicate(timeout=30)
+            tail = server.log[begun:][-3000:]
+            raise AssertionError(
+                f"{exc}; the engine (exit {proc.returncode}) printed:\n{out}\n"
+                f"the new pacer's log ends:\n{tail}"
+            ) from None
         assert proc.poll() is None, "the engine ended before the new pacer served"
         out, _ = proc.communicate(timeout=180)
         assert proc.returncode == 0, out
