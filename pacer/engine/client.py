@@ -83,6 +83,8 @@ class EngineClient:
     ``unix_socket``, the URL's host is ignored and the socket is used). ``hello`` is the hello
     message without ``type``, ``protocol`` and ``resume``, which the client adds."""
 
+    HANDSHAKE_S = 10.0  # the upgrade answered, and then the welcome, each within this
+
     def __init__(
         self,
         url: str,
@@ -120,16 +122,19 @@ class EngineClient:
         """Open (or resume) the session; the welcome. Events not acknowledged are sent again.
         EngineRefusedError where pacer refuses the hello; aiohttp.ClientError where it is away,
         or closes the connection (or answers no JSON object) before its welcome; TimeoutError
-        where no welcome comes within 10 s."""
+        where the upgrade or the welcome takes longer than ``HANDSHAKE_S``."""
         if self._http is None:
             connector = aiohttp.UnixConnector(self._unix_socket) if self._unix_socket else None
             self._http = aiohttp.ClientSession(connector=connector)
-        ws = await self._http.ws_connect(self.url, headers=self._headers, heartbeat=10.0)
+        ws = await asyncio.wait_for(
+            self._http.ws_connect(self.url, headers=self._headers, heartbeat=10.0),
+            self.HANDSHAKE_S,
+        )
         hello = {"type": "hello", "protocol": PROTOCOL_VERSION, **self.hello}
         if self.session_id is not None:
             hello["resume"] = {"session": self.session_id, "token": self.token}
         await ws.send_str(json.dumps(hello))
-        reply = await ws.receive(timeout=10.0)
+        reply = await ws.receive(timeout=self.HANDSHAKE_S)
         welcome = _json_object(reply.data) if reply.type is aiohttp.WSMsgType.TEXT else None
         if welcome is None:  # closed before its welcome (pacer stopping or starting), or no JSON
             await ws.close()

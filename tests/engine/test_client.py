@@ -111,3 +111,27 @@ async def test_a_connection_closed_before_the_welcome_is_one_pacer_is_away_on(
     finally:
         await client.close()
         await runner.cleanup()
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_a_pacer_that_never_answers_the_upgrade_is_given_up_on_in_time() -> None:
+    # A listener that takes the connection and answers nothing: the reconnection loop must not
+    # wait on it for aiohttp's five minutes.
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the client gives up and closes
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = EngineClient(f"ws://127.0.0.1:{port}/v1/engine", HELLO)
+    client.HANDSHAKE_S = 0.3
+    began = asyncio.get_running_loop().time()
+    try:
+        with pytest.raises(TimeoutError):
+            await client.connect()
+        assert asyncio.get_running_loop().time() - began < 5.0
+    finally:
+        await client.close()
+        server.close()
+        await server.wait_closed()
