@@ -290,6 +290,9 @@ def save(results: list[dict[str, Any]], name: str = "gpu_arms.json") -> None:
         Path(out, name).write_text(json.dumps(results, indent=2))
 
 
+THREE_DIGITS = ("busy", "synthesis_s", "queue_s", "wait_s", "compute_s")  # in `summary`
+
+
 def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
     """Per size and arm: the mean over the rounds ± the 95 % half-width; the difference in
     partitions/s from pi of the same round, and pi's mean in flight over this arm's of the
@@ -309,7 +312,7 @@ def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
                     cells.append("-")
                     continue
                 mean, half = interval([r[key] for r in runs])
-                digits = 3 if key in SECONDS_KEYS else 2
+                digits = 3 if key in THREE_DIGITS else 2
                 if key == "idle_gap_p99_ms":
                     digits = 0
                 cells.append(f"{mean:.{digits}f} ± {half:.{digits}f}")
@@ -332,7 +335,6 @@ def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
     return render(headers, rows, markdown=markdown)
 
 
-SECONDS_KEYS = ("busy", "synthesis_s", "queue_s", "wait_s", "compute_s")  # three digits
 RATES = (
     ("partitions_per_s", "count"),
     ("partitions_per_s_fit", "fit"),

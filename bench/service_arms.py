@@ -16,15 +16,12 @@ Per run: partitions a second from the first job's acceptance to the last commit,
 workers' use (their sleeping seconds over workers × that time), the mean wait for a worker
 (the journal's ``synthesis_wait`` phase), and the mean memory in flight (partitions) while work
 was outstanding, from the service's own ``pacer_memory_inflight_bytes`` scraped over HTTP every
-0.2 s. Then
-pi ÷ unpaced − 1 by round, with its mean and 95 % interval.
+0.2 s. Then pi ÷ unpaced − 1 by round, with its mean and 95 % interval.
 """
 
 from __future__ import annotations
 
-import json
 import socket
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -33,11 +30,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
+
 from bench.stats import interval
-from bench.tune_fidelity import PARTITION_BYTES, service_run
+from bench.tune_fidelity import PARTITION_BYTES, run_span, service_run
 from bench.usage import doc_parser
 from pacer.cli.table import render
-from pacer.journal.records import SYNTHESIS_WAIT
+from pacer.sim.recording import read_journal
 
 SCRAPE_S = 0.2
 SEED = 7  # every job's seed: each run proves the same partitions, in the same times
@@ -79,21 +78,13 @@ def run(slots: int, policy: str, jobs: int, partitions: int, journal: Path) -> d
             time.sleep(SCRAPE_S)
         if child.returncode != 0:
             raise RuntimeError(f"pacer run exited with {child.returncode}")
-    db = sqlite3.connect(journal)
-    try:
-        first = db.execute("SELECT MIN(created_at) FROM jobs").fetchone()[0]
-        rows = db.execute(
-            "SELECT synthesis_s, phases, completed_at FROM partitions WHERE state = 'completed'"
-        ).fetchall()
-    finally:
-        db.close()
-    span = max(at for _, _, at in rows) - first
-    waits = [json.loads(phases).get(SYNTHESIS_WAIT, 0.0) for _, phases, _ in rows]
-    work = sum(syn - wait for (syn, _, _), wait in zip(rows, waits, strict=True))
+    recording = read_journal(journal)
+    span = run_span(recording)
+    assert recording.wait_s is not None  # the service journals each partition's wait
     return {
-        "rate": len(rows) / span,
-        "use": work / (slots * span),
-        "wait": statistics.fmean(waits),
+        "rate": len(recording) / span,
+        "use": float(np.sum(recording.synthesis_s)) / (slots * span),
+        "wait": float(np.mean(recording.wait_s)),
         "held": statistics.fmean(held) if held else 0.0,
     }
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import os
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -120,17 +119,9 @@ def record(slots: int, policy: str, jobs: int, partitions: int, journal: Path) -
     subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
-def run_rate(path: Path) -> tuple[float, int]:
-    """The run's partitions a second, first acceptance to last commit, and its partitions."""
-    db = sqlite3.connect(path)
-    try:
-        first = db.execute("SELECT MIN(created_at) FROM jobs").fetchone()[0]
-        last, done = db.execute(
-            "SELECT MAX(completed_at), COUNT(*) FROM partitions WHERE state = 'completed'"
-        ).fetchone()
-    finally:
-        db.close()
-    return done / (last - first), done
+def run_span(recording: Recording) -> float:
+    """Seconds from the first job's acceptance to the last commit of a run's journal."""
+    return float(np.max(recording.end_s) - np.min(recording.arrival_s))
 
 
 def replay_rate(recording: Recording, host: HostShape, policy: str, *, queued: bool) -> float:
@@ -162,8 +153,9 @@ def main() -> int:
             for policy in args.policies.split(","):
                 path = Path(tmp) / f"{slots}-{policy}.sqlite"
                 record(slots, policy, args.jobs, args.partitions, path)
-                actual, done = run_rate(path)
                 tuned = read_journal(path)
+                done = len(tuned)
+                actual = done / run_span(tuned)
                 assert tuned.wait_s is not None
                 whole = replace(tuned, synthesis_s=tuned.synthesis_s + np.nan_to_num(tuned.wait_s))
                 now = replay_rate(tuned, host, policy, queued=True)

@@ -239,9 +239,11 @@ def _parse_trace(path: Path, rows: list[list[str]]) -> Recording:
             f"column {missing[0]!r} is missing (required: {', '.join(REQUIRED)})")  # fmt: skip
         raise RecordingError(f"trace {path}: {problem}")
     values: dict[str, list[object]] = {name: [] for name in header}
+    lines: list[int] = []  # each partition's line in the file
     for line, row in enumerate(rows[1:], start=2):
         if not any(cell.strip() for cell in row):
             continue
+        lines.append(line)
         where = f"trace {path} line {line}"
         if len(row) != len(header):
             raise RecordingError(f"{where}: {len(row)} fields; the header names {len(header)}")
@@ -261,11 +263,11 @@ def _parse_trace(path: Path, rows: list[list[str]]) -> Recording:
     wait = np.array(values.get("synthesis_wait_s", [0.0] * n), dtype=float)
     over = np.flatnonzero(wait > synthesis)
     if over.size:
-        line = _data_lines(rows)[over[0]]
+        first = over[0]
         raise RecordingError(
-            f"trace {path} line {line}: synthesis_wait_s must not exceed synthesis_s (it is "
-            f"the part of it spent waiting for a worker), got {wait[over[0]]:g} of "
-            f"{synthesis[over[0]]:g}"
+            f"trace {path} line {lines[first]}: synthesis_wait_s must not exceed synthesis_s (it "
+            f"is the part of it spent waiting for a worker), got {wait[first]:g} of "
+            f"{synthesis[first]:g}"
         )
     recording = Recording(
         source=f"trace {path}",
@@ -279,11 +281,6 @@ def _parse_trace(path: Path, rows: list[list[str]]) -> Recording:
         wait_s=wait if "synthesis_wait_s" in values else None,
     )
     return recording._take(by_end, None)
-
-
-def _data_lines(rows: list[list[str]]) -> list[int]:
-    """The line numbers (from 1, the header's) of the trace's partitions: its non-blank rows."""
-    return [line for line, row in enumerate(rows[1:], start=2) if any(c.strip() for c in row)]
 
 
 def _cell(where: str, name: str, text: str) -> object:

@@ -44,6 +44,11 @@ class HostShape:
                 f"budget's {self.budget_bytes} (PACER_MEMORY__BUDGET_BYTES, --budget)"
             )
 
+    @property
+    def synthesis_slots(self) -> int:
+        """Syntheses that run at once: cores ÷ threads per synthesis, at least one."""
+        return max(1, self.cores // self.threads_per_synthesis)
+
     def describe(self) -> str:
         """``GPU workers 2, cores 32, threads a synthesis 1, budget 120.0 GiB, partition
         3.0 GiB``."""
@@ -74,7 +79,7 @@ def scenario_for(replay: Replay, host: HostShape, name: str = "recording") -> Sc
     (bounds, Little's law) are the replay's; its end leaves the work HORIZON_FACTOR times the
     least time it takes."""
     syn, gpu = float(np.mean(replay.synthesis_s)), float(np.mean(replay.gpu_s))
-    slots = max(1, host.cores // host.threads_per_synthesis)
+    slots = host.synthesis_slots
     least_s = max(
         float(np.sum(replay.synthesis_s)) / slots,
         float(np.sum(replay.gpu_s)) / host.workers,

@@ -90,8 +90,7 @@ def near_balance(recording: Recording, host: HostShape) -> bool:
     syn, gpu = recording.mean_synthesis_s, float(np.mean(recording.gpu_s))
     if not syn > 0 or not gpu > 0:
         return False
-    slots = max(1, host.cores // host.threads_per_synthesis)
-    return slots / syn < NEAR_BALANCE_RATIO * host.workers / gpu
+    return host.synthesis_slots / syn < NEAR_BALANCE_RATIO * host.workers / gpu
 
 
 def apply(settings: Settings, values: Mapping[str, Any]) -> Settings:
