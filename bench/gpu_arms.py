@@ -57,6 +57,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bench.gpu_service import Gaps, cpu_seconds, keep_backlog
+from bench.loop_probe import LoopProbe, idle_table
 from bench.service import quantile
 from bench.stats import interval
 from gpu.workload import GpuNttWorkload
@@ -69,7 +70,22 @@ from pacer.control.registry import build_policy
 from pacer.server import Server
 from pacer.service.lifecycle import Service
 
-ARMS = ("pi", "pi-no-queue", "pi-no-near-balance", "unpaced", "cuzk-default", "fixed")
+ARMS = (
+    "pi",
+    "pi-no-queue",
+    "pi-no-near-balance",
+    "pi-no-rate-cap",
+    "unpaced",
+    "cuzk-default",
+    "fixed",
+)
+
+
+class UncappedPI(PIController):
+    """pi without its synthesis rate cap (the token bucket), for ``pi-no-rate-cap``."""
+
+    def _rate_cap_per_s(self) -> float:
+        return math.inf
 
 
 class Fills:
@@ -138,6 +154,8 @@ def make_policy(arm: str, server: Server, slots: int) -> DispatchPolicy:
     )
     if arm == "pi-no-queue":
         return PIController(service.settings.controller, caps, clock, queue_sigmas=0.0)
+    if arm == "pi-no-rate-cap":
+        return UncappedPI(service.settings.controller, caps, clock)
     if arm == "pi-no-near-balance":
         off = service.settings.controller.model_copy(update={"near_balance_idle": 0.0})
         return PIController(off, caps, clock)
@@ -162,8 +180,9 @@ async def swap(server: Server, policy: DispatchPolicy, budget_bytes: int, drain:
 
 
 async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Syntheses,
-                  fills: Fills | None) -> dict[str, Any]:  # fmt: skip
+                  fills: Fills | None, probe: LoopProbe) -> dict[str, Any]:  # fmt: skip
     p = server.service.pipeline
+    policy = server.service.policy
     warm_until = time.perf_counter() + args.warmup
     while time.perf_counter() < warm_until:
         await asyncio.sleep(0.5)
@@ -172,13 +191,18 @@ async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Synth
     proved0, busy0 = p.proved, {g: p.busy_seconds(g) for g in p.gpus}
     cpu0 = cpu_seconds()
     inflight: list[float] = []
+    dry: list[bool] = []  # pi's token bucket empty at a sample
     ticks: list[tuple[float, int]] = [(0.0, proved0)]
     while time.perf_counter() - started < args.seconds:
         await asyncio.sleep(0.1)
         ticks.append((time.perf_counter() - started, p.proved))
         inflight.append(p.inflight_bytes / 2**30)
+        if isinstance(policy, PIController):
+            dry.append(policy._rate.tokens < 1)
         await keep_backlog(server, args.partitions)
     ended = time.perf_counter()
+    processes = server.service.plan.caps.synthesis_concurrency
+    queue = policy.synthesis_queue() if isinstance(policy, PIController) else 0
     busy1, proved1 = {g: p.busy_seconds(g) for g in p.gpus}, p.proved
     elapsed = ended - started
     cpu1 = cpu_seconds()
@@ -206,7 +230,9 @@ async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Synth
         "queue_s": queue_mean,
         "compute_s": fill_mean,
         "wait_s": max(0.0, syn_mean - fill_mean),
-    }
+        "tokens_dry": statistics.fmean(dry) if dry else 0.0,
+        "queue_allowed": queue,
+    } | probe.summary(started, ended, processes, queue)
 
 
 def round_order(arms: list[str], round_: int, rotate: bool) -> list[str]:
@@ -249,6 +275,8 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
     await server.start()
     workload = server.service.workload
     fills = Fills(workload) if isinstance(workload, GpuNttWorkload) else None  # else: no split
+    probe = LoopProbe(server.service.pipeline, server.service.pipeline.calls.workload)
+    probe.start()
     budget = server.service.pipeline.budget_bytes
     partition = server.service.plan.partition_bytes
     print(f"[{processes}] ready in {time.perf_counter() - began:.1f} s", file=sys.stderr)
@@ -269,7 +297,7 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
                 slots = max(1, math.ceil(pi_gib * 2**30 / partition - 1e-9))
             policy = make_policy(arm, server, slots)
             drain_s = await swap(server, policy, slots * partition, args.drain)
-            row = await measure(args, server, arm, obs, fills)
+            row = await measure(args, server, arm, obs, fills, probe)
             row |= {"processes": processes, "round": round_, "drain_s": drain_s,
                     "budget_gib": slots * partition / 2**30}  # fmt: skip
             if arm == "pi":
@@ -277,10 +305,13 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
             results.append(row)
             print(f"[{processes}] round {round_} {arm}: {row['partitions_per_s']:.2f}/s, busy "
                   f"{row['busy']:.3f}, in flight {row['inflight_gib_mean']:.1f} GiB, synthesis "
-                  f"{row['synthesis_s']:.3f} s (wait {row['wait_s']:.3f})",
+                  f"{row['synthesis_s']:.3f} s (wait {row['wait_s']:.3f}), threads busy "
+                  f"{row['thread_busy']:.3f}, short {row['short']:.3f}, loop late p99 "
+                  f"{row['loop_lag_p99_ms']:.1f} ms, tokens dry {row['tokens_dry']:.2f}",
                   file=sys.stderr)  # fmt: skip
             save(results, args.json)
     server.service.pipeline.hold(True)
+    await probe.stop()
     await server.shutdown()
 
 
@@ -364,6 +395,12 @@ def by_round(results: list[dict[str, Any]], markdown: bool = False) -> str:
     return render(headers, rows, markdown=markdown)
 
 
+def report(results: list[dict[str, Any]], markdown: bool) -> str:
+    """The three tables: `summary`, `by_round` and where the processes idle (`idle_table`)."""
+    tables = (summary, by_round, idle_table)
+    return "\n\n".join(table(results, markdown) for table in tables)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -392,7 +429,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.summary is not None:
         saved = json.loads(args.summary.read_text())
-        print(summary(saved, args.markdown) + "\n\n" + by_round(saved, args.markdown))
+        print(report(saved, args.markdown))
         return 0
     unknown = set(args.arms.split(",")) - set(ARMS)
     if unknown:
@@ -402,7 +439,7 @@ def main() -> int:
     results: list[dict[str, Any]] = []
     for processes in (int(n) for n in args.processes.split(",")):
         uvloop.run(run_size(args, processes, results))
-    print(summary(results, args.markdown) + "\n\n" + by_round(results, args.markdown))
+    print(report(results, args.markdown))
     return 0
 
 
