@@ -20,7 +20,8 @@ the arms differ only by their policy, and the order spreads any drift of the hos
 Arms: ``pi`` (pacer's controller: a queue in front of the synthesis processes);
 ``pi-no-queue`` (pi with no queue: at most one synthesis a process); ``pi-no-near-balance`` (pi
 with ``NEAR_BALANCE_IDLE`` 0: the setpoint not raised where synthesis keeps up barely or not at
-all); ``unpaced``;
+all); ``pi-no-rate-cap`` (pi without its synthesis rate cap); ``pi-slots-cap`` (pi with its
+rate cap from the processes' own time, without the wait in front of them); ``unpaced``;
 ``cuzk-default`` (cuzk's dispatcher, pacer off, 18 synthesis workers); ``fixed`` (cuzk's
 dispatcher, pacer off, ``max_parallel_synthesis`` = the processes: a fixed concurrency tuned to
 the host) at equal memory: its budget is the mean in flight of the last ``pi`` run before it,
@@ -75,6 +76,7 @@ ARMS = (
     "pi-no-queue",
     "pi-no-near-balance",
     "pi-no-rate-cap",
+    "pi-slots-cap",
     "unpaced",
     "cuzk-default",
     "fixed",
@@ -86,6 +88,18 @@ class UncappedPI(PIController):
 
     def _rate_cap_per_s(self) -> float:
         return math.inf
+
+
+class SlotsCappedPI(PIController):
+    """pi whose rate cap counts the synthesis processes' own time, not the queue's wait:
+    (cap + ends bunched) ÷ (T̂syn × the processes' busy share), for ``pi-slots-cap``."""
+
+    def _rate_cap_per_s(self) -> float:
+        rate = self._pacing.model.slots_rate()
+        if rate <= 0:
+            return math.inf
+        slots = self._caps.synthesis_concurrency
+        return rate * (slots + self._bunched) / slots
 
 
 class Fills:
@@ -156,6 +170,8 @@ def make_policy(arm: str, server: Server, slots: int) -> DispatchPolicy:
         return PIController(service.settings.controller, caps, clock, queue_sigmas=0.0)
     if arm == "pi-no-rate-cap":
         return UncappedPI(service.settings.controller, caps, clock)
+    if arm == "pi-slots-cap":
+        return SlotsCappedPI(service.settings.controller, caps, clock)
     if arm == "pi-no-near-balance":
         off = service.settings.controller.model_copy(update={"near_balance_idle": 0.0})
         return PIController(off, caps, clock)
