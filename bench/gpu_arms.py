@@ -20,8 +20,9 @@ the arms differ only by their policy, and the order spreads any drift of the hos
 Arms: ``pi`` (pacer's controller: a queue in front of the synthesis processes);
 ``pi-no-queue`` (pi with no queue: at most one synthesis a process); ``pi-no-near-balance`` (pi
 with ``NEAR_BALANCE_IDLE`` 0: the setpoint not raised where synthesis keeps up barely or not at
-all); ``pi-no-rate-cap`` (pi without its synthesis rate cap); ``pi-slots-cap`` (pi with its
-rate cap from the processes' own time, without the wait in front of them); ``unpaced``;
+all); ``pi-no-rate-cap`` (pi without its synthesis rate cap); ``pi-unmeasured`` (pi that does
+not hear how a synthesis's time divides: its rate cap and queue from T̂syn alone, as before
+D200); ``unpaced``;
 ``cuzk-default`` (cuzk's dispatcher, pacer off, 18 synthesis workers); ``fixed`` (cuzk's
 dispatcher, pacer off, ``max_parallel_synthesis`` = the processes: a fixed concurrency tuned to
 the host) at equal memory: its budget is the mean in flight of the last ``pi`` run before it,
@@ -66,7 +67,7 @@ from pacer.cli.table import render
 from pacer.config import Settings
 from pacer.control.baselines import CuzkPacer
 from pacer.control.controller import PIController
-from pacer.control.policy import DispatchPolicy
+from pacer.control.policy import DispatchPolicy, SynthesisParts
 from pacer.control.registry import build_policy
 from pacer.server import Server
 from pacer.service.lifecycle import Service
@@ -76,7 +77,7 @@ ARMS = (
     "pi-no-queue",
     "pi-no-near-balance",
     "pi-no-rate-cap",
-    "pi-slots-cap",
+    "pi-unmeasured",
     "unpaced",
     "cuzk-default",
     "fixed",
@@ -90,16 +91,12 @@ class UncappedPI(PIController):
         return math.inf
 
 
-class SlotsCappedPI(PIController):
-    """pi whose rate cap counts the synthesis processes' own time, not the queue's wait:
-    (cap + ends bunched) ÷ (T̂syn × the processes' busy share), for ``pi-slots-cap``."""
+class UnmeasuredPI(PIController):
+    """pi that does not hear how a synthesis's time divides, for ``pi-unmeasured``: its rate
+    cap and its queue in front of the processes from T̂syn alone, as before D200."""
 
-    def _rate_cap_per_s(self) -> float:
-        rate = self._pacing.model.slots_rate()
-        if rate <= 0:
-            return math.inf
-        slots = self._caps.synthesis_concurrency
-        return rate * (slots + self._bunched) / slots
+    def observe_synthesis(self, seconds: float, parts: SynthesisParts | None = None) -> None:
+        super().observe_synthesis(seconds)
 
 
 class Fills:
@@ -170,8 +167,8 @@ def make_policy(arm: str, server: Server, slots: int) -> DispatchPolicy:
         return PIController(service.settings.controller, caps, clock, queue_sigmas=0.0)
     if arm == "pi-no-rate-cap":
         return UncappedPI(service.settings.controller, caps, clock)
-    if arm == "pi-slots-cap":
-        return SlotsCappedPI(service.settings.controller, caps, clock)
+    if arm == "pi-unmeasured":
+        return UnmeasuredPI(service.settings.controller, caps, clock)
     if arm == "pi-no-near-balance":
         off = service.settings.controller.model_copy(update={"near_balance_idle": 0.0})
         return PIController(off, caps, clock)

@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from enum import Enum
 
-from pacer.control.policy import Decision, Mode, Observation
+from pacer.control.policy import Decision, Mode, Observation, SynthesisParts
 
 
 def _memory_room(obs: Observation, memory_slots: int) -> int:
@@ -48,7 +48,7 @@ class _Counting:
     def observe_gpu_service(self, seconds: float) -> None:
         pass
 
-    def observe_synthesis(self, seconds: float) -> None:
+    def observe_synthesis(self, seconds: float, parts: SynthesisParts | None = None) -> None:
         pass
 
     def observe_synthesis_failure(self, elapsed_s: float) -> None:
@@ -254,7 +254,7 @@ class CuzkPacer:
         self._gpu_total_s += seconds
         self._gpu_permit = True
 
-    def observe_synthesis(self, seconds: float) -> None:
+    def observe_synthesis(self, seconds: float, parts: SynthesisParts | None = None) -> None:
         pass  # cuzk's synthesis EMA is only logged
 
     # -- the loop ----------------------------------------------------------------------

@@ -35,7 +35,7 @@ from pacer.control.bootstrap import Bootstrap
 from pacer.control.estimates import Estimates, Estimator
 from pacer.control.live_floor import older_than
 from pacer.control.pacing import Pacing
-from pacer.control.policy import Caps, Decision, Mode, Observation, Terms
+from pacer.control.policy import Caps, Decision, Mode, Observation, SynthesisParts, Terms
 from pacer.control.rate_dispatch import QUEUE_SIGMAS, RateDispatch
 from pacer.control.worker_hold import WorkerHold
 
@@ -133,8 +133,12 @@ class PIController:
         """One partition's GPU service time (s), start of H2D to end of its last kernel."""
         self._est.observe_gpu_service(seconds)
 
-    def observe_synthesis(self, seconds: float) -> None:
-        """One partition's synthesis duration (s), dispatch to ready."""
+    def observe_synthesis(self, seconds: float, parts: SynthesisParts | None = None) -> None:
+        """One partition's synthesis duration (s), dispatch to ready; ``parts``, where the
+        host measures them: how much of it the synthesis ran, and the hand-off
+        (`pacer.control.handoff`). Raises ValueError for parts that do not fit ``seconds``."""
+        if parts is not None:
+            self._pacing.model.handoff.observe(seconds, parts)
         self._est.observe_synthesis(seconds, self._clock())
 
     def observe_synthesis_failure(self, elapsed_s: float) -> None:
@@ -266,10 +270,12 @@ class PIController:
         # T̂syn runs from dispatch, so it holds the queue's wait: the queue counts in the cap.
         # So do the ends that bunch up, queue or not: at the mean rate alone the bucket runs
         # dry where synthesis bounds, and slots freed together wait for tokens (D193).
-        syn = self._est.synthesis_s
-        if not syn or syn <= 0:
+        # The processes' own time, where measured: the hand-off and the queue's wait are no
+        # cores' work, and a cap that counted them would run below the processes' rate (D200).
+        process_s = self._pacing.model.process_s()
+        if process_s <= 0:
             return math.inf
-        return (self._caps.synthesis_concurrency + self._bunched) / syn
+        return (self._caps.synthesis_concurrency + self._bunched) / process_s
 
     # -- bootstrap and re-bootstrap -------------------------------------------------------
 

@@ -11,6 +11,7 @@ import math
 
 from pacer.config import ControllerSettings
 from pacer.control.estimates import Estimator
+from pacer.control.handoff import Handoff
 from pacer.control.occupancy import Occupancy
 from pacer.control.policy import Caps
 from pacer.control.rate_dispatch import QUEUE_SIGMAS, executor_queue
@@ -45,6 +46,7 @@ class Model:
         self.caps = caps  # the host's synthesis slots and memory; None: unknown
         self.queue_sigmas = queue_sigmas
         self.occupancy = Occupancy()
+        self.handoff = Handoff()  # how the synthesis time divides, where the host measures it
         self._key: tuple[int, int, int] | None = None
         self._cache = (1.0, settings.target_ready)
 
@@ -81,20 +83,38 @@ class Model:
             slots = self.caps.synthesis_concurrency
             self.occupancy.observe(now, synthesizing=synthesizing, processes=slots, tau_s=tau)
 
+    def process_s(self) -> float:
+        """The synthesis processes' own time a synthesis (s): T̂syn × the share of it spent on
+        a synthesis thread, where the host measures it (`Handoff.process_share`), else T̂syn;
+        0 while T̂syn is unknown."""
+        syn = self.estimator.synthesis_s
+        if not syn or syn <= 0:
+            return 0.0
+        return syn * (self.handoff.process_share or 1.0)
+
     def slots_rate(self) -> float:
         """Partitions a second the synthesis slots finish with every one busy: slots ÷ the
-        slots' own time a synthesis, T̂syn × `Occupancy.busy_share` (T̂syn holds the wait in
-        front of them); 0 while T̂syn or the caps are unknown."""
+        slots' own time a synthesis, T̂syn × the share of it spent in a process: as measured
+        (`Handoff.process_share`), else `Occupancy.busy_share` (T̂syn holds the wait in front
+        of them and the hand-off); 0 while T̂syn or the caps are unknown."""
         syn, caps = self.estimator.synthesis_s, self.caps
         if not syn or syn <= 0 or caps is None:
             return 0.0
-        return caps.synthesis_concurrency / (syn * self.occupancy.busy_share)
+        share = self.handoff.process_share or self.occupancy.busy_share
+        return caps.synthesis_concurrency / (syn * share)
 
     def synthesis_queue(self) -> int:
-        """Partitions allowed to wait in front of the synthesis processes: `ends_bunched`; 0
-        where a synthesis beyond the cap would share the cores instead of waiting
+        """Partitions allowed to wait in front of the synthesis processes: `executor_queue` of
+        the spread of synthesis times and of the partitions the hand-off keeps on their way
+        (the slots' rate × `Handoff.trip_s`); 0 while T̂syn or the caps are unknown, and where
+        a synthesis beyond the cap would share the cores instead of waiting
         (``Caps.synthesis_queue``)."""
-        return self.ends_bunched() if self.caps and self.caps.synthesis_queue else 0
+        syn, caps = self.estimator.synthesis_s, self.caps
+        if not syn or syn <= 0 or caps is None or not caps.synthesis_queue:
+            return 0
+        in_transit = self.slots_rate() * self.handoff.trip_s
+        return executor_queue(caps.synthesis_concurrency, self.estimator.synthesis_cv,
+                              self.queue_sigmas, in_transit)  # fmt: skip
 
     def ends_bunched(self) -> int:
         """How far the synthesis slots' ends may run ahead of their mean count over one

@@ -154,6 +154,19 @@ class Caps:
         )
 
 
+class SynthesisParts(NamedTuple):
+    """How one synthesis's time (dispatch to ready) divides, in seconds.
+
+    ``compute_s``: on its synthesis thread; ``back_s``: from its end until the service heard
+    of it; ``out_s``: from its dispatch until a thread took it, given only where a thread was
+    free at the dispatch (else None: the time holds a wait for a thread as well).
+    """
+
+    compute_s: float
+    back_s: float
+    out_s: float | None = None
+
+
 class Terms(NamedTuple):
     """The controller's last computation, for metrics, status and plots."""
 
@@ -204,7 +217,10 @@ class DispatchPolicy(Protocol):
 
     def observe_gpu_service(self, seconds: float) -> None: ...
 
-    def observe_synthesis(self, seconds: float) -> None: ...
+    def observe_synthesis(self, seconds: float, parts: SynthesisParts | None = None) -> None:
+        """A synthesis was ready ``seconds`` after its dispatch; ``parts``: how that time
+        divides, where the host measures it (`SynthesisParts`)."""
+        ...
 
     def observe_synthesis_failure(self, elapsed_s: float) -> None:
         """A synthesis failed or timed out ``elapsed_s`` after its dispatch."""

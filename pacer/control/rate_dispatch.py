@@ -18,27 +18,33 @@ from pacer.control.policy import Caps, Decision, Observation
 QUEUE_SIGMAS = 2.0  # the queue covers this many standard deviations of bunched ends
 
 
-def executor_queue(processes: int, cv: float, sigmas: float) -> int:
+def executor_queue(processes: int, cv: float, sigmas: float, in_transit: float = 0.0) -> int:
     """Partitions to keep waiting in front of ``processes`` synthesis processes, so that a
-    process that ends finds its next partition there (docs/decisions/controller.md, D168).
+    process that ends finds its next partition there (docs/decisions/controller.md, D168,
+    D200).
 
-    One covers the hand-off (a dispatch reaches the executor some milliseconds after a
-    synthesis ends); ``sigmas`` standard deviations of the ends that bunch up cover the rest:
-    over one synthesis time, ``processes`` renewals whose durations spread by ``cv`` (standard
-    deviation over mean) end ``cv·√processes`` apart from their mean count. At most one for
-    each process; none where ``sigmas`` is 0. Raises ValueError for a negative input.
+    The hand-off is covered by the partitions it keeps on their way, ``in_transit`` (the
+    processes' rate × the trip from a synthesis's end through the service to the next
+    dispatch's arrival), rounded up, at least one; ``sigmas`` standard deviations of the ends
+    that bunch up cover the rest: over one synthesis time, ``processes`` renewals whose
+    durations spread by ``cv`` (standard deviation over mean) end ``cv·√processes`` apart from
+    their mean count. At most one for each process; none where ``sigmas`` is 0. Raises
+    ValueError for a negative input.
 
     >>> executor_queue(16, 0.2, 2.0), executor_queue(16, 1.3, 2.0), executor_queue(16, 0.2, 0)
     (3, 12, 0)
+    >>> executor_queue(8, 0.05, 2.0, in_transit=2.4)  # 8 a second, a 0.3 s hand-off
+    4
     """
-    if processes < 1 or cv < 0 or sigmas < 0:
+    if processes < 1 or cv < 0 or sigmas < 0 or in_transit < 0:
         raise ValueError(
-            f"executor_queue needs processes >= 1, cv >= 0 and sigmas >= 0, got "
-            f"{processes}, {cv}, {sigmas}"
+            f"executor_queue needs processes >= 1 and cv, sigmas and in_transit >= 0, got "
+            f"{processes}, {cv}, {sigmas}, {in_transit}"
         )
     if sigmas == 0:
         return 0
-    return min(processes, 1 + math.ceil(sigmas * cv * math.sqrt(processes)))
+    handoff = max(1, math.ceil(in_transit - 1e-9))
+    return min(processes, handoff + math.ceil(sigmas * cv * math.sqrt(processes)))
 
 
 class RateDispatch:

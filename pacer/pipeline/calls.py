@@ -41,6 +41,7 @@ class PoolCalls:
         # Daemon threads nothing joins: a hung synthesis or verification must not keep the
         # process alive at exit, and the pool replaces a thread stuck in an abandoned call.
         self._pool = DaemonPool(threads, "pacer-synth")
+        self._threads = threads
         self._running: set[Running] = set()
         self.synthesizing = 0
         self.verifying = 0
@@ -61,15 +62,18 @@ class PoolCalls:
         return tuple(max(0.0, now - at) for at in oldest)
 
     def synthesize(self, work: Work) -> None:
+        work.thread_free = self.synthesizing + self.verifying < self._threads
         self.synthesizing += 1
         self._synthesis_started[id(work)] = work.dispatched_at
         self._submit(Running("synthesis", work, work.dispatched_at), self._on_synthesized,
                      self._synthesize, work)  # fmt: skip
 
     def _synthesize(self, work: Work) -> Any:
-        """On a pool thread: note when the synthesis began, then run it."""
+        """On a pool thread: note when the synthesis began, run it, note when it ended."""
         work.synthesis_began = self._clock()
-        return self.workload.synthesize(work.spec)
+        buffers = self.workload.synthesize(work.spec)
+        work.synthesis_ended = self._clock()
+        return buffers
 
     def verify(self, work: Work, outcome: Outcome, now: float) -> None:
         self.verifying += 1

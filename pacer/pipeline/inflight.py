@@ -176,8 +176,9 @@ class InFlight(GpuReadings):
                                  error=f"synthesis failed: {exc!r}", call="synthesis"))  # fmt: skip
             return
         work.buffers = done.result()
-        work.synthesis_s = self._clock() - work.dispatched_at
-        self.controller.observe_synthesis(work.synthesis_s)
+        now = self._clock()
+        work.synthesis_s = now - work.dispatched_at
+        self.controller.observe_synthesis(work.synthesis_s, work.synthesis_parts(now))
         if self.observer is not None:
             self.observer.synthesized(work.synthesis_s, work.synthesis_wait_s)
         self.provers.put(work)

@@ -9,6 +9,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pacer.control.policy import SynthesisParts
 from pacer.pipeline.attempts import Call
 from pacer.runtime.threads import CallState
 from pacer.workload import PartitionSpec, Proof
@@ -22,6 +23,8 @@ class Work:
     nbytes: int
     dispatched_at: float = 0.0
     synthesis_began: float | None = None  # when a synthesis worker took it (clock seconds)
+    synthesis_ended: float | None = None  # when its synthesis returned, on that worker
+    thread_free: bool = False  # a synthesis worker was free at its dispatch
     synthesis_s: float = 0.0  # from dispatch to ready: the wait for a worker and the work
     buffers: Any = None
     verify: bool = False  # chosen at dispatch, so proving can keep what verification reads
@@ -33,6 +36,16 @@ class Work:
         if self.synthesis_began is None:
             return 0.0
         return max(0.0, self.synthesis_began - self.dispatched_at)
+
+    def synthesis_parts(self, now: float) -> SynthesisParts | None:
+        """How its synthesis time divides (`SynthesisParts`), heard of at ``now``: on its
+        worker, back to the service, and out to the worker where one was free at the
+        dispatch; None before its synthesis returned."""
+        if self.synthesis_began is None or self.synthesis_ended is None:
+            return None
+        out = self.synthesis_wait_s if self.thread_free else None
+        return SynthesisParts(compute_s=max(0.0, self.synthesis_ended - self.synthesis_began),
+                              back_s=max(0.0, now - self.synthesis_ended), out_s=out)  # fmt: skip
 
     def context(self, gpu: int | None = None) -> dict[str, object]:
         """The log record's context: job, partition and GPU."""

@@ -103,6 +103,7 @@ class Simulation:
         pools = [self.policy.synthesis_workers, None if executor is None else executor.processes]
         self._pool = min((n for n in pools if n is not None), default=None)
         self._handoff_s = 0.0 if executor is None else executor.handoff_s
+        self._parts = executor is not None  # the policy hears how each synthesis's time divides
         self._hangs = [(h.at_s, h.fails_after_s) for h in scenario.synthesis.hangs]
         self._state = RunState(scenario.gpu.workers, total)
         self._events = EventQueue()
@@ -204,9 +205,10 @@ class Simulation:
         """Syntheses whose work is done join the ready queue; waiting ones take their workers."""
         s, now = self._state, self.clock.now
         while s.running and s.running[0][0] <= s.work_done + 1e-9:
-            _, number, pid, _ = heapq.heappop(s.running)
+            _, number, pid, began = heapq.heappop(s.running)
             s.ready.append(pid)
-            self.policy.observe_synthesis(now - s.started.pop(number))  # from its dispatch
+            seconds, parts = s.ended(number, began, now)  # from its dispatch
+            self.policy.observe_synthesis(seconds, parts if self._parts else None)
         while s.queued and self._pool is not None and s.on_workers < self._pool:
             pid, number = s.queued.popleft()
             self._start_synthesis(pid, number)
@@ -272,7 +274,7 @@ class Simulation:
     def _on_hang_failure(self, event: Event) -> bool:
         s = self._state
         pid, since = s.hung.pop(event.arg)
-        del s.started[event.arg]
+        s.forget(event.arg)
         s.inflight -= 1
         s.backlog.appendleft(pid)
         self.policy.observe_synthesis_failure(event.t - since)
@@ -284,7 +286,7 @@ class Simulation:
             victim = min(range(len(s.running)), key=lambda i: s.running[i][3])
             _, number, pid, since = s.running.pop(victim)
             heapq.heapify(s.running)
-            del s.started[number]
+            s.forget(number)
             s.inflight -= 1
             s.backlog.appendleft(pid)
             self.policy.observe_synthesis_failure(event.t - since)
@@ -358,6 +360,7 @@ class Simulation:
         s = self._state
         if self._pool is not None and s.on_workers >= self._pool:
             s.queued.append((pid, number))
+            s.waited.add(number)
         else:
             self._start_synthesis(pid, number)
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from pacer.control.policy import AgesView, Observation
+from pacer.control.policy import AgesView, Observation, SynthesisParts
 
 
 class EventKind(IntEnum):
@@ -116,6 +116,7 @@ class RunState:
     # Syntheses dispatched and not ended, failed or timed out: number → dispatch time, in order.
     started: OrderedDict[int, float] = field(default_factory=OrderedDict)
     queued: deque[tuple[int, int]] = field(default_factory=deque)  # (partition, number)
+    waited: set[int] = field(default_factory=set)  # numbers that waited for a process
     hung: dict[int, tuple[int, float]] = field(default_factory=dict)  # number → (pid, start)
     handing_off: int = 0  # dispatched, not yet at the synthesis processes
     dispatches: int = 0
@@ -151,6 +152,20 @@ class RunState:
     def start_synthesis(self, pid: int, number: int, work: float, now: float) -> None:
         """Start synthesis number ``number`` of partition ``pid``: ``work`` seconds alone."""
         heapq.heappush(self.running, (self.work_done + work, number, pid, now))
+
+    def ended(self, number: int, began: float, now: float) -> tuple[float, SynthesisParts]:
+        """Synthesis ``number``, begun on a process at ``began``, ended at ``now``: seconds
+        from its dispatch, and how they divide (its trip out known only where it did not
+        wait for a process; nothing comes back through an event loop here)."""
+        dispatched = self.started.pop(number)
+        out = None if number in self.waited else began - dispatched
+        self.forget(number)
+        return now - dispatched, SynthesisParts(compute_s=now - began, back_s=0.0, out_s=out)
+
+    def forget(self, number: int) -> None:
+        """Synthesis ``number`` ended, failed or timed out."""
+        self.started.pop(number, None)
+        self.waited.discard(number)
 
     def synthesis_ages(self, now: float) -> tuple[float, ...]:
         """Ages of the oldest syntheses running, oldest first (s)."""

@@ -39,7 +39,7 @@ def test_the_queue_grows_with_the_spread_and_none_is_kept_at_zero_sigmas() -> No
 def test_a_queue_of_nonsense_is_refused_naming_the_rule(
     processes: int, cv: float, sigmas: float
 ) -> None:
-    with pytest.raises(ValueError, match="processes >= 1, cv >= 0 and sigmas >= 0"):
+    with pytest.raises(ValueError, match="processes >= 1 and cv, sigmas and in_transit >= 0"):
         executor_queue(processes, cv, sigmas)
 
 

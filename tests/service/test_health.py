@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pacer.config import Settings
-from pacer.control.policy import Decision, DispatchPolicy, Mode, Observation
+from pacer.control.policy import Decision, DispatchPolicy, Mode, Observation, SynthesisParts
 from pacer.server import Server
 from pacer.service.lifecycle import Service
 from pacer.workload import NoopWorkload, PartitionSpec
@@ -59,7 +59,7 @@ class FailsFirstDecision:
     def observe_gpu_service(self, seconds: float) -> None:
         self.inner.observe_gpu_service(seconds)
 
-    def observe_synthesis(self, seconds: float) -> None:
+    def observe_synthesis(self, seconds: float, parts: SynthesisParts | None = None) -> None:
         self.inner.observe_synthesis(seconds)
 
     def observe_synthesis_failure(self, elapsed_s: float) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from pacer.config import ControllerSettings, Settings
 from pacer.control.baselines import FixedConcurrency, Unpaced
-from pacer.control.policy import Caps, Decision, Mode, Observation
+from pacer.control.policy import Caps, Decision, Mode, Observation, SynthesisParts
 from pacer.control.registry import build_policy
 from pacer.sim.engine import Replay, Simulation, VirtualClock
 from pacer.sim.report import summarize
@@ -58,7 +58,7 @@ class Recorder:
         self.failures: list[float] = []
         self.observations: list[Observation] = []
 
-    def observe_synthesis(self, seconds: float) -> None:
+    def observe_synthesis(self, seconds: float, parts: SynthesisParts | None = None) -> None:
         self.synthesis.append(seconds)
 
     def observe_gpu_service(self, seconds: float) -> None:

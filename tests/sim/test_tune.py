@@ -13,7 +13,7 @@ import pytest
 
 from bench.tune_trace import HOST, trace
 from pacer.config import ControllerSettings, Settings
-from pacer.control.policy import Decision, Mode, Observation
+from pacer.control.policy import Decision, Mode, Observation, SynthesisParts
 from pacer.journal.records import PartitionResult
 from pacer.journal.sqlite import SqliteJournal
 from pacer.sim.engine import Replay, Simulation
@@ -269,7 +269,7 @@ class OneAtATime:
     def observe_gpu_service(self, seconds: float) -> None:
         pass
 
-    def observe_synthesis(self, seconds: float) -> None:
+    def observe_synthesis(self, seconds: float, parts: SynthesisParts | None = None) -> None:
         pass
 
     def observe_synthesis_failure(self, elapsed_s: float) -> None:
