@@ -7,7 +7,7 @@ import pytest
 from pacer.config import ControllerSettings
 from pacer.control.controller import PIController
 from pacer.control.estimates import Estimates
-from pacer.control.policy import Caps, Observation
+from pacer.control.policy import Caps, Observation, SynthesisParts
 from pacer.control.rate_dispatch import executor_queue
 from tests.conftest import FakeClock
 
@@ -71,3 +71,45 @@ def test_with_every_process_busy_pi_dispatches_the_queue_and_no_more(
     # is one: T̂syn runs from dispatch and holds its wait.
     assert c.ends_bunched() == bunched
     assert c.terms.rate_cap_per_s == pytest.approx((16 + bunched) / 1.4, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("in_transit", "queue"), [(0.0, 2), (0.4, 2), (1.0, 2), (2.4, 4), (4.8, 6), (30.0, 8)]
+)
+def test_the_queue_covers_what_the_hand_off_keeps_on_its_way(in_transit: float, queue: int) -> None:
+    # 8 processes, cv 0.05: one for the bunched ends, and the partitions in transit rounded
+    # up (at least one); at most one a process.
+    assert executor_queue(8, 0.05, 2.0, in_transit) == queue
+
+
+def eight_processes(clock: FakeClock) -> PIController:
+    # GPUs that prove 12.5 a second fed by 8 processes: synthesis bounds.
+    warm = Estimates(gpu_service_s=0.16, synthesis_s=1.3, synthesis_sd_s=0.05)
+    caps = Caps(synthesis_concurrency=8, inflight_partitions=21, synthesis_queue=True)
+    return PIController(ControllerSettings(), caps, clock, warm)
+
+
+def test_a_measured_hand_off_sizes_the_queue_and_leaves_the_rate_cap(clock: FakeClock) -> None:
+    # Each synthesis: 0.2 s out to a free thread, 1.0 s on it, 0.1 s back to the service.
+    c = eight_processes(clock)
+    busy = Observation(ready=0, synthesizing=8, gpu_busy=1, gpu_workers=2, backlog=1000)
+    c.decide(busy)
+    unmeasured = (c.synthesis_queue(), c._rate_cap_per_s())
+    for _ in range(64):
+        c.observe_synthesis(1.3, SynthesisParts(compute_s=1.0, back_s=0.1, out_s=0.2))
+    clock.advance(0.1)
+    c.decide(busy)
+    assert unmeasured == (2, pytest.approx((8 + 2) / 1.3))
+    # 8 a second for 0.3 s: 2.4 partitions on their way, 3 in the queue for them.
+    assert c.synthesis_queue() == 4
+    # The cap counts the processes' own second, not the trips: (8 + 2) ÷ 1.0 s.
+    assert c._rate_cap_per_s() == pytest.approx(10.0, rel=0.02)
+    assert c.synthesis_supply_per_s == pytest.approx(8.0, rel=0.02)
+
+
+def test_parts_longer_than_the_whole_are_refused_naming_the_rule(clock: FakeClock) -> None:
+    c = eight_processes(clock)
+    with pytest.raises(ValueError, match="add up to more than the whole"):
+        c.observe_synthesis(1.0, SynthesisParts(compute_s=1.0, back_s=0.5))
+    with pytest.raises(ValueError, match="at least 0"):
+        c.observe_synthesis(1.0, SynthesisParts(compute_s=-1.0, back_s=0.0))
