@@ -99,7 +99,8 @@ def test_a_measured_hand_off_sizes_the_queue_and_leaves_the_rate_cap(clock: Fake
         c.observe_synthesis(1.3, SynthesisParts(compute_s=1.0, back_s=0.1, out_s=0.2))
     clock.advance(0.1)
     c.decide(busy)
-    assert unmeasured == (2, pytest.approx((8 + 2) / 1.3))
+    assert unmeasured[0] == 2
+    assert unmeasured[1] == pytest.approx((8 + 2) / 1.3)
     # 8 a second for 0.3 s: 2.4 partitions on their way, 3 in the queue for them.
     assert c.synthesis_queue() == 4
     # The cap counts the processes' own second, not the trips: (8 + 2) ÷ 1.0 s.

@@ -578,22 +578,7 @@ async def test_a_partition_in_flight_is_not_queued_again(where: str) -> None:
 
 async def test_a_synthesis_that_waits_for_a_worker_reports_its_wait() -> None:
     # One synthesis thread: partition 1 waits for it while partition 0's synthesis is held.
-    workload, clock = Gated(), FakeClock()
-    done: list[Running] = []
-    calls = PoolCalls(workload, 1, clock=clock, synthesized=done.append, verified=done.append)
-    works = [Work(PartitionSpec("j", i, 1, {}), 100, dispatched_at=clock()) for i in (0, 1)]
-    for work in works:
-        calls.synthesize(work)
-    await until(lambda: works[0].synthesis_began is not None, "partition 0 begun")
-    clock.advance(0.5)
-    workload.synthesis_gate.set()
-    await until(lambda: len(done) == 2, "both synthesized")
-    assert [w.synthesis_wait_s for w in works] == [0.0, 0.5]
-
-
-async def test_a_synthesis_reports_how_its_time_divides() -> None:
-    # One synthesis thread, free for partition 0 and not for partition 1: partition 0's trip
-    # out is known, partition 1's holds its wait for the thread. Each ran 0.5 s on it.
+    # Partition 0's trip out is known (the thread was free), partition 1's holds its wait.
     workload, clock = Gated(), FakeClock()
     done: list[Running] = []
     calls = PoolCalls(workload, 1, clock=clock, synthesized=done.append, verified=done.append)
@@ -605,8 +590,10 @@ async def test_a_synthesis_reports_how_its_time_divides() -> None:
     clock.advance(0.5)
     workload.synthesis_gate.set()
     await until(lambda: len(done) == 2, "both synthesized")
+    assert [w.synthesis_wait_s for w in works] == [0.0, 0.5]
     clock.advance(0.25)  # the trip back to the service
-    first, second = (w.synthesis_parts(clock()) for w in works)
     assert [w.thread_free for w in works] == [True, False]
-    assert first == SynthesisParts(compute_s=0.5, back_s=0.25, out_s=0.0)
-    assert second == SynthesisParts(compute_s=0.0, back_s=0.25, out_s=None)
+    assert [w.synthesis_parts(clock()) for w in works] == [
+        SynthesisParts(compute_s=0.5, back_s=0.25, out_s=0.0),
+        SynthesisParts(compute_s=0.0, back_s=0.25, out_s=None),
+    ]
