@@ -59,6 +59,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bench.gpu_service import Gaps, cpu_seconds, keep_backlog
+from bench.handoff import UnmeasuredPI
 from bench.loop_probe import LoopProbe, idle_table
 from bench.service import quantile
 from bench.stats import interval
@@ -67,7 +68,7 @@ from pacer.cli.table import render
 from pacer.config import Settings
 from pacer.control.baselines import CuzkPacer
 from pacer.control.controller import PIController
-from pacer.control.policy import DispatchPolicy, SynthesisParts
+from pacer.control.policy import DispatchPolicy
 from pacer.control.registry import build_policy
 from pacer.server import Server
 from pacer.service.lifecycle import Service
@@ -89,14 +90,6 @@ class UncappedPI(PIController):
 
     def _rate_cap_per_s(self) -> float:
         return math.inf
-
-
-class UnmeasuredPI(PIController):
-    """pi that does not hear how a synthesis's time divides, for ``pi-unmeasured``: its rate
-    cap and its queue in front of the processes from T̂syn alone, as before D200."""
-
-    def observe_synthesis(self, seconds: float, parts: SynthesisParts | None = None) -> None:
-        super().observe_synthesis(seconds)
 
 
 class Fills:

@@ -51,7 +51,7 @@ def test_the_disturbances_are_shipped() -> None:
         "gpu-stall", "gpu-speedup", "synthesis-jump", "mixed-sizes", "one-partition-bursts",
         "synthesis-slower", "worker-dies", "cold-start-failure", "warm-start-elsewhere",
         "wide-host", "h200", "synthesis-slowdown-gpu-bound", "hung-syntheses", "gpu-outage",
-        "synthesis-processes",
+        "synthesis-processes", "slow-handoff",
     }  # fmt: skip
 
 

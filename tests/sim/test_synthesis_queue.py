@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from bench.handoff import UnmeasuredPI, slow_handoff_host, time_average
 from bench.near_balance import host
 from pacer.config import Settings
 from pacer.control.controller import PIController
-from pacer.control.policy import Caps, SynthesisParts
+from pacer.control.policy import Caps
 from pacer.sim.engine import PolicyFactory, RawRun, Simulation
 from pacer.sim.policies import policy_factory
 from pacer.sim.report import Report, summarize
@@ -76,14 +77,6 @@ def mean_synthesizing(run: RawRun, after_s: float) -> float:
     return time_average(run, run.trace.synthesizing, after_s)
 
 
-def time_average(run: RawRun, n: list[int], after_s: float) -> float:
-    """``n``, a count traced after each event of ``run``, time-averaged from ``after_s`` to
-    the end."""
-    t = run.trace.t
-    steps = [(t[i + 1] - t[i], n[i]) for i in range(len(t) - 1) if t[i] >= after_s]
-    return sum(dt * k for dt, k in steps) / sum(dt for dt, _ in steps)
-
-
 @pytest.mark.slow
 def test_where_heavy_tailed_syntheses_share_the_cores_every_slot_stays_busy() -> None:
     # σ 1.3 on 32 cores: the slots finish 9.8 partitions a second of the GPUs' 12.5. Their
@@ -101,29 +94,6 @@ def test_where_heavy_tailed_syntheses_share_the_cores_every_slot_stays_busy() ->
     assert runs["pi"].completed >= 1.02 * runs["before"].completed
 
 
-class PIUnmeasured(PIController):
-    """pi that does not hear how a synthesis's time divides, as before D200."""
-
-    def observe_synthesis(self, seconds: float, parts: SynthesisParts | None = None) -> None:
-        super().observe_synthesis(seconds)
-
-
-def slow_handoff_host(handoff_s: float, seed: int) -> Scenario:
-    """Eight synthesis processes on eight cores at about 1.0 s, feeding GPUs that prove 12.5
-    a second: synthesis bounds at 8 a second. Each dispatch reaches the processes
-    ``handoff_s`` after it is made."""
-    sc = load_scenario(scenario_path("synthesis-processes"))
-    assert sc.synthesis.executor is not None
-    synthesis = sc.synthesis.model_copy(update={
-        "cores": 8,
-        "executor": sc.synthesis.executor.model_copy(
-            update={"processes": 8, "handoff_s": handoff_s}
-        ),
-        "duration_s": sc.synthesis.duration_s.model_copy(update={"median": 1.0, "sigma": 0.05}),
-    })  # fmt: skip
-    return sc.model_copy(update={"duration_s": 180.0, "seed": seed, "synthesis": synthesis})
-
-
 @pytest.mark.parametrize(("handoff_s", "seed"), [(0.3, 41), (0.6, 42)])
 def test_a_hand_off_longer_than_the_gap_between_ends_is_covered_by_the_queue(
     handoff_s: float, seed: int
@@ -139,11 +109,13 @@ def test_a_hand_off_longer_than_the_gap_between_ends_is_covered_by_the_queue(
     )  # fmt: skip
     factories = {
         "pi": policy_factory("pi", sc, settings),
-        "before": lambda clock: PIUnmeasured(settings.controller, caps, clock),
+        "before": lambda clock: UnmeasuredPI(settings.controller, caps, clock),
         "unpaced": policy_factory("unpaced", sc, settings),
     }
     runs = {name: Simulation(sc, name, f).run() for name, f in factories.items()}
-    busy = {name: time_average(run, run.trace.busy, 60.0) / 2 for name, run in runs.items()}
+    busy = {
+        name: time_average(run, run.trace.busy, 60.0) / sc.gpu.workers for name, run in runs.items()
+    }
     assert busy["before"] < busy["unpaced"] - 0.02  # 8 processes keep 2 GPU workers 0.64 busy
     assert busy["pi"] >= busy["unpaced"] - 0.005
     memory = {name: time_average(run, run.trace.inflight, 60.0) for name, run in runs.items()}
