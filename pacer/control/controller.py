@@ -267,11 +267,11 @@ class PIController:
     def _rate_cap_per_s(self) -> float:
         # From the per-item synthesis duration, never from the completion rate: a cap from
         # completions tightens when dispatch slows, which slows dispatch further (collapse).
-        # T̂syn runs from dispatch, so it holds the queue's wait: the queue counts in the cap.
-        # So do the ends that bunch up, queue or not: at the mean rate alone the bucket runs
-        # dry where synthesis bounds, and slots freed together wait for tokens (D193).
-        # The processes' own time, where measured: the hand-off and the queue's wait are no
-        # cores' work, and a cap that counted them would run below the processes' rate (D200).
+        # The processes' own time where the host measures it: the hand-off and the queue's
+        # wait are no cores' work, and a cap that counted them would run below what the
+        # processes finish (D200). Unmeasured, T̂syn, which holds them. The ends that bunch
+        # up count, queue or not: at the mean rate alone the bucket runs dry where synthesis
+        # bounds, and slots freed together wait for tokens (D193).
         process_s = self._pacing.model.process_s()
         if process_s <= 0:
             return math.inf
