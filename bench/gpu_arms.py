@@ -38,8 +38,10 @@ them and back), and of that the queue alone (``queue``: until a synthesis thread
 partition, as the pipeline stamps it). Then, per size and arm, the mean of the rounds with a
 95 % interval (Student's t), and each arm's difference from ``pi`` and ``pi``'s memory in
 flight over the arm's, round by round, with their intervals; then pi's share of each arm's
-partitions/s by round, from each of the three rates (``by_round``). Writes
-``$OUT/gpu_arms.json`` (``--json``) after every run when OUT is set.
+partitions/s by round, from each of the three rates (``by_round``); then where the processes
+idle (``bench.loop_probe.idle_table``): the synthesis threads' busy share, how often fewer
+syntheses were in flight than processes, how late the event loop ran, and how often pi's rate
+cap had no token. Writes ``$OUT/gpu_arms.json`` (``--json``) after every run when OUT is set.
 """
 
 from __future__ import annotations
