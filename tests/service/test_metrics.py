@@ -69,10 +69,12 @@ async def test_synthesis_cap_appears_once_a_synthesis_time_is_known(server: Serv
     assert isinstance(server.service.policy, PIController)
     synthesis_s = server.service.policy.estimates.synthesis_s
     assert synthesis_s
-    # The cap is the last decision's, a synthesis or two behind the estimate at most; the
-    # syntheses at once count the queue in front of the synthesis threads.
+    # The cap is the last decision's, a synthesis or two behind the estimate at most: the
+    # syntheses at once and the ends that bunch up, over the threads' own time a synthesis,
+    # which the pipeline measures (the slots' rate is the syntheses at once over it).
+    policy = server.service.policy
     syntheses = server.service.plan.caps.synthesis_concurrency
-    expected = (syntheses + server.service.policy.synthesis_queue()) / synthesis_s
+    expected = (syntheses + policy.ends_bunched()) / syntheses * policy.synthesis_supply_per_s
     assert value("pacer_controller_synthesis_cap") == pytest.approx(expected, rel=0.5)
 
 
