@@ -78,7 +78,8 @@ class _StateCollector(Collector):
                 yield GaugeMetricFamily(
                     "pacer_controller_synthesis_cap",
                     "Synthesis-throughput cap on dispatch: the synthesis concurrency and the "
-                    "ends that bunch up, over the synthesis time (partitions/s)",
+                    "ends that bunch up, over the synthesis threads' own time a synthesis "
+                    "(partitions/s)",
                     value=cap,
                 )
             supply = policy.synthesis_supply_per_s
