@@ -129,14 +129,20 @@ class PIController:
         a process left out (`Model.slots_rate`); 0 until a synthesis time is known."""
         return self._pacing.model.slots_rate()
 
+    @property
+    def synthesis_handoff_s(self) -> float | None:
+        """The hand-off to and from the synthesis threads as measured (s, `Handoff.trip_s`);
+        None until measured (an engine over the protocol reports none)."""
+        handoff = self._pacing.model.handoff
+        return handoff.trip_s if handoff.known else None
+
     def observe_gpu_service(self, seconds: float) -> None:
         """One partition's GPU service time (s), start of H2D to end of its last kernel."""
         self._est.observe_gpu_service(seconds)
 
     def observe_synthesis(self, seconds: float, parts: SynthesisParts | None = None) -> None:
-        """One partition's synthesis duration (s), dispatch to ready; ``parts``, where the
-        host measures them: how much of it the synthesis ran, and the hand-off
-        (`pacer.control.handoff`). Raises ValueError for parts that do not fit ``seconds``."""
+        """One partition's synthesis duration (s), dispatch to ready, and how it divides where
+        measured (`pacer.control.handoff`). Raises ValueError for parts that do not fit."""
         if parts is not None:
             self._pacing.model.handoff.observe(seconds, parts)
         self._est.observe_synthesis(seconds, self._clock())
@@ -267,11 +273,10 @@ class PIController:
     def _rate_cap_per_s(self) -> float:
         # From the per-item synthesis duration, never from the completion rate: a cap from
         # completions tightens when dispatch slows, which slows dispatch further (collapse).
-        # The processes' own time where the host measures it: the hand-off and the queue's
-        # wait are no cores' work, and a cap that counted them would run below what the
-        # processes finish (D200). Unmeasured, T̂syn, which holds them. The ends that bunch
-        # up count, queue or not: at the mean rate alone the bucket runs dry where synthesis
-        # bounds, and slots freed together wait for tokens (D193).
+        # The processes' own time where measured, else T̂syn: the hand-off and the queue's
+        # wait are no cores' work, and would hold the cap below what the processes finish
+        # (D200). The ends that bunch up count: at the mean rate alone the bucket runs dry
+        # where synthesis bounds, and slots freed together wait for tokens (D193).
         process_s = self._pacing.model.process_s()
         if process_s <= 0:
             return math.inf

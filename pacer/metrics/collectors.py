@@ -82,6 +82,20 @@ class _StateCollector(Collector):
                     "(partitions/s)",
                     value=cap,
                 )
+                yield GaugeMetricFamily(
+                    "pacer_controller_synthesis_queue",
+                    "Partitions allowed to wait in front of the synthesis processes, for the "
+                    "hand-off and the ends that bunch up",
+                    value=policy.synthesis_queue(),
+                )
+            handoff = policy.synthesis_handoff_s
+            if handoff is not None:  # absent until the pipeline measured a synthesis
+                yield GaugeMetricFamily(
+                    "pacer_controller_synthesis_handoff_seconds",
+                    "Hand-off between the service and its synthesis threads: the trip out to a "
+                    "free thread and back to the event loop, as measured (s)",
+                    value=handoff,
+                )
             supply = policy.synthesis_supply_per_s
             if supply > 0:  # absent until a synthesis time is known
                 yield GaugeMetricFamily(

@@ -65,6 +65,7 @@ async def test_metrics_follow_the_work(server: Server) -> None:
 async def test_synthesis_cap_appears_once_a_synthesis_time_is_known(server: Server) -> None:
     value = server.service.registry.get_sample_value
     assert value("pacer_controller_synthesis_cap") is None  # a fresh journal: no estimate yet
+    assert value("pacer_controller_synthesis_handoff_seconds") is None
     await run_job(server, 6)
     assert isinstance(server.service.policy, PIController)
     synthesis_s = server.service.policy.estimates.synthesis_s
@@ -76,6 +77,11 @@ async def test_synthesis_cap_appears_once_a_synthesis_time_is_known(server: Serv
     syntheses = server.service.plan.caps.synthesis_concurrency
     expected = (syntheses + policy.ends_bunched()) / syntheses * policy.synthesis_supply_per_s
     assert value("pacer_controller_synthesis_cap") == pytest.approx(expected, rel=0.5)
+    # The pipeline measured the hand-off; the queue covers it and the bunched ends.
+    handoff = value("pacer_controller_synthesis_handoff_seconds")
+    assert handoff is not None
+    assert handoff == pytest.approx(policy.synthesis_handoff_s)
+    assert value("pacer_controller_synthesis_queue") == policy.synthesis_queue() >= 1
 
 
 async def test_synthesis_supply_appears_once_a_synthesis_time_is_known(server: Server) -> None:
