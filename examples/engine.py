@@ -149,10 +149,13 @@ class Engine:
     async def _synthesize(self, name: str, dispatched: float) -> None:
         async with self._slots:
             await self.advisor.event("synthesis_started", partition=name)
+            began = time.monotonic()
             median = self.model.synthesis_s
             await asyncio.sleep(self._random.lognormvariate(0, self.model.sigma) * median)
-        took = time.monotonic() - dispatched
-        await self.advisor.event("synthesis_ready", partition=name, synthesis_s=took)
+        ended = time.monotonic()
+        took = ended - dispatched
+        await self.advisor.event("synthesis_ready", partition=name, synthesis_s=took,
+                                 compute_s=ended - began)  # fmt: skip
         self._ready.put_nowait((name, took))
 
     async def _gpu(self, worker: int) -> None:

@@ -32,46 +32,54 @@ class Handoff:
     SAMPLES = 64  # the means weigh about this many of the latest syntheses
 
     def __init__(self) -> None:
-        self._seconds = 0.0
-        self._compute = 0.0
-        self._back = 0.0
-        self._out = 0.0
-        self._count = 0
-        self._outs = 0
+        self._seconds = _Mean()
+        self._compute = _Mean()
+        self._back = _Mean()
+        self._out = _Mean()
 
     def observe(self, seconds: float, parts: SynthesisParts) -> None:
         """Take in one synthesis: ``seconds`` from dispatch to ready, divided as ``parts``.
         Raises ValueError for a negative part, or parts that add up to more than
         ``seconds`` (beyond a millisecond of clock skew)."""
-        out = parts.out_s or 0.0
-        if min(seconds, parts.compute_s, parts.back_s, out) < 0:
+        back, out = parts.back_s or 0.0, parts.out_s or 0.0
+        if min(seconds, parts.compute_s, back, out) < 0:
             raise ValueError(f"durations must be at least 0, got {seconds} and {parts}")
-        if parts.compute_s + parts.back_s + out > seconds + 1e-3:
+        if parts.compute_s + back + out > seconds + 1e-3:
             raise ValueError(f"the parts {parts} add up to more than the whole {seconds} s")
-        self._count += 1
-        weight = 1 / min(self._count, self.SAMPLES)
-        self._seconds += weight * (seconds - self._seconds)
-        self._compute += weight * (parts.compute_s - self._compute)
-        self._back += weight * (parts.back_s - self._back)
+        self._seconds.add(seconds, self.SAMPLES)
+        self._compute.add(parts.compute_s, self.SAMPLES)
+        if parts.back_s is not None:
+            self._back.add(parts.back_s, self.SAMPLES)
         if parts.out_s is not None:
-            self._outs += 1
-            self._out += (parts.out_s - self._out) / min(self._outs, self.SAMPLES)
+            self._out.add(parts.out_s, self.SAMPLES)
 
     @property
     def known(self) -> bool:
-        """Whether any synthesis was measured."""
-        return self._count > 0
+        """Whether a trip, out or back, was measured."""
+        return self._back.count > 0 or self._out.count > 0
 
     @property
     def process_share(self) -> float | None:
         """The share of a synthesis's time spent on its thread, in (0, 1]; None until
         measured."""
-        if self._count == 0 or self._seconds <= 0:
+        if self._seconds.count == 0 or self._seconds.value <= 0:
             return None
-        return min(1.0, max(self._compute / self._seconds, 1e-3))
+        return min(1.0, max(self._compute.value / self._seconds.value, 1e-3))
 
     @property
     def trip_s(self) -> float:
         """The hand-off (s): the trip out where a thread was free, plus the trip back; 0 until
         measured."""
-        return self._out + self._back
+        return self._out.value + self._back.value
+
+
+class _Mean:
+    """A running mean that weighs about the last ``samples`` values alike."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.count = 0
+
+    def add(self, value: float, samples: int) -> None:
+        self.count += 1
+        self.value += (value - self.value) / min(self.count, samples)

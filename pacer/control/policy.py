@@ -157,13 +157,14 @@ class Caps:
 class SynthesisParts(NamedTuple):
     """How one synthesis's time (dispatch to ready) divides, in seconds.
 
-    ``compute_s``: on its synthesis thread; ``back_s``: from its end until the service heard
-    of it; ``out_s``: from its dispatch until a thread took it, given only where a thread was
-    free at the dispatch (else None: the time holds a wait for a thread as well).
+    ``compute_s``: on its synthesis thread (or an engine's slot); ``back_s``: from its end
+    until the service heard of it (None: not measured, as over the engine protocol);
+    ``out_s``: from its dispatch until a thread took it, given only where a thread was free at
+    the dispatch (else None: the time holds a wait for a thread as well).
     """
 
     compute_s: float
-    back_s: float
+    back_s: float | None = None
     out_s: float | None = None
 
 

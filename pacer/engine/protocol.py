@@ -34,6 +34,8 @@ EVENTS: Final[dict[str, tuple[str, ...]]] = {
     "bye": (),
 }
 OPTIONAL: Final = frozenset({"reason", "device"})
+# Fields one kind of event may carry besides its own (and OPTIONAL's).
+EXTRA: Final[dict[str, tuple[str, ...]]] = {"synthesis_ready": ("compute_s",)}
 
 
 class ProtocolError(Exception):
@@ -107,6 +109,7 @@ class Event:
     partition: str | None = None
     worker: int | None = None
     seconds: float | None = None  # synthesis_s, elapsed_s or gpu_s; None: not measured
+    compute_s: float | None = None  # synthesis_ready: the part of synthesis_s in a slot
     count: int | None = None  # declined: count; backlog: partitions
 
 
@@ -218,14 +221,16 @@ def parse_event(message: dict[str, Any], expected_seq: int) -> Event:
         )
     fields = EVENTS[kind]
     try:
-        _only(message, {"type", "seq", *fields, *OPTIONAL})
+        _only(message, {"type", "seq", *fields, *OPTIONAL, *EXTRA.get(kind, ())})
+        seconds = _seconds(message, fields)
         return Event(
             kind,
             seq,
             partition=_name(message, "partition") if "partition" in fields else None,
             worker=_int(message, "worker", 0, MAX_WORKERS - 1) if "worker" in fields else None,
-            seconds=_seconds(message, fields),
+            seconds=seconds,
             count=_count(message, kind),
+            compute_s=_compute(message, seconds),
         )
     except ProtocolError as exc:
         exc.seq = seq
@@ -252,6 +257,25 @@ def _seconds(message: dict[str, Any], fields: tuple[str, ...]) -> float | None:
                 )
             return float(value)
     return None
+
+
+def _compute(message: dict[str, Any], synthesis_s: float | None) -> float | None:
+    """A ready synthesis's time in its slot (s), at most its ``synthesis_s``; None where the
+    engine does not say, or where ``synthesis_s`` is null."""
+    value = message.get("compute_s")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ProtocolError("malformed", "compute_s must be a number of seconds", "compute_s")
+    if synthesis_s is None:
+        return None
+    if not 0 <= value <= synthesis_s:
+        raise ProtocolError(
+            "malformed",
+            f"compute_s must be from 0 to synthesis_s ({synthesis_s}), got {value}",
+            "compute_s",
+        )
+    return float(value)
 
 
 def _count(message: dict[str, Any], kind: str) -> int | None:

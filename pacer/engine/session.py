@@ -17,7 +17,7 @@ from typing import Any
 from pacer.config import ControllerSettings
 from pacer.control.controller import PIController
 from pacer.control.estimates import Estimates
-from pacer.control.policy import AgesView, Caps, Observation, budget_room
+from pacer.control.policy import AgesView, Caps, Observation, SynthesisParts, budget_room
 from pacer.engine.protocol import Event, Hello, ProtocolError, decode, parse_event
 
 REFUSED_BUT_TAKEN = frozenset(
@@ -125,7 +125,8 @@ class EngineSession:
             del self.synthesizing[partition or ""]
             self.ready[partition or ""] = now
             if event.seconds is not None:
-                self.controller.observe_synthesis(event.seconds)
+                parts = None if event.compute_s is None else SynthesisParts(event.compute_s)
+                self.controller.observe_synthesis(event.seconds, parts)
         elif kind == "synthesis_failed":
             self._expect(event, "synthesizing")
             del self.synthesizing[partition or ""]

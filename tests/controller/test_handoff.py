@@ -31,3 +31,11 @@ def test_a_new_level_is_followed_within_a_few_windows() -> None:
         h.observe(1.1, SynthesisParts(1.0, 0.05, 0.05))
     assert h.trip_s == pytest.approx(0.1, rel=0.05)
     assert h.process_share == pytest.approx(1.0 / 1.1, rel=0.02)
+
+
+def test_a_time_in_the_slot_alone_gives_the_share_and_no_trip() -> None:
+    # An engine over the protocol: the whole time and its part in a slot, no trips.
+    h = Handoff()
+    for _ in range(10):
+        h.observe(4.0, SynthesisParts(compute_s=1.0))
+    assert (h.known, h.process_share, h.trip_s) == (False, 0.25, 0.0)

@@ -67,6 +67,24 @@ def test_durations_come_from_the_events_not_from_the_clocks(clock: FakeClock) ->
     assert clock.now == 0.0  # no time passed on pacer's clock: durations are the engine's
 
 
+def test_a_synthesis_time_in_the_slot_sets_the_rate_cap(clock: FakeClock) -> None:
+    # 8 slots; each synthesis 4 s from dispatch, 1 s of it in its slot: the cap counts the
+    # slots' own second, not the wait for a slot (D200).
+    feed = Feed(clock)
+    for i in range(40):
+        feed.send("dispatched", partition=f"p{i}")
+        feed.send("synthesis_ready", partition=f"p{i}", synthesis_s=4.0, compute_s=1.0)
+        feed.send("gpu_started", partition=f"p{i}", worker=0)
+        feed.send("gpu_finished", partition=f"p{i}", worker=0, gpu_s=2.0)
+    controller = feed.session.controller
+    assert controller.synthesis_supply_per_s == pytest.approx(8.0)
+    assert controller.synthesis_handoff_s is None  # an engine reports no hand-off
+    null = Feed(clock)
+    null.send("dispatched", partition="q")
+    null.send("synthesis_ready", partition="q", synthesis_s=None, compute_s=1.0)  # taken, unused
+    assert null.session.controller.estimates.synthesis_s is None
+
+
 @pytest.mark.parametrize(
     ("events", "code", "field"),
     [
@@ -81,9 +99,15 @@ def test_durations_come_from_the_events_not_from_the_clocks(clock: FakeClock) ->
         ([("synthesis_ready", {"partition": "p", "synthesis_s": -1})], "malformed", "synthesis_s"),
         ([("backlog", {"partitions": 1, "extra": 2})], "malformed", "extra"),
         ([("launch", {})], "malformed", "type"),
+        ([("dispatched", {"partition": "p"}), ("synthesis_ready", {"partition": "p",
+          "synthesis_s": 1.0, "compute_s": 1.5})], "malformed", "compute_s"),
+        ([("dispatched", {"partition": "p"}), ("synthesis_ready", {"partition": "p",
+          "synthesis_s": 1.0, "compute_s": "fast"})], "malformed", "compute_s"),
+        ([("backlog", {"partitions": 1, "compute_s": 1.0})], "malformed", "compute_s"),
     ],
     ids=["unknown", "duplicate", "wrong-state", "unknown-worker", "negative", "unknown-field",
-         "unknown-type"],
+         "unknown-type", "compute-beyond-the-whole", "compute-not-a-number",
+         "compute-on-another-event"],
 )  # fmt: skip
 def test_a_bad_event_is_refused_with_its_rule_and_the_session_goes_on(
     clock: FakeClock, events: list[tuple[str, dict[str, Any]]], code: str, field: str
