@@ -143,7 +143,16 @@ def schemas() -> dict[str, Schema]:
                                "type": ["number", "null"],
                                "description": "Partitions a second the synthesis slots finish "
                                "with every one busy, without the wait for one; null until a "
-                               "synthesis time is known"}}},
+                               "synthesis time is known"},
+                           "synthesis_queue": {
+                               "type": "integer", "minimum": 0,
+                               "description": "Partitions allowed to wait in front of the "
+                               "synthesis processes: the hand-off's and the bunched ends'"},
+                           "synthesis_handoff_s": {
+                               "type": ["number", "null"],
+                               "description": "The measured trip from a dispatch to a free "
+                               "synthesis thread and from a synthesis's end back to the "
+                               "service (s); null until measured"}}},
         "ControllerPatch": {"type": "object", "additionalProperties": False,
                             "properties": patch},
         "Status": {"type": "object", "required": list(STATUS), "properties": {

@@ -204,8 +204,9 @@ async def partition_page(
 
 def controller_state(service: Service) -> dict[str, Any]:
     """The dispatch policy: its name, mode, interval (s) and bootstrap counters; under pi
-    also the controller's settings, terms, estimates and what synthesis can supply
-    (partitions/s)."""
+    also the controller's settings, terms, estimates, what synthesis can supply
+    (partitions/s), the queue it keeps in front of the synthesis processes (partitions) and
+    the measured hand-off (s)."""
     policy = service.policy
     state: dict[str, Any] = {
         "policy": service.policy_name,
@@ -220,6 +221,8 @@ def controller_state(service: Service) -> dict[str, Any]:
         state["estimates"] = asdict(policy.estimates)
         supply = policy.synthesis_supply_per_s
         state["synthesis_supply_per_s"] = supply if supply > 0 else None
+        state["synthesis_queue"] = policy.synthesis_queue()
+        state["synthesis_handoff_s"] = policy.synthesis_handoff_s
     return state
 
 

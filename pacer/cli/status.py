@@ -30,7 +30,17 @@ def _controller_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
         ("terms", f"P {t['p_term']:+.3f}  I {t['i_term']:+.3f}  feed-forward "
                   f"{t['ff_interval_s']:.3f} s"),
         *supply_rows(c.get("synthesis_supply_per_s"), t.get("ff_interval_s")),
+        *queue_rows(c.get("synthesis_queue"), c.get("synthesis_handoff_s")),
     ]  # fmt: skip
+
+
+def queue_rows(queue: int | None, handoff_s: float | None) -> list[tuple[str, str]]:
+    """The partitions allowed to wait in front of the synthesis processes, and the measured
+    hand-off (s) they cover; nothing before either is known (an older service, a cold start)."""
+    if not queue:
+        return []
+    handoff = "" if handoff_s is None else f", covering a hand-off of {handoff_s:.3f} s"
+    return [("synthesis queue", f"up to {queue} waiting for a synthesis process{handoff}")]
 
 
 def supply_rows(supply: float | None, ff_interval_s: float | None) -> list[tuple[str, str]]:

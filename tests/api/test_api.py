@@ -248,6 +248,8 @@ async def test_status_and_controller_are_strict_json_on_a_cold_start(server: Ser
         controller = body if path == "/v1/controller" else body["controller"]
         assert controller["terms"]["rate_cap_per_s"] is None  # no cap until a synthesis time
         assert controller["synthesis_supply_per_s"] is None  # ... nor a supply
+        assert controller["synthesis_queue"] == 0  # ... nor a queue in front of the processes
+        assert controller["synthesis_handoff_s"] is None  # ... nor a measured hand-off
 
 
 @pytest.mark.parametrize(

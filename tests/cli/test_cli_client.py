@@ -13,7 +13,7 @@ from pacer.__main__ import main
 from pacer.cli import jobs as cli_jobs
 from pacer.cli.args import Progress, param
 from pacer.cli.follow import follow, rate_text, span_s, wait_ready
-from pacer.cli.status import engine_rows, fleet_rows, journal_rows, supply_rows
+from pacer.cli.status import engine_rows, fleet_rows, journal_rows, queue_rows, supply_rows
 from pacer.client import ApiError, BlockingClient
 from tests.conftest import FakeClock
 from tests.servers import refusing_port
@@ -284,3 +284,12 @@ def test_the_last_progress_line_has_the_summarys_rate() -> None:
                                               "5.0 partitions/s"]  # fmt: skip
     assert span_s(jobs) == 4.0
     assert rate_text(20, 4.0) == "5.0 partitions/s"  # what the summary shows
+
+
+def test_status_says_what_waits_in_front_of_the_synthesis_processes() -> None:
+    assert queue_rows(4, 0.3) == [
+        ("synthesis queue", "up to 4 waiting for a synthesis process, covering a hand-off of "
+                            "0.300 s")
+    ]  # fmt: skip
+    assert queue_rows(2, None) == [("synthesis queue", "up to 2 waiting for a synthesis process")]
+    assert queue_rows(0, 0.3) == queue_rows(None, None) == []  # not known yet, or older service

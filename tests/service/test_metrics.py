@@ -82,6 +82,11 @@ async def test_synthesis_cap_appears_once_a_synthesis_time_is_known(server: Serv
     assert handoff is not None
     assert handoff == pytest.approx(policy.synthesis_handoff_s)
     assert value("pacer_controller_synthesis_queue") == policy.synthesis_queue() >= 1
+    state = controller_state(server.service)  # the API's too
+    assert (state["synthesis_queue"], state["synthesis_handoff_s"]) == (
+        policy.synthesis_queue(),
+        policy.synthesis_handoff_s,
+    )
 
 
 async def test_synthesis_supply_appears_once_a_synthesis_time_is_known(server: Server) -> None:
