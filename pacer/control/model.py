@@ -109,22 +109,24 @@ class Model:
         (the slots' rate × `Handoff.trip_s`); 0 while T̂syn or the caps are unknown, and where
         a synthesis beyond the cap would share the cores instead of waiting
         (``Caps.synthesis_queue``)."""
-        syn, caps = self.estimator.synthesis_s, self.caps
-        if not syn or syn <= 0 or caps is None or not caps.synthesis_queue:
+        if self.caps is None or not self.caps.synthesis_queue:
             return 0
-        in_transit = self.slots_rate() * self.handoff.trip_s
-        return executor_queue(caps.synthesis_concurrency, self.estimator.synthesis_cv,
-                              self.queue_sigmas, in_transit)  # fmt: skip
+        return self._executor_queue(self.slots_rate() * self.handoff.trip_s)
 
     def ends_bunched(self) -> int:
         """How far the synthesis slots' ends may run ahead of their mean count over one
         synthesis: `executor_queue` of the concurrency cap and the spread of synthesis times;
         0 while T̂syn or the caps are unknown."""
+        return self._executor_queue(0.0)
+
+    def _executor_queue(self, in_transit: float) -> int:
+        """`executor_queue` of the concurrency cap, the spread of synthesis times and
+        ``in_transit`` partitions; 0 while T̂syn or the caps are unknown."""
         syn, caps = self.estimator.synthesis_s, self.caps
         if not syn or syn <= 0 or caps is None:
             return 0
         return executor_queue(caps.synthesis_concurrency, self.estimator.synthesis_cv,
-                              self.queue_sigmas)  # fmt: skip
+                              self.queue_sigmas, in_transit)  # fmt: skip
 
     def near_balance(self, rate_per_s: float, setpoint: float) -> float:
         """The setpoint where the synthesis slots barely outpace the GPUs (partitions; 0 where
