@@ -26,7 +26,8 @@ D200); ``unpaced``;
 ``cuzk-default`` (cuzk's dispatcher, pacer off, 18 synthesis workers); ``fixed`` (cuzk's
 dispatcher, pacer off, ``max_parallel_synthesis`` = the processes: a fixed concurrency tuned to
 the host) at equal memory: its budget is the mean in flight of the last ``pi`` run before it,
-rounded up to whole partitions.
+rounded up to whole partitions. Any arm's name may end in ``-no-verify``: that arm with no
+verification (``PACER_VERIFY_EVERY=0``); the others verify as the service would.
 
 Per run: partitions/s (counted over the window; fitted, ``slope``; and from the first proof in
 it to the last, ``edge_rate``, which no window edge falling between proofs moves), GPU busy
@@ -85,6 +86,19 @@ ARMS = (
     "cuzk-default",
     "fixed",
 )
+NO_VERIFY = "-no-verify"
+"""An arm's name with this suffix: the arm with no verification (``PACER_VERIFY_EVERY=0``)."""
+
+
+def arm_parts(arm: str) -> tuple[str, bool]:
+    """The policy's arm and whether the run verifies.
+
+    >>> arm_parts("pi-no-verify"), arm_parts("unpaced")
+    (('pi', False), ('unpaced', True))
+    """
+    if arm.endswith(NO_VERIFY):
+        return arm.removesuffix(NO_VERIFY), False
+    return arm, True
 
 
 class UncappedPI(PIController):
@@ -172,9 +186,11 @@ def make_policy(arm: str, server: Server, slots: int) -> DispatchPolicy:
     return build_policy(arm, service.settings.controller, caps, clock)
 
 
-async def swap(server: Server, policy: DispatchPolicy, budget_bytes: int, drain: bool) -> float:
-    """Dispatch under ``policy`` within ``budget_bytes``; with ``drain``, once nothing is in
-    flight (dispatch held meanwhile). The seconds the drain took."""
+async def swap(server: Server, policy: DispatchPolicy, budget_bytes: int, drain: bool,
+               verify_every: int) -> float:  # fmt: skip
+    """Dispatch under ``policy`` within ``budget_bytes``, verifying every ``verify_every``-th
+    partition; with ``drain``, once nothing is in flight (dispatch held meanwhile). The seconds
+    the drain took."""
     p = server.service.pipeline
     began = time.perf_counter()
     p.hold(True)
@@ -183,6 +199,7 @@ async def swap(server: Server, policy: DispatchPolicy, budget_bytes: int, drain:
     server.service.policy = policy
     p.controller = policy
     p.budget_bytes = budget_bytes
+    p.verify_every = verify_every
     p.hold(False)
     return time.perf_counter() - began
 
@@ -290,7 +307,8 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
     print(f"[{processes}] ready in {time.perf_counter() - began:.1f} s", file=sys.stderr)
     await keep_backlog(server, args.partitions)
     if args.prime > 0:
-        await swap(server, make_policy("unpaced", server, budget // partition), budget, False)
+        unpaced = make_policy("unpaced", server, budget // partition)
+        await swap(server, unpaced, budget, False, server.service.plan.verify_every)
         primed_until = time.perf_counter() + args.prime
         while time.perf_counter() < primed_until:
             await asyncio.sleep(0.5)
@@ -303,8 +321,10 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
                 if pi_gib is None:
                     raise SystemExit("arm fixed needs a pi run before it")
                 slots = max(1, math.ceil(pi_gib * 2**30 / partition - 1e-9))
-            policy = make_policy(arm, server, slots)
-            drain_s = await swap(server, policy, slots * partition, args.drain)
+            base, verifies = arm_parts(arm)
+            policy = make_policy(base, server, slots)
+            verify_every = server.service.plan.verify_every if verifies else 0
+            drain_s = await swap(server, policy, slots * partition, args.drain, verify_every)
             row = await measure(args, server, arm, obs, fills, probe)
             row |= {"processes": processes, "round": round_, "drain_s": drain_s,
                     "budget_gib": slots * partition / 2**30}  # fmt: skip
@@ -314,7 +334,8 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
             print(f"[{processes}] round {round_} {arm}: {row['partitions_per_s']:.2f}/s, busy "
                   f"{row['busy']:.3f}, in flight {row['inflight_gib_mean']:.1f} GiB, synthesis "
                   f"{row['synthesis_s']:.3f} s (wait {row['wait_s']:.3f}), threads busy "
-                  f"{row['thread_busy']:.3f}, short {row['short']:.3f}, loop late p99 "
+                  f"{row['thread_busy']:.3f}, verifying {row['verifying_mean']:.2f}, short "
+                  f"{row['short']:.3f}, loop late p99 "
                   f"{row['loop_lag_p99_ms']:.1f} ms, tokens dry {row['tokens_dry']:.2f}",
                   file=sys.stderr)  # fmt: skip
             save(results, args.json)
@@ -416,7 +437,8 @@ def main() -> int:
         epilog="\n".join(__doc__.splitlines()[2:]),
     )
     parser.add_argument("--processes", default="16,15,14", help="synthesis processes, per size")
-    arms_help = "comma-separated, in the order of a round: " + ", ".join(ARMS)
+    arms_help = ("comma-separated, in the order of a round: " + ", ".join(ARMS)
+                 + f"; each may end in {NO_VERIFY}")  # fmt: skip
     parser.add_argument("--arms", default="pi,unpaced,cuzk-default,fixed", help=arms_help)
     parser.add_argument("--rounds", type=int, default=3, help="runs of each arm, interleaved")
     parser.add_argument("--warmup", type=float, default=8.0, help="after a swap (s)")
@@ -439,7 +461,7 @@ def main() -> int:
         saved = json.loads(args.summary.read_text())
         print(report(saved, args.markdown))
         return 0
-    unknown = set(args.arms.split(",")) - set(ARMS)
+    unknown = {arm for arm in args.arms.split(",") if arm_parts(arm)[0] not in ARMS}
     if unknown:
         parser.error(f"--arms: unknown {', '.join(sorted(unknown))}; known: {', '.join(ARMS)}")
     import uvloop

@@ -29,7 +29,8 @@ class LoopProbe:
 
     def __init__(self, pipeline: Any, workload: Any) -> None:
         self._pipeline = pipeline
-        self.samples: list[tuple[float, float, int]] = []  # (when, lateness s, synthesizing)
+        # (when, lateness s, syntheses in flight, verifications in flight)
+        self.samples: list[tuple[float, float, int, int]] = []
         self.calls: list[tuple[float, float]] = []  # (began, ended) of each synthesize call
         self._open: dict[int, float] = {}  # thread id → when its call began
         self._task: asyncio.Task[None] | None = None
@@ -61,17 +62,19 @@ class LoopProbe:
             before = time.perf_counter()
             await asyncio.sleep(TICK_S)
             now = time.perf_counter()
-            self.samples.append((now, now - before - TICK_S, self._pipeline.synthesizing))
+            p = self._pipeline
+            self.samples.append((now, now - before - TICK_S, p.synthesizing, p.verifying))
 
     def summary(self, start: float, end: float, processes: int, queue: int) -> dict[str, Any]:
         """Over [start, end] (perf_counter seconds): the loop's lateness (p50, p99, most, ms);
         the share of samples with fewer syntheses in flight than ``processes`` (a process may
         idle: ``short``) and than ``processes + queue`` (``queue_short``); the mean in flight;
-        and the share of the ``processes`` threads' time spent in ``synthesize``
-        (``thread_busy``)."""
-        window = [(lag, n) for at, lag, n in self.samples if start <= at <= end]
-        lags = [max(0.0, lag) * 1000 for lag, _ in window]
-        counts = [n for _, n in window]
+        the mean verifications on the same threads (``verifying_mean``); and the share of the
+        ``processes`` threads' time spent in ``synthesize`` (``thread_busy``)."""
+        window = [(lag, n, v) for at, lag, n, v in self.samples if start <= at <= end]
+        lags = [max(0.0, lag) * 1000 for lag, _, _ in window]
+        counts = [n for _, n, _ in window]
+        verifying = [v for _, _, v in window]
         spans = self.calls + [(b, end) for b in list(self._open.values())]  # open: still running
         busy = sum(max(0.0, min(e, end) - max(b, start)) for b, e in spans)
         span = max(end - start, 1e-9)
@@ -84,6 +87,7 @@ class LoopProbe:
                 sum(n < processes + queue for n in counts) / len(counts) if counts else 0.0
             ),
             "synthesizing_mean": statistics.fmean(counts) if counts else 0.0,
+            "verifying_mean": statistics.fmean(verifying) if verifying else 0.0,
             "thread_busy": busy / (processes * span),
         }
 
@@ -93,6 +97,7 @@ IDLE_KEYS = (
     ("short", "fewer in flight than processes", 3),
     ("queue_short", "queue not full", 3),
     ("synthesizing_mean", "in flight, syntheses", 2),
+    ("verifying_mean", "verifying", 2),
     ("queue_allowed", "queue allowed", 1),
     ("tokens_dry", "tokens dry", 3),
     ("loop_lag_p50_ms", "loop late p50 ms", 2),

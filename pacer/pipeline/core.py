@@ -53,7 +53,7 @@ class Pipeline(InFlight):
                          observer=observer, limits=limits or CallLimits(TimeoutSettings()),
                          clock=clock, timers=timers or LoopTimers())  # fmt: skip
         self.budget_bytes = budget_bytes
-        self._verify_every = verify_every
+        self.verify_every = verify_every  # may change while running: read at each dispatch
         # A heap of jobs, each with its pending partitions as runs: a job of a million
         # partitions costs one heap entry and one run.
         self._backlog = Backlog()
@@ -221,7 +221,7 @@ class Pipeline(InFlight):
         assert spec is not None
         work = Work(spec, nbytes, dispatched_at=self._clock())
         self._dispatched += 1
-        work.verify = bool(self._verify_every) and self._dispatched % self._verify_every == 0
+        work.verify = bool(self.verify_every) and self._dispatched % self.verify_every == 0
         self.holdings.take(work)
         self.calls.synthesize(work)
         return True
