@@ -27,7 +27,8 @@ D200); ``unpaced``;
 dispatcher, pacer off, ``max_parallel_synthesis`` = the processes: a fixed concurrency tuned to
 the host) at equal memory: its budget is the mean in flight of the last ``pi`` run before it,
 rounded up to whole partitions. Any arm's name may end in ``-no-verify``: that arm with no
-verification (``PACER_VERIFY_EVERY=0``); the others verify as the service would.
+verification (``PACER_VERIFY_EVERY=0``), or in ``-shared-verify``: that arm verifying on the
+synthesis threads, as before D201; the others verify as the service does.
 
 Per run: partitions/s (counted over the window; fitted, ``slope``; and from the first proof in
 it to the last, ``edge_rate``, which no window edge falling between proofs moves), GPU busy
@@ -86,19 +87,21 @@ ARMS = (
     "cuzk-default",
     "fixed",
 )
-NO_VERIFY = "-no-verify"
-"""An arm's name with this suffix: the arm with no verification (``PACER_VERIFY_EVERY=0``)."""
+VERIFY_SUFFIXES = {"-no-verify": "none", "-shared-verify": "shared"}
+"""An arm's name may end in one: the arm with no verification (``PACER_VERIFY_EVERY=0``), or
+with verification on the synthesis threads, as before D201."""
 
 
-def arm_parts(arm: str) -> tuple[str, bool]:
-    """The policy's arm and whether the run verifies.
+def arm_parts(arm: str) -> tuple[str, str]:
+    """The policy's arm and how the run verifies: "own" (its threads), "shared" or "none".
 
-    >>> arm_parts("pi-no-verify"), arm_parts("unpaced")
-    (('pi', False), ('unpaced', True))
+    >>> arm_parts("pi-no-verify"), arm_parts("unpaced"), arm_parts("pi-shared-verify")
+    (('pi', 'none'), ('unpaced', 'own'), ('pi', 'shared'))
     """
-    if arm.endswith(NO_VERIFY):
-        return arm.removesuffix(NO_VERIFY), False
-    return arm, True
+    for suffix, verifying in VERIFY_SUFFIXES.items():
+        if arm.endswith(suffix):
+            return arm.removesuffix(suffix), verifying
+    return arm, "own"
 
 
 class UncappedPI(PIController):
@@ -187,10 +190,10 @@ def make_policy(arm: str, server: Server, slots: int) -> DispatchPolicy:
 
 
 async def swap(server: Server, policy: DispatchPolicy, budget_bytes: int, drain: bool,
-               verify_every: int) -> float:  # fmt: skip
-    """Dispatch under ``policy`` within ``budget_bytes``, verifying every ``verify_every``-th
-    partition; with ``drain``, once nothing is in flight (dispatch held meanwhile). The seconds
-    the drain took."""
+               verifying: str = "own") -> float:  # fmt: skip
+    """Dispatch under ``policy`` within ``budget_bytes``, verifying as ``verifying`` says
+    (`arm_parts`); with ``drain``, once nothing is in flight (dispatch held meanwhile). The
+    seconds the drain took."""
     p = server.service.pipeline
     began = time.perf_counter()
     p.hold(True)
@@ -199,9 +202,21 @@ async def swap(server: Server, policy: DispatchPolicy, budget_bytes: int, drain:
     server.service.policy = policy
     p.controller = policy
     p.budget_bytes = budget_bytes
-    p.verify_every = verify_every
+    verify(server, verifying)
     p.hold(False)
     return time.perf_counter() - began
+
+
+def verify(server: Server, verifying: str) -> None:
+    """Verify as the service does ("own"), on the synthesis threads ("shared"), or not ("none")."""
+    plan, p = server.service.plan, server.service.pipeline
+    p.verify_every = 0 if verifying == "none" else plan.verify_every
+    calls = p.calls
+    own = getattr(calls, "_own_verify_pool", None) or calls._verify_pool
+    calls._own_verify_pool = own  # type: ignore[attr-defined]
+    shared = verifying == "shared"
+    calls._verify_pool = calls._pool if shared else own
+    calls.verify_threads = 0 if shared else plan.verify_threads
 
 
 async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Syntheses,
@@ -308,7 +323,7 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
     await keep_backlog(server, args.partitions)
     if args.prime > 0:
         unpaced = make_policy("unpaced", server, budget // partition)
-        await swap(server, unpaced, budget, False, server.service.plan.verify_every)
+        await swap(server, unpaced, budget, False)
         primed_until = time.perf_counter() + args.prime
         while time.perf_counter() < primed_until:
             await asyncio.sleep(0.5)
@@ -321,10 +336,9 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
                 if pi_gib is None:
                     raise SystemExit("arm fixed needs a pi run before it")
                 slots = max(1, math.ceil(pi_gib * 2**30 / partition - 1e-9))
-            base, verifies = arm_parts(arm)
+            base, verifying = arm_parts(arm)
             policy = make_policy(base, server, slots)
-            verify_every = server.service.plan.verify_every if verifies else 0
-            drain_s = await swap(server, policy, slots * partition, args.drain, verify_every)
+            drain_s = await swap(server, policy, slots * partition, args.drain, verifying)
             row = await measure(args, server, arm, obs, fills, probe)
             row |= {"processes": processes, "round": round_, "drain_s": drain_s,
                     "budget_gib": slots * partition / 2**30}  # fmt: skip
@@ -438,7 +452,7 @@ def main() -> int:
     )
     parser.add_argument("--processes", default="16,15,14", help="synthesis processes, per size")
     arms_help = ("comma-separated, in the order of a round: " + ", ".join(ARMS)
-                 + f"; each may end in {NO_VERIFY}")  # fmt: skip
+                 + "; each may end in " + " or ".join(VERIFY_SUFFIXES))  # fmt: skip
     parser.add_argument("--arms", default="pi,unpaced,cuzk-default,fixed", help=arms_help)
     parser.add_argument("--rounds", type=int, default=3, help="runs of each arm, interleaved")
     parser.add_argument("--warmup", type=float, default=8.0, help="after a swap (s)")

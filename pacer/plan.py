@@ -52,6 +52,7 @@ class Plan:
     gpu_model: str  # "none" when proving on the CPU
     cores: int  # CPU cores synthesis may use
     verify_every: int  # verify every n-th proved partition; 0: never
+    verify_threads: int  # threads of verification's own; 0: it shares the synthesis threads
     threads_per_synthesis: int
     workers: int  # proving workers
     partition_bytes: int
@@ -141,6 +142,8 @@ def resolve(settings: Settings, workload: Workload, host: HostMemory | None = No
         verify_every=(
             workload.verify_every if settings.verify_every is None else settings.verify_every
         ),
+        # In processes, a synthesis thread only waits: a verification must not take it (D201).
+        verify_threads=settings.verify_threads if workload.executor == "processes" else 0,
         threads_per_synthesis=threads,
         workers=workers,
         partition_bytes=partition_bytes,

@@ -81,6 +81,24 @@ def test_verify_every(setting: int | None, expected: int) -> None:
     assert plan.verify_every == expected
 
 
+@pytest.mark.parametrize(
+    ("executor", "setting", "expected"),
+    [("processes", None, 1), ("processes", 3, 3), ("threads", None, 0), ("threads", 3, 0)],
+)
+def test_verification_has_threads_of_its_own_where_synthesis_runs_in_processes(
+    executor: str, setting: int | None, expected: int
+) -> None:
+    workload = Sized()
+    workload.executor = executor
+    settings = Settings() if setting is None else Settings(verify_threads=setting)
+    assert resolve(settings, workload).verify_threads == expected
+
+
+def test_verify_threads_must_be_at_least_one() -> None:
+    with pytest.raises(ValueError, match="verify_threads"):
+        Settings(verify_threads=0)
+
+
 class Silent(Workload):
     """Says nothing of its threads: the contract's default."""
 

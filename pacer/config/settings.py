@@ -49,6 +49,15 @@ class Settings(BaseSettings):
         description="Verify every n-th proved partition on the CPU; 0: never; unset: every "
         "one on the CPU, every 100th when proving on GPUs (partitions)",
     )
+    verify_threads: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Threads that verify, each taking a core, where synthesis runs in "
+        "processes; a partition due for verification while they are all spoken for passes the "
+        "pick to a later one, so verification never slows synthesis nor holds memory waiting "
+        "(where synthesis runs in threads, verification takes turns on its threads) (threads)",
+    )
     controller: ControllerSettings = Field(default_factory=ControllerSettings)
     synthesis: SynthesisSettings = Field(default_factory=SynthesisSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)

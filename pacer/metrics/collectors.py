@@ -123,6 +123,8 @@ class _StateCollector(Collector):
         for name, doc, value in [
             ("pacer_backlog_partitions", "Accepted partitions not yet dispatched", p.backlog),
             ("pacer_synthesis_inflight", "Partitions in synthesis", p.synthesizing),
+            ("pacer_verify_inflight", "Partitions verifying or waiting for a thread to verify "
+             "them", p.verifying),
             ("pacer_ready_partitions", "Synthesized partitions waiting for a GPU", p.ready),
             ("pacer_memory_budget_bytes", "Memory budget in effect for in-flight partitions: as "
              "configured, or clamped at start to what the host has (bytes)",
@@ -152,6 +154,8 @@ class _StateCollector(Collector):
              pool.fallbacks),
             ("pacer_synthesis_worker_restarts",
              "Times the synthesis processes were replaced after one died", p.synthesis_restarts),
+            ("pacer_verifications_skipped", "Verifications PACER_VERIFY_EVERY asked for, "
+             "skipped as the verify threads were behind", p.verifications_skipped),
         ]:  # fmt: skip
             yield CounterMetricFamily(name, doc, value=value)
         busy = GaugeMetricFamily(

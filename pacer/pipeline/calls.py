@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -16,13 +17,16 @@ from pacer.workload import Workload
 
 
 class PoolCalls:
-    """``workload``'s synthesize and verify calls, at most ``threads`` at once.
+    """``workload``'s synthesize and verify calls: syntheses on ``threads`` threads at once,
+    verifications on ``verify_threads`` threads of their own (0: on the synthesis threads).
 
     The loop hears each call's end through ``synthesized`` or ``verified``. `finished` then says
     whether the call is still the partition's attempt or was abandoned. A call waits while
-    every thread is busy; a synthesis thread is a synthesis worker, so that wait is the
-    executor's queue, and when a synthesis leaves it is kept in ``Work.synthesis_began``
-    (``clock`` seconds).
+    every thread of its pool is busy; a synthesis thread is a synthesis worker, so that wait is
+    the executor's queue, and when a synthesis leaves it is kept in ``Work.synthesis_began``
+    (``clock`` seconds). Where synthesis runs in processes, each synthesis thread only waits on
+    a process: a verification, which computes on its thread, must not take one
+    (docs/decisions/pipeline.md, D201).
     """
 
     def __init__(
@@ -33,6 +37,7 @@ class PoolCalls:
         clock: Callable[[], float],
         synthesized: Callable[[Running], None],
         verified: Callable[[Running], None],
+        verify_threads: int = 0,
     ) -> None:
         self.workload = workload
         self._clock = clock
@@ -41,7 +46,11 @@ class PoolCalls:
         # Daemon threads nothing joins: a hung synthesis or verification must not keep the
         # process alive at exit, and the pool replaces a thread stuck in an abandoned call.
         self._pool = DaemonPool(threads, "pacer-synth")
+        self._verify_pool = (
+            DaemonPool(verify_threads, "pacer-verify") if verify_threads > 0 else self._pool
+        )
         self._threads = threads
+        self.verify_threads = verify_threads
         self._running: set[Running] = set()
         self.synthesizing = 0
         self.verifying = 0
@@ -50,7 +59,16 @@ class PoolCalls:
     @property
     def abandoned_threads(self) -> int:
         """Threads still running a call that was abandoned."""
-        return self._pool.abandoned
+        if self._verify_pool is self._pool:
+            return self._pool.abandoned
+        return self._pool.abandoned + self._verify_pool.abandoned
+
+    @property
+    def verify_room(self) -> float:
+        """Partitions picked for verification that may be in flight at once: two a verify
+        thread (one verifying, one on its way), so that none waits long holding its memory;
+        unbounded where verification shares the synthesis threads."""
+        return 2 * self.verify_threads if self.verify_threads > 0 else math.inf
 
     def synthesis_ages(self, now: float) -> tuple[float, ...]:
         """Ages (s) of the oldest syntheses running, oldest first.
@@ -62,11 +80,12 @@ class PoolCalls:
         return tuple(max(0.0, now - at) for at in oldest)
 
     def synthesize(self, work: Work) -> None:
-        work.thread_free = self.synthesizing + self.verifying < self._threads
+        sharing = self.verifying if self._verify_pool is self._pool else 0
+        work.thread_free = self.synthesizing + sharing < self._threads
         self.synthesizing += 1
         self._synthesis_started[id(work)] = work.dispatched_at
-        self._submit(Running("synthesis", work, work.dispatched_at), self._on_synthesized,
-                     self._synthesize, work)  # fmt: skip
+        self._submit(self._pool, Running("synthesis", work, work.dispatched_at),
+                     self._on_synthesized, self._synthesize, work)  # fmt: skip
 
     def _synthesize(self, work: Work) -> Any:
         """On a pool thread: note when the synthesis began, run it, note when it ended."""
@@ -77,16 +96,17 @@ class PoolCalls:
 
     def verify(self, work: Work, outcome: Outcome, now: float) -> None:
         self.verifying += 1
-        self._submit(Running("verify", work, now, outcome=outcome), self._on_verified,
-                     self.workload.verify, work.spec, work.buffers, outcome.proof)  # fmt: skip
+        self._submit(self._verify_pool, Running("verify", work, now, outcome=outcome),
+                     self._on_verified, self.workload.verify, work.spec, work.buffers,
+                     outcome.proof)  # fmt: skip
 
     def _submit(
-        self, running: Running, then: Callable[[Running], None], call: Callable[..., Any],
-        *args: Any,
+        self, pool: DaemonPool, running: Running, then: Callable[[Running], None],
+        call: Callable[..., Any], *args: Any,
     ) -> None:  # fmt: skip
         # A bare future and a callback rather than a task per partition: cheaper on the loop.
         loop = asyncio.get_running_loop()
-        running.future = self._pool.submit(call, *args)
+        running.future = pool.submit(call, *args)
         self._running.add(running)
         running.future.add_done_callback(lambda _: threadsafe(loop, then, running))
 
@@ -113,7 +133,8 @@ class PoolCalls:
         self._running.discard(running)
         assert running.future is not None
         if not running.future.cancel():  # running, not queued: another thread takes its place
-            self._pool.replace(running.future)
+            pool = self._pool if running.call == "synthesis" else self._verify_pool
+            pool.replace(running.future)
         self._uncount(running)
 
     def _uncount(self, running: Running) -> None:
@@ -125,3 +146,5 @@ class PoolCalls:
 
     def shutdown(self) -> None:
         self._pool.shutdown()
+        if self._verify_pool is not self._pool:
+            self._verify_pool.shutdown()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -19,7 +21,10 @@ from pacer.ranges import IndexRanges
 from pacer.runtime.supervision import Supervisor
 from pacer.workload import Workload
 
+log = logging.getLogger("pacer.pipeline")
+
 MIN_WAIT_S = 0.001
+SKIP_LOG_S = 60.0  # the least time between two warnings of skipped verifications (s)
 
 
 class Pipeline(InFlight):
@@ -27,7 +32,9 @@ class Pipeline(InFlight):
 
     - ``on_outcome`` is called on the loop for every partition that leaves the pipeline.
     - ``budget_bytes`` bounds what partitions in flight hold.
-    - Every ``verify_every``-th dispatched partition is verified (0: none).
+    - Every ``verify_every``-th dispatched partition is verified (0: none). Where verification
+      has threads of its own and they are spoken for, the pick moves on to a later partition
+      (`_picks_verification`).
     - ``after_dispatch``, if set, is called on the loop after each dispatch round.
     - ``clock`` and ``timers`` must be one clock.
 
@@ -45,19 +52,24 @@ class Pipeline(InFlight):
         on_outcome: Callable[[Outcome], None],
         observer: Observer | None = None,
         verify_every: int = 0,
+        verify_threads: int = 0,
         limits: CallLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
         timers: Timers | None = None,
     ) -> None:
         super().__init__(controller, workload, caps, workers=workers, on_outcome=on_outcome,
                          observer=observer, limits=limits or CallLimits(TimeoutSettings()),
-                         clock=clock, timers=timers or LoopTimers())  # fmt: skip
+                         clock=clock, timers=timers or LoopTimers(),
+                         verify_threads=verify_threads)  # fmt: skip
         self.budget_bytes = budget_bytes
         self.verify_every = verify_every  # may change while running: read at each dispatch
         # A heap of jobs, each with its pending partitions as runs: a job of a million
         # partitions costs one heap entry and one run.
         self._backlog = Backlog()
         self._dispatched = 0
+        self._verification_due = False  # a partition is to be picked for verification
+        self.verifications_skipped = 0  # due, but a pick was still waiting for the verify threads
+        self._skip_logged_at = -math.inf
         self.after_dispatch: Callable[[], None] | None = None
         self._dispatching = False
         self._held = False
@@ -221,7 +233,36 @@ class Pipeline(InFlight):
         assert spec is not None
         work = Work(spec, nbytes, dispatched_at=self._clock())
         self._dispatched += 1
-        work.verify = bool(self.verify_every) and self._dispatched % self.verify_every == 0
+        work.verify = self._picks_verification()
         self.holdings.take(work)
         self.calls.synthesize(work)
         return True
+
+    def _picks_verification(self) -> bool:
+        """Whether the partition dispatched now is to be verified.
+
+        Every ``verify_every``-th is due. A due pick waits while the partitions picked already
+        fill `PoolCalls.verify_room`, and the first dispatch after that takes it. One that falls
+        due while a pick still waits is skipped (`verifications_skipped`). So verification
+        never falls behind holding memory, nor slows synthesis: the share verified drops to
+        what the verify threads keep up with.
+        """
+        if self.verify_every and self._dispatched % self.verify_every == 0:
+            if self._verification_due:
+                self._skip_verification()
+            self._verification_due = True
+        if not self._verification_due or self.holdings.to_verify >= self.calls.verify_room:
+            return False
+        self._verification_due = False
+        return True
+
+    def _skip_verification(self) -> None:
+        self.verifications_skipped += 1
+        now = self._clock()
+        if now - self._skip_logged_at >= SKIP_LOG_S:
+            self._skip_logged_at = now
+            log.warning(
+                "verification is behind: %d verifications skipped so far; %d threads verify "
+                "(PACER_VERIFY_THREADS), one partition in %d is due (PACER_VERIFY_EVERY)",
+                self.verifications_skipped, self.calls.verify_threads, self.verify_every,
+            )  # fmt: skip

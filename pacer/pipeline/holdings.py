@@ -13,7 +13,8 @@ class Holdings:
     """Partitions holding memory, and their bytes; ``release`` hands buffers back.
 
     A partition whose call was abandoned leaves ``inflight``, but its bytes stay held as
-    ``abandoned_bytes`` until the call returns. `indices` names the partitions in flight.
+    ``abandoned_bytes`` until the call returns. `indices` names the partitions in flight;
+    ``to_verify`` counts those of them picked for verification.
     """
 
     def __init__(self, release: Callable[[Any], None]) -> None:
@@ -22,6 +23,7 @@ class Holdings:
         self.inflight_bytes = 0  # abandoned calls' partitions included: they hold memory yet
         self.abandoned = 0  # partitions held by abandoned calls that have not returned
         self.abandoned_bytes = 0
+        self.to_verify = 0  # partitions in ``inflight`` picked for verification
         self._indices: dict[str, dict[int, int]] = {}  # job → index → times in flight
 
     def indices(self, job_id: str) -> list[int]:
@@ -51,6 +53,7 @@ class Holdings:
         """Hold a dispatched partition's bytes."""
         self.inflight += 1
         self.inflight_bytes += work.nbytes
+        self.to_verify += work.verify
         self._count(work, 1)
 
     def release(self, work: Work) -> None:
@@ -60,11 +63,13 @@ class Holdings:
         work.buffers = None
         self.inflight -= 1
         self.inflight_bytes -= work.nbytes
+        self.to_verify -= work.verify
         self._count(work, -1)
 
     def abandon(self, work: Work) -> None:
         """Drop an abandoned partition from ``inflight``; its bytes stay held."""
         self.inflight -= 1
+        self.to_verify -= work.verify
         self._count(work, -1)
         self.abandoned += 1
         self.abandoned_bytes += work.nbytes

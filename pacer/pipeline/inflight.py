@@ -29,7 +29,8 @@ class InFlight(GpuReadings):
     """Partitions from dispatch to their `Outcome`, which goes to ``on_outcome``.
 
     Each is synthesized (`PoolCalls`), waits in the ready queue, is proved (`ProvingWorkers`) and
-    maybe verified. `Pipeline` adds the backlog and paced dispatch. ``controller`` hears every
+    maybe verified, on ``verify_threads`` threads of its own (0: on the synthesis threads).
+    `Pipeline` adds the backlog and paced dispatch. ``controller`` hears every
     synthesis and proving time.
 
     ``on_task_failure(name, exc)``, if set, is called on the loop when a call hangs (``exc`` is a
@@ -51,6 +52,7 @@ class InFlight(GpuReadings):
         limits: CallLimits,
         clock: Callable[[], float],
         timers: Timers,
+        verify_threads: int = 0,
     ) -> None:
         self.controller = controller
         self.workload = workload
@@ -69,6 +71,7 @@ class InFlight(GpuReadings):
             clock=clock,
             synthesized=self._synthesized,
             verified=self._verified,
+            verify_threads=verify_threads,
         )
         self.provers = ProvingWorkers(
             workload,

@@ -167,16 +167,12 @@ class Service:
         self.retry = RetrySchedule(settings.retry)
         self.pipeline = Pipeline(
             # The pipeline calls only what every DispatchPolicy has (decide, observe_*).
-            self.policy,
-            self.workload,
-            self.plan.caps,
-            workers=self.plan.workers,
+            self.policy, self.workload, self.plan.caps, workers=self.plan.workers,
             budget_bytes=self.plan.budget_bytes,
             on_outcome=lambda outcome: self.commits.on_outcome(outcome),
-            verify_every=self.plan.verify_every,
-            limits=CallLimits(settings.timeouts, self._estimates),
-            clock=self._clock,
-        )
+            verify_every=self.plan.verify_every, verify_threads=self.plan.verify_threads,
+            limits=CallLimits(settings.timeouts, self._estimates), clock=self._clock,
+        )  # fmt: skip
         self.metrics = Metrics(self.registry, self.pipeline, self.policy_name)
         self.jobs = Jobs(
             self.journal_access, self.pipeline, workload=self.workload.name,

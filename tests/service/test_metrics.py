@@ -24,7 +24,8 @@ REQUIRED = [
     "pacer_ready_partitions", "pacer_memory_budget_bytes", "pacer_memory_inflight_bytes",
     "pacer_pinned_pool_total_bytes", "pacer_pinned_pool_in_use_bytes",
     "pacer_pinned_pool_waits_total", "pacer_pinned_pool_fallbacks_total",
-    "pacer_synthesis_worker_restarts_total",
+    "pacer_synthesis_worker_restarts_total", "pacer_verify_inflight",
+    "pacer_verifications_skipped_total",
     "pacer_gpu_busy_ratio", "pacer_gpu_idle_gap_seconds", "pacer_gpu_phase_seconds",
     "pacer_synthesis_seconds", "pacer_synthesis_wait_seconds", "pacer_partitions_total",
     "pacer_jobs_total", "pacer_build_info",
@@ -107,6 +108,15 @@ async def test_synthesis_supply_appears_once_a_synthesis_time_is_known(server: S
     assert supply >= syntheses / synthesis_s * 0.99
     assert supply <= cap * 1.01
     assert controller_state(server.service)["synthesis_supply_per_s"] == supply  # the API's too
+
+
+async def test_verification_in_flight_and_skipped_follow_the_pipeline(server: Server) -> None:
+    pipeline = server.service.pipeline
+    value = server.service.registry.get_sample_value
+    assert value("pacer_verifications_skipped_total") == 0
+    pipeline.verifications_skipped = 3
+    assert value("pacer_verifications_skipped_total") == 3
+    assert value("pacer_verify_inflight") == pipeline.verifying == 0
 
 
 async def test_exposition_has_every_metric_and_no_created_series(server: Server) -> None:

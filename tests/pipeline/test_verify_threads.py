@@ -1,0 +1,150 @@
+"""Verification on threads of its own: it never takes a synthesis thread, and where it falls
+behind, the pick passes to a later partition instead of holding memory (D201). On virtual
+time; the workload's calls run on the pipeline's real threads."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pacer.config import ControllerSettings, TimeoutSettings
+from pacer.control.controller import PIController
+from pacer.control.estimates import Estimates
+from pacer.control.policy import Caps
+from pacer.pipeline import Outcome, Pipeline
+from pacer.pipeline.attempts import CallLimits
+from pacer.workload import PartitionSpec, Proof
+from tests.conftest import FakeClock
+from tests.pipeline.test_pipeline import Recording, Run
+from tests.pipeline.virtual_time import HORIZON_S, LOOPS, VirtualTimers
+from tests.waits import until
+
+pytestmark = pytest.mark.asyncio
+
+
+class HeldVerification(Recording):
+    """Verification waits until the test lets it go; synthesis notes what is held for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.to_verify_seen: list[int] = []
+
+    def synthesize(self, spec: PartitionSpec) -> Any:
+        if self.pipeline is not None:
+            self.to_verify_seen.append(self.pipeline.holdings.to_verify)
+        return super().synthesize(spec)
+
+    def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
+        assert self.go.wait(30), "the test never let verification go"
+        return super().verify(spec, buffers, proof)
+
+
+def build(workload: Recording, synth: int, verify_every: int, verify_threads: int) -> Run:
+    clock = FakeClock()
+    timers = VirtualTimers(clock)
+    outcomes: list[Outcome] = []
+    caps = Caps(synthesis_concurrency=synth, inflight_partitions=100)
+    controller = PIController(ControllerSettings(), caps, clock, Estimates(0.01, 0.01))
+    pipeline = Pipeline(controller, workload, caps, workers=1, budget_bytes=10_000,
+                        on_outcome=outcomes.append, verify_every=verify_every,
+                        verify_threads=verify_threads, limits=CallLimits(TimeoutSettings()),
+                        clock=clock, timers=timers)  # fmt: skip
+    workload.pipeline = pipeline
+    return Run(pipeline, clock, timers, outcomes)
+
+
+async def drive(run: Run, done: Callable[[], object], what: str) -> None:
+    """Run the started pipeline on virtual time until ``done()``, while a verification may be
+    held: let what else is in flight finish, then move the clock to the next deadline."""
+    p = run.pipeline
+    horizon = run.clock() + HORIZON_S
+
+    def settled() -> bool:
+        quiet = p.synthesizing == 0 and p.gpu_busy == 0 and p.ready == 0
+        return bool(done()) or (quiet and run.timers.parked == LOOPS)
+
+    while True:
+        await until(settled, f"{what}, or nothing but the clock to wait on")
+        if done():
+            return
+        if not run.timers.jump() or run.clock() > horizon:
+            raise AssertionError(f"the pipeline waits on nothing the clock can bring: {what}")
+
+
+async def test_a_verification_on_its_own_thread_leaves_the_synthesis_thread_free() -> None:
+    workload = HeldVerification()
+    run = build(workload, synth=1, verify_every=3, verify_threads=1)
+    run.pipeline.enqueue("j", 1, {}, list(range(8)))
+    run.pipeline.start()
+    try:
+        # Partitions 2 and 5 wait for verification; the one synthesis thread does the rest.
+        await drive(run, lambda: len(run.outcomes) >= 6, "every partition but those held")
+        assert {o.index for o in run.outcomes} == {0, 1, 3, 4, 6, 7}
+        assert run.pipeline.verifying == 2
+        workload.go.set()
+        await drive(run, lambda: len(run.outcomes) >= 8, "the verified partitions")
+    finally:
+        workload.go.set()
+        await run.pipeline.close()
+    assert all(o.error is None for o in run.outcomes)
+    assert sorted(workload.verified) == [2, 5]
+
+
+async def test_without_threads_of_its_own_verification_takes_a_synthesis_turn() -> None:
+    workload = HeldVerification()
+    run = build(workload, synth=1, verify_every=3, verify_threads=0)
+    run.pipeline.enqueue("j", 1, {}, list(range(8)))
+    run.pipeline.start()
+    try:
+        await drive(run, lambda: run.pipeline.verifying == 1, "a verification")
+        synthesized = len(workload.synthesized)
+        await drive(run, lambda: run.pipeline.synthesizing > 0, "a synthesis waiting")
+        assert len(workload.synthesized) == synthesized  # it waits for the verification's thread
+        workload.go.set()
+        await drive(run, lambda: len(run.outcomes) >= 8, "every partition")
+    finally:
+        workload.go.set()
+        await run.pipeline.close()
+    assert all(o.error is None for o in run.outcomes)
+    assert workload.verified == [2, 5]
+
+
+async def test_picks_pass_on_while_the_verify_threads_are_spoken_for() -> None:
+    workload = HeldVerification()
+    run = build(workload, synth=2, verify_every=1, verify_threads=1)
+    pipeline = run.pipeline
+    pipeline.enqueue("j", 1, {}, list(range(40)))
+    pipeline.start()
+    try:
+        # One thread: one partition verifying and one waiting for it, no more.
+        await drive(run, lambda: len(run.outcomes) >= 20, "partitions passing unverified")
+        assert pipeline.holdings.to_verify == 2
+        assert pipeline.verifying == 2
+        # The third was due and waits for room; each due after it was skipped.
+        assert pipeline.verifications_skipped == pipeline.dispatched - 3
+        assert all(o.error is None for o in run.outcomes)
+        workload.go.set()
+        await drive(run, lambda: len(run.outcomes) >= 40, "every partition")
+    finally:
+        workload.go.set()
+        await pipeline.close()
+    assert max(workload.to_verify_seen) <= 2
+    assert all(o.error is None for o in run.outcomes)
+    assert workload.verified[:2] == [0, 1]
+    # Every dispatch was due: each was verified, skipped, or is the pick still waiting.
+    assert 39 <= len(workload.verified) + pipeline.verifications_skipped <= 40
+
+
+async def test_every_nth_is_verified_where_the_verify_threads_keep_up() -> None:
+    workload = HeldVerification()
+    workload.go.set()
+    run = build(workload, synth=2, verify_every=4, verify_threads=1)
+    run.pipeline.enqueue("j", 1, {}, list(range(16)))
+    await run.to_the_end(16)
+    assert all(o.error is None for o in run.outcomes)
+    assert sorted(workload.verified) == [3, 7, 11, 15]
+    assert run.pipeline.verifications_skipped == 0
