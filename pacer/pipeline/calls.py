@@ -94,11 +94,20 @@ class PoolCalls:
         work.synthesis_ended = self._clock()
         return buffers
 
-    def verify(self, work: Work, outcome: Outcome, now: float) -> None:
+    def verify(self, work: Work, outcome: Outcome) -> None:
+        """Verify ``outcome``'s proof of ``work`` on the next verify thread free. Its time limit
+        counts from when a thread takes it: waiting behind a long verification is not late."""
         self.verifying += 1
-        self._submit(self._verify_pool, Running("verify", work, now, outcome=outcome),
-                     self._on_verified, self.workload.verify, work.spec, work.buffers,
-                     outcome.proof)  # fmt: skip
+        running = Running("verify", work, math.inf, outcome=outcome)
+        self._submit(self._verify_pool, running, self._on_verified, self._verify, running)
+
+    def _verify(self, running: Running) -> Any:
+        """On a pool thread: note when the verification began, run it."""
+        running.started = self._clock()
+        work, outcome = running.work, running.outcome
+        assert outcome is not None
+        assert outcome.proof is not None  # only a proof is verified
+        return self.workload.verify(work.spec, work.buffers, outcome.proof)
 
     def _submit(
         self, pool: DaemonPool, running: Running, then: Callable[[Running], None],

@@ -208,7 +208,7 @@ class InFlight(GpuReadings):
             if self.observer is not None:
                 self.observer.proved(worker.gpu.label, end - start, proof.phases_s)
             if work.verify:
-                self.calls.verify(work, outcome, self._clock())
+                self.calls.verify(work, outcome)
                 return
         self._release(work)
         self._report(outcome)

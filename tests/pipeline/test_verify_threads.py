@@ -28,9 +28,10 @@ pytestmark = pytest.mark.asyncio
 class HeldVerification(Recording):
     """Verification waits until the test lets it go; synthesis notes what is held for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold: set[int] | None = None) -> None:
         super().__init__()
         self.go = threading.Event()
+        self.hold = hold  # the partitions whose verification waits; None: every one
         self.to_verify_seen: list[int] = []
 
     def synthesize(self, spec: PartitionSpec) -> Any:
@@ -39,11 +40,14 @@ class HeldVerification(Recording):
         return super().synthesize(spec)
 
     def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
-        assert self.go.wait(30), "the test never let verification go"
+        if self.hold is None or spec.index in self.hold:
+            assert self.go.wait(30), "the test never let verification go"
         return super().verify(spec, buffers, proof)
 
 
-def build(workload: Recording, synth: int, verify_every: int, verify_threads: int) -> Run:
+def build(
+    workload: Recording, synth: int, verify_every: int, verify_threads: int, **limits: float
+) -> Run:
     clock = FakeClock()
     timers = VirtualTimers(clock)
     outcomes: list[Outcome] = []
@@ -51,7 +55,7 @@ def build(workload: Recording, synth: int, verify_every: int, verify_threads: in
     controller = PIController(ControllerSettings(), caps, clock, Estimates(0.01, 0.01))
     pipeline = Pipeline(controller, workload, caps, workers=1, budget_bytes=10_000,
                         on_outcome=outcomes.append, verify_every=verify_every,
-                        verify_threads=verify_threads, limits=CallLimits(TimeoutSettings()),
+                        verify_threads=verify_threads, limits=CallLimits(TimeoutSettings(**limits)),
                         clock=clock, timers=timers)  # fmt: skip
     workload.pipeline = pipeline
     return Run(pipeline, clock, timers, outcomes)
@@ -148,3 +152,23 @@ async def test_every_nth_is_verified_where_the_verify_threads_keep_up() -> None:
     assert all(o.error is None for o in run.outcomes)
     assert sorted(workload.verified) == [3, 7, 11, 15]
     assert run.pipeline.verifications_skipped == 0
+
+
+async def test_a_hung_verification_on_its_own_thread_is_abandoned_and_its_thread_replaced() -> None:
+    workload = HeldVerification(hold={1})
+    run = build(workload, synth=1, verify_every=2, verify_threads=1, verify_s=5.0)
+    pipeline = run.pipeline
+    pipeline.enqueue("j", 1, {}, list(range(6)))
+    pipeline.start()
+    try:
+        await drive(run, lambda: len(run.outcomes) >= 6, "every partition")
+        # 1's verification hung past 5 s; a new thread verified 3, waiting behind it.
+        assert pipeline.abandoned_threads == 1
+        assert pipeline.holdings.to_verify == 0
+    finally:
+        workload.go.set()
+        await pipeline.close()
+    failed = {o.index: o.call for o in run.outcomes if o.error is not None}
+    assert failed == {1: "verify"}
+    assert workload.verified == [3, 1]  # 1's call still ended, late, once let go
+    assert pipeline.verifications_skipped == 0
