@@ -73,7 +73,10 @@ async def started_service(tmp_path: Path, **env: str) -> tuple[Server, GpuNttWor
 
 
 async def test_partitions_synthesized_in_processes_prove_and_verify(tmp_path: Path) -> None:
-    server, workload = await started_service(tmp_path, PACER_VERIFY_EVERY="3")
+    # Threads enough to verify the three due at once: none is skipped (D201).
+    server, workload = await started_service(
+        tmp_path, PACER_VERIFY_EVERY="3", PACER_VERIFY_THREADS="2"
+    )
     try:
         pool = workload.pool
         assert pool is not None
@@ -93,6 +96,8 @@ async def test_partitions_synthesized_in_processes_prove_and_verify(tmp_path: Pa
             assert part["gpu"] == 3  # the device, not the worker
         provers = workload._provers.values()
         assert sum(p.kept for p in provers) == 3  # H came back only for the verified ones
+        assert server.service.pipeline.verifications_skipped == 0
+        assert server.service.plan.verify_threads == 2
         _, metrics = await call(server, "GET", "/metrics")
         assert 'pacer_gpu_busy_seconds_total{gpu="3"}' in metrics
         assert 'gpu="0"' not in metrics
