@@ -44,7 +44,8 @@ partitions/s by round, from each of the three rates (``by_round``); then where t
 idle (``bench.loop_probe.idle_table``): the synthesis threads' busy share, how often fewer
 syntheses were in flight than processes, the verifications running or waiting, how late the
 event loop ran, and how often pi's rate cap had no token. Each run's JSON row also counts the
-verifications skipped (D201). Writes ``$OUT/gpu_arms.json`` (``--json``) after every run when OUT is set.
+verifications skipped (D201). Writes ``$OUT/gpu_arms.json`` (``--json``) after every run when
+OUT is set.
 """
 
 from __future__ import annotations

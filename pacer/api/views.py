@@ -307,6 +307,8 @@ async def status(service: Service) -> dict[str, Any]:
             "limits_s": p.limits.limits(),
             "hung": dict(p.hung_calls),
             "abandoned_threads": p.abandoned_threads,
+            # Verifications due but skipped while the verify threads were behind (D201).
+            "verifications_skipped": p.verifications_skipped,
             "abandoned_bytes": p.abandoned_bytes,
             "live_workers": p.live_workers,
         },

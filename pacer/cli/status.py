@@ -43,6 +43,24 @@ def queue_rows(queue: int | None, handoff_s: float | None) -> list[tuple[str, st
     return [("synthesis queue", f"up to {queue} waiting for a synthesis process{handoff}")]
 
 
+def verification_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """How often partitions are verified, where, how many are under way, and how many were
+    skipped as the verify threads fell behind (D201); nothing where none are verified."""
+    plan = status.get("plan") or {}
+    every = plan.get("verify_every")
+    if not every:
+        return []
+    threads = plan.get("verify_threads")
+    due = "every partition" if every == 1 else f"one partition in {every}"
+    where = ("on the synthesis threads" if not threads
+             else f"on {threads} thread{'s' if threads > 1 else ''} of its own")  # fmt: skip
+    text = f"{due}, {where}; {status['queues'].get('verifying', 0)} running or waiting"
+    skipped = (status.get("calls") or {}).get("verifications_skipped")
+    if skipped:
+        text += f"; {skipped} skipped, the verify threads behind (PACER_VERIFY_THREADS)"
+    return [("verification", text)]
+
+
 def supply_rows(supply: float | None, ff_interval_s: float | None) -> list[tuple[str, str]]:
     """What synthesis can supply (partitions/s) against the GPUs' rate, 1 ÷ the feed-forward
     interval (s), and which side bounds; nothing while either is unknown."""
@@ -191,6 +209,7 @@ def print_status(client: BlockingClient, args: argparse.Namespace) -> int:
         *_pool_rows(status["pool"]),
         *synthesis_rows(status.get("synthesis")),
         proving_row(status, lambda g: f"{g['busy_ratio']:.0%}"),
+        *verification_rows(status),
         ("jobs", JOBS_NOT_KNOWN if status["jobs"] is None
                  else ", ".join(f"{k} {v}" for k, v in status["jobs"].items()) or "none"),
         *journal_rows(status.get("journal")),

@@ -13,7 +13,14 @@ from pacer.__main__ import main
 from pacer.cli import jobs as cli_jobs
 from pacer.cli.args import Progress, param
 from pacer.cli.follow import follow, rate_text, span_s, wait_ready
-from pacer.cli.status import engine_rows, fleet_rows, journal_rows, queue_rows, supply_rows
+from pacer.cli.status import (
+    engine_rows,
+    fleet_rows,
+    journal_rows,
+    queue_rows,
+    supply_rows,
+    verification_rows,
+)
 from pacer.client import ApiError, BlockingClient
 from tests.conftest import FakeClock
 from tests.servers import refusing_port
@@ -293,3 +300,22 @@ def test_status_says_what_waits_in_front_of_the_synthesis_processes() -> None:
     ]  # fmt: skip
     assert queue_rows(2, None) == [("synthesis queue", "up to 2 waiting for a synthesis process")]
     assert queue_rows(0, 0.3) == queue_rows(None, None) == []  # not known yet, or older service
+
+
+def test_status_says_how_partitions_are_verified_and_what_was_skipped() -> None:
+    status: dict[str, Any] = {
+        "plan": {"verify_every": 100, "verify_threads": 1},
+        "queues": {"verifying": 2},
+        "calls": {"verifications_skipped": 7},
+    }
+    assert verification_rows(status) == [(
+        "verification",
+        "one partition in 100, on 1 thread of its own; 2 running or waiting; 7 skipped, the "
+        "verify threads behind (PACER_VERIFY_THREADS)",
+    )]  # fmt: skip
+    status = {"plan": {"verify_every": 1, "verify_threads": 0}, "queues": {"verifying": 0},
+              "calls": {"verifications_skipped": 0}}  # fmt: skip
+    assert verification_rows(status) == [
+        ("verification", "every partition, on the synthesis threads; 0 running or waiting")
+    ]
+    assert verification_rows({"plan": {"verify_every": 0}, "queues": {}}) == []
