@@ -262,7 +262,7 @@ class Pipeline(InFlight):
         if now - self._skip_logged_at >= SKIP_LOG_S:
             self._skip_logged_at = now
             log.warning(
-                "verification is behind: skipped %d so far; %d threads verify "
-                "(PACER_VERIFY_THREADS), one partition in %d is due (PACER_VERIFY_EVERY)",
+                "verification is behind: skipped %d so far; verify threads %d "
+                "(PACER_VERIFY_THREADS), one partition in %d due (PACER_VERIFY_EVERY)",
                 self.verifications_skipped, self.calls.verify_threads, self.verify_every,
             )  # fmt: skip
