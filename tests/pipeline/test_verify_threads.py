@@ -5,7 +5,7 @@ time; the workload's calls run on the pipeline's real threads."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -84,45 +84,46 @@ async def drive(run: Run, done: Callable[[], object], what: str) -> None:
             raise AssertionError(f"the pipeline waits on nothing the clock can bring: {what}")
 
 
-async def test_a_verification_on_its_own_thread_leaves_the_synthesis_thread_free() -> None:
+async def one_synthesis_thread_while_2_verifies(
+    verify_threads: int, meanwhile: Callable[[Run, HeldVerification], Awaitable[None]]
+) -> tuple[Run, HeldVerification]:
+    """100 partitions on one synthesis thread, every third verified: while partition 2's
+    verification holds its thread, ``meanwhile`` runs; then it is let go and every one ends."""
     workload = HeldVerification(hold={2})
-    run = build(workload, synth=1, verify_every=3, verify_threads=1)
-    pipeline = run.pipeline
-    pipeline.enqueue("j", 1, {}, list(range(100)))
-    pipeline.start()
+    run = build(workload, synth=1, verify_every=3, verify_threads=verify_threads)
+    run.pipeline.enqueue("j", 1, {}, list(range(100)))
+    run.pipeline.start()
     try:
-        await drive(run, workload.held.is_set, "the verification of partition 2 on its thread")
+        await drive(run, workload.held.is_set, "the verification of partition 2 on a thread")
+        await meanwhile(run, workload)
+        workload.go.set()
+        await drive(run, lambda: len(run.outcomes) >= 100, "every partition")
+    finally:
+        workload.go.set()
+        await run.pipeline.close()
+    assert all(o.error is None for o in run.outcomes)
+    return run, workload
+
+
+async def test_a_verification_on_its_own_thread_leaves_the_synthesis_thread_free() -> None:
+    async def meanwhile(run: Run, workload: HeldVerification) -> None:
         # The one synthesis thread goes on with the rest while 2 holds the verify thread.
         await drive(run, lambda: workload.synthesized_while_held >= 10, "syntheses meanwhile")
         assert 2 not in {o.index for o in run.outcomes}
-        workload.go.set()
-        await drive(run, lambda: len(run.outcomes) >= 100, "every partition")
-    finally:
-        workload.go.set()
-        await pipeline.close()
-    assert all(o.error is None for o in run.outcomes)
+
+    run, workload = await one_synthesis_thread_while_2_verifies(1, meanwhile)
     assert 2 in workload.verified
-    assert pipeline.verifications_skipped > 0  # dues that came while 2 held the thread
+    assert run.pipeline.verifications_skipped > 0  # dues that came while 2 held the thread
 
 
 async def test_without_threads_of_its_own_verification_takes_a_synthesis_turn() -> None:
-    workload = HeldVerification(hold={2})
-    run = build(workload, synth=1, verify_every=3, verify_threads=0)
-    pipeline = run.pipeline
-    pipeline.enqueue("j", 1, {}, list(range(100)))
-    pipeline.start()
-    try:
-        await drive(run, workload.held.is_set, "the verification of partition 2 on the thread")
+    async def meanwhile(run: Run, workload: HeldVerification) -> None:
         # Later partitions are dispatched, and wait: the one thread verifies.
-        await drive(run, lambda: pipeline.synthesizing > 0, "a synthesis waiting")
-        assert pipeline.backlog > 0
-        workload.go.set()
-        await drive(run, lambda: len(run.outcomes) >= 100, "every partition")
-    finally:
-        workload.go.set()
-        await pipeline.close()
+        await drive(run, lambda: run.pipeline.synthesizing > 0, "a synthesis waiting")
+        assert run.pipeline.backlog > 0
+
+    _, workload = await one_synthesis_thread_while_2_verifies(0, meanwhile)
     assert workload.synthesized_while_held == 0
-    assert all(o.error is None for o in run.outcomes)
     assert sorted(workload.verified) == list(range(2, 100, 3))
 
 
