@@ -59,6 +59,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -418,13 +419,33 @@ RATES = (
     ("partitions_per_s", "count"),
     ("partitions_per_s_fit", "fit"),
     ("partitions_per_s_edges", "first to last"),
+    ("processes_use", "per compute second"),
 )
+
+
+def rate(run: dict[str, Any], key: str) -> float:
+    """``run[key]``, or for ``processes_use`` the partitions a second per process and second
+    of a synthesis's compute (partitions/s × compute s ÷ processes): 1 where every process is
+    always at work. A host whose syntheses run slower for a while (another tenant, a cooler
+    clock) moves every arm's partitions/s with it, but not this share; 0 where not recorded.
+
+    >>> rate({"partitions_per_s": 6.0, "compute_s": 0.9, "processes": 6}, "processes_use")
+    0.9
+    >>> rate({"partitions_per_s": 6.0, "processes": 6}, "processes_use")
+    0.0
+    """
+    if key != "processes_use":
+        return float(run.get(key, 0.0))
+    if "compute_s" not in run:
+        return 0.0
+    return float(run["partitions_per_s"] * run["compute_s"] / run["processes"])
 
 
 def by_round(results: list[dict[str, Any]], markdown: bool = False) -> str:
     """Per size and arm other than pi: pi's partitions/s ÷ the arm's of the same round − 1,
     round by round and as a mean with its 95 % interval, from the count over the window, the
-    least-squares fit (``slope``) and the proofs from the first to the last (``edge_rate``)."""
+    least-squares fit (``slope``), the proofs from the first to the last (``edge_rate``) and
+    per second of the processes' compute (``rate``)."""
     rows = []
     for n in sorted({r["processes"] for r in results}, reverse=True):
         pi = {r["round"]: r for r in results if r["processes"] == n and r["arm"] == "pi"}
@@ -432,8 +453,8 @@ def by_round(results: list[dict[str, Any]], markdown: bool = False) -> str:
         for arm in arms:
             for key, source in RATES:
                 runs = [r for r in results if r["processes"] == n and r["arm"] == arm
-                        and r["round"] in pi and key in r and r[key] > 0]  # fmt: skip
-                shares = [pi[r["round"]][key] / r[key] - 1 for r in runs]
+                        and r["round"] in pi and rate(r, key) > 0]  # fmt: skip
+                shares = [rate(pi[r["round"]], key) / rate(r, key) - 1 for r in runs]
                 if not shares:
                     continue
                 mean, half = interval(shares)
@@ -441,6 +462,22 @@ def by_round(results: list[dict[str, Any]], markdown: bool = False) -> str:
                              f"{100 * mean:+.1f} ± {100 * half:.1f} %"))  # fmt: skip
     headers = ("processes", "arm", "rate from", "pi ÷ arm − 1 by round, %", "mean")
     return render(headers, rows, markdown=markdown)
+
+
+def pooled(files: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The runs of several saved files as one series: each file's rounds numbered after the
+    last round of the files before it, per size.
+
+    >>> first = [{"processes": 6, "round": 0}, {"processes": 6, "round": 1}]
+    >>> [r["round"] for r in pooled([first, [{"processes": 6, "round": 0}]])]
+    [0, 1, 2]
+    """
+    out: list[dict[str, Any]] = []
+    for runs in files:
+        after = {n: 1 + max(r["round"] for r in out if r["processes"] == n)
+                 for n in {r["processes"] for r in out}}  # fmt: skip
+        out += [{**r, "round": r["round"] + after.get(r["processes"], 0)} for r in runs]
+    return out
 
 
 def report(results: list[dict[str, Any]], markdown: bool) -> str:
@@ -474,11 +511,13 @@ def main() -> int:
                         help="before each arm, wait until nothing is in flight")  # fmt: skip
     parser.add_argument("--json", default="gpu_arms.json", help="file name under $OUT")
     parser.add_argument("--markdown", action="store_true", help="the summary as Markdown")
-    parser.add_argument("--summary", type=Path, help="print the summary of a saved JSON only")
+    parser.add_argument("--summary", type=Path, nargs="+",
+                        help="print the summary of saved JSON files only (the rounds of each "
+                        "file after those of the one before)")  # fmt: skip
     args = parser.parse_args()
     if args.summary is not None:
-        saved = json.loads(args.summary.read_text())
-        print(report(saved, args.markdown))
+        print(report(pooled(json.loads(path.read_text()) for path in args.summary),
+                     args.markdown))  # fmt: skip
         return 0
     unknown = {arm for arm in args.arms.split(",") if arm_parts(arm)[0] not in ARMS}
     if unknown:
