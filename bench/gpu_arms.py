@@ -214,12 +214,7 @@ def verify(server: Server, verifying: str) -> None:
     """Verify as the service does ("own"), on the synthesis threads ("shared"), or not ("none")."""
     plan, p = server.service.plan, server.service.pipeline
     p.verify_every = 0 if verifying == "none" else plan.verify_every
-    calls = p.calls
-    own = getattr(calls, "_own_verify_pool", None) or calls._verify_pool
-    calls._own_verify_pool = own  # type: ignore[attr-defined]
-    shared = verifying == "shared"
-    calls._verify_pool = calls._pool if shared else own
-    calls.verify_threads = 0 if shared else plan.verify_threads
+    p.calls.share_verification(verifying == "shared")
 
 
 async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Syntheses,

@@ -46,10 +46,12 @@ class PoolCalls:
         # Daemon threads nothing joins: a hung synthesis or verification must not keep the
         # process alive at exit, and the pool replaces a thread stuck in an abandoned call.
         self._pool = DaemonPool(threads, "pacer-synth")
-        self._verify_pool = (
-            DaemonPool(verify_threads, "pacer-verify") if verify_threads > 0 else self._pool
+        self._own_verify_pool = (
+            DaemonPool(verify_threads, "pacer-verify") if verify_threads > 0 else None
         )
+        self._verify_pool = self._own_verify_pool or self._pool
         self._threads = threads
+        self._own_verify_threads = verify_threads
         self.verify_threads = verify_threads
         self._running: set[Running] = set()
         self.synthesizing = 0
@@ -59,9 +61,17 @@ class PoolCalls:
     @property
     def abandoned_threads(self) -> int:
         """Threads still running a call that was abandoned."""
-        if self._verify_pool is self._pool:
-            return self._pool.abandoned
-        return self._pool.abandoned + self._verify_pool.abandoned
+        own = self._own_verify_pool
+        return self._pool.abandoned + (own.abandoned if own is not None else 0)
+
+    def share_verification(self, shared: bool) -> None:
+        """Verify on the synthesis threads (``shared``), or on the threads of its own these
+        calls were made with (where they have none, on the synthesis threads still): for
+        comparing the two on one running pipeline. Verifications already submitted finish
+        where they are."""
+        own = self._own_verify_pool
+        self._verify_pool = self._pool if shared or own is None else own
+        self.verify_threads = 0 if self._verify_pool is self._pool else self._own_verify_threads
 
     @property
     def verify_room(self) -> float:
@@ -116,6 +126,7 @@ class PoolCalls:
         # A bare future and a callback rather than a task per partition: cheaper on the loop.
         loop = asyncio.get_running_loop()
         running.future = pool.submit(call, *args)
+        running.pool = pool
         self._running.add(running)
         running.future.add_done_callback(lambda _: threadsafe(loop, then, running))
 
@@ -142,8 +153,8 @@ class PoolCalls:
         self._running.discard(running)
         assert running.future is not None
         if not running.future.cancel():  # running, not queued: another thread takes its place
-            pool = self._pool if running.call == "synthesis" else self._verify_pool
-            pool.replace(running.future)
+            assert running.pool is not None
+            running.pool.replace(running.future)
         self._uncount(running)
 
     def _uncount(self, running: Running) -> None:
@@ -155,5 +166,5 @@ class PoolCalls:
 
     def shutdown(self) -> None:
         self._pool.shutdown()
-        if self._verify_pool is not self._pool:
-            self._verify_pool.shutdown()
+        if self._own_verify_pool is not None:
+            self._own_verify_pool.shutdown()

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from pacer.control.policy import SynthesisParts
 from pacer.pipeline.attempts import Call
-from pacer.runtime.threads import CallState
+from pacer.runtime.threads import CallState, DaemonPool
 from pacer.workload import PartitionSpec, Proof
 
 
@@ -99,6 +99,7 @@ class Running:
     work: Work
     started: float
     future: Future[Any] | None = None  # on the pool (synthesis, verify); None for prove
+    pool: DaemonPool | None = None  # the pool it was submitted to
     outcome: Outcome | None = None  # verify: what proving produced
     state: CallState = field(default_factory=CallState)
 

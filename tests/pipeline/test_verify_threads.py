@@ -4,6 +4,7 @@ time; the workload's calls run on the pipeline's real threads."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -85,12 +86,17 @@ async def drive(run: Run, done: Callable[[], object], what: str) -> None:
 
 
 async def one_synthesis_thread_while_2_verifies(
-    verify_threads: int, meanwhile: Callable[[Run, HeldVerification], Awaitable[None]]
+    verify_threads: int,
+    meanwhile: Callable[[Run, HeldVerification], Awaitable[None]],
+    *,
+    shared: bool = False,
 ) -> tuple[Run, HeldVerification]:
-    """100 partitions on one synthesis thread, every third verified: while partition 2's
-    verification holds its thread, ``meanwhile`` runs; then it is let go and every one ends."""
+    """100 partitions on one synthesis thread, every third verified (on the synthesis thread
+    where ``shared``): while partition 2's verification holds its thread, ``meanwhile`` runs;
+    then it is let go and every one ends."""
     workload = HeldVerification(hold={2})
     run = build(workload, synth=1, verify_every=3, verify_threads=verify_threads)
+    run.pipeline.calls.share_verification(shared)
     run.pipeline.enqueue("j", 1, {}, list(range(100)))
     run.pipeline.start()
     try:
@@ -116,15 +122,26 @@ async def test_a_verification_on_its_own_thread_leaves_the_synthesis_thread_free
     assert run.pipeline.verifications_skipped > 0  # dues that came while 2 held the thread
 
 
-async def test_without_threads_of_its_own_verification_takes_a_synthesis_turn() -> None:
-    async def meanwhile(run: Run, workload: HeldVerification) -> None:
-        # Later partitions are dispatched, and wait: the one thread verifies.
-        await drive(run, lambda: run.pipeline.synthesizing > 0, "a synthesis waiting")
-        assert run.pipeline.backlog > 0
+async def a_synthesis_waits(run: Run, workload: HeldVerification) -> None:
+    """Later partitions are dispatched, and wait: the one synthesis thread verifies."""
+    await drive(run, lambda: run.pipeline.synthesizing > 0, "a synthesis waiting")
+    assert run.pipeline.backlog > 0
 
-    _, workload = await one_synthesis_thread_while_2_verifies(0, meanwhile)
+
+async def test_without_threads_of_its_own_verification_takes_a_synthesis_turn() -> None:
+    _, workload = await one_synthesis_thread_while_2_verifies(0, a_synthesis_waits)
     assert workload.synthesized_while_held == 0
     assert sorted(workload.verified) == list(range(2, 100, 3))
+
+
+async def test_verification_moved_onto_the_synthesis_threads_takes_their_turns() -> None:
+    run, workload = await one_synthesis_thread_while_2_verifies(1, a_synthesis_waits, shared=True)
+    assert workload.synthesized_while_held == 0
+    assert sorted(workload.verified) == list(range(2, 100, 3))
+    calls = run.pipeline.calls
+    assert (calls.verify_threads, calls.verify_room) == (0, math.inf)
+    calls.share_verification(False)  # back on its own thread: bounded again
+    assert (calls.verify_threads, calls.verify_room) == (1, 2)
 
 
 async def test_picks_pass_on_while_the_verify_threads_are_spoken_for() -> None:
