@@ -46,10 +46,9 @@ class PoolCalls:
         # Daemon threads nothing joins: a hung synthesis or verification must not keep the
         # process alive at exit, and the pool replaces a thread stuck in an abandoned call.
         self._pool = DaemonPool(threads, "pacer-synth")
-        self._own_verify_pool = (
-            DaemonPool(verify_threads, "pacer-verify") if verify_threads > 0 else None
-        )
-        self._verify_pool = self._own_verify_pool or self._pool
+        own = DaemonPool(verify_threads, "pacer-verify") if verify_threads > 0 else None
+        self._own_verify_pool = own
+        self._verify_pool = own if own is not None else self._pool
         self._threads = threads
         self._own_verify_threads = verify_threads
         self.verify_threads = verify_threads
