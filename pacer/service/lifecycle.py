@@ -19,8 +19,9 @@ from pacer.control.registry import build_policy
 from pacer.host.memory import HOST_FILES, HostFiles
 from pacer.journal import JobRecord, JournalBackend
 from pacer.journal.health import Backoff
-from pacer.metrics.collectors import JournalMetrics, Metrics
+from pacer.metrics.collectors import Metrics
 from pacer.metrics.fleet import FleetMetrics, claim_histogram
+from pacer.metrics.health import JournalMetrics
 from pacer.pipeline import Pipeline
 from pacer.pipeline.attempts import CallLimits, RetrySchedule
 from pacer.plan import Plan
