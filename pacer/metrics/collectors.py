@@ -158,6 +158,17 @@ class _StateCollector(Collector):
              "skipped as the verify threads were behind", p.verifications_skipped),
         ]:  # fmt: skip
             yield CounterMetricFamily(name, doc, value=value)
+        yield GaugeMetricFamily(
+            "pacer_synthesis_busy_ratio",
+            "Fraction of the last 60 s the synthesis workers spent in a synthesis (where "
+            "synthesis runs in processes: the processes' busy share)",
+            value=p.calls.synthesis_busy_ratio(),
+        )
+        yield CounterMetricFamily(
+            "pacer_synthesis_busy_seconds",
+            "Synthesis worker-seconds spent in a synthesis (s)",
+            value=p.calls.synthesis_busy_seconds(),
+        )
         busy = GaugeMetricFamily(
             "pacer_gpu_busy_ratio",
             "Fraction of the last 60 s with a partition on the GPU",

@@ -1,10 +1,10 @@
-"""Busy time per GPU: busy while any of its workers proves, idle when none does; the per-GPU
-reads the service shows."""
+"""Busy time per GPU (busy while any of its workers proves, idle when none does) and of the
+synthesis workers (each one's time inside a synthesis); the per-GPU reads the service shows."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -44,15 +44,60 @@ class BusyMeter:
         """Seconds from ``moment`` to now, on the meter's clock (0 if it is still to come)."""
         return max(0.0, self._clock() - moment)
 
-    def ratio(self, busy_since: float | None) -> float:
+    def window(self) -> tuple[float, float, float]:
+        """(now, the trailing window's start, the busy seconds of the intervals that ended
+        within it) on the meter's clock."""
         now = self._clock()
         since = max(self._started, now - self._window_s)
+        busy = sum(v for second, v in self._buckets.items() if second >= int(since))
+        return now, since, busy
+
+    def ratio(self, busy_since: float | None) -> float:
+        now, since, busy = self.window()
         if now <= since:
             return 0.0
-        busy = sum(v for second, v in self._buckets.items() if second >= int(since))
         if busy_since is not None:
             busy += now - max(busy_since, since)
         return min(1.0, busy / (now - since))
+
+
+class WorkersBusy:
+    """The busy time of ``workers`` workers that each run one call at a time (the synthesis
+    threads; each one feeds a process where synthesis runs in processes): worker-seconds in
+    total, and as a share of the workers' time over the trailing ``window_s``. Calls are added
+    when they end; the reader passes the starts of those still running (clock seconds).
+
+    >>> t = [0.0]
+    >>> busy = WorkersBusy(lambda: t[0], workers=2)
+    >>> t[0] = 10.0
+    >>> busy.add(0.0, 10.0)  # one worker busy all along, the other from 5 s on
+    >>> busy.ratio([5.0]), busy.seconds([5.0])
+    (0.75, 15.0)
+    """
+
+    def __init__(self, clock: Callable[[], float], workers: int, window_s: int = 60) -> None:
+        self._clock = clock
+        self._meter = BusyMeter(clock, window_s)
+        self.workers = workers
+
+    def add(self, start: float, end: float) -> None:
+        """A call that ran from ``start`` to ``end`` (clock seconds)."""
+        self._meter.add(start, max(start, end))
+
+    def seconds(self, running: Iterable[float]) -> float:
+        """Worker-seconds busy so far, the calls still running (started at ``running``)
+        included."""
+        now = self._clock()
+        return self._meter.total_s + sum(max(0.0, now - start) for start in running)
+
+    def ratio(self, running: Iterable[float]) -> float:
+        """The workers' busy share of the trailing window, in [0, 1]; 0 before any time
+        has passed."""
+        now, since, busy = self._meter.window()
+        if now <= since or self.workers <= 0:
+            return 0.0
+        busy += sum(max(0.0, now - max(start, since)) for start in running)
+        return min(1.0, busy / ((now - since) * self.workers))
 
 
 @dataclass

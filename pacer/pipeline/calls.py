@@ -11,6 +11,7 @@ from typing import Any
 
 from pacer.control.policy import Observation
 from pacer.pipeline.attempts import Call
+from pacer.pipeline.busy import WorkersBusy
 from pacer.pipeline.work import Outcome, Running, Work, threadsafe
 from pacer.runtime.threads import DaemonPool
 from pacer.workload import Workload
@@ -50,6 +51,7 @@ class PoolCalls:
         self._own_verify_pool = own
         self._verify_pool = own if own is not None else self._pool
         self._threads = threads
+        self._busy = WorkersBusy(clock, threads)  # the synthesis threads' time in a synthesis
         self._own_verify_threads = verify_threads
         self.verify_threads = verify_threads
         self._running: set[Running] = set()
@@ -78,6 +80,22 @@ class PoolCalls:
         thread (one verifying, one on its way), so that none waits long holding its memory;
         unbounded where verification shares the synthesis threads."""
         return 2 * self.verify_threads if self.verify_threads > 0 else math.inf
+
+    def synthesis_busy_ratio(self) -> float:
+        """The synthesis threads' share of the trailing minute inside a synthesis (where
+        synthesis runs in processes, each thread waits on one process: the processes' busy
+        share), in [0, 1]."""
+        return self._busy.ratio(self._synthesis_begun())
+
+    def synthesis_busy_seconds(self) -> float:
+        """Thread-seconds spent inside a synthesis so far (those running included)."""
+        return self._busy.seconds(self._synthesis_begun())
+
+    def _synthesis_begun(self) -> list[float]:
+        """When each synthesis a thread runs now began (clock seconds)."""
+        return [r.work.synthesis_began for r in self._running
+                if r.call == "synthesis" and r.work.synthesis_began is not None
+                and r.work.synthesis_ended is None]  # fmt: skip
 
     def synthesis_ages(self, now: float) -> tuple[float, ...]:
         """Ages (s) of the oldest syntheses running, oldest first.
@@ -141,6 +159,9 @@ class PoolCalls:
         current = running.state.finish()
         if current:
             self._uncount(running)
+            began, ended = running.work.synthesis_began, running.work.synthesis_ended
+            if running.call == "synthesis" and began is not None:
+                self._busy.add(began, self._clock() if ended is None else ended)
         return done, current
 
     def late(self, now: float, limits: dict[Call, float]) -> list[Running]:

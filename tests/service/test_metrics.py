@@ -27,6 +27,7 @@ REQUIRED = [
     "pacer_synthesis_worker_restarts_total", "pacer_verify_inflight",
     "pacer_verifications_skipped_total",
     "pacer_gpu_busy_ratio", "pacer_gpu_idle_gap_seconds", "pacer_gpu_phase_seconds",
+    "pacer_synthesis_busy_ratio", "pacer_synthesis_busy_seconds_total",
     "pacer_synthesis_seconds", "pacer_synthesis_wait_seconds", "pacer_partitions_total",
     "pacer_jobs_total", "pacer_build_info",
     "pacer_controller_policy_info", "pacer_controller_synthesis_cap",
@@ -57,6 +58,10 @@ async def test_metrics_follow_the_work(server: Server) -> None:
     assert value("pacer_memory_budget_bytes") == server.service.plan.budget_bytes
     assert value("pacer_memory_inflight_bytes") == 0
     assert 0 < (value("pacer_gpu_busy_ratio", {"gpu": "0"}) or 0) <= 1
+    # The synthesis threads' time inside the six syntheses, each as the pipeline timed it.
+    busy_s = value("pacer_synthesis_busy_seconds_total") or 0
+    assert 0 < busy_s <= (value("pacer_synthesis_seconds_sum") or 0)
+    assert 0 < (value("pacer_synthesis_busy_ratio") or 0) <= 1
     assert value("pacer_controller_mode", {"mode": "drained"}) in (0, 1)
     modes = [value("pacer_controller_mode", {"mode": m}) or 0.0
              for m in ("bootstrap", "pacing", "drained", "manual")]  # fmt: skip
