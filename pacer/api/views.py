@@ -319,6 +319,9 @@ async def status(service: Service) -> dict[str, Any]:
             # How the ntt workload computes it (numba or numpy); None for other workloads.
             "kernel": service.plan.kernel,
             "restarts": p.synthesis_restarts,
+            # The synthesis workers' share of the last minute in a synthesis, and their time.
+            "busy_ratio": round(p.calls.synthesis_busy_ratio(), 4),
+            "busy_seconds": round(p.calls.synthesis_busy_seconds(), 3),
         },
         "gpus": [
             {

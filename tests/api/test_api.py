@@ -215,7 +215,12 @@ async def test_status_reports_the_pipeline(server: Server) -> None:
     assert body["gpus"][0]["gpu"] == 0
     assert body["controller"]["terms"]["mode"] in ("bootstrap", "pacing", "drained")
     # The CPU workload, with Numba (a dev dependency) taken by PACER_NTT__CPU_BACKEND=auto.
-    assert body["synthesis"] == {"executor": "threads", "kernel": "numba", "restarts": 0}
+    synthesis = body["synthesis"]
+    assert synthesis == {"executor": "threads", "kernel": "numba", "restarts": 0,
+                         "busy_ratio": synthesis["busy_ratio"],
+                         "busy_seconds": synthesis["busy_seconds"]}  # fmt: skip
+    assert 0 <= synthesis["busy_ratio"] <= 1
+    assert synthesis["busy_seconds"] >= 0
     plan = body["plan"]  # what the service runs by, the workload's say where settings are unset
     assert (plan["workload"], plan["field"], plan["kernel"]) == ("ntt", "babybear", "numba")
     assert (plan["verify_every"], plan["threads_per_synthesis"], plan["pool_slots"]) == (1, 1, 0)

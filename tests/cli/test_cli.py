@@ -174,7 +174,8 @@ def status_body(pool: dict[str, Any]) -> dict[str, Any]:
         "queues": {"backlog": 64, "synthesizing": 16, "ready": 3, "proving": 2},
         "memory": {"inflight_bytes": 27 * 2**30, "budget_bytes": 64 * 2**30},
         "pool": pool,
-        "synthesis": {"executor": "processes", "kernel": "numba", "restarts": 1},
+        "synthesis": {"executor": "processes", "kernel": "numba", "restarts": 1,
+                      "busy_ratio": 0.934, "busy_seconds": 812.5},
         "gpus": [{"gpu": 0, "workers": 2, "busy_ratio": 0.4, "busy_seconds": 1.0},
                  {"gpu": 1, "workers": 1, "busy_ratio": 0.97, "busy_seconds": 2.0}],
         "jobs": {"running": 1},
@@ -199,7 +200,10 @@ def test_status_shows_memory_the_pinned_pool_and_each_gpu(
         flags=re.M,
     ), out
     assert re.search(r"^gpus +0: 40% busy \(2 workers\), 1: 97% busy \(1 worker\)", out, re.M)
-    synthesis = r"^synthesis +processes, numba CPU backend \(1 restart after one died\)$"
+    synthesis = (
+        r"^synthesis +processes, numba CPU backend \(1 restart after one died\); "
+        r"workers 93% busy over the last minute$"
+    )
     assert re.search(synthesis, out, re.M), out
 
 
