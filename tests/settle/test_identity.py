@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -191,8 +192,10 @@ def test_a_block_made_here_is_owned_by_this_process_until_it_is_removed(shm_dir:
 def test_settle_waits_only_for_pacer_services_of_the_name(
     tmp_path: Path, children: list[subprocess.Popen[str]]
 ) -> None:
-    # The kernel names a process after the file it runs: a link gives comm "pacer-id-test".
-    exe = tmp_path / "pacer-id-test"
+    # The kernel names a process after the file it runs: a link gives comm "pacer-XXXXXXXX",
+    # this test's own name, so that a copy of the suite beside it is not counted.
+    name = f"pacer-{secrets.token_hex(4)}"
+    exe = tmp_path / name
     exe.symlink_to(sys.executable)
     code = "import sys; print('ready', flush=True); sys.stdin.read()"
     client = python(code, "status", prefix=(str(exe),))  # another program of the name
@@ -201,4 +204,4 @@ def test_settle_waits_only_for_pacer_services_of_the_name(
     for child in (client, service):
         assert child.stdout is not None
         assert child.stdout.readline() == "ready\n"
-    assert [p.pid for p in ProcessScanner("pacer-id-test")()] == [service.pid]
+    assert [p.pid for p in ProcessScanner(name)()] == [service.pid]

@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -580,12 +581,15 @@ def test_named_process_blocks_settling_while_alive_and_as_a_zombie(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     # The kernel names a process after the file it executes, cut to 15 characters: running
-    # the interpreter through a link called pacer-settle-test gives comm "pacer-settle-te".
-    exe = tmp_path / "pacer-settle-test"
+    # the interpreter through a link called pacer-XXXXXXXX-test gives comm "pacer-XXXXXXXX-".
+    # The name is this test's own, so that a copy of the suite beside it is not counted.
+    name = f"pacer-{secrets.token_hex(4)}-test"
+    comm = name[:15]
+    exe = tmp_path / name
     exe.symlink_to(sys.executable)
     check_once = SettleOptions(timeout_s=0, baseline_bytes=100 * GIB)
     at_baseline = [Sample(100 * GIB)]
-    scanner = ProcessScanner("pacer-settle-test")
+    scanner = ProcessScanner(name)
     code = "import sys; print('ready', flush=True); sys.stdin.read()"
     pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
     # "serve" on its command line, as a pacer service has; a client of that name is not waited for.
@@ -594,7 +598,7 @@ def test_named_process_blocks_settling_while_alive_and_as_a_zombie(
         assert child.stdout.readline() == "ready\n"
         result = settle_run(check_once, clock, clock.advance, ListSampler(at_baseline), scanner)
         assert not result.settled
-        assert [(p.pid, p.name) for p in result.blockers] == [(child.pid, "pacer-settle-te")]
+        assert [(p.pid, p.name) for p in result.blockers] == [(child.pid, comm)]
 
         child.kill()
         os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
@@ -602,8 +606,7 @@ def test_named_process_blocks_settling_while_alive_and_as_a_zombie(
         assert not result.settled
         assert [p.state for p in result.blockers] == ["Z"]
         assert settle_summary(result, check_once) == (
-            f"not settled after 0 s: process pacer-settle-te (pid {child.pid}, zombie) "
-            "still present"
+            f"not settled after 0 s: process {comm} (pid {child.pid}, zombie) still present"
         )
 
         child.wait()
