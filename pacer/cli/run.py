@@ -315,6 +315,15 @@ def _busy_share(gpu: dict[str, Any], run_s: float) -> str:
     return f"{min(1.0, gpu['busy_seconds'] / run_s):.0%}" if run_s > 0 else "-"
 
 
+def _synthesis_share(synthesis: dict[str, Any], status: dict[str, Any], run_s: float) -> str:
+    """The synthesis workers' busy share of the run: their busy time over the workers
+    (syntheses at once) × the run."""
+    workers = status["memory"]["caps"]["synthesis_concurrency"]
+    if run_s <= 0 or workers <= 0:
+        return "- busy over the run"
+    return f"{min(1.0, synthesis['busy_seconds'] / (workers * run_s)):.0%} busy over the run"
+
+
 def _controller_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
     """The policy, its bootstraps and what it learned of the host."""
     rows = [("controller", f"{c['policy']}: {plural(c['bootstraps'], 'cold bootstrap')}, "
@@ -358,7 +367,7 @@ def summary(run: Run) -> str:
         ),
         ("throughput", rate_text(done, run.run_s)),
         ("workload", s["workload"]),
-        *synthesis_rows(s.get("synthesis")),
+        *synthesis_rows(s.get("synthesis"), lambda x: _synthesis_share(x, s, run.run_s)),
         proving_row(s, lambda g: _busy_share(g, run.run_s), " over the run"),
         *_controller_rows(s["controller"]),
         *_memory_rows(s["memory"]),

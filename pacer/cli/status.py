@@ -167,9 +167,12 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def synthesis_rows(synthesis: dict[str, Any] | None, busy: bool = False) -> list[tuple[str, str]]:
+def synthesis_rows(
+    synthesis: dict[str, Any] | None, busy: Callable[[dict[str, Any]], str] | None = None
+) -> list[tuple[str, str]]:
     """Where synthesis runs, how it computes, how often its processes had to be replaced, and
-    with ``busy`` its workers' busy share of the last minute."""
+    with ``busy`` its workers' busy share as ``busy(synthesis)`` words it (a service from
+    before `busy_ratio` leaves it out)."""
     if not synthesis:  # a service from before this field
         return []
     text = synthesis["executor"]
@@ -178,8 +181,8 @@ def synthesis_rows(synthesis: dict[str, Any] | None, busy: bool = False) -> list
     if synthesis["executor"] == "processes":
         restarts = synthesis["restarts"]
         text += f" ({restarts} restart{'s' if restarts != 1 else ''} after one died)"
-    if busy and synthesis.get("busy_ratio") is not None:
-        text += f"; workers {synthesis['busy_ratio']:.0%} busy over the last minute"
+    if busy is not None and synthesis.get("busy_ratio") is not None:
+        text += f"; workers {busy(synthesis)}"
     return [("synthesis", text)]
 
 
@@ -210,7 +213,8 @@ def print_status(client: BlockingClient, args: argparse.Namespace) -> int:
         ("memory", f"{m['inflight_bytes'] / 2**30:.2f} / {m['budget_bytes'] / 2**30:.1f} GiB "
                    "in flight"),
         *_pool_rows(status["pool"]),
-        *synthesis_rows(status.get("synthesis"), busy=True),
+        *synthesis_rows(status.get("synthesis"),
+                        lambda s: f"{s['busy_ratio']:.0%} busy over the last minute"),
         proving_row(status, lambda g: f"{g['busy_ratio']:.0%}"),
         *verification_rows(status),
         ("jobs", JOBS_NOT_KNOWN if status["jobs"] is None

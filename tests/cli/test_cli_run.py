@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from pacer.cli.run import Journal, Run, summary
+from pacer.cli.status import synthesis_rows
 from pacer.client import BlockingClient
 from tests.processes import descendants, running, wait_until_gone
 from tests.servers import FAST, ROOT
@@ -220,7 +221,8 @@ def test_a_killed_run_leaves_no_service_behind(pacer_run: Any) -> None:
 def test_summary_shares_the_run_between_the_gpus() -> None:
     status = {
         "workload": "ntt",
-        "synthesis": {"executor": "processes", "kernel": "numba", "restarts": 0},
+        "synthesis": {"executor": "processes", "kernel": "numba", "restarts": 0,
+                      "busy_ratio": 0.5, "busy_seconds": 256.0},
         "gpus": [{"gpu": 0, "workers": 2, "busy_seconds": 9.5},
                  {"gpu": 1, "workers": 1, "busy_seconds": 12.0}],
         "controller": {"policy": "pi", "bootstraps": 1, "rebootstraps": 2,
@@ -239,7 +241,12 @@ def test_summary_shares_the_run_between_the_gpus() -> None:
     assert rows["jobs"] == "1 completed, 1 failed"
     assert rows["partitions"] == "20 of 32 done"
     assert rows["throughput"] == "2.0 partitions/s"
-    assert rows["synthesis"] == "processes, numba CPU backend (0 restarts after one died)"
+    # 256 s of the 32 synthesis workers' 320 over the run.
+    assert rows["synthesis"] == ("processes, numba CPU backend (0 restarts after one died); "
+                                 "workers 80% busy over the run")  # fmt: skip
+    # A service from before the busy time: the row without it.
+    older = {"executor": "threads", "kernel": None, "restarts": 0}
+    assert synthesis_rows(older, lambda _: "never asked") == [("synthesis", "threads")]
     assert rows["gpus"] == "0: 95% busy (2 workers), 1: 100% busy (1 worker) over the run"
     assert rows["controller"] == "pi: 1 cold bootstrap, 2 re-bootstraps"
     assert rows["estimates"] == "GPU 0.160 s, synthesis 1.400 s a partition"
