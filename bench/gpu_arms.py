@@ -70,6 +70,7 @@ from bench.handoff import UnmeasuredPI
 from bench.loop_probe import LoopProbe, idle_table
 from bench.service import quantile
 from bench.stats import interval
+from bench.usage import doc_parser
 from gpu.workload import GpuNttWorkload
 from pacer.cli.table import render
 from pacer.config import Settings
@@ -482,11 +483,7 @@ def report(results: list[dict[str, Any]], markdown: bool) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n".join(__doc__.splitlines()[2:]),
-    )
+    parser = doc_parser(__doc__)
     parser.add_argument("--processes", default="16,15,14", help="synthesis processes, per size")
     arms_help = ("comma-separated, in the order of a round: " + ", ".join(ARMS)
                  + "; each may end in " + " or ".join(VERIFY_SUFFIXES))  # fmt: skip

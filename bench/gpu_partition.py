@@ -19,7 +19,6 @@ concurrency ÷ GPU partitions/s). With $OUT set, also writes $OUT/gpu_partition.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from bench.threads import timed_threads
+from bench.usage import doc_parser
 from gpu.cuda.ntt import GPU_PHASES
 from gpu.cuda.prover import GpuProver
 from gpu.field import FIELD_NAMES, by_name
@@ -207,11 +207,7 @@ def measure(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n".join(__doc__.splitlines()[2:]),
-    )
+    parser = doc_parser(__doc__)
     parser.add_argument("--log-n", type=int, nargs="+", default=[24, 26, 27])
     parser.add_argument("--repeats", type=int, default=10, help="timed proofs per size")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 8, 16])

@@ -34,6 +34,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from bench.service import quantile
+from bench.usage import doc_parser
 from gpu.cuda.ntt import GPU_PHASES
 from gpu.workload import GpuNttWorkload
 from pacer.cli.table import render
@@ -269,11 +270,7 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n".join(__doc__.splitlines()[2:]),
-    )
+    parser = doc_parser(__doc__)
     parser.add_argument("--seconds", type=float, default=120.0, help="measured window per policy")
     parser.add_argument("--warmup", type=float, default=30.0, help="run before measuring (s)")
     parser.add_argument(

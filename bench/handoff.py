@@ -16,11 +16,11 @@ seeds).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections import defaultdict
 
+from bench.usage import doc_parser
 from pacer.cli.table import render
 from pacer.config import Settings
 from pacer.control.controller import PIController
@@ -77,11 +77,7 @@ def time_average(run: RawRun, counts: list[int], after_s: float) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n".join(__doc__.splitlines()[2:]),
-    )
+    parser = doc_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--handoffs", default="0,0.1,0.3,0.6", help="hand-off times (s)")
     parser.add_argument("--processes", type=int, default=8)

@@ -16,7 +16,6 @@ together.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 import threading
@@ -25,6 +24,7 @@ import time
 import numpy as np
 
 from bench.threads import timed_threads
+from bench.usage import doc_parser
 from gpu.reference import synthesis
 from pacer.cli.table import render
 
@@ -73,11 +73,7 @@ def threads_rate(n: int, step: int | None, threads: int, repeats: int = 3) -> fl
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n".join(__doc__.splitlines()[2:]),
-    )
+    parser = doc_parser(__doc__)
     parser.add_argument("--log-n", type=int, default=24)
     parser.add_argument("--chunks-log2", type=int, nargs="+", default=[18, 20, 22])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])

@@ -14,11 +14,11 @@ throughput against unpaced's (lowest and highest over the seeds).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections import defaultdict
 
+from bench.usage import doc_parser
 from pacer.cli.table import render
 from pacer.config import Settings
 from pacer.control.controller import PIController
@@ -56,11 +56,7 @@ def factory(name: str, scenario: Scenario, settings: Settings) -> PolicyFactory:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n".join(__doc__.splitlines()[2:]),
-    )
+    parser = doc_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--handoffs", default="0,0.02,0.05,0.1", help="hand-off times (s)")
     parser.add_argument("--scenario", default="synthesis-processes")

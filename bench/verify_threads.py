@@ -34,6 +34,7 @@ from typing import Any
 import uvloop
 
 from bench.stats import interval
+from bench.usage import doc_parser
 from pacer.cli.table import render
 from pacer.config import ControllerSettings
 from pacer.control.controller import PIController
@@ -127,11 +128,7 @@ def table(runs: dict[str, list[dict[str, float]]], markdown: bool) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n".join(__doc__.splitlines()[2:]),
-    )
+    parser = doc_parser(__doc__)
     parser.add_argument("--processes", type=int, default=8, help="synthesis threads")
     parser.add_argument("--synthesis-s", type=float, default=0.1, help="a synthesis (s)")
     parser.add_argument("--prove-s", type=float, default=0.008, help="a proof (s)")
