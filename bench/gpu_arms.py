@@ -41,7 +41,8 @@ partition, as the pipeline stamps it). Then, per size and arm, the mean of the r
 95 % interval (Student's t), and each arm's difference from ``pi`` and ``pi``'s memory in
 flight over the arm's, round by round, with their intervals; then pi's share of each arm's
 partitions/s by round, from each of the three rates (``by_round``); then where the processes
-idle (``bench.loop_probe.idle_table``): the synthesis threads' busy share, how often fewer
+idle (``bench.loop_probe.idle_table``): the synthesis threads' busy share (the probe's, and
+the service's own ``pacer_synthesis_busy_seconds_total`` over the window), how often fewer
 syntheses were in flight than processes, the verifications running or waiting, how late the
 event loop ran, and how often pi's rate cap had no token. Each run's JSON row also counts the
 verifications skipped (D201). Writes ``$OUT/gpu_arms.json`` (``--json``) after every run when
@@ -229,6 +230,7 @@ async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Synth
     started = time.perf_counter()
     proved0, busy0 = p.proved, {g: p.busy_seconds(g) for g in p.gpus}
     skipped0 = p.verifications_skipped
+    worked0 = p.calls.synthesis_busy_seconds()
     cpu0 = cpu_seconds()
     inflight: list[float] = []
     dry: list[bool] = []  # pi's token bucket empty at a sample
@@ -244,6 +246,7 @@ async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Synth
     processes = server.service.plan.caps.synthesis_concurrency
     queue = policy.synthesis_queue() if isinstance(policy, PIController) else 0
     busy1, proved1 = {g: p.busy_seconds(g) for g in p.gpus}, p.proved
+    worked1 = p.calls.synthesis_busy_seconds()
     elapsed = ended - started
     cpu1 = cpu_seconds()
     gaps = [s for g in p.gpus for s in obs.within(g, started, ended)]
@@ -272,6 +275,7 @@ async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Synth
         "wait_s": max(0.0, syn_mean - fill_mean),
         "tokens_dry": statistics.fmean(dry) if dry else 0.0,
         "verifications_skipped": p.verifications_skipped - skipped0,
+        "service_synthesis_busy": (worked1 - worked0) / (elapsed * processes),
         "queue_allowed": queue,
     } | probe.summary(started, ended, processes, queue)
 
@@ -349,7 +353,8 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
             print(f"[{processes}] round {round_} {arm}: {row['partitions_per_s']:.2f}/s, busy "
                   f"{row['busy']:.3f}, in flight {row['inflight_gib_mean']:.1f} GiB, synthesis "
                   f"{row['synthesis_s']:.3f} s (wait {row['wait_s']:.3f}), threads busy "
-                  f"{row['thread_busy']:.3f}, verifying {row['verifying_mean']:.2f} (skipped "
+                  f"{row['thread_busy']:.3f} (service {row['service_synthesis_busy']:.3f}), "
+                  f"verifying {row['verifying_mean']:.2f} (skipped "
                   f"{row['verifications_skipped']}), short "
                   f"{row['short']:.3f}, loop late p99 "
                   f"{row['loop_lag_p99_ms']:.1f} ms, tokens dry {row['tokens_dry']:.2f}",

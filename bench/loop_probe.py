@@ -94,6 +94,7 @@ class LoopProbe:
 
 IDLE_KEYS = (
     ("thread_busy", "threads busy", 3),
+    ("service_synthesis_busy", "workers busy (service)", 3),
     ("short", "fewer in flight than processes", 3),
     ("queue_short", "queue not full", 3),
     ("synthesizing_mean", "in flight, syntheses", 2),
