@@ -111,12 +111,14 @@ class PoolCalls:
         work.thread_free = self.synthesizing + sharing < self._threads
         self.synthesizing += 1
         self._synthesis_started[id(work)] = work.dispatched_at
-        self._submit(self._pool, Running("synthesis", work, work.dispatched_at),
-                     self._on_synthesized, self._synthesize, work)  # fmt: skip
+        running = Running("synthesis", work, math.inf)
+        self._submit(self._pool, running, self._on_synthesized, self._synthesize, running)
 
-    def _synthesize(self, work: Work) -> Any:
-        """On a pool thread: note when the synthesis began, run it, note when it ended."""
-        work.synthesis_began = self._clock()
+    def _synthesize(self, running: Running) -> Any:
+        """On a pool thread: note when the synthesis began, run it, note when it ended. Its
+        time limit counts from when it began: waiting for a thread is not being late."""
+        work = running.work
+        work.synthesis_began = running.started = self._clock()
         buffers = self.workload.synthesize(work.spec)
         work.synthesis_ended = self._clock()
         return buffers

@@ -19,7 +19,7 @@ from pacer.control.controller import PIController
 from pacer.control.estimates import Estimates
 from pacer.control.policy import Caps, SynthesisParts
 from pacer.pipeline import Outcome, Pipeline
-from pacer.pipeline.attempts import CallLimits
+from pacer.pipeline.attempts import Call, CallLimits
 from pacer.pipeline.calls import PoolCalls
 from pacer.pipeline.work import Running, Work
 from pacer.workload import PartitionSpec, Proof, Workload
@@ -597,3 +597,27 @@ async def test_a_synthesis_that_waits_for_a_worker_reports_its_wait() -> None:
         SynthesisParts(compute_s=0.5, back_s=0.25, out_s=0.0),
         SynthesisParts(compute_s=0.0, back_s=0.25, out_s=None),
     ]
+
+
+async def test_a_synthesis_limit_counts_from_when_a_thread_takes_it() -> None:
+    # One synthesis thread, a 5 s limit: partition 0 holds the thread past it; partition 1,
+    # dispatched as long ago, waits for the thread and is not late.
+    workload, clock = Gated(), FakeClock()
+    done: list[Running] = []
+    calls = PoolCalls(workload, 1, clock=clock, synthesized=done.append, verified=done.append)
+    works = [Work(PartitionSpec("j", i, 1, {}), 100, dispatched_at=clock()) for i in (0, 1)]
+    for work in works:
+        calls.synthesize(work)
+    limits: dict[Call, float] = {"synthesis": 5.0, "prove": 5.0, "verify": 5.0}
+    try:
+        await until(lambda: works[0].synthesis_began is not None, "partition 0 begun")
+        clock.advance(4.9)
+        assert calls.late(clock(), limits) == []
+        clock.advance(1.0)
+        assert [r.work.spec.index for r in calls.late(clock(), limits)] == [0]
+    finally:
+        workload.synthesis_gate.set()
+    await until(lambda: len(done) == 2, "both synthesized")
+    assert works[1].synthesis_began == pytest.approx(5.9)
+    assert [r.started for r in done] == [0.0, pytest.approx(5.9)]
+    calls.shutdown()
