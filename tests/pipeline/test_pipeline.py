@@ -576,15 +576,23 @@ async def test_a_partition_in_flight_is_not_queued_again(where: str) -> None:
     assert pipeline.holdings.indices("j") == []
 
 
-async def test_a_synthesis_that_waits_for_a_worker_reports_its_wait() -> None:
-    # One synthesis thread: partition 1 waits for it while partition 0's synthesis is held.
-    # Partition 0's trip out is known (the thread was free), partition 1's holds its wait.
+def two_on_one_thread() -> tuple[Gated, FakeClock, PoolCalls, list[Work], list[Running]]:
+    """Partitions 0 and 1 dispatched at once to one synthesis thread; partition 0's synthesis
+    waits for the workload's gate. Returns the workload, the clock, the calls, the two works
+    and the list each synthesized call is appended to."""
     workload, clock = Gated(), FakeClock()
     done: list[Running] = []
     calls = PoolCalls(workload, 1, clock=clock, synthesized=done.append, verified=done.append)
     works = [Work(PartitionSpec("j", i, 1, {}), 100, dispatched_at=clock()) for i in (0, 1)]
     for work in works:
         calls.synthesize(work)
+    return workload, clock, calls, works, done
+
+
+async def test_a_synthesis_that_waits_for_a_worker_reports_its_wait() -> None:
+    # One synthesis thread: partition 1 waits for it while partition 0's synthesis is held.
+    # Partition 0's trip out is known (the thread was free), partition 1's holds its wait.
+    workload, clock, calls, works, done = two_on_one_thread()
     await until(lambda: works[0].synthesis_began is not None, "partition 0 begun")
     assert works[1].synthesis_parts(clock()) is None  # not synthesized yet
     clock.advance(0.5)
@@ -597,17 +605,13 @@ async def test_a_synthesis_that_waits_for_a_worker_reports_its_wait() -> None:
         SynthesisParts(compute_s=0.5, back_s=0.25, out_s=0.0),
         SynthesisParts(compute_s=0.0, back_s=0.25, out_s=None),
     ]
+    calls.shutdown()
 
 
 async def test_a_synthesis_limit_counts_from_when_a_thread_takes_it() -> None:
     # One synthesis thread, a 5 s limit: partition 0 holds the thread past it; partition 1,
     # dispatched as long ago, waits for the thread and is not late.
-    workload, clock = Gated(), FakeClock()
-    done: list[Running] = []
-    calls = PoolCalls(workload, 1, clock=clock, synthesized=done.append, verified=done.append)
-    works = [Work(PartitionSpec("j", i, 1, {}), 100, dispatched_at=clock()) for i in (0, 1)]
-    for work in works:
-        calls.synthesize(work)
+    workload, clock, calls, works, done = two_on_one_thread()
     limits: dict[Call, float] = {"synthesis": 5.0, "prove": 5.0, "verify": 5.0}
     try:
         await until(lambda: works[0].synthesis_began is not None, "partition 0 begun")
