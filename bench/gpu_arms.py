@@ -429,6 +429,8 @@ def rate(run: dict[str, Any], key: str) -> float:
     of a synthesis's compute (partitions/s × compute s ÷ processes): 1 where every process is
     always at work. A host whose syntheses run slower for a while (another tenant, a cooler
     clock) moves every arm's partitions/s with it, but not this share; 0 where not recorded.
+    It tells policies apart only where synthesis bounds: where the GPU bounds, the processes
+    wait for it under every policy, and the share follows the GPU's pace instead.
 
     >>> rate({"partitions_per_s": 6.0, "compute_s": 0.9, "processes": 6}, "processes_use")
     0.9
