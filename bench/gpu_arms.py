@@ -37,8 +37,9 @@ flight (mean and most), the cores the service process and its synthesis processe
 "synthesis s" (dispatch to ready) split into the time in the synthesis processes' fill
 (``compute``) and the rest (``wait``: the queue in front of the processes and the hand-offs to
 them and back), and of that the queue alone (``queue``: until a synthesis thread took the
-partition, as the pipeline stamps it). Then, per size and arm, the mean of the rounds with a
-95 % interval (Student's t), and each arm's difference from ``pi`` and ``pi``'s memory in
+partition, as the pipeline stamps it). Then, per size and arm, what bound its runs (the GPU,
+busy 0.99 of the window or more; else the synthesis threads, as busy; else neither), the mean
+of the rounds with a 95 % interval (Student's t), and each arm's difference from ``pi`` and ``pi``'s memory in
 flight over the arm's, round by round, with their intervals; then pi's share of each arm's
 partitions/s by round, from each of the three rates (``by_round``); then where the processes
 idle (``bench.loop_probe.idle_table``): the synthesis threads' busy share (the probe's, and
@@ -372,12 +373,42 @@ def save(results: list[dict[str, Any]], name: str = "gpu_arms.json") -> None:
 
 
 THREE_DIGITS = ("busy", "synthesis_s", "queue_s", "wait_s", "compute_s")  # in `summary`
+BOUND_AT = 0.99  # a busy share from which the GPU, or the synthesis processes, bound a run
+
+
+def bound(run: dict[str, Any]) -> str:
+    """What bound a run's throughput: ``gpu`` where the GPU was busy ``BOUND_AT`` of the
+    window or more, else ``synthesis`` where the synthesis threads were, else ``neither`` (a
+    policy left both waiting); ``-`` for a run saved before the probe.
+
+    >>> bound({"busy": 0.995, "thread_busy": 0.93}), bound({"busy": 0.95, "thread_busy": 1.0})
+    ('gpu', 'synthesis')
+    >>> bound({"busy": 0.95, "thread_busy": 0.9}), bound({"busy": 0.95})
+    ('neither', '-')
+    """
+    if run["busy"] >= BOUND_AT:
+        return "gpu"
+    if "thread_busy" not in run:
+        return "-"
+    return "synthesis" if run["thread_busy"] >= BOUND_AT else "neither"
+
+
+def bounds(runs: list[dict[str, Any]]) -> str:
+    """How many of ``runs`` each `bound` held, the most first.
+
+    >>> bounds([{"busy": 1.0}, {"busy": 0.9, "thread_busy": 1.0}, {"busy": 0.999}])
+    'gpu 2, synthesis 1'
+    """
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[bound(run)] = counts.get(bound(run), 0) + 1
+    return ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda c: -c[1]))
 
 
 def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
-    """Per size and arm: the mean over the rounds ± the 95 % half-width; the difference in
-    partitions/s from pi of the same round, and pi's mean in flight over this arm's of the
-    same round, each with its interval."""
+    """Per size and arm: what bound its runs (`bounds`); the mean over the rounds ± the 95 %
+    half-width; the difference in partitions/s from pi of the same round, and pi's mean in
+    flight over this arm's of the same round, each with its interval."""
     rows = []
     keys = ("partitions_per_s", "busy", "inflight_gib_mean", "synthesis_s", "queue_s", "wait_s",
             "compute_s", "service_cores", "synthesis_process_cores", "idle_gap_p99_ms")  # fmt: skip
@@ -409,8 +440,8 @@ def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
                 versus = f"{mean:+.2f} ± {half:.2f} ({verdict})"
                 mean, half = interval(memory)
                 memory_ratio = f"{mean:.3f} ± {half:.3f}"
-            rows.append((n, arm, len(runs), *cells, versus, memory_ratio))
-    headers = ("processes", "arm", "runs", "partitions/s", "busy", "in flight GiB",
+            rows.append((n, arm, len(runs), bounds(runs), *cells, versus, memory_ratio))
+    headers = ("processes", "arm", "runs", "bound by", "partitions/s", "busy", "in flight GiB",
                "synthesis s", "queue s", "wait s", "compute s", "service cores", "synthesis cores",
                "gap p99 ms", "partitions/s − pi's", "pi's in flight ÷ this")  # fmt: skip
     return render(headers, rows, markdown=markdown)
