@@ -38,16 +38,16 @@ flight (mean and most), the cores the service process and its synthesis processe
 (``compute``) and the rest (``wait``: the queue in front of the processes and the hand-offs to
 them and back), and of that the queue alone (``queue``: until a synthesis thread took the
 partition, as the pipeline stamps it). Then, per size and arm, what bound its runs (the GPU,
-busy 0.99 of the window or more; else the synthesis threads, as busy; else neither), the mean
-of the rounds with a 95 % interval (Student's t), and each arm's difference from ``pi`` and ``pi``'s memory in
-flight over the arm's, round by round, with their intervals; then pi's share of each arm's
-partitions/s by round, from each of the three rates (``by_round``); then where the processes
-idle (``bench.loop_probe.idle_table``): the synthesis threads' busy share (the probe's, and
-the service's own ``pacer_synthesis_busy_seconds_total`` over the window), how often fewer
-syntheses were in flight than processes, the verifications running or waiting, how late the
-event loop ran, and how often pi's rate cap had no token. Each run's JSON row also counts the
-verifications skipped (D201). Writes ``$OUT/gpu_arms.json`` (``--json``) after every run when
-OUT is set.
+busy 0.99 of the window or more; else the synthesis threads, as busy; else neither), the mean of
+the rounds with a 95 % interval (Student's t), and each arm's difference from ``pi`` and
+``pi``'s memory in flight over the arm's, round by round, with their intervals; then pi's share
+of each arm's partitions/s by round, from each of the four rates (``by_round``); then where the
+processes idle (``bench.loop_probe.idle_table``): the synthesis threads' busy share (the
+probe's, and the service's own ``pacer_synthesis_busy_seconds_total`` over the window), how
+often fewer syntheses were in flight than processes, the verifications running or waiting, how
+late the event loop ran, and how often pi's rate cap had no token. Each run's JSON row also
+counts the verifications skipped (D201). Writes ``$OUT/gpu_arms.json`` (``--json``) after every
+run when OUT is set.
 """
 
 from __future__ import annotations
