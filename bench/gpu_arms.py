@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import math
 import os
@@ -399,10 +400,8 @@ def bounds(runs: list[dict[str, Any]]) -> str:
     >>> bounds([{"busy": 1.0}, {"busy": 0.9, "thread_busy": 1.0}, {"busy": 0.999}])
     'gpu 2, synthesis 1'
     """
-    counts: dict[str, int] = {}
-    for run in runs:
-        counts[bound(run)] = counts.get(bound(run), 0) + 1
-    return ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda c: -c[1]))
+    counts = collections.Counter(bound(run) for run in runs)
+    return ", ".join(f"{name} {n}" for name, n in counts.most_common())
 
 
 def summary(results: list[dict[str, Any]], markdown: bool = False) -> str:
