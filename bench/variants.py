@@ -22,7 +22,7 @@ each target that failed, then per scenario the targets checked and failed.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
 from bench.gains import _scenarios
@@ -109,18 +109,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     scenarios += variants(args.seeds)
     if args.executor:
         scenarios = [in_processes(sc) for sc in scenarios]
+    report(scenarios, settings, args.jobs)
+    return 0
+
+
+def report(scenarios: Sequence[Scenario], settings: Settings, jobs: int,
+           group: Callable[[str], str] = str) -> None:  # fmt: skip
+    """Judge pi on each of ``scenarios`` under ``settings`` (`judged`, in ``jobs`` processes);
+    print each target that failed, then the targets checked and failed per ``group`` of the
+    scenarios' names."""
     totals: dict[str, list[int]] = {}
-    with ProcessPoolExecutor(args.jobs) as pool:
+    with ProcessPoolExecutor(jobs) as pool:
         for findings in pool.map(judged, [(sc, settings) for sc in scenarios]):
             for name, seed, target, passed, detail in findings:
-                counts = totals.setdefault(name, [0, 0])
+                counts = totals.setdefault(group(name), [0, 0])
                 counts[0] += 1
                 counts[1] += not passed
                 if not passed:
                     print(f"FAILED {name} (seed {seed}): {target}: {detail}", flush=True)
     for name, (checked, failed) in totals.items():
         print(f"{name}: {checked} targets checked, {failed} failed")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,156 @@
+"""The suite's targets on hosts drawn at random, one disturbance class each.
+
+    .venv/bin/python -m bench.classes [--draws 4] [--seed 1] [--jobs 2] [--pi]
+                                      [--classes slowdown,heavy-tail,bimodal,hung,outage]
+
+The shipped scenarios and `bench.variants` vary the disturbances on a few host shapes; this
+draws the host as well. Each draw picks GPU workers (1, 2, 4 or 8), a GPU service time
+(lognormal, median 0.1 to 4 s, σ 0.1), a synthesis time 3 to 20 times as long, threads per
+synthesis (1, 2 or 4) and cores so that the synthesis slots outpace the GPUs 1.3 to 4 times,
+partitions of 1 to 16 GiB and a budget of 2 to 5 × (Little's-law depth + 8). A run lasts 80
+mean synthesis times at least. Then one disturbance of its class:
+
+- ``slowdown``: synthesis 2 to 5 times slower from a third of the run on, work in progress
+  too, the GPUs still the bottleneck (the slots outpace them 1.2 times at least after it);
+- ``heavy-tail``: synthesis times of lognormal σ 0.8 to 1.3;
+- ``bimodal``: partitions of 1× or 2× to 8× the work (synthesis and GPU), drawn 1:1 to 9:1;
+- ``hung``: 1 to 5 syntheses that hang from a fifth of the run to its end;
+- ``outage``: 1 to all GPU workers lost for 5 to 25 % of the run, from a third of it.
+
+Each scenario runs as the suite runs one (`pacer.sim.suite.run_scenario`: every policy, fixed
+concurrencies beside pi) and `check_targets` judges pi. Prints each draw's host, each target
+that failed, and the counts per class; with ``--pi``, pi alone, one line a host, to compare
+two trees (``PYTHONPATH=<tree>``). The same ``--seed`` draws the same hosts, whichever
+classes are asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+from bench.variants import report
+from pacer.config import Settings
+from pacer.sim.distributions import Choice
+from pacer.sim.scenario import Scenario
+from pacer.sim.suite import run_policy
+
+CLASSES = ("slowdown", "heavy-tail", "bimodal", "hung", "outage")
+GIB = 1 << 30
+
+
+def draw(kind: str, rng: np.random.Generator, index: int) -> Scenario:
+    """One host of class ``kind`` drawn from ``rng``; named ``kind-index``."""
+    workers = int(rng.choice([1, 2, 4, 8]))
+    gpu = float(np.exp(rng.uniform(math.log(0.1), math.log(4.0))))
+    synthesis = gpu * float(np.exp(rng.uniform(math.log(3.0), math.log(20.0))))
+    threads = int(rng.choice([1, 2, 4]))
+    headroom = float(rng.uniform(1.3, 4.0))
+    sigma, phases, hangs, outages, work, scale = 0.2, [], [], [], None, 1.0
+    heavy = weight = 1
+    if kind == "slowdown":
+        scale = float(rng.uniform(2.0, 5.0))
+        headroom = max(headroom, 1.2 * scale)
+    elif kind == "heavy-tail":
+        sigma = float(rng.uniform(0.8, 1.3))
+    mean = synthesis * math.exp(sigma**2 / 2)  # the lognormal's mean
+    duration = max(300.0, 3000 * gpu / workers, 80 * mean * scale)
+    if kind == "slowdown":
+        phases = [{"at_s": round(duration / 3), "scale": round(scale, 2)}]
+    elif kind == "bimodal":
+        heavy, weight = int(rng.integers(2, 9)), int(rng.integers(1, 10))
+        work = {"dist": "choice", "values": [1.0, float(heavy)], "weights": [float(weight), 1.0]}
+    elif kind == "hung":
+        start = round(duration / 5)
+        hangs = [{"at_s": start + i} for i in range(int(rng.integers(1, 6)))]
+    elif kind == "outage":
+        lost = int(rng.integers(1, workers + 1))
+        away = round(float(rng.uniform(0.05, 0.25)) * duration)
+        outages = [{"at_s": round(duration / 3), "duration_s": away, "workers": list(range(lost))}]
+    mean_work = 1.0 if work is None else (weight + heavy) / (weight + 1)
+    rate = workers / gpu  # partitions a second the GPUs take (of unit work)
+    slots = max(1, math.ceil(headroom * rate * mean))
+    little = rate * (mean * scale + gpu)  # in flight to keep the GPUs busy (work cancels out)
+    size = int(rng.choice([1, 2, 4, 8, 16]))
+    budget = math.ceil(float(rng.uniform(2.0, 5.0)) * (little + 8)) + len(hangs)
+    jobs = math.ceil(1.5 * duration * rate / mean_work / 10)
+    raw = {
+        "name": f"{kind}-{index}",
+        "description": f"a drawn host, {kind}",
+        "duration_s": round(duration),
+        "seed": int(rng.integers(1, 1_000_000)),
+        "gpu": {"workers": workers, "outages": outages,
+                "service_s": {"dist": "lognormal", "median": gpu, "sigma": 0.1}},
+        "synthesis": {"duration_s": {"dist": "lognormal", "median": synthesis, "sigma": sigma},
+                      "threads_per_synthesis": threads, "cores": slots * threads,
+                      "phases": phases, "hangs": hangs},
+        "partition": {"bytes": size * GIB},
+        "memory": {"budget_bytes": budget * size * GIB},
+        "jobs": {"partitions_per_job": 10, "arrival": {"kind": "backlog", "jobs": jobs}},
+    }  # fmt: skip
+    if work is not None:
+        raw["jobs"]["partition_work"] = work  # type: ignore[index]
+    return Scenario.model_validate(raw)
+
+
+def describe(sc: Scenario) -> str:
+    """One line: the drawn host's shape and its disturbance."""
+    syn = sc.synthesis
+    slots = sc.synthesis_slots
+    rate = sc.gpu.workers / sc.gpu.service_s.mean
+    extra = ""
+    if syn.phases:
+        extra = f", {syn.phases[0].scale:g}x slower at {syn.phases[0].at_s:g} s"
+    if syn.hangs:
+        extra = f", {len(syn.hangs)} hung"
+    if sc.gpu.outages:
+        o = sc.gpu.outages[0]
+        extra = f", {len(o.workers)} GPU(s) lost {o.duration_s:g} s"
+    work = sc.jobs.partition_work
+    if isinstance(work, Choice):
+        extra = f", work {list(work.values)} by {list(work.weights or ())}"
+    return (f"{sc.name}: {sc.gpu.workers} GPU(s) x {sc.gpu.service_s.mean:.2f} s, synthesis "
+            f"{syn.duration_s.mean:.2f} s (sigma {getattr(syn.duration_s, 'sigma', 0):.2f}) on "
+            f"{slots} slots ({slots / (rate * syn.duration_s.mean):.2f}x), budget "
+            f"{sc.memory_slots}{extra}")  # fmt: skip
+
+
+def pi_line(scenario: Scenario) -> str:
+    """pi alone on ``scenario``: its busy ratio, mean and most in flight, and each recovery
+    in lead times of the new regime ("never" where none came)."""
+    r = run_policy(scenario, "pi", Settings())[1]
+    leads = " ".join("never" if x.after_s is None else f"{x.after_s / x.lead_s:.2f}"
+                     for x in r.recoveries)  # fmt: skip
+    return (f"{scenario.name} busy={r.gpu_busy_ratio:.4f} mean={r.mean_inflight_partitions:.1f}"
+            f" peak={r.peak_inflight_partitions} recovery={leads or '-'}")  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--draws", type=int, default=4, help="hosts of each class")
+    parser.add_argument("--seed", type=int, default=1, help="the draws' random seed")
+    parser.add_argument("--jobs", type=int, default=2, help="processes")
+    parser.add_argument("--classes", default=",".join(CLASSES), help="classes to draw")
+    pi_help = "pi alone, one line a host (busy, mean and most in flight, recoveries in leads)"
+    parser.add_argument("--pi", action="store_true", help=pi_help)
+    args = parser.parse_args(argv)
+    scenarios = [draw(kind, np.random.default_rng([args.seed, CLASSES.index(kind), i]), i)
+                 for kind in args.classes.split(",") for i in range(args.draws)]  # fmt: skip
+    for sc in scenarios:
+        print(describe(sc), flush=True)
+    settings = Settings()
+    if args.pi:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            for line in pool.map(pi_line, scenarios):
+                print(line, flush=True)
+        return 0
+    report(scenarios, settings, args.jobs, group=lambda name: name.rsplit("-", 1)[0])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""Hosts drawn at random, one disturbance class each (`bench.classes`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.classes import CLASSES, describe, draw
+
+
+@pytest.mark.parametrize("kind", CLASSES)
+def test_a_drawn_host_is_gpu_bound_with_room_in_memory(kind: str) -> None:
+    for i in range(20):
+        sc = draw(kind, np.random.default_rng([7, CLASSES.index(kind), i]), i)
+        rate = sc.gpu.workers / sc.gpu.service_s.mean  # partitions a second, of unit work
+        synthesis = sc.synthesis.duration_s.mean
+        scale = sc.synthesis.phases[0].scale if sc.synthesis.phases else 1.0
+        # The slots outpace the GPUs 1.3 times at least, 1.2 times after a slowdown.
+        assert sc.synthesis_slots >= 1.2 * rate * synthesis * scale, describe(sc)
+        little = rate * (synthesis * scale + sc.gpu.service_s.mean)
+        assert sc.memory_slots >= 2 * (little + 8), describe(sc)
+        assert sc.total_partitions >= sc.duration_s * rate / sc.jobs.mean_work_scale
+
+
+def test_each_class_draws_its_disturbance_and_the_same_seed_the_same_host() -> None:
+    def host(kind: str) -> str:
+        return describe(draw(kind, np.random.default_rng([1, CLASSES.index(kind), 0]), 0))
+
+    assert "slower at" in host("slowdown")
+    assert "hung" in host("hung")
+    assert "lost" in host("outage")
+    assert "work [1.0," in host("bimodal")
+    assert "sigma 0.2" not in host("heavy-tail")
+    assert host("hung") == host("hung")
