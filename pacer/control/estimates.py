@@ -221,7 +221,7 @@ class Estimator:
         if self._cohort is None:
             estimate = self._syn.value or 0.0
             lead = max(estimate, self._floor.value_s, self._survival.lead_s)
-            self._floor.update(now, ages_s, estimate, lead)
+            self._floor.update(now, ages_s, estimate, lead, synthesizing)
             if self._syn.rebased != self._rebased:
                 self._rebased = self._syn.rebased
                 self._survival.clear()  # the window holds the new level

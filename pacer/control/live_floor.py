@@ -1,10 +1,14 @@
 """A floor on the synthesis lead time from the ages of the syntheses running, and the hung ones.
 
 Completions show a slowdown of synthesis a lead time late, when the slow ones finish; the ages
-of the syntheses still running show it at once. ``LiveFloor`` follows the ``RANK``-th oldest
-synthesis that is not hung. It compares that age with T̂syn, the windowed mean, and keeps the
-excess (age − T̂syn) seen at its highest over the last ``HISTORY_LEADS`` lead times: the margin
-by which the oldest syntheses outrun T̂syn on this host. The floor is the age less that margin.
+of the syntheses still running show it at once. ``LiveFloor`` follows one of the oldest
+syntheses that are not hung: the ``RANK``-th oldest, or deeper where many run, at the
+``SHARE`` of those running. A slowdown ages the whole tail of the syntheses running, a hang
+only the few that hung; so hangs up to that share of the syntheses running leave the floor
+where it was, however long they take to be told as hung. It compares that age with T̂syn, the
+windowed mean, and keeps the excess (age − T̂syn) seen at its highest over the last
+``HISTORY_LEADS`` lead times: the margin by which the oldest syntheses outrun T̂syn on this
+host. The floor is the age less that margin.
 
 The margin is a reference taken before the change: only the excesses of slots older than
 ``GUARD_LEADS`` lead times count. The first slowed syntheses to complete raise T̂syn's window
@@ -21,6 +25,7 @@ for what they will never bring.
 from __future__ import annotations
 
 import bisect
+import math
 import operator
 from collections import deque
 from collections.abc import Sequence
@@ -46,9 +51,12 @@ class LiveFloor:
     >>> f.update(40.0, (500.0, 19.0, 18.5, 18.0, 17.0), 10.0, 10.0)  # one hung, the rest older
     >>> round(f.value_s, 6), f.hung
     (16.0, 1)
+    >>> f.rank(5), f.rank(100)  # the 4th oldest, or the oldest tenth of those running
+    (4, 10)
     """
 
-    RANK = 4  # the floor follows the 4th oldest synthesis that is not hung
+    RANK = 4  # the floor follows the 4th oldest synthesis that is not hung ...
+    SHARE = 0.1  # ... or, where more run, the last of the oldest tenth of them
     HUNG_FACTOR = 10.0  # a synthesis older than this many T̂syn is hung
     SLOT_LEADS = 0.5  # the excess is kept at its highest per slot of this many lead times
     HISTORY_LEADS = 8.0  # ... over the last this many lead times
@@ -64,17 +72,26 @@ class LiveFloor:
         self._slots.clear()
         self.value_s = 0.0
 
+    def rank(self, running: int) -> int:
+        """Which oldest synthesis not hung the floor follows, of ``running`` not hung."""
+        return max(self.RANK, math.ceil(self.SHARE * running))
+
     def update(
-        self, now: float, ages_s: tuple[float, ...], estimate_s: float, lead_s: float
-    ) -> None:
-        """The syntheses running are ``ages_s`` old (oldest first), T̂syn is ``estimate_s`` and
-        the lead time was ``lead_s`` (the floor's last value counted): count the hung ones,
-        set the floor (``value_s``), and keep the excess of the ``RANK``-th oldest."""
+        self, now: float, ages_s: tuple[float, ...], estimate_s: float, lead_s: float,
+        running: int | None = None,
+    ) -> None:  # fmt: skip
+        """``running`` syntheses run now (default: as many as ``ages_s`` lists), the oldest
+        of them ``ages_s`` old (oldest first), T̂syn is ``estimate_s`` and the lead time was
+        ``lead_s`` (the floor's last value counted): count the hung ones, set the floor
+        (``value_s``), and keep the excess of the synthesis at ``rank``; where that one is
+        beyond the ages listed, of the youngest listed."""
         self.hung = older_than(ages_s, self.HUNG_FACTOR * estimate_s) if estimate_s > 0 else 0
-        if estimate_s <= 0 or len(ages_s) < self.hung + self.RANK:
+        listed = len(ages_s) - self.hung
+        rank = self.rank(max(listed, (running or 0) - self.hung))
+        if estimate_s <= 0 or listed < self.RANK:
             self.value_s = 0.0
             return
-        age = ages_s[self.hung + self.RANK - 1]
+        age = ages_s[self.hung + min(rank, listed) - 1]
         guard = now - self.GUARD_LEADS * lead_s
         reference = max((x for _, last, x in self._slots if last <= guard), default=None)
         self.value_s = 0.0 if reference is None else age - reference

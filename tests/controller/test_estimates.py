@@ -202,6 +202,40 @@ def test_hung_syntheses_neither_hold_the_lead_time_up_nor_count_in_synthesis() -
     assert est.synthesis_s == pytest.approx(1.4, rel=0.01)
 
 
+def wide(est: Estimator, start: float, until: float, hung: int = 0) -> None:
+    """A wide host from ``start`` to ``until`` (s): 120 syntheses run, up to 1.5 s old, and
+    about 86 complete a second, 1.3 to 1.5 s each; ``hung`` of them hang at ``start``."""
+    durations = itertools.cycle((1.3, 1.35, 1.4, 1.45, 1.5))
+    t = start
+    while t < until:
+        t += 0.1
+        for _ in range(9):
+            est.observe_synthesis(next(durations), now=t)
+        stuck = tuple(t - start + 1.0 - 0.01 * k for k in range(hung))
+        est.observe_running(t, 120, (*stuck, *(1.5 - 0.01 * i for i in range(64 - hung))))
+        assert est.lead_s(t) < 1.6, t
+
+
+def test_hangs_up_to_a_tenth_of_those_running_leave_the_lead_time_alone() -> None:
+    """Six of 120 syntheses hang: more than the fourth oldest, and told as hung only at
+    10 × T̂syn. Until then the floor follows the twelfth oldest, which is not hung."""
+    est = estimator(Estimates(gpu_service_s=0.16, synthesis_s=1.4))
+    wide(est, 0.0, 30.0)
+    wide(est, 30.0, 60.0, hung=6)  # the lead time stays below 1.6 s throughout
+    assert est.hung == 6
+
+
+def test_a_slowdown_raises_the_floor_on_a_wide_host() -> None:
+    """Every one of 120 syntheses slows five-fold at 30 s: the whole tail ages, the twelfth
+    oldest with it, and the floor follows."""
+    est = estimator(Estimates(gpu_service_s=0.16, synthesis_s=1.4))
+    wide(est, 0.0, 30.0)
+    for i in range(1, 41):
+        x = i * 0.1
+        est.observe_running(30.0 + x, 120, tuple(1.5 + 0.8 * x - 0.01 * k for k in range(64)))
+        assert est.lead_s(30.0 + x) >= 1.4 + 0.8 * x - 0.2, x
+
+
 def lognormal(median: float, sigma: float, n: int, seed: int) -> list[float]:
     rng = random.Random(seed)
     return [rng.lognormvariate(math.log(median), sigma) for _ in range(n)]
