@@ -20,7 +20,7 @@ mean synthesis times at least. Then one disturbance of its class:
 Each scenario runs as the suite runs one (`pacer.sim.suite.run_scenario`: every policy, fixed
 concurrencies beside pi) and `check_targets` judges pi. Prints each draw's host, each target
 that failed, and the counts per class; with ``--pi``, pi alone, one line a host, to compare
-two trees (``PYTHONPATH=<tree>``). The same ``--seed`` draws the same hosts, whichever
+two trees (run in each tree's checkout). The same ``--seed`` draws the same hosts, whichever
 classes are asked for.
 """
 

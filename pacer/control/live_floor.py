@@ -5,7 +5,9 @@ of the syntheses still running show it at once. ``LiveFloor`` follows one of the
 syntheses that are not hung: the ``RANK``-th oldest, or deeper where many run, at the
 ``SHARE`` of those running. A slowdown ages the whole tail of the syntheses running, a hang
 only the few that hung; so hangs up to that share of the syntheses running leave the floor
-where it was, however long they take to be told as hung. It compares that age with T̂syn, the
+where it was, however long they take to be told as hung. Those running are counted as the
+most seen when the margin's reference was taken: after a slowdown more are sent, and a rank
+that grew with them would see the slowdown later. It compares that age with T̂syn, the
 windowed mean, and keeps the excess (age − T̂syn) seen at its highest over the last
 ``HISTORY_LEADS`` lead times: the margin by which the oldest syntheses outrun T̂syn on this
 host. The floor is the age less that margin.
@@ -63,7 +65,7 @@ class LiveFloor:
     GUARD_LEADS = 2.0  # ... but for the newest this many (the reference is from before)
 
     def __init__(self) -> None:
-        self._slots: deque[list[float]] = deque()  # [first, last, highest excess], oldest first
+        self._slots: deque[list[float]] = deque()  # [first, last, highest excess, most running]
         self.value_s = 0.0
         self.hung = 0
 
@@ -87,23 +89,29 @@ class LiveFloor:
         beyond the ages listed, of the youngest listed."""
         self.hung = older_than(ages_s, self.HUNG_FACTOR * estimate_s) if estimate_s > 0 else 0
         listed = len(ages_s) - self.hung
-        rank = self.rank(max(listed, (running or 0) - self.hung))
+        count = max(listed, (running or 0) - self.hung)
+        guard = now - self.GUARD_LEADS * lead_s
+        # The rank from the most running at the reference's time, as the margin is: after a
+        # slowdown more are sent, and a rank that grew with them would see it later.
+        before = (slot[3] for slot in self._slots if slot[1] <= guard)
+        rank = self.rank(int(max(before, default=count)))
         if estimate_s <= 0 or listed < self.RANK:
             self.value_s = 0.0
             return
         age = ages_s[self.hung + min(rank, listed) - 1]
-        guard = now - self.GUARD_LEADS * lead_s
-        reference = max((x for _, last, x in self._slots if last <= guard), default=None)
+        reference = max((x for _, last, x, _ in self._slots if last <= guard), default=None)
         self.value_s = 0.0 if reference is None else age - reference
-        self._keep(now, age - estimate_s, estimate_s, lead_s)
+        self._keep(now, age - estimate_s, count, estimate_s, lead_s)
 
-    def _keep(self, now: float, excess: float, estimate_s: float, lead_s: float) -> None:
+    def _keep(
+        self, now: float, excess: float, count: int, estimate_s: float, lead_s: float
+    ) -> None:
         slots = self._slots
         if slots and now - slots[-1][0] < self.SLOT_LEADS * estimate_s:
             slot = slots[-1]
-            slot[1], slot[2] = now, max(slot[2], excess)
+            slot[1], slot[2], slot[3] = now, max(slot[2], excess), max(slot[3], count)
         else:
-            slots.append([now, now, excess])
+            slots.append([now, now, excess, count])
         horizon = now - self.HISTORY_LEADS * lead_s
         while len(slots) > 1 and slots[0][1] < horizon:
             slots.popleft()
