@@ -5,12 +5,13 @@ of the syntheses still running show it at once. ``LiveFloor`` follows one of the
 syntheses that are not hung: the ``RANK``-th oldest, or deeper where many run, at the
 ``SHARE`` of those running. A slowdown ages the whole tail of the syntheses running, a hang
 only the few that hung; so hangs up to that share of the syntheses running leave the floor
-where it was, however long they take to be told as hung. Those running are counted as the
-most seen when the margin's reference was taken: after a slowdown more are sent, and a rank
-that grew with them would see the slowdown later. It compares that age with T̂syn, the
-windowed mean, and keeps the excess (age − T̂syn) seen at its highest over the last
-``HISTORY_LEADS`` lead times: the margin by which the oldest syntheses outrun T̂syn on this
-host. The floor is the age less that margin.
+where it was, however long they take to be told as hung. Those running are counted as they
+are now, but no more than the most seen when the margin's reference was taken: after a
+slowdown more are sent, and a rank that grew with them would see the slowdown later.
+
+The floor compares that age with T̂syn, the windowed mean, and keeps the excess (age − T̂syn)
+seen at its highest over the last ``HISTORY_LEADS`` lead times: the margin by which the oldest
+syntheses outrun T̂syn on this host. The floor is the age less that margin.
 
 The margin is a reference taken before the change: only the excesses of slots older than
 ``GUARD_LEADS`` lead times count. The first slowed syntheses to complete raise T̂syn's window
@@ -91,10 +92,10 @@ class LiveFloor:
         listed = len(ages_s) - self.hung
         count = max(listed, (running or 0) - self.hung)
         guard = now - self.GUARD_LEADS * lead_s
-        # The rank from the most running at the reference's time, as the margin is: after a
-        # slowdown more are sent, and a rank that grew with them would see it later.
+        # Those running now, but no more than the most at the reference's time, as the margin
+        # is: after a slowdown more are sent, and a rank grown with them would see it later.
         before = (slot[3] for slot in self._slots if slot[1] <= guard)
-        rank = self.rank(int(max(before, default=count)))
+        rank = self.rank(int(min(count, max(before, default=count))))
         if estimate_s <= 0 or listed < self.RANK:
             self.value_s = 0.0
             return
