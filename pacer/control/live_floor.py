@@ -90,19 +90,28 @@ class LiveFloor:
         beyond the ages listed, of the youngest listed."""
         self.hung = older_than(ages_s, self.HUNG_FACTOR * estimate_s) if estimate_s > 0 else 0
         listed = len(ages_s) - self.hung
-        count = max(listed, (running or 0) - self.hung)
-        guard = now - self.GUARD_LEADS * lead_s
-        # Those running now, but no more than the most at the reference's time, as the margin
-        # is: after a slowdown more are sent, and a rank grown with them would see it later.
-        before = (slot[3] for slot in self._slots if slot[1] <= guard)
-        rank = self.rank(int(min(count, max(before, default=count))))
         if estimate_s <= 0 or listed < self.RANK:
             self.value_s = 0.0
             return
+        count = max(listed, (running or 0) - self.hung)
+        reference, most = self._before(now - self.GUARD_LEADS * lead_s)
+        # Those running now, but no more than the most at the reference's time, as the margin
+        # is: after a slowdown more are sent, and a rank grown with them would see it later.
+        rank = self.rank(count if most is None else min(count, most))
         age = ages_s[self.hung + min(rank, listed) - 1]
-        reference = max((x for _, last, x, _ in self._slots if last <= guard), default=None)
         self.value_s = 0.0 if reference is None else age - reference
         self._keep(now, age - estimate_s, count, estimate_s, lead_s)
+
+    def _before(self, guard: float) -> tuple[float | None, int | None]:
+        """The highest excess and the most running of the slots that ended by ``guard`` (s);
+        None for each where none did."""
+        reference: float | None = None
+        most: int | None = None
+        for _, last, excess, count in self._slots:
+            if last <= guard:
+                reference = excess if reference is None else max(reference, excess)
+                most = int(count) if most is None else max(most, int(count))
+        return reference, most
 
     def _keep(
         self, now: float, excess: float, count: int, estimate_s: float, lead_s: float
