@@ -1,18 +1,17 @@
 """A host of a fleet: partitions claimed from the journal the fleet shares, held under leases it
 renews, given back at a drain, and word of new work heard from the other hosts.
 
-The controller stays this host's and sees only the local backlog. What it dispatches from it
-is claimed ahead: when the backlog falls below half of the claim target (this host's synthesis
+The controller stays this host's and sees only the local backlog. What it dispatches from it is
+claimed ahead: when the backlog falls below half of the claim target (this host's synthesis
 concurrency, or what it dispatched over the last `CLAIM_HORIZON_S` where more, at most
 ``PACER_JOURNAL__CLAIM_MAX``), a claim tops it up, on a thread of its own (never the commit
-thread). A claim that finds nothing waits for word of work (LISTEN/NOTIFY: a job accepted or
-leases given back anywhere) or a poll, backing off to `IDLE_POLL_MAX_S`. Leases are renewed
-every third of the lease, by their tokens (D187); a lease missing from a renewal was
-reclaimed, finished or its job ended (cancelled on another host): its partitions not yet
-started leave the backlog, and those in flight are not proved (`HeldLeases.gate`), or if
-proved are not stored (the database checks each result's lease token as it commits). After a
-claim whose answer was lost, the leases of this host's name it does not know are given back
-before the next claim (D188).
+thread). A claim that finds nothing waits for word of work (LISTEN/NOTIFY: a job accepted or leases
+given back anywhere) or a poll, backing off to `IDLE_POLL_MAX_S`. Leases are renewed every third of
+the lease, by their tokens (D187); a lease missing from a renewal was reclaimed, finished or its
+job ended (cancelled on another host): its partitions not yet started leave the backlog, and those
+in flight are not proved (`HeldLeases.gate`), or if proved are not stored (the database checks each
+result's lease token as it commits). After a claim whose answer was lost, the leases of this host's
+name it does not know are given back before the next claim (D188).
 """
 
 from __future__ import annotations
@@ -362,7 +361,8 @@ class Fleet:
             self.counts.lost_leases += 1
             log.warning("lease lost: %d partitions not started are left to the fleet",
                         dropped, extra={"job": lease.job_id})  # fmt: skip
-        if not others:
+        # A claim reading its jobs may hold a run of this job: the record stays for `_hold`.
+        if not others and all(claim.job_id != lease.job_id for claim in self._unresolved):
             self._records.pop(lease.job_id, None)
             self._jobs.forget(lease.job_id)
 

@@ -222,6 +222,53 @@ async def test_a_renewal_sent_before_a_run_is_claimed_again_does_not_drop_the_ne
     assert fleet.refused_results() == 0
 
 
+async def test_a_renewal_that_loses_a_jobs_leases_while_a_claim_reads_jobs_keeps_its_new_one(
+    host: Server, other: PgJournal, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim answers with the rest of a run this host lost (its job known here) and a run of
+    a job new here, which the claim reads next. Meanwhile a renewal drops the lost lease, the
+    last this host knew of the first job. The claim must still hold both runs: a lease the
+    database gave this host and the host forgot is renewed by no one and lapses a lease later,
+    its partitions proved only then."""
+    service = host.service
+    fleet = service.fleet
+    assert fleet is not None
+    first = await held_claims(host, 10)
+    expire(postgres_url, HOST)
+    [head] = other.claim("gpu-b", 2)
+    assert head.reclaimed_from == HOST
+    second = await service.submit(4, {}, 0)
+    reading, go_on = threading.Event(), threading.Event()
+    get_job = fleet.journal.get_job
+
+    def read_then_wait(job_id: str) -> Any:
+        if job_id == second.id:
+            reading.set()
+            go_on.wait(10)
+        return get_job(job_id)
+
+    monkeypatch.setattr(fleet.journal, "get_job", read_then_wait)
+    claim = asyncio.create_task(fleet.claim(20))
+    await until(reading.is_set, "the claim to read the new job")
+    assert await fleet.renew()  # the lost lease leaves: no lease of the first job is held yet
+    go_on.set()
+    assert await claim == 8 + 4
+    monkeypatch.setattr(fleet.journal, "get_job", get_job)
+    assert service.pipeline.waiting(first) == 8
+    assert service.pipeline.waiting(second.id) == 4
+    await fleet.renew()
+    leased = sql(postgres_url, "SELECT token FROM batches WHERE claimed_by = %s", HOST)
+    assert sorted(int(str(token)) for (token,) in leased) == sorted(
+        held.token for held in fleet.held.values())  # fmt: skip
+    other.complete_partitions([replace(proved(first, i), lease=LeaseToken(head.batch,
+                                                                        head.token))
+                               for i in (0, 1)])  # fmt: skip
+    service.pipeline.hold(False)
+    for job_id in (first, second.id):
+        assert (await until_done(host, job_id))["state"] == "completed"
+    assert fleet.counts.reclaimed_partitions == 0
+
+
 async def test_a_lease_this_host_does_not_hold_is_not_renewed_by_it(
     host: Server, postgres_url: str
 ) -> None:
