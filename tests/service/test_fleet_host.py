@@ -20,7 +20,7 @@ import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
 from pacer.api.openapi import document
-from pacer.journal import HostInUseError, JobState, LeaseToken
+from pacer.journal import Claim, HostInUseError, JobState, LeaseToken
 from pacer.journal.health import JournalUnavailable
 from pacer.pgjournal import PgJournal
 from pacer.ranges import IndexRanges
@@ -83,6 +83,22 @@ async def held_claims(server: Server, partitions: int) -> str:
     await until(backlog, f"the backlog to hold all {partitions} partitions",
                 done=lambda n: n == partitions)  # fmt: skip
     return job.id
+
+
+async def head_taken(host: Server, other: PgJournal, url: str) -> tuple[str, Claim]:
+    """A job of 10 partitions claimed here, its leases lapsed, and the first two taken by
+    ``other``: the job's id and that claim."""
+    job_id = await held_claims(host, 10)
+    expire(url, HOST)
+    [head] = other.claim("gpu-b", 2)
+    assert (head.pending, head.reclaimed_from) == (IndexRanges([(0, 2)]), HOST)
+    return job_id, head
+
+
+def head_proved(other: PgJournal, job_id: str, head: Claim) -> None:
+    """``other`` proves and commits the two partitions of its claim ``head``."""
+    lease = LeaseToken(head.batch, head.token)
+    other.complete_partitions([replace(proved(job_id, i), lease=lease) for i in (0, 1)])
 
 
 def check_schema(answer: Any, path: str) -> None:
@@ -167,9 +183,7 @@ async def test_a_run_claimed_again_after_it_was_lost_proves_each_partition_once(
     assert service.pipeline.waiting(job_id) == 6  # 2 and 5-9; not 3 and 4, nor the head
     await service.commits.flush()
     assert fleet.refused_results() == 0
-    other.complete_partitions([replace(proved(job_id, i), lease=LeaseToken(head.batch,
-                                                                          head.token))
-                               for i in (0, 1)])  # fmt: skip
+    head_proved(other, job_id, head)
     service.pipeline.hold(False)
     await until(lambda: len(service.journal_access.pending), "the rest proved",
                 done=lambda n: n == 6)  # fmt: skip
@@ -190,10 +204,7 @@ async def test_a_renewal_sent_before_a_run_is_claimed_again_does_not_drop_the_ne
     service = host.service
     fleet = service.fleet
     assert fleet is not None
-    job_id = await held_claims(host, 10)
-    expire(postgres_url, HOST)
-    [head] = other.claim("gpu-b", 2)
-    assert head.reclaimed_from == HOST
+    job_id, head = await head_taken(host, other, postgres_url)
     answered, go_on = threading.Event(), threading.Event()
     renew = fleet.journal.renew
 
@@ -215,9 +226,7 @@ async def test_a_renewal_sent_before_a_run_is_claimed_again_does_not_drop_the_ne
     await fleet.renew()  # the next renewal keeps it too
     assert service.pipeline.waiting(job_id) == 8
     service.pipeline.hold(False)
-    other.complete_partitions([replace(proved(job_id, i), lease=LeaseToken(head.batch,
-                                                                          head.token))
-                               for i in (0, 1)])  # fmt: skip
+    head_proved(other, job_id, head)
     assert (await until_done(host, job_id))["state"] == "completed"
     assert fleet.refused_results() == 0
 
@@ -233,10 +242,7 @@ async def test_a_renewal_that_loses_a_jobs_leases_while_a_claim_reads_jobs_keeps
     service = host.service
     fleet = service.fleet
     assert fleet is not None
-    first = await held_claims(host, 10)
-    expire(postgres_url, HOST)
-    [head] = other.claim("gpu-b", 2)
-    assert head.reclaimed_from == HOST
+    first, head = await head_taken(host, other, postgres_url)
     second = await service.submit(4, {}, 0)
     reading, go_on = threading.Event(), threading.Event()
     get_job = fleet.journal.get_job
@@ -260,9 +266,7 @@ async def test_a_renewal_that_loses_a_jobs_leases_while_a_claim_reads_jobs_keeps
     leased = sql(postgres_url, "SELECT token FROM batches WHERE claimed_by = %s", HOST)
     assert sorted(int(str(token)) for (token,) in leased) == sorted(
         held.token for held in fleet.held.values())  # fmt: skip
-    other.complete_partitions([replace(proved(first, i), lease=LeaseToken(head.batch,
-                                                                        head.token))
-                               for i in (0, 1)])  # fmt: skip
+    head_proved(other, first, head)
     service.pipeline.hold(False)
     for job_id in (first, second.id):
         assert (await until_done(host, job_id))["state"] == "completed"
