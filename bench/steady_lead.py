@@ -32,7 +32,7 @@ from pacer.sim.engine import PolicyFactory, Simulation, VirtualClock
 from pacer.sim.policies import policy_factory
 from pacer.sim.report import Report, summarize
 from pacer.sim.scenario import Scenario
-from pacer.sim.suite import INFLIGHT_VS_FIXED, run_policy
+from pacer.sim.suite import fixed_beside, run_policy
 
 WARM_SYNTHESES = 10  # the lead time is left alone until this many mean syntheses are past
 
@@ -71,10 +71,9 @@ def pi_arm(scenario: Scenario, settings: Settings, steady_s: float | None) -> tu
 
 
 def held_to(scenario: Scenario, settings: Settings, report: Report) -> tuple[int, float]:
-    """The fixed concurrency below ``report``'s mean in flight ÷ `INFLIGHT_VS_FIXED`, and its
-    busy ratio."""
-    slots = scenario.memory_slots
-    less = max(1, min(slots, math.ceil(report.mean_inflight_partitions / INFLIGHT_VS_FIXED) - 1))
+    """The fixed concurrency the suite holds ``report`` to (`fixed_beside`: below its mean in
+    flight ÷ 1.05), and its busy ratio."""
+    _, less = fixed_beside(report, scenario)
     return less, run_policy(scenario, "fixed", settings, less)[1].gpu_busy_ratio
 
 
