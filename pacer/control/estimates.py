@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from pacer.control.cohort import ColdCohort
 from pacer.control.live_floor import LiveFloor
+from pacer.control.policy import Observation
 from pacer.control.survival import SurvivalCheck
 from pacer.control.windows import MAX_WINDOW, DurationWindow, check_duration
 
@@ -225,7 +226,14 @@ class Estimator:
             if self._syn.rebased != self._rebased:
                 self._rebased = self._syn.rebased
                 self._survival.clear()  # the window holds the new level
-            self._survival.update(now, ages_s, self._floor.hung, self._syn.ordered, estimate)
+            # Where more run than the observation lists, a snapshot of the oldest alone is
+            # looked at sooner: against a settled window only, as one re-based lately holds
+            # the new level's first (fastest) finishers.
+            partial = synthesizing > len(ages_s) >= Observation.SYNTHESIS_AGES
+            settled = 4 * len(self._syn) >= 3 * self._syn.size
+            self._survival.update(
+                now, ages_s, self._floor.hung, self._syn.ordered, estimate, partial and settled
+            )
             return
         if synthesizing == 0:
             self._close_cohort(self._cohort.forget_before(math.inf))

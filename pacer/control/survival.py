@@ -34,6 +34,17 @@ survivor of a snapshot is among them, as nothing dispatched since is as old. Und
 tail the oldest dozen or so are stragglers, each with a small chance to finish within a lead
 time at any pace: a snapshot of them alone could not tell a slowdown of three times from the
 tail's noise, and the younger members show it.
+
+Where more run than the observation names, a snapshot holds the oldest alone: each is within
+a fraction of a lead time of its end, so at ``HORIZON_LEADS`` all of them finish at most paces
+and the count shows nothing. Such a snapshot is checked once the reference expects
+``PARTIAL_SHARE`` of its members to have finished. The change is then put after the middle of
+the last such look that found no deficit (a slowdown that began before the snapshot has aged
+its members, and a factor solved from the snapshot's time comes out too large). The early look
+is taken only against a settled window, three quarters full (one re-based lately holds the
+new level's first, fastest finishers; ``Estimator``), and only where at most ``TAIL`` members
+are older than its ``TAIL``-th longest duration: more there means the window has not yet seen
+a mode of those running (partitions of several sizes, early in a run).
 """
 
 from __future__ import annotations
@@ -85,8 +96,9 @@ def _done(at_s: float, age_s: float, scale: float, change_s: float) -> float:
     return normal + slow / scale
 
 
-# A snapshot: (taken at, horizon s, age bound of the testable members, member ages).
-Snapshot = tuple[float, float, float, tuple[float, ...]]
+# A snapshot: (taken at, horizon s, age bound of the testable members, member ages, whether
+# the oldest alone were listed).
+Snapshot = tuple[float, float, float, tuple[float, ...], bool]
 
 
 class SurvivalCheck:
@@ -113,14 +125,16 @@ class SurvivalCheck:
     SAMPLES = 32  # no check before the window holds this many durations
     TAIL = 8  # a member's odds come from at least this many durations longer than its age
     EXPIRE_LEADS = 2.0  # a slowdown no check confirmed for this many of its lead times ends
+    PARTIAL_SHARE = 0.5  # a snapshot of the oldest alone is checked once this share is due
 
     def __init__(self) -> None:
-        # (taken at, horizon s, age bound of the testable, member ages), oldest first
+        # (taken at, horizon s, age bound of the testable, member ages, oldest alone)
         self._pending: deque[Snapshot] = deque()
         self._last_snapshot = -math.inf
         self._reference: Reference | None = None
         self._last_deficit = -math.inf
         self._change_at = -math.inf  # when the slowdown began, by the first deficit
+        self._last_clean = -math.inf  # the change came after this, by the checks that found none
         self._leaning = False  # the last check found a lesser deficit (past the lesser bar)
         self.factor = 1.0  # the slowdown found so far (1: none)
         self.checks = 0  # checks made
@@ -147,11 +161,13 @@ class SurvivalCheck:
         hung: int,
         window: Sequence[float],
         estimate_s: float,
+        partial: bool = False,
     ) -> None:
         """The oldest syntheses running are ``ages_s`` old (oldest first; at most a few,
-        every survivor of a snapshot among them), the first ``hung`` of them hung; T̂syn's
-        window holds ``window`` (sorted) with mean ``estimate_s``: check the snapshots due,
-        and take one where due."""
+        every survivor of a snapshot among them), the first ``hung`` of them hung; more run
+        than these where ``partial``, and T̂syn's window is settled enough to look at a
+        snapshot of the oldest alone early. The window holds ``window`` (sorted) with mean
+        ``estimate_s``: check the snapshots due, and take one where due."""
         if estimate_s <= 0 or len(window) < self.SAMPLES:
             return
         reference = self._reference
@@ -164,18 +180,44 @@ class SurvivalCheck:
         while self._pending and now - self._pending[0][0] >= self._pending[0][1]:
             self._check(now, ages_s, self._pending.popleft(), window, estimate_s)
         if now - self._last_snapshot >= self.SNAPSHOT_LEADS * base:
-            self._snapshot(now, ages_s[hung:], window, base)
+            self._snapshot(now, ages_s[hung:], window, base, partial)
 
     def _snapshot(
-        self, now: float, members: tuple[float, ...], window: Sequence[float], base_s: float
+        self,
+        now: float,
+        members: tuple[float, ...],
+        window: Sequence[float],
+        base_s: float,
+        partial: bool,
     ) -> None:
         self._last_snapshot = now
-        ordered = self._reference.ordered if self._reference is not None else window
+        reference = self._reference or Reference(window, base_s)
         # Those older than all but the TAIL longest durations: too few samples tell their
         # odds at the reference's pace; they count only in the size of a slowdown.
-        bound = ordered[max(0, len(ordered) - self.TAIL)]
-        if members and members[-1] < bound:
-            self._pending.append((now, self.HORIZON_LEADS * base_s, bound, members))
+        bound = reference.ordered[max(0, len(reference.ordered) - self.TAIL)]
+        if not members or members[-1] >= bound:
+            return
+        horizon = self.HORIZON_LEADS * base_s
+        untested = older_than(members, bound)
+        # More than a few members beyond the reference's durations: it does not describe
+        # those running (a mode the window has not seen yet), and a short look would call it.
+        partial = partial and untested <= self.TAIL
+        if partial:
+            horizon = self._due(reference, members[untested:], horizon)
+        self._pending.append((now, horizon, bound, members, partial))
+
+    def _due(self, reference: Reference, members: Sequence[float], horizon_s: float) -> float:
+        """The time (s) by which the reference expects ``PARTIAL_SHARE`` of ``members`` to
+        finish, at most ``horizon_s``: bisection of the expected count."""
+        target = self.PARTIAL_SHARE * len(members)
+        if sum(reference.finish_chance(a, horizon_s) for a in members) <= target:
+            return horizon_s
+        low, high = 0.0, horizon_s
+        for _ in range(self.SOLVE_STEPS):
+            mid = (low + high) / 2
+            expected = sum(reference.finish_chance(a, mid) for a in members)
+            low, high = (mid, high) if expected < target else (low, mid)
+        return high
 
     def _check(
         self,
@@ -185,7 +227,7 @@ class SurvivalCheck:
         window: Sequence[float],
         estimate_s: float,
     ) -> None:
-        taken, _, bound, members = snapshot
+        taken, horizon, bound, members, partial = snapshot
         elapsed = now - taken
         # The members are now elapsed older; no synthesis dispatched since is that old.
         tiny = 1e-9 * max(1.0, elapsed + members[0])
@@ -206,16 +248,18 @@ class SurvivalCheck:
         lesser = deficit > low
         leaning, self._leaning = self._leaning, lesser
         if deficit <= bar and not (lesser and leaning):
+            # A short look misses a change late in its horizon: after its middle, then.
+            self._last_clean = taken + 0.5 * horizon if partial else now
             if self._reference is not None and deficit <= max(spread, 1.0) < expected:
                 self.clear()  # as many finished as the reference expects: the episode is over
             return
         self.deficits += 1
         self._last_deficit = now
         if self._reference is None:
-            # The first deficit: the change came within its horizon; at its start, the least
-            # slowdown explains the count.
+            # The first deficit: the change came within its horizon, or for a short look after
+            # the last that found none; at the earliest, the least slowdown explains the count.
             self._reference = reference.frozen()
-            self._change_at = taken
+            self._change_at = min(taken, self._last_clean) if partial else taken
         # Its size from every member: one older than the reference's durations that still
         # runs is the plainest sign of how slow synthesis has become.
         finished_all = len(members) - (since - oldest)

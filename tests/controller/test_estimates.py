@@ -202,17 +202,28 @@ def test_hung_syntheses_neither_hold_the_lead_time_up_nor_count_in_synthesis() -
     assert est.synthesis_s == pytest.approx(1.4, rel=0.01)
 
 
+WIDE_GAP_S = 1 / 86  # a wide host dispatches a synthesis this often ...
+WIDE_DURATIONS = (1.3, 1.35, 1.4, 1.45, 1.5)  # ... each of these in turn (s): 120 run
+
+
 def wide(est: Estimator, start: float, until: float, hung: int = 0) -> None:
-    """A wide host from ``start`` to ``until`` (s): 120 syntheses run, up to 1.5 s old, and
-    about 86 complete a second, 1.3 to 1.5 s each; ``hung`` of them hang at ``start``."""
-    durations = itertools.cycle((1.3, 1.35, 1.4, 1.45, 1.5))
+    """A wide host from ``start`` to ``until`` (s), in steps of 0.1 s: the syntheses
+    dispatched every ``WIDE_GAP_S`` since t = -2 s run ``WIDE_DURATIONS`` in turn, those that
+    end within a step complete in it, and the 64 oldest of those running are listed; the
+    ``hung`` dispatched last at 1 s before ``start`` never end."""
+    first = math.ceil(-2.0 / WIDE_GAP_S)
+    stuck = set(range(math.floor((start - 1.0) / WIDE_GAP_S), -1, -1)[:hung])
     t = start
     while t < until:
         t += 0.1
-        for _ in range(9):
-            est.observe_synthesis(next(durations), now=t)
-        stuck = tuple(t - start + 1.0 - 0.01 * k for k in range(hung))
-        est.observe_running(t, 120, (*stuck, *(1.5 - 0.01 * i for i in range(64 - hung))))
+        numbers = range(first, math.floor(t / WIDE_GAP_S) + 1)
+        ends = {i: i * WIDE_GAP_S + WIDE_DURATIONS[i % 5] for i in numbers}
+        for i, end in ends.items():
+            if t - 0.1 < end <= t and i not in stuck:
+                est.observe_synthesis(end - i * WIDE_GAP_S, now=t)
+        running = [i for i, end in ends.items() if end > t or i in stuck]
+        ages = tuple(t - i * WIDE_GAP_S for i in running[: Observation.SYNTHESIS_AGES])
+        est.observe_running(t, len(running), ages)  # oldest first
         assert est.lead_s(t) < 1.6, t
 
 

@@ -177,3 +177,50 @@ def test_a_lesser_deficit_at_two_checks_in_a_row_is_a_slowdown(
     check.update(1.25, still if second_short else still[:2], 0, window, 1.0)
     assert check.checks == 2
     assert (check.factor > 1.0) is called
+
+
+@pytest.mark.parametrize(("slowdown", "seed"), [(2.5, 1), (2.5, 2), (2.0, 3), (4.0, 4), (3.0, 5)])
+def test_on_a_wide_host_a_slowdown_is_told_from_the_oldest_alone(
+    slowdown: float, seed: int
+) -> None:
+    # 140 syntheses run; an observation names the 64 oldest, each with half a second or less
+    # to go: at a 1.4 s horizon they all finish at any of these paces, so their snapshot is
+    # checked once half of them should have finished.
+    host = Host(lognormal(1.4, 0.2, seed), interval_s=0.01, slow_at=100.0, slowdown=slowdown)
+    host.run_until(100.0)
+    assert host.est.slowdown == 1.0
+    assert len(host.running) > 2 * Observation.SYNTHESIS_AGES
+    while host.now < 101.0 and host.est.slowdown == 1.0:  # within a third of the new lead
+        host.run_until(host.now + 0.02)
+    # Not sized from a snapshot the slowdown had already aged: no more than a quarter over.
+    assert 1.5 <= host.est.slowdown <= 1.25 * slowdown
+    host.run_until(103.0)
+    assert 0.75 * slowdown <= host.est.slowdown <= 1.25 * slowdown
+
+
+@pytest.mark.parametrize("sigma", [0.2, 1.0])
+def test_on_a_wide_host_steady_syntheses_show_no_slowdown(sigma: float) -> None:
+    host = Host(lognormal(1.4, sigma, seed=11), interval_s=0.01)
+    host.run_until(60.0)
+    check = host.est._survival
+    checks, deficits = check.checks, check.deficits
+    host.run_until(160.0)
+    assert check.checks - checks > 100
+    assert check.deficits - deficits <= 0.01 * (check.checks - checks)
+    assert host.est.lead_s(host.now) < 2 * (host.est.synthesis_s or 0.0)
+
+
+@pytest.mark.parametrize(("strays", "checked_early"), [(0, True), (20, False)])
+def test_a_snapshot_of_the_oldest_alone_is_looked_at_early_only_where_the_window_knows_them(
+    strays: int, checked_early: bool
+) -> None:
+    window = sorted([0.9, 1.0, 1.0, 1.1] * 8)  # durations near 1 s; none past 1.1 s
+    # 200 run; the 64 oldest listed: young ones due within half a second, and ``strays`` of
+    # another mode, 5 s old, that the window has never seen finish.
+    young = tuple(0.95 - 0.01 * i for i in range(64 - strays))
+    members = (5.0,) * strays + young
+    check = SurvivalCheck()
+    check.update(0.0, members, 0, window, 1.0, partial=True)
+    aged = tuple(a + 0.6 for a in members[: strays + 10])  # most of the young ones finished
+    check.update(0.6, aged, 0, window, 1.0, partial=True)
+    assert (check.checks == 1) is checked_early

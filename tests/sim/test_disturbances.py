@@ -24,7 +24,7 @@ DISTURBANCES = [p for p in shipped_scenarios() if p.stem not in BASE]
 SLOW = {
     "wide-host", "cold-start-failure", "synthesis-slowdown-gpu-bound", "worker-dies",
     "gpu-speedup", "hung-syntheses", "synthesis-processes", "warm-start-elsewhere", "h200",
-    "synthesis-slower", "gpu-stall", "hung-syntheses-wide",
+    "synthesis-slower", "gpu-stall", "hung-syntheses-wide", "synthesis-slowdown-wide",
 }  # fmt: skip
 # Targets known to miss on the shipped seed, and why (bench/RESULTS.md has the sweep). Kept
 # strict: one that starts to hold fails the test until it is taken off this list.
@@ -39,6 +39,8 @@ KNOWN_MISSES: set[tuple[str, str]] = {
     # on. pi recovers within two lead times (D179), but an oracle holding pi's memory is not
     # as busy as unpaced either.
     ("synthesis-slowdown-gpu-bound", "busy ratio >= best baseline - 0.005"),
+    # The same on a wide host: 2.5-fold, and 700 partitions for unpaced to ride it out on.
+    ("synthesis-slowdown-wide", "busy ratio >= best baseline - 0.005"),
 }
 CHECKED = (
     "busy ratio >= best baseline", "mean in flight", "busy again", "GPU busy >=",
@@ -51,7 +53,7 @@ def test_the_disturbances_are_shipped() -> None:
         "gpu-stall", "gpu-speedup", "synthesis-jump", "mixed-sizes", "one-partition-bursts",
         "synthesis-slower", "worker-dies", "cold-start-failure", "warm-start-elsewhere",
         "wide-host", "h200", "synthesis-slowdown-gpu-bound", "hung-syntheses", "gpu-outage",
-        "synthesis-processes", "slow-handoff", "hung-syntheses-wide",
+        "synthesis-processes", "slow-handoff", "hung-syntheses-wide", "synthesis-slowdown-wide",
     }  # fmt: skip
 
 
