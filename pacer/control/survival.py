@@ -122,6 +122,7 @@ class SurvivalCheck:
     SHARE_LOW = 0.35  # ... or beyond this share at two checks in a row (``SIGNIFICANCE_LOW``)
     MAX_FACTOR = 10.0  # the slowdown is believed up to this factor
     SOLVE_STEPS = 12  # bisections of log(factor)
+    DUE_STEPS = 8  # bisections of a short look's horizon
     SAMPLES = 32  # no check before the window holds this many durations
     TAIL = 8  # a member's odds come from at least this many durations longer than its age
     EXPIRE_LEADS = 2.0  # a slowdown no check confirmed for this many of its lead times ends
@@ -208,15 +209,19 @@ class SurvivalCheck:
 
     def _due(self, reference: Reference, members: Sequence[float], horizon_s: float) -> float:
         """The time (s) by which the reference expects ``PARTIAL_SHARE`` of ``members`` to
-        finish, at most ``horizon_s``: bisection of the expected count."""
-        target = self.PARTIAL_SHARE * len(members)
-        if sum(reference.finish_chance(a, horizon_s) for a in members) <= target:
+        finish, at most ``horizon_s``: bisection of the expected count, to 1/256 of it."""
+        alive = [(a, s) for a in members if (s := reference.survival(a)) > 0]
+        target = self.PARTIAL_SHARE * len(members) - (len(members) - len(alive))
+
+        def left(after_s: float) -> float:  # members expected to run still after after_s
+            return sum(reference.survival(a + after_s) / s for a, s in alive)
+
+        if len(alive) - left(horizon_s) <= target:
             return horizon_s
         low, high = 0.0, horizon_s
-        for _ in range(self.SOLVE_STEPS):
+        for _ in range(self.DUE_STEPS):
             mid = (low + high) / 2
-            expected = sum(reference.finish_chance(a, mid) for a in members)
-            low, high = (mid, high) if expected < target else (low, mid)
+            low, high = (mid, high) if len(alive) - left(mid) < target else (low, mid)
         return high
 
     def _check(
