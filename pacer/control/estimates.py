@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pacer.control.cohort import ColdCohort
-from pacer.control.live_floor import LiveFloor
+from pacer.control.live_floor import LiveFloor, older_than
 from pacer.control.policy import Observation
 from pacer.control.survival import SurvivalCheck
 from pacer.control.windows import MAX_WINDOW, DurationWindow, check_duration
@@ -89,6 +89,7 @@ class Estimator:
     MEAN_ERROR = 0.05  # the windows hold enough samples to know their mean this closely
     RANGE_QUANTILE = 0.1  # a change of synthesis level must leave the deciles' range
     DROP_RUN_MIN = 3  # a GPU speed-up: this many GPU times in a row, at least one a worker more
+    OLDER_MAX = 8  # a faster synthesis level: at most this many running older than it shows
 
     def __init__(self, gpu_window: int, synthesis_window: int, saved: Estimates) -> None:
         self._gpu_window = gpu_window
@@ -109,6 +110,7 @@ class Estimator:
         self._floor = LiveFloor()
         self._survival = SurvivalCheck()
         self._rebased = 0  # the synthesis window's re-basings the check has seen
+        self._running: tuple[float, tuple[float, ...], int] = (0.0, (), 0)  # at, ages, hung
         self.failures = 0  # syntheses that failed or timed out
         self.version = 0  # bumped by every observation, so derived values can be cached
 
@@ -192,7 +194,8 @@ class Estimator:
 
     def observe_synthesis(self, seconds: float, now: float) -> None:
         """A synthesis that took ``seconds`` finished at ``now`` (clock seconds)."""
-        self._syn.add(seconds, in_order=self._cohort is None)
+        in_order = self._cohort is None
+        self._syn.add(seconds, in_order=in_order, agrees=lambda longest: self._agrees(longest, now))
         self.version += 1
         if self._cohort is not None:
             self._close_cohort(self._cohort.completed(now, seconds))
@@ -214,15 +217,26 @@ class Estimator:
         if self._cohort is not None:
             self._close_cohort(self._cohort.failed(now, seconds))
 
+    def _agrees(self, longest_s: float, now: float) -> bool:
+        """Whether the syntheses running agree with a faster level whose longest sample is
+        ``longest_s``: at most ``OLDER_MAX`` of them (not hung) are older than it by more
+        than the window's ``SHIFT_RATIO``. Where partitions of several sizes finish in waves,
+        a run of short ones reads as a faster host while the long ones still run."""
+        at, ages, hung = self._running
+        limit = longest_s * DurationWindow.SHIFT_RATIO - (now - at)
+        return older_than(ages, limit) - hung <= self.OLDER_MAX
+
     def observe_running(self, now: float, synthesizing: int, ages_s: tuple[float, ...]) -> None:
         """What the pipeline runs now: ``synthesizing`` syntheses, the oldest of them
         dispatched ``ages_s`` ago, oldest first (empty: not told). Cohort members older than
         the oldest are gone; outside the cohort, the live floor follows the ages."""
         ages_s = ages_s if synthesizing > 0 else ()
+        self._running = (now, ages_s, 0)
         if self._cohort is None:
             estimate = self._syn.value or 0.0
             lead = max(estimate, self._floor.value_s, self._survival.lead_s)
             self._floor.update(now, ages_s, estimate, lead, synthesizing)
+            self._running = (now, ages_s, self._floor.hung)
             if self._syn.rebased != self._rebased:
                 self._rebased = self._syn.rebased
                 self._survival.clear()  # the window holds the new level

@@ -12,6 +12,11 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
+from collections.abc import Callable
+
+# Told the longest sample (s) of a shorter level the window would move to: whether to believe
+# it (the syntheses running agree with it).
+Agrees = Callable[[float], bool]
 
 MAX_WINDOW = 4096  # samples: a window is summed again every 1/16 of it
 SPREAD_SAMPLES = 512  # the spread of a wider window is taken from this many of its samples
@@ -64,6 +69,12 @@ class DurationWindow:
     neighbour, contention) only lengthens a duration, so a sample shorter than anything the
     window holds is news, not noise, as in BBR where a delivery rate above the windowed
     maximum is believed at once; a longer one may be a stall, and needs the median.
+
+    A shorter level may be vetoed: ``add``'s ``agrees`` is told the longest sample of the level
+    the window would move to, and where it says no, the window keeps its samples. Synthesis
+    passes the ages of the syntheses running: where partitions of several sizes finish in
+    waves (the short ones first), a run of short ones looks like a faster host while the long
+    ones still running, older than anything the new level holds, show it is not.
 
     A prior (saved estimates) enters as ``PRIOR_SAMPLES`` samples; it is dropped as soon as
     the median of the fresh samples so far (the first ``PRIOR_SAMPLES`` of them) differs from
@@ -153,9 +164,11 @@ class DurationWindow:
         self._sorted = sorted(self._samples)
         self._stats = None
 
-    def add(self, sample: float, *, in_order: bool = True) -> None:
+    def add(self, sample: float, *, in_order: bool = True, agrees: Agrees | None = None) -> None:
         """Add a sample; ``in_order=False`` where samples do not come as a time series (a
         cold start's first cohort completes fastest first): no change of level is looked for.
+        A shorter level is moved to only where ``agrees`` (if given) says yes to its longest
+        sample.
         """
         check_duration(sample)
         if len(self._samples) == self._size:
@@ -180,7 +193,7 @@ class DurationWindow:
         self._since_check += 1
         self._since_replace += 1
         self._below = self._below + 1 if sample < self._drop_below else 0
-        if self._drop_run and self._below >= self._drop_run and self._dropped():
+        if self._drop_run and self._below >= self._drop_run and self._dropped(agrees):
             return
         if self._stash:
             self._stash_left -= 1
@@ -195,7 +208,7 @@ class DurationWindow:
             and self._since_check >= max(1, self._recent // 4)
         ):
             self._since_check = 0
-            self._detect_shift()
+            self._detect_shift(agrees)
             if self._drop_run and len(self._samples) > self._drop_run:
                 older = self._range(list(self._samples)[: -self._drop_run])
                 self._drop_below = older[0] / self.SHIFT_RATIO
@@ -255,20 +268,20 @@ class DurationWindow:
         self._since_replace = self._recent  # samples as they came: no cohort
         return True
 
-    def _detect_shift(self) -> None:
+    def _detect_shift(self, agrees: Agrees | None) -> None:
         samples = list(self._samples)
         low, high = self._range(samples[: -self._recent])
         newest = samples[-self._recent :]
         high, low = high * self.SHIFT_RATIO, low / self.SHIFT_RATIO
         recent = _median(newest)
-        if recent > high or recent < low:
-            beyond = (
-                [s for s in newest if s > high] if recent > high else [s for s in newest if s < low]
-            )
-            self._new_level(samples, beyond, len(newest))
+        if recent > high:
+            self._new_level(samples, [s for s in newest if s > high], len(newest))
+        elif recent < low:
+            self._new_level(samples, [s for s in newest if s < low], len(newest), agrees)
 
-    def _dropped(self) -> bool:
-        """The newest ``drop_run`` samples all lie below the older ones' range: a new level."""
+    def _dropped(self, agrees: Agrees | None) -> bool:
+        """The newest ``drop_run`` samples all lie below the older ones' range: a new level
+        (unless ``agrees`` says no)."""
         assert self._drop_run is not None
         samples = list(self._samples)
         if len(samples) <= self._drop_run or self._since_replace < self._drop_run:
@@ -276,18 +289,23 @@ class DurationWindow:
         newest = samples[-self._drop_run :]
         if max(newest) >= self._range(samples[: -self._drop_run])[0] / self.SHIFT_RATIO:
             return False
-        self._new_level(samples, newest, len(newest))
-        return True
+        return self._new_level(samples, newest, len(newest), agrees)
 
-    def _new_level(self, samples: list[float], beyond: list[float], newest: int) -> None:
+    def _new_level(
+        self, samples: list[float], beyond: list[float], newest: int, agrees: Agrees | None = None
+    ) -> bool:
         """Keep only ``beyond``, the newest samples that lie beyond the old range, and the
         older ones (all but the ``newest``) aside for a window, in case the old level comes
-        back (unless it is back already)."""
+        back (unless it is back already); a shorter level only where ``agrees`` says yes.
+        Whether the samples were replaced."""
         if self._back_to_stash(_median(beyond)):
-            return
+            return True
+        if agrees is not None and not agrees(max(beyond)):
+            return False
         self.shifts += 1
         self.replace(beyond)
         self._stash, self._stash_left = samples[:-newest], self._size
+        return True
 
     def _compute(self) -> tuple[float, float, float, float]:
         if self._stats is None:

@@ -289,6 +289,38 @@ def test_two_sizes_drawn_at_random_are_no_change_of_level() -> None:
     assert est.shifts[1] == 0
 
 
+def mixed_then_short(est: Estimator, running: tuple[float, ...]) -> None:
+    """A window of partitions of 1× and 6× the work (20 s and 120 s), all but one in twenty of
+    them large (the small ones of the mix finished early), then a run of 40 small ones
+    completing while ``running`` (ages at t = 200 s, oldest first) run."""
+    rng = random.Random(6)
+    for i in range(200):
+        work = 20.0 if i % 20 == 0 else 120.0
+        est.observe_synthesis(work * rng.uniform(0.95, 1.05), i)
+        est.fit(4, in_synthesis=40.0)
+    for i in range(40):
+        t = 200.0 + 0.5 * i
+        est.observe_running(t, len(running), tuple(a + 0.5 * i for a in running))
+        est.observe_synthesis(20.0 * rng.uniform(0.95, 1.05), t)
+
+
+def test_a_run_of_small_partitions_while_large_ones_run_is_no_faster_host() -> None:
+    # The small ones of a mix finish first: a run of them reads as a faster level, and T̂syn
+    # would fall to the small ones' 20 s while 30 large ones, far older, still run.
+    est = estimator(Estimates(gpu_service_s=3.0, synthesis_s=95.0))
+    mixed_then_short(est, (*(110.0 - 2.4 * k for k in range(30)), 15.0, 10.0, 5.0))
+    assert est.shifts[1] == 0
+    assert (est.synthesis_s or 0.0) > 60.0
+
+
+def test_a_faster_host_is_believed_where_the_syntheses_running_agree() -> None:
+    # The same completions, and every synthesis running younger than the new level's longest.
+    est = estimator(Estimates(gpu_service_s=3.0, synthesis_s=95.0))
+    mixed_then_short(est, tuple(19.0 - 0.5 * k for k in range(33)))
+    assert est.shifts[1] == 1
+    assert est.synthesis_s == pytest.approx(20.0, rel=0.05)
+
+
 def test_the_synthesis_window_grows_with_its_spread() -> None:
     # Partitions of 1× or 4× the work, 3 to 1, drawn at random: the mean is 2.45 s. A window
     # of 64 would swing with its mix by a third either way.
