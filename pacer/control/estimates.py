@@ -111,6 +111,7 @@ class Estimator:
         self._survival = SurvivalCheck()
         self._rebased = 0  # the synthesis window's re-basings the check has seen
         self._running: tuple[float, tuple[float, ...], int] = (0.0, (), 0)  # at, ages, hung
+        self._fitted: tuple[object, ...] = ()  # what the windows were last sized for
         self.failures = 0  # syntheses that failed or timed out
         self.version = 0  # bumped by every observation, so derived values can be cached
 
@@ -167,6 +168,12 @@ class Estimator:
         window holds at least two lead times of completions, ``in_synthesis`` × 2 (its mean's
         noise, in partitions, does not grow with the rate), and as many as its spread needs
         (a heavy tail, partitions of several sizes)."""
+        finite = math.isfinite(in_synthesis)
+        wanted = max(self._synthesis_window, math.ceil(2 * in_synthesis)) if finite else -1
+        key = (workers, wanted, self._gpu.stats, self._syn.stats)
+        if key == self._fitted:
+            return  # the same host and the same spreads: the same sizes
+        self._fitted = key
         size = self._spread_size(self._gpu, max(self._gpu_window, 8 * workers))
         self._gpu.resize(
             size,
@@ -174,9 +181,8 @@ class Estimator:
             workers,
             drop_run=max(self.DROP_RUN_MIN, workers + 1),
         )
-        if math.isfinite(in_synthesis):
-            size = max(self._synthesis_window, math.ceil(2 * in_synthesis))
-            size = self._spread_size(self._syn, size)
+        if finite:
+            size = self._spread_size(self._syn, wanted)
             self._syn.resize(size, self._recent(size))
 
     def _spread_size(self, window: DurationWindow, size: int) -> int:

@@ -33,6 +33,8 @@ import operator
 from collections import deque
 from collections.abc import Sequence
 
+from pacer.control.policy import AgesView
+
 
 def older_than(ages_s: Sequence[float], limit_s: float) -> int:
     """How many of ``ages_s`` (oldest first) exceed ``limit_s``, by bisection.
@@ -40,6 +42,8 @@ def older_than(ages_s: Sequence[float], limit_s: float) -> int:
     >>> older_than((9.0, 5.0, 3.0, 1.0), 4.0)
     2
     """
+    if isinstance(ages_s, AgesView):
+        return ages_s.older_than(limit_s)  # by the starts, without computing an age
     return bisect.bisect_left(ages_s, -limit_s, key=operator.neg)
 
 

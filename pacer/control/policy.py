@@ -7,6 +7,7 @@ implement
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -85,6 +86,15 @@ class AgesView(Sequence[float]):
         if isinstance(index, slice):
             return tuple(self._now - at for at in self._starts[index])
         return self._now - self._starts[index]
+
+    def older_than(self, limit_s: float) -> int:
+        """How many are older than ``limit_s``: those that started before now − ``limit_s``,
+        by bisection of the starts themselves.
+
+        >>> AgesView([1.0, 4.0, 9.0], now=10.0).older_than(5.0)
+        2
+        """
+        return bisect.bisect_left(self._starts, self._now - limit_s)
 
 
 def budget_room(free_bytes: int, partition_bytes: int, *, holding: bool) -> int:

@@ -13,7 +13,8 @@ from pacer.config import ControllerSettings
 from pacer.control.cohort import ColdCohort
 from pacer.control.controller import PIController
 from pacer.control.estimates import Estimates, Estimator, estimates_key
-from pacer.control.policy import Caps, Mode, Observation
+from pacer.control.live_floor import older_than
+from pacer.control.policy import AgesView, Caps, Mode, Observation
 from pacer.control.windows import DurationWindow
 from tests.conftest import FakeClock
 
@@ -519,3 +520,14 @@ def test_equal_samples_spread_by_nothing_not_by_a_rounding_error_below_zero(
         for _ in range(n):
             window.add(seconds)
         assert 0.0 <= window.half_mean_difference < 1e-12 * seconds
+
+
+def test_ages_read_from_their_starts_count_as_the_ages_themselves() -> None:
+    # Stuck workers are counted by bisection of their start times; the count must be the one
+    # the ages give, at every limit, ties included.
+    rng = random.Random(8)
+    starts = sorted(round(rng.uniform(0.0, 100.0), 1) for _ in range(500))
+    view = AgesView(starts, now=100.0)
+    ages = tuple(view[i] for i in range(len(view)))
+    for limit in [0.0, 0.05, 10.0, 33.3, 50.0, 99.9, 100.0, 150.0]:
+        assert older_than(view, limit) == older_than(ages, limit), limit
