@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import statistics
 from collections.abc import Callable
 
 import pytest
@@ -75,25 +76,37 @@ def test_a_five_fold_slowdown_lifts_the_lead_time_before_the_ages_do(seed: int) 
     assert host.est.lead_s(host.now) <= SurvivalCheck.MAX_FACTOR * 1.5
 
 
-@pytest.mark.parametrize(("slowdown", "seed"), [(3.0, 1), (3.0, 3), (3.0, 4), (3.0, 8),
-                                              (2.0, 1), (2.0, 2)])  # fmt: skip
-def test_a_slowdown_under_a_heavy_tail_is_seen_within_two_lead_times(
-    slowdown: float, seed: int
-) -> None:
-    # Lognormal σ 1: a mean of 2.3 s, and the oldest syntheses are stragglers whose chance to
-    # finish within a lead time is small whatever the pace; the younger ones show the change
-    # (all six fail with the 16 oldest), and its deficit stays within 4.5 standard deviations
-    # of the count (the last three fail without the lesser bar at two checks in a row).
+def seen_within(slowdown: float, seed: int, leads: float) -> float | None:
+    """The slowdown found within ``leads`` lead times of a ``slowdown``-fold change at 100 s
+    on a host of lognormal σ 1 syntheses (None: none found)."""
     host = Host(lognormal(1.4, 1.0, seed), slow_at=100.0, slowdown=slowdown)
     host.run_until(100.0)
     assert host.est.slowdown == 1.0
     lead = host.est.lead_s(host.now)
-    seen = None
-    while host.now < 100.0 + 2 * lead and seen is None:
+    while host.now < 100.0 + leads * lead:
         host.run_until(host.now + 0.1)
-        seen = host.est.slowdown if host.est.slowdown > 1.0 else None
-    assert seen is not None
-    assert 1.5 <= seen <= 6.0
+        if host.est.slowdown > 1.0:
+            return host.est.slowdown
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("slowdown", "least"), [(3.0, 16), (2.0, 6)])
+def test_a_slowdown_under_a_heavy_tail_is_seen_within_two_lead_times(
+    slowdown: float, least: int
+) -> None:
+    # Lognormal σ 1: a mean of 2.3 s, and the oldest syntheses are stragglers whose chance to
+    # finish within a lead time is small whatever the pace; the younger ones show the change,
+    # and its deficit stays within 4.5 standard deviations of the count. Over 20 hosts, a
+    # threefold slowdown is seen within two lead times on 17 or 18 of them and a twofold one
+    # on 7 or 8; without the lesser bar at two checks in a row, on 13 and 3.
+    # The factor found is the least that explains the count: within its bounds, and about
+    # the true one (now and then well above it, as a heavy tail's stragglers also stay).
+    found = [seen_within(slowdown, seed, 2.0) for seed in range(20)]
+    seen = [k for k in found if k is not None]
+    assert len(seen) >= least, found
+    assert all(1.5 <= k <= SurvivalCheck.MAX_FACTOR for k in seen), found
+    assert 0.75 * slowdown <= statistics.median(seen) <= 1.6 * slowdown, found
 
 
 @pytest.mark.parametrize(
@@ -224,3 +237,22 @@ def test_a_snapshot_of_the_oldest_alone_is_looked_at_early_only_where_the_window
     aged = tuple(a + 0.6 for a in members[: strays + 10])  # most of the young ones finished
     check.update(0.6, aged, 0, window, 1.0, partial=True)
     assert (check.checks == 1) is checked_early
+
+
+@pytest.mark.parametrize("hung", [4, 5])
+def test_hangs_beyond_the_fourth_oldest_leave_the_lead_time_alone(hung: int) -> None:
+    # About 18 syntheses run; from 30 s on, the next ``hung`` dispatched never finish. They are
+    # the oldest running within a lead time, and told as hung only at 10 × T̂syn: a floor that
+    # followed the fourth oldest alone rose with them to 11.7 s. Deeper down, each hang puts
+    # the syntheses one place further from the oldest, a dispatch (0.08 s) older: the lead
+    # time may rise by that, twice over for the ages' noise.
+    first = round(30.0 / 0.08)
+    host = Host(lognormal(1.4, 0.2, seed=5), hangs=tuple(range(first, first + hung)))
+    host.run_until(30.0)
+    lead = host.est.lead_s(host.now)
+    highest = 0.0
+    while host.now < 50.0:
+        host.run_until(host.now + 0.1)
+        highest = max(highest, host.est.lead_s(host.now))
+    assert host.est.hung == hung
+    assert highest < lead + 2 * hung * 0.08
