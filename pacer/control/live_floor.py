@@ -13,17 +13,6 @@ The floor compares that age with T̂syn, the windowed mean, and keeps the excess
 seen at its highest over the last ``HISTORY_LEADS`` lead times: the margin by which the oldest
 syntheses outrun T̂syn on this host. The floor is the age less that margin.
 
-Where the rank is the fixed ``RANK`` (a few dozen running or fewer), it does so at the rank
-and again twice as deep (``DEPTHS``), each depth with its own margin, and the floor is the
-lesser of the two. A slowdown ages every synthesis running and lifts both. A hang, or a run of
-stragglers, holds up only the oldest few; deeper down each of them puts the others one place
-further from the oldest, a dispatch older. So hangs beyond the rank, until they are told as
-hung, raise the floor by about their share of those running (and the memory held by about
-their number), not by their age. Where the rank is a share of many running, hangs up to that
-share leave it already; and there the burst of dispatch that follows a slowdown brings the
-deeper syntheses closer in age to each other, so a deeper rank would hold the floor down
-while the pipeline refills.
-
 The margin is a reference taken before the change: only the excesses of slots older than
 ``GUARD_LEADS`` lead times count. The first slowed syntheses to complete raise T̂syn's window
 and its spread at once; a margin drawn from that window would grow with the age it is taken
@@ -79,11 +68,9 @@ class LiveFloor:
     SLOT_LEADS = 0.5  # the excess is kept at its highest per slot of this many lead times
     HISTORY_LEADS = 8.0  # ... over the last this many lead times
     GUARD_LEADS = 2.0  # ... but for the newest this many (the reference is from before)
-    DEPTHS = (1, 2)  # the floor is the least lift at these multiples of the rank
 
     def __init__(self) -> None:
-        # (first, last, highest excess at each depth, most running)
-        self._slots: deque[tuple[float, float, tuple[float, ...], int]] = deque()
+        self._slots: deque[list[float]] = deque()  # [first, last, highest excess, most running]
         self.value_s = 0.0
         self.hung = 0
 
@@ -103,8 +90,8 @@ class LiveFloor:
         """``running`` syntheses run now (default: as many as ``ages_s`` lists), the oldest
         of them ``ages_s`` old (oldest first), T̂syn is ``estimate_s`` and the lead time was
         ``lead_s`` (the floor's last value counted): count the hung ones, set the floor
-        (``value_s``), and keep the excesses of the syntheses at ``rank`` × each of
-        ``DEPTHS``; where one is beyond the ages listed, of the youngest listed."""
+        (``value_s``), and keep the excess of the synthesis at ``rank``; where that one is
+        beyond the ages listed, of the youngest listed."""
         self.hung = older_than(ages_s, self.HUNG_FACTOR * estimate_s) if estimate_s > 0 else 0
         listed = len(ages_s) - self.hung
         if estimate_s <= 0 or listed < self.RANK:
@@ -115,38 +102,30 @@ class LiveFloor:
         # Those running now, but no more than the most at the reference's time, as the margin
         # is: after a slowdown more are sent, and a rank grown with them would see it later.
         rank = self.rank(count if most is None else min(count, most))
-        ages = tuple(ages_s[self.hung + min(rank * d, listed) - 1] for d in self.DEPTHS)
-        excess = tuple(age - estimate_s for age in ages)
-        if reference is None:
-            self.value_s = 0.0
-        else:
-            # The deeper ranks only where the rank is the fixed one: where it is a share of
-            # many running, hangs up to that share leave it already, and the burst of dispatch
-            # after a slowdown brings the deeper ones closer in age, holding the floor down.
-            used = len(ages) if rank == self.RANK else 1
-            self.value_s = min(a - r for a, r in zip(ages[:used], reference[:used], strict=True))
-        self._keep(now, excess, count, estimate_s, lead_s)
+        age = ages_s[self.hung + min(rank, listed) - 1]
+        self.value_s = 0.0 if reference is None else age - reference
+        self._keep(now, age - estimate_s, count, estimate_s, lead_s)
 
-    def _before(self, guard: float) -> tuple[tuple[float, ...] | None, int | None]:
-        """The highest excesses and the most running of the slots that ended by ``guard``
-        (s); None for each where none did."""
-        reference: tuple[float, ...] | None = None
+    def _before(self, guard: float) -> tuple[float | None, int | None]:
+        """The highest excess and the most running of the slots that ended by ``guard`` (s);
+        None for each where none did."""
+        reference: float | None = None
         most: int | None = None
         for _, last, excess, count in self._slots:
             if last <= guard:
-                reference = excess if reference is None else tuple(map(max, reference, excess))
-                most = count if most is None else max(most, count)
+                reference = excess if reference is None else max(reference, excess)
+                most = int(count) if most is None else max(most, int(count))
         return reference, most
 
     def _keep(
-        self, now: float, excess: tuple[float, ...], count: int, estimate_s: float, lead_s: float
+        self, now: float, excess: float, count: int, estimate_s: float, lead_s: float
     ) -> None:
         slots = self._slots
         if slots and now - slots[-1][0] < self.SLOT_LEADS * estimate_s:
-            first, _, highest, most = slots[-1]
-            slots[-1] = (first, now, tuple(map(max, highest, excess)), max(most, count))
+            slot = slots[-1]
+            slot[1], slot[2], slot[3] = now, max(slot[2], excess), max(slot[3], count)
         else:
-            slots.append((now, now, excess, count))
+            slots.append([now, now, excess, count])
         horizon = now - self.HISTORY_LEADS * lead_s
         while len(slots) > 1 and slots[0][1] < horizon:
             slots.popleft()
