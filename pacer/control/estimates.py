@@ -237,7 +237,6 @@ class Estimator:
         dispatched ``ages_s`` ago, oldest first (empty: not told). Cohort members older than
         the oldest are gone; outside the cohort, the live floor follows the ages."""
         ages_s = ages_s if synthesizing > 0 else ()
-        self._running = (now, ages_s, 0)
         if self._cohort is None:
             estimate = self._syn.value or 0.0
             lead = max(estimate, self._floor.value_s, self._survival.lead_s)
@@ -255,6 +254,7 @@ class Estimator:
                 now, ages_s, self._floor.hung, self._syn.ordered, estimate, partial and settled
             )
             return
+        self._running = (now, ages_s, 0)
         if synthesizing == 0:
             self._close_cohort(self._cohort.forget_before(math.inf))
         elif ages_s:
