@@ -326,42 +326,39 @@ class DurationWindow:
             self._since_stats = 0
         return self._stats
 
-    def _now(self) -> tuple[float, float, float, float] | None:
-        """The window's statistics (mean, sd, longest, half the mean difference); None while
-        it is empty."""
-        stats = self._stats
-        if stats is None and self._samples:
-            stats = self._compute()
-        return stats
+    def _summed(self) -> tuple[float, float, float, float] | None:
+        """The window's statistics (mean, sd, longest, half the mean difference), summed
+        where they are not cached; None while it is empty."""
+        return self._compute() if self._samples else None
 
     @property
     def stats(self) -> tuple[float, float, float, float] | None:
         """(mean, sd, longest, half the mean difference) as last summed; a new tuple, or
         None, whenever they may have changed."""
-        return self._stats or self._now()
+        return self._stats or self._summed()
 
     @property
     def value(self) -> float | None:
-        stats = self._stats or self._now()  # the cached statistics at the cost of a read
+        stats = self._stats or self._summed()  # the cached statistics at the cost of a read
         return stats[0] if stats else None
 
     @property
     def sd(self) -> float:
         """Standard deviation of one sample (trimmed samples and outliers left out)."""
-        stats = self._stats or self._now()
+        stats = self._stats or self._summed()
         return stats[1] if stats else 0.0
 
     @property
     def cv(self) -> float:
         """The coefficient of variation of one sample, sd ÷ mean (0 while empty)."""
-        stats = self._stats or self._now()
+        stats = self._stats or self._summed()
         return stats[1] / stats[0] if stats and stats[0] else 0.0
 
     @property
     def half_mean_difference(self) -> float:
         """Half the mean difference of two samples, E|X − X'| ÷ 2 = ∫ F(1 − F): σ ÷ √π for a
         normal spread, less for a heavy tail, whose spread is in a few long samples."""
-        stats = self._stats or self._now()
+        stats = self._stats or self._summed()
         return stats[3] if stats else 0.0
 
     @property
@@ -372,5 +369,5 @@ class DurationWindow:
     @property
     def longest(self) -> float:
         """The longest sample in the window (trimmed samples and outliers left out)."""
-        stats = self._stats or self._now()
+        stats = self._stats or self._summed()
         return stats[2] if stats else 0.0
