@@ -22,7 +22,11 @@ so while it rises the ages that raised it never enter its reference.
 A synthesis older than ``HUNG_FACTOR`` × T̂syn is hung: it will not deliver in any lead time
 the projection looks at. The controller leaves it out of the syntheses it counts, and the
 floor out of its ranks, so a few hung syntheses neither hold the lead time up nor hold memory
-for what they will never bring.
+for what they will never bring. Where the floor would follow one of them sooner (as many hang
+as the rank), they are told as hung by the gap behind them: older than twice T̂syn and half
+again the longest synthesis the window holds, while the syntheses the rank behind them are no
+older than that longest, and a ratio younger. A slowdown ages every synthesis running alike
+and leaves no such gap.
 """
 
 from __future__ import annotations
@@ -60,11 +64,22 @@ class LiveFloor:
     (16.0, 1)
     >>> f.rank(5), f.rank(100)  # the 4th oldest, or the oldest tenth of those running
     (4, 10)
+    >>> gap = (40.0, 39.0, 38.0, 37.0, 12.0, 11.0, 10.5, 10.0, 9.0)  # four hung, the rest not
+    >>> f.update(41.0, gap, 10.0, 10.0, longest_s=13.0)
+    >>> f.hung
+    4
+    >>> f.update(42.0, (40.0, 39.0, 38.0, 37.0, 36.0, 35.0, 34.0, 33.0, 32.0), 10.0, 10.0,
+    ...          longest_s=13.0)  # all aged alike: a slowdown, none hung before 10 × T̂syn
+    >>> f.hung
+    0
     """
 
     RANK = 4  # the floor follows the 4th oldest synthesis that is not hung ...
     SHARE = 0.1  # ... or, where more run, the last of the oldest tenth of them
-    HUNG_FACTOR = 10.0  # a synthesis older than this many T̂syn is hung
+    HUNG_FACTOR = 10.0  # a synthesis older than this many T̂syn is hung ...
+    SUSPECT_FACTOR = 2.0  # ... or older than this many, where the floor would follow it,
+    SUSPECT_LONGEST = 1.5  # ... and this many times the longest the window holds,
+    APART_RATIO = 1.5  # ... set apart by this ratio from the syntheses behind it
     SLOT_LEADS = 0.5  # the excess is kept at its highest per slot of this many lead times
     HISTORY_LEADS = 8.0  # ... over the last this many lead times
     GUARD_LEADS = 2.0  # ... but for the newest this many (the reference is from before)
@@ -85,7 +100,7 @@ class LiveFloor:
 
     def update(
         self, now: float, ages_s: tuple[float, ...], estimate_s: float, lead_s: float,
-        running: int | None = None,
+        running: int | None = None, longest_s: float | None = None,
     ) -> None:  # fmt: skip
         """``running`` syntheses run now (default: as many as ``ages_s`` lists), the oldest
         of them ``ages_s`` old (oldest first), T̂syn is ``estimate_s`` and the lead time was
@@ -93,18 +108,47 @@ class LiveFloor:
         (``value_s``), and keep the excess of the synthesis at ``rank``; where that one is
         beyond the ages listed, of the youngest listed."""
         self.hung = older_than(ages_s, self.HUNG_FACTOR * estimate_s) if estimate_s > 0 else 0
-        listed = len(ages_s) - self.hung
-        if estimate_s <= 0 or listed < self.RANK:
+        if estimate_s <= 0 or len(ages_s) - self.hung < self.RANK:
             self.value_s = 0.0
             return
-        count = max(listed, (running or 0) - self.hung)
         reference, most = self._before(now - self.GUARD_LEADS * lead_s)
+        rank, age = self._followed(ages_s, running, most)
+        if longest_s is not None and age > self._suspect_s(estimate_s, longest_s):
+            self._apart(ages_s, estimate_s, longest_s, rank)
+            rank, age = self._followed(ages_s, running, most)
+        count = max(len(ages_s) - self.hung, (running or 0) - self.hung)
+        self.value_s = 0.0 if reference is None else age - reference
+        self._keep(now, age - estimate_s, count, estimate_s, lead_s)
+
+    def _followed(
+        self, ages_s: tuple[float, ...], running: int | None, most: int | None
+    ) -> tuple[int, float]:
+        """The rank the floor follows among those not hung, and that synthesis's age (s)."""
+        listed = len(ages_s) - self.hung
+        count = max(listed, (running or 0) - self.hung)
         # Those running now, but no more than the most at the reference's time, as the margin
         # is: after a slowdown more are sent, and a rank grown with them would see it later.
         rank = self.rank(count if most is None else min(count, most))
-        age = ages_s[self.hung + min(rank, listed) - 1]
-        self.value_s = 0.0 if reference is None else age - reference
-        self._keep(now, age - estimate_s, count, estimate_s, lead_s)
+        return rank, ages_s[self.hung + min(rank, listed) - 1]
+
+    def _apart(
+        self, ages_s: tuple[float, ...], estimate_s: float, longest_s: float, rank: int
+    ) -> None:
+        """Count as hung those older than ``SUSPECT_LONGEST`` × the longest synthesis the
+        window holds (``longest_s``; at least ``SUSPECT_FACTOR`` × T̂syn), where the ``rank``-th
+        synthesis behind them is no older than that longest, and ``APART_RATIO`` times
+        younger than the youngest of them. A slowdown ages them all alike; a hang leaves a
+        gap in the ages."""
+        suspects = older_than(ages_s, self._suspect_s(estimate_s, longest_s))
+        if suspects <= self.hung or suspects + self.RANK > len(ages_s):
+            return  # none new, or too few listed behind them to tell a gap
+        behind = ages_s[min(suspects + rank, len(ages_s)) - 1]
+        if behind <= longest_s and behind * self.APART_RATIO <= ages_s[suspects - 1]:
+            self.hung = suspects
+
+    def _suspect_s(self, estimate_s: float, longest_s: float) -> float:
+        """The age (s) past which a synthesis may be hung, if a gap sets it apart."""
+        return max(self.SUSPECT_FACTOR * estimate_s, self.SUSPECT_LONGEST * longest_s)
 
     def _before(self, guard: float) -> tuple[float | None, int | None]:
         """The highest excess and the most running of the slots that ended by ``guard`` (s);
