@@ -1,6 +1,6 @@
 """The suite's targets on hosts drawn at random, one disturbance class each.
 
-    .venv/bin/python -m bench.classes [--draws 4] [--seed 1] [--jobs 2] [--pi]
+    .venv/bin/python -m bench.classes [--draws 4] [--seed 1] [--jobs 2] [--pi] [--hangs 0]
                                       [--classes slowdown,heavy-tail,bimodal,hung,outage]
 
 The shipped scenarios and `bench.variants` vary the disturbances on a few host shapes; this
@@ -16,6 +16,9 @@ mean synthesis times at least. Then one disturbance of its class:
 - ``bimodal``: partitions of 1× or 2× to 8× the work (synthesis and GPU), drawn 1:1 to 9:1;
 - ``hung``: 1 to 5 syntheses that hang from a fifth of the run to its end;
 - ``outage``: 1 to all GPU workers lost for 5 to 25 % of the run, from a third of it.
+
+With ``--hangs N``, N more syntheses hang on every host, from a fifth of its run, and its
+budget holds N more: the classes' disturbances with hangs beside them.
 
 Each scenario runs as the suite runs one (`pacer.sim.suite.run_scenario`: every policy, fixed
 concurrencies beside pi) and `check_targets` judges pi. Prints each draw's host, each target
@@ -43,14 +46,16 @@ CLASSES = ("slowdown", "heavy-tail", "bimodal", "hung", "outage")
 GIB = 1 << 30
 
 
-def draw(kind: str, rng: np.random.Generator, index: int) -> Scenario:
-    """One host of class ``kind`` drawn from ``rng``; named ``kind-index``."""
+def draw(kind: str, rng: np.random.Generator, index: int, hangs: int = 0) -> Scenario:
+    """One host of class ``kind`` drawn from ``rng``; named ``kind-index``. ``hangs`` more
+    syntheses hang from a fifth of the run on, a second apart (after the class's own), and
+    the budget holds them: the same host as without them, whatever its class."""
     workers = int(rng.choice([1, 2, 4, 8]))
     gpu = float(np.exp(rng.uniform(math.log(0.1), math.log(4.0))))
     synthesis = gpu * float(np.exp(rng.uniform(math.log(3.0), math.log(20.0))))
     threads = int(rng.choice([1, 2, 4]))
     headroom = float(rng.uniform(1.3, 4.0))
-    sigma, phases, hangs, outages, work, scale = 0.2, [], [], [], None, 1.0
+    sigma, phases, stalls, outages, work, scale = 0.2, [], [], [], None, 1.0
     heavy = weight = 1
     if kind == "slowdown":
         scale = float(rng.uniform(2.0, 5.0))
@@ -65,8 +70,7 @@ def draw(kind: str, rng: np.random.Generator, index: int) -> Scenario:
         heavy, weight = int(rng.integers(2, 9)), int(rng.integers(1, 10))
         work = {"dist": "choice", "values": [1.0, float(heavy)], "weights": [float(weight), 1.0]}
     elif kind == "hung":
-        start = round(duration / 5)
-        hangs = [{"at_s": start + i} for i in range(int(rng.integers(1, 6)))]
+        stalls = [{"at_s": round(duration / 5) + i} for i in range(int(rng.integers(1, 6)))]
     elif kind == "outage":
         lost = int(rng.integers(1, workers + 1))
         away = round(float(rng.uniform(0.05, 0.25)) * duration)
@@ -76,7 +80,10 @@ def draw(kind: str, rng: np.random.Generator, index: int) -> Scenario:
     slots = max(1, math.ceil(headroom * rate * mean))
     little = rate * (mean * scale + gpu)  # in flight to keep the GPUs busy (work cancels out)
     size = int(rng.choice([1, 2, 4, 8, 16]))
-    budget = math.ceil(float(rng.uniform(2.0, 5.0)) * (little + 8)) + len(hangs)
+    budget = math.ceil(float(rng.uniform(2.0, 5.0)) * (little + 8)) + len(stalls)
+    start = round(duration / 5) + len(stalls)
+    stalls += [{"at_s": start + i} for i in range(hangs)]
+    budget += hangs
     jobs = math.ceil(1.5 * duration * rate / mean_work / 10)
     raw = {
         "name": f"{kind}-{index}",
@@ -87,7 +94,7 @@ def draw(kind: str, rng: np.random.Generator, index: int) -> Scenario:
                 "service_s": {"dist": "lognormal", "median": gpu, "sigma": 0.1}},
         "synthesis": {"duration_s": {"dist": "lognormal", "median": synthesis, "sigma": sigma},
                       "threads_per_synthesis": threads, "cores": slots * threads,
-                      "phases": phases, "hangs": hangs},
+                      "phases": phases, "hangs": stalls},
         "partition": {"bytes": size * GIB},
         "memory": {"budget_bytes": budget * size * GIB},
         "jobs": {"partitions_per_job": 10, "arrival": {"kind": "backlog", "jobs": jobs}},
@@ -104,15 +111,15 @@ def describe(sc: Scenario) -> str:
     rate = sc.gpu.workers / sc.gpu.service_s.mean
     extra = ""
     if syn.phases:
-        extra = f", {syn.phases[0].scale:g}x slower at {syn.phases[0].at_s:g} s"
-    if syn.hangs:
-        extra = f", {len(syn.hangs)} hung"
+        extra += f", {syn.phases[0].scale:g}x slower at {syn.phases[0].at_s:g} s"
     if sc.gpu.outages:
         o = sc.gpu.outages[0]
-        extra = f", {len(o.workers)} GPU(s) lost {o.duration_s:g} s"
+        extra += f", {len(o.workers)} GPU(s) lost {o.duration_s:g} s"
     work = sc.jobs.partition_work
     if isinstance(work, Choice):
-        extra = f", work {list(work.values)} by {list(work.weights or ())}"
+        extra += f", work {list(work.values)} by {list(work.weights or ())}"
+    if syn.hangs:
+        extra += f", {len(syn.hangs)} hung"
     return (f"{sc.name}: {sc.gpu.workers} GPU(s) x {sc.gpu.service_s.mean:.2f} s, synthesis "
             f"{syn.duration_s.mean:.2f} s (sigma {getattr(syn.duration_s, 'sigma', 0):.2f}) on "
             f"{slots} slots ({slots / (rate * syn.duration_s.mean):.2f}x), budget "
@@ -135,10 +142,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="the draws' random seed")
     parser.add_argument("--jobs", type=int, default=2, help="processes")
     parser.add_argument("--classes", default=",".join(CLASSES), help="classes to draw")
+    hangs_help = "syntheses that hang on every host, from a fifth of its run (as well)"
+    parser.add_argument("--hangs", type=int, default=0, help=hangs_help)
     pi_help = "pi alone, one line a host (busy, mean and most in flight, recoveries in leads)"
     parser.add_argument("--pi", action="store_true", help=pi_help)
     args = parser.parse_args(argv)
-    scenarios = [draw(kind, np.random.default_rng([args.seed, CLASSES.index(kind), i]), i)
+    scenarios = [draw(kind, np.random.default_rng([args.seed, CLASSES.index(kind), i]), i,
+                      args.hangs)
                  for kind in args.classes.split(",") for i in range(args.draws)]  # fmt: skip
     for sc in scenarios:
         print(describe(sc), flush=True)

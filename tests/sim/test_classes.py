@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bench.classes import CLASSES, describe, draw
+from pacer.sim.scenario import Scenario
 
 
 @pytest.mark.parametrize("kind", CLASSES)
@@ -32,3 +33,18 @@ def test_each_class_draws_its_disturbance_and_the_same_seed_the_same_host() -> N
     assert "work [1.0," in host("bimodal")
     assert "sigma 0.2" not in host("heavy-tail")
     assert host("hung") == host("hung")
+
+
+def test_hangs_beside_a_class_leave_its_host_as_drawn() -> None:
+    def host(kind: str, hangs: int) -> Scenario:
+        return draw(kind, np.random.default_rng([1, CLASSES.index(kind), 0]), 0, hangs)
+
+    plain, hung = host("slowdown", 0), host("slowdown", 3)
+    budget = f"budget {plain.memory_slots}"
+    wanted = describe(plain).replace(budget, f"budget {plain.memory_slots + 3}") + ", 3 hung"
+    assert describe(hung) == wanted
+    own = host("hung", 0).synthesis.hangs
+    both = host("hung", 2).synthesis.hangs
+    assert both[: len(own)] == own
+    assert len(both) == len(own) + 2
+    assert [h.at_s for h in both] == sorted(h.at_s for h in both)
