@@ -68,7 +68,10 @@ class LiveFloor:
     >>> f.update(41.0, gap, 10.0, 10.0, longest_s=13.0)
     >>> f.hung
     4
-    >>> f.update(42.0, (40.0, 39.0, 38.0, 37.0, 36.0, 35.0, 34.0, 33.0, 32.0), 10.0, 10.0,
+    >>> f = LiveFloor()
+    >>> for t in range(0, 40):
+    ...     f.update(float(t), (12.0, 11.5, 11.2, 11.0, 10.5), 10.0, 10.0)
+    >>> f.update(40.0, (40.0, 39.0, 38.0, 37.0, 36.0, 35.0, 34.0, 33.0, 32.0), 10.0, 10.0,
     ...          longest_s=13.0)  # all aged alike: a slowdown, none hung before 10 × T̂syn
     >>> f.hung
     0
@@ -80,6 +83,7 @@ class LiveFloor:
     SUSPECT_FACTOR = 2.0  # ... or older than this many, where the floor would follow it,
     SUSPECT_LONGEST = 1.5  # ... and this many times the longest the window holds,
     APART_RATIO = 1.5  # ... set apart by this ratio from the syntheses behind it
+    TOLD_SLACK_S = 1e-6  # the rounding of an age worked out from a start time (s)
     SLOT_LEADS = 0.5  # the excess is kept at its highest per slot of this many lead times
     HISTORY_LEADS = 8.0  # ... over the last this many lead times
     GUARD_LEADS = 2.0  # ... but for the newest this many (the reference is from before)
@@ -88,6 +92,7 @@ class LiveFloor:
         self._slots: deque[list[float]] = deque()  # [first, last, highest excess, most running]
         self.value_s = 0.0
         self.hung = 0
+        self._told_at: float | None = None  # when the youngest told hung by a gap began (s)
 
     def clear(self) -> None:
         """Syntheses of another regime: the excesses seen so far say nothing of the next."""
@@ -108,13 +113,19 @@ class LiveFloor:
         (``value_s``), and keep the excess of the synthesis at ``rank``; where that one is
         beyond the ages listed, of the youngest listed."""
         self.hung = older_than(ages_s, self.HUNG_FACTOR * estimate_s) if estimate_s > 0 else 0
+        if self._told_at is not None:  # those told by a gap stay hung while they run
+            told = older_than(ages_s, now - self._told_at - self.TOLD_SLACK_S)
+            self._told_at = self._told_at if told else None
+            self.hung = max(self.hung, told)
         if estimate_s <= 0 or len(ages_s) - self.hung < self.RANK:
             self.value_s = 0.0
             return
         reference, most = self._before(now - self.GUARD_LEADS * lead_s)
         rank, age = self._followed(ages_s, running, most)
-        if longest_s is not None and age > self._suspect_s(estimate_s, longest_s):
-            self._apart(ages_s, estimate_s, longest_s, rank)
+        suspect = math.inf if longest_s is None else self._suspect_s(estimate_s, longest_s)
+        # Where the floor would follow a suspect; or, once some are told, any more of them.
+        if age > suspect or (self._told_at is not None and ages_s[self.hung] > suspect):
+            self._apart(now, ages_s, suspect, longest_s or 0.0, rank)
             rank, age = self._followed(ages_s, running, most)
         count = max(len(ages_s) - self.hung, (running or 0) - self.hung)
         self.value_s = 0.0 if reference is None else age - reference
@@ -132,22 +143,25 @@ class LiveFloor:
         return rank, ages_s[self.hung + min(rank, listed) - 1]
 
     def _apart(
-        self, ages_s: tuple[float, ...], estimate_s: float, longest_s: float, rank: int
-    ) -> None:
-        """Count as hung those older than ``SUSPECT_LONGEST`` × the longest synthesis the
-        window holds (``longest_s``; at least ``SUSPECT_FACTOR`` × T̂syn), where the ``rank``-th
-        synthesis behind them is no older than that longest, and ``APART_RATIO`` times
-        younger than the youngest of them. A slowdown ages them all alike; a hang leaves a
-        gap in the ages."""
-        suspects = older_than(ages_s, self._suspect_s(estimate_s, longest_s))
+        self, now: float, ages_s: tuple[float, ...], suspect_s: float, longest_s: float,
+        rank: int,
+    ) -> None:  # fmt: skip
+        """Count as hung those older than ``suspect_s`` (``_suspect_s``) where the ``rank``-th
+        synthesis behind them is no older than ``longest_s``, the longest the window holds,
+        and ``APART_RATIO`` times younger than the youngest of them. A slowdown ages them all
+        alike; a hang leaves a gap in the ages. They stay hung while they run, whatever the
+        ages behind them do."""
+        suspects = older_than(ages_s, suspect_s)
         if suspects <= self.hung or suspects + self.RANK > len(ages_s):
             return  # none new, or too few listed behind them to tell a gap
         behind = ages_s[min(suspects + rank, len(ages_s)) - 1]
         if behind <= longest_s and behind * self.APART_RATIO <= ages_s[suspects - 1]:
             self.hung = suspects
+            self._told_at = now - ages_s[suspects - 1]  # the youngest told began then
 
     def _suspect_s(self, estimate_s: float, longest_s: float) -> float:
-        """The age (s) past which a synthesis may be hung, if a gap sets it apart."""
+        """The age (s) past which a synthesis may be hung, if a gap sets it apart:
+        ``SUSPECT_LONGEST`` × the window's longest, and at least ``SUSPECT_FACTOR`` × T̂syn."""
         return max(self.SUSPECT_FACTOR * estimate_s, self.SUSPECT_LONGEST * longest_s)
 
     def _before(self, guard: float) -> tuple[float | None, int | None]:

@@ -276,3 +276,17 @@ def test_a_slowdown_ages_every_synthesis_and_leaves_no_gap_to_tell_as_hung(
     while host.now < 140.0:
         host.run_until(host.now + 0.1)
         assert host.est.hung == 0, host.now
+
+
+def test_hangs_told_by_a_gap_stay_hung_when_a_slowdown_follows() -> None:
+    # Five hang at 30 s and are told by the gap behind them; from 40 s on every synthesis runs
+    # five times slower, so the ages behind them close the gap. They are still hung: the
+    # floor must not go back to following them.
+    first = round(30.0 / 0.08)
+    host = Host(lognormal(1.4, 0.2, seed=5), slow_at=40.0, slowdown=5.0,
+                hangs=tuple(range(first, first + 5)))  # fmt: skip
+    host.run_until(38.0)
+    assert host.est.hung == 5
+    while host.now < 60.0:
+        host.run_until(host.now + 0.1)
+        assert host.est.hung >= 5, host.now
