@@ -194,6 +194,7 @@ class Terms(NamedTuple):
     lead_s: float = 0.0  # the synthesis lead time the projection looks ahead (s)
     gpu_workers: int = 0  # GPU workers counted as consuming: live, not stuck on a partition
     mismatch: float = 0.0  # ε̄: ready depth observed less predicted a lead earlier, filtered
+    hung: int = 0  # syntheses counted as hung: left out of those in synthesis
 
 
 class PolicyConflictError(Exception):

@@ -70,6 +70,12 @@ class _StateCollector(Collector):
                 ("pacer_controller_projected_ready", "Smith-predicted ready depth one lead time "
                  "ahead: the projection and its filtered mismatch (partitions)",
                  t.projected_ready),
+                ("pacer_controller_lead_seconds", "Synthesis lead time the projection looks "
+                 "ahead: the synthesis estimate, or more while the oldest syntheses outrun it "
+                 "or a slowdown is seen (s)", t.lead_s),
+                ("pacer_controller_synthesis_hung", "Syntheses counted as hung, left out of "
+                 "those in synthesis: running past 10 lead times, or set apart from the rest "
+                 "by a gap in their ages", t.hung),
             ]  # fmt: skip
             for name, doc, value in gauges:
                 yield GaugeMetricFamily(name, doc, value=value)

@@ -488,6 +488,20 @@ def test_no_integration_without_demand(clock: FakeClock) -> None:
     assert c.terms.mode is Mode.DRAINED
 
 
+def test_the_terms_show_the_hung_syntheses_and_the_lead_time_they_leave_alone(
+    clock: FakeClock,
+) -> None:
+    # 30 s syntheses, none past 32 s; four dispatched together have run for 100 s, the rest
+    # no more than 28 s: a gap that tells the four as hung, well before 10 × T̂syn.
+    c = make(clock)
+    for i in range(32):
+        c.observe_synthesis(28.0 + 4.0 * (i * 13 % 32) / 31)
+    ages = (100.0, 99.9, 99.8, 99.7, *(28.0 - 0.9 * i for i in range(26)))
+    c.decide(obs(ready=8, synth=30, synthesis_ages_s=ages))
+    assert c.terms.hung == 4  # left out of those in synthesis (pacer_controller_synthesis_hung)
+    assert c.terms.lead_s == pytest.approx(30.0, rel=0.05)  # not lifted by their age
+
+
 # -- retune and manual --------------------------------------------------------------------
 
 
