@@ -54,6 +54,7 @@ def test_the_disturbances_are_shipped() -> None:
         "synthesis-slower", "worker-dies", "cold-start-failure", "warm-start-elsewhere",
         "wide-host", "h200", "synthesis-slowdown-gpu-bound", "hung-syntheses", "gpu-outage",
         "synthesis-processes", "slow-handoff", "hung-syntheses-wide", "synthesis-slowdown-wide",
+        "hung-syntheses-five",
     }  # fmt: skip
 
 
