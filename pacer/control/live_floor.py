@@ -121,26 +121,26 @@ class LiveFloor:
             self.value_s = 0.0
             return
         reference, most = self._before(now - self.GUARD_LEADS * lead_s)
-        rank, age = self._followed(ages_s, running, most)
+        rank, age, count = self._followed(ages_s, running, most)
         suspect = math.inf if longest_s is None else self._suspect_s(estimate_s, longest_s)
         # Where the floor would follow a suspect; or, once some are told, any more of them.
         if age > suspect or (self._told_at is not None and ages_s[self.hung] > suspect):
             self._apart(now, ages_s, suspect, longest_s or 0.0, rank)
-            rank, age = self._followed(ages_s, running, most)
-        count = max(len(ages_s) - self.hung, (running or 0) - self.hung)
+            rank, age, count = self._followed(ages_s, running, most)
         self.value_s = 0.0 if reference is None else age - reference
         self._keep(now, age - estimate_s, count, estimate_s, lead_s)
 
     def _followed(
         self, ages_s: tuple[float, ...], running: int | None, most: int | None
-    ) -> tuple[int, float]:
-        """The rank the floor follows among those not hung, and that synthesis's age (s)."""
+    ) -> tuple[int, float, int]:
+        """The rank the floor follows among those not hung, that synthesis's age (s), and how
+        many run not hung."""
         listed = len(ages_s) - self.hung
         count = max(listed, (running or 0) - self.hung)
         # Those running now, but no more than the most at the reference's time, as the margin
         # is: after a slowdown more are sent, and a rank grown with them would see it later.
         rank = self.rank(count if most is None else min(count, most))
-        return rank, ages_s[self.hung + min(rank, listed) - 1]
+        return rank, ages_s[self.hung + min(rank, listed) - 1], count
 
     def _apart(
         self, now: float, ages_s: tuple[float, ...], suspect_s: float, longest_s: float,

@@ -74,8 +74,8 @@ class _StateCollector(Collector):
                  "ahead: the synthesis estimate, or more while the oldest syntheses outrun it "
                  "or a slowdown is seen (s)", t.lead_s),
                 ("pacer_controller_synthesis_hung", "Syntheses counted as hung, left out of "
-                 "those in synthesis: running past 10 lead times, or set apart from the rest "
-                 "by a gap in their ages", t.hung),
+                 "those in synthesis: running for ten synthesis estimates, or set apart from "
+                 "the rest by a gap in their ages", t.hung),
             ]  # fmt: skip
             for name, doc, value in gauges:
                 yield GaugeMetricFamily(name, doc, value=value)
