@@ -37,6 +37,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from bench.variants import report
+from pacer.cli.args import count
 from pacer.config import Settings
 from pacer.sim.distributions import Choice
 from pacer.sim.scenario import Scenario
@@ -80,10 +81,9 @@ def draw(kind: str, rng: np.random.Generator, index: int, hangs: int = 0) -> Sce
     slots = max(1, math.ceil(headroom * rate * mean))
     little = rate * (mean * scale + gpu)  # in flight to keep the GPUs busy (work cancels out)
     size = int(rng.choice([1, 2, 4, 8, 16]))
-    budget = math.ceil(float(rng.uniform(2.0, 5.0)) * (little + 8)) + len(stalls)
-    start = round(duration / 5) + len(stalls)
+    start = round(duration / 5) + len(stalls)  # after the class's own, a second apart
     stalls += [{"at_s": start + i} for i in range(hangs)]
-    budget += hangs
+    budget = math.ceil(float(rng.uniform(2.0, 5.0)) * (little + 8)) + len(stalls)
     jobs = math.ceil(1.5 * duration * rate / mean_work / 10)
     raw = {
         "name": f"{kind}-{index}",
@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="processes")
     parser.add_argument("--classes", default=",".join(CLASSES), help="classes to draw")
     hangs_help = "syntheses that hang on every host, from a fifth of its run (as well)"
-    parser.add_argument("--hangs", type=int, default=0, help=hangs_help)
+    parser.add_argument("--hangs", type=count(0), default=0, help=hangs_help)
     pi_help = "pi alone, one line a host (busy, mean and most in flight, recoveries in leads)"
     parser.add_argument("--pi", action="store_true", help=pi_help)
     args = parser.parse_args(argv)

@@ -240,7 +240,7 @@ class Estimator:
         if self._cohort is None:
             estimate = self._syn.value or 0.0
             lead = max(estimate, self._floor.value_s, self._survival.lead_s)
-            longest = self._syn.ordered[-1] if self._syn.ordered else None
+            longest = self._syn.longest or None  # None while the window is empty
             self._floor.update(now, ages_s, estimate, lead, synthesizing, longest)
             self._running = (now, ages_s, self._floor.hung)
             if self._syn.rebased != self._rebased:
