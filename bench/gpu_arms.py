@@ -26,9 +26,11 @@ D200); ``unpaced``;
 ``cuzk-default`` (cuzk's dispatcher, pacer off, 18 synthesis workers); ``fixed`` (cuzk's
 dispatcher, pacer off, ``max_parallel_synthesis`` = the processes: a fixed concurrency tuned to
 the host) at equal memory: its budget is the mean in flight of the last ``pi`` run before it,
-rounded up to whole partitions. Any arm's name may end in ``-no-verify``: that arm with no
-verification (``PACER_VERIFY_EVERY=0``), or in ``-shared-verify``: that arm verifying on the
-synthesis threads, as before D201; the others verify as the service does.
+rounded up to whole partitions; ``pi-tuned`` (pi under the settings of ``--tuned FILE``,
+an environment file as `pacer tune` prints it: its ``PACER_CONTROLLER__*`` lines). Any arm's
+name may end in ``-no-verify``: that arm with no verification (``PACER_VERIFY_EVERY=0``), or
+in ``-shared-verify``: that arm verifying on the synthesis threads, as before D201; the others
+verify as the service does.
 
 Per run: partitions/s (counted over the window; fitted, ``slope``; and from the first proof in
 it to the last, ``edge_rate``, which no window edge falling between proofs moves), GPU busy
@@ -76,7 +78,7 @@ from bench.stats import interval
 from bench.usage import doc_parser
 from gpu.workload import GpuNttWorkload
 from pacer.cli.table import render
-from pacer.config import Settings
+from pacer.config import ControllerSettings, Settings
 from pacer.control.baselines import CuzkPacer
 from pacer.control.controller import PIController
 from pacer.control.policy import DispatchPolicy
@@ -93,6 +95,7 @@ ARMS = (
     "unpaced",
     "cuzk-default",
     "fixed",
+    "pi-tuned",
 )
 VERIFY_SUFFIXES = {"-no-verify": "none", "-shared-verify": "shared"}
 """An arm's name may end in one: the arm with no verification (``PACER_VERIFY_EVERY=0``), or
@@ -175,7 +178,35 @@ def edge_rate(ends: list[float]) -> float:
     return (len(ends) - 1) / (ends[-1] - ends[0])
 
 
-def make_policy(arm: str, server: Server, slots: int) -> DispatchPolicy:
+def tuned_controller(text: str, base: ControllerSettings) -> ControllerSettings:
+    """``base`` with the ``PACER_CONTROLLER__*`` lines of an environment file's ``text`` (as
+    `pacer tune` prints it; comments and blank lines are skipped). ValueError names a line
+    that is not such a setting; pydantic's ValidationError names a value out of its range.
+
+    >>> text = "# tuned\\nPACER_CONTROLLER__KP=2\\nPACER_CONTROLLER__TARGET_READY=4\\n"
+    >>> tuned = tuned_controller(text, ControllerSettings())
+    >>> tuned.kp, tuned.target_ready, tuned.ki
+    (2.0, 4.0, 0.1)
+    >>> tuned_controller("PACER_GPU__DEVICES=0", ControllerSettings())
+    Traceback (most recent call last):
+    ValueError: --tuned: line 1 must read PACER_CONTROLLER__NAME=VALUE, got 'PACER_GPU__DEVICES=0'
+    """
+    prefix = "PACER_CONTROLLER__"
+    updates: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, equals, value = line.partition("=")
+        if not equals or not name.startswith(prefix):
+            raise ValueError(f"--tuned: line {number} must read {prefix}NAME=VALUE, got {line!r}")
+        updates[name.removeprefix(prefix).lower()] = value
+    return ControllerSettings.model_validate(base.model_dump() | updates)
+
+
+def make_policy(
+    arm: str, server: Server, slots: int, tuned: ControllerSettings | None = None
+) -> DispatchPolicy:
     service = server.service
     caps, clock, processes = (
         service.plan.caps,
@@ -193,6 +224,10 @@ def make_policy(arm: str, server: Server, slots: int) -> DispatchPolicy:
         return PIController(off, caps, clock)
     if arm == "fixed":
         return CuzkPacer(slots, clock, target=0, max_parallel_synthesis=processes)
+    if arm == "pi-tuned":
+        if tuned is None:
+            raise ValueError("arm pi-tuned needs --tuned FILE")
+        return PIController(tuned, caps, clock)
     return build_policy(arm, service.settings.controller, caps, clock)
 
 
@@ -336,6 +371,9 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
             await asyncio.sleep(0.5)
             await keep_backlog(server, args.partitions)
     pi_gib: float | None = None
+    tuned = None if args.tuned is None else tuned_controller(
+        args.tuned.read_text(), server.service.settings.controller
+    )  # fmt: skip
     for round_ in range(args.rounds):
         for arm in round_order(args.arms.split(","), round_, args.rotate):
             slots = budget // partition
@@ -344,7 +382,7 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
                     raise SystemExit("arm fixed needs a pi run before it")
                 slots = max(1, math.ceil(pi_gib * 2**30 / partition - 1e-9))
             base, verifying = arm_parts(arm)
-            policy = make_policy(base, server, slots)
+            policy = make_policy(base, server, slots, tuned)
             drain_s = await swap(server, policy, slots * partition, args.drain, verifying)
             row = await measure(args, server, arm, obs, fills, probe)
             row |= {"processes": processes, "round": round_, "drain_s": drain_s,
@@ -538,6 +576,8 @@ def main() -> int:
     parser.add_argument("--devices", default="all", help="PACER_GPU__DEVICES")
     parser.add_argument("--drain", action=argparse.BooleanOptionalAction, default=True,
                         help="before each arm, wait until nothing is in flight")  # fmt: skip
+    tuned_help = "arm pi-tuned's settings: an environment file as `pacer tune` prints it"
+    parser.add_argument("--tuned", type=Path, default=None, help=tuned_help)
     parser.add_argument("--json", default="gpu_arms.json", help="file name under $OUT")
     parser.add_argument("--markdown", action="store_true", help="the summary as Markdown")
     parser.add_argument("--summary", type=Path, nargs="+",
@@ -551,6 +591,13 @@ def main() -> int:
     unknown = {arm for arm in args.arms.split(",") if arm_parts(arm)[0] not in ARMS}
     if unknown:
         parser.error(f"--arms: unknown {', '.join(sorted(unknown))}; known: {', '.join(ARMS)}")
+    if args.tuned is not None:
+        try:
+            tuned_controller(args.tuned.read_text(), ControllerSettings())
+        except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            parser.error(f"--tuned {args.tuned}: {exc}")
+    elif any(arm_parts(arm)[0] == "pi-tuned" for arm in args.arms.split(",")):
+        parser.error("--arms: pi-tuned needs --tuned FILE")
     import uvloop
 
     results: list[dict[str, Any]] = []
