@@ -13,6 +13,7 @@ MODULES = [
     "bench.fleet_commits",
     "bench.fleet_progress",
     "bench.gpu_arms",
+    "bench.journal_trace",
     "bench.stats",
     "bench.suite_workers",
     "pacer.pipeline.attempts",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import journal_trace
 from bench.tune_trace import trace
 from pacer.__main__ import main
 from pacer.config import load_settings
@@ -275,3 +276,20 @@ def test_help_explains_the_recording_the_goal_and_the_grid(
     for text in ("synthesis_s, gpu_s", "--goal {min-memory,max-busy}", "--holdout SHARE",
                  "target_ready_s   0 and 1/8", "an\nenvironment file", "exit status"):  # fmt: skip
         assert text in out, text
+
+
+def test_a_journal_written_out_as_a_trace_tunes_as_the_journal(
+    journal: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench.journal_trace` keeps every number in full: the trace replays as the journal."""
+    written = tmp_path / "journal.csv"
+    assert journal_trace.main([str(journal), "--out", str(written)]) == 0
+    argv = [*HOST, "--goal", "min-memory", "--min-busy", "0.99", *SMALL_GRID]
+    reports = []
+    for recording in (["--journal", str(journal)], ["--trace", str(written)]):
+        assert main(["tune", *recording, *argv]) == 0
+        out = capsys.readouterr().out
+        reports.append([line for line in out.splitlines()
+                        if not line.startswith(("# recording:", "# tuned on "))])  # fmt: skip
+    assert reports[0] == reports[1]
+    assert any(line.startswith("PACER_CONTROLLER__") for line in reports[0])
