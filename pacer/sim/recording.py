@@ -69,6 +69,7 @@ class Recording:
     timed: bool = True
     origin_s: float | None = None
     wait_s: np.ndarray | None = None
+    dated: bool = True  # end_s are clock seconds (a journal's), else a trace's own seconds
 
     def __len__(self) -> int:
         return len(self.synthesis_s)
@@ -91,9 +92,12 @@ class Recording:
         return None if self.bytes is None else round(float(np.mean(self.bytes)))
 
     def describe(self) -> str:
-        """``640 partitions of 40 jobs, ended 2026-12-01 10:00:00 to 10:12:31 UTC``."""
+        """``640 partitions of 40 jobs, ended 2026-12-01 10:00:00 to 10:12:31 UTC``; where the
+        ends are a trace's own seconds (not ``dated``), ``ended at 3.3 to 267.5 s``."""
         text = f"{len(self)} partitions of {self.jobs} jobs"
-        if self.timed:
+        if self.timed and not self.dated:
+            text += f", ended at {self.end_s[0]:.1f} to {self.end_s[-1]:.1f} s"
+        elif self.timed:
             first, last = clock_text(self.end_s[0]), clock_text(self.end_s[-1])
             if first[:10] == last[:10]:
                 first, last = first.removesuffix(" UTC"), last[11:]
@@ -279,6 +283,7 @@ def _parse_trace(path: Path, rows: list[list[str]]) -> Recording:
         bytes=None if raw_bytes is None else np.array(raw_bytes, dtype=np.int64),
         timed="end_s" in values,
         wait_s=wait if "synthesis_wait_s" in values else None,
+        dated=False,
     )
     return recording._take(by_end, None)
 

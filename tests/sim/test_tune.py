@@ -240,6 +240,18 @@ def test_the_hold_out_is_what_ended_in_the_last_share_of_the_time() -> None:
     assert recording_of(40).split(0)[1] is None
 
 
+def test_a_traces_ends_are_told_in_its_own_seconds_and_a_journals_as_dates() -> None:
+    end = np.concatenate((np.arange(30) * 20 / 30, 100 + np.arange(10))).astype(float)
+    trace = replace(recording_of(40, end), dated=False)
+    assert trace.describe() == "40 partitions of 10 jobs, ended at 0.0 to 109.0 s"
+    _, held_out = trace.split(0.3)
+    assert held_out is not None
+    assert held_out.describe().endswith("ended at 100.0 to 109.0 s")
+    journal = recording_of(40, end + 1_796_635_683.0)
+    dates = "ended 2026-12-07 09:28:03 to 09:29:52 UTC"
+    assert journal.describe() == f"40 partitions of 10 jobs, {dates}"
+
+
 def test_a_part_too_small_to_say_anything_is_refused() -> None:
     with pytest.raises(RecordingError, match=r"--holdout 0\.1: the part held out holds 2 "):
         recording_of(20).split(0.1)
