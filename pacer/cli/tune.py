@@ -57,7 +57,8 @@ EPILOG = """\
 the grid (--grid NAME=V1,V2,... replaces one setting's values, or adds a setting; repeat it):
   kp               2, 4, 8 (the safe range docs/controller.md gives)
   ki               0, 0.1, 0.25
-  target_ready_s   0 and 1/8, 1/4, 1/2, 1 of the mean synthesis time recorded
+  target_ready_s   0 and 1/4, 1/2, 1 of the mean synthesis time recorded
+  target_ready     4 and 8 (the ready floor in partitions: half its default, and the default)
   near_balance_idle  0, 0.002 (the default) and 0.01, where the host's synthesis slots
                    finish under twice what its GPUs prove (at the recording's mean times)
   any other PACER_CONTROLLER__* setting by name, e.g. --grid target_ready=2,4,8

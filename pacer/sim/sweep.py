@@ -26,7 +26,9 @@ from pacer.sim.replay import HostShape, Outcome, evaluate
 
 DEFAULT_KP = (2.0, 4.0, 8.0)  # the documented safe range of kp (docs/controller.md, "Tuning")
 DEFAULT_KI = (0.0, 0.1, 0.25)  # and of ki
-BUFFER_LEADS = (0.0, 0.125, 0.25, 0.5, 1.0)  # target_ready_s, in mean synthesis times
+BUFFER_LEADS = (0.0, 0.25, 0.5, 1.0)  # target_ready_s, in mean synthesis times
+_READY_DEFAULT = ControllerSettings.model_fields["target_ready"].default
+READY_FLOORS = (_READY_DEFAULT / 2, _READY_DEFAULT)  # target_ready: half the default, and it
 _NEAR_BALANCE_DEFAULT = ControllerSettings.model_fields["near_balance_idle"].default
 # near_balance_idle: off, the default, and five times it (a thinner near-balance buffer) ...
 NEAR_BALANCE_IDLE = (0.0, _NEAR_BALANCE_DEFAULT, 5 * _NEAR_BALANCE_DEFAULT)
@@ -72,11 +74,12 @@ def value_text(value: Any) -> str:
 
 def default_grid(lead_s: float, near_balance: bool = False) -> Grid:
     """kp DEFAULT_KP × ki DEFAULT_KI × target_ready_s BUFFER_LEADS of ``lead_s`` (the mean
-    synthesis time of the recording, s), to three significant figures; with ``near_balance``,
-    × near_balance_idle NEAR_BALANCE_IDLE too."""
+    synthesis time of the recording, s), to three significant figures, × target_ready
+    READY_FLOORS; with ``near_balance``, × near_balance_idle NEAR_BALANCE_IDLE too."""
     buffers = tuple(dict.fromkeys(float(f"{share * lead_s:.3g}") for share in BUFFER_LEADS))
     axes: list[tuple[str, tuple[Any, ...]]] = [
         ("kp", DEFAULT_KP), ("ki", DEFAULT_KI), ("target_ready_s", buffers),
+        ("target_ready", READY_FLOORS),
     ]  # fmt: skip
     if near_balance:
         axes.append(("near_balance_idle", NEAR_BALANCE_IDLE))

@@ -25,7 +25,7 @@ HOST = ["--workers", "2", "--cores", "32", "--threads-per-synthesis", "1",
 # Near balance (32 slots at the recording's 1.4 s and more, the GPUs' 12.5 a second) the
 # default grid sweeps near_balance_idle too: held at its default here.
 SMALL_GRID = ["--grid", "kp=4", "--grid", "ki=0.1", "--grid", "target_ready_s=0,2.5",
-              "--grid", "near_balance_idle=0.002"]  # fmt: skip
+              "--grid", "near_balance_idle=0.002", "--grid", "target_ready=8"]  # fmt: skip
 
 
 @pytest.fixture
@@ -77,6 +77,7 @@ def test_tune_on_a_journal_prints_an_environment_file_of_the_tuned_settings(
         "PACER_CONTROLLER__KI": "0.1",
         "PACER_CONTROLLER__TARGET_READY_S": "2.5",
         "PACER_CONTROLLER__NEAR_BALANCE_IDLE": "0.002",
+        "PACER_CONTROLLER__TARGET_READY": "8",
     }
     assert all(line.startswith(("#", "PACER_CONTROLLER__")) for line in out.splitlines() if line)
     assert f"# recording: journal {journal}, 600 partitions of 30 jobs, ended " in out
@@ -201,7 +202,8 @@ def test_a_goal_no_point_meets_is_refused_with_the_frontier(
     assert captured.out == ""
     assert "The frontier on the part tuned on" in captured.err
     assert ("pacer: --max-memory 10.0 GiB: no point of the grid holds mean memory in flight "
-            "<= 10.0 GiB (the least, kp=4 ki=0.1 target_ready_s=0 near_balance_idle=0.002, "
+            "<= 10.0 GiB (the least, kp=4 ki=0.1 target_ready_s=0 target_ready=8 "
+            "near_balance_idle=0.002, "
             ) in captured.err  # fmt: skip
 
 
@@ -274,7 +276,8 @@ def test_help_explains_the_recording_the_goal_and_the_grid(
     assert caught.value.code == 0
     out = capsys.readouterr().out
     for text in ("synthesis_s, gpu_s", "--goal {min-memory,max-busy}", "--holdout SHARE",
-                 "target_ready_s   0 and 1/8", "an\nenvironment file", "exit status"):  # fmt: skip
+                 "target_ready_s   0 and 1/4", "target_ready     4 and 8", "an\nenvironment file",
+                 "exit status"):  # fmt: skip
         assert text in out, text
 
 

@@ -321,12 +321,13 @@ def test_the_default_grid_sweeps_the_near_balance_buffer_where_synthesis_barely_
 
 def test_the_grid_names_settings_as_the_settings_do_and_checks_them() -> None:
     base = default_grid(lead_s=2.0)
-    assert dict(base.axes)["target_ready_s"] == (0.0, 0.25, 0.5, 1.0, 2.0)
-    grid = parse_grid(["PACER_CONTROLLER__KP=0,1", "target_ready=2,4"], base, Settings())
+    assert dict(base.axes)["target_ready_s"] == (0.0, 0.5, 1.0, 2.0)
+    assert dict(base.axes)["target_ready"] == (4.0, 8.0)  # half the default floor, and it
+    grid = parse_grid(["PACER_CONTROLLER__KP=0,1", "target_ready=2,4,8"], base, Settings())
     axes = dict(grid.axes)
     assert axes["kp"] == (0.0, 1.0)
-    assert axes["target_ready"] == (2.0, 4.0)
-    assert len(grid.points()) == 2 * len(DEFAULT_KI) * 5 * 2
+    assert axes["target_ready"] == (2.0, 4.0, 8.0)
+    assert len(grid.points()) == 2 * len(DEFAULT_KI) * 4 * 3
 
 
 @pytest.mark.parametrize(
