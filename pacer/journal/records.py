@@ -159,6 +159,7 @@ class LeaseToken(NamedTuple):
 
 
 SYNTHESIS_WAIT = "synthesis_wait"  # the phase: seconds a synthesis waited for a worker
+VERIFY = "verify"  # the phase: seconds the proof took to check on the CPU, where checked
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,8 @@ class PartitionResult:
     """A proved partition, to journal. ``digest``: the proof's digest (no whitespace); durations
     in seconds; ``phases``: seconds per named phase, the proving phases the workload timed and
     ``SYNTHESIS_WAIT``, the part of ``synthesis_s`` (dispatch to ready) spent waiting for a
-    synthesis worker; ``gpu``: the index of the GPU used; ``lease``: in a fleet, the lease it
+    synthesis worker, and ``VERIFY``, the check of the proof on the CPU where it was checked;
+    ``gpu``: the index of the GPU used; ``lease``: in a fleet, the lease it
     was proved under (stored only while that is held).
     """
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from pacer.control.policy import Caps, DispatchPolicy
@@ -268,6 +269,8 @@ class InFlight(GpuReadings):
             log.error(error, exc_info=exc, extra=work.context(outcome.gpu))
             outcome = Outcome(outcome.job_id, outcome.index, outcome.gpu, outcome.synthesis_s,
                               outcome.gpu_s, error=error, call="verify")  # fmt: skip
+        else:
+            outcome = replace(outcome, verify_s=max(0.0, self._clock() - running.started))
         self._report(outcome)
 
     # -- time limits --------------------------------------------------------------------------

@@ -58,6 +58,8 @@ class Outcome:
 
     ``call`` names the call that failed: synthesis, prove or verify. ``synthesis_s`` runs from
     dispatch to ready; ``synthesis_wait_s`` is its part spent waiting for a synthesis worker.
+    ``verify_s``: the seconds its proof took to check on the CPU, from a verify thread taking
+    it to the pipeline hearing the check ended; None where it was not checked.
     """
 
     job_id: str
@@ -70,6 +72,7 @@ class Outcome:
     call: Call | None = None
     lease: tuple[int, int] | None = None  # a fleet's lease it was proved under (batch, token)
     synthesis_wait_s: float = 0.0
+    verify_s: float | None = None
 
 
 class Observer(Protocol):

@@ -18,7 +18,7 @@ from pacer.control.controller import PIController
 from pacer.control.policy import DispatchPolicy
 from pacer.journal import JobRecord, LeaseToken, PartitionResult, UnknownJob
 from pacer.journal.health import JournalUnavailable
-from pacer.journal.records import SYNTHESIS_WAIT
+from pacer.journal.records import SYNTHESIS_WAIT, VERIFY
 from pacer.pipeline import Outcome, Pipeline
 from pacer.pipeline.attempts import RetrySchedule
 from pacer.runtime.supervision import ProgressWatchdog, Supervisor
@@ -97,7 +97,11 @@ class Commits:
                 digest=outcome.proof.digest,
                 synthesis_s=outcome.synthesis_s,
                 gpu_s=outcome.gpu_s,
-                phases={**outcome.proof.phases_s, SYNTHESIS_WAIT: outcome.synthesis_wait_s},
+                phases={
+                    **outcome.proof.phases_s,
+                    SYNTHESIS_WAIT: outcome.synthesis_wait_s,
+                    **({} if outcome.verify_s is None else {VERIFY: outcome.verify_s}),
+                },
                 gpu=outcome.gpu,
                 lease=None if outcome.lease is None else LeaseToken(*outcome.lease),
             )

@@ -37,9 +37,11 @@ async def test_submit_runs_a_job_to_completion(server: Server) -> None:
     results = job["partition_results"]
     assert [p["index"] for p in results] == [0, 1, 2, 3]
     assert all(p["state"] == "completed" and p["gpu_s"] > 0 for p in results)
+    # On the CPU every proof is checked (PACER_VERIFY_EVERY unset): its check's seconds too.
     assert set(results[0]["phases"]) == {"intt", "coset_ntt", "pointwise", "coset_intt",
-                                         "synthesis_wait"}  # fmt: skip
+                                         "synthesis_wait", "verify"}  # fmt: skip
     assert all(0 <= p["phases"]["synthesis_wait"] <= p["synthesis_s"] for p in results)
+    assert all(0 < p["phases"]["verify"] < 60 for p in results)
     status, listing = await call(server, "GET", "/v1/jobs?state=completed")
     assert [j["id"] for j in listing["jobs"]] == [body["id"]]
 
