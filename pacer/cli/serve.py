@@ -11,6 +11,7 @@ top, so that all of this happens in this order.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -107,7 +108,11 @@ def _serve(args: argparse.Namespace, settings: config.Settings) -> int:
     except ListenError as exc:
         print(f"pacer: {exc}", file=sys.stderr)
         return 1
-    except (JournalUnavailable, OSError) as exc:
+    except JournalUnavailable as exc:
+        print(f"pacer: cannot serve: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # not one the start knows: where it came from goes to the log too
+        logging.getLogger("pacer.service").error("cannot serve: %s", exc, exc_info=exc)
         print(f"pacer: cannot serve: {exc}", file=sys.stderr)
         return 1
 

@@ -137,3 +137,27 @@ def test_a_port_in_use_is_one_line_and_exit_status_1(tmp_path: Path) -> None:
         f"pacer: cannot listen on 127.0.0.1:{port}: address already in use (the address: "
         "--host or PACER_API__HOST; the port: --port or PACER_API__PORT)"
     ]
+
+
+def test_an_os_error_at_the_start_is_one_line_and_its_traceback_goes_to_the_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pacer.__main__ import main
+    from pacer.cli import serve
+
+    def refused(settings: object) -> int:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(serve, "_serve_from_first_steps", refused)
+    monkeypatch.setenv("PACER_JOURNAL__PATH", str(tmp_path / "journal.sqlite"))
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:  # serving sets up the logs (`logs.setup`): they are put back after
+        assert main(["serve", "--port", str(free_port())]) == 1
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    err = capsys.readouterr().err  # the log goes to stderr, then the one line
+    assert "ERROR pacer.service cannot serve: [Errno 111] Connection refused\n" in err
+    assert ", in refused\n" in err  # the traceback names where it was raised
+    assert err.endswith("\npacer: cannot serve: [Errno 111] Connection refused\n")
