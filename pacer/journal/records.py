@@ -168,8 +168,8 @@ class PartitionResult:
     in seconds; ``phases``: seconds per named phase, the proving phases the workload timed and
     ``SYNTHESIS_WAIT``, the part of ``synthesis_s`` (dispatch to ready) spent waiting for a
     synthesis worker, and ``VERIFY``, the check of the proof on the CPU where it was checked;
-    ``gpu``: the index of the GPU used; ``lease``: in a fleet, the lease it
-    was proved under (stored only while that is held).
+    ``gpu``: the index of the GPU used; ``lease``: in a fleet, the lease it was proved under
+    (stored only while that is held).
     """
 
     job_id: str

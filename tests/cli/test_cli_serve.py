@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -10,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -58,18 +60,25 @@ def test_setup_refuses_an_unknown_format() -> None:
         logs.setup("info", "xml")
 
 
+@contextlib.contextmanager
+def root_logging_kept() -> Iterator[None]:
+    """Put the root logger's handlers and level back after `logs.setup` replaced them."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
 def test_setup_logs_json_at_the_level_given(monkeypatch: pytest.MonkeyPatch) -> None:
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level
-    try:
+    with root_logging_kept():
         logs.setup("warning", "json")
         logging.getLogger("pacer.test").info("not shown")
         logging.getLogger("pacer.test").warning("shown", extra={"job": "j1"})
-    finally:
-        root.handlers[:], level = saved
-        root.setLevel(level)
     lines = stream.getvalue().splitlines()
     assert [json.loads(line)["message"] for line in lines] == ["shown"]
     assert json.loads(lines[0])["job"] == "j1"
@@ -150,13 +159,8 @@ def test_an_os_error_at_the_start_is_one_line_and_its_traceback_goes_to_the_log(
 
     monkeypatch.setattr(serve, "_serve_from_first_steps", refused)
     monkeypatch.setenv("PACER_JOURNAL__PATH", str(tmp_path / "journal.sqlite"))
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level
-    try:  # serving sets up the logs (`logs.setup`): they are put back after
+    with root_logging_kept():  # serving sets up the logs (`logs.setup`)
         assert main(["serve", "--port", str(free_port())]) == 1
-    finally:
-        root.handlers[:], level = saved
-        root.setLevel(level)
     err = capsys.readouterr().err  # the log goes to stderr, then the one line
     assert "ERROR pacer.service cannot serve: [Errno 111] Connection refused\n" in err
     assert ", in refused\n" in err  # the traceback names where it was raised
