@@ -1,7 +1,8 @@
 """How closely `pacer tune`'s replay of a journal matches the run that wrote it.
 
     .venv/bin/python -m bench.tune_fidelity [--slots 4,16] [--policies pi,unpaced]
-                                            [--jobs 20] [--partitions 30] [--markdown]
+                                            [--jobs 20] [--partitions 30] [--verify-every N]
+                                            [--markdown]
 
 For each number of synthesis workers (``--slots``) and each policy, runs the real service
 (`pacer run`, a child process with its own journal) on a workload that sleeps: a synthesis
@@ -14,6 +15,12 @@ replays it once, as recorded (seed 0), under the same policy on the same host sh
   host whose synthesis workers queue what is dispatched beyond them, as the service does;
 - as it replayed before the wait was journaled: the whole dispatch-to-ready time as work,
   and every synthesis dispatched running at once, sharing the workers' cores.
+
+With ``--verify-every N`` the service checks every N-th proof on the CPU
+(``PACER_VERIFY_EVERY``), a check sleeping around ``VERIFY_MEDIAN_S`` on a synthesis worker
+(this workload synthesizes in threads); the replay as `pacer tune` replays then checks the
+partitions the journal says were checked, on the synthesis workers, and a third column
+replays the same with the checks left out.
 
 Prints, per run, the throughput (partitions a second from the first job's acceptance to the
 last commit) of the run and of each replay, and the mean wait for a worker the run recorded.
@@ -48,6 +55,7 @@ from pacer.workload import PartitionSpec, Proof, Workload, check_known
 
 SYNTHESIS_MEDIAN_S, SYNTHESIS_SIGMA = 0.4, 0.5
 GPU_MEDIAN_S, GPU_SIGMA = 0.06, 0.1
+VERIFY_MEDIAN_S, VERIFY_SIGMA = 0.3, 0.2
 WORKERS = 2
 PARTITION_BYTES = 1 << 20
 BUDGET_PARTITIONS = 96
@@ -86,6 +94,7 @@ class Sleeping(Workload):
         return Proof(f"p{buffers.seed}-{buffers.index}", {"sleep": seconds})
 
     def verify(self, spec: PartitionSpec, buffers: Any, proof: Proof) -> bool:
+        time.sleep(_draw(spec, 2, VERIFY_MEDIAN_S, VERIFY_SIGMA))
         return proof.digest == f"p{spec.seed}-{spec.index}"
 
 
@@ -95,11 +104,13 @@ def workload(settings: Settings) -> Workload:
 
 
 def service_run(
-    slots: int, policy: str, jobs: int, partitions: int, journal: Path
+    slots: int, policy: str, jobs: int, partitions: int, journal: Path, verify_every: int = 0
 ) -> tuple[list[str], dict[str, str]]:
     """The command and environment of one `pacer run` of this workload: ``jobs`` jobs of
-    ``partitions`` on ``slots`` synthesis workers under ``policy``, journaled to ``journal``."""
+    ``partitions`` on ``slots`` synthesis workers under ``policy``, every ``verify_every``-th
+    proof checked (0: none), journaled to ``journal``."""
     env = {
+        "PACER_VERIFY_EVERY": str(verify_every),
         **os.environ,
         "PACER_WORKLOAD": "bench.tune_fidelity:workload",
         "PACER_CONTROLLER__POLICY": policy,
@@ -113,9 +124,11 @@ def service_run(
     return command, env
 
 
-def record(slots: int, policy: str, jobs: int, partitions: int, journal: Path) -> None:
+def record(
+    slots: int, policy: str, jobs: int, partitions: int, journal: Path, verify_every: int
+) -> None:
     """Run the service once (`service_run`)."""
-    command, env = service_run(slots, policy, jobs, partitions, journal)
+    command, env = service_run(slots, policy, jobs, partitions, journal, verify_every)
     subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
@@ -143,30 +156,38 @@ def main() -> int:
     parser.add_argument("--policies", default="pi,unpaced")
     parser.add_argument("--jobs", type=int, default=20)
     parser.add_argument("--partitions", type=int, default=30)
+    parser.add_argument("--verify-every", type=int, default=0, help="check every N-th proof")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for slots in (int(s) for s in args.slots.split(",")):
             host = HostShape(WORKERS, slots, 1, BUDGET_PARTITIONS * PARTITION_BYTES,
-                             PARTITION_BYTES)  # fmt: skip
+                             PARTITION_BYTES, verify_threads=0)  # fmt: skip
             for policy in args.policies.split(","):
                 path = Path(tmp) / f"{slots}-{policy}.sqlite"
-                record(slots, policy, args.jobs, args.partitions, path)
+                record(slots, policy, args.jobs, args.partitions, path, args.verify_every)
                 tuned = read_journal(path)
                 done = len(tuned)
                 actual = done / run_span(tuned)
                 assert tuned.wait_s is not None
-                whole = replace(tuned, synthesis_s=tuned.synthesis_s + np.nan_to_num(tuned.wait_s))
+                whole = replace(
+                    tuned,
+                    synthesis_s=tuned.synthesis_s + np.nan_to_num(tuned.wait_s),
+                    verify_s=None,
+                )
                 now = replay_rate(tuned, host, policy, queued=True)
                 before = replay_rate(whole, host, policy, queued=False)
+                unchecked = replay_rate(replace(tuned, verify_s=None), host, policy, queued=True)
                 print(f"{slots} workers, {policy}: done", file=sys.stderr)
                 wait = float(np.nanmean(tuned.wait_s))
-                rows.append((str(slots), policy, str(done), f"{wait:.3f}", f"{actual:.2f}",
-                             f"{now:.2f} ({now / actual - 1:+.1%})",
-                             f"{before:.2f} ({before / actual - 1:+.1%})"))  # fmt: skip
-    headers = ("synthesis workers", "policy", "partitions", "mean wait s", "run /s",
-               "replay /s, wait left out", "replay /s, wait as work")  # fmt: skip
+                rows.append((str(slots), policy, str(done), str(tuned.checks), f"{wait:.3f}",
+                             f"{actual:.2f}", f"{now:.2f} ({now / actual - 1:+.1%})",
+                             f"{before:.2f} ({before / actual - 1:+.1%})",
+                             f"{unchecked:.2f} ({unchecked / actual - 1:+.1%})"))  # fmt: skip
+    headers = ("synthesis workers", "policy", "partitions", "checked", "mean wait s", "run /s",
+               "replay /s, wait left out", "replay /s, wait as work",
+               "replay /s, checks left out")  # fmt: skip
     print(render(headers, rows, markdown=args.markdown))
     return 0
 

@@ -36,6 +36,7 @@ MODULES = [
     "pacer.control.occupancy",
     "pacer.control.bootstrap",
     "pacer.cli.table",
+    "pacer.sim.disturbances",
     "pacer.runtime.threads",
     "pacer.settle.detector",
     "pacer.settle.cli",

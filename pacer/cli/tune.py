@@ -178,6 +178,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="what one partition holds (3GiB; a trace's bytes column else)",
     )
+    host.add_argument(
+        "--verify-threads",
+        type=count(0),
+        metavar="N",
+        help="threads that check proofs on the CPU, where the recording holds checks; 0: "
+        "they take turns on the synthesis workers, as where synthesis runs in threads "
+        "(default: PACER_VERIFY_THREADS where the workload runs synthesis in processes, "
+        "else 0)",
+    )
 
 
 def refusal(args: argparse.Namespace) -> str | None:
@@ -229,7 +238,7 @@ def _tune(args: argparse.Namespace, settings: Settings) -> int:
         recording = read_journal(args.journal, since, until)
     else:
         recording = read_trace(args.trace)
-    host = host_shape(settings, args, recording.mean_bytes)
+    host = host_shape(settings, args, recording.mean_bytes, checks=recording.checks > 0)
     tuned_on, held_out = recording.split(args.holdout)
     base = default_grid(lead_of(tuned_on), near_balance(tuned_on, host))
     grid = parse_grid(args.grid, base, settings)
@@ -254,7 +263,7 @@ def _tune(args: argparse.Namespace, settings: Settings) -> int:
         parts += f"; held out {held_out.describe()}"
     header = [f"pacer tune: {goal.describe()}",
               f"recording: {recording.source}, {recording.describe()}",
-              f"host: {host.describe()}", parts]  # fmt: skip
+              f"host: {host.describe(recording.checks > 0)}", parts]  # fmt: skip
     print(environment_file(tuning, header))
     if args.plot is not None:
         from pacer.sim.tune_plot import plot_frontier
@@ -264,9 +273,12 @@ def _tune(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def host_shape(settings: Settings, args: argparse.Namespace, trace_bytes: int | None) -> HostShape:
+def host_shape(
+    settings: Settings, args: argparse.Namespace, trace_bytes: int | None, checks: bool = False
+) -> HostShape:
     """The host to replay on: the flags, else the settings as the service resolves them (the
-    workload loaded where it decides: threads per synthesis, a partition's bytes, workers);
+    workload loaded where it decides: threads per synthesis, a partition's bytes, workers,
+    and, where the recording holds ``checks``, whether they run on threads of their own);
     a trace's mean bytes where no flag sets them. TuneError naming the flag or setting."""
     from pydantic import ValidationError
 
@@ -294,12 +306,15 @@ def host_shape(settings: Settings, args: argparse.Namespace, trace_bytes: int | 
     threads = settings.synthesis.threads_per_synthesis
     part_bytes, workers = int(settings.memory.partition_bytes), args.workers
     budget = int(settings.memory.budget_bytes)
-    if workers is None or threads is None or not part_bytes or not budget:
+    verify_threads = args.verify_threads if checks else settings.verify_threads
+    if workers is None or threads is None or verify_threads is None or not (part_bytes and budget):
         plan = _plan(settings)
         threads, part_bytes = plan.threads_per_synthesis, plan.partition_bytes
         workers, budget = workers or plan.workers, budget or plan.budget_bytes
+        verify_threads = plan.verify_threads if verify_threads is None else verify_threads
     try:
-        return HostShape(workers, settings.synthesis.cores, threads, budget, part_bytes)
+        return HostShape(workers, settings.synthesis.cores, threads, budget, part_bytes,
+                         verify_threads)  # fmt: skip
     except ValueError as exc:
         raise TuneError(f"the host: {exc}") from None
 
@@ -314,8 +329,9 @@ def _plan(settings: Settings) -> Plan:
     try:
         workload = load_workload(settings)
     except WorkloadError as exc:
-        raise TuneError(f"{exc} (or give --workers, --threads-per-synthesis and "
-                        "--partition-bytes)") from None  # fmt: skip
+        raise TuneError(f"{exc} (or give --workers, --threads-per-synthesis, "
+                        "--partition-bytes and, where the recording holds checks, "
+                        "--verify-threads)") from None  # fmt: skip
     host = None
     if not settings.memory.budget_bytes:
         with contextlib.suppress(OSError, ValueError):

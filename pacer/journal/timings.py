@@ -3,6 +3,7 @@ what `pacer tune` replays.
 
 A completed partition's row keeps its synthesis and GPU seconds, the part of its synthesis
 seconds spent waiting for a synthesis worker (its ``synthesis_wait`` phase, where recorded),
+the seconds its proof took to check on the CPU (its ``verify`` phase, where it was checked),
 and when its result was committed (``completed_at``, clock seconds; results are committed in
 batches, so partitions of one batch share it); its job's row keeps when the job was accepted
 (``created_at``). The journal keeps no partition's bytes, dispatch time or wait for a GPU, and
@@ -16,15 +17,16 @@ import sqlite3
 from pathlib import Path
 from typing import NamedTuple
 
-from pacer.journal.records import SYNTHESIS_WAIT, JournalFileError, PartitionState
+from pacer.journal.records import SYNTHESIS_WAIT, VERIFY, JournalFileError, PartitionState
 from pacer.journal.schema import SCHEMA_VERSION, NewerSchemaError
 
 
 class PartitionTiming(NamedTuple):
     """One completed partition: its job and when that was accepted, its index in the job, its
     synthesis seconds (dispatch to ready), the part of them it waited for a synthesis worker
-    (None where the journal did not record it), its GPU seconds, and when its result was
-    committed (clock seconds)."""
+    (None where the journal did not record it), its GPU seconds, when its result was
+    committed (clock seconds), and the seconds its proof took to check on the CPU (None where
+    it was not checked, or the journal did not record it)."""
 
     job_id: str
     job_created_at: float
@@ -33,6 +35,7 @@ class PartitionTiming(NamedTuple):
     synthesis_wait_s: float | None
     gpu_s: float
     completed_at: float
+    verify_s: float | None = None
 
 
 class TimingSpan(NamedTuple):
@@ -95,16 +98,19 @@ def completed(
         f" WHERE {' AND '.join(where)} ORDER BY p.completed_at, j.created_at, j.seq, p.idx",
         args,
     )
+    wait, check = SYNTHESIS_WAIT, VERIFY
     return [
-        PartitionTiming(job, created, idx, syn, _wait(phases), gpu, at)
-        for job, created, idx, syn, phases, gpu, at in rows
+        PartitionTiming(job, made, i, syn, _phase(phases, wait), gpu, at, _phase(phases, check))
+        for job, made, i, syn, phases, gpu, at in rows
     ]
 
 
-def _wait(phases: str) -> float | None:
-    """The ``synthesis_wait`` phase of a row's phases (JSON), if it is a number."""
+def _phase(phases: str, name: str) -> float | None:
+    """Phase ``name`` of a row's phases (JSON), if it is a number of seconds >= 0."""
     try:
-        wait = json.loads(phases).get(SYNTHESIS_WAIT)
+        value = json.loads(phases).get(name)
     except (ValueError, AttributeError):
         return None
-    return float(wait) if isinstance(wait, int | float) and not isinstance(wait, bool) else None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
+        return None
+    return float(value)

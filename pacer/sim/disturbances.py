@@ -37,6 +37,25 @@ class Stall(Strict):
     duration_s: float = Field(gt=0)
 
 
+def stalled_finish(stalls: list[tuple[float, float]], start: float, work: float) -> float:
+    """When GPU work of ``work`` seconds started at ``start`` ends, where the GPUs make no
+    progress over ``stalls`` ((from, until) in s, in order of their start).
+
+    >>> stalled_finish([(2.0, 5.0)], 1.0, 2.0)  # 1 s, the stall, then the last second
+    6.0
+    """
+    t, left = start, work
+    for stall_from, stall_to in stalls:
+        if stall_to <= t:
+            continue
+        if stall_from >= t + left:
+            break
+        if stall_from > t:
+            left -= stall_from - t
+        t = stall_to
+    return t + left
+
+
 class Death(Strict):
     """GPU worker ``worker`` dies at ``at_s``: it takes no more work, and the partition it
     held goes back to the front of the ready queue (a retry on another worker)."""

@@ -11,6 +11,8 @@ policy with a synthesis worker pool of its own (``synthesis_workers``, cuzk's), 
 with an executor (``synthesis.executor``: the service's synthesis processes), runs at most that
 many at once; the others wait for a worker in dispatch order, holding their bytes, and count as
 synthesizing. An executor's dispatches reach its processes ``handoff_s`` after they are made.
+A partition whose proof is checked on the CPU (a replay's ``verify_s``) holds its bytes until
+one of the executor's verify threads has checked it; it counts as done then.
 
 Each partition's synthesis work and GPU service time are drawn up front from the scenario's seed,
 so every policy meets the same partitions (common random numbers); a `Replay` gives them instead,
@@ -25,10 +27,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from pacer.control.policy import DispatchPolicy, Observation, budget_room
+from pacer.sim.disturbances import stalled_finish
 from pacer.sim.partitions import Replay as Replay  # where the replay's users find it
+from pacer.sim.partitions import partitions
 from pacer.sim.scenario import Scenario
 from pacer.sim.state import Event, EventKind, EventQueue, RunState, Trace
 
@@ -76,26 +78,10 @@ class Simulation:
         self.policy_name = policy_name
         self.clock = VirtualClock()
         self.policy = factory(self.clock)
-        rng = np.random.default_rng(scenario.seed)
-        total = scenario.total_partitions
-        # Separate streams so that, e.g., the arrival count never shifts the service times.
-        syn_rng, gpu_rng, arr_rng, work_rng = rng.spawn(4)
-        jobs = scenario.jobs
-        if replay is None:
-            scales = np.asarray(jobs.work_scales)
-            work_scale = np.repeat(np.resize(scales, jobs.arrival.jobs), jobs.partitions_per_job)
-            if jobs.partition_work is not None:
-                work_scale = work_scale * jobs.partition_work.sample(work_rng, total)
-            self._syn_work = scenario.synthesis.duration_s.sample(syn_rng, total) * work_scale
-            self._gpu_base = scenario.gpu.service_s.sample(gpu_rng, total) * work_scale
-            self._arrivals = self._arrival_times(arr_rng)
-            self._job_sizes = [jobs.partitions_per_job] * len(self._arrivals)
-        else:
-            total = sum(replay.job_sizes)
-            self._syn_work = np.asarray(replay.synthesis_s, dtype=float)
-            self._gpu_base = np.asarray(replay.gpu_s, dtype=float)
-            self._arrivals = list(replay.arrivals_s)
-            self._job_sizes = list(replay.job_sizes)
+        drawn = partitions(scenario, replay)
+        self._syn_work, self._gpu_base, self._verify_s = (
+            drawn.synthesis_work, drawn.gpu_base, drawn.verify_s)  # fmt: skip
+        self._arrivals, self._job_sizes = drawn.arrivals_s, drawn.job_sizes
         stalls = sorted(scenario.gpu.stalls, key=lambda s: s.at_s)
         self._stalls = [(s.at_s, s.at_s + s.duration_s) for s in stalls]
         # Syntheses run at once: by the policy's own workers, the executor's processes.
@@ -103,9 +89,11 @@ class Simulation:
         pools = [self.policy.synthesis_workers, None if executor is None else executor.processes]
         self._pool = min((n for n in pools if n is not None), default=None)
         self._handoff_s = 0.0 if executor is None else executor.handoff_s
+        self._verify_threads = 1 if executor is None else executor.verify_threads
         self._parts = executor is not None  # the policy hears how each synthesis's time divides
         self._hangs = [(h.at_s, h.fails_after_s) for h in scenario.synthesis.hangs]
-        self._state = RunState(scenario.gpu.workers, total)
+        self._state = RunState(scenario.gpu.workers, drawn.total)
+        self._state.checks_take_workers = self._verify_threads == 0 and self._pool is not None
         self._events = EventQueue()
         self._handlers: dict[EventKind, Callable[[Event], bool]] = {
             EventKind.ARRIVAL: self._on_arrival,
@@ -118,29 +106,8 @@ class Simulation:
             EventKind.OUTAGE: self._on_outage,
             EventKind.RETURN: self._on_return,
             EventKind.HANDOFF: self._on_handoff,
+            EventKind.VERIFIED: self._on_verified,
         }
-
-    def _arrival_times(self, rng: np.random.Generator) -> list[float]:
-        arrival = self.scenario.jobs.arrival
-        if arrival.kind == "backlog":
-            return [0.0] * arrival.jobs
-        if arrival.kind == "bursts":
-            return [(i // arrival.per_burst) * arrival.every_s for i in range(arrival.jobs)]
-        gaps = rng.exponential(3600.0 / arrival.jobs_per_hour, arrival.jobs)
-        return [float(t) for t in np.cumsum(gaps)]
-
-    def _gpu_finish(self, start: float, work: float) -> float:
-        """When GPU work of ``work`` seconds started at ``start`` ends, stalls included."""
-        t, left = start, work
-        for stall_from, stall_to in self._stalls:
-            if stall_to <= t:
-                continue
-            if stall_from >= t + left:
-                break
-            if stall_from > t:
-                left -= stall_from - t
-            t = stall_to
-        return t + left
 
     def run(self) -> RawRun:
         """Run until every job is done or the scenario's ``duration_s`` ends; return what was
@@ -209,9 +176,7 @@ class Simulation:
             s.ready.append(pid)
             seconds, parts = s.ended(number, began, now)  # from its dispatch
             self.policy.observe_synthesis(seconds, parts if self._parts else None)
-        while s.queued and self._pool is not None and s.on_workers < self._pool:
-            pid, number = s.queued.popleft()
-            self._start_synthesis(pid, number)
+        self._take_free_workers()
 
     def _on_arrival(self, event: Event) -> bool:
         s = self._state
@@ -230,13 +195,42 @@ class Simulation:
         del s.on_gpu[worker]
         s.gpu_ended(held[1])
         s.busy -= 1
-        s.inflight -= 1
-        s.outstanding -= 1
-        s.completed += 1
         s.idle_workers.append(worker)
         s.last_end[worker] = event.t
         self.policy.observe_gpu_service(float(s.service[event.pid]))
+        if self._verify_s[event.pid] > 0:
+            s.to_verify.append((event.pid, event.t))
+            self._take_free_workers()
+        else:
+            self._state.done()
         return True
+
+    def _on_verified(self, event: Event) -> bool:
+        self._state.verifying -= 1
+        self._take_free_workers()
+        self._state.done()
+        return True
+
+    def _take_free_workers(self) -> None:
+        """Free synthesis workers take what waits for one, in the order it was handed to them:
+        syntheses, and checks where they take turns on the workers; free verify threads take
+        the checks, in the order the GPU work ended."""
+        s, pool = self._state, self._pool
+        while pool is not None and s.on_workers < pool and (s.queued or s.checks_take_workers):
+            if s.checks_take_workers and s.check_is_next():
+                self._check()
+            elif s.queued:
+                self._start_synthesis(*s.queued.popleft())
+            else:
+                break
+        while not s.checks_take_workers and s.to_verify and s.verifying < self._verify_threads:
+            self._check()
+
+    def _check(self) -> None:
+        s = self._state
+        (pid, _), s.verifying = s.to_verify.popleft(), s.verifying + 1
+        check_s = float(self._verify_s[pid])
+        self._events.push(self.clock.now + check_s, EventKind.VERIFIED, 0, pid)
 
     def _on_wake(self, event: Event) -> bool:
         return event.arg == self._state.wake_gen  # False: a later decision superseded it
@@ -307,7 +301,7 @@ class Simulation:
             if prev is not None:
                 s.gaps.append((prev, t))
             work = self._gpu_base[pid] * self.scenario.gpu.scale_at(t)
-            done = self._gpu_finish(t, float(work))
+            done = stalled_finish(self._stalls, t, float(work))
             s.service[pid] = done - t
             s.on_gpu[worker] = (pid, t, done)
             s.gpu_started(t)

@@ -13,11 +13,14 @@ recording"):
   arrival_s);
 - ``bytes``: the host memory it held (bytes, or with a unit: ``3GiB``);
 - ``end_s``: when it finished (s, the clock of arrival_s): the time the hold-out splits by
-  (default: the rows' order).
+  (default: the rows' order);
+- ``verify_s``: the seconds its proof took to check on the CPU, where it was checked (default
+  0: not checked); the replay holds its memory that long after its GPU work, on the
+  service's verify threads (``PACER_VERIFY_THREADS``).
 
 A journal gives each partition its job's ``created_at`` as the arrival, its commit time
-(``completed_at``) as the end and its ``synthesis_wait`` phase as the wait, where it recorded
-one (`pacer.journal.timings`).
+(``completed_at``) as the end, its ``synthesis_wait`` phase as the wait and its ``verify``
+phase as the check, where it recorded them (`pacer.journal.timings`).
 """
 
 from __future__ import annotations
@@ -35,9 +38,11 @@ from pacer.journal import timings
 from pacer.journal.records import JournalFileError
 from pacer.sim.engine import Replay
 
-COLUMNS = ("synthesis_s", "gpu_s", "synthesis_wait_s", "arrival_s", "job", "bytes", "end_s")
+COLUMNS = (
+    "synthesis_s", "gpu_s", "synthesis_wait_s", "arrival_s", "job", "bytes", "end_s", "verify_s",
+)  # fmt: skip
 REQUIRED = ("synthesis_s", "gpu_s")
-SECONDS = (*REQUIRED, "synthesis_wait_s")  # durations: numbers >= 0
+SECONDS = (*REQUIRED, "synthesis_wait_s", "verify_s")  # durations: numbers >= 0
 MIN_PARTITIONS = 8  # in each part a replay runs: fewer say nothing of a controller
 FLOOR_S = 1e-6  # a duration recorded as 0 is replayed as this: the controller divides by it
 _BYTES = TypeAdapter(ByteSize)
@@ -55,8 +60,9 @@ class Recording:
     recorded (``wait_s``, NaN where not); ``arrival_s``: when each one's job arrived; ``job``:
     which job (partitions of one job and arrival arrive together); ``end_s``: when it ended
     (the clock of ``arrival_s`` where ``timed``, else its place in the trace); ``bytes``: what
-    it held, where recorded. A job that arrived before ``origin_s`` (the start of a window, or
-    of a held-out part) replays as arriving then.
+    it held, where recorded; ``verify_s``: how long its proof took to check on the CPU (0 where
+    not checked; None where no partition's check was recorded). A job that arrived before
+    ``origin_s`` (the start of a window, or of a held-out part) replays as arriving then.
     """
 
     source: str
@@ -70,6 +76,7 @@ class Recording:
     origin_s: float | None = None
     wait_s: np.ndarray | None = None
     dated: bool = True  # end_s are clock seconds (a journal's), else a trace's own seconds
+    verify_s: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.synthesis_s)
@@ -78,6 +85,11 @@ class Recording:
     def waits(self) -> int:
         """How many partitions recorded their wait for a synthesis worker."""
         return 0 if self.wait_s is None else int(np.count_nonzero(~np.isnan(self.wait_s)))
+
+    @property
+    def checks(self) -> int:
+        """How many partitions' proofs were checked on the CPU, by the recording."""
+        return 0 if self.verify_s is None else int(np.count_nonzero(self.verify_s > 0))
 
     @property
     def jobs(self) -> int:
@@ -106,6 +118,9 @@ class Recording:
             mean = float(np.nanmean(self.wait_s))
             text += f"; synthesis less its wait for a worker (mean {mean:.3g} s"
             text += ")" if self.waits == len(self) else f", {self.waits} recorded one)"
+        if self.checks and self.verify_s is not None:
+            mean = float(np.mean(self.verify_s[self.verify_s > 0]))
+            text += f"; {self.checks} checked on the CPU (mean {mean:.3g} s)"
         return text
 
     def _take(self, keep: np.ndarray, origin_s: float | None) -> Recording:
@@ -114,6 +129,7 @@ class Recording:
             synthesis_s=self.synthesis_s[keep], gpu_s=self.gpu_s[keep],
             bytes=None if self.bytes is None else self.bytes[keep], origin_s=origin_s,
             wait_s=None if self.wait_s is None else self.wait_s[keep],
+            verify_s=None if self.verify_s is None else self.verify_s[keep],
         )  # fmt: skip
 
     def split(self, holdout: float) -> tuple[Recording, Recording | None]:
@@ -160,8 +176,9 @@ class Recording:
             starts = np.repeat(np.cumsum([0, *sizes[:-1]]), sizes)
             order = order[starts + (rng.random(len(self)) * np.repeat(sizes, sizes)).astype(int)]
         syn, gpu = self.synthesis_s[order], self.gpu_s[order]
+        checks = None if self.verify_s is None else self.verify_s[order]
         return Replay(tuple(arrivals), tuple(sizes), np.maximum(syn, FLOOR_S),
-                      np.maximum(gpu, FLOOR_S))  # fmt: skip
+                      np.maximum(gpu, FLOOR_S), checks)  # fmt: skip
 
 
 def clock_text(at: float) -> str:
@@ -189,6 +206,7 @@ def read_journal(path: Path, since: float | None = None, until: float | None = N
     wait = np.array([math.nan if r.synthesis_wait_s is None else r.synthesis_wait_s
                      for r in rows], dtype=float)  # fmt: skip
     wait = np.minimum(wait, synthesis)  # NaN stays NaN: not recorded
+    checks = [r.verify_s for r in rows]
     return Recording(
         source=f"journal {path}",
         arrival_s=np.array([r.job_created_at for r in rows], dtype=float),
@@ -198,7 +216,9 @@ def read_journal(path: Path, since: float | None = None, until: float | None = N
         gpu_s=np.array([r.gpu_s for r in rows], dtype=float),
         origin_s=since,
         wait_s=wait,
-    )
+        verify_s=None if all(c is None for c in checks) else
+        np.array([c or 0.0 for c in checks], dtype=float),
+    )  # fmt: skip
 
 
 def _empty_window(
@@ -284,6 +304,7 @@ def _parse_trace(path: Path, rows: list[list[str]]) -> Recording:
         timed="end_s" in values,
         wait_s=wait if "synthesis_wait_s" in values else None,
         dated=False,
+        verify_s=np.array(values["verify_s"], dtype=float) if "verify_s" in values else None,
     )
     return recording._take(by_end, None)
 

@@ -36,6 +36,9 @@ class HostShape:
     threads_per_synthesis: int
     budget_bytes: int  # the memory budget partitions in flight are held to
     partition_bytes: int  # what one partition holds
+    # Threads that check proofs on the CPU (PACER_VERIFY_THREADS); 0: the checks take turns
+    # on the synthesis workers, as where the service runs synthesis in threads.
+    verify_threads: int = 1
 
     def __post_init__(self) -> None:
         if self.partition_bytes > self.budget_bytes:
@@ -49,12 +52,17 @@ class HostShape:
         """Syntheses that run at once: cores ÷ threads per synthesis, at least one."""
         return max(1, self.cores // self.threads_per_synthesis)
 
-    def describe(self) -> str:
+    def describe(self, checks: bool = False) -> str:
         """``GPU workers 2, cores 32, threads a synthesis 1, budget 120.0 GiB, partition
-        3.0 GiB``."""
-        return (f"GPU workers {self.workers}, cores {self.cores}, threads a synthesis "
+        3.0 GiB``; with ``checks``, and ``, verify threads 1`` (or ``, checks on the synthesis
+        workers``)."""
+        text = (f"GPU workers {self.workers}, cores {self.cores}, threads a synthesis "
                 f"{self.threads_per_synthesis}, budget {bytes_text(self.budget_bytes)}, "
                 f"partition {bytes_text(self.partition_bytes)}")  # fmt: skip
+        if checks:
+            text += (f", verify threads {self.verify_threads}" if self.verify_threads
+                     else ", checks on the synthesis workers")  # fmt: skip
+        return text
 
 
 @dataclass(frozen=True)
@@ -98,7 +106,7 @@ def scenario_for(replay: Replay, host: HostShape, name: str = "recording") -> Sc
             "duration_s": {"dist": "fixed", "value": syn},
             "threads_per_synthesis": host.threads_per_synthesis,
             "cores": host.cores,
-            "executor": {"processes": slots},
+            "executor": {"processes": slots, "verify_threads": host.verify_threads},
         },
         "partition": {"bytes": host.partition_bytes},
         "memory": {"budget_bytes": host.budget_bytes},

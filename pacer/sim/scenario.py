@@ -77,10 +77,16 @@ class Executor(Strict):
     once and the others wait for one in dispatch order. A dispatch reaches the processes
     ``handoff_s`` after it is made: the trip from a synthesis's end through the service's
     event loop to the next one's start, which a process spends idle unless a partition
-    already waits for it."""
+    already waits for it. ``verify_threads`` check proofs on the CPU beside the processes,
+    where the partitions carry a check's time (a replay's ``verify_s``): a partition to check
+    holds its memory from the end of its GPU work until a thread has checked it, waiting for
+    one in the order the GPU work ended. With 0 the checks take turns on the processes, as
+    where the service runs synthesis in threads: a check waits for a free one with the
+    syntheses, in the order each was handed to them."""
 
     processes: int = Field(ge=1, le=65536)
     handoff_s: float = Field(0.0, ge=0, le=60)
+    verify_threads: int = Field(1, ge=0, le=1024)
 
 
 class Synthesis(Strict):

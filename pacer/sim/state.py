@@ -31,6 +31,7 @@ class EventKind(IntEnum):
     OUTAGE = 7  # a GPU worker leaves
     RETURN = 8  # ... and comes back
     HANDOFF = 9  # a dispatched partition reaches the synthesis processes
+    VERIFIED = 10  # a verify thread ends the check of a proof
 
 
 class Event(NamedTuple):
@@ -38,7 +39,8 @@ class Event(NamedTuple):
 
     ``arg`` is the GPU worker (GPU_DONE, DEATH, OUTAGE, RETURN), the decision's number (WAKE),
     the job (ARRIVAL, its place in the order of arrivals) or the synthesis's (HANG_FAILURE,
-    HANDOFF); ``pid`` is the partition on the GPU (GPU_DONE) or handed off (HANDOFF).
+    HANDOFF); ``pid`` is the partition on the GPU (GPU_DONE), handed off (HANDOFF) or checked
+    (VERIFIED).
     """
 
     t: float
@@ -119,6 +121,9 @@ class RunState:
     waited: set[int] = field(default_factory=set)  # numbers that waited for a process
     hung: dict[int, tuple[int, float]] = field(default_factory=dict)  # number → (pid, start)
     handing_off: int = 0  # dispatched, not yet at the synthesis processes
+    verifying: int = 0  # proofs checked now
+    to_verify: deque[tuple[int, float]] = field(default_factory=deque)  # (partition, since)
+    checks_take_workers: bool = False  # checks take turns on the synthesis workers
     dispatches: int = 0
     busy: int = 0
     inflight: int = 0
@@ -141,13 +146,30 @@ class RunState:
 
     @property
     def on_workers(self) -> int:
-        """Syntheses that hold a synthesis worker: running or hung."""
-        return len(self.running) + len(self.hung)
+        """What holds a synthesis worker: syntheses running or hung, and checks where they
+        take turns on the workers."""
+        checks = self.verifying if self.checks_take_workers else 0
+        return len(self.running) + len(self.hung) + checks
+
+    def check_is_next(self) -> bool:
+        """Whether a check waits, and (where checks take turns on the synthesis workers) was
+        handed to them before any synthesis that waits for one."""
+        if not self.to_verify:
+            return False
+        if not self.checks_take_workers or not self.queued:
+            return True
+        return self.to_verify[0][1] <= self.started[self.queued[0][1]]
 
     @property
     def synthesizing(self) -> int:
         """Syntheses running, hung, on their way to the processes, or waiting for one."""
         return len(self.running) + len(self.hung) + len(self.queued) + self.handing_off
+
+    def done(self) -> None:
+        """A partition is done (proved, and checked where it was to be): its bytes come back."""
+        self.inflight -= 1
+        self.outstanding -= 1
+        self.completed += 1
 
     def start_synthesis(self, pid: int, number: int, work: float, now: float) -> None:
         """Start synthesis number ``number`` of partition ``pid``: ``work`` seconds alone."""

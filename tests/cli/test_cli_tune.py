@@ -174,7 +174,7 @@ def test_an_unknown_column_is_refused_naming_it(
     assert captured.out == ""
     assert captured.err == (f"pacer: trace {path}: unknown column 'queue_s'; the columns are "
                             "synthesis_s, gpu_s, synthesis_wait_s, arrival_s, job, bytes, "
-                            "end_s\n")  # fmt: skip
+                            "end_s, verify_s\n")  # fmt: skip
 
 
 def test_an_empty_window_is_refused_with_what_the_journal_holds(
@@ -296,3 +296,51 @@ def test_a_journal_written_out_as_a_trace_tunes_as_the_journal(
                         if not line.startswith(("# recording:", "# tuned on "))])  # fmt: skip
     assert reports[0] == reports[1]
     assert any(line.startswith("PACER_CONTROLLER__") for line in reports[0])
+
+
+def tuned_at_least_0_9_busy(
+    capsys: pytest.CaptureFixture[str], trace_path: Path, flags: list[str]
+) -> str:
+    """What `pacer tune` prints for the trace at ``trace_path`` on HOST with ``flags``."""
+    argv = ["tune", "--trace", str(trace_path), *HOST, *flags, "--goal", "min-memory",
+            "--min-busy", "0.9", *SMALL_GRID]  # fmt: skip
+    assert main(argv) == 0
+    return capsys.readouterr().out
+
+
+def with_checks(text: str, every: int, seconds: float) -> str:
+    """A trace's text with a ``verify_s`` column: every ``every``-th partition checked for
+    ``seconds``."""
+    lines = text.splitlines()
+    rows = [f"{line},{seconds if i % every == 0 else 0}" for i, line in enumerate(lines[1:])]
+    return "\n".join([f"{lines[0]},verify_s", *rows]) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("flags", "workload", "told"),
+    [
+        (["--verify-threads", "2"], None, ", verify threads 2"),
+        (["--verify-threads", "0"], None, ", checks on the synthesis workers"),
+        ([], "noop", ", checks on the synthesis workers"),  # synthesis in threads: the plan's
+    ],
+    ids=["two-threads", "on-the-workers", "from-the-workload"],
+)
+def test_a_recording_with_checks_replays_them_on_the_hosts_verify_threads(
+    tmp_path: Path, flags: list[str], workload: str | None, told: str,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    if workload is not None:
+        monkeypatch.setenv("PACER_WORKLOAD", workload)
+    path = tmp_path / "t.csv"
+    path.write_text(with_checks(trace(600, 4), 10, 0.5))
+    out = tuned_at_least_0_9_busy(capsys, path, flags)
+    assert "; 60 checked on the CPU (mean 0.5 s)" in out
+    assert f"partition 3.0 GiB{told}\n" in out
+
+
+def test_a_recording_without_checks_leaves_verify_threads_out_of_the_host(
+    trace_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tuned_at_least_0_9_busy(capsys, trace_file, ["--verify-threads", "2"])
+    assert "partition 3.0 GiB\n" in out
+    assert "checked" not in out
