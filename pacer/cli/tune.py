@@ -42,10 +42,14 @@ accepted), over --since/--until or --last; or
                        (default: one job per arrival_s)
   bytes                memory it held (3GiB); their mean is the partition size replayed
   end_s                when it finished, s: the hold-out splits by it (default: row order)
+  verify_s             the seconds its proof took to check on the CPU, where it was checked
+                       (default 0); a journal keeps them as the phase verify. The replay
+                       holds a checked partition's memory until its check ends
 
 The host: GPU workers, cores, threads per synthesis, the memory budget and a partition's
-bytes from PACER_* settings, as the service resolves them (the budget as configured, not
-fitted to this machine), or from the flags below.
+bytes (and, where the recording holds checks, the verify threads) from PACER_* settings, as
+the service resolves them (the budget as configured, not fitted to this machine), or from
+the flags below.
 
 GPU busy is the GPUs' busy share of the time partitions waited for dispatch: idle before the
 first partition is ready, after the last dispatch or between jobs is the recording's, which

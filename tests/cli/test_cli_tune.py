@@ -277,6 +277,7 @@ def test_help_explains_the_recording_the_goal_and_the_grid(
     out = capsys.readouterr().out
     for text in ("synthesis_s, gpu_s", "--goal {min-memory,max-busy}", "--holdout SHARE",
                  "target_ready_s   0 and 1/4", "target_ready     4 and 8", "an\nenvironment file",
+                 "verify_s             the seconds its proof took", "--verify-threads N",
                  "exit status"):  # fmt: skip
         assert text in out, text
 
