@@ -3,11 +3,13 @@ until a verify thread has checked it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from bench.tune_fidelity import replay_rate, run_span
 from pacer.control.baselines import Unpaced
 from pacer.journal.records import PartitionResult
 from pacer.journal.sqlite import SqliteJournal
@@ -129,3 +131,17 @@ def test_a_trace_takes_its_checks_from_the_column_verify_s(tmp_path: Path) -> No
     path.write_text("synthesis_s,gpu_s,verify_s\n2.5,0.2,-1\n")
     with pytest.raises(RecordingError, match="line 2: verify_s must be a number of seconds >= 0"):
         read_trace(path)
+
+
+@pytest.mark.parametrize("name", ["default", "every20"])
+def test_an_h100_runs_recording_replays_at_the_runs_pace_only_with_its_checks(name: str) -> None:
+    # Two runs on an H100 host (16 processes, Goldilocks 2^27), written out by
+    # bench.journal_trace: their last partition was checked for about 8.6 s on the CPU.
+    path = Path(__file__).parents[2] / "bench" / "recordings"
+    recording = read_trace(path / f"h100-goldilocks-16-checks-{name}.csv")
+    host = HostShape(2, 16, 1, 96 << 30, 3 << 30, verify_threads=1)
+    run = len(recording) / run_span(recording)
+    checked = replay_rate(recording, host, "pi", queued=True)
+    plain = replay_rate(replace(recording, verify_s=None), host, "pi", queued=True)
+    assert abs(checked / run - 1) < 0.02
+    assert plain / run - 1 > 0.04
