@@ -202,7 +202,7 @@ class Simulation:
             s.to_verify.append((event.pid, event.t))
             self._take_free_workers()
         else:
-            self._state.done()
+            s.done()
         return True
 
     def _on_verified(self, event: Event) -> bool:
