@@ -216,7 +216,7 @@ class Simulation:
         syntheses, and checks where they take turns on the workers; free verify threads take
         the checks, in the order the GPU work ended."""
         s, pool = self._state, self._pool
-        while pool is not None and s.on_workers < pool and (s.queued or s.checks_take_workers):
+        while pool is not None and s.on_workers < pool:
             if s.checks_take_workers and s.check_is_next():
                 self._check()
             elif s.queued:

@@ -152,13 +152,11 @@ class RunState:
         return len(self.running) + len(self.hung) + checks
 
     def check_is_next(self) -> bool:
-        """Whether a check waits, and (where checks take turns on the synthesis workers) was
-        handed to them before any synthesis that waits for one."""
+        """Whether a check waits that was handed to the synthesis workers before any synthesis
+        that waits for one (where checks take turns on them)."""
         if not self.to_verify:
             return False
-        if not self.checks_take_workers or not self.queued:
-            return True
-        return self.to_verify[0][1] <= self.started[self.queued[0][1]]
+        return not self.queued or self.to_verify[0][1] <= self.started[self.queued[0][1]]
 
     @property
     def synthesizing(self) -> int:
