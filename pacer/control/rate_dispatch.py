@@ -86,13 +86,16 @@ class RateDispatch:
         """Outside pacing: no burst is saved up for later."""
         self._credit = min(self._credit, 1.0)
 
-    def room(self, obs: Observation) -> int:
+    def room(self, obs: Observation, hung: int = 0) -> int:
         """Partitions that can start now: the caps (syntheses at once and ``queue`` waiting for
         a process, in flight), the backlog, the pinned pool and the bytes the memory budget has
         left. Only these are paid for, with tokens and credit: what the budget would refuse is
-        held back like any cap's."""
+        held back like any cap's. ``hung``: syntheses of ``obs.synthesizing`` told as hung.
+        Where syntheses share the cores (no ``synthesis_queue``), a hung one computes nothing
+        and takes no core; where each holds a synthesis process, it keeps its process."""
+        running = obs.synthesizing - (0 if self._caps.synthesis_queue else hung)
         room = min(
-            self._caps.synthesis_concurrency + self.queue - obs.synthesizing,
+            self._caps.synthesis_concurrency + self.queue - running,
             self._caps.inflight_partitions - obs.inflight,
             obs.backlog,
         )
