@@ -125,7 +125,8 @@ class LiveFloor:
         suspect = math.inf if longest_s is None else self._suspect_s(estimate_s, longest_s)
         # Where the floor would follow a suspect; or, once some are told, any more of them.
         if age > suspect or (self._told_at is not None and ages_s[self.hung] > suspect):
-            self._apart(now, ages_s, suspect, longest_s or 0.0, rank)
+            listed_all = running is None or running <= len(ages_s)
+            self._apart(now, ages_s, suspect, longest_s or 0.0, rank, listed_all)
             rank, age, count = self._followed(ages_s, running, most)
         self.value_s = 0.0 if reference is None else age - reference
         self._keep(now, age - estimate_s, count, estimate_s, lead_s)
@@ -144,15 +145,19 @@ class LiveFloor:
 
     def _apart(
         self, now: float, ages_s: tuple[float, ...], suspect_s: float, longest_s: float,
-        rank: int,
+        rank: int, listed_all: bool = False,
     ) -> None:  # fmt: skip
         """Count as hung those older than ``suspect_s`` (``_suspect_s``) where the ``rank``-th
         synthesis behind them is no older than ``longest_s``, the longest the window holds,
         and ``APART_RATIO`` times younger than the youngest of them. A slowdown ages them all
         alike; a hang leaves a gap in the ages. They stay hung while they run, whatever the
-        ages behind them do."""
+        ages behind them do. At least ``RANK`` must be listed behind them; where
+        ``listed_all`` (every synthesis running is listed), one is enough, the youngest then
+        standing for the rank: on a host of few slots, hung ones may leave only one or two
+        running (D212)."""
         suspects = older_than(ages_s, suspect_s)
-        if suspects <= self.hung or suspects + self.RANK > len(ages_s):
+        need = 1 if listed_all else self.RANK
+        if suspects <= self.hung or suspects + need > len(ages_s):
             return  # none new, or too few listed behind them to tell a gap
         behind = ages_s[min(suspects + rank, len(ages_s)) - 1]
         if behind <= longest_s and behind * self.APART_RATIO <= ages_s[suspects - 1]:

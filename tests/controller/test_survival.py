@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from pacer.control.estimates import Estimates, Estimator
+from pacer.control.live_floor import LiveFloor
 from pacer.control.policy import Observation
 from pacer.control.survival import Reference, SurvivalCheck
 
@@ -290,3 +291,18 @@ def test_hangs_told_by_a_gap_stay_hung_when_a_slowdown_follows() -> None:
     while host.now < 60.0:
         host.run_until(host.now + 0.1)
         assert host.est.hung >= 5, host.now
+
+
+@pytest.mark.parametrize(("running", "told"), [(6, 4), (100, 0)])
+def test_hangs_with_one_running_behind_them_are_told_where_all_are_listed(
+    running: int, told: int
+) -> None:
+    # Six slots, four hung: two run behind them. Where those six are all that run, the gap
+    # to the youngest tells them (D212); where many more run than are listed, the youngest
+    # listed says nothing of the rest, and the rank behind them is not listed.
+    floor = LiveFloor()
+    for t in range(40):
+        floor.update(float(t), (12.0, 11.5, 11.2, 11.0, 10.5, 9.0), 10.0, 10.0, running=6)
+    floor.update(40.0, (40.0, 39.0, 38.0, 37.0, 1.0, 0.5), 10.0, 10.0, running=running,
+                 longest_s=13.0)  # fmt: skip
+    assert floor.hung == told

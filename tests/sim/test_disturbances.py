@@ -41,10 +41,6 @@ KNOWN_MISSES: set[tuple[str, str]] = {
     ("synthesis-slowdown-gpu-bound", "busy ratio >= best baseline - 0.005"),
     # The same on a wide host: 2.5-fold, and 700 partitions for unpaced to ride it out on.
     ("synthesis-slowdown-wide", "busy ratio >= best baseline - 0.005"),
-    # Four of six slots hang. Until they are told as hung, at 10 x T-syn (two run behind
-    # them, too few for the gap of D208), they hold the concurrency cap and the GPU starves
-    # for a few seconds; a fixed concurrency is held to no cap (D211).
-    ("hung-syntheses-few-slots", "mean in flight <= 1.05 x a fixed concurrency as busy"),
 }
 CHECKED = (
     "busy ratio >= best baseline", "mean in flight", "busy again", "GPU busy >=",
