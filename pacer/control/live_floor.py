@@ -25,8 +25,9 @@ floor out of its ranks, so a few hung syntheses neither hold the lead time up no
 for what they will never bring. Where the floor would follow one of them sooner (as many hang
 as the rank), they are told as hung by the gap behind them: older than twice T̂syn and half
 again the longest synthesis the window holds, while the syntheses the rank behind them are no
-older than that longest, and a ratio younger. A slowdown ages every synthesis running alike
-and leaves no such gap.
+older than that longest, and a ratio younger (where every synthesis running is listed and
+fewer run behind them, the youngest). A slowdown ages every synthesis running alike and leaves
+no such gap.
 """
 
 from __future__ import annotations
