@@ -167,7 +167,7 @@ class PIController:
         """Partitions to dispatch now, and when to ask again at the latest."""
         now = self._clock()
         dt = self._take_in(obs, now)
-        room = self._rate.room(obs, self._est.hung)
+        room = self._rate.room(obs, self._est.stuck)
         credit_dt = self._rate.credit_dt(now)
         if self._manual_interval_s is not None:
             self._terms = self._compute(obs, self._workers)

@@ -286,6 +286,12 @@ class Estimator:
         """Syntheses running so long that they are hung (``LiveFloor.HUNG_FACTOR`` × T̂syn)."""
         return self._floor.hung
 
+    @property
+    def stuck(self) -> int:
+        """Of the hung syntheses, those older than anything the window saw finish, by
+        ``LiveFloor.SUSPECT_LONGEST``: no straggler of the host's own spread."""
+        return self._floor.stuck
+
     def lead_s(self, now: float) -> float:
         """T̂syn, the synthesis lead time (s) the projection looks ahead.
 

@@ -93,6 +93,7 @@ class LiveFloor:
         self._slots: deque[list[float]] = deque()  # [first, last, highest excess, most running]
         self.value_s = 0.0
         self.hung = 0
+        self.stuck = 0  # of the hung, those older than anything the window saw finish
         self._told_at: float | None = None  # when the youngest told hung by a gap began (s)
 
     def clear(self) -> None:
@@ -118,6 +119,7 @@ class LiveFloor:
             told = older_than(ages_s, now - self._told_at - self.TOLD_SLACK_S)
             self._told_at = self._told_at if told else None
             self.hung = max(self.hung, told)
+        self.stuck = self._stuck(ages_s, longest_s)
         if estimate_s <= 0 or len(ages_s) - self.hung < self.RANK:
             self.value_s = 0.0
             return
@@ -129,6 +131,7 @@ class LiveFloor:
             listed_all = running is None or running <= len(ages_s)
             self._apart(now, ages_s, suspect, longest_s or 0.0, rank, listed_all)
             rank, age, count = self._followed(ages_s, running, most)
+            self.stuck = self._stuck(ages_s, longest_s)
         self.value_s = 0.0 if reference is None else age - reference
         self._keep(now, age - estimate_s, count, estimate_s, lead_s)
 
@@ -164,6 +167,15 @@ class LiveFloor:
         if behind <= longest_s and behind * self.APART_RATIO <= ages_s[suspects - 1]:
             self.hung = suspects
             self._told_at = now - ages_s[suspects - 1]  # the youngest told began then
+
+    def _stuck(self, ages_s: tuple[float, ...], longest_s: float | None) -> int:
+        """Of the hung ones, how many are older than ``SUSPECT_LONGEST`` × ``longest_s``, the
+        longest synthesis the window holds (all of them where it holds none): unlike any
+        synthesis the host was seen to finish. Under a heavy tail a straggler may pass ten
+        T̂syn and still be computing; one this far out is stuck."""
+        if not longest_s:
+            return self.hung
+        return min(self.hung, older_than(ages_s, self.SUSPECT_LONGEST * longest_s))
 
     def _suspect_s(self, estimate_s: float, longest_s: float) -> float:
         """The age (s) past which a synthesis may be hung, if a gap sets it apart:

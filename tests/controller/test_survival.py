@@ -306,3 +306,13 @@ def test_hangs_with_one_running_behind_them_are_told_where_all_are_listed(
     floor.update(40.0, (40.0, 39.0, 38.0, 37.0, 1.0, 0.5), 10.0, 10.0, running=running,
                  longest_s=13.0)  # fmt: skip
     assert floor.hung == told
+
+
+def test_a_straggler_within_the_windows_reach_is_hung_but_not_stuck() -> None:
+    # T̂syn 10 s, the longest the window saw finish 150 s (a heavy tail). One synthesis 120 s
+    # old is hung (past ten T̂syn) but no older than stragglers the host has finished: it may
+    # still be computing, and keeps its core (D211). One 400 s old is past anything seen.
+    floor = LiveFloor()
+    ages = (400.0, 120.0, 9.0, 8.0, 7.0, 6.0, 5.0, 4.0)
+    floor.update(0.0, ages, 10.0, 10.0, running=8, longest_s=150.0)
+    assert (floor.hung, floor.stuck) == (2, 1)
