@@ -86,15 +86,15 @@ class RateDispatch:
         """Outside pacing: no burst is saved up for later."""
         self._credit = min(self._credit, 1.0)
 
-    def room(self, obs: Observation, hung: int = 0) -> int:
+    def room(self, obs: Observation, stuck: int = 0) -> int:
         """Partitions that can start now: the caps (syntheses at once and ``queue`` waiting for
         a process, in flight), the backlog, the pinned pool and the bytes the memory budget has
         left. Only these are paid for, with tokens and credit: what the budget would refuse is
-        held back like any cap's. ``hung``: syntheses of ``obs.synthesizing`` hung past any
+        held back like any cap's. ``stuck``: syntheses of ``obs.synthesizing`` hung past any
         the host was seen to finish (`LiveFloor.stuck`). Where syntheses share the cores (no
         ``synthesis_queue``), such a one computes nothing and takes no core; where each holds
         a synthesis process, it keeps its process (D211, D213)."""
-        running = obs.synthesizing - (0 if self._caps.synthesis_queue else hung)
+        running = obs.synthesizing - (0 if self._caps.synthesis_queue else stuck)
         room = min(
             self._caps.synthesis_concurrency + self.queue - running,
             self._caps.inflight_partitions - obs.inflight,

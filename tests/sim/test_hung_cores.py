@@ -33,10 +33,10 @@ def host(hangs: int) -> Scenario:
 def test_a_hung_synthesis_takes_no_core_where_syntheses_share_them() -> None:
     shared = RateDispatch(Caps(synthesis_concurrency=6, inflight_partitions=40))
     full = Observation(ready=0, synthesizing=6, gpu_busy=1, gpu_workers=1, backlog=100)
-    assert (shared.room(full), shared.room(full, hung=4)) == (0, 4)
+    assert (shared.room(full), shared.room(full, stuck=4)) == (0, 4)
     # Where each synthesis holds a process, a hung one keeps it.
     processes = RateDispatch(Caps(6, 40, synthesis_queue=True))
-    assert processes.room(full, hung=4) == processes.room(full) == 0
+    assert processes.room(full, stuck=4) == processes.room(full) == 0
 
 
 def test_four_hung_of_six_slots_leave_pi_as_busy_as_unpaced() -> None:
