@@ -83,8 +83,9 @@ class SynthesisFailure(Strict):
 
 class Hang(Strict):
     """The first synthesis dispatched at or after ``at_s`` hangs: it makes no progress and
-    holds its memory. After ``fails_after_s`` (a watchdog's timeout) it fails, is reported as
-    a failure and its partition goes back to the backlog; unset: it hangs to the end."""
+    holds its memory, but computes on no core (with an executor it holds its process). After
+    ``fails_after_s`` (a watchdog's timeout) it fails, is reported as a failure and its
+    partition goes back to the backlog; unset: it hangs to the end."""
 
     at_s: float = Field(ge=0)
     fails_after_s: float | None = Field(None, gt=0)
