@@ -119,10 +119,18 @@ class LiveFloor:
             told = older_than(ages_s, now - self._told_at - self.TOLD_SLACK_S)
             self._told_at = self._told_at if told else None
             self.hung = max(self.hung, told)
-        self.stuck = self._stuck(ages_s, longest_s)
         if estimate_s <= 0 or len(ages_s) - self.hung < self.RANK:
             self.value_s = 0.0
-            return
+        else:
+            self._follow(now, ages_s, estimate_s, lead_s, running, longest_s)
+        self.stuck = self._stuck(ages_s, longest_s)
+
+    def _follow(
+        self, now: float, ages_s: tuple[float, ...], estimate_s: float, lead_s: float,
+        running: int | None, longest_s: float | None,
+    ) -> None:  # fmt: skip
+        """Set the floor from the synthesis at its rank (telling hung ones by a gap first,
+        where it would follow one of them), and keep that synthesis's excess."""
         reference, most = self._before(now - self.GUARD_LEADS * lead_s)
         rank, age, count = self._followed(ages_s, running, most)
         suspect = math.inf if longest_s is None else self._suspect_s(estimate_s, longest_s)
@@ -131,7 +139,6 @@ class LiveFloor:
             listed_all = running is None or running <= len(ages_s)
             self._apart(now, ages_s, suspect, longest_s or 0.0, rank, listed_all)
             rank, age, count = self._followed(ages_s, running, most)
-            self.stuck = self._stuck(ages_s, longest_s)
         self.value_s = 0.0 if reference is None else age - reference
         self._keep(now, age - estimate_s, count, estimate_s, lead_s)
 
