@@ -2,6 +2,7 @@
 
     python -m bench.gpu_arms [--processes 16,15,14] [--arms pi,unpaced,cuzk-default,fixed]
                              [--rounds 3] [--warmup 8] [--seconds 12] [--prime 0] [--rotate]
+                             [--balanced]
                              [--log-n 27]
                              [--field goldilocks|babybear] [--devices all]
 
@@ -317,14 +318,20 @@ async def measure(args: argparse.Namespace, server: Server, arm: str, obs: Synth
     } | probe.summary(started, ended, processes, queue)
 
 
-def round_order(arms: list[str], round_: int, rotate: bool) -> list[str]:
+def round_order(arms: list[str], round_: int, rotate: bool, balanced: bool = False) -> list[str]:
     """The arms in the order of round ``round_`` (from 0): as given, or with ``rotate`` each
-    round starting one arm further on, so that no arm always runs first after a swap.
+    round starting one arm further on, so that no arm always runs first after a swap. With
+    ``balanced`` too, every other ``len(arms)`` rounds run the arms in reverse, so that over
+    ``2 × len(arms)`` rounds of three arms each arm follows each other arm equally often.
 
     >>> round_order(["pi", "unpaced", "cuzk-default"], 1, rotate=True)
     ['unpaced', 'cuzk-default', 'pi']
+    >>> [round_order(["a", "b", "c"], r, True, True) for r in (3, 4)]
+    [['c', 'b', 'a'], ['b', 'a', 'c']]
     """
-    shift = round_ % len(arms) if rotate else 0
+    if balanced and (round_ // len(arms)) % 2 == 1:
+        arms = arms[::-1]
+    shift = round_ % len(arms) if rotate or balanced else 0
     return arms[shift:] + arms[:shift]
 
 
@@ -375,7 +382,7 @@ async def run_size(args: argparse.Namespace, processes: int, results: list[dict[
         args.tuned.read_text(), server.service.settings.controller
     )  # fmt: skip
     for round_ in range(args.rounds):
-        for arm in round_order(args.arms.split(","), round_, args.rotate):
+        for arm in round_order(args.arms.split(","), round_, args.rotate, args.balanced):
             slots = budget // partition
             if arm == "fixed":
                 if pi_gib is None:
@@ -570,6 +577,11 @@ def main() -> int:
     rotate_help = "start each round one arm further on (fixed takes the last pi run's memory)"
     parser.add_argument("--prime", type=float, default=0.0, help=prime_help)
     parser.add_argument("--rotate", action="store_true", help=rotate_help)
+    balanced_help = (
+        "rotate, and every other len(arms) rounds in reverse: each arm follows "
+        "each other equally often over 2 × len(arms) rounds of three arms"
+    )
+    parser.add_argument("--balanced", action="store_true", help=balanced_help)
     parser.add_argument("--partitions", type=int, default=64, help="partitions per job")
     parser.add_argument("--log-n", type=int, default=27, help="partition size")
     parser.add_argument("--field", choices=("babybear", "goldilocks"), default=None)
