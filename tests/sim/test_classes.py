@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench import hung_raise
 from bench.classes import CLASSES, describe, draw
 from pacer.sim.scenario import Scenario
 
@@ -48,3 +49,14 @@ def test_hangs_beside_a_class_leave_its_host_as_drawn() -> None:
     assert both[: len(own)] == own
     assert len(both) == len(own) + 2
     assert [h.at_s for h in both] == sorted(h.at_s for h in both)
+
+
+def test_hung_raise_finds_a_drawn_host_by_its_name_with_more_hangs() -> None:
+    host = hung_raise.host
+    plain, hung = host("heavy-tail-9", 2, 0), host("heavy-tail-9", 2, 4)
+    assert plain.name == hung.name == "heavy-tail-9"
+    assert len(hung.synthesis.hangs) - len(plain.synthesis.hangs) == 4
+    assert hung.memory_slots == plain.memory_slots + 4  # the budget holds the hung ones
+    assert describe(plain) == describe(draw("heavy-tail", np.random.default_rng([2, 1, 9]), 9))
+    with pytest.raises(ValueError, match="HOST: 'fast-1' is no drawn host"):
+        host("fast-1", 2, 0)
