@@ -13,6 +13,13 @@ The floor compares that age with T̂syn, the windowed mean, and keeps the excess
 seen at its highest over the last ``HISTORY_LEADS`` lead times: the margin by which the oldest
 syntheses outrun T̂syn on this host. The floor is the age less that margin.
 
+It does the same twice as deep (the synthesis at twice its rank, with its own margin), and
+rises no further than ``DEEP_SLACK`` × T̂syn above what that one says. A slowdown ages both
+alike, and the floor follows it as before; hung syntheses or a cluster of stragglers that
+outnumber the rank, but not twice the rank, leave the deeper one where it was, and hold the
+floor near it until they are told as hung or finish. Under a heavy tail that is long: the gap
+test below waits for half again the longest synthesis the window holds.
+
 The margin is a reference taken before the change: only the excesses of slots older than
 ``GUARD_LEADS`` lead times count. The first slowed syntheses to complete raise T̂syn's window
 and its spread at once; a margin drawn from that window would grow with the age it is taken
@@ -88,9 +95,11 @@ class LiveFloor:
     SLOT_LEADS = 0.5  # the excess is kept at its highest per slot of this many lead times
     HISTORY_LEADS = 8.0  # ... over the last this many lead times
     GUARD_LEADS = 2.0  # ... but for the newest this many (the reference is from before)
+    DEEP_SLACK = 0.5  # no further above the floor twice as deep than this many T̂syn
 
     def __init__(self) -> None:
-        self._slots: deque[list[float]] = deque()  # [first, last, highest excess, most running]
+        # [first, last, highest excess, most running, highest excess twice as deep]
+        self._slots: deque[list[float]] = deque()
         self.value_s = 0.0
         self.hung = 0
         self.stuck = 0  # of the hung, those older than anything the window saw finish
@@ -131,7 +140,7 @@ class LiveFloor:
     ) -> None:  # fmt: skip
         """Set the floor from the synthesis at its rank (telling hung ones by a gap first,
         where it would follow one of them), and keep that synthesis's excess."""
-        reference, most = self._before(now - self.GUARD_LEADS * lead_s)
+        reference, most, deep_reference = self._before(now - self.GUARD_LEADS * lead_s)
         rank, age, count = self._followed(ages_s, running, most)
         suspect = math.inf if longest_s is None else self._suspect_s(estimate_s, longest_s)
         # Where the floor would follow a suspect; or, once some are told, any more of them.
@@ -139,8 +148,20 @@ class LiveFloor:
             listed_all = running is None or running <= len(ages_s)
             self._apart(now, ages_s, suspect, longest_s or 0.0, rank, listed_all)
             rank, age, count = self._followed(ages_s, running, most)
+        deep = self._deep(ages_s, rank)
         self.value_s = 0.0 if reference is None else age - reference
-        self._keep(now, age - estimate_s, count, estimate_s, lead_s)
+        if deep is not None and deep_reference is not None and reference is not None:
+            # A slowdown ages the syntheses twice as deep alike; a few hung or straggling
+            # ones set apart from them hold the floor no further than DEEP_SLACK beyond.
+            self.value_s = min(self.value_s, deep - deep_reference + self.DEEP_SLACK * estimate_s)
+        deep_excess = -math.inf if deep is None else deep - estimate_s
+        self._keep(now, age - estimate_s, count, estimate_s, lead_s, deep_excess)
+
+    def _deep(self, ages_s: tuple[float, ...], rank: int) -> float | None:
+        """The age of the synthesis not hung twice as deep as ``rank``; None where fewer are
+        listed."""
+        at = self.hung + 2 * rank - 1
+        return ages_s[at] if at < len(ages_s) else None
 
     def _followed(
         self, ages_s: tuple[float, ...], running: int | None, most: int | None
@@ -189,26 +210,31 @@ class LiveFloor:
         ``SUSPECT_LONGEST`` × the window's longest, and at least ``SUSPECT_FACTOR`` × T̂syn."""
         return max(self.SUSPECT_FACTOR * estimate_s, self.SUSPECT_LONGEST * longest_s)
 
-    def _before(self, guard: float) -> tuple[float | None, int | None]:
-        """The highest excess and the most running of the slots that ended by ``guard`` (s);
-        None for each where none did."""
+    def _before(self, guard: float) -> tuple[float | None, int | None, float | None]:
+        """The highest excess, the most running and the highest excess twice as deep of the
+        slots that ended by ``guard`` (s); None for each where none did."""
         reference: float | None = None
         most: int | None = None
-        for _, last, excess, count in self._slots:
+        deep: float | None = None
+        for _, last, excess, count, deep_excess in self._slots:
             if last <= guard:
                 reference = excess if reference is None else max(reference, excess)
                 most = int(count) if most is None else max(most, int(count))
-        return reference, most
+                if deep_excess > -math.inf:
+                    deep = deep_excess if deep is None else max(deep, deep_excess)
+        return reference, most, deep
 
     def _keep(
-        self, now: float, excess: float, count: int, estimate_s: float, lead_s: float
-    ) -> None:
+        self, now: float, excess: float, count: int, estimate_s: float, lead_s: float,
+        deep_excess: float = -math.inf,
+    ) -> None:  # fmt: skip
         slots = self._slots
         if slots and now - slots[-1][0] < self.SLOT_LEADS * estimate_s:
             slot = slots[-1]
             slot[1], slot[2], slot[3] = now, max(slot[2], excess), max(slot[3], count)
+            slot[4] = max(slot[4], deep_excess)
         else:
-            slots.append([now, now, excess, count])
+            slots.append([now, now, excess, count, deep_excess])
         horizon = now - self.HISTORY_LEADS * lead_s
         while len(slots) > 1 and slots[0][1] < horizon:
             slots.popleft()

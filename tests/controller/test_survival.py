@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections.abc import Callable
@@ -316,3 +317,44 @@ def test_a_straggler_within_the_windows_reach_is_hung_but_not_stuck() -> None:
     ages = (400.0, 120.0, 9.0, 8.0, 7.0, 6.0, 5.0, 4.0)
     floor.update(0.0, ages, 10.0, 10.0, running=8, longest_s=150.0)
     assert (floor.hung, floor.stuck) == (2, 1)
+
+
+def steady_ages(t: float, count: int = 30, estimate_s: float = 10.0) -> tuple[float, ...]:
+    """``count`` syntheses dispatched evenly over one ``estimate_s``, oldest first, with a
+    little wobble by ``t`` so that the floor's margin has something to keep."""
+    wobble = 0.3 * math.sin(t)
+    return tuple(estimate_s * (1 - k / count) + wobble for k in range(count))
+
+
+@pytest.mark.parametrize("hung", [4, 6])
+def test_a_few_set_apart_from_those_twice_as_deep_hold_the_floor_near_them(hung: int) -> None:
+    # Thirty run, the floor follows the fourth oldest; under a heavy tail the window's
+    # longest (200 s) keeps the gap test from telling them. Four or six hang at 200 s: the
+    # fourth oldest is hung, the eighth is not. The floor stays within DEEP_SLACK × T̂syn of
+    # what the syntheses twice as deep say, until the hung ones pass ten T̂syn.
+    floor = LiveFloor()
+    for t in range(200):
+        floor.update(float(t), steady_ages(t), 10.0, 10.0, running=30, longest_s=200.0)
+    for t in range(200, 289):
+        hung_ages = tuple(float(t - 200 + 10 - k) for k in range(hung))
+        ages = (*hung_ages, *steady_ages(t)[hung:])
+        lead = max(10.0, floor.value_s)  # the lead time counts the floor, as the estimator's
+        floor.update(float(t), ages, 10.0, lead, running=30, longest_s=200.0)
+        assert floor.hung == 0  # not yet: ten T̂syn is 100 s
+        assert floor.value_s <= 10.0 + LiveFloor.DEEP_SLACK * 10.0 + 0.7, t
+
+
+def test_a_slowdown_ages_those_twice_as_deep_too_and_lifts_the_floor() -> None:
+    # The same host, every synthesis running slowed at 200 s: none finishes for 30 s, all
+    # age alike. The floor rises with the fourth oldest, as it did before the deeper check.
+    floor = LiveFloor()
+    for t in range(200):
+        floor.update(float(t), steady_ages(t), 10.0, 10.0, running=30, longest_s=200.0)
+    start = steady_ages(200)
+    for t in range(200, 230):
+        lead = max(10.0, floor.value_s)
+        floor.update(float(t), tuple(a + t - 200 for a in start), 10.0, lead, running=30,
+                     longest_s=200.0)  # fmt: skip
+        # The fourth oldest, less the margin from before (its wobble, 0.3 s at most, and 0.8
+        # s by which the fourth oldest trails the oldest's 10 s).
+        assert floor.value_s >= start[3] + (t - 200) - 0.3, t
