@@ -95,7 +95,7 @@ class LiveFloor:
     SLOT_LEADS = 0.5  # the excess is kept at its highest per slot of this many lead times
     HISTORY_LEADS = 8.0  # ... over the last this many lead times
     GUARD_LEADS = 2.0  # ... but for the newest this many (the reference is from before)
-    DEEP_SLACK = 0.5  # no further above the floor twice as deep than this many T̂syn
+    DEEP_SLACK = 1.0  # no further above the floor twice as deep than this many T̂syn
 
     def __init__(self) -> None:
         # [first, last, highest excess, most running, highest excess twice as deep]
