@@ -104,6 +104,13 @@ def draw(kind: str, rng: np.random.Generator, index: int, hangs: int = 0) -> Sce
     return Scenario.model_validate(raw)
 
 
+def drawn(kind: str, index: int, seed: int, hangs: int = 0) -> Scenario:
+    """Host ``index`` of class ``kind`` that ``--seed seed`` draws, with ``hangs`` more hung
+    syntheses: each host from its own stream, so the same seed draws the same host whichever
+    classes and how many draws are asked for."""
+    return draw(kind, np.random.default_rng([seed, CLASSES.index(kind), index]), index, hangs)
+
+
 def describe(sc: Scenario) -> str:
     """One line: the drawn host's shape and its disturbance."""
     syn = sc.synthesis
@@ -147,8 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pi_help = "pi alone, one line a host (busy, mean and most in flight, recoveries in leads)"
     parser.add_argument("--pi", action="store_true", help=pi_help)
     args = parser.parse_args(argv)
-    scenarios = [draw(kind, np.random.default_rng([args.seed, CLASSES.index(kind), i]), i,
-                      args.hangs)
+    scenarios = [drawn(kind, i, args.seed, args.hangs)
                  for kind in args.classes.split(",") for i in range(args.draws)]  # fmt: skip
     for sc in scenarios:
         print(describe(sc), flush=True)

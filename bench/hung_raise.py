@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from bench.classes import CLASSES, draw
+from bench.classes import CLASSES, drawn
 from bench.stats import interval
 from bench.usage import doc_parser
 from pacer.cli.args import count
@@ -39,8 +39,7 @@ def host(name: str, seed: int, hangs: int) -> Scenario:
     kind, _, index = name.rpartition("-")
     if kind not in CLASSES or not index.isdigit():
         raise ValueError(f"HOST: {name!r} is no drawn host; one of {', '.join(CLASSES)}, '-N'")
-    i = int(index)
-    return draw(kind, np.random.default_rng([seed, CLASSES.index(kind), i]), i, hangs)
+    return drawn(kind, int(index), seed, hangs)
 
 
 def raises(name: str, seed: int, hangs: int, runs: int) -> list[tuple[float, float]]:

@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from bench.classes import CLASSES, draw
+from bench.classes import CLASSES, drawn
 from pacer.config import Settings
 from pacer.control.controller import PIController
 from pacer.control.policy import Decision, DispatchPolicy, Observation
@@ -110,8 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(kinds) - set(CLASSES))
     if unknown:
         parser.error(f"--classes: unknown {', '.join(unknown)}; one of {', '.join(CLASSES)}")
-    scenarios = [draw(kind, np.random.default_rng([args.seed, CLASSES.index(kind), i]), i)
-                 for kind in kinds for i in range(args.draws)]  # fmt: skip
+    scenarios = [drawn(kind, i, args.seed) for kind in kinds for i in range(args.draws)]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(host_line, scenarios))
     for line, _ in results:
