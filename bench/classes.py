@@ -143,19 +143,40 @@ def pi_line(scenario: Scenario) -> str:
             f" peak={r.peak_inflight_partitions} recovery={leads or '-'}")  # fmt: skip
 
 
+def draw_arguments(
+    parser: argparse.ArgumentParser, *, draws: int, seed: int, classes: Sequence[str]
+) -> None:
+    """Add ``--draws``, ``--seed``, ``--jobs`` and ``--classes`` to ``parser``, with these
+    defaults (``--jobs`` 2): the hosts a tool draws, as this one draws them."""
+    parser.add_argument("--draws", type=int, default=draws, help="hosts of each class")
+    parser.add_argument("--seed", type=int, default=seed, help="the draws' random seed")
+    parser.add_argument("--jobs", type=int, default=2, help="processes")
+    parser.add_argument("--classes", default=",".join(classes), help="classes to draw")
+
+
+def drawn_hosts(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, hangs: int = 0
+) -> list[Scenario]:
+    """The hosts ``args`` ask for (``draw_arguments``), class by class, each with ``hangs``
+    more hung syntheses; exits through ``parser.error`` naming ``--classes`` where a class is
+    unknown or none is named."""
+    kinds = [k for k in args.classes.split(",") if k]
+    unknown = sorted(set(kinds) - set(CLASSES))
+    if unknown or not kinds:
+        parser.error(f"--classes: unknown {', '.join(unknown) or '(none named)'}; one or more "
+                     f"of {', '.join(CLASSES)}")  # fmt: skip
+    return [drawn(kind, i, args.seed, hangs) for kind in kinds for i in range(args.draws)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--draws", type=int, default=4, help="hosts of each class")
-    parser.add_argument("--seed", type=int, default=1, help="the draws' random seed")
-    parser.add_argument("--jobs", type=int, default=2, help="processes")
-    parser.add_argument("--classes", default=",".join(CLASSES), help="classes to draw")
+    draw_arguments(parser, draws=4, seed=1, classes=CLASSES)
     hangs_help = "syntheses that hang on every host, from a fifth of its run (as well)"
     parser.add_argument("--hangs", type=count(0), default=0, help=hangs_help)
     pi_help = "pi alone, one line a host (busy, mean and most in flight, recoveries in leads)"
     parser.add_argument("--pi", action="store_true", help=pi_help)
     args = parser.parse_args(argv)
-    scenarios = [drawn(kind, i, args.seed, args.hangs)
-                 for kind in args.classes.split(",") for i in range(args.draws)]  # fmt: skip
+    scenarios = drawn_hosts(parser, args, args.hangs)
     for sc in scenarios:
         print(describe(sc), flush=True)
     settings = Settings()

@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from bench.classes import CLASSES, drawn
+from bench.classes import draw_arguments, drawn_hosts
 from pacer.config import Settings
 from pacer.control.controller import PIController
 from pacer.control.policy import Decision, DispatchPolicy, Observation
@@ -101,16 +101,9 @@ def host_line(scenario: Scenario) -> tuple[str, list[tuple[float, float, bool]]]
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--draws", type=int, default=10, help="hosts of each class")
-    parser.add_argument("--seed", type=int, default=2, help="the draws' random seed")
-    parser.add_argument("--jobs", type=int, default=2, help="processes")
-    parser.add_argument("--classes", default="heavy-tail,bimodal,outage", help="classes to draw")
+    draw_arguments(parser, draws=10, seed=2, classes=("heavy-tail", "bimodal", "outage"))
     args = parser.parse_args(argv)
-    kinds = [k for k in args.classes.split(",") if k]
-    unknown = sorted(set(kinds) - set(CLASSES))
-    if unknown:
-        parser.error(f"--classes: unknown {', '.join(unknown)}; one of {', '.join(CLASSES)}")
-    scenarios = [drawn(kind, i, args.seed) for kind in kinds for i in range(args.draws)]
+    scenarios = drawn_hosts(parser, args)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(host_line, scenarios))
     for line, _ in results:

@@ -17,7 +17,7 @@ a shortfall refilled each lead time; ki the share of a persistent error removed 
 Output: dispatch by rate within the caps (``pacer.control.rate_dispatch``; syntheses at once
 include a small queue in front of the synthesis processes, sized from the spread of synthesis
 times, so that the bottleneck never waits for a dispatch), under a safety
-ceiling: never beyond ``q̃ = q* + 1`` (an order up to the setpoint as a bound, not as the law);
+ceiling: never beyond ``q̃ = 2·q* + 1`` (an order up to the setpoint as a bound, not the law);
 the end of the backlog together where it fits under that ceiling. ``q*`` is the ready buffer in
 seconds of GPU work, ``target_ready_s ÷ base``, at least ``target_ready`` partitions. The cold
 start and the refills after a drain: ``pacer.control.bootstrap``.

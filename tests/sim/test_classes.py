@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 
 from bench import hung_raise
-from bench.classes import CLASSES, describe, draw
+from bench.classes import CLASSES, describe, draw, draw_arguments, drawn, drawn_hosts
 from pacer.sim.scenario import Scenario
 
 
@@ -60,3 +62,16 @@ def test_hung_raise_finds_a_drawn_host_by_its_name_with_more_hangs() -> None:
     assert describe(plain) == describe(draw("heavy-tail", np.random.default_rng([2, 1, 9]), 9))
     with pytest.raises(ValueError, match="HOST: 'fast-1' is no drawn host"):
         host("fast-1", 2, 0)
+
+
+def test_the_tools_that_draw_hosts_name_an_unknown_class(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = argparse.ArgumentParser(prog="tool")
+    draw_arguments(parser, draws=2, seed=3, classes=("outage",))
+    args = parser.parse_args([])
+    assert [sc.name for sc in drawn_hosts(parser, args)] == ["outage-0", "outage-1"]
+    assert describe(drawn_hosts(parser, args)[1]) == describe(drawn("outage", 1, 3))
+    with pytest.raises(SystemExit):
+        drawn_hosts(parser, parser.parse_args(["--classes", "outage,fast"]))
+    assert "--classes: unknown fast" in capsys.readouterr().err
