@@ -75,7 +75,8 @@ class Pacing:
         mode = Mode.BOOTSTRAP if self._est.cold_cohort_open else Mode.PACING
         return Terms(mode, projected, setpoint, error, p_term, i_term,
                      min(base, s.interval_max_s), multiplier, interval, math.inf, lead_s,
-                     workers, mismatch, hung)  # fmt: skip
+                     workers, mismatch, hung, self._est.live_floor_s(),
+                     self._est.slowdown)  # fmt: skip
 
     def stepped(self, terms: Terms) -> Terms:
         """``terms`` after ``integrate``: the I term of the integral as it is now, and the

@@ -195,6 +195,8 @@ class Terms(NamedTuple):
     gpu_workers: int = 0  # GPU workers counted as consuming: live, not stuck on a partition
     mismatch: float = 0.0  # ε̄: ready depth observed less predicted a lead earlier, filtered
     hung: int = 0  # syntheses counted as hung: left out of those in synthesis
+    floor_s: float = 0.0  # the live floor on the lead time (s); 0 while too few run
+    slowdown: float = 1.0  # synthesis this many times slower than T̂syn says (1: none seen)
 
 
 class PolicyConflictError(Exception):

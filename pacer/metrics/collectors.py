@@ -73,6 +73,13 @@ class _StateCollector(Collector):
                 ("pacer_controller_lead_seconds", "Synthesis lead time the projection looks "
                  "ahead: the synthesis estimate, or more while the oldest syntheses outrun it "
                  "or a slowdown is seen (s)", t.lead_s),
+                ("pacer_controller_live_floor_seconds", "Live floor on the lead time: the age "
+                 "of one of the oldest syntheses running, less the margin by which such "
+                 "syntheses outran the synthesis estimate lately; 0 while too few run (s)",
+                 t.floor_s),
+                ("pacer_controller_slowdown", "How many times slower synthesis runs than the "
+                 "synthesis estimate says, from the syntheses that failed to finish in time; 1 "
+                 "while none is seen", t.slowdown),
                 ("pacer_controller_synthesis_hung", "Syntheses counted as hung, left out of "
                  "those in synthesis: running for ten synthesis estimates, or set apart from "
                  "the rest by a gap in their ages", t.hung),

@@ -32,6 +32,7 @@ REQUIRED = [
     "pacer_jobs_total", "pacer_build_info",
     "pacer_controller_policy_info", "pacer_controller_synthesis_cap",
     "pacer_controller_synthesis_supply", "pacer_controller_lead_seconds",
+    "pacer_controller_live_floor_seconds", "pacer_controller_slowdown",
     "pacer_controller_synthesis_hung",
     "pacer_hung_calls_total", "pacer_partition_retries_total", "pacer_abandoned_threads",
     "pacer_memory_abandoned_bytes", "pacer_gpu_workers_live",

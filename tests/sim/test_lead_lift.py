@@ -1,5 +1,5 @@
-"""What lifts pi's lead time (`bench.lead_lift`): the watch changes nothing, and the parts add
-up to the lift."""
+"""What lifts pi's lead time (`bench.lead_lift`, and the terms the metrics show): the watch
+changes nothing, and the parts add up to the lift."""
 
 from __future__ import annotations
 
@@ -9,6 +9,11 @@ import pytest
 from bench.classes import CLASSES, draw
 from bench.lead_lift import lifts, mean
 from pacer.config import Settings
+from pacer.control.controller import PIController
+from pacer.control.policy import Decision, DispatchPolicy, Observation, Terms
+from pacer.sim.engine import Simulation, VirtualClock
+from pacer.sim.policies import policy_factory
+from pacer.sim.scenario import load_scenario, scenario_path
 from pacer.sim.suite import run_policy
 
 
@@ -34,3 +39,36 @@ def test_a_run_shorter_than_its_warm_up_is_refused() -> None:
     short = scenario.model_copy(update={"duration_s": 5 * scenario.synthesis.duration_s.mean})
     with pytest.raises(ValueError, match="before its first 10 mean syntheses"):
         lifts(short, Settings())
+
+
+def test_the_terms_say_what_lifts_the_lead_time_after_a_slowdown() -> None:
+    # pacer_controller_live_floor_seconds and pacer_controller_slowdown come from these terms.
+    scenario = load_scenario(scenario_path("synthesis-slowdown-gpu-bound"))
+    at_s = scenario.synthesis.phases[0].at_s
+    seen: list[tuple[float, Terms]] = []
+
+    def make(clock: VirtualClock) -> DispatchPolicy:
+        policy = factory(clock)
+        assert isinstance(policy, PIController)
+        decide = policy.decide
+
+        def watched(obs: Observation) -> Decision:
+            decision = decide(obs)
+            seen.append((clock(), policy.terms))
+            return decision
+
+        policy.__dict__["decide"] = watched
+        return policy
+
+    factory = policy_factory("pi", scenario, Settings())
+    Simulation(scenario, "pi", make).run()
+    before = [t for at, t in seen if at < at_s]
+    after = [t for at, t in seen if at_s <= at < at_s + 30]
+    assert all(t.slowdown == 1.0 for t in before)
+    assert all(t.floor_s <= t.lead_s + 1e-9 for _, t in seen)
+    # Synthesis five times slower: the check sees it, and the lead time is that many T̂syn.
+    slowed = [t for t in after if t.slowdown > 1.0]
+    assert slowed
+    assert any(t.lead_s > 2 * before[-1].lead_s for t in slowed)
+    # ... and where the floor stands higher than the slowdown's lead time, it sets it.
+    assert any(t.floor_s == t.lead_s > before[-1].lead_s for t in after)
