@@ -25,13 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.classes import CLASSES, draw_arguments, drawn_hosts
+from bench.watch import watched_pi
 from pacer.cli.table import render
 from pacer.config import Settings
 from pacer.control.controller import PIController
 from pacer.control.estimates import Estimator
-from pacer.control.policy import Decision, DispatchPolicy, Observation
-from pacer.sim.engine import PolicyFactory, Simulation, VirtualClock
-from pacer.sim.policies import policy_factory
+from pacer.sim.engine import Simulation
 from pacer.sim.report import summarize
 from pacer.sim.scenario import Scenario
 
@@ -61,25 +60,14 @@ def lifts(scenario: Scenario, settings: Settings) -> Lifts:
     # (time, T̂syn, the live floor, the slowdown's lead time, the lead time used), all in s
     seen: list[tuple[float, float, float, float, float]] = []
 
-    def make(clock: VirtualClock) -> DispatchPolicy:
-        policy = factory(clock)
-        assert isinstance(policy, PIController)
+    def watch(now: float, policy: PIController) -> None:
         estimator: Estimator = policy._est  # the parts of its lead time, read only
-        decide = policy.decide
+        syn = estimator.synthesis_s
+        if now >= warm_s and syn:
+            seen.append((now, syn, estimator.live_floor_s(), estimator.slowdown_lead_s,
+                         policy.terms.lead_s))  # fmt: skip
 
-        def watched(obs: Observation) -> Decision:
-            decision = decide(obs)
-            syn = estimator.synthesis_s
-            if clock() >= warm_s and syn:
-                seen.append((clock(), syn, estimator.live_floor_s(),
-                             estimator.slowdown_lead_s, policy.terms.lead_s))  # fmt: skip
-            return decision
-
-        policy.__dict__["decide"] = watched  # this run's controller only
-        return policy
-
-    factory: PolicyFactory = policy_factory("pi", scenario, settings)
-    report = summarize(Simulation(scenario, "pi", make).run())
+    report = summarize(Simulation(scenario, "pi", watched_pi(scenario, settings, watch)).run())
     if len(seen) < 2:
         raise ValueError(f"{scenario.name}: the run ends before its first {WARM_SYNTHESES} "
                          "mean syntheses are past")  # fmt: skip

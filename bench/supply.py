@@ -20,12 +20,11 @@ from concurrent.futures import ProcessPoolExecutor
 
 from bench.near_balance import floats, host
 from bench.usage import doc_parser
+from bench.watch import watched_pi
 from pacer.cli.table import render
 from pacer.config import Settings
 from pacer.control.controller import PIController
-from pacer.control.policy import Decision, DispatchPolicy, Observation
-from pacer.sim.engine import Simulation, VirtualClock
-from pacer.sim.policies import policy_factory
+from pacer.sim.engine import Simulation
 
 AFTER_S = 100.0  # the start and its bootstrap left out
 
@@ -34,26 +33,15 @@ def read(job: tuple[float, float, bool]) -> list[object]:
     """One host's row: name, true supply, supply read, rate cap (partitions/s)."""
     sigma, headroom, executor = job
     scenario = host(sigma, headroom, 0, executor)
-    build = policy_factory("pi", scenario, Settings())
     supplies: list[float] = []
     caps: list[float] = []
 
-    def reading(clock: VirtualClock) -> DispatchPolicy:
-        policy = build(clock)
-        assert isinstance(policy, PIController)
-        decide = policy.decide
+    def read_after(now: float, policy: PIController) -> None:
+        if now >= AFTER_S:
+            supplies.append(policy.synthesis_supply_per_s)
+            caps.append(policy.terms.rate_cap_per_s)
 
-        def read_after(obs: Observation) -> Decision:
-            decision = decide(obs)
-            if clock() >= AFTER_S:
-                supplies.append(policy.synthesis_supply_per_s)
-                caps.append(policy.terms.rate_cap_per_s)
-            return decision
-
-        policy.decide = read_after  # type: ignore[method-assign]
-        return policy
-
-    Simulation(scenario, "pi", reading).run()
+    Simulation(scenario, "pi", watched_pi(scenario, Settings(), read_after)).run()
     true = scenario.synthesis.cores / scenario.synthesis.duration_s.mean
     supply, cap = statistics.median(supplies), statistics.median(caps)
     return [scenario.name, f"{true:.2f}", f"{supply:.2f}", f"{cap:.2f}",

@@ -8,11 +8,10 @@ import pytest
 
 from bench.classes import CLASSES, draw
 from bench.lead_lift import lifts, mean
+from bench.watch import watched_pi
 from pacer.config import Settings
-from pacer.control.controller import PIController
-from pacer.control.policy import Decision, DispatchPolicy, Observation, Terms
-from pacer.sim.engine import Simulation, VirtualClock
-from pacer.sim.policies import policy_factory
+from pacer.control.policy import Terms
+from pacer.sim.engine import Simulation
 from pacer.sim.scenario import load_scenario, scenario_path
 from pacer.sim.suite import run_policy
 
@@ -46,22 +45,8 @@ def test_the_terms_say_what_lifts_the_lead_time_after_a_slowdown() -> None:
     scenario = load_scenario(scenario_path("synthesis-slowdown-gpu-bound"))
     at_s = scenario.synthesis.phases[0].at_s
     seen: list[tuple[float, Terms]] = []
-
-    def make(clock: VirtualClock) -> DispatchPolicy:
-        policy = factory(clock)
-        assert isinstance(policy, PIController)
-        decide = policy.decide
-
-        def watched(obs: Observation) -> Decision:
-            decision = decide(obs)
-            seen.append((clock(), policy.terms))
-            return decision
-
-        policy.__dict__["decide"] = watched
-        return policy
-
-    factory = policy_factory("pi", scenario, Settings())
-    Simulation(scenario, "pi", make).run()
+    watch = watched_pi(scenario, Settings(), lambda now, pi: seen.append((now, pi.terms)))
+    Simulation(scenario, "pi", watch).run()
     before = [t for at, t in seen if at < at_s]
     after = [t for at, t in seen if at_s <= at < at_s + 30]
     assert all(t.slowdown == 1.0 for t in before)
