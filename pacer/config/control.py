@@ -139,6 +139,17 @@ class ControllerSettings(Section):
         "it); where synthesis is the bottleneck, keep every slot busy. Lower: more memory, "
         "less idle time. 0: off (share)",
     )
+    live_floor_longest: float = Field(
+        0.0,
+        ge=0,
+        le=20,
+        description="The live floor's margin, how far the oldest syntheses running outran "
+        "the synthesis estimate lately, is taken over eight lead times, or over this many "
+        "of the longest syntheses seen where that is longer. 0: eight lead times. Where "
+        "synthesis times spread widely (a heavy tail, partitions of several sizes), 4 keeps "
+        "the lead time from lifting on clusters of stragglers: less memory, a slowdown under "
+        "the tail seen as soon, and less for kp and ki to move (longest syntheses)",
+    )
     lost_gpu_hold_leads: float = Field(
         2.0,
         ge=0,

@@ -282,6 +282,16 @@ class Estimator:
         return self._floor.value_s
 
     @property
+    def floor_longest(self) -> float:
+        """The live floor's history spans at least this many of the longest syntheses the
+        window holds (``ControllerSettings.live_floor_longest``; 0: eight lead times)."""
+        return self._floor.history_longest
+
+    @floor_longest.setter
+    def floor_longest(self, longest: float) -> None:
+        self._floor.history_longest = longest
+
+    @property
     def slowdown_lead_s(self) -> float:
         """The lead time (s) a slowdown seen in the syntheses that do not finish asks for
         (``SurvivalCheck``); 0 where none is seen."""

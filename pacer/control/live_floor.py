@@ -10,8 +10,10 @@ are now, but no more than the most seen when the margin's reference was taken: a
 slowdown more are sent, and a rank that grew with them would see the slowdown later.
 
 The floor compares that age with T̂syn, the windowed mean, and keeps the excess (age − T̂syn)
-seen at its highest over the last ``HISTORY_LEADS`` lead times: the margin by which the oldest
-syntheses outrun T̂syn on this host. The floor is the age less that margin.
+seen at its highest over the last ``HISTORY_LEADS`` lead times, or over ``history_longest`` of
+the longest syntheses the window holds where that is longer (``live_floor_longest``): the
+margin by which the oldest syntheses outrun T̂syn on this host. The floor is the age less that
+margin.
 
 It does the same twice as deep (the synthesis at twice its rank, with its own margin), and
 rises no further than ``DEEP_SLACK`` × T̂syn above what that one says. A slowdown ages both
@@ -97,7 +99,10 @@ class LiveFloor:
     GUARD_LEADS = 2.0  # ... but for the newest this many (the reference is from before)
     DEEP_SLACK = 1.0  # no further above the floor twice as deep than this many T̂syn
 
-    def __init__(self) -> None:
+    def __init__(self, history_longest: float = 0.0) -> None:
+        # The history spans at least this many of the longest syntheses the window holds
+        # (``live_floor_longest``): an excursion of the ranks lasts as long as those run.
+        self.history_longest = history_longest
         # [first, last, highest excess, most running, highest excess twice as deep]
         self._slots: deque[list[float]] = deque()
         self.value_s = 0.0
@@ -155,7 +160,8 @@ class LiveFloor:
             # ones set apart from them hold the floor no further than DEEP_SLACK beyond.
             self.value_s = min(self.value_s, deep - deep_reference + self.DEEP_SLACK * estimate_s)
         deep_excess = -math.inf if deep is None else deep - estimate_s
-        self._keep(now, age - estimate_s, count, estimate_s, lead_s, deep_excess)
+        history_s = max(self.HISTORY_LEADS * lead_s, self.history_longest * (longest_s or 0.0))
+        self._keep(now, age - estimate_s, count, estimate_s, history_s, deep_excess)
 
     def _deep(self, ages_s: tuple[float, ...], rank: int) -> float | None:
         """The age of the synthesis not hung twice as deep as ``rank``; None where fewer are
@@ -225,7 +231,7 @@ class LiveFloor:
         return reference, most, deep
 
     def _keep(
-        self, now: float, excess: float, count: int, estimate_s: float, lead_s: float,
+        self, now: float, excess: float, count: int, estimate_s: float, history_s: float,
         deep_excess: float = -math.inf,
     ) -> None:  # fmt: skip
         slots = self._slots
@@ -235,6 +241,6 @@ class LiveFloor:
             slot[4] = max(slot[4], deep_excess)
         else:
             slots.append([now, now, excess, count, deep_excess])
-        horizon = now - self.HISTORY_LEADS * lead_s
+        horizon = now - history_s
         while len(slots) > 1 and slots[0][1] < horizon:
             slots.popleft()

@@ -39,6 +39,7 @@ class Pacing:
         queue_sigmas: float = QUEUE_SIGMAS,
     ) -> None:
         self._est = estimator
+        estimator.floor_longest = settings.live_floor_longest
         self.model = Model(estimator, settings, caps, queue_sigmas)
         self.law = PILaw(settings)
         self.predictions = Predictions()  # q̂ after each dispatch, to compare a lead later
@@ -123,6 +124,7 @@ class Pacing:
     def retune(self, settings: ControllerSettings, terms: Terms, *, keep: bool) -> None:
         """New settings; with ``keep`` the correction keeps its value (``PILaw.retune``)."""
         self.model.settings = settings
+        self._est.floor_longest = settings.live_floor_longest
         self.law.retune(settings, terms.error + terms.mismatch, keep=keep)
 
     def leave_manual(self, interval_s: float, terms: Terms) -> None:
