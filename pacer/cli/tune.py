@@ -65,6 +65,8 @@ the grid (--grid NAME=V1,V2,... replaces one setting's values, or adds a setting
   target_ready     4 and 8 (the ready floor in partitions: half its default, and the default)
   near_balance_idle  0, 0.002 (the default) and 0.01, where the host's synthesis slots
                    finish under twice what its GPUs prove (at the recording's mean times)
+  live_floor_longest  0 (the default) and 4, where the recording's 99th percentile
+                   synthesis is over twice the mean (a heavy tail, partitions of several sizes)
   any other PACER_CONTROLLER__* setting by name, e.g. --grid target_ready=2,4,8
 
 examples:
@@ -233,7 +235,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
 
 def _tune(args: argparse.Namespace, settings: Settings) -> int:
     from pacer.sim.recording import read_journal, read_trace
-    from pacer.sim.sweep import Goal, default_grid, lead_of, near_balance, parse_grid
+    from pacer.sim.sweep import Goal, default_grid, lead_of, near_balance, parse_grid, wide_spread
     from pacer.sim.tuning import NoPointMeetsGoal, environment_file, tune
 
     if args.journal is not None:
@@ -244,7 +246,7 @@ def _tune(args: argparse.Namespace, settings: Settings) -> int:
         recording = read_trace(args.trace)
     host = host_shape(settings, args, recording.mean_bytes, checks=recording.checks > 0)
     tuned_on, held_out = recording.split(args.holdout)
-    base = default_grid(lead_of(tuned_on), near_balance(tuned_on, host))
+    base = default_grid(lead_of(tuned_on), near_balance(tuned_on, host), wide_spread(tuned_on))
     grid = parse_grid(args.grid, base, settings)
     goal = Goal(args.goal, args.min_busy if args.goal == "min-memory" else args.max_memory)
     if settings.controller.policy != "pi":

@@ -33,6 +33,10 @@ _NEAR_BALANCE_DEFAULT = ControllerSettings.model_fields["near_balance_idle"].def
 # near_balance_idle: off, the default, and five times it (a thinner near-balance buffer) ...
 NEAR_BALANCE_IDLE = (0.0, _NEAR_BALANCE_DEFAULT, 5 * _NEAR_BALANCE_DEFAULT)
 NEAR_BALANCE_RATIO = 2.0  # ... swept where the synthesis slots finish under this × the GPUs
+# live_floor_longest: eight lead times, and four of the longest syntheses (D216) ...
+LIVE_FLOOR_LONGEST = (0.0, 4.0)
+WIDE_QUANTILE, WIDE_RATIO = 0.99, 2.0  # ... swept where the 99th percentile synthesis passes
+# twice the mean: only there can four of the longest outlast eight lead times
 BUSY_TIE = 0.0005  # busy ratios closer than this are as busy: the goal then takes less memory
 PREFIX = "PACER_CONTROLLER__"
 
@@ -72,10 +76,12 @@ def value_text(value: Any) -> str:
     return str(value)
 
 
-def default_grid(lead_s: float, near_balance: bool = False) -> Grid:
+def default_grid(lead_s: float, near_balance: bool = False, wide: bool = False) -> Grid:
     """kp DEFAULT_KP × ki DEFAULT_KI × target_ready_s BUFFER_LEADS of ``lead_s`` (the mean
     synthesis time of the recording, s), to three significant figures, × target_ready
-    READY_FLOORS; with ``near_balance``, × near_balance_idle NEAR_BALANCE_IDLE too."""
+    READY_FLOORS; with ``near_balance``, × near_balance_idle NEAR_BALANCE_IDLE too; with
+    ``wide`` (synthesis times spread widely, `wide_spread`), × live_floor_longest
+    LIVE_FLOOR_LONGEST."""
     buffers = tuple(dict.fromkeys(float(f"{share * lead_s:.3g}") for share in BUFFER_LEADS))
     axes: list[tuple[str, tuple[Any, ...]]] = [
         ("kp", DEFAULT_KP), ("ki", DEFAULT_KI), ("target_ready_s", buffers),
@@ -83,7 +89,18 @@ def default_grid(lead_s: float, near_balance: bool = False) -> Grid:
     ]  # fmt: skip
     if near_balance:
         axes.append(("near_balance_idle", NEAR_BALANCE_IDLE))
+    if wide:
+        axes.append(("live_floor_longest", LIVE_FLOOR_LONGEST))
     return Grid(tuple(axes))
+
+
+def wide_spread(recording: Recording) -> bool:
+    """Whether the recording's synthesis times spread widely: the ``WIDE_QUANTILE`` quantile
+    beyond ``WIDE_RATIO`` × their mean (a heavy tail, partitions of several sizes), where how
+    long the live floor remembers may matter (``live_floor_longest``, D216)."""
+    syn = recording.synthesis_s
+    mean = float(np.mean(syn)) if len(syn) else 0.0
+    return mean > 0 and float(np.quantile(syn, WIDE_QUANTILE)) > WIDE_RATIO * mean
 
 
 def near_balance(recording: Recording, host: HostShape) -> bool:

@@ -25,7 +25,8 @@ HOST = ["--workers", "2", "--cores", "32", "--threads-per-synthesis", "1",
 # Near balance (32 slots at the recording's 1.4 s and more, the GPUs' 12.5 a second) the
 # default grid sweeps near_balance_idle too: held at its default here.
 SMALL_GRID = ["--grid", "kp=4", "--grid", "ki=0.1", "--grid", "target_ready_s=0,2.5",
-              "--grid", "near_balance_idle=0.002", "--grid", "target_ready=8"]  # fmt: skip
+              "--grid", "near_balance_idle=0.002", "--grid", "target_ready=8",
+              "--grid", "live_floor_longest=0"]  # fmt: skip
 
 
 @pytest.fixture
@@ -78,6 +79,7 @@ def test_tune_on_a_journal_prints_an_environment_file_of_the_tuned_settings(
         "PACER_CONTROLLER__TARGET_READY_S": "2.5",
         "PACER_CONTROLLER__NEAR_BALANCE_IDLE": "0.002",
         "PACER_CONTROLLER__TARGET_READY": "8",
+        "PACER_CONTROLLER__LIVE_FLOOR_LONGEST": "0",
     }
     assert all(line.startswith(("#", "PACER_CONTROLLER__")) for line in out.splitlines() if line)
     assert f"# recording: journal {journal}, 600 partitions of 30 jobs, ended " in out
@@ -203,7 +205,7 @@ def test_a_goal_no_point_meets_is_refused_with_the_frontier(
     assert "The frontier on the part tuned on" in captured.err
     assert ("pacer: --max-memory 10.0 GiB: no point of the grid holds mean memory in flight "
             "<= 10.0 GiB (the least, kp=4 ki=0.1 target_ready_s=0 target_ready=8 "
-            "near_balance_idle=0.002, "
+            "near_balance_idle=0.002 live_floor_longest=0, "
             ) in captured.err  # fmt: skip
 
 

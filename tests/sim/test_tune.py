@@ -30,6 +30,7 @@ from pacer.sim.sweep import (
     frontier,
     near_balance,
     parse_grid,
+    wide_spread,
 )
 from pacer.sim.tuning import tune
 
@@ -317,6 +318,19 @@ def test_the_default_grid_sweeps_the_near_balance_buffer_where_synthesis_barely_
     grid = default_grid(lead_s=2.0, near_balance=True)
     assert dict(grid.axes)["near_balance_idle"] == (0.0, 0.002, 0.01)
     assert len(grid.points()) == 3 * len(default_grid(lead_s=2.0).points())
+
+
+def test_the_default_grid_sweeps_the_floor_history_where_synthesis_times_spread_widely() -> None:
+    # Syntheses of 1 to 2 s: the 99th percentile within twice the mean. One in ten twenty
+    # times as long (a heavy tail): far beyond, and the floor's history may matter (D216).
+    narrow = recording_of(200)
+    assert not wide_spread(narrow)
+    heavy = replace(narrow, synthesis_s=np.where(np.arange(200) % 10 == 0, 30.0, 1.5))
+    assert wide_spread(heavy)
+    grid = default_grid(lead_s=2.0, wide=True)
+    assert dict(grid.axes)["live_floor_longest"] == (0.0, 4.0)
+    assert len(grid.points()) == 2 * len(default_grid(lead_s=2.0).points())
+    assert "live_floor_longest" not in dict(default_grid(lead_s=2.0).axes)
 
 
 def test_the_grid_names_settings_as_the_settings_do_and_checks_them() -> None:
