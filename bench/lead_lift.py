@@ -10,8 +10,10 @@ partitions ahead, so on a host that does not change it is memory held for nothin
 host drawn as `bench.classes` draws it, pi runs once and is watched at every decision after
 its first ten mean syntheses: the share of that time its lead time stood above T̂syn, and the
 mean lift in T̂syn (time-weighted, so 0.05 is a lead time 5 % long on average), each split by
-what set it: the live floor, or the survival check's slowdown. Then the means per class. A
-diagnostic of the controller's estimates: it changes nothing in the run.
+what set it: the live floor, the survival check's slowdown, or the cold start's first cohort
+while one of it still runs (its censored mean bounds the lead time). It reads the controller's
+terms, as the metrics `pacer_controller_live_floor_seconds` and `pacer_controller_slowdown`
+show them. Then the means per class. A diagnostic: it changes nothing in the run.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from bench.watch import watched_pi
 from pacer.cli.table import render
 from pacer.config import Settings
 from pacer.control.controller import PIController
-from pacer.control.estimates import Estimator
 from pacer.sim.engine import Simulation
 from pacer.sim.report import summarize
 from pacer.sim.scenario import Scenario
@@ -37,10 +38,13 @@ from pacer.sim.scenario import Scenario
 WARM_SYNTHESES = 10  # decisions are watched once this many mean syntheses are past
 
 
+PARTS = ("floor", "check", "cohort")  # what set a lifted lead time (``Lifts``)
+
+
 @dataclass(frozen=True)
 class Lifts:
     """What lifted pi's lead time on one host, after the warm-up: shares of the time, and
-    mean lifts over all of it in T̂syn (the floor's and the check's add up to ``lift``)."""
+    mean lifts over all of it in T̂syn (the three parts add up to ``share`` and ``lift``)."""
 
     host: str
     share: float  # of the time the lead time stood above T̂syn
@@ -49,6 +53,8 @@ class Lifts:
     floor_lift: float
     check_share: float  # ... where the survival check's slowdown set it
     check_lift: float
+    cohort_share: float  # ... where the cold start's cohort, still running, set it
+    cohort_lift: float
     busy: float  # pi's GPU busy ratio over the run
     inflight: float  # pi's mean partitions in flight
 
@@ -57,26 +63,27 @@ def lifts(scenario: Scenario, settings: Settings) -> Lifts:
     """pi on ``scenario``, watched (``Lifts``). Raises ValueError where the run ends before
     its warm-up does."""
     warm_s = WARM_SYNTHESES * scenario.synthesis.duration_s.mean
-    # (time, T̂syn, the live floor, the slowdown's lead time, the lead time used), all in s
+    # (time, T̂syn s, the live floor s, the slowdown found, the lead time used s)
     seen: list[tuple[float, float, float, float, float]] = []
 
     def watch(now: float, policy: PIController) -> None:
-        estimator: Estimator = policy._est  # the parts of its lead time, read only
-        syn = estimator.synthesis_s
+        syn, terms = policy.estimates.synthesis_s, policy.terms
         if now >= warm_s and syn:
-            seen.append((now, syn, estimator.live_floor_s(), estimator.slowdown_lead_s,
-                         policy.terms.lead_s))  # fmt: skip
+            seen.append((now, syn, terms.floor_s, terms.slowdown, terms.lead_s))
 
     report = summarize(Simulation(scenario, "pi", watched_pi(scenario, settings, watch)).run())
     if len(seen) < 2:
         raise ValueError(f"{scenario.name}: the run ends before its first {WARM_SYNTHESES} "
                          "mean syntheses are past")  # fmt: skip
-    at, syn, floor, check, lead = (np.array(column) for column in zip(*seen, strict=True))
+    at, syn, floor, slowdown, lead = (np.array(column) for column in zip(*seen, strict=True))
     weight = np.diff(at, append=at[-1])
     total = float(weight.sum())
     lifted = lead > syn * (1 + 1e-9)
-    by_check = lifted & (check > floor)
-    by_floor = lifted & ~by_check
+    # The lead time is the most of T̂syn, the floor and a slowdown's, or while the cold
+    # start's cohort runs, of T̂syn and the cohort's bound.
+    by_floor = lifted & (floor >= lead)
+    by_check = lifted & ~by_floor & (slowdown > 1)
+    by_cohort = lifted & ~by_floor & ~by_check
     excess = np.where(lifted, (lead - syn) / syn, 0.0)
 
     def share(mask: np.ndarray) -> float:
@@ -86,8 +93,8 @@ def lifts(scenario: Scenario, settings: Settings) -> Lifts:
         return float((weight * excess)[mask].sum()) / total if total > 0 else math.nan
 
     return Lifts(scenario.name, share(lifted), lift(lifted), share(by_floor), lift(by_floor),
-                 share(by_check), lift(by_check), report.gpu_busy_ratio,
-                 report.mean_inflight_partitions)  # fmt: skip
+                 share(by_check), lift(by_check), share(by_cohort), lift(by_cohort),
+                 report.gpu_busy_ratio, report.mean_inflight_partitions)  # fmt: skip
 
 
 def _host(scenario: Scenario) -> Lifts:
@@ -95,21 +102,21 @@ def _host(scenario: Scenario) -> Lifts:
 
 
 HEADERS = ("host", "lifted, share", "mean lift (T̂syn)", "floor: share", "floor: lift",
-           "slowdown: share", "slowdown: lift", "busy", "in flight")  # fmt: skip
+           "slowdown: share", "slowdown: lift", "cold start: share", "cold start: lift",
+           "busy", "in flight")  # fmt: skip
+FIELDS = ("share", "lift", *(f"{p}_{m}" for p in PARTS for m in ("share", "lift")))
 
 
 def row(x: Lifts) -> tuple[str, ...]:
     """``x`` as a row of ``HEADERS``."""
-    return (x.host, f"{x.share:.3f}", f"{x.lift:.3f}", f"{x.floor_share:.3f}",
-            f"{x.floor_lift:.3f}", f"{x.check_share:.3f}", f"{x.check_lift:.3f}",
-            f"{x.busy:.4f}", f"{x.inflight:.1f}")  # fmt: skip
+    return (x.host, *(f"{getattr(x, f):.3f}" for f in FIELDS), f"{x.busy:.4f}",
+            f"{x.inflight:.1f}")  # fmt: skip
 
 
 def mean(name: str, hosts: Sequence[Lifts]) -> Lifts:
     """The means of ``hosts``, named ``name``."""
-    fields = ("share", "lift", "floor_share", "floor_lift", "check_share", "check_lift", "busy",
-              "inflight")  # fmt: skip
-    values = {f: float(np.mean([getattr(h, f) for h in hosts])) for f in fields}
+    values = {f: float(np.mean([getattr(h, f) for h in hosts])) for f in (*FIELDS, "busy",
+              "inflight")}  # fmt: skip
     return Lifts(name, **values)
 
 

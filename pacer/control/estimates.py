@@ -292,12 +292,6 @@ class Estimator:
         self._floor.history_longest = longest
 
     @property
-    def slowdown_lead_s(self) -> float:
-        """The lead time (s) a slowdown seen in the syntheses that do not finish asks for
-        (``SurvivalCheck``); 0 where none is seen."""
-        return self._survival.lead_s
-
-    @property
     def hung(self) -> int:
         """Syntheses running so long that they are hung (``LiveFloor.HUNG_FACTOR`` × T̂syn)."""
         return self._floor.hung

@@ -25,8 +25,8 @@ def test_the_watch_changes_nothing_and_the_floor_and_the_check_make_up_the_lift(
     # Under a heavy tail the oldest syntheses outrun T̂syn now and then: the floor lifts.
     assert 0 < seen.floor_share <= seen.share < 1
     assert seen.floor_lift > 0
-    assert seen.floor_share + seen.check_share == pytest.approx(seen.share)
-    assert seen.floor_lift + seen.check_lift == pytest.approx(seen.lift)
+    assert seen.floor_share + seen.check_share + seen.cohort_share == pytest.approx(seen.share)
+    assert seen.floor_lift + seen.check_lift + seen.cohort_lift == pytest.approx(seen.lift)
     both = mean("two", [seen, seen])
     assert both.host == "two"
     assert both.lift == pytest.approx(seen.lift)
