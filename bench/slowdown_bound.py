@@ -1,7 +1,8 @@
 """How well any policy could do after a GPU-bound synthesis slowdown: an oracle's bound.
 
     .venv/bin/python -m bench.slowdown_bound [--seeds 10] [--extras 8,20,40] [--scale 5]
-                                             [--sigma 0.2] [--arms pi,unpaced] [--markdown]
+                                             [--sigma 0.2] [--arms pi,unpaced] [--called]
+                                             [--markdown]
 
 On the shipped ``synthesis-slowdown-gpu-bound`` (synthesis five times slower from t = 200 s,
 the GPUs still the bottleneck; ``--scale`` sets another factor, ``--sigma`` the lognormal
@@ -12,7 +13,10 @@ controller holding as much memory can reach. Beside it, ``--arms``: pi (the defa
 unpaced (``--extras none``: no oracle). Prints, per policy, the means over ``--seeds`` seeds
 (the suite's sweep: seed + 101·k) of the busy ratio and the mean in flight, the most in
 flight on any seed, the slowest recovery (busy again, in lead times of the new regime), the
-seeds busy again within two lead times, and each seed's recovery.
+seeds busy again within two lead times, and each seed's recovery. With ``--called``, pi's
+decisions are watched (``bench.watch``), and a line after the table gives, by seed, how many
+seconds after the slowdown pi's terms first showed it (``slowdown`` above 1: the survival check
+called it; "-" where it never did).
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ from collections.abc import Callable
 
 from bench.usage import doc_parser
 from bench.variants import _changed
+from bench.watch import watched_pi
 from pacer.cli.table import render
 from pacer.config import Settings
 from pacer.control.baselines import FixedConcurrency
+from pacer.control.controller import PIController
 from pacer.control.policy import Decision, Observation
 from pacer.sim.engine import PolicyFactory, Simulation
 from pacer.sim.policies import policy_factory
@@ -63,6 +69,20 @@ def _policy(scenario: Scenario, *, name: str, settings: Settings) -> PolicyFacto
     return policy_factory(name, scenario, settings)
 
 
+def _called(scenario: Scenario, *, settings: Settings, calls: list[float | None]) -> PolicyFactory:
+    """pi, watched: appends to ``calls`` how many seconds after the slowdown its terms first
+    showed one (``Terms.slowdown`` above 1), or None where they never did, once the run ends."""
+    at_s = scenario.regimes()[1].start_s
+    calls.append(None)
+    index = len(calls) - 1
+
+    def watch(now: float, pi: PIController) -> None:
+        if calls[index] is None and now >= at_s and pi.terms.slowdown > 1:
+            calls[index] = now - at_s
+
+    return watched_pi(scenario, settings, watch)
+
+
 def main() -> int:
     parser = doc_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=10)
@@ -72,6 +92,8 @@ def main() -> int:
     parser.add_argument("--sigma", type=float, default=None,
                         help="the synthesis times' lognormal sigma in place of 0.2")  # fmt: skip
     parser.add_argument("--arms", default="pi,unpaced", help="pacer's policies beside the oracle")
+    parser.add_argument("--called", action="store_true",
+                        help="when pi's terms first showed the slowdown, by seed")  # fmt: skip
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     base = load_scenario(scenario_path("synthesis-slowdown-gpu-bound"))
@@ -88,6 +110,9 @@ def main() -> int:
         for name in args.arms.split(",")
         if name
     }
+    calls: list[float | None] = []
+    if args.called and "pi" in arms:
+        arms["pi"] = functools.partial(_called, settings=settings, calls=calls)
     extras = [] if args.extras == "none" else [int(e) for e in args.extras.split(",")]
     for extra in extras:
         arms[f"oracle, Little + {extra}"] = functools.partial(oracle, extra=extra)
@@ -122,6 +147,9 @@ def main() -> int:
         "recovery by seed (leads)",
     )
     print(render(headers, rows, markdown=args.markdown))
+    if calls:
+        shown = " ".join("-" if c is None else f"{c:.2f}" for c in calls)
+        print(f"pi's terms first showed the slowdown, by seed (s after it): {shown}")
     return 0
 
 
