@@ -151,14 +151,15 @@ class ControllerSettings(Section):
         "the tail seen as soon, and less for kp and ki to move (longest syntheses)",
     )
     lost_gpu_hold_leads: float = Field(
-        2.0,
+        100.0,
         ge=0,
-        le=100,
+        le=1000,
         description="When GPU workers stop delivering (lost, or stalled on one partition), "
         "keep the pipeline their share of work filled for this many synthesis lead times, "
         "never more than was in flight before, so that a GPU that comes back finds "
-        "partitions ready; then shrink to what the live workers need. 0: shrink at once "
-        "(lead times)",
+        "partitions ready; then shrink to what the live workers need. Lower gives the memory "
+        "of a GPU lost for good back sooner; a GPU back after the hold waits about a lead "
+        "time for its refill. 0: shrink at once (lead times)",
     )
     rebootstrap_hold_s: float = Field(
         1.0,

@@ -403,12 +403,23 @@ def test_a_lost_workers_pipeline_is_kept_for_the_hold_then_given_back(clock: Fak
     """One of two workers lost: for lost_gpu_hold_leads lead times (2 × 30 s) the setpoint
     keeps its share of the pipeline (Little's depth of 2 workers less that of 1: 15), so
     dispatch goes on at the live worker's rate; then the setpoint is the live worker's."""
-    c, one = _one_of_two_lost(clock)
+    c, one = _one_of_two_lost(clock, lost_gpu_hold_leads=2.0)
     steady = c.terms.setpoint
     sent = pace(c, clock, one, 20.0)
     assert c.terms.setpoint == pytest.approx(steady + 15.0)
     assert 5 <= sent <= 15  # about the live worker's 0.5 a second
     pace(c, clock, one, 45.0)
+    assert c.terms.setpoint == pytest.approx(steady)
+
+
+def test_by_default_the_hold_outlasts_an_outage_of_fifty_lead_times(clock: FakeClock) -> None:
+    """The default hold, 100 lead times (100 × 30 s): a worker away for fifty lead times still
+    has its share kept; one away for longer than a hundred has given it back."""
+    c, one = _one_of_two_lost(clock)
+    steady = c.terms.setpoint
+    pace(c, clock, one, 1500.0, step=5.0)
+    assert c.terms.setpoint == pytest.approx(steady + 15.0)
+    pace(c, clock, one, 1550.0, step=5.0)
     assert c.terms.setpoint == pytest.approx(steady)
 
 
