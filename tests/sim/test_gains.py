@@ -65,11 +65,17 @@ KI = (0.0, 0.1, 0.25)  # ... and of ki, 0 to 0.25
 
 
 @SLOW
-@pytest.mark.parametrize(("name", "at_s"), [("gpu-outage", 1500.0), ("gpu-slowdown", 2100.0)])
-def test_a_larger_kp_refills_sooner_once_the_gpus_take_more(name: str, at_s: float) -> None:
-    # A GPU back from an outage, a GPU back to full speed: what is in flight falls short by
-    # a lead time of the added consumption, and kp is how fast it is sent.
-    reports = [_run(name, kp=kp) for kp in KP]
+@pytest.mark.parametrize(
+    ("name", "at_s", "hold"), [("gpu-outage", 1500.0, 2.0), ("gpu-slowdown", 2100.0, 100.0)]
+)
+def test_a_larger_kp_refills_sooner_once_the_gpus_take_more(
+    name: str, at_s: float, hold: float
+) -> None:
+    # A GPU back from an outage longer than the hold of its pipeline (two lead times: by
+    # default it is kept, and nothing is short on its return), a GPU back to full speed: what
+    # is in flight falls short by a lead time of the added consumption, and kp is how fast it
+    # is sent.
+    reports = [_run(name, kp=kp, lost_gpu_hold_leads=hold) for kp in KP]
     recovery = [next(r.after_s for r in rep.recoveries if r.at_s == at_s) for rep in reports]
     assert None not in recovery
     _falls([float(x) for x in recovery if x is not None], by=0.03)
