@@ -4,7 +4,8 @@ It runs a host model in real time: ``--partitions`` partitions, each synthesized
 ``--slots`` synthesis slots (lognormal around ``--synthesis-s``) and then proved on one of
 ``--gpu-workers`` GPU workers (``--gpu-s`` each), its memory held from dispatch to the end of
 its GPU work, never more than ``--budget`` partitions at once. It dispatches only what pacer's
-decisions say; while pacer is away it follows its declared fallback, reconnects and resumes.
+decisions say; while pacer is away, from the start or later, it follows its declared fallback,
+reconnects and resumes. Only a refusal of its hello ends it.
 It ends with one line: GPU busy, mean and peak partitions in flight, seconds taken.
 
     python examples/engine.py --url ws://127.0.0.1:9470/v1/engine --partitions 200
@@ -192,7 +193,13 @@ async def main_async(args: argparse.Namespace) -> Summary:
                   args.sigma, args.budget, args.seed)  # fmt: skip
     client = EngineClient(args.url, model.hello(args.engine, args.workload_key),
                           token=args.token, unix_socket=args.unix_socket)  # fmt: skip
-    await client.connect()
+    try:
+        await client.connect()
+    except (OSError, TimeoutError, aiohttp.ClientError) as exc:
+        # pacer away, still starting, or gone before its welcome: the engine starts by its
+        # fallback, and the keeper below connects once pacer answers. A refusal is final.
+        print(f"engine: pacer not reached ({exc!r}); by the fallback until it is",
+              file=sys.stderr)  # fmt: skip
     keeper = asyncio.ensure_future(keep_connected(client))
     try:
         return await Engine(model, client).run()

@@ -1,10 +1,11 @@
 """The reference engine (examples/engine.py) as a process, paced by `pacer serve` as a process:
-a run to the end, and a pacer killed and started again while the engine runs on by its
-fallback, then resumes with a fresh session told what is in flight."""
+a run to the end, a pacer killed and started again while the engine runs on by its fallback,
+then resumes with a fresh session told what is in flight, and an engine started before pacer."""
 
 from __future__ import annotations
 
 import json
+import select
 import sqlite3
 import subprocess
 import sys
@@ -28,6 +29,14 @@ def engine(port: int, name: str, *args: str) -> subprocess.Popen[str]:
          "--engine", name, "--workload-key", f"key-{name}", *args],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+
+
+def _first_line(proc: subprocess.Popen[str], timeout_s: float = 60.0) -> str:
+    """The first line ``proc`` prints, waiting at most ``timeout_s``."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    assert ready, f"the engine printed nothing in {timeout_s} s"
+    return proc.stdout.readline()
 
 
 def workload_estimates(path: Path) -> dict[str, Any]:
@@ -83,6 +92,30 @@ def test_the_engine_goes_on_while_pacer_is_gone_and_redeclares_to_a_new_one(
         new = server.log[begun:]
         assert "event refused" not in new, new[-3000:]
         assert "restart-a: session" in new  # its bye ended the new session
+    finally:
+        proc.kill()
+        server.stop()
+
+
+def test_an_engine_started_before_pacer_waits_by_its_fallback_then_runs_to_the_end(
+    tmp_path: Path,
+) -> None:
+    """The first connection fails (nothing listens yet): the engine holds by its fallback,
+    and connects once pacer serves. A pacer that dies before its first welcome takes the
+    engine down the same path."""
+    port = free_port()
+    proc = engine(port, "early-a", "--partitions", "20", "--gpu-s", "0.02",
+                  "--synthesis-s", "0.05")  # fmt: skip
+    server = ServerProcess(tmp_path, PACER_WORKLOAD="noop", PACER_API__PORT=str(port))
+    try:
+        first = _first_line(proc)  # it tried, and found nothing listening
+        assert "pacer not reached" in first, first
+        assert proc.poll() is None, "the engine ended with pacer away"
+        server.start()
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+        assert out.strip().splitlines()[-1].startswith("engine: busy "), out
+        assert "engine early-a opened session" in server.log
     finally:
         proc.kill()
         server.stop()
