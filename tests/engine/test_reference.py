@@ -101,8 +101,8 @@ def test_an_engine_started_before_pacer_waits_by_its_fallback_then_runs_to_the_e
     tmp_path: Path,
 ) -> None:
     """The first connection fails (nothing listens yet): the engine holds by its fallback,
-    and connects once pacer serves. A pacer that dies before its first welcome takes the
-    engine down the same path."""
+    and connects once pacer serves. A pacer that dies before its first welcome sends the
+    engine the same way."""
     port = free_port()
     proc = engine(port, "early-a", "--partitions", "20", "--gpu-s", "0.02",
                   "--synthesis-s", "0.05")  # fmt: skip
