@@ -28,7 +28,7 @@ windows that hold several samples at a scrape interval of up to 15 s."""
 PI_TERMS = (
     "error", "p_term", "i_term", "ff_term", "setpoint", "projected_ready", "synthesis_cap",
     "synthesis_supply", "synthesis_queue", "synthesis_handoff_seconds", "lead_seconds",
-    "live_floor_seconds", "slowdown", "synthesis_hung",
+    "live_floor_seconds", "slowdown", "held_workers", "synthesis_hung",
 )  # fmt: skip
 PI_ONLY_SERIES = frozenset(f"pacer_controller_{term}" for term in PI_TERMS)
 """The series exported under the ``pi`` dispatch policy only (docs/metrics.md): under a baseline

@@ -77,7 +77,7 @@ class Pacing:
         return Terms(mode, projected, setpoint, error, p_term, i_term,
                      min(base, s.interval_max_s), multiplier, interval, math.inf, lead_s,
                      workers, mismatch, hung, self._est.live_floor_s(),
-                     self._est.slowdown)  # fmt: skip
+                     self._est.slowdown, held)  # fmt: skip
 
     def stepped(self, terms: Terms) -> Terms:
         """``terms`` after ``integrate``: the I term of the integral as it is now, and the

@@ -197,6 +197,7 @@ class Terms(NamedTuple):
     hung: int = 0  # syntheses counted as hung: left out of those in synthesis
     floor_s: float = 0.0  # the live floor on the lead time (s); 0 while too few run
     slowdown: float = 1.0  # synthesis this many times slower than T̂syn says (1: none seen)
+    held: int = 0  # GPU workers lost whose share of the pipeline is kept (WorkerHold)
 
 
 class PolicyConflictError(Exception):

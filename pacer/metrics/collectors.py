@@ -80,6 +80,9 @@ class _StateCollector(Collector):
                 ("pacer_controller_slowdown", "How many times slower synthesis runs than the "
                  "synthesis estimate says, from the syntheses that failed to finish in time; 1 "
                  "while none is seen", t.slowdown),
+                ("pacer_controller_held_workers", "GPU workers lost, or stuck on one partition, "
+                 "whose share of the pipeline is kept for them (partitions wait ready) until "
+                 "they are back or the hold of lost_gpu_hold_leads lead times ends", t.held),
                 ("pacer_controller_synthesis_hung", "Syntheses counted as hung, left out of "
                  "those in synthesis: running for ten synthesis estimates, or set apart from "
                  "the rest by a gap in their ages", t.hung),

@@ -407,9 +407,11 @@ def test_a_lost_workers_pipeline_is_kept_for_the_hold_then_given_back(clock: Fak
     steady = c.terms.setpoint
     sent = pace(c, clock, one, 20.0)
     assert c.terms.setpoint == pytest.approx(steady + 15.0)
+    assert c.terms.held == 1  # pacer_controller_held_workers
     assert 5 <= sent <= 15  # about the live worker's 0.5 a second
     pace(c, clock, one, 45.0)
     assert c.terms.setpoint == pytest.approx(steady)
+    assert c.terms.held == 0
 
 
 def test_by_default_the_hold_outlasts_an_outage_of_fifty_lead_times(clock: FakeClock) -> None:
@@ -433,8 +435,10 @@ def test_a_worker_back_within_the_hold_ends_it(clock: FakeClock) -> None:
     c, one = _one_of_two_lost(clock)
     steady = c.terms.setpoint
     pace(c, clock, one, 10.0)
+    assert c.terms.held == 1
     pace(c, clock, obs(ready=8, synth=30), 1.0)
     assert c.terms.setpoint == pytest.approx(steady)
+    assert c.terms.held == 0
 
 
 def test_projections_made_before_a_manual_rate_are_not_held_against_the_model(

@@ -33,7 +33,7 @@ REQUIRED = [
     "pacer_controller_policy_info", "pacer_controller_synthesis_cap",
     "pacer_controller_synthesis_supply", "pacer_controller_lead_seconds",
     "pacer_controller_live_floor_seconds", "pacer_controller_slowdown",
-    "pacer_controller_synthesis_hung",
+    "pacer_controller_held_workers", "pacer_controller_synthesis_hung",
     "pacer_hung_calls_total", "pacer_partition_retries_total", "pacer_abandoned_threads",
     "pacer_memory_abandoned_bytes", "pacer_gpu_workers_live",
     "pacer_journal_healthy",
