@@ -30,6 +30,8 @@ from pacer.engine.client import EngineClient, EngineRefusedError
 
 GIB = 1 << 30
 RECONNECT_S = 0.5
+# What the reference client raises where pacer is away, starting, or closes before its welcome.
+AWAY = (OSError, TimeoutError, aiohttp.ClientError)
 FALLBACK_TICK_S = 0.05
 
 
@@ -181,7 +183,7 @@ async def keep_connected(client: EngineClient) -> None:
         if not client.connected:
             try:
                 await client.connect()
-            except (OSError, TimeoutError, aiohttp.ClientError, EngineRefusedError):
+            except (*AWAY, EngineRefusedError):
                 pass  # away, starting or refusing: the next try may find it
             except Exception as exc:  # not the client's documented errors: say so, go on
                 print(f"engine: reconnecting raised {exc!r}", file=sys.stderr)
@@ -195,7 +197,7 @@ async def main_async(args: argparse.Namespace) -> Summary:
                           token=args.token, unix_socket=args.unix_socket)  # fmt: skip
     try:
         await client.connect()
-    except (OSError, TimeoutError, aiohttp.ClientError) as exc:
+    except AWAY as exc:
         # pacer away, still starting, or gone before its welcome: the engine starts by its
         # fallback, and the keeper below connects once pacer answers. A refusal is final.
         print(f"engine: pacer not reached ({exc!r}); by the fallback until it is",
