@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -201,7 +202,7 @@ class Estimator:
     def observe_synthesis(self, seconds: float, now: float) -> None:
         """A synthesis that took ``seconds`` finished at ``now`` (clock seconds)."""
         in_order = self._cohort is None
-        self._syn.add(seconds, in_order=in_order, agrees=lambda longest: self._agrees(longest, now))
+        self._syn.add(seconds, in_order=in_order, agrees=lambda level: self._agrees(level, now))
         self.version += 1
         if self._cohort is not None:
             self._close_cohort(self._cohort.completed(now, seconds))
@@ -223,14 +224,22 @@ class Estimator:
         if self._cohort is not None:
             self._close_cohort(self._cohort.failed(now, seconds))
 
-    def _agrees(self, longest_s: float, now: float) -> bool:
-        """Whether the syntheses running agree with a faster level whose longest sample is
-        ``longest_s``: at most ``OLDER_MAX`` of them (not hung) are older than it by more
-        than the window's ``SHIFT_RATIO``. Where partitions of several sizes finish in waves,
-        a run of short ones reads as a faster host while the long ones still run."""
+    def _agrees(self, level: list[float], now: float) -> bool:
+        """Whether the syntheses running agree with a faster level whose samples are
+        ``level`` (s). Hung ones aside, at most ``OLDER_MAX`` of them are older than its
+        longest sample by the window's ``SHIFT_RATIO``, and at most ``OLDER_MAX`` or half as
+        many as it holds are older than its median sample: those were sent with its samples
+        or before them, and have not finished. Where partitions of several sizes are mixed,
+        the small ones finish first, in waves: a run of them reads as a faster host while the
+        large ones still run; after a burst of dispatch, those large ones are as old as the
+        small ones' durations, not older than the longest."""
         at, ages, hung = self._running
-        limit = longest_s * DurationWindow.SHIFT_RATIO - (now - at)
-        return older_than(ages, limit) - hung <= self.OLDER_MAX
+        shift = now - at
+        longest = max(level) * DurationWindow.SHIFT_RATIO
+        if older_than(ages, longest - shift) - hung > self.OLDER_MAX:
+            return False
+        peers = older_than(ages, statistics.median(level) - shift) - hung
+        return peers <= max(self.OLDER_MAX, len(level) / 2)
 
     def observe_running(self, now: float, synthesizing: int, ages_s: tuple[float, ...]) -> None:
         """What the pipeline runs now: ``synthesizing`` syntheses, the oldest of them

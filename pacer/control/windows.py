@@ -14,9 +14,9 @@ import math
 from collections import deque
 from collections.abc import Callable
 
-# Told the longest sample (s) of a shorter level the window would move to: whether to believe
-# it (the syntheses running agree with it).
-Agrees = Callable[[float], bool]
+# Told the samples (s) of a shorter level the window would move to, in the order they came:
+# whether to believe it (the syntheses running agree with it).
+Agrees = Callable[[list[float]], bool]
 
 MAX_WINDOW = 4096  # samples: a window is summed again every 1/16 of it
 SPREAD_SAMPLES = 512  # the spread of a wider window is taken from this many of its samples
@@ -70,11 +70,11 @@ class DurationWindow:
     window holds is news, not noise, as in BBR where a delivery rate above the windowed
     maximum is believed at once; a longer one may be a stall, and needs the median.
 
-    A shorter level may be vetoed: ``add``'s ``agrees`` is told the longest sample of the level
-    the window would move to, and where it says no, the window keeps its samples. Synthesis
+    A shorter level may be vetoed: ``add``'s ``agrees`` is told the samples of the level the
+    window would move to, and where it says no, the window keeps its samples. Synthesis
     passes the ages of the syntheses running: where partitions of several sizes finish in
     waves (the short ones first), a run of short ones looks like a faster host while the long
-    ones still running, older than anything the new level holds, show it is not.
+    ones still running, as old as the new level's samples or older, show it is not.
 
     A prior (saved estimates) enters as ``PRIOR_SAMPLES`` samples; it is dropped as soon as
     the median of the fresh samples so far (the first ``PRIOR_SAMPLES`` of them) differs from
@@ -167,8 +167,8 @@ class DurationWindow:
     def add(self, sample: float, *, in_order: bool = True, agrees: Agrees | None = None) -> None:
         """Add a sample; ``in_order=False`` where samples do not come as a time series (a
         cold start's first cohort completes fastest first): no change of level is looked for.
-        A shorter level is moved to only where ``agrees`` (if given) says yes to its longest
-        sample.
+        A shorter level is moved to only where ``agrees`` (if given) says yes to its
+        samples.
         """
         check_duration(sample)
         if len(self._samples) == self._size:
@@ -300,7 +300,7 @@ class DurationWindow:
         Whether the samples were replaced."""
         if self._back_to_stash(_median(beyond)):
             return True
-        if agrees is not None and not agrees(max(beyond)):
+        if agrees is not None and not agrees(beyond):
             return False
         self.shifts += 1
         self.replace(beyond)

@@ -322,6 +322,50 @@ def test_a_faster_host_is_believed_where_the_syntheses_running_agree() -> None:
     assert est.synthesis_s == pytest.approx(20.0, rel=0.05)
 
 
+def burst_after_a_pause(est: Estimator, large_share: float) -> None:
+    """A window of mostly large partitions (120 s; the completions that follow a pause in
+    dispatch are the large ones still running), then a burst of 40 dispatched over 2 s at
+    t = 200 s, ``large_share`` of them large and the rest small (20 s), each completion told
+    with the ages of the syntheses still running, as the service tells them."""
+    rng = random.Random(7)
+    for i in range(200):
+        work = 20.0 if i % 20 == 0 else 120.0
+        est.observe_synthesis(work * rng.uniform(0.95, 1.05), i)
+        est.fit(4, in_synthesis=40.0)
+    starts = [200.0 + 0.05 * k for k in range(40)]
+    ends = sorted(
+        (start + (120.0 if rng.random() < large_share else 20.0) * rng.uniform(0.95, 1.05), start)
+        for start in starts
+    )
+    for n, (end, start) in enumerate(ends):
+        running = [s for e, s in ends[n:] if s <= end]
+        est.observe_running(
+            end, len(running), tuple(sorted((end - s for s in running), reverse=True))
+        )
+        est.observe_synthesis(end - start, end)
+        if end > 260.0:
+            return
+
+
+def test_the_small_ones_of_a_burst_are_no_faster_host_while_its_large_ones_run() -> None:
+    # After a pause, a burst: its small partitions finish first, and their run lies below
+    # a window that holds mostly large ones. Its large ones, sent with them, still run at
+    # the small ones' age, younger than the old bar (the new level's longest by 20 %).
+    est = estimator(Estimates(gpu_service_s=3.0, synthesis_s=95.0))
+    burst_after_a_pause(est, large_share=0.4)
+    assert est.shifts[1] == 0
+    assert (est.synthesis_s or 0.0) > 60.0
+
+
+def test_a_burst_all_of_one_faster_size_is_a_faster_host() -> None:
+    # The same burst, all of it small: nothing sent with the run is left running, so the
+    # faster level is believed.
+    est = estimator(Estimates(gpu_service_s=3.0, synthesis_s=95.0))
+    burst_after_a_pause(est, large_share=0.0)
+    assert est.shifts[1] == 1
+    assert est.synthesis_s == pytest.approx(20.0, rel=0.05)
+
+
 def test_the_synthesis_window_grows_with_its_spread() -> None:
     # Partitions of 1× or 4× the work, 3 to 1, drawn at random: the mean is 2.45 s. A window
     # of 64 would swing with its mix by a third either way.
