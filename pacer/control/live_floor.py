@@ -159,6 +159,7 @@ class LiveFloor:
             # A slowdown ages the syntheses twice as deep alike; a few hung or straggling
             # ones set apart from them hold the floor no further than DEEP_SLACK beyond.
             self.value_s = min(self.value_s, deep - deep_reference + self.DEEP_SLACK * estimate_s)
+        self.value_s = max(0.0, self.value_s)  # below zero it would lift nothing
         deep_excess = -math.inf if deep is None else deep - estimate_s
         history_s = max(self.HISTORY_LEADS * lead_s, self.history_longest * (longest_s or 0.0))
         self._keep(now, age - estimate_s, count, estimate_s, history_s, deep_excess)

@@ -75,7 +75,8 @@ class _StateCollector(Collector):
                  "or a slowdown is seen (s)", t.lead_s),
                 ("pacer_controller_live_floor_seconds", "Live floor on the lead time: the age "
                  "of one of the oldest syntheses running, less the margin by which such "
-                 "syntheses outran the synthesis estimate lately; 0 while too few run (s)",
+                 "syntheses outran the synthesis estimate lately, never below 0; 0 while too "
+                 "few run (s)",
                  t.floor_s),
                 ("pacer_controller_slowdown", "How many times slower synthesis runs than the "
                  "synthesis estimate says, from the syntheses that failed to finish in time; 1 "

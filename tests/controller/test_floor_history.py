@@ -61,3 +61,16 @@ def test_the_setting_has_bounds() -> None:
         ControllerSettings(live_floor_longest=-1.0)
     with pytest.raises(ValueError, match="live_floor_longest"):
         ControllerSettings(live_floor_longest=21.0)
+
+
+def test_the_floor_is_never_below_zero() -> None:
+    # A cluster of stragglers 20 s past T̂syn is remembered; then the oldest running are all
+    # young (a burst after a pause): their age less that margin is below zero, and a floor
+    # there lifts nothing, so it reads 0 (the metric and /v1/controller show it).
+    floor = LiveFloor(4.0)
+    for t in range(0, 40):
+        floor.update(float(t), CLUSTER, 10.0, 10.0, longest_s=60.0)
+    young = (6.0, 5.5, 5.2, 5.0, 4.5)
+    for t in range(40, 80):
+        floor.update(float(t), young, 10.0, 10.0, longest_s=60.0)
+        assert floor.value_s == 0.0
