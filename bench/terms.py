@@ -32,6 +32,7 @@ from pacer.config import Settings
 from pacer.control.controller import PIController
 from pacer.sim.engine import RawRun, Simulation
 from pacer.sim.policies import policy_factory
+from pacer.sim.report import Cumulative
 from pacer.sim.scenario import Scenario, ScenarioError, load_scenario, scenario_path
 
 STRETCH_HEADERS = ("policy", "from s", "to s", "GPU idle", "ready, mean", "ready, least",
@@ -55,32 +56,33 @@ class Stretch:
 
 
 def stretches(raw: RawRun, count: int) -> list[Stretch]:
-    """``raw``'s trace cut into ``count`` equal stretches of simulated time. Idle counts the
-    live GPU workers without a partition; a stretch with no event in it is left out.
-    Raises ValueError where ``count`` < 1 or the trace is empty."""
+    """``raw``'s trace cut into ``count`` equal stretches of simulated time. Idle is counted
+    as the run's busy ratio counts it (`pacer.sim.report`): live GPU workers without a
+    partition while work is outstanding. Raises ValueError where ``count`` < 1 or the trace
+    holds no time."""
     if count < 1:
         raise ValueError(f"stretches must be >= 1, got {count}")
     trace = raw.trace
-    if not trace.t:
-        raise ValueError(f"{raw.scenario.name}: the run recorded no event")
-    t = np.array(trace.t)
-    held = np.diff(t, append=t[-1])  # each state lasts until the next event
-    live, busy = np.array(trace.workers), np.array(trace.busy)
-    ready, inflight = np.array(trace.ready), np.array(trace.inflight)
-    synthesizing = np.array(trace.synthesizing)
-    edges = np.linspace(t[0], t[-1], count + 1)
+    t = np.asarray(trace.t)
+    if len(t) < 2 or t[-1] <= t[0]:
+        raise ValueError(f"{raw.scenario.name}: the run recorded no time")
+    available = np.asarray(trace.available, dtype=float)
+    capacity = Cumulative(t, available * np.asarray(trace.workers, dtype=float))
+    busy = Cumulative(t, np.asarray(trace.busy, dtype=float))
+    ready = np.asarray(trace.ready)
+    means = [Cumulative(t, np.asarray(v, dtype=float))
+             for v in (trace.ready, trace.inflight, trace.synthesizing)]  # fmt: skip
     out = []
-    for start, end in itertools.pairwise(edges):
-        mask = (t >= start) & ((t < end) | (end == edges[-1]))
-        weight = held[mask]
-        if not mask.any() or weight.sum() <= 0:
-            continue
-        capacity = float((live[mask] * weight).sum())
-        idle = float(((live[mask] - busy[mask]).clip(min=0) * weight).sum())
-        out.append(Stretch(float(start), float(end), idle / capacity if capacity else 0.0,
-                           float(np.average(ready[mask], weights=weight)), int(ready[mask].min()),
-                           float(np.average(inflight[mask], weights=weight)),
-                           float(np.average(synthesizing[mask], weights=weight))))  # fmt: skip
+    for start, end in itertools.pairwise(np.linspace(t[0], t[-1], count + 1)):
+        span = end - start
+        held = float(capacity(end) - capacity(start))
+        idle = max(0.0, 1 - float(busy(end) - busy(start)) / held) if held > 0 else 0.0
+        # The state held at the stretch's start, and every state that begins within it.
+        first = max(0, int(np.searchsorted(t, start, side="right")) - 1)
+        last = max(first + 1, int(np.searchsorted(t, end, side="left")))
+        mean_ready, inflight, synthesizing = (float(m(end) - m(start)) / span for m in means)
+        out.append(Stretch(float(start), float(end), idle, mean_ready,
+                           int(ready[first:last].min()), inflight, synthesizing))  # fmt: skip
     return out
 
 

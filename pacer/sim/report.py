@@ -65,7 +65,7 @@ class Report:
         return asdict(self)
 
 
-class _Cumulative:
+class Cumulative:
     """Integrals of a piecewise-constant trace: value(t) held from t_i until t_{i+1}."""
 
     def __init__(self, t: np.ndarray, values: np.ndarray) -> None:
@@ -81,11 +81,11 @@ def summarize(run: RawRun) -> Report:
     tr = run.trace
     t = np.asarray(tr.t)
     available = np.asarray(tr.available, dtype=float)
-    busy = _Cumulative(t, np.asarray(tr.busy, dtype=float))
-    avail = _Cumulative(t, available)
+    busy = Cumulative(t, np.asarray(tr.busy, dtype=float))
+    avail = Cumulative(t, available)
     # Worker-seconds of live workers while work was available: a dead worker is no capacity.
-    capacity = _Cumulative(t, available * np.asarray(tr.workers, dtype=float))
-    held = _Cumulative(t, available * np.asarray(tr.inflight, dtype=float))
+    capacity = Cumulative(t, available * np.asarray(tr.workers, dtype=float))
+    held = Cumulative(t, available * np.asarray(tr.inflight, dtype=float))
     end = run.end_s
     avail_total = float(avail(end))
 
@@ -135,7 +135,7 @@ def summarize(run: RawRun) -> Report:
     )
 
 
-def _shares(sc: Scenario, avail: _Cumulative) -> list[tuple[float, Regime]]:
+def _shares(sc: Scenario, avail: Cumulative) -> list[tuple[float, Regime]]:
     """Each regime of ``sc`` with the seconds work was available during it."""
     last = float(avail.t[-1])
     out = []
@@ -147,7 +147,7 @@ def _shares(sc: Scenario, avail: _Cumulative) -> list[tuple[float, Regime]]:
     return out
 
 
-def bound_throughput(sc: Scenario, avail: _Cumulative) -> tuple[float, str]:
+def bound_throughput(sc: Scenario, avail: Cumulative) -> tuple[float, str]:
     """The throughput no policy can beat (partitions/s) and which resource sets it.
 
     In each regime (``Scenario.regimes``: GPU and CPU speeds and live workers fixed) the min
@@ -172,7 +172,7 @@ def bound_throughput(sc: Scenario, avail: _Cumulative) -> tuple[float, str]:
     return bound, max(time_bound, key=lambda k: time_bound[k])
 
 
-def _little(sc: Scenario, avail: _Cumulative) -> tuple[float, float]:
+def _little(sc: Scenario, avail: Cumulative) -> tuple[float, float]:
     """Little's-law minimum in flight: its average over the time work was available, and
     its largest value in any regime."""
     shares = [(share, r) for share, r in _shares(sc, avail) if share > 0] or [
@@ -184,7 +184,7 @@ def _little(sc: Scenario, avail: _Cumulative) -> tuple[float, float]:
 
 
 def _window_ratio(
-    busy: _Cumulative, avail: _Cumulative, capacity: _Cumulative, ends: np.ndarray, window: float
+    busy: Cumulative, avail: Cumulative, capacity: Cumulative, ends: np.ndarray, window: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Busy ratio over ``[end − window, end]`` for each end, and whether work was available
     for at least half of that window."""
@@ -196,7 +196,7 @@ def _window_ratio(
 
 
 def _recoveries(
-    run: RawRun, busy: _Cumulative, avail: _Cumulative, capacity: _Cumulative
+    run: RawRun, busy: Cumulative, avail: Cumulative, capacity: Cumulative
 ) -> list[Recovery]:
     sc = run.scenario
     out = []
@@ -221,7 +221,7 @@ def _recoveries(
 
 
 def _time_to_steady(
-    run: RawRun, busy: _Cumulative, avail: _Cumulative, capacity: _Cumulative
+    run: RawRun, busy: Cumulative, avail: Cumulative, capacity: Cumulative
 ) -> float | None:
     """First time the busy ratio over the trailing window reaches STEADY_BUSY.
 

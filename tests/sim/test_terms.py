@@ -23,10 +23,10 @@ def test_the_stretches_cover_the_run_and_its_idle_time() -> None:
         assert 0.0 <= part.idle <= 1.0
         assert part.least_ready <= part.ready
         assert part.synthesizing <= part.inflight
-    # Every GPU worker stays live: the stretches' idle time weighs back to the run's own
-    # busy ratio.
+    # Idle is counted as the run's busy ratio counts it: where every GPU worker stays live
+    # and work is outstanding throughout, the stretches weigh back to it.
     idle = sum(p.idle * (p.end_s - p.start_s) for p in parts) / (parts[-1].end_s - parts[0].start_s)
-    assert 1 - idle == pytest.approx(summarize(raw).gpu_busy_ratio, abs=0.01)
+    assert 1 - idle == pytest.approx(summarize(raw).gpu_busy_ratio, abs=0.002)
     with pytest.raises(ValueError, match="stretches must be >= 1"):
         stretches(raw, 0)
 
