@@ -27,11 +27,12 @@ import numpy as np
 
 from bench.classes import CLASSES, describe, drawn
 from bench.watch import watched_pi
+from pacer.cli.args import count, seconds
 from pacer.cli.table import render
 from pacer.config import Settings
 from pacer.control.controller import PIController
 from pacer.sim.engine import RawRun, Simulation
-from pacer.sim.policies import policy_factory
+from pacer.sim.policies import POLICIES, policy_factory
 from pacer.sim.report import Cumulative
 from pacer.sim.scenario import Scenario, ScenarioError, load_scenario, scenario_path
 
@@ -86,9 +87,11 @@ def stretches(raw: RawRun, count: int) -> list[Stretch]:
     return out
 
 
-def terms_rows(scenario: Scenario, settings: Settings, every_s: float) -> list[tuple[str, ...]]:
+def terms_rows(
+    scenario: Scenario, settings: Settings, every_s: float
+) -> tuple[list[tuple[str, ...]], RawRun]:
     """pi on ``scenario``, read at its decisions at most once every ``every_s`` simulated
-    seconds: rows of ``TERM_HEADERS``."""
+    seconds: rows of ``TERM_HEADERS``, and the run (the watch changes nothing in it)."""
     rows: list[tuple[str, ...]] = []
     last = [-float("inf")]
 
@@ -102,8 +105,8 @@ def terms_rows(scenario: Scenario, settings: Settings, every_s: float) -> list[t
                      f"{t.slowdown:.2f}", f"{t.setpoint:.1f}", f"{t.projected_ready:.1f}",
                      f"{t.mismatch:.1f}", f"{t.multiplier:.2f}"))  # fmt: skip
 
-    Simulation(scenario, "pi", watched_pi(scenario, settings, watch)).run()
-    return rows
+    raw = Simulation(scenario, "pi", watched_pi(scenario, settings, watch)).run()
+    return rows, raw
 
 
 def drawn_host(spec: str) -> Scenario:
@@ -127,16 +130,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("scenario", nargs="?", help="a shipped scenario's name or a TOML file")
     parser.add_argument("--drawn", metavar="CLASS:SEED:INDEX",
                         help="a host bench.classes draws instead (bimodal:5:0)")  # fmt: skip
-    parser.add_argument("--every", type=float, default=0.0,
+    parser.add_argument("--every", type=seconds,
                         help="s between pi's rows (default: a sixtieth of the run)")  # fmt: skip
-    parser.add_argument("--stretches", type=int, default=10, help="stretches of the run")
+    parser.add_argument("--stretches", type=count(1), default=10, help="stretches of the run")
     parser.add_argument("--policies", default="pi,unpaced", help="policies to cut in stretches")
     parser.add_argument("--markdown", action="store_true", help="tables in Markdown")
     args = parser.parse_args(argv)
     if (args.scenario is None) == (args.drawn is None):
         parser.error("name a scenario or --drawn CLASS:SEED:INDEX, not both")
-    if args.stretches < 1:
-        parser.error(f"--stretches must be >= 1, got {args.stretches}")
+    policies = [p for p in args.policies.split(",") if p]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        parser.error(f"--policies: unknown {', '.join(unknown)}; one or more of "
+                     f"{', '.join(POLICIES)}")  # fmt: skip
     try:
         if args.drawn:
             scenario = drawn_host(args.drawn)
@@ -146,20 +152,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     settings = Settings()
     print(describe(scenario))
+    terms, watched = terms_rows(scenario, settings, args.every or scenario.duration_s / 60)
     rows = []
-    for policy in [p for p in args.policies.split(",") if p]:
-        try:
-            factory = policy_factory(policy, scenario, settings)
-        except ValueError as exc:
-            parser.error(f"--policies: {exc}")
-        raw = Simulation(scenario, policy, factory).run()
+    for policy in policies:
+        raw = watched if policy == "pi" else Simulation(
+            scenario, policy, policy_factory(policy, scenario, settings)).run()  # fmt: skip
         rows += [(policy, f"{s.start_s:.0f}", f"{s.end_s:.0f}", f"{s.idle:.4f}", f"{s.ready:.1f}",
                   str(s.least_ready), f"{s.inflight:.1f}", f"{s.synthesizing:.1f}")
                  for s in stretches(raw, args.stretches)]  # fmt: skip
     print(render(STRETCH_HEADERS, rows, markdown=args.markdown))
     print()
-    every = args.every or scenario.duration_s / 60
-    print(render(TERM_HEADERS, terms_rows(scenario, settings, every), markdown=args.markdown))
+    print(render(TERM_HEADERS, terms, markdown=args.markdown))
     return 0
 
 

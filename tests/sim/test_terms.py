@@ -36,7 +36,7 @@ def test_a_burst_after_the_cold_start_leaves_the_synthesis_estimate_whole() -> N
     # partitions of 1x and 5x the work, 1:1, 4.55 s a synthesis of 1x, a mean of 13.65 s.
     # Before D218 T̂syn fell to the small ones' 5.05 s at 71 s, once the cold cohort was in.
     scenario = drawn_host("bimodal:5:0")
-    rows = terms_rows(scenario, Settings(), every_s=1.0)
+    rows, _ = terms_rows(scenario, Settings(), every_s=1.0)
     pacing = [float(r[2]) for r in rows if r[1] == "pacing"]
     assert pacing
     assert min(pacing) > 9.0
