@@ -40,6 +40,7 @@ def test_a_run_shorter_than_its_warm_up_is_refused() -> None:
         lifts(short, Settings())
 
 
+@pytest.mark.slow
 def test_the_terms_say_what_lifts_the_lead_time_after_a_slowdown() -> None:
     # pacer_controller_live_floor_seconds and pacer_controller_slowdown come from these terms.
     scenario = load_scenario(scenario_path("synthesis-slowdown-gpu-bound"))

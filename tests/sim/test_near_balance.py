@@ -21,7 +21,7 @@ def busy(
 @pytest.mark.parametrize(
     ("sigma", "headroom", "k", "executor", "behind"),
     [
-        (1.0, 1.1, 0, False, BUSY_VS_BEST_BASELINE),
+        pytest.param(1.0, 1.1, 0, False, BUSY_VS_BEST_BASELINE, marks=SLOW),
         pytest.param(1.0, 1.1, 1, False, BUSY_VS_BEST_BASELINE, marks=SLOW),
         pytest.param(1.0, 1.05, 0, False, 0.008, marks=SLOW),
         pytest.param(1.3, 1.05, 1, False, 0.008, marks=SLOW),

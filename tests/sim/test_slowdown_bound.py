@@ -3,6 +3,8 @@ changes nothing, and the call comes after the change, within a few of the old le
 
 from __future__ import annotations
 
+import pytest
+
 from bench.slowdown_bound import _called
 from pacer.config import Settings
 from pacer.sim.engine import Simulation
@@ -11,6 +13,7 @@ from pacer.sim.scenario import load_scenario, scenario_path
 from pacer.sim.suite import run_policy
 
 
+@pytest.mark.slow
 def test_the_call_comes_after_the_change_and_the_watch_changes_nothing() -> None:
     scenario = load_scenario(scenario_path("synthesis-slowdown-gpu-bound"))
     calls: list[float | None] = []

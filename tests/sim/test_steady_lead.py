@@ -4,6 +4,7 @@ hold takes effect."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from bench.classes import CLASSES, draw
 from bench.steady_lead import pi_arm
@@ -11,6 +12,7 @@ from pacer.config import Settings
 from pacer.sim.suite import run_policy
 
 
+@pytest.mark.slow
 def test_watching_pi_changes_nothing_and_holding_its_lead_time_holds_it() -> None:
     kind = "heavy-tail"
     scenario = draw(kind, np.random.default_rng([5, CLASSES.index(kind), 0]), 0)

@@ -94,6 +94,7 @@ def test_where_heavy_tailed_syntheses_share_the_cores_every_slot_stays_busy() ->
     assert runs["pi"].completed >= 1.02 * runs["before"].completed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("handoff_s", "seed"), [(0.3, 41), (0.6, 42)])
 def test_a_hand_off_longer_than_the_gap_between_ends_is_covered_by_the_queue(
     handoff_s: float, seed: int
