@@ -27,6 +27,7 @@ class Bootstrap:
 
     BOOTSTRAP_SHARE = 0.9
     HOLD_LEADS = 1.25  # the hold is bounded by the GPUs' take over this many cohort ages
+    HOLD_LITTLE = 2.0  # ... and by this many times the Little's-law depth (D219)
     BLOCKED_RECHECK_S = 1.0  # while a refill waits for a cap to free, ask again at least this often
 
     def __init__(self, caps: Caps, *, warm: bool) -> None:

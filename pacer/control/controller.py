@@ -16,9 +16,9 @@ a shortfall refilled each lead time; ki the share of a persistent error removed 
 
 Output: dispatch by rate within the caps (``pacer.control.rate_dispatch``; syntheses at once
 include a small queue in front of the synthesis processes, sized from the spread of synthesis
-times, so that the bottleneck never waits for a dispatch), under a safety
-ceiling: never beyond ``q̃ = 2·q* + 1`` (an order up to the setpoint as a bound, not the law);
-the end of the backlog together where it fits under that ceiling. ``q*`` is the ready buffer in
+times, so that the bottleneck never waits for a dispatch), under a safety ceiling: never
+beyond ``q̃ = 2·q* + 1`` (an order up to the setpoint as a bound, not the law); the end of the
+backlog together where it fits under that ceiling. ``q*`` is the ready buffer in
 seconds of GPU work, ``target_ready_s ÷ base``, at least ``target_ready`` partitions. The cold
 start and the refills after a drain: ``pacer.control.bootstrap``.
 """
@@ -293,18 +293,18 @@ class PIController:
         return Decision(count, None)
 
     def _hold_depth(self, obs: Observation) -> int:
-        """The depth held while the cold start's cohort runs: the bootstrap depth, but no more
-        than the GPUs consume over ``Bootstrap.HOLD_LEADS`` × the age of its oldest member
-        (the cohort's lead time is at least that long only where members still run), and
-        q*. Where synthesis outruns the GPUs, the slots a cold start filled are not filled
-        again as the GPUs take the first partitions."""
-        depth = self.bootstrap_depth
-        gpu = self._est.gpu_service_s
-        if gpu is None or self._workers <= 0 or not obs.synthesis_ages_s:
-            return depth
+        """The depth held while the cold start's cohort runs: the bootstrap depth, at most
+        ``Bootstrap.HOLD_LITTLE`` × the Little's-law depth of the censored lead time (a heavy
+        tail's stragglers hold no more), and what the GPUs take over ``Bootstrap.HOLD_LEADS`` ×
+        the oldest member's age plus q* (the slots filled at first are not filled again)."""
+        if self._est.gpu_service_s is None or self._workers <= 0:
+            return self.bootstrap_depth
+        little = math.ceil(Bootstrap.HOLD_LITTLE * self.little_depth(self._workers))
+        if not obs.synthesis_ages_s:
+            return min(self.bootstrap_depth, little)
         base, setpoint = self._pacing.model.at(self._workers)
-        horizon = Bootstrap.HOLD_LEADS * obs.synthesis_ages_s[0]
-        return min(depth, math.ceil(horizon / base + setpoint))
+        horizon = math.ceil(Bootstrap.HOLD_LEADS * obs.synthesis_ages_s[0] / base + setpoint)
+        return min(self.bootstrap_depth, little, horizon)
 
     @property
     def bootstrap_depth(self) -> int:

@@ -126,6 +126,29 @@ def test_the_cold_hold_is_bounded_by_what_the_gpus_take(clock: FakeClock) -> Non
     assert c.terms.mode is Mode.BOOTSTRAP
 
 
+def test_the_cold_hold_is_at_most_twice_the_littles_law_depth(clock: FakeClock) -> None:
+    # A heavy tail: 116 of a cohort of 120 took 2 s; 4 stragglers run on. Their age says the
+    # lead time might be 20 s, but the censored mean says 2.6 s: the hold keeps no more than
+    # twice the Little's-law depth that gives (D219).
+    c = make(clock, estimates=None, caps=SPARE, bootstrap_depth=120, spread_sigmas=0.0)
+    assert c.decide(obs(busy=0)).dispatch == 120
+    clock.advance(2)
+    for _ in range(116):
+        c.observe_synthesis(2.0)
+    c.observe_gpu_service(0.2)  # 2 workers: 10 partitions a second
+    clock.advance(18)
+    lead = (116 * 2.0 + 4 * 20.0) / 120
+    assert c.lead_s() == pytest.approx(lead)
+    # Rates known: the pipeline is topped up to the Little's-law depth first.
+    little = c.decide(obs(ready=10, synth=4, busy=2, synthesis_ages_s=(20.0,) * 4)).dispatch + 16
+    assert little == math.ceil(lead / 0.1 + c.terms.setpoint)
+    clock.advance(0.1)
+    held = c.decide(obs(ready=10, synth=little - 12, busy=2, synthesis_ages_s=(20.1,) * 4))
+    # Where the oldest age bounded it alone, it held all 120 (86 more sent).
+    assert held.dispatch == 2 * math.ceil(c.lead_s() / 0.1 + c.terms.setpoint) - little
+    assert c.terms.mode is Mode.BOOTSTRAP
+
+
 def test_cohort_bound_corrects_fast_first_finishers(clock: FakeClock) -> None:
     c = make(clock, estimates=None, bootstrap_depth=16)
     c.decide(obs(busy=0))  # 16 dispatched at t=0
