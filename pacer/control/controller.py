@@ -16,11 +16,11 @@ a shortfall refilled each lead time; ki the share of a persistent error removed 
 
 Output: dispatch by rate within the caps (``pacer.control.rate_dispatch``; syntheses at once
 include a small queue in front of the synthesis processes, sized from the spread of synthesis
-times, so that the bottleneck never waits for a dispatch), under a safety ceiling: never
-beyond ``q̃ = 2·q* + 1`` (an order up to the setpoint as a bound, not the law); the end of the
-backlog together where it fits under that ceiling. ``q*`` is the ready buffer in
-seconds of GPU work, ``target_ready_s ÷ base``, at least ``target_ready`` partitions. The cold
-start and the refills after a drain: ``pacer.control.bootstrap``.
+times, so that the bottleneck never waits for a dispatch), under a safety ceiling: q̃, or
+q̂ where lower, never beyond ``2·q* + 1`` (an order up to the setpoint as a bound, not the
+law); the end of the backlog together where it fits under that ceiling. ``q*`` is the ready
+buffer in seconds of GPU work, ``target_ready_s ÷ base``, at least ``target_ready``
+partitions. The cold start and the refills after a drain: ``pacer.control.bootstrap``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class PIController:
 
     ``HUNG_FACTOR``: a worker on one partition for longer than this many T̂gpu is not counted
     among the workers consuming (a hung worker, or a stalled GPU, consumes nothing).
-    ``CEILING``: the safety ceiling: dispatch never takes q̃ past q* × (1 + ``CEILING``) + 1.
+    ``CEILING``: dispatch never takes q̃ (or q̂, where lower) past q* × (1 + ``CEILING``) + 1.
     ``queue_sigmas``: the queue in front of the synthesis processes covers this many standard
     deviations of their bunched ends (`pacer.control.rate_dispatch.executor_queue`); an
     instance given ``queue_sigmas=0`` keeps none (no more syntheses than processes).
@@ -252,8 +252,8 @@ class PIController:
             count = self._starts.hold_depth(obs, room, self._hold_depth(obs), self._rate)
             if count > 0:
                 return Decision(count, now + terms.interval_s)
-        ceiling = terms.setpoint * (1 + self.CEILING) + 1
-        headroom = math.ceil(ceiling - terms.projected_ready)
+        lowest = terms.projected_ready - max(0.0, terms.mismatch)  # a mismatch above: stale
+        headroom = math.ceil(terms.setpoint * (1 + self.CEILING) + 1 - lowest)
         # The end of the backlog goes out together: nothing after it to pace for.
         at_once = obs.backlog if obs.backlog <= headroom else 0
         if workers == 0:

@@ -313,6 +313,20 @@ def test_the_mismatch_is_against_the_projection_one_lead_time_ago(clock: FakeClo
     assert t.p_term == pytest.approx(1.0 * (8 - 13))  # P: the projection's own error
 
 
+def test_a_ready_queue_above_its_projection_does_not_hold_dispatch_at_the_ceiling(
+    clock: FakeClock,
+) -> None:
+    # Projected and observed at 17 for a lead time, then 40 ready with none in synthesis:
+    # q̂ = 40 − 30 = 10, under the ceiling 2 × q* + 1 = 17, while the mismatch (40 against
+    # the 17 projected) lifts q̃ past it within 15 s. The ceiling counts a mismatch only where
+    # it lowers the projection: one above it is stale for a queue whose mix moved (D220).
+    c = make(clock, kp=0.0, ki=0.0)
+    _predicted(c, clock)
+    sent = pace(c, clock, obs(ready=40, synth=0), 30.0)
+    assert c.terms.projected_ready > 17
+    assert sent >= 25  # the feed-forward, one a second
+
+
 def test_an_empty_queue_with_an_idle_gpu_reads_as_too_optimistic(clock: FakeClock) -> None:
     # Synthesis full: nothing goes out, so q̂ = 0 + 30 − 30 = 0 is predicted and observed.
     c = make(clock, caps=Caps(synthesis_concurrency=30, inflight_partitions=200), ki=0.0)
